@@ -1,0 +1,7 @@
+"""The ``fcr/1`` run-log format (spec/fidelity.md §4): streaming reader and validator.
+
+No Django import: used by the upload validator, the certificate engine and the fidelity audit.
+"""
+from workers.fcr.reader import FcrParseError, iter_lines, iter_records, open_binary
+
+__all__ = ["FcrParseError", "iter_lines", "iter_records", "open_binary"]
