@@ -1,0 +1,20 @@
+"""``/api/v1/`` routes."""
+from django.urls import path
+
+from audit_portal.accounts import api as accounts
+from audit_portal.jobs import api as jobs
+from audit_portal.runs import api as runs
+
+urlpatterns = [
+    path("projects/", accounts.ProjectList.as_view(), name="project-list"),
+    path("projects/<slug:slug>/", accounts.ProjectDetail.as_view(), name="project-detail"),
+    path("projects/<slug:slug>/api-keys/", accounts.ApiKeyListCreate.as_view(), name="apikey-list"),
+    path("projects/<slug:slug>/api-keys/<int:pk>/revoke/", accounts.ApiKeyRevoke.as_view(), name="apikey-revoke"),
+    path("projects/<slug:slug>/uploads/", runs.UploadListCreate.as_view(), name="upload-list"),
+    path("projects/<slug:slug>/runs/", runs.ProjectRunList.as_view(), name="run-list"),
+    path("projects/<slug:slug>/jobs/", jobs.ProjectJobList.as_view(), name="project-job-list"),
+    path("uploads/<int:pk>/", runs.UploadDetail.as_view(), name="upload-detail"),
+    path("runs/<int:pk>/", runs.RunDetail.as_view(), name="run-detail"),
+    path("jobs/<int:pk>/", jobs.JobDetail.as_view(), name="job-detail"),
+    path("jobs/<int:pk>/cancel/", jobs.JobCancel.as_view(), name="job-cancel"),
+]

@@ -1,0 +1,13 @@
+"""The Celery application shared by the web tier (which only *sends* tasks, by name) and the workers.
+
+Queues: ``cpu`` (validation, certificates, fidelity, CPU conformance) and ``gpu`` (training-step audits,
+CUDA conformance). The web process never imports ``workers.tasks``: that module pulls in torch.
+"""
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "audit_portal.settings")
+
+app = Celery("audit_portal")
+app.config_from_object("django.conf:settings", namespace="CELERY")

@@ -1,0 +1,124 @@
+"""Server-rendered pages. Reads go through the scoped selectors; writes through services."""
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.db.models import Count, Q, Sum
+from django.http import Http404
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from audit_portal.accounts import selectors as account_selectors
+from audit_portal.accounts import services as account_services
+from audit_portal.accounts.models import Scope
+from audit_portal.accounts.principal import Principal
+from audit_portal.jobs import selectors as job_selectors
+from audit_portal.runs import selectors as run_selectors
+
+
+def _context(request, slug: str | None = None, **extra):
+    principal = Principal.from_request(request)
+    ctx = {"principal": principal, "projects": account_selectors.projects_for(principal)}
+    if slug is not None:
+        project = account_selectors.get_project(principal, slug)
+        ctx.update(project=project, role=principal.role_in(project), can_submit=principal.can_submit(project),
+                   can_manage=principal.can_manage(project))
+    ctx.update(extra)
+    return ctx
+
+
+@login_required
+def home(request):
+    ctx = _context(request)
+    projects = list(ctx["projects"])
+    if len(projects) == 1:
+        return redirect("dashboards:project", slug=projects[0].slug)
+    return render(request, "dashboards/home.html", ctx)
+
+
+@login_required
+def project_dashboard(request, slug):
+    ctx = _context(request, slug)
+    project = ctx["project"]
+    uploads = run_selectors.uploads_for(ctx["principal"], project)
+    stats = uploads.aggregate(
+        total=Count("id", filter=~Q(stage="duplicate")),
+        valid=Count("id", filter=Q(stage="valid")),
+        invalid=Count("id", filter=Q(stage="invalid")),
+        bytes=Sum("size_bytes", filter=~Q(stage="duplicate")),
+    )
+    ctx.update(
+        stats=stats,
+        uploads=uploads[:8],
+        runs=run_selectors.runs_for(ctx["principal"], project)[:8],
+        jobs=job_selectors.jobs_for(ctx["principal"], project)[:15],
+    )
+    return render(request, "dashboards/project.html", ctx)
+
+
+@login_required
+def uploads_page(request, slug):
+    ctx = _context(request, slug)
+    ctx["uploads"] = run_selectors.uploads_for(ctx["principal"], ctx["project"])[:100]
+    return render(request, "dashboards/uploads.html", ctx)
+
+
+@login_required
+def upload_detail(request, slug, pk):
+    ctx = _context(request, slug)
+    upload = run_selectors.get_upload(ctx["principal"], pk)
+    if upload.project_id != ctx["project"].pk:
+        raise Http404
+    ctx.update(upload=upload, jobs=job_selectors.jobs_for_subject(ctx["principal"], "upload", upload.original.pk))
+    return render(request, "dashboards/upload_detail.html", ctx)
+
+
+@login_required
+def job_page(request, pk):
+    principal = Principal.from_request(request)
+    job = job_selectors.get_job(principal, pk)
+    ctx = _context(request, job.project.slug, job=job)
+    if job.subject_kind == "upload" and job.subject_id:
+        ctx["subject_upload"] = run_selectors.uploads_for(principal).filter(pk=job.subject_id).first()
+    return render(request, "dashboards/job.html", ctx)
+
+
+@login_required
+def run_page(request, slug, pk):
+    ctx = _context(request, slug)
+    run = run_selectors.get_run(ctx["principal"], pk)
+    if run.project_id != ctx["project"].pk:
+        raise Http404
+    ctx.update(run=run, uploads=run.uploads.order_by("-created_at"))
+    return render(request, "dashboards/run.html", ctx)
+
+
+@login_required
+def api_keys_page(request, slug):
+    ctx = _context(request, slug)
+    if not ctx["can_manage"]:
+        messages.error(request, "Only project owners can manage API keys.")
+        return redirect("dashboards:project", slug=slug)
+    if request.method == "POST":
+        name = request.POST.get("name", "").strip()
+        scopes = [s for s in request.POST.getlist("scopes") if s in Scope.values]
+        if not name or not scopes:
+            messages.error(request, "Give the key a name and at least one scope.")
+        else:
+            issued = account_services.issue_api_key(project=ctx["project"], name=name, scopes=scopes,
+                                                    created_by=request.user)
+            ctx["new_token"] = issued.token
+            ctx["new_key"] = issued.key
+    ctx["keys"] = account_selectors.api_keys_for(ctx["principal"], ctx["project"])
+    ctx["scopes"] = Scope.choices
+    return render(request, "dashboards/api_keys.html", ctx)
+
+
+@login_required
+@require_POST
+def revoke_api_key(request, slug, pk):
+    ctx = _context(request, slug)
+    key = get_object_or_404(account_selectors.api_keys_for(ctx["principal"], ctx["project"]), pk=pk)
+    account_services.revoke_api_key(key)
+    messages.success(request, f"Key {key.name} ({key.prefix}…) revoked.")
+    return redirect("dashboards:api_keys", slug=slug)

@@ -1,0 +1,54 @@
+"""REST endpoints for jobs."""
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import exceptions, generics, serializers
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from audit_portal.accounts.principal import Principal
+from audit_portal.accounts.selectors import get_project
+from audit_portal.core.errors import PortalError
+from audit_portal.jobs import selectors, services
+from audit_portal.jobs.models import Job
+
+
+class JobSerializer(serializers.ModelSerializer):
+    project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+
+    class Meta:
+        model = Job
+        fields = ["id", "project", "kind", "title", "queue", "state", "progress", "message", "error", "result",
+                  "attempts", "subject_kind", "subject_id", "submitted_by", "created_at", "started_at",
+                  "finished_at", "updated_at"]
+        read_only_fields = fields
+
+
+class JobDetail(generics.RetrieveAPIView):
+    serializer_class = JobSerializer
+
+    def get_object(self):
+        return selectors.get_job(Principal.from_request(self.request), self.kwargs["pk"])
+
+
+class ProjectJobList(generics.ListAPIView):
+    serializer_class = JobSerializer
+
+    def get_queryset(self):
+        principal = Principal.from_request(self.request)
+        qs = selectors.jobs_for(principal, get_project(principal, self.kwargs["slug"]))
+        state = self.request.query_params.get("state")
+        return qs.filter(state=state) if state else qs
+
+
+class JobCancel(APIView):
+    @extend_schema(request=None, responses=JobSerializer)
+    def post(self, request, pk):
+        principal = Principal.from_request(request)
+        job = selectors.get_job(principal, pk)
+        if not principal.can_submit(job.project):
+            raise exceptions.PermissionDenied("Cancelling a job needs the submit role or scope.")
+        if not services.cancel_job(job):
+            raise PortalError(f"Job {job.pk} is already {job.state}.", code="job_finished")
+        job.refresh_from_db()
+        return Response(JobSerializer(job).data)

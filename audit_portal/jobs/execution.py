@@ -1,0 +1,70 @@
+"""Running a job inside a Celery task: claim it, report progress (throttled), finish or fail with a reason.
+
+Tasks stay thin: ``run_job(job_id, work)`` where ``work(job, progress)`` loads inputs, calls an engine and
+stores results. An exception from ``work`` fails the job with its message; it never crashes the worker.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from audit_portal.jobs import services
+from audit_portal.jobs.models import Job
+
+log = logging.getLogger(__name__)
+
+
+class JobCancelled(Exception):
+    """Raised from a progress callback when a user cancelled the job; the work stops at that point."""
+
+
+class JobInputError(Exception):
+    """A failure caused by the job's input (not a bug): its message is shown to the user as is."""
+
+
+class ProgressReporter:
+    """Callable ``(fraction, message)`` that writes at most every ``min_interval`` seconds."""
+
+    def __init__(self, job: Job, min_interval: float = 0.5, start: float = 0.0, span: float = 1.0):
+        self.job = job
+        self.min_interval = min_interval
+        self.start = start
+        self.span = span
+        self._last = 0.0
+
+    def __call__(self, fraction: float | None = None, message: str = "", force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last < self.min_interval:
+            return
+        self._last = now
+        scaled = None if fraction is None else self.start + self.span * max(0.0, min(1.0, fraction))
+        services.report_progress(self.job, scaled, message)
+        if services.is_cancelled(self.job):
+            raise JobCancelled()
+
+    def stage(self, start: float, span: float) -> "ProgressReporter":
+        """A reporter for a sub-stage occupying ``[start, start+span]`` of this job's progress."""
+        child = ProgressReporter(self.job, self.min_interval, self.start + self.span * start, self.span * span)
+        child._last = self._last
+        return child
+
+
+def run_job(job_id: int, work: Callable[[Job, ProgressReporter], dict | None]) -> str:
+    job = services.start_job(job_id)
+    if job is None:
+        return "skipped"
+    reporter = ProgressReporter(job)
+    try:
+        result = work(job, reporter)
+    except JobCancelled:
+        return "cancelled"
+    except JobInputError as exc:
+        services.fail_job(job, str(exc))
+        return "failed"
+    except Exception as exc:  # noqa: BLE001 - report every failure on the job, keep the worker alive
+        log.exception("job %s failed", job_id)
+        services.fail_job(job, f"internal error: {type(exc).__name__}: {exc}")
+        return "failed"
+    services.finish_job(job, result or {})
+    return "succeeded"

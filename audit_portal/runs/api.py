@@ -1,0 +1,134 @@
+"""REST endpoints for uploads and runs."""
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
+from rest_framework import exceptions, generics, serializers, status
+from rest_framework.parsers import MultiPartParser
+from rest_framework.response import Response
+from rest_framework.throttling import ScopedRateThrottle
+from rest_framework.views import APIView
+
+from audit_portal.accounts.principal import Principal
+from audit_portal.accounts.selectors import get_project
+from audit_portal.core.errors import PortalError, StorageFull, UploadTooLarge
+from audit_portal.jobs.selectors import jobs_for_subject
+from audit_portal.runs import selectors, services
+from audit_portal.runs.models import Run, Upload
+from audit_portal.runs.upload_handler import MULTIPART_OVERHEAD, HashedUploadedFile
+
+
+class UploadSerializer(serializers.ModelSerializer):
+    project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    run = serializers.PrimaryKeyRelatedField(read_only=True)
+    duplicate_of = serializers.PrimaryKeyRelatedField(read_only=True)
+    jobs = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Upload
+        fields = ["id", "project", "run", "original_name", "sha256", "size_bytes", "compression", "format", "stage",
+                  "duplicate_of", "error_count", "validation", "submitted_by", "created_at", "processed_at", "jobs"]
+        read_only_fields = fields
+
+    def get_jobs(self, upload) -> list[dict]:
+        principal = self.context.get("principal")
+        if principal is None:
+            return []
+        return [{"id": j.pk, "kind": j.kind, "state": j.state, "progress": j.progress}
+                for j in jobs_for_subject(principal, "upload", upload.pk).order_by("created_at")]
+
+
+class RunSerializer(serializers.ModelSerializer):
+    project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+
+    class Meta:
+        model = Run
+        fields = ["id", "project", "name", "created_at", "updated_at"]
+        read_only_fields = fields
+
+
+class UploadListCreate(generics.ListAPIView):
+    """List a project's uploads, or upload a run log (multipart field ``file``)."""
+
+    serializer_class = UploadSerializer
+    parser_classes = [MultiPartParser]
+    throttle_scope = "uploads"
+
+    def get_throttles(self):
+        return [ScopedRateThrottle()] if self.request.method == "POST" else []
+
+    def get_serializer_context(self):
+        return {**super().get_serializer_context(), "principal": Principal.from_request(self.request)}
+
+    def get_queryset(self):
+        principal = Principal.from_request(self.request)
+        qs = selectors.uploads_for(principal, get_project(principal, self.kwargs["slug"]))
+        stage = self.request.query_params.get("stage")
+        return qs.filter(stage=stage) if stage else qs
+
+    @extend_schema(
+        request={"multipart/form-data": inline_serializer("UploadRequest", {"file": serializers.FileField()})},
+        responses={201: UploadSerializer, 200: OpenApiResponse(UploadSerializer, description="same bytes uploaded before: the first upload")},
+    )
+    def post(self, request, slug):
+        principal = Principal.from_request(request)
+        project = get_project(principal, slug)
+        if not principal.can_submit(project):
+            raise exceptions.PermissionDenied("Uploading needs the submit role (or an API key with the submit scope).")
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+        if declared > _limit() + MULTIPART_OVERHEAD:
+            raise UploadTooLarge(f"The file exceeds the upload limit of {_human(_limit())}.")
+        files = request.FILES  # parses the body through the streaming, hashing upload handler
+        if getattr(request._request, "upload_too_large", False):
+            raise UploadTooLarge(f"The file exceeds the upload limit of {_human(_limit())}.")
+        if getattr(request._request, "upload_storage_full", False):
+            raise StorageFull()
+        uploaded = files.get("file")
+        if uploaded is None:
+            raise PortalError("Send the run log as multipart/form-data in a field named 'file'.", code="file_missing")
+        if not isinstance(uploaded, HashedUploadedFile):  # defensive: another handler produced it
+            raise PortalError("Upload handler misconfigured.", code="server_misconfigured")
+        for extra in files.getlist("file")[1:] + [f for k, f in files.items() if k != "file"]:
+            extra.discard()
+        upload, created = services.receive_upload(project=project, uploaded=uploaded, submitted_by=principal.label)
+        data = UploadSerializer(upload, context={"principal": principal}).data
+        return Response(data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+                        headers={"X-Duplicate-Upload": "false" if created else "true"})
+
+
+def _limit() -> int:
+    from django.conf import settings
+
+    return settings.UPLOAD_MAX_BYTES
+
+
+def _human(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024:
+            return f"{n:g} {unit}"
+        n /= 1024
+    return f"{n:g} PiB"
+
+
+class UploadDetail(generics.RetrieveAPIView):
+    serializer_class = UploadSerializer
+
+    def get_serializer_context(self):
+        return {**super().get_serializer_context(), "principal": Principal.from_request(self.request)}
+
+    def get_object(self):
+        return selectors.get_upload(Principal.from_request(self.request), self.kwargs["pk"])
+
+
+class ProjectRunList(generics.ListAPIView):
+    serializer_class = RunSerializer
+
+    def get_queryset(self):
+        principal = Principal.from_request(self.request)
+        return selectors.runs_for(principal, get_project(principal, self.kwargs["slug"]))
+
+
+class RunDetail(generics.RetrieveAPIView):
+    serializer_class = RunSerializer
+
+    def get_object(self):
+        return selectors.get_run(Principal.from_request(self.request), self.kwargs["pk"])

@@ -1,0 +1,70 @@
+"""Runs and their uploaded logs. Token-level data stays in the artifact store, never in Postgres."""
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from audit_portal.accounts.models import Project
+
+
+class Run(models.Model):
+    """An RL training run (the ``run_id`` of its ``fcr/1`` records) inside a project."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="runs")
+    name = models.CharField(max_length=200)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [models.UniqueConstraint(fields=["project", "name"], name="run_name_unique_in_project")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class UploadStage(models.TextChoices):
+    RECEIVED = "received", "Received"
+    PROCESSING = "processing", "Processing"
+    VALID = "valid", "Valid"
+    INVALID = "invalid", "Invalid"
+    DUPLICATE = "duplicate", "Duplicate"
+
+
+class Upload(models.Model):
+    """One submitted run-log file. A resubmission of the same bytes is recorded as ``duplicate`` of the
+    first upload (audit trail) and stores nothing new."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="uploads")
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="uploads")
+    original_name = models.CharField(max_length=255)
+    sha256 = models.CharField(max_length=64)
+    size_bytes = models.BigIntegerField()
+    content_type = models.CharField(max_length=100, blank=True)
+    compression = models.CharField(max_length=10, default="none")  # "none" | "gzip"
+    format = models.CharField(max_length=20, default="fcr/1")
+    storage_name = models.CharField(max_length=300, blank=True)
+    stage = models.CharField(max_length=16, choices=UploadStage.choices, default=UploadStage.RECEIVED, db_index=True)
+    duplicate_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="resubmissions")
+    validation = models.JSONField(default=dict, blank=True)
+    error_count = models.IntegerField(default=0)
+    submitted_by = models.CharField(max_length=150, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    processed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project", "sha256"], condition=Q(duplicate_of__isnull=True), name="one_original_upload_per_digest"
+            )
+        ]
+        indexes = [models.Index(fields=["project", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.original_name} ({self.sha256[:12]})"
+
+    @property
+    def original(self) -> "Upload":
+        return self.duplicate_of or self

@@ -1,0 +1,116 @@
+"""Writes for runs and uploads: receiving a file, recording its validation, attaching it to a run."""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from audit_portal.core.errors import PortalError, UnsupportedUpload
+from audit_portal.jobs.services import create_job
+from audit_portal.runs.models import Run, Upload, UploadStage
+from audit_portal.runs.preflight import preflight
+from audit_portal.runs.upload_handler import HashedUploadedFile
+
+log = logging.getLogger(__name__)
+
+VALIDATE_TASK = "workers.tasks.validate_upload"
+
+
+class InvalidRunLog(PortalError):
+    default_code = "invalid_run_log"
+
+
+def artifact_path(storage_name: str) -> Path:
+    return Path(settings.ARTIFACT_ROOT) / storage_name
+
+
+def _storage_name(sha256: str, compression: str) -> str:
+    suffix = ".jsonl.gz" if compression == "gzip" else ".jsonl"
+    return f"uploads/{sha256[:2]}/{sha256}{suffix}"
+
+
+def receive_upload(*, project, uploaded: HashedUploadedFile, submitted_by: str) -> tuple[Upload, bool]:
+    """Store an uploaded run log and queue its validation.
+
+    Returns ``(upload, created)``. The same bytes uploaded again return the first upload with
+    ``created=False`` (the resubmission is recorded as a ``duplicate`` row that stores no file).
+    A file that fails the pre-flight check raises and leaves nothing behind.
+    """
+    try:
+        check = preflight(uploaded)
+        if not check.ok:
+            error_cls = UnsupportedUpload if check.code == "unsupported_upload_format" else InvalidRunLog
+            raise error_cls(check.message, code=check.code, extra={"errors": check.errors} if check.errors else None)
+        original = Upload.objects.filter(project=project, sha256=uploaded.sha256, duplicate_of__isnull=True).first()
+        if original is not None:
+            return _record_duplicate(project, original, uploaded, submitted_by), False
+        name = _storage_name(uploaded.sha256, uploaded.compression)
+        target = artifact_path(name)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        uploaded.close()
+        os.replace(uploaded.path, target)  # same filesystem: atomic, no copy
+        try:
+            with transaction.atomic():
+                upload = Upload.objects.create(
+                    project=project, original_name=(uploaded.name or "upload.jsonl")[:255], sha256=uploaded.sha256,
+                    size_bytes=uploaded.size, content_type=(uploaded.content_type or "")[:100],
+                    compression=uploaded.compression, storage_name=name, stage=UploadStage.RECEIVED,
+                    submitted_by=submitted_by,
+                )
+                create_job(
+                    project=project, kind="validate_upload", task_name=VALIDATE_TASK, queue="cpu",
+                    title=f"Validate {upload.original_name}", subject_kind="upload", subject_id=upload.pk,
+                    submitted_by=submitted_by,
+                )
+        except IntegrityError:
+            # A concurrent request stored the same digest first: the file on disk is identical, keep it.
+            original = Upload.objects.get(project=project, sha256=uploaded.sha256, duplicate_of__isnull=True)
+            return _record_duplicate(project, original, uploaded, submitted_by), False
+        return upload, True
+    finally:
+        uploaded.discard()
+
+
+def _record_duplicate(project, original: Upload, uploaded: HashedUploadedFile, submitted_by: str) -> Upload:
+    Upload.objects.create(
+        project=project, original_name=(uploaded.name or "upload.jsonl")[:255], sha256=uploaded.sha256,
+        size_bytes=uploaded.size, content_type=(uploaded.content_type or "")[:100], compression=uploaded.compression,
+        stage=UploadStage.DUPLICATE, duplicate_of=original, submitted_by=submitted_by, processed_at=timezone.now(),
+    )
+    return original
+
+
+def begin_processing(upload_id: int) -> Upload:
+    upload = Upload.objects.select_related("project").get(pk=upload_id)
+    if upload.stage != UploadStage.PROCESSING:
+        upload.stage = UploadStage.PROCESSING
+        upload.save(update_fields=["stage"])
+    return upload
+
+
+# Follow-up work queued when an upload turns valid: (kind, task name, queue). Later issues add here.
+FOLLOW_UPS: list[tuple[str, str, str]] = []
+
+
+@transaction.atomic
+def record_validation(upload: Upload, summary: dict) -> Upload:
+    """Store the validator's summary; a valid upload joins its run and its follow-up jobs are queued."""
+    upload.validation = summary
+    upload.error_count = int(summary.get("error_count", 0))
+    upload.stage = UploadStage.VALID if summary.get("valid") else UploadStage.INVALID
+    upload.processed_at = timezone.now()
+    if upload.stage == UploadStage.VALID:
+        run_ids = summary.get("runs") or []
+        run_name = run_ids[0] if len(run_ids) == 1 else Path(upload.original_name).stem.split(".")[0] or "run"
+        upload.run, _ = Run.objects.get_or_create(project=upload.project, name=run_name[:200])
+        Run.objects.filter(pk=upload.run.pk).update(updated_at=timezone.now())
+        for kind, task_name, queue in FOLLOW_UPS:
+            create_job(project=upload.project, kind=kind, task_name=task_name, queue=queue,
+                       title=f"{kind.replace('_', ' ').capitalize()}: {upload.original_name}",
+                       subject_kind="upload", subject_id=upload.pk, submitted_by=upload.submitted_by)
+    upload.save()
+    return upload

@@ -1,0 +1,225 @@
+"""Settings for Audit Portal, read from the environment.
+
+Real services when configured (``DATABASE_URL``, ``REDIS_URL``); on a machine with nothing but Python the
+portal still runs on embedded defaults: SQLite, a filesystem Celery broker, and an in-memory channel layer
+whose websocket consumers fall back to polling the database for job progress.
+
+Environment:
+  AUDIT_SECRET_KEY      secret key (a development key is used when unset and DEBUG is on)
+  AUDIT_DEBUG           "1" for development (default "1"; production settings set it to "0")
+  DATABASE_URL          e.g. postgres://user@127.0.0.1:5432/audit_portal (default: SQLite under var/)
+  REDIS_URL             e.g. redis://127.0.0.1:6379/0 — channel layer, and the broker unless overridden
+  CELERY_BROKER_URL     broker (default: REDIS_URL, else the embedded filesystem broker)
+  ARTIFACT_ROOT         where uploaded logs and traces are kept (default var/artifacts)
+  UPLOAD_MAX_BYTES      largest accepted upload (default 5 GiB)
+  UPLOAD_THROTTLE_RATE  API upload rate per key or user (default "120/min")
+  ALLOWED_HOSTS         comma-separated (default localhost,127.0.0.1,[::1],testserver)
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("AUDIT_VAR_DIR", BASE_DIR / "var"))
+
+
+def env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    return default if value is None else value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+DEBUG = env_bool("AUDIT_DEBUG", True)
+SECRET_KEY = os.environ.get("AUDIT_SECRET_KEY") or (
+    "dev-only-insecure-key-change-me" if DEBUG else None
+)
+if not SECRET_KEY:
+    raise RuntimeError("AUDIT_SECRET_KEY must be set when AUDIT_DEBUG is off")
+
+ALLOWED_HOSTS = [h for h in os.environ.get("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",") if h]
+CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "channels",
+    "audit_portal.core",
+    "audit_portal.accounts",
+    "audit_portal.jobs",
+    "audit_portal.runs",
+    "audit_portal.dashboards",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "audit_portal.urls"
+WSGI_APPLICATION = "audit_portal.wsgi.application"
+ASGI_APPLICATION = "audit_portal.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "audit_portal.core.context_processors.portal",
+            ],
+        },
+    },
+]
+
+# --- data -------------------------------------------------------------------------------------------
+DATABASE_URL = os.environ.get("DATABASE_URL", "")
+EMBEDDED_DATABASE = not DATABASE_URL
+if EMBEDDED_DATABASE:
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    DATABASE_URL = f"sqlite:///{VAR_DIR / 'portal.sqlite3'}"
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
+if EMBEDDED_DATABASE:
+    # SQLite serialises writers; a worker and the web process share it, so wait rather than fail.
+    DATABASES["default"]["OPTIONS"] = {"timeout": 30, "transaction_mode": "IMMEDIATE"}
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+ARTIFACT_ROOT = Path(os.environ.get("ARTIFACT_ROOT", VAR_DIR / "artifacts"))
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": ARTIFACT_ROOT}},
+    "artifacts": {"BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": ARTIFACT_ROOT}},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+
+# --- uploads ----------------------------------------------------------------------------------------
+UPLOAD_MAX_BYTES = int(os.environ.get("UPLOAD_MAX_BYTES", 5 * 1024**3))
+FILE_UPLOAD_HANDLERS = ["audit_portal.runs.upload_handler.HashingUploadHandler"]
+FILE_UPLOAD_TEMP_DIR = None  # the hashing handler writes straight into ARTIFACT_ROOT/incoming
+DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
+UPLOAD_VALIDATION_MAX_ERRORS = 20
+
+# --- queue and live progress -----------------------------------------------------------------------
+REDIS_URL = os.environ.get("REDIS_URL", "")
+EMBEDDED_BROKER_DIR = VAR_DIR / "broker"
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or REDIS_URL or "filesystem://"
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    for sub in ("out", "processed", "control"):
+        (EMBEDDED_BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(EMBEDDED_BROKER_DIR / "out"),
+        "data_folder_out": str(EMBEDDED_BROKER_DIR / "out"),
+        "data_folder_processed": str(EMBEDDED_BROKER_DIR / "processed"),
+        "store_processed": False,
+        "control_folder": str(EMBEDDED_BROKER_DIR / "control"),
+    }
+else:
+    # A task whose worker dies is redelivered after this long (must exceed the longest job).
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 6 * 3600}
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_DEFAULT_QUEUE = "cpu"
+CELERY_INCLUDE = ["workers.tasks"]  # imported by workers only; the web tier sends tasks by name
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULE = {
+    "reap-stale-jobs": {"task": "workers.tasks.reap_stale_jobs", "schedule": 60.0, "options": {"queue": "cpu"}},
+}
+# A running job whose worker has not reported for this long is retried, then failed with a reason.
+JOB_HEARTBEAT_TIMEOUT_SECONDS = int(os.environ.get("JOB_HEARTBEAT_TIMEOUT_SECONDS", 600))
+JOB_MAX_ATTEMPTS = 3
+
+if REDIS_URL:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}
+    PROGRESS_POLL_SECONDS = 0  # progress arrives through the channel layer
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    # The in-memory layer cannot hear a worker in another process; consumers poll the job rows instead.
+    PROGRESS_POLL_SECONDS = 1.0
+
+# --- API ---------------------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "audit_portal.accounts.authentication.ApiKeyAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["audit_portal.accounts.permissions.IsAuthenticatedPrincipal"],
+    "DEFAULT_PAGINATION_CLASS": "audit_portal.core.pagination.CreatedCursorPagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "audit_portal.core.errors.api_exception_handler",
+    "DEFAULT_THROTTLE_RATES": {"uploads": os.environ.get("UPLOAD_THROTTLE_RATE", "120/min")},
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer", "rest_framework.renderers.BrowsableAPIRenderer"],
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Audit Portal API",
+    "DESCRIPTION": "Divergence certificates, fidelity audits and kernel conformance for ML infrastructure.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "COMPONENT_SPLIT_REQUEST": True,
+    # Served from the sidecar package's static files: no CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "APPEND_COMPONENTS": {
+        "securitySchemes": {"ApiKey": {"type": "http", "scheme": "bearer", "description": "Project API key: `Authorization: Bearer ap_…`"}}
+    },
+    "SECURITY": [{"ApiKey": []}],
+}
+
+# --- auth and sessions -------------------------------------------------------------------------------
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "dashboards:home"
+LOGOUT_REDIRECT_URL = "login"
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 8}},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = Path(os.environ.get("STATIC_ROOT", VAR_DIR / "staticfiles"))
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "loggers": {"django.request": {"level": "ERROR"}},
+}

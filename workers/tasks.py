@@ -1,0 +1,33 @@
+"""Celery tasks: thin. Each loads its inputs, calls an engine, stores results through one service
+function, and reports progress. The web tier sends these by name only (it never imports this module)."""
+from __future__ import annotations
+
+from celery import shared_task
+from django.conf import settings
+
+from audit_portal.jobs.execution import run_job
+from audit_portal.jobs.services import reap_stale_jobs as reap
+from audit_portal.runs import services as runs
+from workers.fcr.validate import validate_file
+
+
+@shared_task(name="workers.tasks.validate_upload", acks_late=True)
+def validate_upload(job_id: int) -> str:
+    def work(job, progress):
+        upload = runs.begin_processing(job.subject_id)
+        progress(0.0, f"validating {upload.original_name}", force=True)
+        summary = validate_file(
+            runs.artifact_path(upload.storage_name),
+            max_errors=settings.UPLOAD_VALIDATION_MAX_ERRORS,
+            progress=lambda f, m: progress(f, m),
+        )
+        upload = runs.record_validation(upload, summary)
+        return {"upload": upload.pk, "stage": upload.stage, "records": summary.get("records"),
+                "error_count": summary.get("error_count"), "errors": summary.get("errors", [])[:5]}
+
+    return run_job(job_id, work)
+
+
+@shared_task(name="workers.tasks.reap_stale_jobs")
+def reap_stale_jobs() -> dict:
+    return reap()
