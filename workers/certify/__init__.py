@@ -1,0 +1,60 @@
+"""Divergence certificates for RL training runs (spec/certificates.md §5).
+
+Importing this package is cheap: the torch-based parts load on first use (module ``__getattr__``), so
+``import workers.certify.bounds`` — used by the web process for bound-vs-T curves — never imports torch.
+
+Modules (each readable on its own):
+
+* :mod:`.bounds`      TRM bounds, B*, budget inversion (no torch)                        §1.5, §5.6, §5.7
+* :mod:`.estimators`  per-token estimators from sampled-token log-probs                  §5.1
+* :mod:`.robust`      storage-precision error model η and token statuses                 §5.5
+* :mod:`.intervals`   two-sided TV intervals from top-K lists / full q, KL bounds         §5.2, §5.3
+* :mod:`.adaptive`    adaptive-K envelopes, tolerance and decision rules                 §5.4
+* :mod:`.sequence`    sequence certificates, TRM masks, batch statistics                 §5.6
+* :mod:`.masks`       training masks: DPPO, C-DPPO, verl heuristic rejection             §3.2, §2.2
+* :mod:`.file`        ``certify_file``: streaming over fcr/1 JSONL / gzip
+* :mod:`.cli`         ``python -m workers.certify``
+"""
+from __future__ import annotations
+
+import importlib
+
+from workers.certify.bounds import budget_threshold, invert_budget, simplified_bounds, trm_bounds
+
+_LAZY = {
+    "sampled_estimates": "estimators",
+    "sampled_certificate": "estimators",
+    "tv_interval": "intervals",
+    "tv_interval_batch": "intervals",
+    "tv_interval_topk": "intervals",
+    "tv_interval_fullq": "intervals",
+    "kl_bounds": "intervals",
+    "exact_tv_kl": "intervals",
+    "adaptive_k": "adaptive",
+    "interval_envelopes": "adaptive",
+    "eta_from_precision": "robust",
+    "token_status": "robust",
+    "sequence_certificate": "sequence",
+    "trm_mask": "sequence",
+    "acceptance_by_length": "sequence",
+    "dppo_mask": "masks",
+    "cdppo_mask": "masks",
+    "verl_rs_mask": "masks",
+    "dppo_divergence": "masks",
+    "certify_file": "file",
+}
+
+__all__ = ["trm_bounds", "budget_threshold", "invert_budget", "simplified_bounds", *_LAZY]
+
+
+def __getattr__(name):
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'workers.certify' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"workers.certify.{mod}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
