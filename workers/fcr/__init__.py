@@ -3,5 +3,6 @@
 No Django import: used by the upload validator, the certificate engine and the fidelity audit.
 """
 from workers.fcr.reader import FcrParseError, iter_lines, iter_records, open_binary
+from workers.fcr.validate import FcrIssue, validate_file, validate_record
 
-__all__ = ["FcrParseError", "iter_lines", "iter_records", "open_binary"]
+__all__ = ["FcrIssue", "FcrParseError", "iter_lines", "iter_records", "open_binary", "validate_file", "validate_record"]
