@@ -1,0 +1,39 @@
+"""Kernel contracts engine (spec/contracts.md): contract language, the twelve classes, the harnessed runner,
+three-state calibration, incidents and grades. No Django imports; torch is imported lazily so the portal
+can load and list contracts without it.
+
+Public API (ARCHITECTURE §5): ``suite()``, ``run_contract(contract_id, impl, *, device="cpu", seeds=None)``,
+``calibrate(contract_id)``, plus ``run_suite``, ``grade``, ``run_incidents``, ``load_file``/``load_text``.
+"""
+SUITE_VERSION = "0.1.0"
+
+from .loader import Contract, ContractError, load_file, load_suite, load_text  # noqa: E402
+
+__all__ = ["SUITE_VERSION", "Contract", "ContractError", "Verdict", "calibrate", "calibrate_all", "get_contract",
+           "grade", "run_incidents", "load_file", "load_suite", "load_text", "run_contract", "run_incident",
+           "run_suite", "suite"]
+
+
+def suite(directory=None) -> list:
+    """All shipped contracts (highest version per id), sorted by class."""
+    return load_suite(directory)
+
+
+def __getattr__(name):  # lazy: these import torch
+    if name in ("run_contract", "run_suite", "Verdict", "get_contract"):
+        from . import runner
+
+        return getattr(runner, name)
+    if name in ("calibrate", "calibrate_all"):
+        from . import calibration
+
+        return getattr(calibration, name)
+    if name in ("run_incidents", "run_incident", "INCIDENTS"):
+        from . import incidents as _inc
+
+        return getattr(_inc, name)
+    if name == "grade":
+        from .grading import grade
+
+        return grade
+    raise AttributeError(name)

@@ -1,0 +1,352 @@
+"""Load and validate contract files (spec §7.2); name the faulty field *and* its line on any error.
+
+YAML is composed to a node tree first (``yaml.compose``) so every value keeps its source mark; the tree is
+converted to plain Python while a ``path -> line`` map is recorded, then the document is checked against
+``schema.CONTRACT`` and the expressions are parsed with ``expr.parse`` and checked against the names the
+named measurement protocol binds. Nothing here imports torch, so the portal can load the suite into its
+database from a process that never imports torch.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from . import expr as _expr
+from .schema import CONTRACT, EIGHT_PARTS, FAMILY_OF_CLASS, POLICY_VALUES, F
+
+SPECS_DIR = Path(__file__).resolve().parent / "specs"
+
+
+class ContractError(ValueError):
+    """A contract-file problem: ``field`` is the dotted path (e.g. ``tolerance.bound``), ``line`` 1-based."""
+
+    def __init__(self, message: str, *, field: str = "", line: int | None = None, source: str = ""):
+        self.message, self.field, self.line, self.source = message, field, line, source
+        loc = f"{source or '<contract>'}:{line}" if line else (source or "<contract>")
+        super().__init__(f"{loc}: {field or '(document)'}: {message}")
+
+    def to_dict(self):
+        return {"field": self.field, "line": self.line, "message": self.message, "source": self.source}
+
+
+# --------------------------------------------------------------------------------------------- YAML -> data
+def _to_python(node, path: tuple, lines: dict, source: str):
+    """Convert a composed yaml node to plain data, recording the line of every path. Rejects duplicate keys
+    (PyYAML silently keeps the last one, which would hide an edit)."""
+    lines[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        out = {}
+        for knode, vnode in node.value:
+            if not isinstance(knode, yaml.ScalarNode):
+                raise ContractError("mapping keys must be scalars", field=_dotted(path),
+                                    line=knode.start_mark.line + 1, source=source)
+            key = knode.value
+            if key in out:
+                raise ContractError(f"duplicate key {key!r}", field=_dotted(path + (key,)),
+                                    line=knode.start_mark.line + 1, source=source)
+            lines[path + (key,)] = knode.start_mark.line + 1
+            out[key] = _to_python(vnode, path + (key,), lines, source)
+            lines[path + (key,)] = knode.start_mark.line + 1
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        return [_to_python(v, path + (i,), lines, source) for i, v in enumerate(node.value)]
+    # scalars: let the safe constructor resolve ints / floats / bools / null / timestamps
+    value = _construct_scalar(node)
+    if isinstance(value, (_dt.date, _dt.datetime)):
+        value = value.isoformat()
+    return value
+
+
+_SAFE = yaml.SafeLoader("")
+
+
+def _construct_scalar(node):
+    return _SAFE.construct_object(node, deep=True)
+
+
+def _dotted(path) -> str:
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out
+
+
+def _line_for(lines: dict, path: tuple):
+    """Line of ``path`` or of its closest existing ancestor (a missing field is reported at its parent)."""
+    p = tuple(path)
+    while p and p not in lines:
+        p = p[:-1]
+    return lines.get(p)
+
+
+# ------------------------------------------------------------------------------------------- validation
+def _validate(spec: F, value, path: tuple, lines: dict, source: str):
+    def err(msg, p=path):
+        raise ContractError(msg, field=_dotted(p), line=_line_for(lines, p), source=source)
+
+    k = spec.kind
+    if k == "any":
+        return
+    if k == "map":
+        if not isinstance(value, dict):
+            err(f"expected a mapping, found {type(value).__name__}")
+        for name in value:
+            if name not in spec.fields:
+                allowed = ", ".join(spec.fields)
+                err(f"unknown field {name!r} (allowed: {allowed})", path + (name,))
+        for name, sub in spec.fields.items():
+            if name not in value or value[name] is None:
+                if sub.required:
+                    err(f"required field {name!r} is missing", path + (name,))
+                continue
+            _validate(sub, value[name], path + (name,), lines, source)
+        return
+    if k == "dict":
+        if not isinstance(value, dict):
+            err(f"expected a mapping, found {type(value).__name__}")
+        for name, v in value.items():
+            _validate(spec.items, v, path + (name,), lines, source)
+        return
+    if k == "list":
+        if not isinstance(value, list):
+            err(f"expected a list, found {type(value).__name__}")
+        if spec.nonempty and not value:
+            err("must not be empty")
+        for i, v in enumerate(value):
+            _validate(spec.items, v, path + (i,), lines, source)
+        return
+    if k == "str":
+        if not isinstance(value, str):
+            err(f"expected a string, found {type(value).__name__} {value!r}")
+        if spec.enum and value not in spec.enum:
+            err(f"{value!r} is not one of {', '.join(map(str, spec.enum))}")
+        if spec.pattern and not re.match(spec.pattern, value):
+            err(f"{value!r} does not match {spec.pattern}")
+        return
+    if k == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            err(f"expected an integer, found {type(value).__name__} {value!r}")
+        return
+    if k == "bool":
+        if not isinstance(value, bool):
+            err(f"expected true/false, found {value!r}")
+        return
+    if k in ("number", "expr"):
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            err(f"expected a number or an expression, found {type(value).__name__}")
+        try:
+            e = _expr.parse(value)
+        except _expr.ExprError as exc:
+            err(f"invalid expression: {exc}")
+        if k == "number":
+            if e.names:
+                err(f"must be a constant; names {sorted(e.names)} are not bound here")
+            try:
+                e.evaluate({})
+            except _expr.ExprError as exc:
+                err(str(exc))
+        return
+    raise AssertionError(k)  # pragma: no cover
+
+
+# ------------------------------------------------------------------------------------------------ model
+@dataclass
+class Contract:
+    """A validated contract. ``data`` is the document as plain JSON-safe data; the parsed expressions and
+    the resolved numeric constants are attributes."""
+
+    id: str
+    cls: str
+    family: str
+    version: str
+    title: str
+    protocol: str
+    signature: str
+    data: dict
+    source_text: str
+    sha256: str
+    path: str = ""
+    lines: dict = field(default_factory=dict, repr=False)
+    bound: _expr.Expr = field(default=None, repr=False)
+    relation: _expr.Expr = field(default=None, repr=False)
+
+    # convenient views -----------------------------------------------------------------------------
+    @property
+    def statistic(self) -> str:
+        return self.data["tolerance"]["statistic"]
+
+    @property
+    def level(self) -> str:
+        return self.data["tolerance"]["level"]
+
+    @property
+    def policies(self) -> dict:
+        return dict(self.data.get("policies") or {})
+
+    @property
+    def protocol_params(self) -> dict:
+        return self.data["measurement_protocol"]
+
+    @property
+    def unit_roundoff(self) -> float:
+        return _num(self.data["tolerance"].get("unit_roundoff", 2.0 ** -24))
+
+    @property
+    def quality_warning_fraction(self) -> float:
+        return _num(self.data["tolerance"].get("quality_warning_fraction", 0.5))
+
+    @property
+    def env(self) -> dict:
+        return dict(self.data["precondition"].get("env") or {})
+
+    @property
+    def calibration(self) -> dict:
+        return self.data["calibration"]
+
+    def line_of(self, dotted: str):
+        """Line of a dotted field path such as ``tolerance.bound`` (None if unknown)."""
+        parts = tuple(int(p) if p.isdigit() else p for p in re.split(r"\.|\[|\]\.?", dotted) if p != "")
+        return _line_for(self.lines, parts)
+
+    def to_dict(self) -> dict:
+        """JSON-safe record for a database row: identity, the eight parts, extensions, source and digest."""
+        d = self.data
+        return {
+            "id": self.id, "class": self.cls, "version": self.version, "family": self.family, "title": self.title,
+            "protocol": self.protocol, "signature": self.signature, "schema_version": d["schema_version"],
+            "parts": {p: d[p] for p in EIGHT_PARTS},
+            "policies": d.get("policies") or {},
+            "calibration": d["calibration"],
+            "derivation": d.get("derivation"),
+            "provenance": d.get("provenance"),
+            "evidence": d.get("evidence") or [],
+            "source_text": self.source_text, "sha256": self.sha256, "path": self.path,
+        }
+
+
+def _num(v) -> float:
+    return float(_expr.parse(v).evaluate({}))
+
+
+def load_text(text: str, source: str = "<contract>") -> Contract:
+    """Parse and validate one contract document. Raises :class:`ContractError` naming field and line."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        raise ContractError(f"YAML syntax error: {exc.problem or exc}", line=mark.line + 1 if mark else None,
+                            source=source) from None
+    except yaml.YAMLError as exc:
+        raise ContractError(f"YAML error: {exc}", source=source) from None
+    if node is None:
+        raise ContractError("empty document", line=1, source=source)
+    lines: dict = {}
+    try:
+        data = _to_python(node, (), lines, source)
+    except yaml.constructor.ConstructorError as exc:
+        mark = exc.problem_mark
+        raise ContractError(f"cannot construct value: {exc.problem}", line=mark.line + 1 if mark else None,
+                            source=source) from None
+    _validate(CONTRACT, data, (), lines, source)
+
+    def err(msg, path):
+        raise ContractError(msg, field=_dotted(path), line=_line_for(lines, path), source=source)
+
+    ident = data["identifier"]
+    if not ident["id"].startswith(ident["class"] + "/"):
+        err(f"id {ident['id']!r} must start with the class {ident['class']!r}", ("identifier", "id"))
+    if FAMILY_OF_CLASS[ident["class"]] != ident["family"]:
+        err(f"class {ident['class']} belongs to family {FAMILY_OF_CLASS[ident['class']]!r}",
+            ("identifier", "family"))
+
+    # protocol cross-checks: the names an expression may use are the ones the protocol binds
+    from .protocols import PROTOCOL_META  # torch-free registry
+
+    meta = PROTOCOL_META.get(ident["protocol"])
+    if meta is None:
+        err(f"unknown protocol {ident['protocol']!r} (known: {', '.join(sorted(PROTOCOL_META))})",
+            ("identifier", "protocol"))
+    if meta["class"] != ident["class"]:
+        err(f"protocol {ident['protocol']!r} measures {meta['class']}, not {ident['class']}",
+            ("identifier", "protocol"))
+    names = set(meta["names"])
+    tol = data["tolerance"]
+    if tol["statistic"] not in names:
+        err(f"statistic {tol['statistic']!r} is not measured by protocol {ident['protocol']!r} "
+            f"(it binds: {', '.join(sorted(names))})", ("tolerance", "statistic"))
+    bound = _expr.parse(tol["bound"])
+    unknown = bound.names - names
+    if unknown:
+        err(f"bound uses unbound name(s) {sorted(unknown)}; protocol binds {sorted(names)}", ("tolerance", "bound"))
+    relation = _expr.parse(data["postcondition"]["relation"])
+    unknown = relation.names - names - {"bound"}
+    if unknown:
+        err(f"relation uses unbound name(s) {sorted(unknown)}", ("postcondition", "relation"))
+    if not relation.is_predicate():
+        err("relation must be a comparison or a boolean combination of comparisons", ("postcondition", "relation"))
+    for key in (data["violation_signature"].get("discriminators") or {}):
+        if key not in meta["patterns"]:
+            err(f"discriminator {key!r} is not a pattern protocol {ident['protocol']!r} can report "
+                f"({', '.join(meta['patterns'])})", ("violation_signature", "discriminators", key))
+    if data["postcondition"]["kind"] == "policy" and not data.get("policies"):
+        # allowed (run_contract reports NOT_DECLARED), but the policies block must then be absent, not malformed
+        pass
+    for pname in (data.get("policies") or {}):
+        if pname not in POLICY_VALUES:  # pragma: no cover - schema already rejects
+            err("unknown policy", ("policies", pname))
+    sweeps = data["measurement_protocol"].get("sweeps") or {}
+    for sname in sweeps:
+        if sname not in meta.get("sweeps", ()):
+            err(f"protocol {ident['protocol']!r} has no sweep {sname!r} (sweeps: {', '.join(meta.get('sweeps', ()))})",
+                ("measurement_protocol", "sweeps", sname))
+
+    return Contract(
+        id=ident["id"], cls=ident["class"], family=ident["family"], version=ident["version"],
+        title=ident.get("title", ""), protocol=ident["protocol"], signature=ident["signature"],
+        data=data, source_text=text, sha256=hashlib.sha256(text.encode()).hexdigest(), path=source,
+        lines=lines, bound=bound, relation=relation,
+    )
+
+
+def load_file(path) -> Contract:
+    path = Path(path)
+    return load_text(path.read_text(encoding="utf-8"), source=str(path))
+
+
+_SUITE_CACHE: dict = {}
+
+
+def load_suite(directory=None) -> list[Contract]:
+    """All contracts under ``directory`` (default: the shipped specs), sorted by class id.
+
+    Versioning: a contract file is never edited in place; a new version is a new file (``*.v0.2.0.yaml``)
+    and the suite keeps the highest version per id."""
+    directory = Path(directory or SPECS_DIR)
+    key = (str(directory), tuple(sorted((p.name, p.stat().st_mtime_ns) for p in directory.glob("*.yaml"))))
+    if key in _SUITE_CACHE:
+        return list(_SUITE_CACHE[key])
+    latest: dict[str, Contract] = {}
+    for p in sorted(directory.glob("*.yaml")):
+        c = load_file(p)
+        prev = latest.get(c.id)
+        if prev is None or _semver_key(c.version) > _semver_key(prev.version):
+            latest[c.id] = c
+    out = sorted(latest.values(), key=lambda c: (CLASS_ORDER.get(c.cls, 99), c.id))
+    _SUITE_CACHE.clear()
+    _SUITE_CACHE[key] = out
+    return list(out)
+
+
+def _semver_key(v: str):
+    core = v.split("-")[0].split("+")[0]
+    return tuple(int(x) for x in core.split("."))
+
+
+from .schema import CLASSES as _CLASSES  # noqa: E402
+
+CLASS_ORDER = {c: i for i, c in enumerate(_CLASSES)}

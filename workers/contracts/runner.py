@@ -1,0 +1,324 @@
+"""run_contract / run_suite: one contract against one implementation, to a :class:`Verdict` (spec §7.1).
+
+Flow of one run: resolve the contract -> NOT_DECLARED / NOT_APPLICABLE checks -> seed plan -> the
+protocol builds its cases (+ sensitivity partners) in this process -> one sandboxed child runs them all
+-> generic harness findings -> the protocol measures against the fp64 oracle here -> per-measurement
+bound and relation from the contract's expressions -> verdict, margin, signature, trace.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+
+from . import SUITE_VERSION
+from .loader import Contract, load_suite
+
+VERDICTS = ("PASS", "FAIL", "NOT_APPLICABLE", "NOT_DECLARED", "QUALITY_WARNING", "INCONCLUSIVE", "CRASH",
+            "TIMEOUT")
+
+DEFAULT_TIME_LIMIT_S = 120.0
+DEFAULT_MEMORY_LIMIT_MB = 4096
+
+
+def _json_num(x):
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None  # JSON has no inf/NaN: null, with the reason/signature saying why
+
+
+def _json_safe(obj):
+    if isinstance(obj, dict):
+        return {str(k): _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else (None if math.isnan(obj) else ("inf" if obj > 0 else "-inf"))
+    if isinstance(obj, (str, int, bool)) or obj is None:
+        return obj
+    return str(obj)
+
+
+@dataclass
+class Verdict:
+    """Result of one contract run. ``margin = statistic / bound`` (0 when a T0 bound of 0 is met, inf when
+    it is missed; ``to_dict`` writes non-finite numbers as null)."""
+
+    verdict: str
+    contract_id: str
+    contract_version: str = ""
+    contract_class: str = ""
+    family: str = ""
+    statistic: float | None = None
+    statistic_name: str = ""
+    bound: float | None = None
+    margin: float | None = None
+    signature: dict = field(default_factory=dict)
+    reason: str = ""
+    trace: list = field(default_factory=list)
+    impl_id: str = ""
+    impl_hash: str | None = None
+    device: str = "cpu"
+    environment: dict = field(default_factory=dict)
+    seeds: list = field(default_factory=list)
+    findings: list = field(default_factory=list)
+    measurements: int = 0
+    assurance_level: int = 0
+    harness: dict = field(default_factory=dict)
+    duration_s: float = 0.0
+    suite_version: str = SUITE_VERSION
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict in ("PASS", "QUALITY_WARNING")
+
+    def to_dict(self, *, include_trace: bool = True) -> dict:
+        d = asdict(self)
+        for k in ("statistic", "bound", "margin"):
+            d[k] = _json_num(d[k])
+        if not include_trace:
+            d.pop("trace")
+        return _json_safe(d)
+
+    def write_trace(self, path) -> None:
+        """Append the per-measurement trace as JSON lines (spec §7.2 trace record)."""
+        with open(path, "a", encoding="utf-8") as fh:
+            for rec in self.trace:
+                fh.write(json.dumps(_json_safe(rec), sort_keys=True) + "\n")
+
+
+# ------------------------------------------------------------------------------------------- contracts
+def suite(directory=None) -> list[Contract]:
+    return load_suite(directory)
+
+
+def get_contract(contract_id, directory=None) -> Contract:
+    """By full id (``C-PRC-01/aten.mm/f32.f32->f32``) or, when unambiguous, by class (``C-PRC-01``)."""
+    if isinstance(contract_id, Contract):
+        return contract_id
+    contracts = load_suite(directory)
+    for c in contracts:
+        if c.id == contract_id:
+            return c
+    by_class = [c for c in contracts if c.cls == contract_id]
+    if len(by_class) == 1:
+        return by_class[0]
+    if len(by_class) > 1:
+        raise KeyError(f"contract class {contract_id!r} is ambiguous: {', '.join(c.id for c in by_class)}")
+    raise KeyError(f"unknown contract id {contract_id!r}; known: {', '.join(c.id for c in contracts)}")
+
+
+def default_function_name(contract: Contract) -> str:
+    """The function name of the spec §11 signature, e.g. 'matmul' for 'matmul(a[M,K], b[K,N]) -> [M,N]'."""
+    return contract.signature.split("(", 1)[0].strip()
+
+
+# ------------------------------------------------------------------------------------------------- run
+def _base(contract: Contract, impl, device) -> dict:
+    from .sandbox import describe_impl
+
+    return dict(contract_id=contract.id, contract_version=contract.version, contract_class=contract.cls,
+                family=contract.family, statistic_name=contract.statistic, impl_id=describe_impl(impl),
+                device=device)
+
+
+def _margin(stat, bound) -> float:
+    if stat is None or bound is None:
+        return math.nan
+    if isinstance(stat, float) and math.isnan(stat):
+        return math.inf
+    if bound > 0:
+        return stat / bound
+    return 0.0 if stat <= bound else math.inf
+
+
+def run_contract(contract_id, impl, *, device="cpu", seeds=None, flags=None, time_limit_s=None,
+                 memory_limit_mb=None, trace_path=None, progress=None, directory=None) -> Verdict:
+    """Run one contract against ``impl`` (callable, 'package.module:function', or '/path/file.py:function').
+
+    ``seeds``: None = public + hidden seeds; a list = exactly those (replay / calibration). ``flags``:
+    numeric environment for the run; defaults to the contract's ``precondition.env``, pass the deployment
+    flags to measure KC-A. ``progress(done, total)`` is called as cases finish in the child."""
+    import torch
+
+    from . import protocols
+    from .harness import add_sensitivity_cases, decode_results, generic_findings, seed_plan
+    from .sandbox import run_in_sandbox
+
+    t0 = time.monotonic()
+    contract = get_contract(contract_id, directory)
+    base = _base(contract, impl, device)
+
+    def done(verdict, **kw) -> Verdict:
+        v = Verdict(verdict=verdict, **base, **kw)
+        v.duration_s = round(time.monotonic() - t0, 4)
+        if trace_path and v.trace:
+            v.write_trace(trace_path)
+        return v
+
+    missing = [p for p in protocols.REQUIRED_POLICIES.get(contract.cls, ()) if p not in contract.policies]
+    if missing:
+        return done("NOT_DECLARED", reason=f"policy field(s) {', '.join('policies.' + m for m in missing)} "
+                                            "not declared by the contract")
+    platforms = contract.data["scope"].get("platforms") or ["any"]
+    dev_kind = device.split(":")[0]
+    if "any" not in platforms and dev_kind not in [p if isinstance(p, str) else p.get("device") for p in platforms]:
+        return done("NOT_APPLICABLE", reason=f"device {device!r} is outside the contract's platforms {platforms}")
+    if dev_kind == "cuda" and not torch.cuda.is_available():
+        return done("INCONCLUSIVE", reason="device 'cuda' requested but no CUDA device is available here")
+    if impl is None:
+        return done("NOT_APPLICABLE", reason="no implementation supplied for this contract's op")
+
+    proto = protocols.get(contract.protocol)
+    plan = seed_plan(contract, seeds)
+    case_list = proto.cases(contract, plan)
+    if "input_sensitivity" in contract.protocol_params["harness_invariants"]:
+        case_list = add_sensitivity_cases(proto, case_list)
+    cases = {c.key: c for c in case_list}
+    env_flags = dict(contract.env)
+    env_flags.update(flags or {})
+    params = contract.protocol_params
+    limit = float(time_limit_s if time_limit_s is not None else params.get("time_limit_s", DEFAULT_TIME_LIMIT_S))
+    mem = memory_limit_mb if memory_limit_mb is not None else params.get("memory_limit_mb", DEFAULT_MEMORY_LIMIT_MB)
+    reference = getattr(proto, "REVERSED_ORDER_REFERENCE", None)
+    outcome = run_in_sandbox(impl, case_list, device=device, flags=env_flags, time_limit_s=limit,
+                             memory_limit_mb=mem, reference=reference, progress=progress)
+    seeds_info = [{"seed": s if (c != "hidden" or not _hidden_key_set()) else None, "seed_class": c}
+                  for s, c in plan]
+    common = dict(environment=outcome.get("fingerprint") or {"device": device, "requested_flags": env_flags},
+                  seeds=seeds_info, impl_hash=outcome.get("impl_hash"))
+    kind = outcome.get("kind")
+    if kind == "timeout":
+        return done("TIMEOUT", reason=outcome["error"]["message"], **common)
+    if kind in ("crash", "child_error"):
+        return done("CRASH", reason=f"{outcome['error']['type']}: {outcome['error']['message']}", **common)
+    if kind == "load_error":
+        e = outcome["error"]
+        return done("CRASH", reason=f"could not load implementation: {e['type']}: {e['message']}", **common)
+
+    results = decode_results(outcome["results"])
+    findings = generic_findings(contract, cases, results)
+    crash = [f for f in findings if f["severity"] == "crash"]
+    if crash:
+        return done("CRASH", reason=f"implementation raised on case {crash[0]['case']}: {crash[0]['detail']}",
+                    findings=findings, **common)
+    try:
+        measurements = proto.measure(contract, cases, results)
+    except Exception as exc:  # noqa: BLE001 - an unmeasurable output is reported, never a traceback
+        return done("INCONCLUSIVE", reason=f"measurement failed: {type(exc).__name__}: {exc}", findings=findings,
+                    **common)
+
+    fp = common["environment"]
+    stamp = _dt.datetime.now(_dt.timezone.utc).isoformat()
+    trace, evaluated = [], []
+    for m in measurements:
+        names = dict(m["names"])
+        try:
+            bound = float(contract.bound.evaluate(names))
+            names["bound"] = bound
+            ok = contract.relation.holds(names)
+        except Exception as exc:  # noqa: BLE001
+            return done("INCONCLUSIVE", reason=f"bound/relation could not be evaluated: {exc}", findings=findings,
+                        **common)
+        stat = float(names[contract.statistic])
+        margin = _margin(stat, bound)
+        evaluated.append((m, stat, bound, margin, ok))
+        trace.append({
+            "contract_id": contract.id, "contract_version": contract.version, "impl_id": base["impl_id"],
+            "impl_hash": outcome.get("impl_hash"),
+            "platform": {"device": device, "torch": fp.get("torch"), "cpu": fp.get("cpu"), "cuda": fp.get("cuda"),
+                         "flags": fp.get("flags")},
+            "seed_class": m.get("seed_class"),
+            "seed": m.get("seed") if (m.get("seed_class") != "hidden" or not _hidden_key_set()) else None,
+            "input_hash": m.get("input_hash"), "sweep_point": m.get("point"), "statistic_name": contract.statistic,
+            "statistic": stat, "bound": bound, "margin": margin, "names": names,
+            "verdict": "PASS" if ok else "FAIL", "timestamp": stamp, "suite_version": SUITE_VERSION,
+        })
+    try:
+        signature = proto.signature(contract, measurements)
+    except Exception as exc:  # noqa: BLE001
+        signature = {"pattern": None, "error": f"{type(exc).__name__}: {exc}"}
+    signature["findings"] = sorted({f["kind"] for f in findings})
+    hidden = any(c == "hidden" for _, c in plan)
+    harness = {"invariants": list(contract.protocol_params["harness_invariants"]), "separate_process": True,
+               "hidden_seeds": hidden, "cases": len(cases), "child_wall_s": round(outcome.get("wall_s", 0), 3)}
+    assurance = 3 if hidden else 1
+    kw = dict(findings=findings, measurements=len(evaluated), signature=signature, trace=trace,
+              harness=harness, assurance_level=assurance, **common)
+
+    fails = [f for f in findings if f["severity"] == "fail"]
+    if not evaluated:
+        return done("INCONCLUSIVE", reason="no valid measurement", **kw)
+    failing = [e for e in evaluated if not e[4]]
+    pool = failing or evaluated
+    worst = max(pool, key=lambda e: (e[3] if not math.isnan(e[3]) else math.inf))
+    m, stat, bound, margin, _ = worst
+    kw.update(statistic=stat, bound=bound, margin=margin)
+    harness_note = ""
+    if fails:
+        f = fails[0]
+        extra = f" (+{len(fails) - 1} more)" if len(fails) > 1 else ""
+        harness_note = f"harness invariant violated ({f['kind']}) on case {f['case']}: {f['detail']}{extra}"
+    if failing:
+        names = ", ".join(f"{k} = {v:.4g}" for k, v in m["names"].items()
+                          if isinstance(v, (int, float)) and k not in ("bound",) and k in contract.relation.names)
+        return done("FAIL", reason=f"relation '{contract.data['postcondition']['relation']}' violated at "
+                                   f"{m.get('point')} (seed class {m.get('seed_class')}): {names}, bound = {bound:.4g}; "
+                                   f"{len(failing)}/{len(evaluated)} measurements fail"
+                                   + (f"; {harness_note}" if harness_note else ""), **kw)
+    if fails:
+        return done("FAIL", reason=harness_note, **kw)
+    if bound > 0 and margin > contract.quality_warning_fraction:
+        return done("QUALITY_WARNING", reason=f"passes but uses {margin:.0%} of the budget at {m.get('point')}", **kw)
+    return done("PASS", reason=f"{len(evaluated)} measurements within bound; worst margin {margin:.3g}", **kw)
+
+
+def _hidden_key_set() -> bool:
+    import os
+
+    from .harness import HIDDEN_KEY_ENV
+
+    return bool(os.environ.get(HIDDEN_KEY_ENV))
+
+
+def resolve_impl_map(impl_map_or_impl, contracts) -> dict:
+    """{contract id: impl ref or None}. A dict maps ids or classes; a bare module ('pkg.mod') or file
+    ('/path/k.py') maps each contract to the function named by its spec §11 signature."""
+    out = {}
+    for c in contracts:
+        if isinstance(impl_map_or_impl, dict):
+            out[c.id] = impl_map_or_impl.get(c.id, impl_map_or_impl.get(c.cls))
+        elif isinstance(impl_map_or_impl, str) and ":" not in impl_map_or_impl:
+            out[c.id] = f"{impl_map_or_impl}:{default_function_name(c)}"
+        else:
+            out[c.id] = impl_map_or_impl
+    return out
+
+
+def run_suite(impl_map_or_impl, *, device="cpu", seeds=None, progress=None, contracts=None, flags=None,
+              time_limit_s=None, trace_path=None) -> list[Verdict]:
+    """Every contract of the suite (or ``contracts``, ids/classes). ``progress(fraction, message)`` is
+    called before each contract and as its cases finish, so a portal can show live per-contract progress."""
+    all_contracts = load_suite()
+    if contracts:
+        all_contracts = [get_contract(c) for c in contracts]
+    impls = resolve_impl_map(impl_map_or_impl, all_contracts)
+    verdicts = []
+    n = len(all_contracts)
+    for i, c in enumerate(all_contracts):
+        if progress:
+            progress(i / n, f"{c.cls}: starting")
+
+        def sub(done, total, i=i, c=c):
+            if progress:
+                progress((i + done / max(total, 1)) / n, f"{c.cls}: case {done}/{total}")
+
+        v = run_contract(c, impls[c.id], device=device, seeds=seeds, flags=flags, time_limit_s=time_limit_s,
+                         trace_path=trace_path, progress=sub)
+        verdicts.append(v)
+        if progress:
+            progress((i + 1) / n, f"{c.cls}: {v.verdict}")
+    return verdicts
