@@ -118,6 +118,7 @@ FILE_UPLOAD_HANDLERS = ["audit_portal.runs.upload_handler.HashingUploadHandler"]
 FILE_UPLOAD_TEMP_DIR = None  # the hashing handler writes straight into ARTIFACT_ROOT/incoming
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 UPLOAD_VALIDATION_MAX_ERRORS = 20
+UPLOAD_THROTTLE_RATE = os.environ.get("UPLOAD_THROTTLE_RATE", "120/min")
 
 # --- queue and live progress -----------------------------------------------------------------------
 REDIS_URL = os.environ.get("REDIS_URL", "")
@@ -171,7 +172,6 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "audit_portal.core.errors.api_exception_handler",
-    "DEFAULT_THROTTLE_RATES": {"uploads": os.environ.get("UPLOAD_THROTTLE_RATE", "120/min")},
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer", "rest_framework.renderers.BrowsableAPIRenderer"],
 }
 SPECTACULAR_SETTINGS = {
@@ -214,6 +214,7 @@ USE_TZ = True
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = Path(os.environ.get("STATIC_ROOT", VAR_DIR / "staticfiles"))
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 
 LOGGING = {
     "version": 1,

@@ -31,7 +31,7 @@ class _LiveJobsConsumer(AsyncJsonWebsocketConsumer):
         if not allowed:
             await self.close(code=4404)
             return
-        self.seen: dict[int, str] = {}
+        self.seen: dict[int, dict] = {}  # last event sent per job, to push only what changed
         self.poller = None
         for group in self.groups_to_join:
             await self.channel_layer.group_add(group, self.channel_name)
@@ -50,13 +50,13 @@ class _LiveJobsConsumer(AsyncJsonWebsocketConsumer):
 
     async def job_event(self, event):
         job = event["job"]
-        self.seen[job["id"]] = job.get("updated_at") or ""
+        self.seen[job["id"]] = job
         await self.send_json({"type": "job", "job": job})
 
     async def push_snapshot(self):
         for event in await self.snapshot():
-            if self.seen.get(event["id"]) != event["updated_at"]:
-                self.seen[event["id"]] = event["updated_at"]
+            if self.seen.get(event["id"]) != event:
+                self.seen[event["id"]] = event
                 await self.send_json({"type": "job", "job": event})
 
     async def poll(self):

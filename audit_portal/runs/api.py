@@ -5,16 +5,16 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_seriali
 from rest_framework import exceptions, generics, serializers, status
 from rest_framework.parsers import MultiPartParser
 from rest_framework.response import Response
-from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
 from audit_portal.accounts.principal import Principal
 from audit_portal.accounts.selectors import get_project
+from audit_portal.accounts.throttling import UploadRateThrottle
 from audit_portal.core.errors import PortalError, StorageFull, UploadTooLarge
 from audit_portal.jobs.selectors import jobs_for_subject
 from audit_portal.runs import selectors, services
 from audit_portal.runs.models import Run, Upload
-from audit_portal.runs.upload_handler import MULTIPART_OVERHEAD, HashedUploadedFile
+from audit_portal.runs.upload_handler import MULTIPART_OVERHEAD
 
 
 class UploadSerializer(serializers.ModelSerializer):
@@ -51,10 +51,8 @@ class UploadListCreate(generics.ListAPIView):
 
     serializer_class = UploadSerializer
     parser_classes = [MultiPartParser]
-    throttle_scope = "uploads"
-
     def get_throttles(self):
-        return [ScopedRateThrottle()] if self.request.method == "POST" else []
+        return [UploadRateThrottle()] if self.request.method == "POST" else []
 
     def get_serializer_context(self):
         return {**super().get_serializer_context(), "principal": Principal.from_request(self.request)}
@@ -82,14 +80,16 @@ class UploadListCreate(generics.ListAPIView):
             raise UploadTooLarge(f"The file exceeds the upload limit of {_human(_limit())}.")
         if getattr(request._request, "upload_storage_full", False):
             raise StorageFull()
+        received = [f for key in files for f in files.getlist(key)]
         uploaded = files.get("file")
-        if uploaded is None:
-            raise PortalError("Send the run log as multipart/form-data in a field named 'file'.", code="file_missing")
-        if not isinstance(uploaded, HashedUploadedFile):  # defensive: another handler produced it
-            raise PortalError("Upload handler misconfigured.", code="server_misconfigured")
-        for extra in files.getlist("file")[1:] + [f for k, f in files.items() if k != "file"]:
-            extra.discard()
-        upload, created = services.receive_upload(project=project, uploaded=uploaded, submitted_by=principal.label)
+        try:
+            if uploaded is None:
+                raise PortalError("Send the run log as multipart/form-data in a field named 'file'.", code="file_missing")
+            upload, created = services.receive_upload(project=project, uploaded=uploaded, submitted_by=principal.label)
+        finally:
+            for extra in received:  # receive_upload disposes of the one it was given
+                if extra is not uploaded:
+                    extra.discard()
         data = UploadSerializer(upload, context={"principal": principal}).data
         return Response(data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
                         headers={"X-Duplicate-Upload": "false" if created else "true"})

@@ -1,0 +1,35 @@
+"""Wait until a project's jobs (including follow-ups they queue) have all finished."""
+from __future__ import annotations
+
+import time
+
+from django.core.management.base import BaseCommand, CommandError
+
+from audit_portal.jobs.models import TERMINAL_STATES, Job
+
+
+class Command(BaseCommand):
+    help = "Block until every job of a project is succeeded, failed or cancelled."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--project", required=True, help="project slug")
+        parser.add_argument("--timeout", type=float, default=300)
+
+    def handle(self, *args, project, timeout, **options):
+        deadline = time.monotonic() + timeout
+        last = None
+        while True:
+            jobs = list(Job.objects.filter(project__slug=project).order_by("pk"))
+            pending = [j for j in jobs if j.state not in TERMINAL_STATES]
+            line = ", ".join(f"#{j.pk} {j.kind} {j.state} {j.progress:.0%}" for j in pending) or "all done"
+            if line != last:
+                self.stdout.write(f"  jobs: {line}")
+                last = line
+            if not pending:
+                failed = [j for j in jobs if j.state == "failed"]
+                for j in failed:
+                    self.stderr.write(f"  job #{j.pk} {j.kind} failed: {j.error}")
+                return
+            if time.monotonic() > deadline:
+                raise CommandError(f"timed out with {len(pending)} job(s) pending")
+            time.sleep(1)

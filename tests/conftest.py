@@ -1,0 +1,25 @@
+"""Shared fixtures for the portal tests (the engine test folders have their own conftests)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _isolated_portal(request, settings, tmp_path):
+    """Each portal test gets its own artifact store, an in-memory broker (no worker unless a test starts
+    one) and, with Redis, a channel-layer prefix of its own so parallel test processes never cross-talk."""
+    if "django_db_setup" not in request.fixturenames and not request.node.get_closest_marker("django_db"):
+        yield
+        return
+    from audit_portal.celery import app
+
+    settings.ARTIFACT_ROOT = tmp_path / "artifacts"
+    app.conf.broker_url = "memory://"
+    app.conf.broker_transport_options = {}
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    if settings.REDIS_URL:
+        settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
+                                               "CONFIG": {"hosts": [settings.REDIS_URL], "prefix": f"test-{worker}"}}}
+    yield
