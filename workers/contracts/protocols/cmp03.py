@@ -1,0 +1,77 @@
+"""C-CMP-03 — shape-polymorphism preservation (spec §8): softmax error <= 1e-6 against fp64 for every
+shape in a boundary sweep (1, 7, 15, 16, 17, 127, 1000, 1023, 1024, 1025, 4099), non-contiguous inputs
+and a rank-3 shape."""
+from __future__ import annotations
+
+import torch
+
+from .base import Case, abs_err, fmax, generator, randn, seed_meta
+
+
+def _p(contract, name, default):
+    return list((contract.protocol_params.get("sweeps") or {}).get(name, default))
+
+
+def cases(contract, seeds):
+    Ns = _p(contract, "N", [1, 7, 15, 16, 17, 127, 1000, 1023, 1024, 1025, 4099])
+    rows = _p(contract, "rows", [4])[0]
+    out = []
+    for seed, klass in seeds:
+        for N in Ns:
+            g = generator("cmp03", seed, N)
+            x = 2.0 * randn((rows, N), g)
+            out.append(Case(f"s{seed}/N{N}", [x], expect_shape=(rows, N), meta=seed_meta(seed, klass, N=N, layout="contiguous")))
+            if N in (17, 1000, 1025):
+                xt = (2.0 * randn((N, rows), g)).t()  # non-contiguous view
+                out.append(Case(f"s{seed}/N{N}/transposed", [xt], expect_shape=(rows, N),
+                                meta=dict(seed_meta(seed, klass, N=N, layout="transposed"), no_sensitivity=True)))
+        g = generator("cmp03-rank3", seed)
+        x3 = 2.0 * randn((2, 3, 33), g)
+        out.append(Case(f"s{seed}/rank3", [x3], expect_shape=(2, 3, 33),
+                        meta=dict(seed_meta(seed, klass, N=33, layout="rank3"), no_sensitivity=True)))
+    return out
+
+
+def perturb(case):
+    x = case.args[0].clone()
+    if x.shape[-1] < 2:  # softmax of one element is 1 whatever the input: pick a wider case
+        return None
+    x[..., 0] += 1.0
+    return Case(case.key, [x], expect_shape=case.expect_shape, meta=dict(case.meta))
+
+
+def measure(contract, cases, results):
+    ms = []
+    for key, c in cases.items():
+        r = results[key]
+        if not r["outputs"] or r["exception"] or tuple(r["outputs"][0].shape) != tuple(c.expect_shape):
+            continue
+        x = c.args[0]
+        ref = torch.softmax(x.double(), -1)
+        names = {"err": fmax(abs_err(r["outputs"][0], ref)), "N": x.shape[-1]}
+        ms.append({"point": c.meta["point"], "seed": c.meta["seed"], "seed_class": c.meta["seed_class"],
+                   "names": names, "cases": [key], "input_hash": r.get("input_hash")})
+    return ms
+
+
+def signature(contract, measurements):
+    fail_pts = [m["point"] for m in measurements
+                if not contract.relation.holds(dict(m["names"], bound=contract.bound.evaluate(m["names"])))]
+    pass_pts = [m["point"] for m in measurements if m["point"] not in fail_pts]
+    pattern = None
+    if fail_pts:
+        fail_ns = {p["N"] for p in fail_pts}
+        if all(n % 16 for n in fail_ns) and any(p["N"] % 16 == 0 for p in pass_pts):
+            pattern = "tail_failure"
+        elif all(p["layout"] != "contiguous" for p in fail_pts):
+            pattern = "layout_failure"
+        else:
+            pattern = "shape_failure"
+    return {"pattern": pattern, "discriminator": (contract.data["violation_signature"].get("discriminators") or {}).get(pattern),
+            "failing_shapes": sorted({f"N={p['N']}/{p['layout']}" for p in fail_pts}),
+            "failing_fraction": len(fail_pts) / max(len(measurements), 1)}
+
+
+def naive_args(contract, trial):
+    g = generator("cmp03-naive", trial)
+    return (2.0 * randn((64, 1024), g),)

@@ -1,0 +1,65 @@
+"""C-ORD-01 — reduction-order tolerance (spec §8): e = |s - s64| / (u * mean|x|) <= lambda*sqrt(N) + 1 with
+lambda = 6 (Higham-Mary: failure probability <= 2 exp(-lambda^2/2) ~ 3e-8). Any legal order passes."""
+from __future__ import annotations
+
+import torch
+
+from .base import Case, abs_err, fmax, generator, randn, seed_meta
+
+
+def _p(contract, name, default):
+    return list((contract.protocol_params.get("sweeps") or {}).get(name, default))
+
+
+def cases(contract, seeds):
+    Ns, rows = _p(contract, "N", [1024]), _p(contract, "rows", [256])[0]
+    trials = int(contract.protocol_params["trials"])
+    out = []
+    for seed, klass in seeds:
+        for N in Ns:
+            for t in range(trials):
+                g = generator("ord01", seed, N, t)
+                out.append(Case(f"s{seed}/N{N}/t{t}", [randn((rows, N), g)], expect_shape=(rows,),
+                                meta=seed_meta(seed, klass, N=N, trial=t)))
+    return out
+
+
+def perturb(case):
+    x = case.args[0].clone()
+    x[:, 0] += 1.0
+    return Case(case.key, [x], expect_shape=case.expect_shape, meta=dict(case.meta))
+
+
+def error_e(x, out, u):
+    x64 = x.double()
+    ref = x64.mean(-1)
+    return fmax(abs_err(out, ref) / (u * x64.abs().mean(-1)))
+
+
+def measure(contract, cases, results):
+    u = contract.unit_roundoff
+    ms = []
+    for key, c in cases.items():
+        r = results[key]
+        if not r["outputs"] or r["exception"] or tuple(r["outputs"][0].shape) != tuple(c.expect_shape):
+            continue
+        x = c.args[0]
+        names = {"e": error_e(x, r["outputs"][0], u), "N": x.shape[-1], "u": u}
+        ms.append({"point": c.meta["point"], "seed": c.meta["seed"], "seed_class": c.meta["seed_class"],
+                   "names": names, "cases": [key], "input_hash": r.get("input_hash")})
+    return ms
+
+
+def signature(contract, measurements):
+    by_n = {}
+    for m in measurements:
+        by_n[m["names"]["N"]] = max(by_n.get(m["names"]["N"], 0.0), m["names"]["e"])
+    fails = any(not contract.relation.holds(dict(m["names"], bound=contract.bound.evaluate(m["names"]))) for m in measurements)
+    pattern = "error_above_fpna_envelope" if fails else None
+    return {"pattern": pattern, "discriminator": (contract.data["violation_signature"].get("discriminators") or {}).get(pattern),
+            "e_max_by_N": {str(k): v for k, v in sorted(by_n.items())}}
+
+
+def naive_args(contract, trial):
+    g = generator("ord01-naive", trial)
+    return (randn((256, 1024), g),)
