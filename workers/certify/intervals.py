@@ -104,9 +104,10 @@ def _list_checks(ids, lp, valid, eta):
         # Storage rounding is monotone, so the logged order must hold up to the η of the two values.
         unsorted = (both & (lp[:, 1:] > lp[:, :-1] + eta[:, 1:] + eta[:, :-1] + 1e-12)).any(1)
         err |= unsorted.to(torch.int32) * ERR_UNSORTED
-        same = (ids[:, :, None] == ids[:, None, :]) & valid[:, :, None] & valid[:, None, :]
-        same = torch.triu(same, diagonal=1)
-        err |= same.flatten(1).any(1).to(torch.int32) * ERR_DUPLICATE
+        # duplicates: sort the ids (padding made distinct negatives) and compare neighbours — O(K log K)
+        distinct_pad = torch.where(valid, ids, -1 - torch.arange(K, dtype=ids.dtype))
+        srt = torch.sort(distinct_pad, 1).values
+        err |= (srt[:, 1:] == srt[:, :-1]).any(1).to(torch.int32) * ERR_DUPLICATE
     vals = torch.where(valid, lp, torch.zeros_like(lp))
     err |= (~torch.isfinite(vals)).any(1).to(torch.int32) * ERR_NONFINITE
     err |= (vals > POS_TOL).any(1).to(torch.int32) * ERR_POSITIVE
@@ -155,12 +156,17 @@ def _interval_rows(p_ids, p_lp, q_ids, q_lp, y, a, b, caps, eta_p, eta_q, eta_a,
     # ---- membership: which engine-listed ids the trainer listed too, and where the sampled token sits -----
     p_is_y = (p_ids == y[:, None]) & p_valid
     q_is_y = (q_ids == y[:, None]) & q_valid
-    match = (p_ids[:, :, None] == q_ids[:, None, :]) & p_valid[:, :, None] & q_valid[:, None, :]
-    match &= ~p_is_y[:, :, None]
-    in_q = match.any(2)                                   # p-list entry (≠ y) also on the trainer list → B
-    in_p = match.any(1)                                   # q-list entry (≠ y) also on the engine list
+    # Padding and the engine's own y-entry get ids that can never match, so the [N, K_p, K_q] test is one
+    # comparison; reductions run on a uint8 view of the bool tensor (much faster than bool any/argmax on CPU).
+    p_key = torch.where(p_valid & ~p_is_y, p_ids, -1)
+    q_key = torch.where(q_valid, q_ids, -2)
+    if p_key.numel() and q_key.numel() and max(int(p_key.max()), int(q_key.max())) < 2**31 - 1:
+        p_key, q_key = p_key.to(torch.int32), q_key.to(torch.int32)
+    match = (p_key[:, :, None] == q_key[:, None, :]).view(torch.uint8)
+    in_q = match.amax(2).bool() if q_ids.shape[1] else torch.zeros(p_ids.shape, dtype=torch.bool)
+    in_p = match.amax(1).bool() if p_ids.shape[1] else torch.zeros(q_ids.shape, dtype=torch.bool)
     if q_ids.shape[1] > 0:
-        j = match.to(torch.uint8).argmax(2)
+        j = match.argmax(2)
         q_at_p = torch.gather(q_lp, 1, j)                 # trainer log-prob at the matched id
         eta_q_at_p = torch.gather(eta_q, 1, j)
     else:

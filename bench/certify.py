@@ -1,0 +1,205 @@
+"""Benchmark of the certificate engine; every ratio is against a baseline measured in the same run.
+
+    .venv/bin/python bench/certify.py                      # defaults: 10^7 tokens, a few minutes on 2 cores
+    .venv/bin/python bench/certify.py --tokens 1e8 --file-tokens 2e6 --large-gb 4
+
+1. sampled-only certificate (lo = |p−q|, hi = 1 − min(p, q) over [B, T]) vs one memory pass over the same two
+   arrays (``torch.add(a, b, out=c)``);                                                          target ≤ 5×
+2. top-20 certificate (tv_interval_topk, Theorem A with caps and fp32 widening) vs a straightforward torch
+   implementation of verl-style k1/k2/k3 sequence statistics on the same tokens;                target ≤ 3×
+3. certify_file vs plain orjson parsing of the same file (every line ``orjson.loads``);          target ≤ 3×
+4. peak RSS of a subprocess certifying a large generated file (chunked streaming);              target < 1 GB
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import orjson
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from workers.certify.estimators import sampled_certificate  # noqa: E402
+from workers.certify.file import certify_file  # noqa: E402
+from workers.certify.intervals import tv_interval_topk  # noqa: E402
+
+
+def best_of(fn, repeat=3):
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def gen_block(n_tok, K, seq_len, rng):
+    """A synthetic block: rollout/trainer top-K lists over a 150k vocabulary with small mismatch, sampled token
+    drawn from the rollout list; shapes [n_tok/seq_len, seq_len, K]."""
+    B = n_tok // seq_len
+    V = 150_000
+    logits = rng.standard_normal((B * seq_len, K)).astype(np.float64) * 2.0
+    logits.sort(axis=1)
+    logits = logits[:, ::-1]
+    # top-K of a distribution whose listed part carries 90–99 % of the mass
+    mass = rng.uniform(0.9, 0.99, size=(B * seq_len, 1))
+    p = np.exp(logits - logits.max(1, keepdims=True))
+    p = p / p.sum(1, keepdims=True) * mass
+    ids = np.stack([rng.choice(V, K, replace=False) for _ in range(64)])  # reuse 64 id patterns (speed of gen)
+    ids = ids[rng.integers(0, 64, size=B * seq_len)]
+    q = p * np.exp(rng.normal(0, 0.02, size=p.shape))
+    q = np.minimum(q, p.sum(1, keepdims=True) * 1.0)
+    q_order = np.argsort(-q, axis=1, kind="stable")
+    q_sorted = np.take_along_axis(q, q_order, 1)
+    q_ids = np.take_along_axis(ids, q_order, 1)
+    pick = np.minimum(rng.geometric(0.5, size=B * seq_len) - 1, K - 1)
+    y = ids[np.arange(B * seq_len), pick]
+    a = np.log(p[np.arange(B * seq_len), pick])
+    b = np.log(q[np.arange(B * seq_len), pick])
+    sh = (B, seq_len)
+    return (torch.from_numpy(ids.reshape(*sh, K)), torch.from_numpy(np.log(p).reshape(*sh, K)),
+            torch.from_numpy(q_ids.reshape(*sh, K)), torch.from_numpy(np.log(q_sorted).reshape(*sh, K)),
+            torch.from_numpy(y.reshape(sh)), torch.from_numpy(a.reshape(sh)), torch.from_numpy(b.reshape(sh)))
+
+
+def verl_sequence_stats(a, b, mask):
+    """Straightforward torch version of verl's rollout-correction statistics (rollout_corr_helper, §2.2)."""
+    log_r = torch.clamp(b - a, -20.0, 20.0)
+    k1 = -log_r
+    k2 = 0.5 * log_r * log_r
+    k3 = torch.exp(log_r) - 1.0 - log_r
+    n = mask.sum(-1).clamp(min=1)
+    out = {}
+    for name, k in (("k1", k1), ("k2", k2), ("k3", k3)):
+        km = k * mask
+        out[f"seq_sum_{name}"] = km.sum(-1)
+        out[f"seq_mean_{name}"] = km.sum(-1) / n
+        out[f"seq_max_{name}"] = torch.where(mask > 0, k, torch.full_like(k, -torch.inf)).amax(-1)
+    return out
+
+
+def bench_sampled(n_tok, rng):
+    B, T = n_tok // 1000, 1000
+    a = torch.from_numpy(np.log(rng.uniform(0.01, 1.0, (B, T))))
+    b = a + torch.from_numpy(rng.normal(0, 0.01, (B, T))).clamp(max=0) + 0.0
+    c = torch.empty_like(a)
+    t_pass = best_of(lambda: torch.add(a, b, out=c))
+    t_cert = best_of(lambda: sampled_certificate(a, b))
+    return t_cert, t_pass
+
+
+def bench_topk(n_tok, K, rng, block=1_000_000):
+    blk = gen_block(min(block, n_tok), K, 1000, rng)
+    reps = max(1, n_tok // blk[4].numel())
+    mask = torch.ones(blk[5].shape, dtype=torch.float64)
+
+    def cert():
+        for _ in range(reps):
+            tv_interval_topk(*blk, caps=True, precision="fp32")
+
+    def base():
+        for _ in range(reps):
+            verl_sequence_stats(blk[5], blk[6], mask)
+    t_base = best_of(base, 2)
+    t_cert = best_of(cert, 1)
+    return t_cert, t_base, reps * blk[4].numel()
+
+
+def write_file(path, n_tok, K, seq_len, rng, gz=False):
+    """An fcr/1 file with n_tok policy tokens, top-K lists on both sides."""
+    import gzip
+    opener = gzip.open if gz else open
+    done = 0
+    with opener(path, "wb") as fh:
+        i = 0
+        while done < n_tok:
+            blk = gen_block(seq_len * 8, K, seq_len, rng)
+            ids, lp, qids, qlp, y, a, b = (x.numpy() for x in blk)
+            for s in range(ids.shape[0]):
+                rec = {"schema": "fcr/1", "run_id": "bench", "trajectory_id": f"t{i}", "call_id": f"c{i}",
+                       "step": i // 64, "role": "policy",
+                       "response": {"token_ids": y[s].tolist()},
+                       "rollout": {"logprobs": a[s].tolist(),
+                                   "top_k": np.stack([ids[s], lp[s]], -1).tolist()},
+                       "trainer": {"logprobs": b[s].tolist(),
+                                   "top_k": np.stack([qids[s], qlp[s]], -1).tolist()}}
+                fh.write(orjson.dumps(rec) + b"\n")
+                i += 1
+                done += seq_len
+                if done >= n_tok:
+                    break
+
+
+def bench_file(path):
+    def parse():
+        with open(path, "rb") as fh:
+            for line in fh:
+                orjson.loads(line)
+    t_parse = best_of(parse, 2)
+    t_cert = best_of(lambda: certify_file(path), 1)
+    return t_cert, t_parse
+
+
+PEAK_SNIPPET = ("import resource, sys; from workers.certify.file import certify_file; "
+                "r = certify_file(sys.argv[1]); "
+                "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, r['summary']['tokens'])")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tokens", type=float, default=1e7, help="tokens for benches 1 and 2")
+    ap.add_argument("--K", type=int, default=20)
+    ap.add_argument("--file-tokens", type=float, default=2e5, help="tokens in the file for bench 3")
+    ap.add_argument("--large-gb", type=float, default=1.0, help="size of the file for the peak-memory bench (0 = skip)")
+    ap.add_argument("--dir", default=None, help="where to write the generated files (default: a temp dir)")
+    args = ap.parse_args()
+    rng = np.random.default_rng(0)
+    torch.set_num_threads(os.cpu_count() or 1)
+    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, cpus {os.cpu_count()}")
+
+    n = int(args.tokens)
+    t_cert, t_pass = bench_sampled(n, rng)
+    print(f"[1] sampled-only certificate, {n:.2e} tokens: {t_cert:.3f} s vs one memory pass {t_pass:.3f} s "
+          f"-> ratio {t_cert / t_pass:.2f}x (target <= 5x)")
+
+    t_cert, t_base, n_done = bench_topk(n, args.K, rng)
+    print(f"[2] top-{args.K} certificate, {n_done:.2e} tokens: {t_cert:.2f} s ({n_done / t_cert / 1e6:.2f} M tok/s) "
+          f"vs verl k1/k2/k3 sequence stats {t_base:.3f} s -> ratio {t_cert / t_base:.1f}x (target <= 3x)")
+
+    tmp = args.dir or tempfile.mkdtemp(prefix="certify-bench-")
+    path = os.path.join(tmp, "run.jsonl")
+    write_file(path, int(args.file_tokens), args.K, 500, rng)
+    size = os.path.getsize(path)
+    t_cert, t_parse = bench_file(path)
+    print(f"[3] certify_file on {size / 1e6:.0f} MB ({int(args.file_tokens):.2e} tokens, top-{args.K} both sides): "
+          f"{t_cert:.2f} s vs orjson parse {t_parse:.2f} s -> ratio {t_cert / t_parse:.2f}x (target <= 3x)")
+    os.remove(path)
+
+    if args.large_gb > 0:
+        big = os.path.join(tmp, "big.jsonl")
+        per_tok = size / max(int(args.file_tokens), 1)
+        t0 = time.perf_counter()
+        write_file(big, int(args.large_gb * 1e9 / per_tok), args.K, 500, rng)
+        gen = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        out = subprocess.run([sys.executable, "-c", PEAK_SNIPPET, big], capture_output=True, text=True,
+                             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        wall = time.perf_counter() - t0
+        if out.returncode != 0:
+            print(out.stderr)
+        rss_kb, toks = out.stdout.split()
+        print(f"[4] peak RSS certifying {os.path.getsize(big) / 1e9:.2f} GB ({int(toks):.2e} tokens; generated in "
+              f"{gen:.0f} s, certified in {wall:.0f} s): {int(rss_kb) / 1024:.0f} MiB (target < 1 GB)")
+        os.remove(big)
+    print(f"bench process peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,583 @@
+"""``certify_file``: a whole fcr/1 run log (JSONL, plain or gzip) to a JSON-serialisable run certificate.
+
+Streaming: records are parsed one line at a time and certified in chunks of about ``chunk_tokens`` tokens, each
+chunk vectorised as flat ``[N, K]`` tensors (one row per token; sequences are segments, so a chunk never pads
+short sequences to the longest one). Memory is bounded by one chunk plus O(#steps + max length) accumulators;
+per-sequence results go to ``sequence_sink`` chunk by chunk and are not kept.
+
+Which records: policy calls (``role == "policy"``; a record without ``role`` is treated as policy — it has
+trainer log-probs, so it was trained on and gets the scrutiny). ``background`` / ``unknown`` calls are counted and
+skipped with a reason. A policy call whose data cannot be certified (missing trainer log-probs, misaligned
+arrays, null or sentinel log-probs, positive log-probs, unsorted or duplicate top-K ids, …) is a DATA_ERROR
+sequence with its line number, call_id and reason; no single bad record raises.
+"""
+from __future__ import annotations
+
+import gzip
+import io
+import math
+import os
+import zlib
+from collections import defaultdict
+
+import numpy as np
+import orjson
+import torch
+
+from workers.certify.bounds import BOUND_IDS, KL_PARAMETERISED, budget_threshold, simplified_bounds, trm_bounds
+from workers.certify.intervals import describe_errors, tv_interval_topk
+from workers.certify.robust import DATA_ERROR as T_DE, IN as T_IN, OUT as T_OUT, UNDETERMINED as T_UND
+from workers.certify.robust import UNIT_ROUNDOFF
+from workers.certify.sequence import (CERT_IN, CERT_OUT, DATA_ERROR, DEFAULT_THRESHOLDS, HEURISTIC, LENGTH_EDGES,
+                                      MODES, SEQ_STATUS_NAMES, UNDETERMINED, VISITED_CAVEAT, decide, length_bucket)
+from workers.certify.bounds import CONSTANTS, guard_threshold
+
+SENTINEL = -9999.0 + 1e-6  # spec/fidelity.md §4.3: values ≤ −9999 + 1e-6 are "not reported"
+GZIP_MAGIC = b"\x1f\x8b"
+TOKEN_STATUS = ("IN", "OUT", "UNDETERMINED", "DATA_ERROR")
+SEQ_STATUS = ("CERT_IN", "CERT_OUT", "UNDETERMINED", "HEURISTIC", "DATA_ERROR")
+
+
+class RecordError(Exception):
+    """A policy record that cannot be certified (becomes a DATA_ERROR sequence)."""
+
+
+def _js(x):
+    """JSON-safe float: inf / NaN → None."""
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+# ---- record → arrays ---------------------------------------------------------------------------------------------
+def _logprobs(values, name, T):
+    if not isinstance(values, list):
+        raise RecordError(f"{name} missing or not a list")
+    if len(values) != T:
+        raise RecordError(f"misaligned arrays: response.token_ids has {T} entries, {name} has {len(values)}")
+    try:
+        arr = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        bad = next((i for i, v in enumerate(values) if not isinstance(v, (int, float)) or isinstance(v, bool)), 0)
+        raise RecordError(f"{name}[{bad}] is {values[bad]!r}, not a number (null = not reported)") from None
+    if arr.ndim != 1:
+        raise RecordError(f"{name} is not a flat list of numbers")
+    if np.isnan(arr).any():  # None in an otherwise numeric list becomes NaN
+        i = int(np.flatnonzero(np.isnan(arr))[0])
+        raise RecordError(f"{name}[{i}] is null (not reported)")
+    if (arr <= SENTINEL).any():
+        i = int(np.flatnonzero(arr <= SENTINEL)[0])
+        raise RecordError(f"{name}[{i}] is a sentinel value ({arr[i]})")
+    return arr
+
+
+def _topk(top, name, T):
+    """``[[id, lp], …]`` per position → (ids [T, K] int64 with −1 padding, lps [T, K] float64)."""
+    if not isinstance(top, list):
+        raise RecordError(f"{name} is not a list")
+    if len(top) != T:
+        raise RecordError(f"misaligned arrays: response.token_ids has {T} entries, {name} has {len(top)}")
+    try:
+        arr = np.asarray(top, dtype=np.float64)
+        if arr.ndim == 2 and arr.shape[1] == 0:
+            arr = arr.reshape(T, 0, 2)
+        if arr.ndim != 3 or arr.shape[2] != 2:
+            raise ValueError
+    except (TypeError, ValueError):
+        # ragged K (or malformed): pad position by position
+        K = max((len(x) if isinstance(x, list) else 0) for x in top) if top else 0
+        arr = np.full((T, K, 2), np.nan)
+        arr[:, :, 0] = -1.0
+        for t, row in enumerate(top):
+            if not isinstance(row, list):
+                raise RecordError(f"{name}[{t}] is not a list of [id, logprob] pairs")
+            for k, pair in enumerate(row):
+                if not (isinstance(pair, list) and len(pair) == 2):
+                    raise RecordError(f"{name}[{t}][{k}] is not an [id, logprob] pair")
+                try:
+                    arr[t, k, 0], arr[t, k, 1] = float(pair[0]), float(pair[1])
+                except (TypeError, ValueError):
+                    raise RecordError(f"{name}[{t}][{k}] is not numeric: {pair!r}") from None
+            if len(row) < K:
+                arr[t, len(row):, 1] = 0.0
+    ids = arr[:, :, 0]
+    lps = arr[:, :, 1]
+    listed = ids >= 0
+    if np.isnan(lps[listed]).any():
+        raise RecordError(f"{name} has a null log-prob")
+    if (ids[~np.isnan(ids)] != np.floor(ids[~np.isnan(ids)])).any() or np.isnan(ids).any():
+        raise RecordError(f"{name} has a non-integer token id")
+    if (lps[listed] <= SENTINEL).any():
+        raise RecordError(f"{name} has a sentinel log-prob")
+    return ids.astype(np.int64), np.where(listed, lps, 0.0)
+
+
+def _extract(rec):
+    """A policy record's arrays; raises RecordError with the reason."""
+    resp = rec.get("response")
+    ids = resp.get("token_ids") if isinstance(resp, dict) else None
+    if not isinstance(ids, list):
+        raise RecordError("response.token_ids missing or not a list")
+    T = len(ids)
+    try:
+        y = np.asarray(ids, dtype=np.int64) if T else np.zeros(0, np.int64)
+    except (TypeError, ValueError, OverflowError):
+        raise RecordError("response.token_ids has a non-integer id") from None
+    if y.ndim != 1 or (y < 0).any():
+        raise RecordError("response.token_ids has a negative or malformed id")
+    roll = rec.get("rollout") if isinstance(rec.get("rollout"), dict) else {}
+    trn = rec.get("trainer") if isinstance(rec.get("trainer"), dict) else {}
+    if roll.get("logprobs") is None:
+        raise RecordError("rollout.logprobs missing")
+    if trn.get("logprobs") is None:
+        raise RecordError("policy call without trainer.logprobs (nothing to compare the rollout with)")
+    a = _logprobs(roll["logprobs"], "rollout.logprobs", T)
+    b = _logprobs(trn["logprobs"], "trainer.logprobs", T)
+    p_top = _topk(roll["top_k"], "rollout.top_k", T) if roll.get("top_k") is not None else None
+    q_top = _topk(trn["top_k"], "trainer.top_k", T) if trn.get("top_k") is not None else None
+    return y, a, b, p_top, q_top
+
+
+# ---- streaming ---------------------------------------------------------------------------------------------------
+def _lines(path, state):
+    """Yield ``(line_no, bytes)``; records a truncated/corrupt gzip in ``state['stream_error']`` instead of raising."""
+    raw = open(path, "rb")
+    try:
+        head = raw.peek(2)[:2]
+        fh = io.BufferedReader(gzip.GzipFile(fileobj=raw, mode="rb"), buffer_size=1 << 20) \
+            if head == GZIP_MAGIC else raw
+        state["raw"] = raw
+        line_no = 0
+        try:
+            for line_no, line in enumerate(fh, start=1):
+                if line.strip():
+                    yield line_no, line
+        except (EOFError, zlib.error, gzip.BadGzipFile, OSError) as exc:
+            state["stream_error"] = (line_no + 1, f"compressed stream is truncated or corrupt ({exc})")
+    finally:
+        raw.close()
+
+
+class _Run:
+    """Run-level accumulators (bounded: O(#steps + max length + max_errors))."""
+
+    def __init__(self, max_errors):
+        self.records = 0
+        self.policy = 0
+        self.skipped = defaultdict(int)
+        self.seq_counts = dict.fromkeys(SEQ_STATUS, 0)
+        self.tok_counts = dict.fromkeys(TOKEN_STATUS, 0)
+        self.tokens = 0
+        self.ok_tokens = 0
+        self.accepted = 0
+        self.sequences = 0
+        self.ok_sequences = 0
+        self.eps_max = 0.0
+        self.eps_sum = 0.0
+        self.delta_max = 0.0
+        self.tv_lo_max = 0.0
+        self.kl_seq_sum = 0.0
+        self.tv_seq_sum = 0.0
+        self.k3_sum = 0.0
+        self.A_sum = 0.0
+        self.T_ref = 0
+        self.profile = np.zeros(0)
+        self.has_topk_p = self.has_topk_q = False
+        self.max_errors = max_errors
+        self.errors = []
+        self.errors_total = 0
+        self.steps = {}
+        self.buckets = {}
+
+    def error(self, line, call_id, reason):
+        self.errors_total += 1
+        if len(self.errors) < self.max_errors:
+            self.errors.append({"line": line, "call_id": call_id, "reason": reason})
+
+    def step(self, step):
+        s = self.steps.get(step)
+        if s is None:
+            s = self.steps[step] = {"sequences": 0, "tokens": 0, "accepted": 0, "eps_max": 0.0, "eps_sum": 0.0,
+                                    "eps_n": 0, "delta_max": 0.0, "k3_sum": 0.0, "ok_tokens": 0,
+                                    "status": dict.fromkeys(SEQ_STATUS, 0)}
+        return s
+
+    def bucket(self, length, accept):
+        b = self.buckets.setdefault(length_bucket(length), [0, 0])
+        b[0] += 1
+        b[1] += int(accept)
+
+
+def _meta(rec, line):
+    step = rec.get("step")
+    return {"call_id": rec.get("call_id"), "trajectory_id": rec.get("trajectory_id"),
+            "step": step if isinstance(step, int) and not isinstance(step, bool) else None, "line": line}
+
+
+def _error_seq(run, meta, reason, length=None):
+    run.sequences += 1
+    run.seq_counts["DATA_ERROR"] += 1
+    run.error(meta["line"], meta["call_id"], reason)
+    st = run.step(meta["step"])
+    st["sequences"] += 1
+    st["status"]["DATA_ERROR"] += 1
+    return {**meta, "length": length, "status": "DATA_ERROR", "accept": False, "eps_hat": None,
+            "delta_hat": None, "tv_lo_max": None, "mean_k3": None, "max_k2": None, "A_y": None, "reason": reason}
+
+
+def _process_chunk(run, items, opts):
+    """Certify one chunk of good records: items = [(meta, y, a, b, p_top, q_top)]. Returns per-sequence dicts."""
+    lens = np.array([len(it[1]) for it in items], dtype=np.int64)
+    N = int(lens.sum())
+    Kp = max((it[4][0].shape[1] for it in items if it[4] is not None), default=0)
+    Kq = max((it[5][0].shape[1] for it in items if it[5] is not None), default=0)
+    y = np.empty(N, np.int64)
+    a = np.empty(N)
+    b = np.empty(N)
+    p_ids = np.full((N, Kp), -1, np.int64)
+    p_lp = np.zeros((N, Kp))
+    q_ids = np.full((N, Kq), -1, np.int64)
+    q_lp = np.zeros((N, Kq))
+    off = 0
+    for meta, yy, aa, bb, pt, qt in items:
+        n = len(yy)
+        y[off:off + n], a[off:off + n], b[off:off + n] = yy, aa, bb
+        if pt is not None:
+            k = pt[0].shape[1]
+            p_ids[off:off + n, :k], p_lp[off:off + n, :k] = pt
+        if qt is not None:
+            k = qt[0].shape[1]
+            q_ids[off:off + n, :k], q_lp[off:off + n, :k] = qt
+        off += n
+    run.has_topk_p |= Kp > 0
+    run.has_topk_q |= Kq > 0
+    ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+    r = tv_interval_topk(torch.from_numpy(p_ids), torch.from_numpy(p_lp), torch.from_numpy(q_ids),
+                         torch.from_numpy(q_lp), torch.from_numpy(y), ta, tb, caps=opts["caps"],
+                         precision=opts["precision"], eta=opts["eta"])
+    log_r = torch.clamp(tb - ta, -20.0, 20.0)
+    k2 = 0.5 * log_r * log_r
+    k3 = torch.exp(log_r) - 1.0 - log_r
+
+    # flat token → sequence segments
+    B = len(items)
+    seg = torch.from_numpy(np.repeat(np.arange(B), lens))
+    starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
+    pos = torch.from_numpy(np.arange(N) - np.repeat(starts, lens) + 1)  # 1-based position t
+    L = torch.from_numpy(lens)
+
+    def seg_max(x):
+        return torch.full((B,), -math.inf, dtype=torch.float64).scatter_reduce_(0, seg, x, "amax")
+
+    def seg_sum(x):
+        return torch.zeros(B, dtype=torch.float64).index_add_(0, seg, x)
+
+    err_seq = seg_sum((r.err != 0).to(torch.float64)) > 0
+    first_err = torch.full((B,), N, dtype=torch.int64).scatter_reduce_(
+        0, seg, torch.where(r.err != 0, torch.arange(N), N), "amin")
+    eps_hat, tv_lo_max = seg_max(r.hi), seg_max(r.lo)
+    delta_hat, kl_lo_max = seg_max(r.kl_hi), seg_max(r.kl_lo)
+    nL = L.to(torch.float64)
+    kl_seq = seg_sum(r.kl_hi)
+    tv_sum = seg_sum(r.hi)
+    tv_seq = torch.minimum(tv_sum.clamp(max=1.0), torch.sqrt(kl_seq / 2.0))
+    mean_k3, max_k2 = seg_sum(k3) / nL, seg_max(k2)
+    # A(y) with the sequence's own ε̂, δ̂ and length (streaming: run-level values are known only at the end;
+    # the run-level mean of A(y) is recomputed exactly from the position profile in the summary).
+    rem = (L[seg] - pos).to(torch.float64)
+    w = torch.minimum(torch.ones_like(rem), rem * eps_hat[seg])
+    w_kl = torch.sqrt(rem * delta_hat[seg] / 2.0)
+    w = torch.where(torch.isfinite(w_kl), torch.minimum(w, w_kl), w)
+    c = CONSTANTS[opts["constants"]] * opts["reward_range"]
+    A_y = c * seg_sum(r.hi * w)
+
+    thr = opts["threshold"]
+    mode = opts["mode"]
+    avg = opts["avg_threshold"]
+    accept, status = decide(mode, thr, eps_hat=eps_hat, tv_lo_max=tv_lo_max, delta_hat=delta_hat,
+                            kl_lo_max=kl_lo_max, mean_hi=seg_sum(r.hi if mode != "kl" else r.kl_hi) / nL,
+                            mean_lo=seg_sum(r.lo if mode != "kl" else r.kl_lo) / nL,
+                            heuristic_stat=max_k2 if mode == "k2max" else mean_k3, avg_threshold=avg)
+    accept &= ~err_seq
+    status[err_seq] = DATA_ERROR
+
+    # token statuses (certified quantity of the mode; TV at the default TV threshold for heuristic modes)
+    tthr = opts["token_threshold"]
+    tlo, thi = (r.kl_lo, r.kl_hi) if mode == "kl" else (r.lo, r.hi)
+    tok = torch.full((N,), T_UND, dtype=torch.int8)
+    tok[thi <= tthr] = T_IN
+    tok[tlo > tthr] = T_OUT
+    tok[r.err != 0] = T_DE
+    tc = torch.bincount(tok.to(torch.int64), minlength=4).tolist()
+    for i, name in enumerate(TOKEN_STATUS):
+        run.tok_counts[name] += tc[i]
+
+    # run-level accumulators over valid sequences
+    ok = ~err_seq
+    run.tokens += N
+    okt = ok[seg]
+    if ok.any():
+        run.eps_max = max(run.eps_max, float(eps_hat[ok].max()))
+        run.delta_max = max(run.delta_max, float(delta_hat[ok].max()))
+        run.tv_lo_max = max(run.tv_lo_max, float(tv_lo_max[ok].max()))
+        run.kl_seq_sum += float(kl_seq[ok].sum())
+        run.tv_seq_sum += float(tv_seq[ok].sum())
+        run.eps_sum += float(eps_hat[ok].sum())
+        run.A_sum += float(A_y[ok].sum())
+        Lmax = int(L[ok].max())
+        if Lmax > run.profile.size:
+            run.profile = np.concatenate([run.profile, np.zeros(Lmax - run.profile.size)])
+        prof = torch.zeros(Lmax, dtype=torch.float64).index_add_(0, pos[okt] - 1, r.hi[okt])
+        run.profile[:Lmax] += prof.numpy()
+        run.T_ref = max(run.T_ref, Lmax)
+    run.k3_sum += float(k3[okt].sum())
+    run.ok_tokens += int(okt.sum())
+
+    out = []
+    acc_l, st_l = accept.tolist(), status.tolist()
+    e_l, d_l, lo_l, k3_l, k2_l, A_l = (x.tolist() for x in (eps_hat, delta_hat, tv_lo_max, mean_k3, max_k2, A_y))
+    fe_l = first_err.tolist()
+    k3_seq = seg_sum(k3).tolist()
+    for i, (meta, *_rest) in enumerate(items):
+        st_name = SEQ_STATUS_NAMES[st_l[i]]
+        run.sequences += 1
+        run.seq_counts[st_name] += 1
+        run.accepted += int(acc_l[i])
+        reason = None
+        if st_name == "DATA_ERROR":
+            j = fe_l[i]
+            reason = f"position {j - int(starts[i])}: " + "; ".join(describe_errors(int(r.err[j])))
+            run.error(meta["line"], meta["call_id"], reason)
+        else:
+            run.ok_sequences += 1
+        st = run.step(meta["step"])
+        st["sequences"] += 1
+        st["tokens"] += int(lens[i])
+        st["accepted"] += int(acc_l[i])
+        st["status"][st_name] += 1
+        if st_name != "DATA_ERROR":
+            st["eps_max"] = max(st["eps_max"], e_l[i])
+            st["eps_sum"] += e_l[i]
+            st["eps_n"] += 1
+            st["delta_max"] = max(st["delta_max"], d_l[i])
+            st["k3_sum"] += k3_seq[i]
+            st["ok_tokens"] += int(lens[i])
+        run.bucket(int(lens[i]), acc_l[i])
+        bad = st_name == "DATA_ERROR"
+        out.append({**meta, "length": int(lens[i]), "status": st_name, "accept": bool(acc_l[i]),
+                    "eps_hat": None if bad else _js(e_l[i]), "delta_hat": None if bad else _js(d_l[i]),
+                    "tv_lo_max": None if bad else _js(lo_l[i]), "mean_k3": _js(k3_l[i]),
+                    "max_k2": _js(k2_l[i]), "A_y": None if bad else _js(A_l[i]), "reason": reason})
+    return out
+
+
+def _scan_T_ref(path):
+    """Pre-pass for ``budget`` without ``threshold``/``T_ref``: the longest policy response (bounds grow with T)."""
+    T = 0
+    state: dict = {}
+    for _, line in _lines(path, state):
+        try:
+            rec = orjson.loads(line)
+            if isinstance(rec, dict) and rec.get("role", "policy") == "policy":
+                T = max(T, len(rec["response"]["token_ids"]))
+        except Exception:  # noqa: BLE001 - the main pass reports the bad line
+            continue
+    return T
+
+
+def certify_file(path, *, threshold=None, budget=None, mode="tv", precision="fp32", eta=None, constants="paper",
+                 reward_range=1.0, chunk_tokens=1 << 16, sequence_sink=None, progress=None, caps=True,
+                 avg_threshold=None, T_ref=None, max_errors=100) -> dict:
+    """Certify a whole fcr/1 run log (spec/certificates.md §5; see the module docstring for the record rules).
+
+    Options: ``mode`` ∈ {tv, kl, k2max, k3mean} (the last two are verl-equivalent heuristics, status HEURISTIC);
+    ``threshold`` (per-token ε or δ) or ``budget`` (error budget E: the threshold is the largest one keeping some
+    TRM bound ≤ E at T_ref; without T_ref a pre-pass finds the longest response); neither ⇒ DEFAULT_THRESHOLDS.
+    ``precision`` (fp32/bf16/fp16/fp64/exact) or ``eta`` declares the storage error of the logged log-probs (§5.5).
+    ``caps`` assumes the logged lists are each side's true top-K. Returns a JSON-safe dict (inf/NaN → None):
+    ``summary, bounds, bounds_simplified, budget, steps, length_buckets, errors, caveats, options``.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}")
+    if eta is None and precision not in UNIT_ROUNDOFF:
+        raise ValueError(f"precision must be one of {sorted(UNIT_ROUNDOFF)}")
+    if constants not in CONSTANTS:
+        raise ValueError(f"constants must be one of {sorted(CONSTANTS)}")
+    threshold_source = "given"
+    if threshold is None and budget is not None and mode in ("tv", "kl"):
+        T_guard = int(T_ref) if T_ref is not None else _scan_T_ref(path)
+        threshold, via = guard_threshold(mode, max(T_guard, 1), budget, constants=constants,
+                                         reward_range=reward_range)
+        threshold_source = f"budget {budget} at T={T_guard} via {via}"
+    elif threshold is None:
+        threshold = DEFAULT_THRESHOLDS[mode]
+        threshold_source = "default"
+    opts = {"mode": mode, "threshold": float(threshold), "avg_threshold": avg_threshold, "precision": precision,
+            "eta": eta, "caps": bool(caps), "constants": constants, "reward_range": float(reward_range),
+            "token_threshold": float(threshold) if mode in ("tv", "kl") else DEFAULT_THRESHOLDS["tv"]}
+    run = _Run(max_errors)
+    size = os.path.getsize(path) or 1
+    state: dict = {}
+    items, pending, n_tok = [], [], 0
+
+    def flush():
+        nonlocal items, pending, n_tok
+        out = pending
+        if items:
+            out = sorted(out + _process_chunk(run, items, opts), key=lambda d: d["line"])
+        if sequence_sink is not None and out:
+            sequence_sink(out)
+        if progress is not None:
+            raw = state.get("raw")
+            frac = min(1.0, raw.tell() / size) if raw is not None and not raw.closed else None
+            progress(frac, f"{run.sequences} sequences, {run.tokens} tokens certified")
+        items, pending, n_tok = [], [], 0
+
+    for line_no, line in _lines(path, state):
+        run.records += 1
+        try:
+            rec = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            pending.append(_error_seq(run, {"call_id": None, "trajectory_id": None, "step": None,
+                                            "line": line_no}, f"not valid JSON ({exc})"))
+            continue
+        if not isinstance(rec, dict):
+            pending.append(_error_seq(run, {"call_id": None, "trajectory_id": None, "step": None, "line": line_no},
+                                      f"expected a JSON object, got {type(rec).__name__}"))
+            continue
+        role = rec.get("role", "policy")
+        if role != "policy":
+            run.skipped[f"role {role}"] += 1
+            continue
+        run.policy += 1
+        meta = _meta(rec, line_no)
+        try:
+            y, a, b, pt, qt = _extract(rec)
+        except RecordError as exc:
+            pending.append(_error_seq(run, meta, str(exc)))
+            continue
+        if len(y) == 0:
+            run.skipped["empty response"] += 1
+            continue
+        items.append((meta, y, a, b, pt, qt))
+        n_tok += len(y)
+        if n_tok >= chunk_tokens:
+            flush()
+    flush()
+    if "stream_error" in state:
+        ln, reason = state["stream_error"]
+        run.records += 1
+        out = [_error_seq(run, {"call_id": None, "trajectory_id": None, "step": None, "line": ln}, reason)]
+        if sequence_sink is not None:
+            sequence_sink(out)
+    result = _summarise(run, opts, budget, threshold_source, T_ref)
+    if progress is not None:
+        progress(1.0, "done")
+    return result
+
+
+def _summarise(run, opts, budget, threshold_source, T_ref_opt):
+    n_ok = run.ok_sequences
+    T_ref = max(run.T_ref, int(T_ref_opt or 0))
+    eps_hat = run.eps_max if n_ok else None
+    delta_hat = run.delta_max if (n_ok and math.isfinite(run.delta_max)) else None
+    bounds, simplified = {}, {}
+    mean_A = None
+    if n_ok:
+        prof = run.profile / n_ok
+        bounds = trm_bounds(T_ref, eps=eps_hat, delta=delta_hat, kl_seq=(run.kl_seq_sum / n_ok) if delta_hat is not None
+                            else None, tv_seq=run.tv_seq_sum / n_ok, tv_profile=prof, constants=opts["constants"],
+                            reward_range=opts["reward_range"])
+        simplified = simplified_bounds(T_ref, eps=eps_hat, delta=delta_hat, constants=opts["constants"],
+                                       reward_range=opts["reward_range"])
+        mean_A = bounds.get("adap_star", bounds.get("adap_tv"))
+    budget_out = None
+    if budget is not None:
+        ths = {}
+        for bid in BOUND_IDS:
+            try:
+                ths[bid] = _js(budget_threshold(bid, max(T_ref, 1), budget, constants=opts["constants"],
+                                                reward_range=opts["reward_range"]))
+            except ValueError:
+                ths[bid] = None
+        budget_out = {
+            "budget": float(budget), "T_ref": T_ref, "thresholds": ths,
+            "parameter": {bid: ("delta" if bid in KL_PARAMETERISED else "eps") for bid in BOUND_IDS},
+            "measured_best": _js(bounds.get("best")), "measured_argmin": bounds.get("argmin"),
+            "within_budget": bool(bounds) and bounds["best"] <= budget,
+            "note": "thresholds: largest per-token eps (or delta) keeping each bound <= budget at T_ref, worst "
+                    "case for everything not measured; null = no constraint needed (delta unbounded)",
+        }
+    steps = []
+    for step in sorted(run.steps, key=lambda s: (s is None, s if s is not None else 0)):
+        s = run.steps[step]
+        steps.append({
+            "step": step, "sequences": s["sequences"], "tokens": s["tokens"], "accepted": s["accepted"],
+            "acceptance_rate": s["accepted"] / s["sequences"] if s["sequences"] else None,
+            "eps_hat_max": s["eps_max"] if s["eps_n"] else None,
+            "eps_hat_mean": s["eps_sum"] / s["eps_n"] if s["eps_n"] else None,
+            "delta_hat": _js(s["delta_max"]) if s["eps_n"] else None,
+            "mean_k3": s["k3_sum"] / s["ok_tokens"] if s["ok_tokens"] else None,
+            "status_counts": s["status"],
+        })
+    order = [length_bucket(e) for e in LENGTH_EDGES] + [f">{LENGTH_EDGES[-1]}"]
+    buckets = [{"bucket": k, "sequences": run.buckets[k][0], "accepted": run.buckets[k][1],
+                "acceptance_rate": run.buckets[k][1] / run.buckets[k][0]} for k in order if k in run.buckets]
+    caveats = [VISITED_CAVEAT]
+    if n_ok and delta_hat is None:
+        caveats.append("KL unbounded: " + ("trainer top-K only" if run.has_topk_q else "sampled-token log-probs only")
+                       + " — no finite token KL can be certified (spec §5.3); delta_hat is null and every KL-based "
+                         "bound (classical_kl, pm_*, mix_kl, adap_kl, adap_star) is absent.")
+    if n_ok and not (run.has_topk_p or run.has_topk_q):
+        caveats.append("No top-K lists: token TV is certified only as [|p_y - q_y|, 1 - min(p_y, q_y)]; small TV is "
+                       "certifiable only where the sampled token dominates both sides.")
+    if opts["caps"] and (run.has_topk_p or run.has_topk_q):
+        caveats.append("Top-K caps assume each logged list is that side's true top-K (descending); pass caps=False "
+                       "for arbitrary subsets.")
+    caveats.append(f"Logged log-probs are assumed accurate to the declared storage precision "
+                   f"({'eta=' + str(opts['eta']) if opts['eta'] is not None else opts['precision']}); intervals are "
+                   f"widened accordingly (spec §5.5).")
+    if run.seq_counts["DATA_ERROR"]:
+        caveats.append(f"{run.seq_counts['DATA_ERROR']} sequence(s) with DATA_ERROR are rejected (fail closed) and "
+                       f"excluded from eps_hat, delta_hat and the bounds.")
+    if opts["mode"] in ("k2max", "k3mean"):
+        caveats.append(f"Mode {opts['mode']} is a heuristic (verl seq_max_k2 / seq_mean_k3): accept decisions are "
+                       f"not certificates (status HEURISTIC).")
+    if run.skipped:
+        caveats.append("Skipped without certification: " + ", ".join(f"{v} {k}" for k, v in
+                                                                      sorted(run.skipped.items())) + ".")
+    if bounds and bounds.get("best", 0) >= 1.0:
+        caveats.append("B* >= 1: with rewards in [0, 1] the bound cannot certify improvement (spec §1.8).")
+    summary = {
+        "records": run.records, "policy_records": run.policy, "skipped": dict(run.skipped),
+        "sequences": run.sequences, "sequences_certified": n_ok, "tokens": run.tokens,
+        "status_counts": {"tokens": run.tok_counts, "sequences": run.seq_counts},
+        "accepted": run.accepted,
+        "acceptance_rate": run.accepted / run.sequences if run.sequences else None,
+        "eps_hat": _js(eps_hat), "eps_hat_mean": run.eps_sum / n_ok if n_ok else None,
+        "tv_lo_max": run.tv_lo_max if n_ok else None, "delta_hat": _js(delta_hat), "T_ref": T_ref,
+        "mean_A_y": _js(mean_A), "mean_A_y_own_weights": run.A_sum / n_ok if n_ok else None,
+        "kl_seq_mean": _js(run.kl_seq_sum / n_ok) if (n_ok and delta_hat is not None) else None,
+        "tv_seq_mean": run.tv_seq_sum / n_ok if n_ok else None,
+        "mean_k3": run.k3_sum / run.ok_tokens if run.ok_tokens else None,
+        "threshold": opts["threshold"], "threshold_source": threshold_source,
+        "threshold_passed": bool(n_ok) and run.seq_counts["DATA_ERROR"] == 0 and eps_hat is not None and (
+            (eps_hat <= opts["threshold"]) if opts["mode"] == "tv" else
+            (delta_hat is not None and delta_hat <= opts["threshold"]) if opts["mode"] == "kl" else
+            run.accepted == run.sequences),
+        "data_errors": run.errors_total,
+    }
+    options = {k: v for k, v in opts.items()}
+    options.update({"budget": budget, "T_ref": T_ref_opt})
+    return {
+        "summary": summary,
+        "bounds": {k: (_js(v) if k != "argmin" else v) for k, v in bounds.items()},
+        "bounds_simplified": {k: (_js(v) if k != "valid" else v) for k, v in simplified.items()},
+        "budget": budget_out,
+        "steps": steps,
+        "length_buckets": buckets,
+        "errors": sorted(run.errors, key=lambda e: e["line"]),
+        "caveats": caveats,
+        "options": options,
+    }
