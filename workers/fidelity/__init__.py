@@ -1,0 +1,20 @@
+"""Token and control fidelity audit of ``fcr/1`` run logs (spec/fidelity.md §4–§6).
+
+No Django import. Modules (each readable on its own):
+
+* :mod:`.tokenizer`     registered tokenizers (HF ``tokenizer.json``, hashed; the §7.1 toy tokenizer)
+* :mod:`.rules`         R0–R9 on one call, reason codes, spans                                  §6.1, §6.2
+* :mod:`.certificates`  §6.3 certificate checks via :mod:`workers.certify`
+* :mod:`.coverage`      the §6.4 coverage report
+* :mod:`.audit`         ``audit_file`` / ``audit_records``: index, chain and evaluation passes
+* :mod:`.masks_export`  loss-mask export (JSONL and a compact binary form)
+* :mod:`.importers`     vLLM OpenAI-compatible logs (§5.1) and Agent Lightning spans (§5.2)
+* :mod:`.cli`           ``python -m workers.fidelity audit|import``
+"""
+from workers.fidelity.audit import audit_file, audit_records
+from workers.fidelity.masks_export import read_masks
+from workers.fidelity.rules import CODES, AuditOptions
+from workers.fidelity.tokenizer import FidelityTokenizer, TokenizerRegistry
+
+__all__ = ["audit_file", "audit_records", "read_masks", "AuditOptions", "CODES", "FidelityTokenizer",
+           "TokenizerRegistry"]

@@ -1,0 +1,307 @@
+"""The fidelity audit of spec/fidelity.md §6 over a whole ``fcr/1`` file (``audit_file``) or a list (``audit_records``).
+
+Memory model (streaming, order-independent — §4.1 says records may come in any order):
+
+1. **Index pass** — one streaming read; keeps per call only ``(run_id, call_id) → first line`` (duplicates, §6.2 R5
+   context sources), per trajectory the root policy call's prompt length and a 16-byte digest, and (merged mode)
+   per ``trainer.sample_id`` one small tuple per call. Memory is O(calls) small tuples, never O(tokens).
+2. **Chain pass** (merged mode only, and only if some sample has ≥ 2 calls) — re-reads the file and compares the
+   digest of each chained prompt's prefix with the previous call's prompt+response digest (§6.2 R9).
+3. **Evaluation pass** — re-reads the file, one record at a time: R0–R9 (:mod:`.rules`), the certificate section,
+   coverage accumulation (:mod:`.coverage`) and the streaming loss-mask export (:mod:`.masks_export`).
+
+So peak memory = one record + the index + the report's ``calls[]`` list (cap it with ``max_calls_in_report`` for
+very large runs; coverage and the mask export still see every call). Gzip input is read by magic, like the
+validator. The only per-token Python work left is parsing; the rule checks are numpy over each call's arrays.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+import orjson
+
+from workers.fcr.reader import FcrParseError, iter_lines
+from workers.fcr.validate import array_bools_possible, validate_record
+from workers.fidelity.coverage import Coverage
+from workers.fidelity.masks_export import MaskWriter
+from workers.fidelity.rules import AuditOptions, CallResult, Lineage, evaluate_call, finalize
+from workers.fidelity.tokenizer import TokenizerRegistry
+
+REPORT_SCHEMA = "fcr-audit/1"
+
+
+# ------------------------------------------------------------------------------------------- input
+class _Broken:
+    def __init__(self, reason):
+        self.reason = reason
+
+
+def _file_source(path):
+    def lines() -> Iterator[tuple[int, object]]:
+        last = 0
+        try:
+            for line_no, raw in iter_lines(path):
+                last = line_no
+                yield line_no, raw
+        except FcrParseError as exc:
+            yield max(exc.line, last + 1), _Broken(exc.reason)
+    return lines
+
+
+def _list_source(records: list):
+    def lines():
+        for i, r in enumerate(records, start=1):
+            yield i, r
+    return lines
+
+
+def _parse(raw):
+    """→ (record or None, error or None). orjson first; stdlib json accepts NaN/Infinity so R6/R8 can see them."""
+    if isinstance(raw, _Broken):
+        return None, raw.reason
+    if isinstance(raw, dict):
+        return raw, None
+    if isinstance(raw, str):
+        raw = raw.encode("utf-8")
+    if isinstance(raw, (bytes, bytearray)):
+        if not raw.strip():
+            return None, None
+        try:
+            rec = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            try:
+                rec = json.loads(raw)
+            except (ValueError, UnicodeDecodeError):
+                return None, f"not valid JSON ({exc})"
+        if not isinstance(rec, dict):
+            return None, f"expected a JSON object, got {type(rec).__name__}"
+        return rec, None
+    return None, f"expected a JSON object, got {type(raw).__name__}"
+
+
+def _digest(ids) -> bytes:
+    return hashlib.blake2b(np.asarray(ids, dtype=np.int64).tobytes(), digest_size=16).digest()
+
+
+def _issues(rec, raw):
+    fast = isinstance(raw, (bytes, bytearray)) and not array_bools_possible(raw)
+    return [i for i in validate_record(rec, lint=False, no_array_bools=fast) if i.severity == "error"]
+
+
+# ------------------------------------------------------------------------------------------- index
+class _Index:
+    def __init__(self, merged: bool):
+        self.merged = merged
+        self.first_line: dict = {}
+        self.roots: dict = {}  # (run, traj) -> [call_index, line, prompt_len, digest]
+        self.samples: dict = {}  # (run, sid) -> [(call_index, line, call_id, prompt_len, seq_len, seq_digest)]
+        self.malformed: set[int] = set()
+        self.broken_lines: set[int] = set()
+        self.chain_breaks: list = []
+
+    def add(self, line, rec, raw):
+        issues = _issues(rec, raw)
+        if issues:
+            self.malformed.add(line)
+            return
+        run, cid = rec["run_id"], rec["call_id"]
+        self.first_line.setdefault((run, cid), line)
+        prompt = rec["prompt"]["token_ids"]
+        if rec["role"] == "policy":
+            key = (run, rec["trajectory_id"])
+            cur = self.roots.get(key)
+            if cur is None or rec["call_index"] < cur[0]:
+                self.roots[key] = [rec["call_index"], line, len(prompt), _digest(prompt)]
+        sid = (rec.get("trainer") or {}).get("sample_id")
+        if self.merged and sid is not None:
+            seq = prompt + rec["response"]["token_ids"]
+            self.samples.setdefault((run, sid), []).append(
+                (rec["call_index"], line, cid, len(prompt), len(seq), _digest(seq)))
+
+    def chain_requirements(self) -> dict:
+        """line → (prefix length, expected digest, sample key) for every chained call after the first."""
+        need = {}
+        for key, members in self.samples.items():
+            members.sort()
+            for prev, cur in zip(members, members[1:]):
+                need[cur[1]] = (prev[4], prev[5], key)
+        return need
+
+    def apply_chain(self, results: dict):
+        """results: line → bool (prefix ok). Mark the first break and every later call of the sample."""
+        for key, members in self.samples.items():
+            broken = False
+            for m in members[1:]:
+                if not broken and not results.get(m[1], False):
+                    broken = True
+                    self.chain_breaks.append({"run_id": key[0], "sample_id": key[1], "call_id": m[2],
+                                              "call_index": m[0], "line": m[1]})
+                if broken:
+                    self.broken_lines.add(m[1])
+
+    def lineage(self, line, rec) -> Lineage:
+        run = rec.get("run_id")
+        lin = Lineage()
+        first = self.first_line.get((run, rec.get("call_id")))
+        if first is not None and first != line:
+            lin.duplicate_of_line = first
+        root = self.roots.get((run, rec.get("trajectory_id")))
+        if root is not None:
+            if root[1] == line:
+                lin.is_root = True
+            else:
+                prompt = rec["prompt"]["token_ids"]
+                L = root[2]
+                lin.root_prefix_ok = len(prompt) >= L and _digest(prompt[:L]) == root[3]
+        src = rec["prompt"].get("context_source_call_id")
+        lin.context_source_present = src is not None and (run, src) in self.first_line
+        lin.chain_broken = line in self.broken_lines
+        return lin
+
+
+# ------------------------------------------------------------------------------------------- audit
+def _malformed_line(line, reason) -> CallResult:
+    entry = {"line": line, "call_id": None, "run_id": None, "trajectory_id": None, "call_index": None,
+             "sample_id": None, "step": None, "role": "unknown", "role_source": None, "purpose": None,
+             "inferred_purpose": None, "n_tokens": 0, "verifiable_tokens": 0, "verdict": "excluded",
+             "primary_reason": "MALFORMED", "reasons": ["MALFORMED"], "spans": [], "rules": {"R0": "fail"},
+             "malformed": [{"field": "", "reason": reason}], "loss_mask_used": False,
+             "closed_failure_violations": 0, "drift_if_retokenized": None, "alignment": None}
+    return CallResult(entry=entry, n=0, words=np.zeros(0, dtype=np.uint32), role="unknown")
+
+
+def _run(source, *, mode, tokenizer, masks_out, masks_format, path_label, **options) -> dict:
+    opts = AuditOptions(mode=mode, **options)
+    registry = TokenizerRegistry.coerce(tokenizer)
+    index = _Index(merged=(mode == "merged"))
+
+    # pass 1: index
+    for line, raw in source():
+        rec, err = _parse(raw)
+        if rec is not None:
+            index.add(line, rec, raw)
+
+    # pass 2: merge chains (merged mode)
+    need = index.chain_requirements() if index.merged else {}
+    if need:
+        ok = {}
+        for line, raw in source():
+            req = need.get(line)
+            if req is None:
+                continue
+            rec, _ = _parse(raw)
+            if rec is None or line in index.malformed:
+                ok[line] = False
+                continue
+            prompt = rec["prompt"]["token_ids"]
+            ok[line] = len(prompt) >= req[0] and _digest(prompt[:req[0]]) == req[1]
+        index.apply_chain(ok)
+
+    # pass 3: evaluate
+    cov = Coverage(opts)
+    certs = None
+    if opts.certificates:
+        from workers.fidelity.certificates import CertificateSection
+
+        certs = CertificateSection(opts)
+    writer = MaskWriter(masks_out, masks_format) if masks_out else None
+    calls: list[dict] = []
+    truncated_calls = False
+    unparsed = 0
+    unregistered: set[str] = set()
+    try:
+        for line, raw in source():
+            rec, err = _parse(raw)
+            if rec is None and err is None:
+                continue  # blank line
+            if rec is None:
+                unparsed += 1
+                res = _malformed_line(line, err)
+            else:
+                issues = _issues(rec, raw) if line in index.malformed else []
+                tok = None
+                tsha = (rec.get("tokenizer") or {}).get("sha256") if isinstance(rec.get("tokenizer"), dict) else None
+                if tsha is not None:
+                    tok = registry.get(tsha)
+                    if tok is None and len(unregistered) < 100:
+                        unregistered.add(str(tsha))
+                lineage = index.lineage(line, rec) if not issues else Lineage()
+                res = evaluate_call(rec, line=line, issues=issues, tokenizer=tok, lineage=lineage, opts=opts)
+                if certs is not None:
+                    certs.add(res)
+                    if opts.require_certificate:
+                        finalize(res)
+            cov.add(res, rec)
+            if writer is not None:
+                writer.write(res.entry, res.words == 0)
+            if opts.max_calls_in_report is None or len(calls) < opts.max_calls_in_report:
+                calls.append(res.entry)
+            else:
+                truncated_calls = True
+    finally:
+        masks = writer.close() if writer is not None else None
+
+    if certs is not None:
+        cov.cert = certs.summary()
+    coverage = cov.report(chain_breaks=index.chain_breaks, merged_samples=len(index.samples),
+                          unparsed_lines=unparsed)
+    violations = cov.cf_tokens
+    reasons = []
+    if violations:
+        reasons.append(f"closed-failure violations: {violations} trainer-used token(s) are not verifiable")
+    if unparsed:
+        reasons.append(f"{unparsed} line(s) could not be read as records (fail closed: they may be training data)")
+    if opts.require_loss_mask and cov.policy_calls_without_mask:
+        reasons.append(f"{cov.policy_calls_without_mask} policy call(s) lack trainer.loss_mask_used")
+    warnings = []
+    if coverage["calls"]["spurious_call_rate"]:
+        warnings.append("calls with undeclared role (role 'unknown') reached the log: use the negotiated protocol "
+                        "(§4.4) so background calls are declared or rejected")
+    if coverage["template_change"]:
+        warnings.append("policy calls use more than one chat-template hash (mid-run template change)")
+    if unregistered:
+        warnings.append("records reference tokenizer hashes that are not registered; tokenizer-dependent checks "
+                        "fail closed for them")
+    return {
+        "schema": REPORT_SCHEMA,
+        "file": path_label,
+        "mode": mode,
+        "verdict": "FAIL" if reasons else "PASS",
+        "verdict_reasons": reasons,
+        "closed_failure_violations": violations,
+        "coverage": coverage,
+        "calls": calls,
+        "calls_truncated": truncated_calls,
+        "loss_mask": {
+            "definition": "verifiable ∧ policy response token; per call = the verifiable spans of calls[]",
+            "export": masks,
+        },
+        "tokenizers": {"registered": registry.shas(), "unregistered_seen": sorted(unregistered)},
+        "protocol_warnings": warnings,
+        "options": {k: v for k, v in vars(opts).items()},
+    }
+
+
+def audit_file(path, *, mode: str = "transition", tokenizer=None, masks_out=None, masks_format: str = "jsonl",
+               **options) -> dict:
+    """Audit an ``fcr/1`` JSONL file (plain or gzip). See the module docstring for the memory model.
+
+    ``tokenizer``: None, a :class:`~workers.fidelity.tokenizer.FidelityTokenizer`, a path to ``tokenizer.json``, a
+    :class:`~workers.fidelity.tokenizer.TokenizerRegistry`, or a list of those. ``masks_out``: path for the loss-mask
+    export (``masks_format`` ``"jsonl"`` or ``"bin"``, see :mod:`.masks_export`). Other ``options`` are the fields of
+    :class:`~workers.fidelity.rules.AuditOptions` (``tau_align``, ``max_staleness``, ``allow_inferred_roles``, …).
+    """
+    return _run(_file_source(path), mode=mode, tokenizer=tokenizer, masks_out=masks_out, masks_format=masks_format,
+                path_label=str(path), **options)
+
+
+def audit_records(records: Iterable, *, mode: str = "transition", tokenizer=None, masks_out=None,
+                  masks_format: str = "jsonl", **options) -> dict:
+    """:func:`audit_file` over in-memory records (dicts, or JSON ``bytes``/``str`` lines); line numbers are 1-based
+    positions in the list."""
+    return _run(_list_source(list(records)), mode=mode, tokenizer=tokenizer, masks_out=masks_out,
+                masks_format=masks_format, path_label=None, **options)
