@@ -154,7 +154,9 @@ JOB_HEARTBEAT_TIMEOUT_SECONDS = int(os.environ.get("JOB_HEARTBEAT_TIMEOUT_SECOND
 JOB_MAX_ATTEMPTS = 3
 
 if REDIS_URL:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}
+    # redis-py 8 defaults to a 5 s socket timeout, which races channels_redis's 5 s BZPOPMIN: give it room.
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
+                                  "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30}]}}}
     PROGRESS_POLL_SECONDS = 0  # progress arrives through the channel layer
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}

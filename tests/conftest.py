@@ -1,6 +1,7 @@
 """Shared fixtures for the portal tests (the engine test folders have their own conftests)."""
 from __future__ import annotations
 
+import copy
 import os
 
 import pytest
@@ -10,8 +11,11 @@ import pytest
 def _isolated_portal(request, settings, tmp_path):
     """Each portal test gets its own artifact store, an in-memory broker (no worker unless a test starts
     one) and, with Redis, a channel-layer prefix of its own so parallel test processes never cross-talk."""
-    if "django_db_setup" not in request.fixturenames and not request.node.get_closest_marker("django_db"):
-        yield
+    from django.test import TransactionTestCase
+
+    is_django_testcase = request.cls is not None and issubclass(request.cls, TransactionTestCase)
+    if is_django_testcase or ("django_db_setup" not in request.fixturenames and not request.node.get_closest_marker("django_db")):
+        yield  # Django TestCase classes (the browser tests) configure their own isolation at class level
         return
     from audit_portal.celery import app
 
@@ -20,6 +24,7 @@ def _isolated_portal(request, settings, tmp_path):
     app.conf.broker_transport_options = {}
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     if settings.REDIS_URL:
-        settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
-                                               "CONFIG": {"hosts": [settings.REDIS_URL], "prefix": f"test-{worker}"}}}
+        layer = copy.deepcopy(settings.CHANNEL_LAYERS["default"])
+        layer["CONFIG"]["prefix"] = f"test-{worker}"
+        settings.CHANNEL_LAYERS = {"default": layer}
     yield

@@ -36,8 +36,11 @@
     if (err) { err.textContent = job.error || ""; err.style.display = job.error ? "" : "none"; }
     const set = (id, v) => { const el = document.getElementById(id); if (el) el.textContent = v; };
     set("job-attempts", job.attempts);
-    set("job-started", job.started_at || "—");
-    set("job-finished", job.finished_at || "—");
+    const when = (iso) => iso ? new Date(iso).toLocaleString() : "—";
+    set("job-started", when(job.started_at));
+    set("job-finished", when(job.finished_at));
+    const stage = document.getElementById("subject-stage");
+    if (stage && job.result && job.result.stage) { stage.textContent = job.result.stage; stage.className = "badge " + job.result.stage; }
     set("job-result", JSON.stringify(job.result || {}, null, 2));
     card.dataset.state = job.state;
   }

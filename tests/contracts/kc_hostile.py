@@ -1,0 +1,99 @@
+"""Hostile implementations for the harness-invariant tests. Loaded by the tests as '/path/kc_hostile.py:fn'
+(the uploaded-kernel path): this file is only ever imported inside the sandboxed child."""
+import os
+import time
+
+import torch
+
+_CACHE = {}
+
+
+def gather_never_writes_dps(x, out, eps=1e-6):  # C-CMP-01 signature
+    return out
+
+
+def matmul_zero_out_input(a, b, *, config=None):  # C-PRC-01: correct result, then wipes an input
+    c = torch.matmul(a, b)
+    a.zero_()
+    return c
+
+
+def gather_cached(data, idx):  # C-EXC-02: answers every call with the first result of that shape
+    key = tuple(idx.shape)
+    if key not in _CACHE:
+        _CACHE[key] = torch.index_select(data, 0, idx)
+    return _CACHE[key].clone()
+
+
+def gather_hangs(data, idx):
+    time.sleep(600)
+
+
+def gather_raises(data, idx):
+    raise RuntimeError("kernel launch failed: invalid configuration argument")
+
+
+def gather_wrong_shape(data, idx):
+    return torch.index_select(data, 0, idx)[:, :-1]
+
+
+def gather_wrong_dtype(data, idx):
+    return torch.index_select(data, 0, idx).double()
+
+
+def gather_not_a_tensor(data, idx):
+    return torch.index_select(data, 0, idx).tolist()
+
+
+def gather_dies(data, idx):
+    os._exit(3)
+
+
+def gather_memory_hog(data, idx):
+    hog = bytearray(8 * 2 ** 30)  # 8 GiB: beyond a 512 MiB address-space cap
+    return torch.index_select(data, 0, idx) + len(hog) * 0
+
+
+def gather_prints(data, idx):
+    print("hello from the kernel: this must not reach the CLI's stdout")
+    return torch.index_select(data, 0, idx)
+
+
+def mul_leaves_ftz_on(x, w):  # C-PRC-03: switches FTZ on and never restores it (contained in the child)
+    torch.set_flush_denormal(True)
+    return torch.mul(x, w)
+
+
+def _public_data():
+    from workers.contracts.protocols.base import generator, randn
+
+    g = generator("exc02", 7)
+    return randn((100, 8), g)
+
+
+_PUBLIC = None
+
+
+def gather_overfits_public_seed(data, idx):
+    """Honours RAISE only on the data of public seed 7; zero-fills out of bounds everywhere else."""
+    global _PUBLIC
+    if _PUBLIC is None:
+        _PUBLIC = _public_data()
+    if data.shape == _PUBLIC.shape and torch.equal(data, _PUBLIC):
+        return torch.index_select(data, 0, idx)
+    ok = (idx >= 0) & (idx < data.shape[0])
+    out = torch.zeros(idx.shape[0], data.shape[1], dtype=data.dtype)
+    out[ok] = data[idx[ok]]
+    return out
+
+
+def row_sum_nondeterministic(x):  # C-ORD-02 (BITWISE): replay disagrees
+    perm = torch.randperm(x.shape[1], generator=torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little")))
+    acc = torch.zeros(x.shape[0])
+    xp = x[:, perm]
+    for s in range(0, x.shape[1], 8):
+        acc = acc + xp[:, s:s + 8].sum(-1)
+    return acc
+
+
+raise_at_import = None
