@@ -170,7 +170,8 @@ def _malformed_line(line, reason) -> CallResult:
              "inferred_purpose": None, "n_tokens": 0, "verifiable_tokens": 0, "verdict": "excluded",
              "primary_reason": "MALFORMED", "reasons": ["MALFORMED"], "spans": [], "rules": {"R0": "fail"},
              "malformed": [{"field": "", "reason": reason}], "loss_mask_used": False,
-             "closed_failure_violations": 0, "drift_if_retokenized": None, "alignment": None}
+             "closed_failure_violations": 0, "drift_if_retokenized": None, "alignment": None, "lineage": None,
+             "certificate": None}
     return CallResult(entry=entry, n=0, words=np.zeros(0, dtype=np.uint32), role="unknown")
 
 

@@ -243,6 +243,10 @@ def evaluate_call(rec: dict, *, line: int, issues: list, tokenizer, lineage: Lin
         "purpose": get("purpose"),
         "inferred_purpose": get("inferred_purpose"),
         "n_tokens": n,
+        "lineage": None,
+        "drift_if_retokenized": None,
+        "alignment": None,
+        "certificate": None,
     }
     words = np.zeros(n, dtype=np.uint32)
     rules = dict.fromkeys(RULES, "pass")
