@@ -1,0 +1,53 @@
+"""Three-state calibration of the whole suite (the grader is itself graded), and the three incidents."""
+import pytest
+
+from workers.contracts import calibrate_all, run_incidents
+from workers.contracts.schema import CLASSES
+
+
+@pytest.fixture(scope="module")
+def report():
+    return calibrate_all()
+
+
+def test_all_twelve_calibrated(report):
+    assert report["ok"], report["problems"]
+    assert sorted(r["class"] for r in report["contracts"]) == sorted(CLASSES)
+
+
+def test_each_state_behaves_as_its_name_says(report):
+    for r in report["contracts"]:
+        st = r["states"]
+        assert st["conforming"] and st["violating"] and st["baseline"], r["class"]
+        for row in st["conforming"]:
+            assert row["verdict"] == "PASS" and row["naive_pass"], (r["class"], row)
+            assert row["margin"] is not None and row["margin"] <= 0.5
+        for row in st["violating"]:
+            if row.get("platform_dependent"):
+                continue
+            # passes what today's benchmarks check, fails the contract
+            assert row["naive_pass"] and row["verdict"] == "FAIL", (r["class"], row)
+            assert row["pattern"] is not None, (r["class"], row)  # a measured, named violation signature
+        for row in st["baseline"]:
+            assert not row["naive_pass"] and row["verdict"] not in ("PASS", "QUALITY_WARNING"), (r["class"], row)
+
+
+def test_violators_fail_by_a_wide_margin_where_the_bound_is_not_zero(report):
+    for r in report["contracts"]:
+        for row in r["states"]["violating"]:
+            if row["bound"] and row["margin"] is not None and not row.get("platform_dependent"):
+                assert row["margin"] > 10, (r["class"], row)
+
+
+def test_incidents_reproduced():
+    rep = run_incidents()
+    by = {i["name"]: i for i in rep["incidents"]}
+    assert rep["all_reproduced"], rep
+    assert by["ascend_silent_precision_coercion"]["class"] == "C-PRC-01"
+    assert by["sakana_reward_hacked_kernel"]["class"] == "C-CMP-01"
+    assert by["amd_oob_silent_acceptance"]["class"] == "C-EXC-02"
+    hf32 = by["ascend_silent_precision_coercion"]["measured"]["hf32_matmul"]["rho_max_by_K"]
+    vals = list(hf32.values())
+    assert max(vals) / min(vals) < 2  # flat in K: operand coercion, not accumulation
+    assert by["amd_oob_silent_acceptance"]["measured"]["index_width_example"]["int32_offset_of_row_69999"] == \
+        (69999 * 40000 + 2 ** 31) % 2 ** 32 - 2 ** 31
