@@ -1,0 +1,5 @@
+import sys
+
+from workers.fidelity.cli import main
+
+sys.exit(main())

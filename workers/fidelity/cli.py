@@ -1,0 +1,155 @@
+"""``python -m workers.fidelity`` — audit and import commands (spec/fidelity.md §5, §6).
+
+    python -m workers.fidelity audit RUN.jsonl [--mode merged] [--tokenizer tokenizer.json] [--toy-vocab VOCAB.json]
+                                    [--masks-out PATH [--masks-format jsonl|bin]] [--tau-align X]
+                                    [--max-staleness N] [--allow-inferred-roles] [--require-certificate]
+                                    [--require-loss-mask] [--json]
+    python -m workers.fidelity import vllm|agl IN OUT [--run-id ID] [--step N] [--tokenizer tokenizer.json]
+                                    [--agent-match REGEX] [--logprobs-mode MODE] [--generation-config-source SRC]
+
+``audit`` exits 1 when the verdict is FAIL, 2 on usage or input errors (missing file), 0 on PASS.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import orjson
+
+
+def _parser():
+    p = argparse.ArgumentParser(prog="python -m workers.fidelity", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    a = sub.add_parser("audit", help="audit an fcr/1 file (exit 1 if the closed-failure audit fails)")
+    a.add_argument("path")
+    a.add_argument("--mode", choices=["transition", "merged"], default="transition")
+    a.add_argument("--tokenizer", action="append", default=[], help="tokenizer.json to register (repeatable)")
+    a.add_argument("--toy-vocab", action="append", default=[], help="id→string vocabulary JSON of a §7.1 toy tokenizer")
+    a.add_argument("--masks-out")
+    a.add_argument("--masks-format", choices=["jsonl", "bin"], default="jsonl")
+    a.add_argument("--tau-align", type=float, default=1.0)
+    a.add_argument("--max-staleness", type=int)
+    a.add_argument("--delta", type=float, default=0.15)
+    a.add_argument("--allow-inferred-roles", action="store_true")
+    a.add_argument("--require-certificate", action="store_true")
+    a.add_argument("--require-loss-mask", action="store_true")
+    a.add_argument("--no-certificates", action="store_true")
+    a.add_argument("--max-calls", type=int, help="cap calls[] in the report (coverage still sees every call)")
+    a.add_argument("--json", action="store_true", help="print the full JSON report")
+    i = sub.add_parser("import", help="convert vLLM / Agent Lightning logs to fcr/1")
+    i.add_argument("kind", choices=["vllm", "agl"])
+    i.add_argument("src")
+    i.add_argument("dst")
+    i.add_argument("--run-id")
+    i.add_argument("--step", type=int)
+    i.add_argument("--tokenizer")
+    i.add_argument("--toy-vocab")
+    i.add_argument("--agent-match")
+    i.add_argument("--logprobs-mode")
+    i.add_argument("--generation-config-source", default="unknown",
+                   choices=["request_only", "hf_defaults", "unknown"])
+    i.add_argument("--chat-template-sha256")
+    i.add_argument("--json", action="store_true")
+    g = sub.add_parser("gateway", help="negotiated-protocol proxy (spec §4.4)")
+    g.add_argument("--upstream", required=True)
+    g.add_argument("--host", default="127.0.0.1")
+    g.add_argument("--port", type=int, default=8089)
+    g.add_argument("--log", required=True, help="fcr/1 output file (appended)")
+    g.add_argument("--undeclared", choices=["reject", "route_frozen"], default="reject")
+    g.add_argument("--frozen-upstream")
+    g.add_argument("--run-id", default="run")
+    g.add_argument("--step", type=int, default=0)
+    g.add_argument("--top-logprobs", type=int, default=5)
+    g.add_argument("--tokenizer")
+    return p
+
+
+def _tokenizers(paths, toy_vocabs):
+    from workers.fidelity.tokenizer import FidelityTokenizer
+
+    toks = [FidelityTokenizer.from_file(p) for p in paths]
+    for v in toy_vocabs:
+        toks.append(FidelityTokenizer.toy(json.load(open(v, encoding="utf-8"))))
+    return toks
+
+
+def human(rep: dict) -> str:
+    cov = rep["coverage"]
+    frac = cov["verifiable_fraction"]
+    lines = [
+        f"fidelity audit ({rep['mode']}): {rep['verdict']}",
+        f"  calls: {cov['calls']['total']}  policy tokens: {cov['policy_tokens']}  verifiable: "
+        f"{cov['verifiable_policy_tokens']}" + (f" ({frac:.1%})" if frac is not None else ""),
+        f"  closed-failure violations: {rep['closed_failure_violations']}",
+    ]
+    for r in rep["verdict_reasons"]:
+        lines.append(f"  FAIL: {r}")
+    excl = cov["excluded_policy_tokens_by_primary_reason"]
+    if excl:
+        lines.append("  excluded policy tokens by primary reason: " + ", ".join(f"{k}={v}" for k, v in excl.items()))
+    for w in rep["protocol_warnings"]:
+        lines.append(f"  warning: {w}")
+    if rep["loss_mask"]["export"]:
+        e = rep["loss_mask"]["export"]
+        lines.append(f"  loss masks: {e['path']} ({e['format']}, {e['calls']} calls, {e['tokens_on']} tokens on)")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    if args.cmd == "audit":
+        from workers.fidelity.audit import audit_file
+
+        try:
+            toks = _tokenizers(args.tokenizer, args.toy_vocab)
+            rep = audit_file(args.path, mode=args.mode, tokenizer=toks, masks_out=args.masks_out,
+                             masks_format=args.masks_format, tau_align=args.tau_align,
+                             max_staleness=args.max_staleness, delta=args.delta,
+                             allow_inferred_roles=args.allow_inferred_roles,
+                             require_certificate=args.require_certificate, require_loss_mask=args.require_loss_mask,
+                             certificates=not args.no_certificates, max_calls_in_report=args.max_calls)
+        except (OSError, ValueError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        if args.json:
+            sys.stdout.buffer.write(orjson.dumps(rep, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY) + b"\n")
+        else:
+            print(human(rep))
+        return 0 if rep["verdict"] == "PASS" else 1
+    if args.cmd == "import":
+        from workers.fidelity.importers import import_agl, import_vllm
+
+        toks = _tokenizers([args.tokenizer] if args.tokenizer else [], [args.toy_vocab] if args.toy_vocab else [])
+        tok = toks[0] if toks else None
+        common = dict(run_id=args.run_id, tokenizer=tok, logprobs_mode=args.logprobs_mode,
+                      generation_config_source=args.generation_config_source,
+                      chat_template_sha256=args.chat_template_sha256)
+        try:
+            if args.kind == "vllm":
+                stats = import_vllm(args.src, args.dst, step=args.step, **common)
+            else:
+                stats = import_agl(args.src, args.dst, agent_match=args.agent_match,
+                                   steps={} if args.step is None else _AllSteps(args.step), **common)
+        except OSError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(json.dumps(stats) if args.json else
+              f"imported {stats['records']} record(s) from {args.src} to {args.dst} ({stats})")
+        return 0
+    if args.cmd == "gateway":
+        from workers.fidelity.gateway import serve
+
+        return serve(args)
+    return 2
+
+
+class _AllSteps(dict):
+    """A rollout→step map that answers one step for every rollout (``--step`` on the AGL importer)."""
+
+    def __init__(self, step):
+        super().__init__()
+        self.step = step
+
+    def get(self, key, default=None):
+        return self.step

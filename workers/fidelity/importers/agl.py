@@ -1,0 +1,228 @@
+"""Importer for Agent Lightning spans (LightningStore v0.2/v0.3 dumps; spec/fidelity.md §5.2).
+
+Input: JSONL, one span per line, with the LightningStore span fields ``rollout_id, attempt_id, sequence_id, span_id,
+parent_id`` (or ``parent.span_id``), ``name``, ``attributes`` (flattened OpenTelemetry keys), ``start_time``.
+
+1. Spans are grouped by (``rollout_id``, ``attempt_id``) → ``trajectory_id = "rollout_id:attempt_id"`` and ordered by
+   ``sequence_id`` (then ``start_time``); ``call_index`` is the rank in that order.
+2. LLM spans are selected by regex (defaults ``openai\\.chat\\.completion`` and ``raw_gen_ai_request``); client/proxy
+   duplicates are deduplicated by response id (``gen_ai.response.id`` or ``llm.hosted_vllm.id``), preferring the span
+   that carries token ids.
+3. Prompt ids: ``prompt_token_ids`` | ``llm.hosted_vllm.prompt_token_ids`` |
+   ``agentlightning.operation.output.prompt_token_ids``. Response ids: ``response_token_ids`` |
+   ``llm.hosted_vllm.response_token_ids`` (element 0 of the list of lists) | ``…choices.0.token_ids`` |
+   ``…choices.0.provider_specific_fields.token_ids`` | ``llm.hosted_vllm.choices`` (a list; element 0). Values may be
+   lists, tuples, JSON or **Python-repr strings**: parsed by :func:`~.common.safe_literal` (JSON, then
+   ``ast.literal_eval`` — literals only, never ``eval``). Provenance ``engine``.
+4. Log-probs from the ``…logprobs.content`` attribute (JSON string of the OpenAI content list).
+5. Role: ``policy``/``config`` when an ancestor span's name matches ``agent_match``; otherwise ``unknown``/``default``
+   (the anonymous requests outside the trained agent). Without ``agent_match`` every call is ``unknown``.
+6. Sampling/model from ``gen_ai.request.{model, temperature, top_p, max_tokens}`` / ``llm.hosted_vllm.model``;
+   ``step`` from the ``batch_idx`` attribute or a supplied rollout→step map (else −1). Reward spans are ignored.
+
+Memory: the spans of the whole input are held (AGL dumps are per run / per rollout batch).
+"""
+from __future__ import annotations
+
+import re
+
+from workers.fidelity.importers.common import (
+    dump, ids_sha256, int_list, read_jsonl, ref_of, safe_literal, skeleton, token_id_of, tokenizer_block,
+)
+
+DEFAULT_LLM_MATCH = r"openai\.chat\.completion|raw_gen_ai_request"
+PROMPT_KEYS = ("prompt_token_ids", "llm.hosted_vllm.prompt_token_ids", "agentlightning.operation.output.prompt_token_ids")
+RESPONSE_ID_KEYS = ("gen_ai.response.id", "llm.hosted_vllm.id")
+
+
+def _attrs(span) -> dict:
+    a = span.get("attributes")
+    return a if isinstance(a, dict) else {}
+
+
+def _parent(span):
+    if span.get("parent_id"):
+        return span["parent_id"]
+    p = span.get("parent")
+    return p.get("span_id") if isinstance(p, dict) else None
+
+
+def _first(attrs, keys):
+    for k in keys:
+        if k in attrs and attrs[k] is not None:
+            return attrs[k]
+    return None
+
+
+def _suffix(attrs, suffix):
+    for k in sorted(attrs):
+        if k.endswith(suffix) and attrs[k] is not None:
+            return attrs[k]
+    return None
+
+
+def prompt_ids(attrs):
+    return int_list(_first(attrs, PROMPT_KEYS))
+
+
+def response_ids(attrs):
+    v = _first(attrs, ("response_token_ids", "llm.hosted_vllm.response_token_ids"))
+    if v is not None:
+        v = safe_literal(v)
+        if isinstance(v, list) and v and isinstance(v[0], list):
+            v = v[0]  # list of lists: first choice
+        ids = int_list(v)
+        if ids is not None:
+            return ids
+    for suffix in ("choices.0.token_ids", "choices.0.provider_specific_fields.token_ids"):
+        ids = int_list(_suffix(attrs, suffix))
+        if ids is not None:
+            return ids
+    ch = safe_literal(attrs.get("llm.hosted_vllm.choices"))
+    if isinstance(ch, list) and ch and isinstance(ch[0], dict):
+        for cand in (ch[0].get("token_ids"), (ch[0].get("provider_specific_fields") or {}).get("token_ids")):
+            ids = int_list(cand)
+            if ids is not None:
+                return ids
+    return None
+
+
+def _logprob_content(attrs):
+    v = _suffix(attrs, "logprobs.content")
+    v = safe_literal(v)
+    return v if isinstance(v, list) else None
+
+
+def _map(s, tok):
+    tid = token_id_of(s)
+    if tid is not None:
+        return tid
+    if tok is not None and isinstance(s, str):
+        hit = tok.ids_for_string(s)
+        if len(hit) == 1:
+            return hit[0]
+    return None
+
+
+def import_agl(in_path, out_path, *, run_id=None, agent_match=None, llm_match=DEFAULT_LLM_MATCH, steps=None,
+               tokenizer=None, logprobs_mode=None, generation_config_source="unknown",
+               chat_template_sha256=None) -> dict:
+    llm_re = re.compile(llm_match)
+    agent_re = re.compile(agent_match) if agent_match else None
+    spans, lines = [], {}
+    bad_lines = []
+    for line, obj, err in read_jsonl(in_path):
+        if isinstance(obj, dict):
+            spans.append(obj)
+            lines[id(obj)] = line
+        else:
+            bad_lines.append((line, err or "not a JSON object"))
+    by_id = {s.get("span_id"): s for s in spans if s.get("span_id") is not None}
+    groups: dict = {}
+    for s in spans:
+        if isinstance(s.get("name"), str) and llm_re.search(s["name"]):
+            groups.setdefault((str(s.get("rollout_id")), str(s.get("attempt_id"))), []).append(s)
+    stats = {"spans": len(spans), "llm_spans": sum(len(g) for g in groups.values()), "records": 0,
+             "duplicates_dropped": 0, "failed": 0}
+    out_records = []
+    for (rollout, attempt), group in sorted(groups.items()):
+        # dedupe by response id, preferring a span with token ids
+        chosen, order = {}, []
+        for s in group:
+            a = _attrs(s)
+            rid = _first(a, RESPONSE_ID_KEYS) or f"span:{s.get('span_id')}"
+            has_ids = response_ids(a) is not None
+            if rid not in chosen:
+                chosen[rid] = (has_ids, s)
+                order.append(rid)
+            else:
+                stats["duplicates_dropped"] += 1
+                if has_ids and not chosen[rid][0]:
+                    chosen[rid] = (has_ids, s)
+        kept = sorted((chosen[r][1] for r in order),
+                      key=lambda s: (s.get("sequence_id") if type(s.get("sequence_id")) is int else 1 << 62,
+                                     str(s.get("start_time")), lines[id(s)]))
+        for call_index, s in enumerate(kept):
+            out_records.append(_convert(s, rollout, attempt, call_index, by_id, agent_re, in_path, lines[id(s)],
+                                        run_id, steps or {}, tokenizer, logprobs_mode, generation_config_source,
+                                        chat_template_sha256, stats))
+    for line, err in bad_lines:  # §5.4: a parse failure is a record, never a dropped call
+        rec = skeleton(run_id=run_id or "unknown", trajectory_id="unknown", step=-1, call_id=ref_of(in_path, line),
+                       call_index=line, source_format="agl_span", ref=ref_of(in_path, line), tokenizer=tokenizer)
+        rec["extra"] = {"import_error": err}
+        out_records.append(rec)
+        stats["failed"] += 1
+    with open(out_path, "wb") as fh:
+        for rec in out_records:
+            fh.write(dump(rec))
+    stats["records"] = len(out_records)
+    return stats
+
+
+def _convert(s, rollout, attempt, call_index, by_id, agent_re, in_path, line, run_id, steps, tok, logprobs_mode,
+             gcs, template_sha, stats):
+    a = _attrs(s)
+    traj = f"{rollout}:{attempt}"
+    step = a.get("batch_idx")
+    if type(step) is not int:
+        step = steps.get(rollout, steps.get(traj))
+    if type(step) is not int:
+        step = -1
+    rid = _first(a, RESPONSE_ID_KEYS)
+    call_id = str(rid) if rid is not None else f"{traj}:{s.get('span_id')}"
+    rec = skeleton(run_id=run_id or "unknown", trajectory_id=traj, step=step, call_id=call_id,
+                   call_index=call_index, source_format="agl_span", ref=f"{ref_of(in_path, line)} span "
+                                                                          f"{s.get('span_id')}", tokenizer=tok)
+    # role from the enclosing agent span (§5.2.5)
+    if agent_re is not None:
+        seen, p = set(), _parent(s)
+        while p is not None and p not in seen:
+            seen.add(p)
+            ps = by_id.get(p)
+            if ps is None:
+                break
+            if isinstance(ps.get("name"), str) and agent_re.search(ps["name"]):
+                rec["role"], rec["role_source"] = "policy", "config"
+                break
+            p = _parent(ps)
+    rec["model"] = {"served_name": str(a.get("gen_ai.request.model") or a.get("llm.hosted_vllm.model")
+                                       or a.get("gen_ai.response.model") or "unknown"),
+                    "policy_version": a.get("model_version") if type(a.get("model_version")) is int else None}
+    rec["tokenizer"] = tokenizer_block(tok)
+    rec["chat_template"] = {"sha256": template_sha or "unknown"}
+    rec["engine"] = {"name": "vllm", "api": "chat.completions", "logprobs_mode": logprobs_mode,
+                     "generation_config_source": gcs}
+    rec["sampling"] = {"temperature": a.get("gen_ai.request.temperature"), "top_p": a.get("gen_ai.request.top_p"),
+                       "max_tokens": a.get("gen_ai.request.max_tokens")}
+    pids = prompt_ids(a)
+    if pids is not None:
+        rec["prompt"].update(token_ids=pids, provenance="engine", ids_sha256=ids_sha256(pids))
+    rids = response_ids(a)
+    if rids is not None:
+        rec["response"].update(token_ids=rids, provenance="engine", ids_sha256=ids_sha256(rids))
+    if pids is None or rids is None:
+        stats["failed"] += 1
+    n = len(rec["response"]["token_ids"])
+    content = _logprob_content(a)
+    extra = {"span_id": s.get("span_id"), "sequence_id": s.get("sequence_id")}
+    if content is not None and len(content) == n and all(isinstance(e, dict) for e in content):
+        lps = [e.get("logprob") for e in content]
+        rec["rollout"] = {"logprobs": [v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+                                       for v in lps]}
+        if any(e.get("top_logprobs") is not None for e in content):
+            top_k, dropped = [], []
+            for t, e in enumerate(content):
+                m = [(_map(x.get("token"), tok), x.get("logprob")) for x in e.get("top_logprobs") or []
+                     if isinstance(x, dict)]
+                if all(i is not None and isinstance(v, (int, float)) for i, v in m):
+                    top_k.append([[i, v] for i, v in m])
+                else:
+                    top_k.append([])
+                    dropped.append(t)
+            rec["rollout"]["top_k"] = top_k
+            if dropped:
+                extra["top_k_dropped_positions"] = dropped
+    else:
+        rec["rollout"] = {"logprobs": [None] * n}
+    rec["extra"] = extra
+    return rec

@@ -1,0 +1,128 @@
+"""Shared pieces of the importers (spec/fidelity.md §5): record skeleton, hashing, safe literal parsing, output.
+
+§5.4 invariants the importers keep: idempotent (same input → byte-identical output: sorted keys, no import-time
+values), one record per (call, choice), never fabricate log-probs or trainer fields (absent values stay ``null``
+and no ``trainer`` block is written), source pointers preserved (``source.ref`` = ``file:line``), and a parse
+failure yields a record with ``provenance: "missing"`` instead of a dropped call.
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import re
+
+import orjson
+
+IMPORTER_VERSION = "fidelity-importers/1"
+MAX_LITERAL_CHARS = 50_000_000
+_TOKEN_ID = re.compile(r"^token_id:(\d+)$")
+
+
+def ids_sha256(ids) -> str:
+    return hashlib.sha256(",".join(map(str, ids)).encode("ascii")).hexdigest()
+
+
+def text_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def token_id_of(s):
+    """``"token_id:N"`` (vLLM ``return_tokens_as_token_ids``) → N, else None."""
+    if isinstance(s, str):
+        m = _TOKEN_ID.match(s)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def safe_literal(value):
+    """Attribute values may be lists/tuples, JSON text or Python-repr text (``"[1, 2]"``, ``"(1, 2)"``,
+    ``"[[1, 2]]"``). Parse JSON first, then :func:`ast.literal_eval` — literals only, never ``eval``."""
+    if not isinstance(value, str):
+        return list(value) if isinstance(value, tuple) else value
+    s = value.strip()
+    if not s or len(s) > MAX_LITERAL_CHARS:
+        return None
+    try:
+        return json.loads(s)
+    except ValueError:
+        pass
+    try:
+        v = ast.literal_eval(s)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return None
+    return _untuple(v)
+
+
+def _untuple(v):
+    if isinstance(v, tuple):
+        return [_untuple(x) for x in v]
+    if isinstance(v, list):
+        return [_untuple(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _untuple(x) for k, x in v.items()}
+    return v
+
+
+def int_list(v):
+    """A list of non-negative ints (bools excluded), else None."""
+    v = safe_literal(v)
+    if isinstance(v, list) and all(type(x) is int and x >= 0 for x in v):
+        return v
+    return None
+
+
+def tokenizer_block(tokenizer) -> dict:
+    if tokenizer is None:
+        return {"id": "unknown", "sha256": "unknown"}
+    return {"id": tokenizer.id, "sha256": tokenizer.sha256}
+
+
+def skeleton(*, run_id, trajectory_id, step, call_id, call_index, source_format, ref, tokenizer=None) -> dict:
+    """A structurally valid record with every id array ``missing`` — the parse-failure fallback (§5.4)."""
+    return {
+        "schema": "fcr/1",
+        "run_id": run_id,
+        "trajectory_id": trajectory_id,
+        "step": step,
+        "call_id": call_id,
+        "call_index": call_index,
+        "role": "unknown",
+        "role_source": "default",
+        "model": {"served_name": "unknown", "policy_version": None},
+        "tokenizer": tokenizer_block(tokenizer),
+        "chat_template": None,
+        "engine": {"name": "unknown", "api": "chat.completions", "logprobs_mode": None,
+                   "generation_config_source": "unknown"},
+        "sampling": {},
+        "prompt": {"token_ids": [], "provenance": "missing", "ids_sha256": ids_sha256([]),
+                   "task_prompt_sha256_declared": None, "task_prompt_sha256_observed": None},
+        "response": {"token_ids": [], "provenance": "missing", "ids_sha256": ids_sha256([]), "text": None,
+                     "usage_completion_tokens": None},
+        "rollout": {"logprobs": []},
+        "source": {"format": source_format, "ref": ref, "importer_version": IMPORTER_VERSION},
+    }
+
+
+def dump(rec) -> bytes:
+    return orjson.dumps(rec, option=orjson.OPT_SORT_KEYS) + b"\n"
+
+
+def read_jsonl(path):
+    """Yield ``(line_no, obj or None, error or None)`` for every non-blank line (gzip by magic)."""
+    from workers.fcr.reader import FcrParseError, iter_lines
+
+    try:
+        for line_no, raw in iter_lines(path):
+            try:
+                yield line_no, orjson.loads(raw), None
+            except orjson.JSONDecodeError as exc:
+                yield line_no, None, f"not valid JSON ({exc})"
+    except FcrParseError as exc:
+        yield exc.line, None, exc.reason
+
+
+def ref_of(path, line) -> str:
+    return f"{os.path.basename(os.fspath(path))}:{line}"

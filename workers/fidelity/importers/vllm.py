@@ -1,0 +1,349 @@
+"""Importer for vLLM OpenAI-compatible logs (spec/fidelity.md §5.1): chat + completions, streaming chunks, and
+Agent Lightning ≥ 1.0 ``model_request`` events.
+
+Input: JSONL, one exchange per line, either ``{"request": {...}, "response": {...} | [chunk, …], "meta": {...}}`` or
+an AGL event ``{"rollout_id", "attempt_id", "sequence_id"?, "data": {"request", "response", "model_version"}}``.
+Optional ``meta`` keys: ``run_id, trajectory_id, step, call_id, call_index, policy_version, timestamp, headers,
+task_prompt_sha256_declared, context_event, context_source_call_id``; request headers may also sit at ``headers`` /
+``request_headers``. Field names are those of vLLM's OpenAI server (``prompt_token_ids``, ``choices[i].token_ids``,
+``logprobs.content[].{token, logprob, bytes, top_logprobs}``, completions ``logprobs.{tokens, token_logprobs,
+top_logprobs}``).
+
+Mapping (§5.1): prompt ids ``response.prompt_token_ids`` / ``choices[i].prompt_token_ids`` → ``engine``; an int-list
+``request.prompt`` → ``engine_input``; else ``missing``. Response ids ``choices[i].token_ids`` → ``engine``; else all
+``"token_id:N"`` token strings → ``engine``; else per-token strings mapped uniquely through the tokenizer →
+``engine_token_strings``; else the text encoded → ``retokenized``; else ``missing``. Top-K ids from ``"token_id:N"``
+or a unique vocabulary match; a position with an unmappable entry gets an empty list and is listed in
+``extra.top_k_dropped_positions``. Retries (identical request body later in the same trajectory) are kept, the
+earlier attempts marked ``purpose: "retry"`` (§5.1.6) — this needs a first pass over the input.
+"""
+from __future__ import annotations
+
+import hashlib
+
+import orjson
+
+from workers.fidelity.importers.common import (
+    dump, ids_sha256, int_list, read_jsonl, ref_of, skeleton, text_sha256, token_id_of, tokenizer_block,
+)
+
+ROLE_VALUES = ("policy", "background", "unknown")
+SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
+                 "frequency_penalty", "seed")
+STRUCTURED_KEYS = ("guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs")
+
+
+def _headers(obj) -> dict:
+    h = {}
+    for src in ((obj.get("meta") or {}).get("headers"), obj.get("headers"), obj.get("request_headers")):
+        if isinstance(src, dict):
+            h.update({str(k).lower(): v for k, v in src.items()})
+    return h
+
+
+def _request_key(traj, req) -> bytes:
+    body = {k: v for k, v in (req or {}).items() if not k.startswith("stream")}
+    return hashlib.blake2b(orjson.dumps([traj, body], option=orjson.OPT_SORT_KEYS), digest_size=16).digest()
+
+
+def _merge_stream(chunks: list) -> dict:
+    """§5.1.4: concatenate ``token_ids`` deltas and ``logprobs.content``; prompt ids from the first chunk."""
+    out = {"choices": []}
+    by_index: dict[int, dict] = {}
+    for ch in chunks:
+        if not isinstance(ch, dict):
+            continue
+        for k in ("id", "model", "object", "created"):
+            if k in ch and k not in out:
+                out[k] = ch[k]
+        if "prompt_token_ids" in ch and ch["prompt_token_ids"] is not None and "prompt_token_ids" not in out:
+            out["prompt_token_ids"] = ch["prompt_token_ids"]
+        if ch.get("usage"):
+            out["usage"] = ch["usage"]
+        for c in ch.get("choices") or []:
+            i = c.get("index", 0)
+            acc = by_index.setdefault(i, {"index": i, "token_ids": None, "text": None, "content": None,
+                                          "lp_content": None, "tokens": None, "token_logprobs": None,
+                                          "top_logprobs": None, "finish_reason": None})
+            if c.get("prompt_token_ids") is not None and "prompt_token_ids" not in acc:
+                acc["prompt_token_ids"] = c["prompt_token_ids"]
+            if c.get("token_ids") is not None:
+                acc["token_ids"] = (acc["token_ids"] or []) + list(c["token_ids"])
+            if isinstance(c.get("text"), str):
+                acc["text"] = (acc["text"] or "") + c["text"]
+            delta = c.get("delta") or {}
+            if isinstance(delta.get("content"), str):
+                acc["content"] = (acc["content"] or "") + delta["content"]
+            lp = c.get("logprobs") or {}
+            if isinstance(lp.get("content"), list):
+                acc["lp_content"] = (acc["lp_content"] or []) + lp["content"]
+            for k in ("tokens", "token_logprobs", "top_logprobs"):
+                if isinstance(lp.get(k), list):
+                    acc[k] = (acc[k] or []) + lp[k]
+            if c.get("finish_reason"):
+                acc["finish_reason"] = c["finish_reason"]
+    for i in sorted(by_index):
+        a = by_index[i]
+        choice = {"index": i, "finish_reason": a["finish_reason"]}
+        if a["token_ids"] is not None:
+            choice["token_ids"] = a["token_ids"]
+        if "prompt_token_ids" in a:
+            choice["prompt_token_ids"] = a["prompt_token_ids"]
+        if a["text"] is not None:
+            choice["text"] = a["text"]
+        if a["content"] is not None:
+            choice["message"] = {"role": "assistant", "content": a["content"]}
+        if a["lp_content"] is not None:
+            choice["logprobs"] = {"content": a["lp_content"]}
+        elif a["tokens"] is not None:
+            choice["logprobs"] = {"tokens": a["tokens"], "token_logprobs": a["token_logprobs"],
+                                  "top_logprobs": a["top_logprobs"]}
+        out["choices"].append(choice)
+    return out
+
+
+def _first_user_text(messages):
+    for m in messages or []:
+        if isinstance(m, dict) and m.get("role") == "user":
+            c = m.get("content")
+            if isinstance(c, str):
+                return c
+            if isinstance(c, list):
+                return "".join(p.get("text", "") for p in c if isinstance(p, dict) and p.get("type") == "text")
+    return None
+
+
+def _map_token(s, tokenizer):
+    tid = token_id_of(s)
+    if tid is not None:
+        return tid
+    if tokenizer is not None and isinstance(s, str):
+        hit = tokenizer.ids_for_string(s)
+        if len(hit) == 1:
+            return hit[0]
+    return None
+
+
+def _sampling(req: dict) -> dict:
+    s = {k: req.get(k) for k in SAMPLING_KEYS}
+    s["max_tokens"] = req.get("max_tokens", req.get("max_completion_tokens"))
+    s["logit_bias_present"] = bool(req.get("logit_bias"))
+    rf = req.get("response_format")
+    structured = None
+    if isinstance(rf, dict) and rf.get("type") not in (None, "text"):
+        structured = rf.get("type")
+    for k in STRUCTURED_KEYS:
+        if req.get(k) is not None:
+            structured = k
+    s["structured_output"] = structured
+    return s
+
+
+def convert_exchange(obj: dict, *, line: int, ref: str, opts: dict, call_index: int, retry: bool) -> list[dict]:
+    """One logged exchange → one ``fcr/1`` record per choice."""
+    tok = opts.get("tokenizer")
+    agl = isinstance(obj.get("data"), dict)
+    data = obj["data"] if agl else obj
+    req = data.get("request") if isinstance(data.get("request"), dict) else {}
+    resp = data.get("response")
+    meta = obj.get("meta") if isinstance(obj.get("meta"), dict) else {}
+    if isinstance(resp, list):
+        resp = _merge_stream(resp)
+    elif isinstance(obj.get("chunks"), list):
+        resp = _merge_stream(obj["chunks"])
+    if not isinstance(resp, dict):
+        raise ValueError("no response object")
+    headers = _headers(obj)
+    chat = "messages" in req or str(resp.get("object", "")).startswith("chat")
+    api = "chat.completions" if chat else "completions"
+    traj = meta.get("trajectory_id") or headers.get("x-fcr-trajectory") or (
+        f"{obj.get('rollout_id')}:{obj.get('attempt_id')}" if agl else "unknown")
+    base_id = meta.get("call_id") or headers.get("x-fcr-call-id") or resp.get("id") or ref
+    choices = sorted((c for c in resp.get("choices") or [] if isinstance(c, dict)), key=lambda c: c.get("index", 0))
+    if not choices:
+        raise ValueError("response has no choices")
+    role = headers.get("x-fcr-call-role")
+    role_ok = role in ROLE_VALUES
+    policy_version = meta.get("policy_version")
+    if policy_version is None and agl:
+        policy_version = data.get("model_version")
+    if type(policy_version) is not int:
+        policy_version = None
+    step = meta.get("step")
+    if type(step) is not int:
+        step = opts.get("steps", {}).get(traj, opts.get("step"))
+    if type(step) is not int:
+        step = -1
+    user_text = _first_user_text(req.get("messages")) if chat else (
+        req.get("prompt") if isinstance(req.get("prompt"), str) else None)
+    usage = resp.get("usage") if isinstance(resp.get("usage"), dict) else {}
+    out = []
+    for k, ch in enumerate(choices):
+        call_id = f"{base_id}#{ch.get('index', k)}" if len(choices) > 1 else str(base_id)
+        rec = skeleton(run_id=opts.get("run_id") or meta.get("run_id") or "unknown", trajectory_id=str(traj),
+                       step=step, call_id=call_id, call_index=call_index, ref=ref, tokenizer=tok,
+                       source_format=("agl_model_request" if agl else
+                                      "vllm_openai_chat" if chat else "vllm_openai_completions"))
+        if role_ok:
+            rec["role"], rec["role_source"] = role, "header"
+        purpose = "retry" if retry else headers.get("x-fcr-purpose") or meta.get("purpose")
+        if purpose:
+            rec["purpose"] = purpose
+        if headers.get("x-fcr-parent-call"):
+            rec["parent_call_id"] = headers["x-fcr-parent-call"]
+        ts = meta.get("timestamp", resp.get("created"))
+        if isinstance(ts, (int, float)) and not isinstance(ts, bool):
+            rec["timestamp"] = ts
+        rec["model"] = {"served_name": str(resp.get("model") or req.get("model") or "unknown"),
+                        "policy_version": policy_version}
+        rec["chat_template"] = ({"sha256": opts.get("chat_template_sha256") or "unknown"} if chat else None)
+        eng = {"name": "vllm", "api": api, "logprobs_mode": req.get("logprobs_mode", opts.get("logprobs_mode")),
+               "generation_config_source": opts.get("generation_config_source", "unknown")}
+        if isinstance(req.get("skip_special_tokens"), bool):
+            eng["skip_special_tokens"] = req["skip_special_tokens"]
+        rec["engine"] = eng
+        rec["sampling"] = _sampling(req)
+
+        # prompt ids (§5.1.1)
+        p = rec["prompt"]
+        pids = int_list(resp.get("prompt_token_ids")) if chat else None
+        if pids is None:
+            pids = int_list(ch.get("prompt_token_ids"))
+        if pids is not None:
+            p["token_ids"], p["provenance"] = pids, "engine"
+        else:
+            pin = int_list(req.get("prompt")) if isinstance(req.get("prompt"), list) else None
+            if pin is not None:
+                p["token_ids"], p["provenance"] = pin, "engine_input"
+        p["ids_sha256"] = ids_sha256(p["token_ids"])
+        p["task_prompt_sha256_declared"] = meta.get("task_prompt_sha256_declared")
+        p["task_prompt_sha256_observed"] = text_sha256(user_text) if isinstance(user_text, str) else None
+        if meta.get("context_event") is not None:
+            p["context_event"] = meta["context_event"]
+            if meta.get("context_source_call_id") is not None:
+                p["context_source_call_id"] = meta["context_source_call_id"]
+
+        # per-token evidence
+        lp = ch.get("logprobs") if isinstance(ch.get("logprobs"), dict) else {}
+        if isinstance(lp.get("content"), list):  # chat
+            entries = [e for e in lp["content"] if isinstance(e, dict)]
+            tok_strings = [e.get("token") for e in entries]
+            tok_lps = [e.get("logprob") for e in entries]
+            tops = [[(t.get("token"), t.get("logprob")) for t in (e.get("top_logprobs") or []) if isinstance(t, dict)]
+                    for e in entries]
+            has_top = any(e.get("top_logprobs") is not None for e in entries)
+        elif isinstance(lp.get("tokens"), list):  # completions
+            tok_strings = list(lp["tokens"])
+            tok_lps = list(lp.get("token_logprobs") or [None] * len(tok_strings))
+            raw_tops = lp.get("top_logprobs") or []
+            tops = [list(d.items()) if isinstance(d, dict) else [] for d in raw_tops]
+            has_top = bool(raw_tops)
+        else:
+            tok_strings, tok_lps, tops, has_top = None, None, None, False
+
+        # response ids (§5.1.2)
+        r = rec["response"]
+        text = ch.get("text") if not chat else ((ch.get("message") or {}).get("content"))
+        rids = int_list(ch.get("token_ids"))
+        if rids is not None:
+            r["token_ids"], r["provenance"] = rids, "engine"
+        elif tok_strings and all(token_id_of(s) is not None for s in tok_strings):
+            r["token_ids"], r["provenance"] = [token_id_of(s) for s in tok_strings], "engine"
+        elif tok_strings and tok is not None and all(
+                isinstance(s, str) and len(tok.ids_for_string(s)) == 1 for s in tok_strings):
+            r["token_ids"] = [tok.ids_for_string(s)[0] for s in tok_strings]
+            r["provenance"] = "engine_token_strings"
+            r["token_strings"] = tok_strings
+        elif isinstance(text, str) and tok is not None:
+            r["token_ids"], r["provenance"] = tok.encode(text), "retokenized"
+        n = len(r["token_ids"])
+        r["ids_sha256"] = ids_sha256(r["token_ids"])
+        r["text"] = ch.get("text") if not chat and isinstance(ch.get("text"), str) else None
+        r["usage_completion_tokens"] = usage.get("completion_tokens") if len(choices) == 1 and type(
+            usage.get("completion_tokens")) is int else None
+        if ch.get("finish_reason") is not None:
+            r["finish_reason"] = str(ch["finish_reason"])
+
+        # log-probs (§5.1.3): only when they align with the ids; never fabricated
+        extra = {}
+        if tok_lps is not None and len(tok_lps) == n and r["provenance"] != "retokenized":
+            rec["rollout"] = {"logprobs": [v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+                                           for v in tok_lps]}
+            if has_top and len(tops) == n:
+                top_k, dropped = [], []
+                for t, entries in enumerate(tops):
+                    mapped = [(_map_token(s, tok), v) for s, v in entries]
+                    if all(i is not None and isinstance(v, (int, float)) for i, v in mapped):
+                        top_k.append([[i, v] for i, v in mapped])
+                    else:
+                        top_k.append([])
+                        dropped.append(t)
+                rec["rollout"]["top_k"] = top_k
+                if dropped:
+                    extra["top_k_dropped_positions"] = dropped
+        else:
+            rec["rollout"] = {"logprobs": [None] * n}
+            if tok_lps is not None:
+                extra["logprobs_unaligned"] = True
+        if extra:
+            rec["extra"] = extra
+        out.append(rec)
+    return out
+
+
+def import_vllm(in_path, out_path, *, run_id=None, step=None, steps=None, tokenizer=None, logprobs_mode=None,
+                generation_config_source="unknown", chat_template_sha256=None) -> dict:
+    """Convert a vLLM/AGL exchange log to ``fcr/1``. Returns counts. Two passes (retry marking)."""
+    opts = {"run_id": run_id, "step": step, "steps": steps or {}, "tokenizer": tokenizer,
+            "logprobs_mode": logprobs_mode, "generation_config_source": generation_config_source,
+            "chat_template_sha256": chat_template_sha256}
+    last_of: dict = {}
+    for line, obj, err in read_jsonl(in_path):
+        if isinstance(obj, dict):
+            traj, req = _traj_and_request(obj)
+            last_of[_request_key(traj, req)] = line
+    counters: dict = {}
+    stats = {"exchanges": 0, "records": 0, "failed": 0, "retries": 0}
+    with open(out_path, "wb") as out:
+        for line, obj, err in read_jsonl(in_path):
+            stats["exchanges"] += 1
+            ref = ref_of(in_path, line)
+            recs = None
+            if isinstance(obj, dict):
+                traj, req = _traj_and_request(obj)
+                idx = counters.get(traj, 0)
+                meta = obj.get("meta") if isinstance(obj.get("meta"), dict) else {}
+                ci = meta.get("call_index", obj.get("sequence_id"))
+                ci = ci if type(ci) is int else idx
+                counters[traj] = idx + 1
+                retry = last_of.get(_request_key(traj, req)) != line
+                try:
+                    recs = convert_exchange(obj, line=line, ref=ref, opts=opts, call_index=ci, retry=retry)
+                    stats["retries"] += int(retry)
+                except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                    err = f"{type(exc).__name__}: {exc}"
+            else:
+                traj, ci = "unknown", counters.get("unknown", 0)
+                counters["unknown"] = ci + 1
+                err = err or "not a JSON object"
+            if recs is None:
+                stats["failed"] += 1
+                rec = skeleton(run_id=run_id or "unknown", trajectory_id=str(traj), step=step if type(
+                    step) is int else -1, call_id=ref, call_index=ci, source_format="vllm_openai",
+                    ref=ref, tokenizer=tokenizer)
+                rec["extra"] = {"import_error": err}
+                recs = [rec]
+            for rec in recs:
+                out.write(dump(rec))
+                stats["records"] += 1
+    return stats
+
+
+def _traj_and_request(obj):
+    agl = isinstance(obj.get("data"), dict)
+    data = obj["data"] if agl else obj
+    meta = obj.get("meta") if isinstance(obj.get("meta"), dict) else {}
+    traj = meta.get("trajectory_id") or _headers(obj).get("x-fcr-trajectory") or (
+        f"{obj.get('rollout_id')}:{obj.get('attempt_id')}" if agl else "unknown")
+    req = data.get("request") if isinstance(data.get("request"), dict) else {}
+    return str(traj), req
