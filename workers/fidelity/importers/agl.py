@@ -127,11 +127,12 @@ def import_agl(in_path, out_path, *, run_id=None, agent_match=None, llm_match=DE
     out_records = []
     for (rollout, attempt), group in sorted(groups.items()):
         # dedupe by response id, preferring a span with token ids
-        chosen, order = {}, []
+        chosen, order, dups = {}, [], {}
         for s in group:
             a = _attrs(s)
             rid = _first(a, RESPONSE_ID_KEYS) or f"span:{s.get('span_id')}"
             has_ids = response_ids(a) is not None
+            dups.setdefault(rid, []).append(s)
             if rid not in chosen:
                 chosen[rid] = (has_ids, s)
                 order.append(rid)
@@ -139,9 +140,19 @@ def import_agl(in_path, out_path, *, run_id=None, agent_match=None, llm_match=DE
                 stats["duplicates_dropped"] += 1
                 if has_ids and not chosen[rid][0]:
                     chosen[rid] = (has_ids, s)
-        kept = sorted((chosen[r][1] for r in order),
-                      key=lambda s: (s.get("sequence_id") if type(s.get("sequence_id")) is int else 1 << 62,
-                                     str(s.get("start_time")), lines[id(s)]))
+        kept = []
+        for rid in order:
+            s = chosen[rid][1]
+            if len(dups[rid]) > 1:  # fill attributes the kept span lacks (e.g. request params on the client span)
+                merged = {}
+                for d in dups[rid]:
+                    merged.update({k: v for k, v in _attrs(d).items() if k not in merged})
+                merged.update(_attrs(s))
+                s = dict(s, attributes=merged)
+                lines[id(s)] = lines[id(chosen[rid][1])]
+            kept.append(s)
+        kept.sort(key=lambda s: (s.get("sequence_id") if type(s.get("sequence_id")) is int else 1 << 62,
+                                 str(s.get("start_time")), lines[id(s)]))
         for call_index, s in enumerate(kept):
             out_records.append(_convert(s, rollout, attempt, call_index, by_id, agent_re, in_path, lines[id(s)],
                                         run_id, steps or {}, tokenizer, logprobs_mode, generation_config_source,
