@@ -261,9 +261,11 @@ def _sync(device):
         torch.cuda.synchronize()  # all streams of the device
 
 
-def _materialise(case_args, device):
+def _materialise(case_args, device, table=()):
     args, out_idx = [], None
     for i, a in enumerate(case_args):
+        if isinstance(a, tuple) and a and a[0] == "__ref__":
+            a = table[a[1]]
         if isinstance(a, tuple) and a and a[0] == "__tensor__":
             args.append(decode_tensor(a).to(device) if device != "cpu" else decode_tensor(a))
         elif isinstance(a, tuple) and a and a[0] == "__out__":
@@ -280,8 +282,8 @@ def _exc_info(exc: BaseException) -> dict:
     return {"type": type(exc).__name__, "message": str(exc)[:500], "where": where}
 
 
-def _run_case(impl, case: dict, device: str, reference):
-    args, out_idx = _materialise(case["args"], device)
+def _run_case(impl, case: dict, device: str, reference, table=()):
+    args, out_idx = _materialise(case["args"], device, table)
     kwargs = dict(case["kwargs"])
     res = {"key": case["key"], "outputs": [], "hashes": [], "exception": None, "input_mutated": False,
            "bad_output": None, "times": [], "configs": None}
@@ -407,7 +409,7 @@ def _child_main(conn, payload_bytes: bytes):
         results = []
         n = len(p["cases"])
         for i, case in enumerate(p["cases"]):
-            results.append(_run_case(impl, case, device, reference))
+            results.append(_run_case(impl, case, device, reference, p.get("tensors") or ()))
             send({"kind": "progress", "done": i + 1, "total": n})
         # flags may have been changed by the candidate: record the state it left behind as well
         fp["flags_after"] = fingerprint(device, p.get("flags"))["flags"]
@@ -441,11 +443,19 @@ def _context():
     return _CTX
 
 
-def encode_case(case: Case) -> dict:
+def encode_case(case: Case, table: list | None = None, index: dict | None = None) -> dict:
+    """Encode one case. With ``table``/``index``, a tensor shared by several cases (the weight of every
+    row case of C-ORD-03) is encoded once and referenced; the child still decodes a fresh copy per case,
+    so a candidate that mutates an input cannot leak the mutation into the next case."""
     args = []
     nbytes = 0
     for a in case.args:
-        if isinstance(a, torch.Tensor):
+        if isinstance(a, torch.Tensor) and table is not None:
+            if id(a) not in index:
+                index[id(a)] = len(table)
+                table.append(encode_tensor(a))
+            args.append(("__ref__", index[id(a)]))
+        elif isinstance(a, torch.Tensor):
             args.append(encode_tensor(a))
         elif isinstance(a, Out):
             args.append(("__out__", tuple(a.shape), str(a.dtype).replace("torch.", "")))
@@ -471,9 +481,10 @@ def run_in_sandbox(impl, cases: list[Case], *, device="cpu", flags=None, time_li
         except Exception as exc:  # noqa: BLE001
             raise TypeError(f"implementation {describe_impl(impl)} cannot be sent to the sandbox ({exc}); "
                             "pass a module-level function or a 'package.module:function' string") from None
+    table, index = [], {}
     payload = pickle.dumps({
         "impl": impl, "device": device, "flags": flags or {}, "memory_limit_mb": memory_limit_mb,
-        "cases": [encode_case(c) for c in cases], "reference": reference,
+        "cases": [encode_case(c, table, index) for c in cases], "tensors": table, "reference": reference,
         "cuda_memory_fraction": float(os.environ.get("KC_CUDA_MEMORY_FRACTION", "0") or 0) or None,
     }, protocol=pickle.HIGHEST_PROTOCOL)
     ctx = _context()
