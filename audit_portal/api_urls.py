@@ -2,6 +2,7 @@
 from django.urls import path
 
 from audit_portal.accounts import api as accounts
+from audit_portal.certificates import api as certificates
 from audit_portal.jobs import api as jobs
 from audit_portal.runs import api as runs
 
@@ -17,4 +18,9 @@ urlpatterns = [
     path("runs/<int:pk>/", runs.RunDetail.as_view(), name="run-detail"),
     path("jobs/<int:pk>/", jobs.JobDetail.as_view(), name="job-detail"),
     path("jobs/<int:pk>/cancel/", jobs.JobCancel.as_view(), name="job-cancel"),
+    path("runs/<int:pk>/certificate/", certificates.RunCertificateDetail.as_view(), name="run-certificate"),
+    path("certificates/compare/", certificates.CertificateComparison.as_view(), name="certificate-compare"),
+    path("certificates/<int:pk>/", certificates.CertificateDetail.as_view(), name="certificate-detail"),
+    path("certificates/<int:pk>/sequences/", certificates.CertificateSequences.as_view(), name="certificate-sequences"),
+    path("certificates/<int:pk>/figures/", certificates.CertificateFigures.as_view(), name="certificate-figures"),
 ]

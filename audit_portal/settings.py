@@ -58,6 +58,7 @@ INSTALLED_APPS = [
     "audit_portal.accounts",
     "audit_portal.jobs",
     "audit_portal.runs",
+    "audit_portal.certificates",
     "audit_portal.dashboards",
 ]
 

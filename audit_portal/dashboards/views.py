@@ -12,6 +12,7 @@ from audit_portal.accounts import selectors as account_selectors
 from audit_portal.accounts import services as account_services
 from audit_portal.accounts.models import Scope
 from audit_portal.accounts.principal import Principal
+from audit_portal.certificates import selectors as certificate_selectors
 from audit_portal.jobs import selectors as job_selectors
 from audit_portal.runs import selectors as run_selectors
 
@@ -89,7 +90,15 @@ def run_page(request, slug, pk):
     run = run_selectors.get_run(ctx["principal"], pk)
     if run.project_id != ctx["project"].pk:
         raise Http404
-    ctx.update(run=run, uploads=run.uploads.order_by("-created_at"))
+    certificates = certificate_selectors.certificates_for(ctx["principal"]).filter(run=run)
+    chosen = request.GET.get("certificate")
+    certificate = (certificates.filter(pk=chosen).first() if chosen and chosen.isdigit() else None) or certificates.first()
+    ctx.update(run=run, uploads=run.uploads.order_by("-created_at"), certificate=certificate,
+               certificates=certificates, certify_jobs=job_selectors.jobs_for(ctx["principal"], ctx["project"]).filter(
+                   kind="certify_upload", subject_kind="upload", subject_id__in=run.uploads.values("pk")).exclude(
+                   state__in=["succeeded"])[:5])
+    if certificate is not None:
+        ctx["flagged"] = certificate_selectors.sequences(certificate).exclude(status__in=["CERT_IN"])[:25]
     return render(request, "dashboards/run.html", ctx)
 
 

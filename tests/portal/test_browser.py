@@ -114,3 +114,28 @@ class BrowserUploadTest(ChannelsLiveServerTestCase):
         text = page.inner_text("#upload-error")
         assert "invalid_run_log" in text and "line" in text
         page.screenshot(path=str(ARTIFACTS / "upload-error.png"), full_page=True)
+
+    def test_run_page_draws_the_certificate(self):
+        from audit_portal.jobs.models import Job
+        from audit_portal.runs.services import receive_upload
+        from audit_portal.runs.upload_handler import hashed_file_from_path, incoming_dir
+        from workers.tasks import certify_upload, validate_upload
+
+        path = incoming_dir() / "cert.jsonl.gz"
+        path.write_bytes(gz(jsonl(records(trajectories=16))))
+        upload, _ = receive_upload(project=self.project, uploaded=hashed_file_from_path(path), submitted_by="alice")
+        validate_upload(Job.objects.get(subject_id=upload.pk, kind="validate_upload").pk)
+        certify_upload(Job.objects.get(subject_id=upload.pk, kind="certify_upload").pk)
+        upload.refresh_from_db()
+        page = self.page
+        self.sign_in()
+        page.goto(f"{self.live_server_url}/p/{self.project.slug}/runs/{upload.run_id}/")
+        page.wait_for_function("document.body.dataset.figures === 'ready'")
+        for fig in ("fig-bounds", "fig-steps", "fig-dist", "fig-status", "fig-length"):
+            assert page.locator(f"#{fig} .main-svg").count() >= 1, fig
+        assert "visited contexts only" in page.inner_text("#visited-caveat")
+        rows_before = page.inner_text("#bound-table")
+        page.fill("#budget", "0.5")
+        page.click("#budget-apply")
+        page.wait_for_function(f"document.querySelector('#bound-table').innerText !== {rows_before!r}")
+        page.screenshot(path=str(ARTIFACTS / "run-certificate.png"), full_page=True)

@@ -49,9 +49,9 @@ def _position_distributions(rng: np.random.Generator, n: int, cfg: SynthConfig):
     """Rollout and trainer log-probs over ``candidates`` ids per position, plus the unlisted tail."""
     c = cfg.candidates
     ids = np.stack([rng.choice(VOCAB - 100, size=c, replace=False) + 100 for _ in range(n)]) if n else np.zeros((0, c), int)
-    sharp = rng.uniform(1.0, 4.0, size=(n, 1))
+    sharp = rng.uniform(2.5, 6.0, size=(n, 1))  # LLM next-token distributions are peaked
     logits = rng.standard_normal((n, c)) * sharp
-    tail = rng.uniform(0.002, 0.05, size=(n, 1))  # mass on ids outside the candidates
+    tail = rng.uniform(0.0005, 0.01, size=(n, 1))  # mass on ids outside the candidates
     p = np.exp(logits - logits.max(1, keepdims=True))
     p = p / p.sum(1, keepdims=True) * (1 - tail)
     q_logits = np.log(p) + rng.standard_normal((n, c)) * cfg.noise

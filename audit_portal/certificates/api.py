@@ -1,0 +1,140 @@
+"""REST endpoints for run certificates."""
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import exceptions, generics, serializers
+from rest_framework.pagination import CursorPagination
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from audit_portal.accounts.principal import Principal
+from audit_portal.certificates import figures, selectors
+from audit_portal.certificates.models import RunCertificate, SequenceSummary
+from audit_portal.core.errors import PortalError
+from audit_portal.runs.selectors import get_run
+
+
+class CertificateSerializer(serializers.ModelSerializer):
+    project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+
+    class Meta:
+        model = RunCertificate
+        fields = ["id", "project", "run", "upload", "summary", "bounds", "budget", "length_buckets", "histograms",
+                  "errors", "caveats", "options", "tokens", "sequences", "acceptance_rate", "eps_hat", "delta_hat",
+                  "best_bound", "best_bound_id", "data_errors", "created_at", "completed_at"]
+        read_only_fields = fields
+
+
+class SequenceSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = SequenceSummary
+        fields = ["id", "call_id", "trajectory_id", "step", "line", "length", "status", "accept", "eps_hat",
+                  "delta_hat", "tv_lo_max", "mean_k3", "max_k2", "a_y", "reason"]
+        read_only_fields = fields
+
+
+class ByLinePagination(CursorPagination):
+    ordering = ("line", "id")
+    page_size = 100
+    page_size_query_param = "page_size"
+    max_page_size = 1000
+
+
+class CertificateDetail(generics.RetrieveAPIView):
+    serializer_class = CertificateSerializer
+
+    def get_object(self):
+        return selectors.get_certificate(Principal.from_request(self.request), self.kwargs["pk"])
+
+
+class RunCertificateDetail(generics.RetrieveAPIView):
+    """The run's latest complete certificate."""
+
+    serializer_class = CertificateSerializer
+
+    def get_object(self):
+        principal = Principal.from_request(self.request)
+        certificate = selectors.latest_for_run(principal, get_run(principal, self.kwargs["pk"]))
+        if certificate is None:
+            raise exceptions.NotFound("This run has no certificate yet.")
+        return certificate
+
+
+@extend_schema(parameters=[
+    OpenApiParameter("status", str, enum=["CERT_IN", "CERT_OUT", "UNDETERMINED", "HEURISTIC", "DATA_ERROR"]),
+    OpenApiParameter("step", int), OpenApiParameter("accepted", bool)])
+class CertificateSequences(generics.ListAPIView):
+    """Per-sequence summaries, filterable by status, step and acceptance; cursor-paginated by line."""
+
+    serializer_class = SequenceSerializer
+    pagination_class = ByLinePagination
+
+    def get_queryset(self):
+        certificate = selectors.get_certificate(Principal.from_request(self.request), self.kwargs["pk"])
+        params = self.request.query_params
+        step = params.get("step")
+        if step is not None and not step.lstrip("-").isdigit():
+            raise PortalError(f"step must be an integer, got {step!r}", code="invalid_parameter")
+        accepted = params.get("accepted")
+        if accepted is not None and accepted not in ("true", "false"):
+            raise PortalError("accepted must be true or false", code="invalid_parameter")
+        return selectors.sequences(certificate, status=params.get("status"), step=int(step) if step else None,
+                                   accepted=None if accepted is None else accepted == "true")
+
+
+def _budget(request) -> float:
+    raw = request.query_params.get("budget", "0.1")
+    try:
+        budget = float(raw)
+    except ValueError:
+        raise PortalError(f"budget must be a number, got {raw!r}", code="invalid_parameter") from None
+    if not 0 < budget < 1e9:
+        raise PortalError("budget must be positive", code="invalid_parameter")
+    return budget
+
+
+class CertificateFigures(APIView):
+    """The run page's figures as Plotly JSON; ``budget`` sets the error budget line and thresholds."""
+
+    @extend_schema(parameters=[OpenApiParameter("budget", float)], responses=dict)
+    def get(self, request, pk):
+        certificate = selectors.get_certificate(Principal.from_request(request), pk)
+        budget = _budget(request)
+        return Response({
+            "budget": budget,
+            "bound_table": figures.bound_table(certificate, budget),
+            "bound_tightness": figures.bound_tightness(certificate, budget),
+            "steps": figures.step_series(certificate),
+            "distributions": figures.distributions(certificate),
+            "token_status": figures.token_status(certificate),
+            "acceptance_by_length": figures.acceptance_by_length(certificate),
+        })
+
+
+COMPARED = ["tokens", "sequences", "acceptance_rate", "eps_hat", "delta_hat", "best_bound", "data_errors"]
+
+
+class CertificateComparison(APIView):
+    """Two certificates side by side: headline numbers, every bound, and the differences (b − a)."""
+
+    @extend_schema(parameters=[OpenApiParameter("a", int, required=True), OpenApiParameter("b", int, required=True)],
+                   responses=dict)
+    def get(self, request):
+        principal = Principal.from_request(request)
+        try:
+            a_id, b_id = int(request.query_params["a"]), int(request.query_params["b"])
+        except (KeyError, ValueError):
+            raise PortalError("give two certificate ids: ?a=<id>&b=<id>", code="invalid_parameter") from None
+        a, b = selectors.get_certificate(principal, a_id), selectors.get_certificate(principal, b_id)
+
+        def diff(x, y):
+            return None if x is None or y is None else y - x
+
+        headline = {k: {"a": getattr(a, k), "b": getattr(b, k), "diff": diff(getattr(a, k), getattr(b, k))} for k in COMPARED}
+        bound_ids = sorted(set(a.bounds) | set(b.bounds) - {"argmin"})
+        bounds = {k: {"a": a.bounds.get(k), "b": b.bounds.get(k), "diff": diff(a.bounds.get(k), b.bounds.get(k))}
+                  for k in bound_ids if k != "argmin"}
+        return Response({"a": {"id": a.pk, "run": a.run_id, "upload": a.upload_id, "argmin": a.bounds.get("argmin")},
+                         "b": {"id": b.pk, "run": b.run_id, "upload": b.upload_id, "argmin": b.bounds.get("argmin")},
+                         "headline": headline, "bounds": bounds,
+                         "caveat": "Certificates hold on the contexts each run visited; comparing them compares those samples."})

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class CertificatesConfig(AppConfig):
+    name = "audit_portal.certificates"
+    label = "certificates"

@@ -1,0 +1,171 @@
+"""Plotly figures for the run page, built server-side as JSON (the page loads plotly.js from static/).
+
+Series are downsampled to at most ``MAX_POINTS`` points with min/max bands, so a run of 10⁵ steps draws as fast
+as one of 100. Bound curves come from ``workers.certify.bounds`` (math/numpy only — the web tier stays torch-free).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import plotly.graph_objects as go
+
+from workers.certify.bounds import BOUND_IDS, KL_PARAMETERISED, budget_threshold, trm_bounds
+
+MAX_POINTS = 1000
+BOUND_LABELS = {
+    "classical_tv": "Classical (TV)", "classical_kl": "Classical (KL)", "pm_kl": "Pinsker-Marginal KL",
+    "pm_tv": "Pinsker-Marginal TV", "mix_kl": "Mixed KL", "mix_tv": "Mixed TV", "coup": "Coupling",
+    "adap_kl": "Adaptive KL", "adap_tv": "Adaptive TV", "adap_star": "Adaptive ★", "linear": "Linear (4Σ D̄)",
+}
+STATUS_COLOURS = {"IN": "#1f8a4c", "OUT": "#c0392b", "UNDETERMINED": "#d68910", "DATA_ERROR": "#6c3483"}
+LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=40, b=50), height=360,
+              font=dict(family="system-ui, sans-serif", size=12), legend=dict(orientation="h", y=-0.2))
+
+
+def downsample(x, y, max_points: int = MAX_POINTS) -> dict:
+    """Bin (x, y) into at most ``max_points`` equal-count bins: x = bin centre, y = mean, plus min/max bands.
+    ``None`` values are skipped. Below the limit the series is returned as is (bands equal the values)."""
+    pairs = [(a, b) for a, b in zip(x, y) if a is not None and b is not None]
+    if not pairs:
+        return {"x": [], "y": [], "lo": [], "hi": []}
+    xs = np.asarray([p[0] for p in pairs], dtype=np.float64)
+    ys = np.asarray([p[1] for p in pairs], dtype=np.float64)
+    if len(xs) <= max_points:
+        return {"x": xs.tolist(), "y": ys.tolist(), "lo": ys.tolist(), "hi": ys.tolist()}
+    edges = np.linspace(0, len(xs), max_points + 1).astype(int)
+    out = {"x": [], "y": [], "lo": [], "hi": []}
+    for a, b in zip(edges[:-1], edges[1:]):
+        if b <= a:
+            continue
+        out["x"].append(float(xs[a:b].mean()))
+        out["y"].append(float(ys[a:b].mean()))
+        out["lo"].append(float(ys[a:b].min()))
+        out["hi"].append(float(ys[a:b].max()))
+    return out
+
+
+def bound_inputs(certificate) -> dict:
+    s = certificate.summary
+    return {"eps": s.get("eps_hat"), "delta": s.get("delta_hat"), "kl_seq": s.get("kl_seq_mean"),
+            "tv_seq": s.get("tv_seq_mean"), "constants": certificate.options.get("constants", "paper"),
+            "reward_range": certificate.options.get("reward_range", 1.0)}
+
+
+def bound_table(certificate, budget: float) -> list[dict]:
+    """Per bound: its value at T_ref with the run's measured inputs, and the largest per-token threshold that
+    keeps it within ``budget`` (ε or δ, as the bound is parameterised)."""
+    params = bound_inputs(certificate)
+    T = int(certificate.summary.get("T_ref") or 1)
+    at_T = certificate.bounds
+    fixed = {k: v for k, v in params.items() if k in ("kl_seq", "tv_seq", "constants", "reward_range") and v is not None}
+    rows = []
+    for bid in BOUND_IDS:
+        try:
+            threshold = budget_threshold(bid, T, budget, **fixed)
+        except (ValueError, TypeError):
+            threshold = None
+        value = at_T.get(bid)
+        rows.append({"id": bid, "label": BOUND_LABELS[bid], "value": value,
+                     "parameter": "δ" if bid in KL_PARAMETERISED else "ε",
+                     "threshold": threshold if threshold is None or math.isfinite(threshold) else None,
+                     "best": bid == at_T.get("argmin"), "within_budget": value is not None and value <= budget})
+    return rows
+
+
+def bound_tightness(certificate, budget: float) -> dict:
+    """Every bound against T at the run's measured ε̂, δ̂ (log scale), B* marked, the budget as a line."""
+    params = bound_inputs(certificate)
+    T_ref = int(certificate.summary.get("T_ref") or 1)
+    T_max = max(4096, 4 * T_ref)
+    Ts = sorted({int(round(t)) for t in np.logspace(0, math.log10(T_max), 160)} | {T_ref})
+    rows = [trm_bounds(T, **params) for T in Ts]
+    fig = go.Figure()
+    for bid in BOUND_IDS:
+        ys = [r.get(bid) for r in rows]
+        if all(v is None for v in ys):
+            continue
+        dash = "dot" if bid.startswith("classical") else "solid"
+        fig.add_trace(go.Scatter(x=Ts, y=ys, mode="lines", name=BOUND_LABELS[bid], line=dict(dash=dash, width=1.5)))
+    best = [r.get("best") for r in rows]
+    if any(v is not None for v in best):
+        fig.add_trace(go.Scatter(x=Ts, y=best, mode="lines", name="B* (min)", line=dict(color="black", width=3)))
+    measured = certificate.bounds
+    if measured.get("best") is not None:
+        fig.add_trace(go.Scatter(
+            x=[T_ref], y=[measured["best"]], mode="markers+text", name=f"B* at T_ref ({measured.get('argmin')})",
+            text=[f"B* = {measured['best']:.3g}"], textposition="top right",
+            marker=dict(size=12, color="#c0392b", symbol="star")))
+    fig.add_hline(y=budget, line=dict(color="#1f8a4c", dash="dash"), annotation_text=f"budget {budget:g}")
+    # Shapes on a log axis take log10 coordinates.
+    fig.add_vline(x=math.log10(max(T_ref, 1)), line=dict(color="#999", dash="dot"), annotation_text=f"T_ref = {T_ref}")
+    eps, delta = params["eps"], params["delta"]
+    title = f"Bounds vs T at ε̂ = {eps:.3g}" if eps is not None else "Bounds vs T"
+    title += f", δ̂ = {delta:.3g}" if delta is not None else ", δ̂ unbounded (KL bounds unavailable)"
+    fig.update_layout(**{**LAYOUT, "height": 430}, title=title, xaxis=dict(type="log", title="sequence length T"),
+                      yaxis=dict(type="log", title="bound on |J(π_θ) − J(π_roll) − L(π_θ)|"))
+    return fig.to_plotly_json()
+
+
+def step_series(certificate) -> dict:
+    steps = list(certificate.steps.order_by("step").values("step", "acceptance_rate", "eps_hat_max", "eps_hat_mean"))
+    fig = go.Figure()
+    for key, name, colour, axis in [("acceptance_rate", "acceptance rate", "#2d5bd7", "y"),
+                                    ("eps_hat_max", "ε̂ max", "#c0392b", "y2"),
+                                    ("eps_hat_mean", "ε̂ mean", "#d68910", "y2")]:
+        s = downsample([r["step"] for r in steps], [r[key] for r in steps])
+        if s["x"] and s["lo"] != s["hi"]:
+            fig.add_trace(go.Scatter(x=s["x"] + s["x"][::-1], y=s["hi"] + s["lo"][::-1], fill="toself", yaxis=axis,
+                                     line=dict(width=0), fillcolor=colour, opacity=0.15, showlegend=False,
+                                     hoverinfo="skip"))
+        fig.add_trace(go.Scatter(x=s["x"], y=s["y"], mode="lines+markers" if len(s["x"]) < 60 else "lines",
+                                 name=name, line=dict(color=colour), yaxis=axis))
+    fig.update_layout(**LAYOUT, title="Acceptance and ε̂ over training steps",
+                      xaxis=dict(title="step"), yaxis=dict(title="acceptance rate", range=[0, 1.02]),
+                      yaxis2=dict(title="ε̂ (certified max TV)", overlaying="y", side="right", rangemode="tozero"))
+    return fig.to_plotly_json()
+
+
+def distributions(certificate) -> dict:
+    h = certificate.histograms or {}
+    fig = go.Figure()
+    eps = h.get("eps")
+    if eps:
+        centres = [(a + b) / 2 for a, b in zip(eps["edges"][:-1], eps["edges"][1:])]
+        fig.add_trace(go.Bar(x=centres, y=eps["counts"], name="ε̂ per sequence", marker_color="#2d5bd7"))
+    title = "ε̂ per sequence (max certified token TV)"
+    delta = h.get("delta") or {}
+    if delta and sum(delta.get("counts", [])):
+        centres = [10 ** ((a + b) / 2) for a, b in zip(delta["log10_edges"][:-1], delta["log10_edges"][1:])]
+        fig.add_trace(go.Bar(x=centres, y=delta["counts"], name="δ̂ per sequence", xaxis="x2", yaxis="y2",
+                             marker_color="#d68910"))
+        fig.update_layout(xaxis2=dict(type="log", title="δ̂", anchor="y2", domain=[0.55, 1]),
+                          yaxis2=dict(anchor="x2"), xaxis=dict(domain=[0, 0.45]))
+    elif delta:
+        title += f" — δ̂ unbounded for {delta.get('unbounded', 0)} sequences (trainer side only partially known)"
+    fig.update_layout(**LAYOUT, title=title, bargap=0.05)
+    fig.update_xaxes(title_text="ε̂", selector=dict(anchor="y"))
+    return fig.to_plotly_json()
+
+
+def token_status(certificate) -> dict:
+    counts = (certificate.summary.get("status_counts") or {}).get("tokens", {})
+    total = sum(counts.values()) or 1
+    fig = go.Figure()
+    for status in ("IN", "UNDETERMINED", "OUT", "DATA_ERROR"):
+        n = counts.get(status, 0)
+        fig.add_trace(go.Bar(y=["tokens"], x=[n], name=f"{status} ({n / total:.1%})", orientation="h",
+                             marker_color=STATUS_COLOURS[status], text=[f"{n:,}"], textposition="inside"))
+    fig.update_layout(**{**LAYOUT, "height": 200}, barmode="stack", title="Token status at the threshold",
+                      xaxis=dict(title="tokens"))
+    return fig.to_plotly_json()
+
+
+def acceptance_by_length(certificate) -> dict:
+    buckets = certificate.length_buckets or []
+    fig = go.Figure(go.Bar(
+        x=[b["bucket"] for b in buckets], y=[b["acceptance_rate"] for b in buckets], marker_color="#2d5bd7",
+        text=[f"{b['accepted']}/{b['sequences']}" for b in buckets], textposition="outside"))
+    fig.update_layout(**LAYOUT, title="Acceptance by response length", xaxis=dict(title="length bucket (tokens)"),
+                      yaxis=dict(title="acceptance rate", range=[0, 1.1]))
+    return fig.to_plotly_json()

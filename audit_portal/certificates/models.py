@@ -1,0 +1,90 @@
+"""Run certificates: one per certified upload, with per-step aggregates and per-sequence summaries.
+
+Never per-token rows: token-level data stays in the uploaded file (spec: ARCHITECTURE §4)."""
+from __future__ import annotations
+
+from django.db import models
+from django.utils import timezone
+
+from audit_portal.accounts.models import Project
+from audit_portal.runs.models import Run, Upload
+
+
+class RunCertificate(models.Model):
+    class State(models.TextChoices):
+        PENDING = "pending", "Pending"  # sequences being written; not shown until complete
+        COMPLETE = "complete", "Complete"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="certificates")
+    run = models.ForeignKey(Run, null=True, on_delete=models.SET_NULL, related_name="certificates")
+    upload = models.OneToOneField(Upload, on_delete=models.CASCADE, related_name="certificate")
+    state = models.CharField(max_length=10, choices=State.choices, default=State.PENDING)
+    options = models.JSONField(default=dict)
+    summary = models.JSONField(default=dict)
+    bounds = models.JSONField(default=dict)
+    budget = models.JSONField(default=dict, blank=True)
+    length_buckets = models.JSONField(default=list)
+    histograms = models.JSONField(default=dict)
+    errors = models.JSONField(default=list)
+    caveats = models.JSONField(default=list)
+    # Scalars for lists and comparisons (also inside ``summary``).
+    tokens = models.BigIntegerField(default=0)
+    sequences = models.IntegerField(default=0)
+    acceptance_rate = models.FloatField(null=True)
+    eps_hat = models.FloatField(null=True)
+    delta_hat = models.FloatField(null=True)
+    best_bound = models.FloatField(null=True)
+    best_bound_id = models.CharField(max_length=20, blank=True)
+    data_errors = models.IntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+    completed_at = models.DateTimeField(null=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["run", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"certificate of upload {self.upload_id}"
+
+
+class StepAggregate(models.Model):
+    certificate = models.ForeignKey(RunCertificate, on_delete=models.CASCADE, related_name="steps")
+    step = models.IntegerField(null=True)
+    sequences = models.IntegerField()
+    tokens = models.BigIntegerField()
+    accepted = models.IntegerField()
+    acceptance_rate = models.FloatField(null=True)
+    eps_hat_max = models.FloatField(null=True)
+    eps_hat_mean = models.FloatField(null=True)
+    delta_hat = models.FloatField(null=True)
+    mean_k3 = models.FloatField(null=True)
+    status_counts = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["step"]
+        indexes = [models.Index(fields=["certificate", "step"])]
+
+
+class SequenceSummary(models.Model):
+    certificate = models.ForeignKey(RunCertificate, on_delete=models.CASCADE, related_name="sequence_summaries")
+    call_id = models.CharField(max_length=200, blank=True)
+    trajectory_id = models.CharField(max_length=200, blank=True)
+    step = models.IntegerField(null=True)
+    line = models.IntegerField()
+    length = models.IntegerField(null=True)
+    status = models.CharField(max_length=16)
+    accept = models.BooleanField()
+    eps_hat = models.FloatField(null=True)
+    delta_hat = models.FloatField(null=True)
+    tv_lo_max = models.FloatField(null=True)
+    mean_k3 = models.FloatField(null=True)
+    max_k2 = models.FloatField(null=True)
+    a_y = models.FloatField(null=True)
+    reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["line"]
+        indexes = [
+            models.Index(fields=["certificate", "status", "line"]),
+            models.Index(fields=["certificate", "step", "line"]),
+        ]
