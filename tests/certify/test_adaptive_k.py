@@ -34,7 +34,7 @@ def batch(rng, B, N, K):
     return (ids_p, lp_p, ids_q, lp_q, y, a, b), truth, raw
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), N=st.integers(3, 25))
 def test_envelopes_monotone_and_valid(seed, N):
     rng = np.random.default_rng(seed)
@@ -56,7 +56,7 @@ def test_envelopes_monotone_and_valid(seed, N):
             assert abs(float(LO[i, k]) - lo_run) < 1e-12 and abs(float(HI[i, k]) - hi_run) < 1e-12
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), N=st.integers(3, 25), tol=st.sampled_from([0.01, 0.05, 0.2]),
        theta=st.sampled_from([0.05, 0.15, 0.3]))
 def test_rules_stop_at_first_sufficient_K(seed, N, tol, theta):

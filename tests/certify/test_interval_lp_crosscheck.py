@@ -30,7 +30,8 @@ def lp_min_tv(N, known_p, known_q, cap_p=None, cap_q=None):
     for v in range(N):
         bounds.append((known_q[v], known_q[v]) if v in known_q else (0, cap_q))
     bounds += [(0, None)] * N
-    res = linprog(c, A_ub=np.array(A_ub), b_ub=b_ub, A_eq=np.array(A_eq), b_eq=b_eq, bounds=bounds, method="highs")
+    res = linprog(c, A_ub=np.array(A_ub), b_ub=b_ub, A_eq=np.array(A_eq), b_eq=b_eq, bounds=bounds, method="highs",
+                  options={"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10})
     assert res.status == 0, res.message
     return res.fun
 

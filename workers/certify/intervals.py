@@ -90,8 +90,9 @@ def _rmin(x, fill):
     return torch.cat([x, torch.full((x.shape[0], 1), fill, dtype=x.dtype)], 1).amin(1)
 
 
-def _list_checks(ids, lp, valid, eta):
-    """Per-row flags for one side's list: padding order, duplicates, descending order, value sanity."""
+def _list_checks(ids, lp, valid, eta, sorted_required=True):
+    """Per-row flags for one side's list: padding order, duplicates, descending order (top-K lists only — an
+    arbitrary subset, ``caps=False``, may come in any order), value sanity."""
     err = torch.zeros(ids.shape[0], dtype=torch.int32)
     K = ids.shape[1]
     if K == 0:
@@ -102,8 +103,9 @@ def _list_checks(ids, lp, valid, eta):
         err |= bad_pad.to(torch.int32) * ERR_PADDING
         both = valid[:, :-1] & valid[:, 1:]
         # Storage rounding is monotone, so the logged order must hold up to the η of the two values.
-        unsorted = (both & (lp[:, 1:] > lp[:, :-1] + eta[:, 1:] + eta[:, :-1] + 1e-12)).any(1)
-        err |= unsorted.to(torch.int32) * ERR_UNSORTED
+        if sorted_required:
+            unsorted = (both & (lp[:, 1:] > lp[:, :-1] + eta[:, 1:] + eta[:, :-1] + 1e-12)).any(1)
+            err |= unsorted.to(torch.int32) * ERR_UNSORTED
         # duplicates: sort the ids (padding made distinct negatives) and compare neighbours — O(K log K)
         distinct_pad = torch.where(valid, ids, -1 - torch.arange(K, dtype=ids.dtype))
         srt = torch.sort(distinct_pad, 1).values
@@ -143,7 +145,7 @@ def _interval_rows(p_ids, p_lp, q_ids, q_lp, y, a, b, caps, eta_p, eta_q, eta_a,
     zeros = torch.zeros(N, dtype=torch.float64)
     p_valid = p_ids >= 0
     q_valid = q_ids >= 0
-    err = _list_checks(p_ids, p_lp, p_valid, eta_p) | _list_checks(q_ids, q_lp, q_valid, eta_q)
+    err = _list_checks(p_ids, p_lp, p_valid, eta_p, caps) | _list_checks(q_ids, q_lp, q_valid, eta_q, caps)
     err |= (~torch.isfinite(a) | ~torch.isfinite(b)).to(torch.int32) * ERR_NONFINITE
     err |= ((a > POS_TOL) | (b > POS_TOL)).to(torch.int32) * ERR_POSITIVE
     err |= (y < 0).to(torch.int32) * ERR_BAD_ID
@@ -409,7 +411,7 @@ def tv_interval_fullq(roll_ids, roll_logp, train_logp, sampled_id, logp_roll_y, 
     n = y.numel()
     ids, lp, qf, y, a = ids.reshape(n, K), lp.reshape(n, K), qf.reshape(n, V), y.reshape(n), a.reshape(n)
     valid = ids >= 0
-    err = _list_checks(ids, lp, valid, torch.zeros_like(lp))
+    err = _list_checks(ids, lp, valid, torch.zeros_like(lp), caps)
     err |= (~torch.isfinite(a) | (a > POS_TOL)).to(torch.int32) * ERR_NONFINITE
     err |= ((ids >= V) & valid).any(1).to(torch.int32) * ERR_BAD_ID
     err |= ((y < 0) | (y >= V)).to(torch.int32) * ERR_BAD_ID
