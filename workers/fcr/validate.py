@@ -28,7 +28,7 @@ from itertools import chain
 
 import orjson
 
-from workers.fcr.reader import GZIP_MAGIC, READ_BUFFER
+from workers.fcr.reader import GZIP_MAGIC
 
 SCHEMA = "fcr/1"
 ROLES = frozenset({"policy", "background", "unknown"})
@@ -460,6 +460,46 @@ def validate_record(
 # --------------------------------------------------------------------------------------------- file
 
 _RUNS_CAP = 1000
+_GZ_CHUNK = 1 << 18
+_GZ_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile, OSError)
+
+
+def _gzip_lines(fileobj):
+    """Lines of a gzip stream, salvaging every complete line before a truncation or corruption (``read1`` returns
+    what one decompression step produced, where a buffered ``read`` would drop it on the error)."""
+    gz = gzip.GzipFile(fileobj=fileobj, mode="rb")
+    tail = b""
+    while True:
+        data = gz.read1(_GZ_CHUNK)
+        if not data:
+            if tail:
+                yield tail
+            return
+        parts = (tail + data).split(b"\n")
+        tail = parts.pop()
+        for part in parts:
+            yield part + b"\n"
+
+
+def iter_raw_lines(path):
+    """Yield ``(line_number, raw_line)`` for every non-blank line, plain or gzip (by magic). A truncated or corrupt
+    gzip stream yields every complete line first, then raises :class:`FcrParseError` on the next line number."""
+    from workers.fcr.reader import FcrParseError
+
+    with open(path, "rb") as raw:
+        gz = raw.peek(2)[:2] == GZIP_MAGIC
+        it = _gzip_lines(raw) if gz else iter(raw)
+        line_no = 0
+        while True:
+            try:
+                line = next(it)
+            except StopIteration:
+                return
+            except _GZ_ERRORS as exc:
+                raise FcrParseError(line_no + 1, f"compressed stream is truncated or corrupt ({exc})") from exc
+            line_no += 1
+            if not line.isspace():
+                yield line_no, line
 
 
 class _Counter:
@@ -540,12 +580,11 @@ def validate_file(
     counter = _Counter(raw)
     head = raw.peek(2)[:2]
     if head == GZIP_MAGIC:
-        import io
-
-        fh = io.BufferedReader(gzip.GzipFile(fileobj=counter, mode="rb"), buffer_size=READ_BUFFER)
+        fh = None
+        it = _gzip_lines(counter)
     else:
         fh = counter  # plain: iterate the raw buffered file directly (fast path)
-    it = iter(fh.fh) if fh is counter else iter(fh)
+        it = iter(raw)
     line_no = 0
     next_report = progress_every_bytes
     loads = orjson.loads
@@ -556,7 +595,7 @@ def validate_file(
                 line = next(it)
             except StopIteration:
                 break
-            except (EOFError, zlib.error, gzip.BadGzipFile, OSError) as exc:
+            except _GZ_ERRORS as exc:
                 add(FcrIssue(line_no + 1, None, "", f"compressed stream is truncated or corrupt ({exc})"))
                 break
             line_no += 1
@@ -614,10 +653,6 @@ def validate_file(
                 seen.add(key)
     finally:
         bytes_read = counter.pos if fh is not counter else raw.tell()
-        try:
-            fh.close()
-        except Exception:  # noqa: BLE001 - a corrupt gzip may fail again on close
-            pass
         raw.close()
     if progress is not None:
         progress(1.0, f"done: {line_no} lines")

@@ -24,9 +24,9 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 import orjson
 
-from workers.fcr.reader import FcrParseError, iter_lines
-from workers.fcr.validate import array_bools_possible, validate_record
-from workers.fidelity.coverage import Coverage
+from workers.fcr.reader import FcrParseError
+from workers.fcr.validate import array_bools_possible, iter_raw_lines, validate_record
+from workers.fidelity.coverage import Coverage, coverage_meta
 from workers.fidelity.masks_export import MaskWriter
 from workers.fidelity.rules import AuditOptions, CallResult, Lineage, evaluate_call, finalize
 from workers.fidelity.tokenizer import TokenizerRegistry
@@ -42,13 +42,10 @@ class _Broken:
 
 def _file_source(path):
     def lines() -> Iterator[tuple[int, object]]:
-        last = 0
         try:
-            for line_no, raw in iter_lines(path):
-                last = line_no
-                yield line_no, raw
+            yield from iter_raw_lines(path)
         except FcrParseError as exc:
-            yield max(exc.line, last + 1), _Broken(exc.reason)
+            yield exc.line, _Broken(exc.reason)
     return lines
 
 
@@ -211,9 +208,29 @@ def _run(source, *, mode, tokenizer, masks_out, masks_format, path_label, **opti
         certs = CertificateSection(opts)
     writer = MaskWriter(masks_out, masks_format) if masks_out else None
     calls: list[dict] = []
-    truncated_calls = False
+    state = {"truncated": False}
     unparsed = 0
     unregistered: set[str] = set()
+    waiting: list = []  # calls queued for a certificate flush, in file order
+
+    def emit(res, meta):
+        if opts.require_certificate:
+            finalize(res)
+        cov.add(res, meta)
+        if writer is not None:
+            writer.write(res.entry, res.words == 0)
+        if opts.max_calls_in_report is None or len(calls) < opts.max_calls_in_report:
+            calls.append(res.entry)
+        else:
+            state["truncated"] = True
+
+    def drain():
+        if certs is not None:
+            certs.flush()
+        for item in waiting:
+            emit(*item)
+        waiting.clear()
+
     try:
         for line, raw in source():
             rec, err = _parse(raw)
@@ -232,19 +249,17 @@ def _run(source, *, mode, tokenizer, masks_out, masks_format, path_label, **opti
                         unregistered.add(str(tsha))
                 lineage = index.lineage(line, rec) if not issues else Lineage()
                 res = evaluate_call(rec, line=line, issues=issues, tokenizer=tok, lineage=lineage, opts=opts)
-                if certs is not None:
-                    certs.add(res)
-                    if opts.require_certificate:
-                        finalize(res)
-            cov.add(res, rec)
-            if writer is not None:
-                writer.write(res.entry, res.words == 0)
-            if opts.max_calls_in_report is None or len(calls) < opts.max_calls_in_report:
-                calls.append(res.entry)
+            item = (res, coverage_meta(rec))
+            if certs is None:
+                emit(*item)
             else:
-                truncated_calls = True
+                waiting.append(item)
+                if (res.cert_arrays and certs.add(res)) or len(waiting) >= certs.FLUSH_CALLS:
+                    drain()
+        drain()
     finally:
         masks = writer.close() if writer is not None else None
+    truncated_calls = state["truncated"]
 
     if certs is not None:
         cov.cert = certs.summary()

@@ -28,6 +28,12 @@ def _lists(tk, n):
 
 
 class CertificateSection:
+    """Accumulates calls and certifies them in batches (one :func:`tv_interval_batch` call per flush), since the
+    per-call overhead of the torch path dominates small calls."""
+
+    FLUSH_POSITIONS = 1 << 16
+    FLUSH_CALLS = 4096
+
     def __init__(self, opts):
         self.opts = opts
         self.lo, self.hi, self.gap = Distribution(), Distribution(), Distribution()
@@ -36,34 +42,70 @@ class CertificateSection:
         self.decisions = {"inside": 0, "outside": 0, "undecided": 0, "invalid": 0}
         self.seq_sum_hi = Distribution()
         self.seq_max_hi = Distribution()
+        self.pending: list = []
+        self.pending_positions = 0
 
-    def add(self, res):
+    def add(self, res) -> bool:
+        """Queue a call; returns True when the caller should :meth:`flush`."""
         a = res.cert_arrays
-        if not a:
+        if a and res.n:
+            sel = np.flatnonzero(res.words == 0)
+            self.verifiable_tokens += len(sel)
+            if len(sel):
+                if a["r_tk"] is not None:
+                    self.with_topk += len(sel)
+                self.pending.append((res, sel))
+                self.pending_positions += len(sel)
+        return self.pending_positions >= self.FLUSH_POSITIONS or len(self.pending) >= self.FLUSH_CALLS
+
+    def flush(self):
+        if not self.pending:
             return
-        n = res.n
-        pos = np.flatnonzero(res.words == 0) if n else np.zeros(0, dtype=np.int64)
-        self.verifiable_tokens += len(pos)
-        has_topk = a["r_tk"] is not None
-        if len(pos) == 0:
-            return
-        if has_topk:
-            self.with_topk += len(pos)
         import torch
 
         from workers.certify import tv_interval_batch
 
-        p_ids, p_lp = (a["r_tk"][0], np.where(a["r_tk"][0] >= 0, a["r_tk"][1], -np.inf)) if has_topk else _lists(None, n)
-        q_ids, q_lp = _lists(a["t_tk"], n) if isinstance(a["t_tk"], list) else _lists(None, n)
-        # certify's padding convention: id −1, trailing
-        sel = pos
-        y = np.asarray(a["ids"], dtype=np.int64)[sel]
-        lo, hi, err = tv_interval_batch(
-            torch.from_numpy(np.ascontiguousarray(p_ids[sel])), torch.from_numpy(np.ascontiguousarray(p_lp[sel])),
-            torch.from_numpy(np.ascontiguousarray(q_ids[sel])), torch.from_numpy(np.ascontiguousarray(q_lp[sel])),
-            torch.from_numpy(y), torch.from_numpy(a["r_lp"][sel].copy()), torch.from_numpy(a["t_lp"][sel].copy()),
-            topk_caps=True, return_status=True)
+        parts = []
+        for res, sel in self.pending:
+            a = res.cert_arrays
+            n = res.n
+            if a["r_tk"] is not None:
+                p_ids, p_lp = a["r_tk"][0], np.where(a["r_tk"][0] >= 0, a["r_tk"][1], -np.inf)
+            else:
+                p_ids, p_lp = _lists(None, n)
+            q_ids, q_lp = _lists(a["t_tk"] if isinstance(a["t_tk"], list) else None, n)
+            parts.append((p_ids[sel], p_lp[sel], q_ids[sel], q_lp[sel], np.asarray(a["ids"], dtype=np.int64)[sel],
+                          a["r_lp"][sel], a["t_lp"][sel]))
+        Kp = max(p[0].shape[1] for p in parts)
+        Kq = max(p[2].shape[1] for p in parts)
+
+        def pad(x, K, fill):
+            if x.shape[1] == K:
+                return x
+            out = np.full((x.shape[0], K), fill, dtype=x.dtype)
+            out[:, :x.shape[1]] = x
+            return out
+
+        cat = lambda i, K=None, fill=None: np.concatenate(  # noqa: E731
+            [pad(p[i], K, fill) if K is not None else p[i] for p in parts])
+        P_ids, P_lp = cat(0, Kp, -1), cat(1, Kp, -np.inf)
+        Q_ids, Q_lp = cat(2, Kq, -1), cat(3, Kq, -np.inf)
+        Y, A, B = cat(4), cat(5), cat(6)
+        t = torch.from_numpy
+        lo, hi, err = tv_interval_batch(t(P_ids), t(P_lp), t(Q_ids), t(Q_lp), t(Y), t(A), t(B),
+                                        topk_caps=True, return_status=True)
         lo, hi, err = lo.numpy(), hi.numpy(), err.numpy()
+        off = 0
+        for (res, sel), part in zip(self.pending, parts):
+            k = len(sel)
+            self._record(res, sel, lo[off:off + k], hi[off:off + k], err[off:off + k], part[5], part[6])
+            off += k
+        self.pending = []
+        self.pending_positions = 0
+
+    def _record(self, res, sel, lo, hi, err, r_lp, t_lp):
+        n = res.n
+        has_topk = res.cert_arrays["r_tk"] is not None
         bad = err != 0
         good = ~bad
         delta = self.opts.delta
@@ -74,7 +116,7 @@ class CertificateSection:
         self.lo.add(lo[good])
         self.hi.add(hi[good])
         self.gap.add((hi - lo)[good])
-        btv = np.abs(np.exp(a["r_lp"][sel]) - np.exp(a["t_lp"][sel]))
+        btv = np.abs(np.exp(r_lp) - np.exp(t_lp))
         cert = {
             "positions": int(len(sel)),
             "top_k": has_topk,
@@ -89,8 +131,8 @@ class CertificateSection:
             self.seq_sum_hi.add(np.array([cert["sum_hi"]]))
             self.seq_max_hi.add(np.array([cert["max_hi"]]))
         if n <= DETAIL_MAX_TOKENS:
-            def full(x, fill=None):
-                out = [fill] * n
+            def full(x):
+                out = [None] * n
                 for i, v in zip(sel.tolist(), x):
                     out[i] = v
                 return out
@@ -100,6 +142,7 @@ class CertificateSection:
             cert["binary_tv"] = full([float(v) for v in btv])
             cert["decision"] = full(dec.tolist())
         res.entry["certificate"] = cert
+        res.cert_arrays = {}
         if self.opts.require_certificate:
             words = res.words
             if not has_topk:

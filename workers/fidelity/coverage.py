@@ -77,6 +77,19 @@ def _lowest_bit_codes(words: np.ndarray) -> np.ndarray:
     return np.log2(low).astype(np.int64)
 
 
+def coverage_meta(rec) -> dict:
+    """The few record fields coverage needs (so queued calls need not keep whole records)."""
+    if not isinstance(rec, dict):
+        return {}
+    g = lambda d, k: d.get(k) if isinstance(d, dict) else None  # noqa: E731
+    h = rec.get("harness")
+    return {"prompt_provenance": g(rec.get("prompt"), "provenance"),
+            "response_provenance": g(rec.get("response"), "provenance"),
+            "harness_version": g(h, "version"), "environment_image": g(g(h, "environment"), "image_digest"),
+            "tokenizer_sha256": g(rec.get("tokenizer"), "sha256"),
+            "chat_template_sha256": g(rec.get("chat_template"), "sha256")}
+
+
 class Coverage:
     def __init__(self, opts):
         self.opts = opts
@@ -112,7 +125,7 @@ class Coverage:
         self.cert = None  # filled by the certificate section
 
     # ------------------------------------------------------------------ accumulate
-    def add(self, res: CallResult, rec: dict | None):
+    def add(self, res: CallResult, meta: dict):
         e = res.entry
         role = res.role
         self.calls += 1
@@ -145,11 +158,9 @@ class Coverage:
             for k in (f"{role}:{label}",):
                 self.ledger[k]["calls"] += 1
                 self.ledger[k]["tokens"] += n
-        if isinstance(rec, dict):
-            p = rec.get("prompt") if isinstance(rec.get("prompt"), dict) else {}
-            r = rec.get("response") if isinstance(rec.get("response"), dict) else {}
-            self.prov_prompt[str(p.get("provenance"))] += 1
-            self.prov_response[str(r.get("provenance"))] += 1
+        if meta:
+            self.prov_prompt[str(meta["prompt_provenance"])] += 1
+            self.prov_response[str(meta["response_provenance"])] += 1
         if e.get("drift_if_retokenized") is not None and role == "policy":
             self.drift_calls[0] += 1
             self.drift_tokens[0] += n
@@ -176,14 +187,11 @@ class Coverage:
             if len(self.cf_calls) < 100:
                 self.cf_calls.append({"call_id": e["call_id"], "line": e["line"], "violations": viol})
         # breakdowns (§6.4.10)
-        if isinstance(rec, dict):
-            h = rec.get("harness") if isinstance(rec.get("harness"), dict) else {}
-            env = h.get("environment") if isinstance(h.get("environment"), dict) else {}
-            tok = rec.get("tokenizer") if isinstance(rec.get("tokenizer"), dict) else {}
-            ct = rec.get("chat_template") if isinstance(rec.get("chat_template"), dict) else {}
-            for k, v in (("step", e["step"]), ("harness_version", h.get("version")),
-                         ("environment_image", env.get("image_digest")), ("tokenizer_sha256", tok.get("sha256")),
-                         ("chat_template_sha256", ct.get("sha256"))):
+        if meta:
+            for k, v in (("step", e["step"]), ("harness_version", meta["harness_version"]),
+                         ("environment_image", meta["environment_image"]),
+                         ("tokenizer_sha256", meta["tokenizer_sha256"]),
+                         ("chat_template_sha256", meta["chat_template_sha256"])):
                 b = self.breakdowns[k][str(v)]
                 b["calls"] += 1
                 if role == "policy":
