@@ -254,7 +254,9 @@ def run_contract(contract_id, impl, *, device="cpu", seeds=None, flags=None, tim
         return done("INCONCLUSIVE", reason="no valid measurement", **kw)
     failing = [e for e in evaluated if not e[4]]
     pool = failing or evaluated
-    worst = max(pool, key=lambda e: (e[3] if not math.isnan(e[3]) else math.inf))
+    # worst = largest margin; among infinite margins (T0 bounds), the largest statistic
+    worst = max(pool, key=lambda e: (e[3] if not math.isnan(e[3]) else math.inf,
+                                     e[1] if not math.isnan(e[1]) else math.inf))
     m, stat, bound, margin, _ = worst
     kw.update(statistic=stat, bound=bound, margin=margin)
     harness_note = ""

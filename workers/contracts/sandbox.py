@@ -385,6 +385,10 @@ def _child_main(conn, payload_bytes: bytes):
         os.dup2(2, 1)  # the candidate's prints must not corrupt a parent's --json stdout
     except OSError:
         pass
+    try:
+        os.setsid()  # own process group: a timeout kills whatever the candidate started, too
+    except OSError:
+        pass
 
     def send(obj):
         conn.send_bytes(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
@@ -491,7 +495,7 @@ def run_in_sandbox(impl, cases: list[Case], *, device="cpu", flags=None, time_li
     parent_conn, child_conn = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child_main, args=(child_conn, payload), daemon=True)
     t0 = time.monotonic()
-    proc.start()
+    _start(proc)
     child_conn.close()
     deadline = t0 + float(time_limit_s)
     outcome = None
@@ -523,12 +527,40 @@ def run_in_sandbox(impl, cases: list[Case], *, device="cpu", flags=None, time_li
                 outcome = SandboxOutcome(kind="crash", error=_crash_error(proc))
                 break
     finally:
-        if proc.is_alive():
-            proc.kill()
+        _kill_group(proc)
         proc.join(5)
         parent_conn.close()
     outcome["wall_s"] = time.monotonic() - t0
     return outcome
+
+
+def _start(proc):
+    """Start the child even from a daemonic worker process (Celery's prefork pool marks its workers daemonic
+    and multiprocessing refuses children there). Our child is always joined or killed by us, so lifting the
+    flag for the duration of start() does not leak processes."""
+    cur = mp.current_process()
+    was = cur._config.get("daemon")  # noqa: SLF001
+    if was:
+        cur._config["daemon"] = False  # noqa: SLF001
+    try:
+        proc.start()
+    finally:
+        if was:
+            cur._config["daemon"] = was  # noqa: SLF001
+
+
+def _kill_group(proc):
+    """Kill the child's process group (set up by os.setsid in the child), then the child itself."""
+    import signal
+
+    # only while the child is unreaped (alive, or a zombie only we can reap) is its pid surely still ours
+    if proc.pid is None or not proc.is_alive():
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError, OSError):
+        pass
+    proc.kill()
 
 
 def _crash_error(proc) -> dict:
