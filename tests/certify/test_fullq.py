@@ -19,7 +19,7 @@ def run(p, q, K, y, caps=True, exact_hi=True):
     ids, lps = topk_view(p, K)
     return tv_interval_fullq(torch.tensor([ids], dtype=torch.int64).reshape(1, K),
                              torch.tensor([lps], dtype=torch.float64).reshape(1, K),
-                             torch.tensor([np.log(q)], dtype=torch.float64), torch.tensor([y]),
+                             torch.from_numpy(np.log(q)[None, :]), torch.tensor([y]),
                              torch.tensor([math.log(p[y])], dtype=torch.float64), caps=caps, exact_hi=exact_hi)
 
 

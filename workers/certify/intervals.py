@@ -83,11 +83,15 @@ def _ids(x):
 
 def _rmax(x, fill):
     """Row-wise max that also works for K = 0 (returns ``fill``)."""
-    return torch.cat([x, torch.full((x.shape[0], 1), fill, dtype=x.dtype)], 1).amax(1)
+    if x.shape[1] == 0:
+        return torch.full((x.shape[0],), fill, dtype=x.dtype)
+    return x.amax(1)
 
 
 def _rmin(x, fill):
-    return torch.cat([x, torch.full((x.shape[0], 1), fill, dtype=x.dtype)], 1).amin(1)
+    if x.shape[1] == 0:
+        return torch.full((x.shape[0],), fill, dtype=x.dtype)
+    return x.amin(1)
 
 
 def _list_checks(ids, lp, valid, eta, sorted_required=True):
@@ -180,8 +184,18 @@ def _interval_rows(p_ids, p_lp, q_ids, q_lp, y, a, b, caps, eta_p, eta_q, eta_a,
     err |= ((dev_a > AGREE_TOL) | (dev_b > AGREE_TOL)).to(torch.int32) * ERR_SAMPLED_MISMATCH
 
     # ---- probabilities with their η-boxes [x⁻, x⁺] (x⁺ ≤ 1 is a fact, not a narrowing clamp) ------------------
+    # e^{−η} ≥ 1 − η and e^{η} ≤ 1 + η + η² for η ≤ 1: the polynomial box contains the exact one and costs a
+    # multiply instead of two more exp passes (it is O(η²) wider, so robust intervals still contain naive ones).
+    exact = not bool((eta_p.any() or eta_q.any() or eta_a.any() or eta_b.any()))
+    small = exact or max(float(e.max()) if e.numel() else 0.0 for e in (eta_p, eta_q, eta_a, eta_b)) <= 1.0
+
     def box(lp, eta):
-        return torch.exp(lp - eta), torch.clamp(torch.exp(lp + eta), max=1.0), torch.exp(lp)
+        e = torch.exp(lp)
+        if exact:
+            return e, e, e
+        if small:
+            return torch.clamp(e * (1.0 - eta), min=0.0), torch.clamp(e * (1.0 + eta + eta * eta), max=1.0), e
+        return torch.exp(lp - eta), torch.clamp(torch.exp(lp + eta), max=1.0), e
 
     pl_lo, pl_hi, pl = box(p_lp, eta_p)
     ql_lo, ql_hi, ql = box(q_lp, eta_q)
@@ -269,18 +283,23 @@ def _interval_rows(p_ids, p_lp, q_ids, q_lp, y, a, b, caps, eta_p, eta_q, eta_a,
     # h(p, q) = p log(p/q) separately over its box: q = q⁺, p = clamp(q⁺/e, p⁻, p⁺) (h is convex in p).
     def hmin(p_lo, p_hi, q_hi):
         pstar = torch.minimum(torch.maximum(q_hi / math.e, p_lo), p_hi)
-        return torch.where(pstar > 0, pstar * (torch.log(pstar) - torch.log(q_hi.clamp(min=1e-300))),
+        return torch.where(pstar > 0, pstar * (torch.log(pstar.clamp(min=1e-300)) - torch.log(q_hi.clamp(min=1e-300))),
                            torch.zeros_like(pstar))
 
     kl_coarse = hmin(pa_lo, pa_hi, qb_hi) + (mB * hmin(pl_lo, pl_hi, qp_hi)).sum(1) + hmin(pW_lo, pW_hi, qW_hi)
     kl_lo = torch.clamp(torch.maximum(kl_coarse, 2.0 * lo * lo), min=0.0)
-    # Finite upper bound only if no p-mass can sit where q is unknown (p_W⁺ = 0): then KL = Σ_B p log(p/q).
-    def hmax(p_lo, p_hi, q_lo):
-        cand = torch.stack([p_lo * (torch.log(p_lo) - torch.log(q_lo)), p_hi * (torch.log(p_hi) - torch.log(q_lo))])
-        return cand.amax(0)
+    # Finite upper bound only if no p-mass can sit where q is unknown (p_W⁺ = 0): then KL = Σ_B p log(p/q), whose
+    # per-term maximum over the box is at an end of the p-interval with q = q⁻. Rare, so computed on those rows only.
+    kl_hi = inf.clone()
+    fin = pW_hi <= 0.0
+    if bool(fin.any()):
+        def hmax(p_lo, p_hi, q_lo):
+            lq = torch.log(q_lo.clamp(min=1e-300))
+            return torch.maximum(p_lo * (torch.log(p_lo.clamp(min=1e-300)) - lq),
+                                 p_hi * (torch.log(p_hi.clamp(min=1e-300)) - lq))
 
-    kl_B_hi = hmax(pa_lo, pa_hi, qb_lo) + (mB * hmax(pl_lo, pl_hi, qp_lo)).sum(1)
-    kl_hi = torch.where(pW_hi <= 0.0, kl_B_hi, inf)
+        kl_hi[fin] = hmax(pa_lo[fin], pa_hi[fin], qb_lo[fin]) + \
+            (mB[fin] * hmax(pl_lo[fin], pl_hi[fin], qp_lo[fin])).sum(1)
 
     bad = err != 0
     lo = torch.where(bad, zeros, lo)
