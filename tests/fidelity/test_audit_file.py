@@ -159,3 +159,12 @@ def test_cli_audit_and_import(tmp_path):
     assert out["response"]["token_ids"] == [20, 3] and out["rollout"]["logprobs"] == [None, None]
     r = _cli("import", "agl", ex, tmp_path / "out2.jsonl")
     assert r.returncode == 0
+
+
+def test_ids_beyond_int64_fail_closed_per_record():
+    huge = variant(EXAMPLE_A, trajectory_id="h", call_id="h-0", **{"response.token_ids": [20, 2**70, 3]})
+    rep = audit_records([huge, EXAMPLE_A])
+    c = by_id(rep)
+    assert c["h-0"]["primary_reason"] == "MALFORMED" and "cannot be audited" in c["h-0"]["malformed"][0]["reason"]
+    assert c["tA-0"]["verdict"] == "verifiable"
+    assert rep["closed_failure_violations"] == 3  # its mask still counts against the run

@@ -80,6 +80,17 @@ def _parse(raw):
     return None, f"expected a JSON object, got {type(raw).__name__}"
 
 
+_UNAUDITABLE = (OverflowError, ValueError, TypeError, KeyError, IndexError)
+
+
+class _Unauditable:
+    severity = "error"
+    field = ""
+
+    def __init__(self, exc):
+        self.reason = f"record cannot be audited ({type(exc).__name__}: {exc})"
+
+
 def _digest(ids) -> bytes:
     return hashlib.blake2b(np.asarray(ids, dtype=np.int64).tobytes(), digest_size=16).digest()
 
@@ -105,6 +116,12 @@ class _Index:
         if issues:
             self.malformed.add(line)
             return
+        try:
+            self._add(line, rec)
+        except _UNAUDITABLE:
+            self.malformed.add(line)
+
+    def _add(self, line, rec):
         run, cid = rec["run_id"], rec["call_id"]
         self.first_line.setdefault((run, cid), line)
         prompt = rec["prompt"]["token_ids"]
@@ -240,15 +257,20 @@ def _run(source, *, mode, tokenizer, masks_out, masks_format, path_label, **opti
                 unparsed += 1
                 res = _malformed_line(line, err)
             else:
-                issues = _issues(rec, raw) if line in index.malformed else []
+                issues = (_issues(rec, raw) or [_Unauditable(ValueError("index pass rejected it"))]) \
+                    if line in index.malformed else []
                 tok = None
                 tsha = (rec.get("tokenizer") or {}).get("sha256") if isinstance(rec.get("tokenizer"), dict) else None
                 if tsha is not None:
                     tok = registry.get(tsha)
                     if tok is None and len(unregistered) < 100:
                         unregistered.add(str(tsha))
-                lineage = index.lineage(line, rec) if not issues else Lineage()
-                res = evaluate_call(rec, line=line, issues=issues, tokenizer=tok, lineage=lineage, opts=opts)
+                try:
+                    lineage = index.lineage(line, rec) if not issues else Lineage()
+                    res = evaluate_call(rec, line=line, issues=issues, tokenizer=tok, lineage=lineage, opts=opts)
+                except _UNAUDITABLE as exc:  # e.g. ids beyond int64: fail closed on this record, not the run
+                    res = evaluate_call(rec, line=line, issues=[_Unauditable(exc)], tokenizer=None,
+                                        lineage=Lineage(), opts=opts)
             item = (res, coverage_meta(rec))
             if certs is None:
                 emit(*item)
