@@ -114,3 +114,18 @@ def test_versioned_contracts_highest_version_wins(tmp_path: Path):
     (tmp_path / "a.v0.2.0.yaml").write_text(newer)
     (contract,) = load_suite(tmp_path)
     assert contract.version == "0.2.0" and contract.bound.text == "6*sqrt(K)"
+
+
+def test_loading_listing_and_grading_do_not_import_torch():
+    """The portal loads contracts into its database from a process that never imports torch."""
+    import subprocess
+    import sys
+
+    code = ("import sys, workers.contracts as kc; cs = kc.suite(); [c.to_dict() for c in cs]; "
+            "kc.grade([{'contract_class': 'C-PRC-01', 'verdict': 'PASS', 'assurance_level': 3}]); "
+            "from workers.contracts.cli import main; main(['list', '--json']); "
+            "assert 'torch' not in sys.modules, 'torch was imported'; print(len(cs))")
+    root = Path(__file__).resolve().parents[2]
+    p = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip().endswith("12")
