@@ -1,0 +1,10 @@
+"""Celery tasks: thin. Each loads its inputs, calls an engine, stores results through one service function,
+and reports progress. The web tier sends these by name only (it never imports this package).
+
+One module per domain; every task is registered under ``workers.tasks.<name>``.
+"""
+from workers.tasks.certificates import certify_upload
+from workers.tasks.maintenance import reap_stale_jobs
+from workers.tasks.uploads import validate_upload
+
+__all__ = ["certify_upload", "reap_stale_jobs", "validate_upload"]
