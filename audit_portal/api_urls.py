@@ -1,5 +1,5 @@
 """``/api/v1/`` routes."""
-from django.urls import path
+from django.urls import include, path
 
 from audit_portal.accounts import api as accounts
 from audit_portal.certificates import api as certificates
@@ -23,4 +23,6 @@ urlpatterns = [
     path("certificates/<int:pk>/", certificates.CertificateDetail.as_view(), name="certificate-detail"),
     path("certificates/<int:pk>/sequences/", certificates.CertificateSequences.as_view(), name="certificate-sequences"),
     path("certificates/<int:pk>/figures/", certificates.CertificateFigures.as_view(), name="certificate-figures"),
+    path("", include("audit_portal.fidelity.api_urls")),
+    path("", include("audit_portal.kernels.api_urls")),
 ]

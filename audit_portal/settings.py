@@ -59,6 +59,8 @@ INSTALLED_APPS = [
     "audit_portal.jobs",
     "audit_portal.runs",
     "audit_portal.certificates",
+    "audit_portal.fidelity",
+    "audit_portal.kernels",
     "audit_portal.dashboards",
 ]
 

@@ -19,6 +19,8 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"),
     path("", include("audit_portal.dashboards.urls")),
+    path("", include("audit_portal.fidelity.urls")),
+    path("", include("audit_portal.kernels.urls")),
 ]
 
 handler404 = "audit_portal.core.views.not_found"

@@ -1,0 +1,2 @@
+"""REST routes of the fidelity app (mounted under /api/v1/ by audit_portal/api_urls.py)."""
+urlpatterns: list = []

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class FidelityConfig(AppConfig):
+    name = "audit_portal.fidelity"
+    label = "fidelity"
