@@ -129,3 +129,13 @@ def test_loading_listing_and_grading_do_not_import_torch():
     p = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip().endswith("12")
+
+
+def test_alias_bomb_is_refused():
+    lines = ["a: &a [x, x, x, x, x, x, x, x, x, x]"]
+    prev = "a"
+    for i in range(8):  # 10**9 nodes once expanded
+        lines.append(f"l{i}: &l{i} [" + ", ".join([f"*{prev}"] * 10) + "]")
+        prev = f"l{i}"
+    with pytest.raises(ContractError, match="nodes"):
+        load_text("\n".join(lines) + "\n")

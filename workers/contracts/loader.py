@@ -35,10 +35,16 @@ class ContractError(ValueError):
 
 
 # --------------------------------------------------------------------------------------------- YAML -> data
-def _to_python(node, path: tuple, lines: dict, source: str):
+MAX_NODES = 20000  # a contract has a few hundred; caps alias ("billion laughs") expansion
+
+
+def _to_python(node, path: tuple, lines: dict, source: str, ctor):
     """Convert a composed yaml node to plain data, recording the line of every path. Rejects duplicate keys
     (PyYAML silently keeps the last one, which would hide an edit)."""
     lines[path] = node.start_mark.line + 1
+    if len(lines) > MAX_NODES:
+        raise ContractError(f"document has more than {MAX_NODES} nodes (alias expansion?)", field=_dotted(path),
+                            line=node.start_mark.line + 1, source=source)
     if isinstance(node, yaml.MappingNode):
         out = {}
         for knode, vnode in node.value:
@@ -49,24 +55,16 @@ def _to_python(node, path: tuple, lines: dict, source: str):
             if key in out:
                 raise ContractError(f"duplicate key {key!r}", field=_dotted(path + (key,)),
                                     line=knode.start_mark.line + 1, source=source)
-            lines[path + (key,)] = knode.start_mark.line + 1
-            out[key] = _to_python(vnode, path + (key,), lines, source)
-            lines[path + (key,)] = knode.start_mark.line + 1
+            out[key] = _to_python(vnode, path + (key,), lines, source, ctor)
+            lines[path + (key,)] = knode.start_mark.line + 1  # a field is reported at its key's line
         return out
     if isinstance(node, yaml.SequenceNode):
-        return [_to_python(v, path + (i,), lines, source) for i, v in enumerate(node.value)]
-    # scalars: let the safe constructor resolve ints / floats / bools / null / timestamps
-    value = _construct_scalar(node)
+        return [_to_python(v, path + (i,), lines, source, ctor) for i, v in enumerate(node.value)]
+    # scalars: the safe constructor resolves ints / floats / bools / null / timestamps
+    value = ctor.construct_object(node, deep=True)
     if isinstance(value, (_dt.date, _dt.datetime)):
         value = value.isoformat()
     return value
-
-
-_SAFE = yaml.SafeLoader("")
-
-
-def _construct_scalar(node):
-    return _SAFE.construct_object(node, deep=True)
 
 
 def _dotted(path) -> str:
@@ -247,7 +245,7 @@ def load_text(text: str, source: str = "<contract>") -> Contract:
         raise ContractError("empty document", line=1, source=source)
     lines: dict = {}
     try:
-        data = _to_python(node, (), lines, source)
+        data = _to_python(node, (), lines, source, yaml.SafeLoader(""))
     except yaml.constructor.ConstructorError as exc:
         mark = exc.problem_mark
         raise ContractError(f"cannot construct value: {exc.problem}", line=mark.line + 1 if mark else None,

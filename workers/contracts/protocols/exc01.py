@@ -86,7 +86,7 @@ def signature(contract, measurements):
         for k in tot:
             tot[k] += m["detail"][k]
     order = ("nan_dropped", "spurious_nan", "inf_mismatch", "value_mismatch")
-    pattern = next((k if k != "spurious_nan" else "spurious_nan" for k in order if tot[k]), None)
+    pattern = next((k for k in order if tot[k]), None)
     return {"pattern": pattern, "discriminator": (contract.data["violation_signature"].get("discriminators") or {}).get(pattern),
             **tot}
 
