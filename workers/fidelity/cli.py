@@ -62,6 +62,9 @@ def _parser():
     g.add_argument("--step", type=int, default=0)
     g.add_argument("--top-logprobs", type=int, default=5)
     g.add_argument("--tokenizer")
+    g.add_argument("--logprobs-mode", choices=["raw_logprobs", "processed_logprobs", "raw_logits", "processed_logits"],
+                   help="the upstream server's declared --logprobs-mode")
+    g.add_argument("--generation-config-source", default="unknown", choices=["request_only", "hf_defaults", "unknown"])
     return p
 
 
