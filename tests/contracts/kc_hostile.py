@@ -97,3 +97,11 @@ def row_sum_nondeterministic(x):  # C-ORD-02 (BITWISE): replay disagrees
 
 
 raise_at_import = None
+
+
+def row_mean_uses_most_of_budget(x):
+    """C-ORD-01: a biased mean whose error is 70% of the bound 6*sqrt(N)+1 (in u*mean|x| units)."""
+    N = x.shape[1]
+    x64 = x.double()
+    bias = 0.7 * (6 * N ** 0.5 + 1) * 2.0 ** -24 * x64.abs().mean(-1)
+    return (x64.mean(-1) + bias).float()

@@ -43,3 +43,16 @@ def test_list_json():
     rows = json.loads(out)
     assert rc == 0 and len(rows) == 12
     assert {"id", "class", "family", "version", "tolerance", "sha256"} <= set(rows[0])
+
+
+def test_quality_warning_verdict_and_exit_code(capsys):
+    from workers.contracts.cli import main
+
+    rc = main(["check", "--contract", "C-ORD-01", "--impl", hostile("row_mean_uses_most_of_budget"), "--seeds", "7",
+               "--json"])
+    d = json.loads(capsys.readouterr().out)
+    assert d["verdict"] == "QUALITY_WARNING" and 0.5 < d["margin"] < 1.0
+    assert rc == 3
+    rc = main(["check", "--contract", "C-ORD-01", "--impl", hostile("row_mean_uses_most_of_budget"), "--seeds", "7",
+               "--allow-quality-warning"])
+    assert rc == 0 and "QUALITY_WARNING" in capsys.readouterr().out

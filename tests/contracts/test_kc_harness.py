@@ -200,3 +200,17 @@ def test_cuda_path_runs_the_same_contracts():
         assert v.environment["device"] == "cuda" and "cuda" in v.environment
     v = run_contract("C-CMP-01", VIOL + "no_write_rms_norm", device="cuda", seeds=PUBLIC)
     assert v.verdict == "FAIL" and v.signature["sentinel_survival"] == 1.0
+
+
+def test_replay_reproduces_a_recorded_verdict(monkeypatch):
+    from workers.contracts.runner import replay
+
+    monkeypatch.setenv(HIDDEN_KEY_ENV, "replay-key")
+    v = run_contract("C-PRC-03", REF + "mul", flags={"flush_denormal": True})
+    again = replay(json.loads(json.dumps(v.to_dict())))
+    assert again.verdict == v.verdict == "FAIL"
+    assert again.environment["requested_flags"]["flush_denormal"] is True
+    assert [t["input_hash"] for t in again.trace] == [t["input_hash"] for t in v.trace]
+    monkeypatch.delenv(HIDDEN_KEY_ENV)
+    with pytest.raises(ValueError, match="KC_HIDDEN_SEED_KEY"):
+        replay(v)

@@ -1,8 +1,8 @@
 """Command line (ARCHITECTURE §5): ``python -m workers.contracts {list,check,calibrate,incidents,grade}``.
 
-``check`` prints the verdict (JSON with ``--json``) and exits 0 only on PASS (QUALITY_WARNING exits 0 as
-well: it passes, the margin says how close), 1 on any other verdict, 2 on usage errors (unknown contract,
-malformed implementation reference)."""
+``check`` prints the verdict (JSON with ``--json``) and exits 0 only on PASS; 3 on QUALITY_WARNING (it passes
+but uses more than half its budget; ``--allow-quality-warning`` makes that 0), 1 on any other verdict, 2 on
+usage errors (unknown contract, malformed implementation reference)."""
 from __future__ import annotations
 
 import argparse
@@ -49,7 +49,9 @@ def cmd_check(args) -> int:
     text = (f"{v.verdict}  {contract.id} v{contract.version}  {contract.statistic}={d['statistic']}  bound={d['bound']}  "
             f"margin={d['margin']}\n  {v.reason}\n  signature: {json.dumps(d['signature'])}")
     _print(d, args.json, text)
-    return 0 if v.verdict in ("PASS", "QUALITY_WARNING") else 1
+    if v.verdict == "PASS" or (v.verdict == "QUALITY_WARNING" and args.allow_quality_warning):
+        return 0
+    return 3 if v.verdict == "QUALITY_WARNING" else 1
 
 
 def cmd_calibrate(args) -> int:
@@ -97,6 +99,8 @@ def main(argv=None) -> int:
     s.add_argument("--time-limit", type=float, default=None)
     s.add_argument("--trace", default=None, help="append the per-measurement trace (JSONL) to this file")
     s.add_argument("--with-trace", action="store_true", help="include the trace in the JSON output")
+    s.add_argument("--allow-quality-warning", action="store_true",
+                   help="exit 0 on QUALITY_WARNING too (default: exit 3, so CI sees a used-up budget)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_check)
 

@@ -188,8 +188,9 @@ def run_contract(contract_id, impl, *, device="cpu", seeds=None, flags=None, tim
                              memory_limit_mb=mem, reference=reference, progress=progress)
     seeds_info = [{"seed": s if (c != "hidden" or not _hidden_key_set()) else None, "seed_class": c}
                   for s, c in plan]
-    common = dict(environment=outcome.get("fingerprint") or {"device": device, "requested_flags": env_flags},
-                  seeds=seeds_info, impl_hash=outcome.get("impl_hash"))
+    environment = dict(outcome.get("fingerprint") or {"device": device})
+    environment["requested_flags"] = env_flags
+    common = dict(environment=environment, seeds=seeds_info, impl_hash=outcome.get("impl_hash"))
     kind = outcome.get("kind")
     if kind == "timeout":
         return done("TIMEOUT", reason=outcome["error"]["message"], **common)
@@ -276,6 +277,26 @@ def run_contract(contract_id, impl, *, device="cpu", seeds=None, flags=None, tim
     if bound > 0 and margin > contract.quality_warning_fraction:
         return done("QUALITY_WARNING", reason=f"passes but uses {margin:.0%} of the budget at {m.get('point')}", **kw)
     return done("PASS", reason=f"{len(evaluated)} measurements within bound; worst margin {margin:.3g}", **kw)
+
+
+def replay(verdict, impl=None, **kwargs) -> Verdict:
+    """Re-run a recorded verdict (a Verdict or its to_dict()) with the same contract, device, flags and seeds.
+
+    Hidden seeds that were not disclosed (``seed: null``) are regenerated from ``$KC_HIDDEN_SEED_KEY``, which
+    must then be the key of the original run; a changed contract version is refused."""
+    d = verdict.to_dict(include_trace=False) if hasattr(verdict, "to_dict") else dict(verdict)
+    contract = get_contract(d["contract_id"])
+    if contract.version != d.get("contract_version", contract.version):
+        raise ValueError(f"contract {contract.id} is at version {contract.version}, the verdict was measured "
+                         f"against {d['contract_version']}")
+    seeds = d.get("seeds") or []
+    if seeds and all(s.get("seed") is not None for s in seeds):
+        kwargs.setdefault("seeds", [s["seed"] for s in seeds])
+    elif not _hidden_key_set():
+        raise ValueError("the verdict's hidden seeds were not disclosed; set KC_HIDDEN_SEED_KEY to replay it")
+    flags = (d.get("environment") or {}).get("requested_flags")
+    kwargs.setdefault("flags", flags)
+    return run_contract(contract, impl or d["impl_id"], device=d.get("device", "cpu"), **kwargs)
 
 
 def _hidden_key_set() -> bool:
