@@ -32,7 +32,7 @@ PATHS += [("rollout", "top_k", 1), ("rollout", "top_k", 1, 0), ("rollout", "top_
           ("trainer", "top_k", 2, 1, 1), ("response", "token_ids", 2), ("prompt", "token_ids", 0),
           ("trainer", "loss_mask_used", 0), ("rollout", "logprobs", 1)]
 
-FUZZ = hsettings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+FUZZ = hsettings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 @FUZZ

@@ -130,35 +130,46 @@ def test_report_is_json_serialisable(toy):
     json.dumps(rep)
 
 
-def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "workers.fidelity", *map(str, args)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+def _cli(capsys, *args):
+    from workers.fidelity.cli import main
+
+    code = main([str(a) for a in args])
+    out = capsys.readouterr().out
+    return code, out
 
 
-def test_cli_audit_and_import(tmp_path):
+def test_cli_audit_and_import(tmp_path, capsys):
     vocab = tmp_path / "vocab.json"
     vocab.write_text(TOY_VOCAB_JSON)
     good, bad = tmp_path / "good.jsonl", tmp_path / "bad.jsonl"
     good.write_bytes(dumps([EXAMPLE_A, EXAMPLE_C]))
     bad.write_bytes(dumps([EXAMPLE_A, EXAMPLE_D]))
-    r = _cli("audit", good, "--toy-vocab", vocab, "--json")
-    assert r.returncode == 0, r.stderr
-    rep = json.loads(r.stdout)
+    code, out = _cli(capsys, "audit", good, "--toy-vocab", vocab, "--json")
+    assert code == 0
+    rep = json.loads(out)
     assert rep["verdict"] == "PASS" and rep["calls"][0]["drift_if_retokenized"] is False
-    r = _cli("audit", bad, "--mode", "merged")
-    assert r.returncode == 1 and "FAIL" in r.stdout and "closed-failure violations: 1" in r.stdout
-    assert _cli("audit", tmp_path / "missing.jsonl").returncode == 2
+    code, out = _cli(capsys, "audit", bad, "--mode", "merged", "--masks-out", tmp_path / "m.bin",
+                     "--masks-format", "bin")
+    assert code == 1 and "FAIL" in out and "closed-failure violations: 1" in out
+    assert dict(read_masks(tmp_path / "m.bin"))["tD-0"].tolist() == [True, True, False, True]
     ex = tmp_path / "ex.jsonl"
     ex.write_bytes(dumps([{"request": {"messages": [{"role": "user", "content": "List files"}]},
                            "response": {"id": "c1", "prompt_token_ids": [1, 44, 45, 3, 2],
                                         "choices": [{"index": 0, "token_ids": [20, 3],
                                                      "message": {"content": "ls"}}]}}]))
-    r = _cli("import", "vllm", ex, tmp_path / "out.jsonl", "--json")
-    assert r.returncode == 0 and json.loads(r.stdout)["records"] == 1
-    out = orjson.loads((tmp_path / "out.jsonl").read_bytes())
-    assert out["response"]["token_ids"] == [20, 3] and out["rollout"]["logprobs"] == [None, None]
-    r = _cli("import", "agl", ex, tmp_path / "out2.jsonl")
-    assert r.returncode == 0
+    code, out = _cli(capsys, "import", "vllm", ex, tmp_path / "out.jsonl", "--json")
+    assert code == 0 and json.loads(out)["records"] == 1
+    rec = orjson.loads((tmp_path / "out.jsonl").read_bytes())
+    assert rec["response"]["token_ids"] == [20, 3] and rec["rollout"]["logprobs"] == [None, None]
+    code, _ = _cli(capsys, "import", "agl", ex, tmp_path / "out2.jsonl", "--step", "3")
+    assert code == 0
+
+
+def test_cli_module_entry_point(tmp_path):
+    """``python -m workers.fidelity`` exits 2 on a missing file (and never needs torch for that)."""
+    r = subprocess.run([sys.executable, "-m", "workers.fidelity", "audit", str(tmp_path / "missing.jsonl")],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "error" in r.stderr
 
 
 def test_ids_beyond_int64_fail_closed_per_record():

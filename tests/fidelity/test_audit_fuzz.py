@@ -41,7 +41,7 @@ def mutate(base, path, value):
     return r
 
 
-@hsettings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@hsettings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.sampled_from(range(len(BASES))), st.sampled_from(PATHS), values), min_size=1,
                 max_size=4), st.sampled_from(["transition", "merged"]))
 def test_audit_never_raises(muts, mode):
