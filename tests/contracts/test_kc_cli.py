@@ -26,8 +26,13 @@ def test_check_pass_and_fail_json_and_exit_codes():
     assert "hello from the kernel" in err
     for key in ("verdict", "statistic", "bound", "margin", "signature", "reason", "contract_version", "environment"):
         assert key in d
-    rc, out, _ = cli("check", "--contract", "C-EXC-02", "--impl", VIOL + "zero_fill_gather", "--seeds", "7", "--json")
-    d = json.loads(out)
+
+
+def test_check_fail_exit_code(capsys):
+    from workers.contracts.cli import main  # in process: the subprocess path is covered above
+
+    rc = main(["check", "--contract", "C-EXC-02", "--impl", VIOL + "zero_fill_gather", "--seeds", "7", "--json"])
+    d = json.loads(capsys.readouterr().out)
     assert rc == 1 and d["verdict"] == "FAIL" and d["signature"]["pattern"] == "no_raise_zero_fill"
 
 
