@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 
 def _print(obj, as_json: bool, text: str):

@@ -11,7 +11,7 @@ of the exceptional / determinism classes.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 SCHEMA_VERSION = "kc/0.1"
 

@@ -3,8 +3,6 @@
 steer a tuner to different choices (small and large M)."""
 from __future__ import annotations
 
-import torch
-
 from .base import Case, generator, randn, seed_meta
 from .prc01 import rho
 

@@ -2,8 +2,6 @@
 lambda = 6 (Higham-Mary: failure probability <= 2 exp(-lambda^2/2) ~ 3e-8). Any legal order passes."""
 from __future__ import annotations
 
-import torch
-
 from .base import Case, abs_err, fmax, generator, randn, seed_meta
 
 

@@ -2,8 +2,6 @@
 unrelated work, give one bit pattern; accuracy within C-ORD-01's envelope for the sum."""
 from __future__ import annotations
 
-import torch
-
 from .base import Case, abs_err, fmax, generator, randn, seed_meta
 
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import math
 
-import torch
-
 from .base import Case, bits, generator, randn, seed_meta
 
 
