@@ -23,7 +23,7 @@ def variant(base=EXAMPLE_A, **changes):
         else:
             d[last] = value
     for part in ("prompt", "response"):
-        if isinstance(r.get(part), dict) and isinstance(r[part].get("token_ids"), list):
+        if isinstance(r.get(part), dict) and isinstance(r[part].get("token_ids"), list) and "ids_sha256" in r[part]:
             r[part]["ids_sha256"] = ids_sha(r[part]["token_ids"])
     return r
 

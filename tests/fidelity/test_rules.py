@@ -314,3 +314,27 @@ def test_certificate_requirements(A, D):
     assert spans(c) == [(0, 1, False, ["CERT_INPUT_INVALID"]), (1, 3, True, [])]
     c = audit_one(variant(D, **{"trainer.loss_mask_used": [1, 1, 0, 1]}), require_certificate=True)
     assert c["reasons"] == ["SENTINEL_LOGPROB", "CERT_MISSING"] and c["verdict"] == "excluded"
+
+
+# ---------------------------------------------------------------------------------------------- R0 scope
+def test_r0_is_structure_only_other_gaps_fail_closed_per_rule(A, toy):
+    """§6.2 R0 = parses, arrays aligned, ids in the vocabulary. A missing field that no rule needs is a format
+    issue, not MALFORMED; a missing field a rule needs fails that rule (<RULE>_NOT_EVALUABLE / unverified)."""
+    rec = variant(A, source=KeyError, chat_template=KeyError, **{"prompt.ids_sha256": KeyError,
+                                                                 "model.served_name": KeyError})
+    c = audit_one(rec, tokenizer=toy)
+    assert c["verdict"] == "verifiable"
+    assert {i["field"] for i in c["format_issues"]} == {"source", "chat_template", "prompt.ids_sha256",
+                                                         "model.served_name"}
+    assert audit_one(variant(A, engine=KeyError))["reasons"] == ["R7_NOT_EVALUABLE"]
+    raw = variant(A, sampling=KeyError, **{"engine.logprobs_mode": "raw_logprobs"})
+    assert audit_one(raw)["reasons"] == ["R7_NOT_EVALUABLE"]
+    c = audit_one(variant(A, trajectory_id=KeyError))
+    assert c["reasons"] == ["R5_NOT_EVALUABLE"] and c["lineage"] == "not-evaluable"
+    assert audit_one(variant(A, role_source=KeyError))["reasons"] == ["ROLE_UNVERIFIED"]
+    assert audit_one(variant(A, **{"response.provenance": KeyError}))["reasons"] == ["R2_NOT_EVALUABLE"]
+    assert audit_one(variant(A, **{"prompt.provenance": KeyError}))["reasons"] == ["PROMPT_IDS_UNVERIFIED"]
+    assert audit_one(variant(A, **{"response.text": 5}), tokenizer=toy)["reasons"] == ["R4_NOT_EVALUABLE"]
+    for critical in ({"schema": "fcr/0"}, {"call_id": KeyError}, {"response.token_ids": "20,21,3"},
+                     {"trainer.loss_mask_used": [1, 2, 1]}, {"rollout.top_k": [[[20]], [], []]}):
+        assert audit_one(variant(A, **critical))["primary_reason"] == "MALFORMED", critical

@@ -28,7 +28,7 @@ from workers.fcr.reader import FcrParseError
 from workers.fcr.validate import array_bools_possible, iter_raw_lines, validate_record
 from workers.fidelity.coverage import Coverage, coverage_meta
 from workers.fidelity.masks_export import MaskWriter
-from workers.fidelity.rules import AuditOptions, CallResult, Lineage, evaluate_call, finalize
+from workers.fidelity.rules import AuditOptions, CallResult, Lineage, evaluate_call, finalize, is_critical
 from workers.fidelity.tokenizer import TokenizerRegistry
 
 REPORT_SCHEMA = "fcr-audit/1"
@@ -100,6 +100,14 @@ def _issues(rec, raw):
     return [i for i in validate_record(rec, lint=False, no_array_bools=fast) if i.severity == "error"]
 
 
+def _critical(issues):
+    return [i for i in issues if is_critical(i.field)]
+
+
+def _str(v):
+    return v if isinstance(v, str) else None
+
+
 # ------------------------------------------------------------------------------------------- index
 class _Index:
     def __init__(self, merged: bool):
@@ -107,13 +115,16 @@ class _Index:
         self.first_line: dict = {}
         self.roots: dict = {}  # (run, traj) -> [call_index, line, prompt_len, digest]
         self.samples: dict = {}  # (run, sid) -> [(call_index, line, call_id, prompt_len, seq_len, seq_digest)]
-        self.malformed: set[int] = set()
+        self.malformed: set[int] = set()  # R0 (critical) failures
+        self.with_issues: set[int] = set()  # any validator error (re-validated in the evaluation pass)
         self.broken_lines: set[int] = set()
         self.chain_breaks: list = []
 
     def add(self, line, rec, raw):
         issues = _issues(rec, raw)
         if issues:
+            self.with_issues.add(line)
+        if _critical(issues):
             self.malformed.add(line)
             return
         try:
@@ -122,19 +133,22 @@ class _Index:
             self.malformed.add(line)
 
     def _add(self, line, rec):
-        run, cid = rec["run_id"], rec["call_id"]
+        run, cid = _str(rec.get("run_id")), rec["call_id"]
         self.first_line.setdefault((run, cid), line)
         prompt = rec["prompt"]["token_ids"]
-        if rec["role"] == "policy":
-            key = (run, rec["trajectory_id"])
+        traj, ci = _str(rec.get("trajectory_id")), rec.get("call_index")
+        if type(ci) is not int or traj is None:
+            return
+        if rec.get("role") == "policy":
+            key = (run, traj)
             cur = self.roots.get(key)
-            if cur is None or rec["call_index"] < cur[0]:
-                self.roots[key] = [rec["call_index"], line, len(prompt), _digest(prompt)]
-        sid = (rec.get("trainer") or {}).get("sample_id")
+            if cur is None or ci < cur[0]:
+                self.roots[key] = [ci, line, len(prompt), _digest(prompt)]
+        sid = _str((rec.get("trainer") or {}).get("sample_id"))
         if self.merged and sid is not None:
             seq = prompt + rec["response"]["token_ids"]
             self.samples.setdefault((run, sid), []).append(
-                (rec["call_index"], line, cid, len(prompt), len(seq), _digest(seq)))
+                (ci, line, cid, len(prompt), len(seq), _digest(seq)))
 
     def chain_requirements(self) -> dict:
         """line → (prefix length, expected digest, sample key) for every chained call after the first."""
@@ -158,12 +172,14 @@ class _Index:
                     self.broken_lines.add(m[1])
 
     def lineage(self, line, rec) -> Lineage:
-        run = rec.get("run_id")
+        run = _str(rec.get("run_id"))
         lin = Lineage()
+        if _str(rec.get("trajectory_id")) is None or type(rec.get("call_index")) is not int:
+            lin.evaluable = False
         first = self.first_line.get((run, rec.get("call_id")))
         if first is not None and first != line:
             lin.duplicate_of_line = first
-        root = self.roots.get((run, rec.get("trajectory_id")))
+        root = self.roots.get((run, _str(rec.get("trajectory_id"))))
         if root is not None:
             if root[1] == line:
                 lin.is_root = True
@@ -171,7 +187,7 @@ class _Index:
                 prompt = rec["prompt"]["token_ids"]
                 L = root[2]
                 lin.root_prefix_ok = len(prompt) >= L and _digest(prompt[:L]) == root[3]
-        src = rec["prompt"].get("context_source_call_id")
+        src = _str(rec["prompt"].get("context_source_call_id"))
         lin.context_source_present = src is not None and (run, src) in self.first_line
         lin.chain_broken = line in self.broken_lines
         return lin
@@ -257,8 +273,9 @@ def _run(source, *, mode, tokenizer, masks_out, masks_format, path_label, **opti
                 unparsed += 1
                 res = _malformed_line(line, err)
             else:
-                issues = (_issues(rec, raw) or [_Unauditable(ValueError("index pass rejected it"))]) \
-                    if line in index.malformed else []
+                issues = _issues(rec, raw) if line in index.with_issues else []
+                if line in index.malformed and not _critical(issues):
+                    issues.append(_Unauditable(ValueError("index pass rejected it")))
                 tok = None
                 tsha = (rec.get("tokenizer") or {}).get("sha256") if isinstance(rec.get("tokenizer"), dict) else None
                 if tsha is not None:
@@ -266,7 +283,7 @@ def _run(source, *, mode, tokenizer, masks_out, masks_format, path_label, **opti
                     if tok is None and len(unregistered) < 100:
                         unregistered.add(str(tsha))
                 try:
-                    lineage = index.lineage(line, rec) if not issues else Lineage()
+                    lineage = index.lineage(line, rec) if not _critical(issues) else Lineage()
                     res = evaluate_call(rec, line=line, issues=issues, tokenizer=tok, lineage=lineage, opts=opts)
                 except _UNAUDITABLE as exc:  # e.g. ids beyond int64: fail closed on this record, not the run
                     res = evaluate_call(rec, line=line, issues=[_Unauditable(exc)], tokenizer=None,

@@ -48,11 +48,13 @@ REASONS: list[tuple[str, str]] = [
     ("R4", "R4_NOT_EVALUABLE"),
     ("R5", "PROMPT_NOT_ORIGINAL"),
     ("R5", "LINEAGE_UNVERIFIED"),
+    ("R5", "R5_NOT_EVALUABLE"),
     ("R6", "LOGPROB_MISSING"),
     ("R6", "LOGPROB_NONFINITE"),
     ("R6", "SENTINEL_LOGPROB"),
     ("R7", "LOGPROB_SEMANTICS_UNVERIFIED"),
     ("R7", "TOPK_INCONSISTENT"),
+    ("R7", "R7_NOT_EVALUABLE"),
     ("R8", "TRAINER_LOGPROB_MISSING"),
     ("R8", "TRAINER_LOGPROB_NONFINITE"),
     ("R8", "TRAINER_MISALIGNED"),
@@ -68,6 +70,20 @@ BIT = {c: np.uint32(1 << i) for i, c in enumerate(CODES)}
 RULE_OF = {c: r for r, c in REASONS}
 RULES = ["R0", "R1", "R2", "R3", "R4", "R5", "R6", "R7", "R8", "R9"]
 assert len(CODES) <= 32
+
+
+# R0 (§6.2: "parses; arrays aligned; ids within vocab size"): the record object, its version, its identity and the
+# per-token arrays. Any other validator error (e.g. a missing ``source``) does not make the call MALFORMED.
+_CRITICAL_EXACT = frozenset({"", "schema", "call_id", "prompt", "response", "rollout", "trainer"})
+_CRITICAL_ARRAYS = ("prompt.token_ids", "response.token_ids", "response.token_strings", "rollout.logprobs",
+                    "rollout.top_k", "rollout.token_policy_versions", "trainer.logprobs", "trainer.top_k",
+                    "trainer.loss_mask_used")
+
+
+def is_critical(field: str) -> bool:
+    if field in _CRITICAL_EXACT:
+        return True
+    return any(field == a or field.startswith(a + "[") for a in _CRITICAL_ARRAYS)
 
 
 def codes_of(word: int) -> list[str]:
@@ -105,6 +121,7 @@ class AuditOptions:
 class Lineage:
     """What the index (pass 1) knows about a trajectory / sample, as seen by one call."""
 
+    evaluable: bool = True  # trajectory_id (str) and call_index (int) present
     is_root: bool = False
     root_prefix_ok: bool | None = None  # non-root: prompt starts with the root prompt (None: root unknown)
     context_source_present: bool = False
@@ -169,6 +186,11 @@ def spans_of(words: np.ndarray) -> list[dict]:
     ends = np.concatenate((cuts, [n]))
     return [{"start": int(s), "end": int(e), "verifiable": bool(words[s] == 0), "reasons": codes_of(words[s])}
             for s, e in zip(starts, ends)]
+
+
+def _obj(rec, key) -> dict:
+    v = rec.get(key)
+    return v if isinstance(v, dict) else {}
 
 
 def _untransformed(sampling: dict) -> bool:
@@ -277,8 +299,12 @@ def evaluate_call(rec: dict, *, line: int, issues: list, tokenizer, lineage: Lin
         entry["rules"] = rules
         return finalize(result)
 
-    # ---- R0: structure, duplicates, vocabulary
-    r0 = [i for i in issues if i.severity == "error"]
+    # ---- R0: structure, duplicates, vocabulary (other format problems are reported, not failed: each rule
+    # that needs a missing field fails closed with its own <RULE>_NOT_EVALUABLE / unverified code)
+    r0 = [i for i in issues if i.severity == "error" and is_critical(i.field)]
+    fmt = [i for i in issues if i.severity == "error" and not is_critical(i.field)]
+    if fmt:
+        entry["format_issues"] = [{"field": i.field, "reason": i.reason} for i in fmt[:5]]
     if lineage.duplicate_of_line is not None:
         r0.append(_Issue("call_id", f"duplicate call_id (first on line {lineage.duplicate_of_line})"))
     if not r0 and tokenizer is not None:
@@ -300,7 +326,7 @@ def evaluate_call(rec: dict, *, line: int, issues: list, tokenizer, lineage: Lin
         return finish(skip_from="R1")
 
     # ---- R1: role
-    rs = rec["role_source"]
+    rs = rec.get("role_source")
     sources = ("header", "config", "inferred") if opts.allow_inferred_roles else ("header", "config")
     r1 = None
     if role == "background":
@@ -318,8 +344,10 @@ def evaluate_call(rec: dict, *, line: int, issues: list, tokenizer, lineage: Lin
         return finish(skip_from="R2")
 
     # ---- R2: response ids
-    prov = resp["provenance"]
-    if prov == "retokenized":
+    prov = resp.get("provenance")
+    if prov not in ("engine", "engine_token_strings", "retokenized", "missing"):
+        fail_all("R2_NOT_EVALUABLE")
+    elif prov == "retokenized":
         fail_all("RESPONSE_IDS_RETOKENIZED")
     elif prov == "missing":
         fail_all("RESPONSE_IDS_MISSING")
@@ -336,19 +364,19 @@ def evaluate_call(rec: dict, *, line: int, issues: list, tokenizer, lineage: Lin
                     break
 
     # ---- R3: prompt ids
-    if rec["prompt"]["provenance"] not in ("engine", "engine_input"):
+    if rec["prompt"].get("provenance") not in ("engine", "engine_input"):
         fail_all("PROMPT_IDS_UNVERIFIED")
 
     # ---- R4: consistency
     usage = resp.get("usage_completion_tokens")
-    if usage is not None and usage != n:
+    if type(usage) is int and usage != n:
         fail_all("TOKEN_COUNT_MISMATCH")
     text = resp.get("text")
     if text is not None:
-        if tokenizer is None:
+        if tokenizer is None or not isinstance(text, str):
             fail_all("R4_NOT_EVALUABLE")
         else:
-            skip = (rec.get("engine") or {}).get("skip_special_tokens")
+            skip = _obj(rec, "engine").get("skip_special_tokens")
             policies = (bool(skip),) if isinstance(skip, bool) else (False, True)
             if not any(tokenizer.decode(ids, skip_special_tokens=p) == text for p in policies):
                 fail_all("TEXT_ID_MISMATCH")
@@ -361,7 +389,10 @@ def evaluate_call(rec: dict, *, line: int, issues: list, tokenizer, lineage: Lin
 
     # ---- R5: lineage
     prompt = rec["prompt"]
-    if lineage.is_root:
+    if not lineage.evaluable:
+        entry["lineage"] = "not-evaluable"
+        fail_all("R5_NOT_EVALUABLE")
+    elif lineage.is_root:
         dec, obs = prompt.get("task_prompt_sha256_declared"), prompt.get("task_prompt_sha256_observed")
         if dec is None or obs is None:
             entry["lineage"] = "root-undeclared"
@@ -391,11 +422,13 @@ def evaluate_call(rec: dict, *, line: int, issues: list, tokenizer, lineage: Lin
     r_ok = finite & ~sentinel & ~nonfinite
 
     # ---- R7: log-prob semantics (call) + top-K consistency (token)
-    eng = rec.get("engine") or {}
-    mode = eng.get("logprobs_mode")
-    if not (mode == "processed_logprobs" or (
+    eng = rec.get("engine")
+    mode = eng.get("logprobs_mode") if isinstance(eng, dict) else None
+    if not isinstance(eng, dict) or (mode == "raw_logprobs" and not isinstance(rec.get("sampling"), dict)):
+        fail_all("R7_NOT_EVALUABLE")
+    elif not (mode == "processed_logprobs" or (
             mode == "raw_logprobs" and eng.get("generation_config_source") == "request_only"
-            and _untransformed(rec.get("sampling") or {}))):
+            and _untransformed(rec["sampling"]))):
         fail_all("LOGPROB_SEMANTICS_UNVERIFIED")
     rtk = ro.get("top_k")
     r_tk = None
@@ -434,7 +467,7 @@ def evaluate_call(rec: dict, *, line: int, issues: list, tokenizer, lineage: Lin
     else:
         entry["alignment"] = None
     if opts.max_staleness is not None:
-        tv, mv = trainer.get("policy_version"), (rec.get("model") or {}).get("policy_version")
+        tv, mv = trainer.get("policy_version"), _obj(rec, "model").get("policy_version")
         if type(tv) is not int or type(mv) is not int:
             fail_all("R8_NOT_EVALUABLE")
         elif tv - mv > opts.max_staleness:
