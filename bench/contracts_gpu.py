@@ -63,8 +63,9 @@ def step_ord03(device, seeds):
     from workers.contracts.runner import get_contract, run_contract
 
     base = get_contract("C-ORD-03")
-    text = base.source_text.replace("  sweeps: {b: [1, 2, 3, 4, 8, 64], K: [1024], N: [1024]}",
-                                    "  sweeps: {b: [1, 2, 3, 4, 8, 16, 32, 64, 128, 256], K: [1024], N: [1024]}")
+    old = "  sweeps: {b: [1, 2, 3, 4, 8, 64], K: [1024], N: [1024]}"
+    assert old in base.source_text, "C-ORD-03 sweep line changed; update this script"
+    text = base.source_text.replace(old, "  sweeps: {b: [1, 2, 3, 4, 8, 16, 32, 64, 128, 256], K: [1024], N: [1024]}")
     c = load_text(text, source="C-ORD-03 (GPU batch sweep)")
     stock = run_contract(c, V + "torch_mm_linear", device=device, seeds=seeds)
     per_row = run_contract(c, R + "linear_batch_invariant", device=device, seeds=seeds)
