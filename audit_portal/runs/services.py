@@ -95,6 +95,7 @@ def begin_processing(upload_id: int) -> Upload:
 # Follow-up work queued when an upload turns valid: (kind, task name, queue). Later issues add here.
 FOLLOW_UPS: list[tuple[str, str, str]] = [
     ("certify_upload", "workers.tasks.certify_upload", "cpu"),
+    ("fidelity_audit", "workers.tasks.fidelity_audit", "cpu"),
 ]
 
 

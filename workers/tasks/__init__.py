@@ -4,7 +4,8 @@ and reports progress. The web tier sends these by name only (it never imports th
 One module per domain; every task is registered under ``workers.tasks.<name>``.
 """
 from workers.tasks.certificates import certify_upload
+from workers.tasks.fidelity import fidelity_audit
 from workers.tasks.maintenance import reap_stale_jobs
 from workers.tasks.uploads import validate_upload
 
-__all__ = ["certify_upload", "reap_stale_jobs", "validate_upload"]
+__all__ = ["certify_upload", "fidelity_audit", "reap_stale_jobs", "validate_upload"]
