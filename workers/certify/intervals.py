@@ -48,7 +48,7 @@ ERR_REASONS = {
 POS_TOL = 1e-6      # a log-prob above this is "positive" (log_softmax rounding can give +1e-7)
 SUM_TOL = 1e-4      # Σ listed p may exceed 1 by this much (spec/fidelity.md §6.3 top-K tolerance)
 AGREE_TOL = 1e-5    # |sampled log-prob − its list entry| allowed (log space, before η)
-BLOCK_ROWS = 1 << 15
+BLOCK_ROWS = 1 << 13  # rows per vectorised block: keeps the ~60 [rows, K] temporaries near 100 MB at K = 20
 
 
 class DataError(ValueError):
