@@ -165,15 +165,20 @@ def topk_arrays(tk, n):
     """Ragged ``[[id, lp], …]`` per position → (ids int64 [n, K] padded −1, lps float64 [n, K] padded NaN, lens)."""
     lens = np.fromiter(map(len, tk), dtype=np.int64, count=n) if n else np.zeros(0, dtype=np.int64)
     K = int(lens.max()) if n else 0
+    m = int(lens.sum())
+    if m == 0:
+        return np.full((n, K), -1, dtype=np.int64), np.full((n, K), np.nan), lens
+    flat = list(chain.from_iterable(chain.from_iterable(tk)))
+    if (lens == K).all():  # common case: one float64 conversion, then a reshape
+        a = np.asarray(flat, dtype=np.float64).reshape(n, K, 2)
+        if a[:, :, 0].max() < 2.0 ** 53:  # ids exact in float64
+            return a[:, :, 0].astype(np.int64), np.ascontiguousarray(a[:, :, 1]), lens
     ids = np.full((n, K), -1, dtype=np.int64)
     lps = np.full((n, K), np.nan)
-    m = int(lens.sum())
-    if m:
-        flat = list(chain.from_iterable(chain.from_iterable(tk)))
-        rows = np.repeat(np.arange(n), lens)
-        cols = np.arange(m) - np.repeat(np.cumsum(lens) - lens, lens)
-        ids[rows, cols] = np.asarray(flat[0::2], dtype=np.int64)
-        lps[rows, cols] = np.asarray(flat[1::2], dtype=np.float64)
+    rows = np.repeat(np.arange(n), lens)
+    cols = np.arange(m) - np.repeat(np.cumsum(lens) - lens, lens)
+    ids[rows, cols] = np.asarray(flat[0::2], dtype=np.int64)
+    lps[rows, cols] = np.asarray(flat[1::2], dtype=np.float64)
     return ids, lps, lens
 
 
