@@ -1,0 +1,292 @@
+"""REST endpoints: contracts (the shared suite), conformance submissions, results matrix, diff, CI status
+and badge. Submitting needs the submit role or an API key with the submit scope; everything else is scoped to
+the caller's projects (a foreign submission or implementation is a 404)."""
+from __future__ import annotations
+
+from django.http import HttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
+from rest_framework import exceptions, generics, serializers, status
+from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from audit_portal.accounts.principal import Principal
+from audit_portal.accounts.selectors import get_project
+from audit_portal.core.errors import PortalError, UploadTooLarge
+from audit_portal.kernels import selectors, services
+from audit_portal.kernels.models import Contract, Implementation, Submission, Verdict
+from audit_portal.runs.upload_handler import MULTIPART_OVERHEAD
+
+
+# ------------------------------------------------------------------------------------------ serializers
+class ContractSerializer(serializers.ModelSerializer):
+    id = serializers.CharField(source="contract_id")
+    contract_class = serializers.CharField()
+    calibration = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Contract
+        fields = ["id", "version", "contract_class", "family", "title", "protocol", "signature", "sha256",
+                  "source_name", "loaded_at", "calibration"]
+        read_only_fields = fields
+
+    def get_calibration(self, contract) -> dict:
+        state = selectors.calibration_state(contract)
+        calibration = state["calibration"]
+        return {"status": state["status"], "problems": calibration.problems if calibration else [],
+                "finished_at": calibration.finished_at if calibration else None}
+
+
+class ContractDetailSerializer(ContractSerializer):
+    versions = serializers.SerializerMethodField()
+
+    class Meta(ContractSerializer.Meta):
+        fields = ContractSerializer.Meta.fields + ["spec", "source_text", "versions"]
+        read_only_fields = fields
+
+    def get_versions(self, contract) -> list[dict]:
+        return [{"version": c.version, "sha256": c.sha256, "loaded_at": c.loaded_at}
+                for c in selectors.contract_versions(contract.contract_id)]
+
+
+class ImplementationSerializer(serializers.ModelSerializer):
+    project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+
+    class Meta:
+        model = Implementation
+        fields = ["id", "project", "name", "kind", "import_path", "functions", "code_sha256", "code_size",
+                  "original_filename", "created_by", "created_at"]
+        read_only_fields = fields
+
+
+class VerdictSerializer(serializers.ModelSerializer):
+    contract_id = serializers.CharField(source="contract.contract_id")
+    contract_version = serializers.CharField(source="contract.version")
+    family = serializers.CharField(source="contract.family")
+    has_trace = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Verdict
+        fields = ["contract_id", "contract_version", "contract_class", "family", "verdict", "statistic_name",
+                  "statistic", "bound", "margin", "margin_infinite", "reason", "signature", "assurance_level",
+                  "measurements", "impl_hash", "duration_s", "has_trace", "created_at"]
+        read_only_fields = fields
+
+    def get_has_trace(self, verdict) -> bool:
+        return bool(verdict.trace_storage)
+
+
+class SubmissionSerializer(serializers.ModelSerializer):
+    project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    implementation = ImplementationSerializer(read_only=True)
+    job = serializers.SerializerMethodField()
+    verdicts = serializers.SerializerMethodField()
+    counts = serializers.SerializerMethodField()
+    kc_c = serializers.SerializerMethodField()
+    links = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Submission
+        fields = ["id", "project", "implementation", "device", "plan", "job", "verdicts", "counts", "kc_c", "grade",
+                  "environment", "submitted_by", "created_at", "finished_at", "links"]
+        read_only_fields = fields
+
+    def get_job(self, submission) -> dict | None:
+        job = submission.job
+        if job is None:
+            return None
+        return {"id": job.pk, "state": job.state, "progress": job.progress, "message": job.message, "error": job.error,
+                "queue": job.queue}
+
+    def get_verdicts(self, submission) -> list[dict]:
+        return VerdictSerializer(selectors.verdicts_of(submission), many=True).data
+
+    def get_counts(self, submission) -> dict:
+        return selectors.verdict_counts(submission.verdicts.all())
+
+    def get_kc_c(self, submission) -> dict | None:
+        return (submission.grade or {}).get("kc_c")
+
+    def get_links(self, submission) -> dict:
+        return {"page": f"/p/{submission.project.slug}/kernels/submissions/{submission.pk}/",
+                "job": f"/api/v1/jobs/{submission.job_id}/" if submission.job_id else None,
+                "status": f"/api/v1/implementations/{submission.implementation_id}/status/",
+                "badge": f"/api/v1/implementations/{submission.implementation_id}/badge.svg"}
+
+
+class SubmissionListSerializer(SubmissionSerializer):
+    class Meta(SubmissionSerializer.Meta):
+        fields = ["id", "project", "implementation", "device", "job", "counts", "kc_c", "submitted_by", "created_at",
+                  "finished_at", "links"]
+        read_only_fields = fields
+
+
+# ---------------------------------------------------------------------------------------------- contracts
+class ContractList(generics.ListAPIView):
+    """The loaded contract suite: the latest version of each contract (``?all_versions=1`` for every version)."""
+
+    serializer_class = ContractSerializer
+    pagination_class = None
+
+    @extend_schema(parameters=[OpenApiParameter("all_versions", bool, description="every loaded version")])
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+    def get_queryset(self):
+        if self.request.query_params.get("all_versions") in ("1", "true"):
+            return Contract.objects.order_by("contract_class", "contract_id", "-loaded_at")
+        return selectors.latest_contracts()
+
+
+class ContractDetail(generics.RetrieveAPIView):
+    """One contract (full id or class), latest version unless ``?version=``: spec, source text, versions."""
+
+    serializer_class = ContractDetailSerializer
+
+    @extend_schema(parameters=[OpenApiParameter("version", str)])
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+    def get_object(self):
+        return selectors.get_contract(self.kwargs["contract_id"], self.request.query_params.get("version"))
+
+
+# ------------------------------------------------------------------------------------------- submissions
+SUBMISSION_REQUEST = inline_serializer("KernelSubmissionRequest", {
+    "impl": serializers.CharField(required=False, help_text="import path 'package.module:function' or 'package.module'"),
+    "module": serializers.FileField(required=False, help_text="single-file kernel module (.py, UTF-8, ≤ 1 MiB)"),
+    "function": serializers.CharField(required=False, help_text="one function name for every contract"),
+    "functions": serializers.JSONField(required=False, help_text='{"C-PRC-01": "my_matmul", …}'),
+    "contracts": serializers.ListField(child=serializers.CharField(), required=False,
+                                       help_text="contract ids or classes (default: the whole suite)"),
+    "device": serializers.ChoiceField(choices=["cpu", "cuda"], required=False, default="cpu"),
+    "name": serializers.CharField(required=False, help_text="label of the implementation in the matrix"),
+})
+
+
+class ProjectSubmissionListCreate(generics.ListAPIView):
+    """A project's conformance submissions, newest first; POST submits one (one job, live progress)."""
+
+    serializer_class = SubmissionListSerializer
+    parser_classes = [MultiPartParser, FormParser, JSONParser]
+
+    def get_queryset(self):
+        principal = Principal.from_request(self.request)
+        return selectors.submissions_for(principal, get_project(principal, self.kwargs["slug"]))
+
+    @extend_schema(request={"multipart/form-data": SUBMISSION_REQUEST, "application/json": SUBMISSION_REQUEST},
+                   responses={201: SubmissionSerializer})
+    def post(self, request, slug):
+        principal = Principal.from_request(request)
+        project = get_project(principal, slug)
+        if not principal.can_submit(project):
+            raise exceptions.PermissionDenied(
+                "Submitting kernels needs the submit role (owner or member) or an API key with the submit scope.")
+        submission = submit_from_request(request, project, principal)
+        return Response(SubmissionSerializer(submission).data, status=status.HTTP_201_CREATED)
+
+
+def submit_from_request(request, project, principal) -> Submission:
+    """Shared by the API and the browser form: read the fields, check an uploaded module, submit."""
+    declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    if declared > services.KERNEL_MODULE_MAX_BYTES + MULTIPART_OVERHEAD:
+        raise UploadTooLarge(f"The request exceeds the kernel module limit of {services.KERNEL_MODULE_MAX_BYTES} bytes.",
+                             code="kernel_module_too_large")
+    data = request.data if hasattr(request, "data") else request.POST
+    files = request.FILES
+    received = [f for key in files for f in files.getlist(key)]
+    try:
+        uploaded = files.get("module")
+        module = None
+        if uploaded is not None:
+            if uploaded.size > services.KERNEL_MODULE_MAX_BYTES:
+                raise UploadTooLarge(f"{uploaded.name}: {uploaded.size} bytes exceeds the kernel module limit of "
+                                     f"{services.KERNEL_MODULE_MAX_BYTES} bytes.", code="kernel_module_too_large")
+            uploaded.seek(0)
+            module = services.check_kernel_module(uploaded.read(), uploaded.name or "")
+        contracts = data.getlist("contracts") if hasattr(data, "getlist") else data.get("contracts")
+        if isinstance(contracts, list) and len(contracts) == 1:
+            contracts = contracts[0]  # a form field may carry "C-PRC-01, C-EXC-02" or a JSON list
+        return services.submit_conformance(
+            project=project, submitted_by=principal.label, device=(data.get("device") or "cpu").strip(),
+            contracts=contracts, import_path=(data.get("impl") or "").strip() or None, module=module,
+            module_filename=(uploaded.name if uploaded is not None else ""),
+            function=(data.get("function") or "").strip() or None, functions=data.get("functions"),
+            name=(data.get("name") or "").strip())
+    finally:
+        for f in received:  # the module is stored by content (services); the streamed temporary file goes
+            if hasattr(f, "discard"):
+                f.discard()
+
+
+class SubmissionDetail(generics.RetrieveAPIView):
+    """One submission with its verdicts so far (the submission page polls this as rows land)."""
+
+    serializer_class = SubmissionSerializer
+
+    def get_object(self):
+        return selectors.get_submission(Principal.from_request(self.request), self.kwargs["pk"])
+
+
+class SubmissionDiff(APIView):
+    """Contract-by-contract change from submission ``a`` to ``b``: regressed / improved / unchanged."""
+
+    @extend_schema(parameters=[OpenApiParameter("a", int, required=True), OpenApiParameter("b", int, required=True)],
+                   responses=OpenApiTypes.OBJECT)
+    def get(self, request):
+        a, b = request.query_params.get("a", ""), request.query_params.get("b", "")
+        if not (a.isdigit() and b.isdigit()):
+            raise PortalError("Give two submission ids: ?a=<id>&b=<id>.", code="diff_needs_two_submissions")
+        return Response(selectors.diff(Principal.from_request(request), int(a), int(b)))
+
+
+class ProjectMatrix(APIView):
+    """The results matrix: contracts × (implementation, platform), cells with verdict and margin; per-column
+    family pass rates and KC-C; the interop score."""
+
+    @extend_schema(responses=OpenApiTypes.OBJECT)
+    def get(self, request, slug):
+        principal = Principal.from_request(request)
+        data = selectors.matrix(principal, get_project(principal, slug))
+        columns = [{"submission": c["submission"].pk, "implementation": c["implementation"].pk,
+                    "name": c["implementation"].name, "device": c["device"], "state": c["state"],
+                    "kc_c": c["kc_c"], "families": c["families"], "counts": c["counts"],
+                    "specific_failures": c["specific_failures"]} for c in data["columns"]]
+        rows = [{"contract_id": r["contract_id"], "all_pass": r["all_pass"],
+                 "cells": [None if v is None else {"verdict": v.verdict, "margin": v.margin,
+                                                   "margin_infinite": v.margin_infinite} for v in r["cells"]]}
+                for r in data["rows"]]
+        return Response({"columns": columns, "rows": rows, "interop_score": data["interop_score"]})
+
+
+# ------------------------------------------------------------------------------------- CI status, badge
+DEVICE_PARAM = OpenApiParameter("device", str, enum=["cpu", "cuda"], description="platform (default: latest of any)")
+
+
+class ImplementationStatus(APIView):
+    """CI status payload of an implementation's latest submission: state, KC-C vector, counts, link."""
+
+    @extend_schema(parameters=[DEVICE_PARAM], responses=OpenApiTypes.OBJECT)
+    def get(self, request, pk):
+        principal = Principal.from_request(request)
+        implementation = selectors.get_implementation(principal, pk)
+        payload = selectors.ci_status(principal, implementation, request.query_params.get("device"))
+        if payload["link"]:
+            payload["link"] = request.build_absolute_uri(payload["link"])
+        return Response(payload)
+
+
+class ImplementationBadge(APIView):
+    """SVG badge of an implementation's latest conformance result."""
+
+    @extend_schema(parameters=[DEVICE_PARAM],
+                   responses={(200, "image/svg+xml"): OpenApiResponse(OpenApiTypes.STR, description="SVG badge")})
+    def get(self, request, pk):
+        principal = Principal.from_request(request)
+        implementation = selectors.get_implementation(principal, pk)
+        svg = selectors.badge_svg(selectors.ci_status(principal, implementation, request.query_params.get("device")))
+        response = HttpResponse(svg, content_type="image/svg+xml")
+        response["Cache-Control"] = "no-cache, max-age=0"  # a badge must follow the latest result
+        return response
+

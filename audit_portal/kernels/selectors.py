@@ -1,0 +1,262 @@
+"""Reads for kernel contracts (global, the shared suite) and conformance results (scoped by the caller).
+
+The matrix, diff, badge and CI status are computed from stored verdicts; the torch-free grading helpers of
+``workers.contracts.grading`` supply the interop score so the portal and the engine's CLI agree.
+"""
+from __future__ import annotations
+
+from django.http import Http404
+
+from audit_portal.accounts.principal import Principal
+from audit_portal.kernels.models import (
+    FAMILY_CODES,
+    PASSING_VERDICTS,
+    CalibrationStatus,
+    Contract,
+    ContractCalibration,
+    Implementation,
+    Submission,
+    Verdict,
+)
+
+
+# ------------------------------------------------------------------------------------------- contracts
+def _semver_key(version: str):
+    try:
+        return tuple(int(x) for x in version.split("-")[0].split("+")[0].split("."))
+    except ValueError:
+        return (0,)
+
+
+def latest_contracts() -> list[Contract]:
+    """The highest loaded version of every contract id, in class order."""
+    latest: dict[str, Contract] = {}
+    for c in Contract.objects.all():
+        if c.contract_id not in latest or _semver_key(c.version) > _semver_key(latest[c.contract_id].version):
+            latest[c.contract_id] = c
+    return sorted(latest.values(), key=lambda c: (c.contract_class, c.contract_id))
+
+
+def contract_versions(contract_id: str) -> list[Contract]:
+    versions = list(Contract.objects.filter(contract_id=contract_id))
+    return sorted(versions, key=lambda c: _semver_key(c.version), reverse=True)
+
+
+def get_contract(contract_id: str, version: str | None = None) -> Contract:
+    """By full id or class; the latest loaded version unless ``version``."""
+    latest = [c for c in latest_contracts() if c.contract_id == contract_id or c.contract_class == contract_id]
+    if len(latest) != 1:
+        raise Http404("No such contract.")
+    if version is None:
+        return latest[0]
+    row = Contract.objects.filter(contract_id=latest[0].contract_id, version=version).first()
+    if row is None:
+        raise Http404("No such contract version.")
+    return row
+
+
+def calibration_state(contract: Contract) -> dict:
+    """{status, label, calibration}: calibrated / failed / queued / running / not yet run."""
+    calibration = ContractCalibration.objects.filter(contract=contract).select_related("job").first()
+    if calibration is None:
+        status = CalibrationStatus.NOT_RUN
+    else:
+        status = calibration.status
+        # a job that died before reaching this contract leaves the row queued/running: say what happened
+        if status in (CalibrationStatus.QUEUED, CalibrationStatus.RUNNING) and calibration.job and calibration.job.is_terminal:
+            status = CalibrationStatus.FAILED
+    return {"status": str(status), "label": CalibrationStatus(status).label, "calibration": calibration}
+
+
+def calibration_rows(calibration: ContractCalibration | None) -> list[dict]:
+    """The three states as table rows: state, implementation, naive check, verdict, statistic, margin, ok."""
+    if calibration is None:
+        return []
+    out = []
+    for state in ("baseline", "violating", "conforming"):
+        for row in (calibration.result.get("states") or {}).get(state, []):
+            out.append({"state": state, **row, "short_impl": str(row.get("impl", "")).rpartition(":")[2]})
+    return out
+
+
+# ------------------------------------------------------------------------------------------ submissions
+def submissions_for(principal: Principal, project=None):
+    qs = Submission.objects.filter(project__in=principal.readable_projects()).select_related(
+        "project", "implementation", "job")
+    return qs.filter(project=project) if project is not None else qs
+
+
+def get_submission(principal: Principal, submission_id: int) -> Submission:
+    submission = submissions_for(principal).filter(pk=submission_id).first()
+    if submission is None:
+        raise Http404("No such kernel submission.")
+    return submission
+
+
+def implementations_for(principal: Principal, project=None):
+    qs = Implementation.objects.filter(project__in=principal.readable_projects()).select_related("project")
+    return qs.filter(project=project) if project is not None else qs
+
+
+def get_implementation(principal: Principal, implementation_id: int) -> Implementation:
+    implementation = implementations_for(principal).filter(pk=implementation_id).first()
+    if implementation is None:
+        raise Http404("No such implementation.")
+    return implementation
+
+
+def verdicts_of(submission: Submission):
+    return submission.verdicts.select_related("contract").order_by("contract_class", "id")
+
+
+def verdict_counts(verdicts) -> dict:
+    counts: dict[str, int] = {}
+    for v in verdicts:
+        counts[v.verdict] = counts.get(v.verdict, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+# ---------------------------------------------------------------------------------------------- matrix
+def matrix(principal: Principal, project) -> dict:
+    """wpt.fyi-style: rows = contracts, columns = (implementation, platform) with their latest submission.
+
+    Cells hold the verdict code and margin. Per column: per-family pass rates and the KC-C grade vector;
+    over all columns: the interop score (share of contracts passing on every column) and the count of
+    column-specific failures (contracts failing on exactly that column)."""
+    from workers.contracts.grading import interop  # torch-free
+
+    latest: dict[tuple[int, str], Submission] = {}
+    for s in submissions_for(principal, project).order_by("-created_at", "-id"):
+        latest.setdefault((s.implementation_id, s.device), s)
+    columns = sorted(latest.values(), key=lambda s: (s.implementation.name.lower(), s.device))
+    verdicts = Verdict.objects.filter(submission__in=columns).select_related("contract")
+    by_column: dict[int, dict[str, Verdict]] = {s.pk: {} for s in columns}
+    for v in verdicts:
+        by_column[v.submission_id][v.contract.contract_id] = v
+    suite = latest_contracts()
+    row_ids = [c.contract_id for c in suite]
+    for cells in by_column.values():  # verdicts against contracts no longer in the latest suite keep a row
+        row_ids += [cid for cid in cells if cid not in row_ids]
+    titles = {c.contract_id: c for c in suite}
+    rows = []
+    for cid in row_ids:
+        cells = [by_column[s.pk].get(cid) for s in columns]
+        measured = [c for c in cells if c is not None]
+        rows.append({"contract_id": cid, "contract": titles.get(cid) or (measured[0].contract if measured else None),
+                     "cells": cells,
+                     "all_pass": bool(measured) and len(measured) == len(columns) and all(c.passed for c in measured)})
+    summary = interop({str(s.pk): [{"contract_id": cid, "verdict": v.verdict} for cid, v in by_column[s.pk].items()]
+                       for s in columns}) if columns else {"interop_score": None, "backend_specific_failures": {}}
+    column_info = []
+    for s in columns:
+        cells = by_column[s.pk].values()
+        families = {}
+        for family, code in FAMILY_CODES:
+            fam = [v for v in cells if v.contract.family == family]
+            families[code] = {"passed": sum(1 for v in fam if v.passed), "total": len(fam),
+                              "rate": (sum(1 for v in fam if v.passed) / len(fam)) if fam else None}
+        column_info.append({"submission": s, "implementation": s.implementation, "device": s.device,
+                            "state": s.state, "families": families, "kc_c": (s.grade or {}).get("kc_c"),
+                            "counts": verdict_counts(cells),
+                            "specific_failures": summary["backend_specific_failures"].get(str(s.pk), 0)})
+    return {"columns": column_info, "rows": rows, "interop_score": summary["interop_score"],
+            "contracts": len(row_ids)}
+
+
+# ------------------------------------------------------------------------------------------------ diff
+def _rank(verdict: str | None) -> int:
+    return {"PASS": 2, "QUALITY_WARNING": 1}.get(verdict or "", 0)
+
+
+def diff(principal: Principal, a_id: int, b_id: int) -> dict:
+    """Contract by contract, from submission ``a`` (before) to ``b`` (after): regressed (PASS → QUALITY_WARNING
+    → anything failing counts down), improved, unchanged; contracts run on one side only are listed apart."""
+    a, b = get_submission(principal, a_id), get_submission(principal, b_id)
+    va = {v.contract.contract_id: v for v in verdicts_of(a)}
+    vb = {v.contract.contract_id: v for v in verdicts_of(b)}
+    rows, counts = [], {"regressed": 0, "improved": 0, "unchanged": 0, "only_in_a": 0, "only_in_b": 0}
+    for cid in list(va) + [c for c in vb if c not in va]:
+        x, y = va.get(cid), vb.get(cid)
+        if x is None or y is None:
+            change = "only_in_b" if x is None else "only_in_a"
+        else:
+            delta = _rank(y.verdict) - _rank(x.verdict)
+            change = "improved" if delta > 0 else "regressed" if delta < 0 else "unchanged"
+        counts[change] += 1
+        rows.append({"contract_id": cid, "contract_class": (x or y).contract_class, "change": change,
+                     "a": _verdict_brief(x), "b": _verdict_brief(y)})
+    grade_a, grade_b = (a.grade or {}).get("kc_c") or {}, (b.grade or {}).get("kc_c") or {}
+    return {"a": a.pk, "b": b.pk, "counts": counts, "contracts": rows,
+            "kc_c": {"a": grade_a or None, "b": grade_b or None,
+                     "delta": {k: (grade_b.get(k) or 0) - (grade_a.get(k) or 0) for k in grade_a or grade_b}
+                     if (grade_a or grade_b) else None}}
+
+
+def _verdict_brief(v: Verdict | None) -> dict | None:
+    if v is None:
+        return None
+    return {"verdict": v.verdict, "margin": v.margin, "margin_infinite": v.margin_infinite, "version": v.contract.version}
+
+
+# ------------------------------------------------------------------------------------ CI status, badge
+def latest_submission(principal: Principal, implementation: Implementation, device: str | None = None):
+    qs = submissions_for(principal).filter(implementation=implementation)
+    if device:
+        qs = qs.filter(device=device)
+    return qs.order_by("-created_at", "-id").first()
+
+
+def ci_status(principal: Principal, implementation: Implementation, device: str | None = None) -> dict:
+    """CI payload for the implementation's latest submission. ``state`` uses the commit-status vocabulary:
+    success (every contract passes), failure (some contract does not), pending (queued or running),
+    error (the job itself failed or was cancelled, or nothing was ever submitted)."""
+    submission = latest_submission(principal, implementation, device)
+    base = {"implementation": implementation.pk, "name": implementation.name, "reference": implementation.reference}
+    if submission is None:
+        return {**base, "state": "error", "description": "no conformance submission yet", "submission": None,
+                "kc_c": None, "counts": {}, "passed": 0, "total": 0, "link": None}
+    verdicts = list(verdicts_of(submission))
+    counts = verdict_counts(verdicts)
+    passed = sum(1 for v in verdicts if v.verdict in PASSING_VERDICTS)
+    job_state = submission.state
+    if job_state in ("queued", "running"):
+        state = "pending"
+    elif job_state != "succeeded":
+        state = "error"
+    else:
+        state = "success" if passed == len(verdicts) and verdicts else "failure"
+    kc_c = (submission.grade or {}).get("kc_c")
+    grade_text = " ".join(f"{k} {'-' if v is None else v}" for k, v in kc_c.items()) if kc_c else "not graded"
+    description = {"pending": f"{len(verdicts)}/{len(submission.plan)} contracts run",
+                   "error": f"conformance job {job_state}",
+                   "success": f"{passed}/{len(verdicts)} contracts pass; KC-C {grade_text}",
+                   "failure": f"{passed}/{len(verdicts)} contracts pass; KC-C {grade_text}"}[state]
+    return {**base, "state": state, "description": description, "submission": submission.pk,
+            "device": submission.device, "kc_c": kc_c, "counts": counts, "passed": passed, "total": len(submission.plan),
+            "link": f"/p/{submission.project.slug}/kernels/submissions/{submission.pk}/"}
+
+
+BADGE_COLOURS = {"success": "#2e8540", "failure": "#c0392b", "pending": "#2f6fbf", "error": "#7a7f8a"}
+
+
+def badge_svg(status: dict) -> str:
+    """A shields-style flat badge: 'kernel contracts | KC-C PRC 3 ORD 3 …' coloured by the CI state."""
+    from xml.sax.saxutils import escape
+
+    label = "kernel contracts"
+    if status["state"] in ("success", "failure") and status.get("kc_c"):
+        message = " ".join(f"{k}{'-' if v is None else v}" for k, v in status["kc_c"].items())
+        if status["state"] == "failure":
+            message = f"{status['passed']}/{status['total']} pass · {message}"
+    else:
+        message = {"pending": "running", "error": "no result"}.get(status["state"], status["state"])
+    colour = BADGE_COLOURS[status["state"]]
+    lw, mw = 6 * len(label) + 12, 6 * len(message) + 12  # ~6 px a character at 11 px Verdana
+    total = lw + mw
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{total}" height="20" role="img" '
+        f'aria-label="{escape(label)}: {escape(message)}"><title>{escape(label)}: {escape(message)}</title>'
+        f'<rect width="{lw}" height="20" fill="#555"/><rect x="{lw}" width="{mw}" height="20" fill="{colour}"/>'
+        f'<g fill="#fff" text-anchor="middle" font-family="Verdana,DejaVu Sans,sans-serif" font-size="11">'
+        f'<text x="{lw / 2}" y="14">{escape(label)}</text><text x="{lw + mw / 2}" y="14">{escape(message)}</text>'
+        f'</g></svg>')

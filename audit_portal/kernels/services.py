@@ -1,0 +1,419 @@
+"""Writes for kernel contracts and conformance submissions.
+
+The web process never imports torch nor any submitted kernel: an uploaded module is only *parsed*
+(``ast.parse``) here, stored by SHA-256 in the artifact store, and imported later inside the engine's
+sandboxed child process on a worker. The contract loader and the grader of ``workers.contracts`` are
+torch-free by design, so they may be used here.
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from audit_portal.accounts.models import Project
+from audit_portal.core.errors import PortalError, UploadTooLarge
+from audit_portal.jobs.services import create_job
+from audit_portal.kernels.models import (
+    QUEUE_FOR_DEVICE,
+    CalibrationStatus,
+    Contract,
+    ContractCalibration,
+    Device,
+    Implementation,
+    ImplementationKind,
+    Submission,
+    Verdict,
+)
+from audit_portal.kernels.selectors import latest_contracts
+
+CONFORMANCE_TASK = "workers.tasks.run_kernel_submission"
+CALIBRATION_TASK = "workers.tasks.calibrate_contracts"
+# Calibration concerns the shared suite, not a tenant's data, but every Job belongs to a project: its jobs
+# live in this member-less project (visible to superusers only), and the results on the contract pages.
+SUITE_PROJECT_SLUG = "kernel-contract-suite"
+KERNEL_MODULE_MAX_BYTES = int(getattr(settings, "KERNEL_MODULE_MAX_BYTES", 1024 * 1024))
+
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+IMPORT_PATH_RE = re.compile(rf"^{_IDENT}(\.{_IDENT})*(:{_IDENT}(\.{_IDENT})*)?$")
+FUNCTION_RE = re.compile(rf"^{_IDENT}(\.{_IDENT})*$")
+
+
+class KernelSubmissionError(PortalError):
+    default_code = "invalid_kernel_submission"
+
+
+# ------------------------------------------------------------------------------------------ contracts
+class ContractLoadError(Exception):
+    """A contract file that cannot be loaded, or an in-place edit of a loaded version."""
+
+
+@dataclass
+class LoadReport:
+    created: list[Contract] = field(default_factory=list)
+    unchanged: list[Contract] = field(default_factory=list)
+
+
+def load_contract_files(paths) -> LoadReport:
+    """Load contract files into the database, all or nothing.
+
+    Versioning: (id, version) is immutable. A file whose id and version are already loaded with the same
+    text is unchanged; with a different text it is refused (an edit in place would silently change what
+    earlier verdicts were measured against) — a changed contract needs a new ``identifier.version``."""
+    from workers.contracts.loader import ContractError, load_file  # torch-free
+
+    parsed, seen = [], {}
+    for path in sorted(Path(p) for p in paths):
+        try:
+            contract = load_file(path)
+        except ContractError as exc:
+            raise ContractLoadError(str(exc)) from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ContractLoadError(f"{path}: cannot read contract file: {exc}") from None
+        key = (contract.id, contract.version)
+        if key in seen and seen[key].sha256 != contract.sha256:
+            raise ContractLoadError(f"{path.name} and {seen[key].path and Path(seen[key].path).name} both define "
+                                    f"{contract.id} version {contract.version} with different text")
+        seen[key] = contract
+        parsed.append(contract)
+    report = LoadReport()
+    with transaction.atomic():
+        for contract in parsed:
+            existing = Contract.objects.select_for_update().filter(contract_id=contract.id,
+                                                                   version=contract.version).first()
+            if existing is not None:
+                if existing.sha256 != contract.sha256:
+                    raise ContractLoadError(
+                        f"{Path(contract.path).name}: {contract.id} version {contract.version} is already loaded with "
+                        f"different text (sha256 {existing.sha256[:12]}…, now {contract.sha256[:12]}…). Contracts are "
+                        "never edited in place: give the changed contract a new identifier.version.")
+                if existing not in report.unchanged:
+                    report.unchanged.append(existing)
+                continue
+            spec = contract.to_dict()
+            spec.pop("source_text", None)
+            report.created.append(Contract.objects.create(
+                contract_id=contract.id, version=contract.version, contract_class=contract.cls,
+                family=contract.family, title=contract.title[:300], protocol=contract.protocol,
+                signature=contract.signature[:300], spec=spec, source_text=contract.source_text,
+                sha256=contract.sha256, source_name=Path(contract.path).name[:300]))
+    return report
+
+
+def suite_project() -> Project:
+    project, _ = Project.objects.get_or_create(
+        slug=SUITE_PROJECT_SLUG,
+        defaults={"name": "Kernel contract suite",
+                  "description": "Calibration jobs of the shared kernel contract suite (no members)."})
+    return project
+
+
+def queue_calibration(contracts, *, submitted_by: str = "system"):
+    """Queue one calibration job over ``contracts`` (Contract rows); returns the job, or None if empty."""
+    contracts = list(contracts)
+    if not contracts:
+        return None
+    with transaction.atomic():
+        job = create_job(project=suite_project(), kind="calibrate_contracts", task_name=CALIBRATION_TASK,
+                         queue="cpu", title=f"Calibrate {len(contracts)} contract version(s)",
+                         params={"contracts": [c.pk for c in contracts]}, subject_kind="contract_suite",
+                         submitted_by=submitted_by)
+        ContractCalibration.objects.bulk_create(
+            [ContractCalibration(contract=c, job=job, status=CalibrationStatus.QUEUED) for c in contracts])
+    return job
+
+
+def begin_calibration(job, contract: Contract) -> ContractCalibration:
+    calibration = (ContractCalibration.objects.filter(job=job, contract=contract).first()
+                   or ContractCalibration(job=job, contract=contract))
+    calibration.status = CalibrationStatus.RUNNING
+    calibration.save()
+    return calibration
+
+
+def record_calibration(calibration: ContractCalibration, result: dict) -> ContractCalibration:
+    calibration.result = result
+    calibration.problems = list(result.get("problems") or [])
+    calibration.status = CalibrationStatus.CALIBRATED if result.get("ok") else CalibrationStatus.FAILED
+    calibration.finished_at = timezone.now()
+    calibration.save()
+    return calibration
+
+
+# ------------------------------------------------------------------------------------ submission input
+def parse_import_path(text: str) -> tuple[str, str | None]:
+    """'package.module:function' -> ('package.module', 'function'); 'package.module' -> (module, None).
+    File paths are refused: code from outside the worker's installed packages must be uploaded."""
+    text = (text or "").strip()
+    if not IMPORT_PATH_RE.match(text):
+        raise KernelSubmissionError(
+            f"Implementation {text!r} is not an import path: write 'package.module:function' (or 'package.module' "
+            "to use each contract's function name); to test a file, upload it as 'module'.", code="invalid_import_path")
+    module, _, function = text.partition(":")
+    return module, function or None
+
+
+def parse_function_map(raw) -> dict[str, str]:
+    """``functions``: a JSON object (or dict) {contract id or class: function name}."""
+    if raw in (None, "", {}):
+        return {}
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError as exc:
+            raise KernelSubmissionError(f"'functions' is not valid JSON: {exc}", code="invalid_function_map") from None
+    if not isinstance(raw, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in raw.items()):
+        raise KernelSubmissionError("'functions' must map contract ids or classes to function names, e.g. "
+                                    '{"C-PRC-01": "my_matmul"}.', code="invalid_function_map")
+    bad = sorted(v for v in raw.values() if not FUNCTION_RE.match(v))
+    if bad:
+        raise KernelSubmissionError(f"Not a Python function name: {', '.join(map(repr, bad))}.",
+                                    code="invalid_function_map")
+    return {k.strip(): v.strip() for k, v in raw.items()}
+
+
+def parse_contract_selection(raw) -> list[str]:
+    if raw in (None, "", []):
+        return []
+    if isinstance(raw, str):
+        raw = raw.strip()
+        if raw.startswith("["):
+            try:
+                raw = json.loads(raw)
+            except ValueError as exc:
+                raise KernelSubmissionError(f"'contracts' is not valid JSON: {exc}", code="invalid_contracts") from None
+        else:
+            raw = [part for part in re.split(r"[\s,]+", raw) if part]
+    if not isinstance(raw, list) or not all(isinstance(x, str) for x in raw):
+        raise KernelSubmissionError("'contracts' must be a list of contract ids or classes.", code="invalid_contracts")
+    return [x.strip() for x in raw if x.strip()]
+
+
+def resolve_contracts(selection: list[str]) -> list[Contract]:
+    """Contract ids or classes (optionally '@version') to loaded rows; empty = the whole latest suite."""
+    latest = latest_contracts()
+    if not latest:
+        raise KernelSubmissionError("No contracts are loaded; run 'manage.py load_contracts'.", code="no_contracts")
+    if not selection:
+        return latest
+    chosen, unknown = [], []
+    for item in selection:
+        name, _, version = item.partition("@")
+        matches = [c for c in latest if c.contract_id == name or c.contract_class == name]
+        if version:
+            matches = list(Contract.objects.filter(contract_id__in=[c.contract_id for c in matches], version=version))
+        if len(matches) != 1:
+            unknown.append(item)
+            continue
+        if matches[0] not in chosen:
+            chosen.append(matches[0])
+    if unknown:
+        known = [c.contract_id for c in latest]
+        raise KernelSubmissionError(
+            f"Unknown contract {', '.join(map(repr, unknown))}. Known: {', '.join(known)} (or their classes).",
+            code="unknown_contract", extra={"unknown": unknown, "known": known})
+    return chosen
+
+
+@dataclass
+class CheckedModule:
+    data: bytes
+    sha256: str
+    top_level_names: set[str]
+
+
+def check_kernel_module(data: bytes, filename: str) -> CheckedModule:
+    """A single-file kernel module must be a UTF-8 Python source file of at most KERNEL_MODULE_MAX_BYTES that
+    parses; it is never imported here. Raises with the reason (and the line of a syntax error)."""
+    name = filename or "module"
+    if not name.endswith(".py"):
+        raise KernelSubmissionError(f"{name}: a kernel module must be a single Python source file ending in .py.",
+                                    code="not_a_python_file")
+    if len(data) > KERNEL_MODULE_MAX_BYTES:
+        raise UploadTooLarge(f"{name}: {len(data)} bytes exceeds the kernel module limit of "
+                             f"{KERNEL_MODULE_MAX_BYTES} bytes.", code="kernel_module_too_large")
+    if not data.strip():
+        raise KernelSubmissionError(f"{name}: the file is empty.", code="empty_kernel_module")
+    if b"\x00" in data:
+        raise KernelSubmissionError(f"{name}: binary file (contains NUL bytes), not Python source.",
+                                    code="not_python_source")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise KernelSubmissionError(f"{name}: not UTF-8 text (invalid byte at line {line}).",
+                                    code="not_python_source", extra={"line": line}) from None
+    try:
+        tree = ast.parse(text, filename=name)
+    except SyntaxError as exc:
+        raise KernelSubmissionError(f"{name}: Python syntax error at line {exc.lineno}: {exc.msg}.",
+                                    code="python_syntax_error",
+                                    extra={"line": exc.lineno, "column": exc.offset, "message": exc.msg}) from None
+    return CheckedModule(data=data, sha256=hashlib.sha256(data).hexdigest(), top_level_names=_top_level_names(tree))
+
+
+def _top_level_names(tree: ast.Module) -> set[str]:
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
+
+
+def kernel_storage_name(sha256: str) -> str:
+    return f"kernels/{sha256[:2]}/{sha256}.py"
+
+
+def artifact_path(storage_name: str) -> Path:
+    return Path(settings.ARTIFACT_ROOT) / storage_name
+
+
+def _store_module(module: CheckedModule) -> str:
+    name = kernel_storage_name(module.sha256)
+    target = artifact_path(name)
+    if not target.exists():  # content-addressed: the same bytes are stored once
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(f".{os.getpid()}.part")
+        tmp.write_bytes(module.data)
+        os.replace(tmp, target)
+    return name
+
+
+def _function_for(contract: Contract, default: str | None, mapping: dict[str, str]) -> str:
+    return mapping.get(contract.contract_id) or mapping.get(contract.contract_class) or default or contract.default_function
+
+
+def _fingerprint(kind: str, reference: str, default_function: str | None, mapping: dict) -> str:
+    canonical = json.dumps({"kind": kind, "reference": reference, "default": default_function, "functions": mapping},
+                           sort_keys=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@transaction.atomic
+def submit_conformance(*, project: Project, submitted_by: str, device: str, contracts: list[str],
+                       import_path: str | None = None, module: CheckedModule | None = None,
+                       module_filename: str = "", function: str | None = None, functions=None,
+                       name: str = "") -> Submission:
+    """Validate a conformance submission, record the implementation and queue one job for it.
+
+    Exactly one of ``import_path`` and ``module``. ``function`` (one name for every contract) and
+    ``functions`` ({contract id or class: name}) choose the callables; otherwise each contract's spec §11
+    function name is used (for an uploaded module without an explicit contract list: only the contracts
+    whose function the module defines)."""
+    if device not in Device.values:
+        raise KernelSubmissionError(f"Unknown platform {device!r}; use one of: {', '.join(Device.values)}.",
+                                    code="unknown_platform")
+    if bool(import_path) == bool(module):
+        raise KernelSubmissionError("Give either an import path ('impl') or an uploaded kernel module ('module').",
+                                    code="implementation_missing")
+    mapping = parse_function_map(functions)
+    if function and not FUNCTION_RE.match(function):
+        raise KernelSubmissionError(f"Not a Python function name: {function!r}.", code="invalid_function_map")
+    selection = parse_contract_selection(contracts)
+    chosen = resolve_contracts(selection)
+    keys = {c.contract_id for c in chosen} | {c.contract_class for c in chosen}
+    stray = sorted(k for k in mapping if k not in keys)
+    if stray:
+        raise KernelSubmissionError(
+            f"'functions' names contract(s) not in this submission: {', '.join(stray)}.", code="unknown_contract",
+            extra={"unknown": stray})
+
+    if import_path:
+        module_name, path_function = parse_import_path(import_path)
+        default = function or path_function
+        kind, reference = ImplementationKind.IMPORT_PATH, import_path.strip()
+        plan_contracts = chosen
+    else:
+        default = function
+        kind, reference = ImplementationKind.UPLOADED_MODULE, module.sha256
+        defined = module.top_level_names
+        if selection or mapping or function:
+            missing = [f"{c.contract_class} needs {_function_for(c, default, mapping)!r}" for c in chosen
+                       if _function_for(c, default, mapping).split(".")[0] not in defined]
+            if missing:
+                raise KernelSubmissionError(
+                    f"{module_filename or 'the module'} does not define: {'; '.join(missing)}.",
+                    code="function_not_found", extra={"missing": missing})
+            plan_contracts = chosen
+        else:
+            plan_contracts = [c for c in chosen if c.default_function in defined]
+            if not plan_contracts:
+                wanted = sorted({c.default_function for c in chosen})
+                raise KernelSubmissionError(
+                    f"{module_filename or 'the module'} defines none of the suite's functions ({', '.join(wanted)}); "
+                    "name them, or map contracts to your functions with 'functions'.", code="function_not_found")
+
+    implementation, _ = Implementation.objects.get_or_create(
+        project=project, fingerprint=_fingerprint(kind, reference, default, mapping),
+        defaults=dict(
+            name=(name or (module_filename if module else import_path) or "kernel")[:200], kind=kind,
+            import_path=import_path.strip() if import_path else "", functions=mapping,
+            code_sha256=module.sha256 if module else "", code_size=len(module.data) if module else None,
+            storage_name=_store_module(module) if module else "", original_filename=module_filename[:255],
+            created_by=submitted_by))
+    plan = [{"contract": c.pk, "contract_id": c.contract_id, "version": c.version, "class": c.contract_class,
+             "function": _function_for(c, default, mapping)} for c in plan_contracts]
+    submission = Submission.objects.create(project=project, implementation=implementation, device=device, plan=plan,
+                                           submitted_by=submitted_by)
+    submission.job = create_job(
+        project=project, kind="kernel_conformance", task_name=CONFORMANCE_TASK, queue=QUEUE_FOR_DEVICE[device],
+        title=f"Conformance: {implementation.name} on {device} ({len(plan)} contract(s))",
+        params={"submission": submission.pk}, subject_kind="kernel_submission", subject_id=submission.pk,
+        submitted_by=submitted_by)
+    submission.save(update_fields=["job"])
+    return submission
+
+
+# ------------------------------------------------------------------------------------ worker-side writes
+def impl_reference(submission: Submission, entry: dict) -> str:
+    """What the engine loads (inside its sandboxed child): 'package.module:function' or '/abs/file.py:function'."""
+    impl = submission.implementation
+    if impl.kind == ImplementationKind.UPLOADED_MODULE:
+        return f"{artifact_path(impl.storage_name)}:{entry['function']}"
+    module_name, _ = parse_import_path(impl.import_path)
+    return f"{module_name}:{entry['function']}"
+
+
+def trace_storage_name(submission: Submission, contract_class: str) -> str:
+    return f"kernel-traces/{submission.pk}/{contract_class}.jsonl"
+
+
+def record_verdict(submission: Submission, contract: Contract, detail: dict, *, margin_infinite: bool,
+                   trace_storage: str = "") -> Verdict:
+    """Store one contract's verdict (replacing one from an earlier, interrupted attempt)."""
+    def num(x):
+        return x if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+    values = dict(
+        contract_class=contract.contract_class, verdict=str(detail.get("verdict"))[:20],
+        statistic_name=str(detail.get("statistic_name") or "")[:60], statistic=num(detail.get("statistic")),
+        bound=num(detail.get("bound")), margin=num(detail.get("margin")), margin_infinite=margin_infinite,
+        reason=str(detail.get("reason") or ""), signature=detail.get("signature") or {},
+        assurance_level=int(detail.get("assurance_level") or 0), measurements=int(detail.get("measurements") or 0),
+        impl_hash=str(detail.get("impl_hash") or "")[:64], detail=detail, trace_storage=trace_storage,
+        duration_s=float(detail.get("duration_s") or 0.0), created_at=timezone.now())
+    verdict, _ = Verdict.objects.update_or_create(submission=submission, contract=contract, defaults=values)
+    if not submission.environment and detail.get("environment"):
+        submission.environment = detail["environment"]
+        submission.save(update_fields=["environment"])
+    return verdict
+
+
+def finish_submission(submission: Submission, grade: dict) -> Submission:
+    submission.grade = grade
+    submission.finished_at = timezone.now()
+    submission.save(update_fields=["grade", "finished_at"])
+    return submission

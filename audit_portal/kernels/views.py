@@ -1,0 +1,117 @@
+"""Pages: the contract suite (global), and per project the results matrix, the submission form, one
+submission filling in live, and the diff of two submissions."""
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404
+from django.shortcuts import redirect, render
+from rest_framework.exceptions import APIException
+
+from audit_portal.accounts import selectors as account_selectors
+from audit_portal.accounts.principal import Principal
+from audit_portal.kernels import selectors, services
+from audit_portal.kernels.models import Device
+
+PART_TITLES = [
+    ("identifier", "1 · Identifier"), ("scope", "2 · Scope"), ("precondition", "3 · Precondition"),
+    ("postcondition", "4 · Postcondition"), ("tolerance", "5 · Tolerance"), ("reference_oracle", "6 · Reference oracle"),
+    ("measurement_protocol", "7 · Measurement protocol"), ("violation_signature", "8 · Violation signature"),
+]
+
+
+def _context(request, slug: str | None = None, **extra):
+    principal = Principal.from_request(request)
+    ctx = {"principal": principal, "projects": account_selectors.projects_for(principal)}
+    if slug is not None:
+        project = account_selectors.get_project(principal, slug)
+        ctx.update(project=project, role=principal.role_in(project), can_submit=principal.can_submit(project),
+                   can_manage=principal.can_manage(project))
+    ctx.update(extra)
+    return ctx
+
+
+@login_required
+def contract_list(request):
+    contracts = selectors.latest_contracts()
+    rows = [{"contract": c, "calibration": selectors.calibration_state(c),
+             "versions": len(selectors.contract_versions(c.contract_id))} for c in contracts]
+    return render(request, "kernels/contracts.html", _context(request, rows=rows))
+
+
+@login_required
+def contract_detail(request, contract_id):
+    contract = selectors.get_contract(contract_id, request.GET.get("version") or None)
+    spec = contract.spec
+    parts = [(key, title, (spec.get("parts") or {}).get(key)) for key, title in PART_TITLES]
+    state = selectors.calibration_state(contract)
+    ctx = _context(request, contract=contract, spec=spec, parts=parts, calibration=state,
+                   calibration_rows=selectors.calibration_rows(state["calibration"]),
+                   versions=selectors.contract_versions(contract.contract_id),
+                   latest=selectors.get_contract(contract.contract_id))
+    return render(request, "kernels/contract.html", ctx)
+
+
+@login_required
+def matrix_page(request, slug):
+    ctx = _context(request, slug)
+    ctx["matrix"] = selectors.matrix(ctx["principal"], ctx["project"])
+    ctx["submissions"] = selectors.submissions_for(ctx["principal"], ctx["project"])[:20]
+    return render(request, "kernels/matrix.html", ctx)
+
+
+@login_required
+def submit_page(request, slug):
+    ctx = _context(request, slug)
+    ctx.update(contracts=selectors.latest_contracts(), devices=Device.choices,
+               max_bytes=services.KERNEL_MODULE_MAX_BYTES, form=request.POST)
+    if request.method == "POST":
+        if not ctx["can_submit"]:
+            messages.error(request, "Submitting kernels needs the submit role (owner or member).")
+            return redirect("kernels:matrix", slug=slug)
+        from audit_portal.kernels.api import submit_from_request
+
+        form = request.POST.copy()
+        if form.get("source") == "upload":
+            form["impl"] = ""
+        elif "module" in request.FILES:
+            request.FILES.pop("module")  # the form sends both inputs; the chosen source decides
+        form.setlist("contracts", [",".join(request.POST.getlist("contracts"))])
+        request.POST = form
+        try:
+            submission = submit_from_request(request, ctx["project"], ctx["principal"])
+        except APIException as exc:
+            ctx["error"] = {"code": getattr(exc.detail, "code", None) or exc.default_code, "message": str(exc.detail),
+                            "detail": getattr(exc, "extra", None) or {}}
+            return render(request, "kernels/submit.html", ctx, status=exc.status_code)
+        return redirect("kernels:submission", slug=slug, pk=submission.pk)
+    return render(request, "kernels/submit.html", ctx)
+
+
+@login_required
+def submission_page(request, slug, pk):
+    ctx = _context(request, slug)
+    submission = selectors.get_submission(ctx["principal"], pk)
+    if submission.project_id != ctx["project"].pk:
+        raise Http404
+    verdicts = {v.contract_id: v for v in selectors.verdicts_of(submission)}
+    rows = [{"entry": e, "verdict": verdicts.get(e["contract"])} for e in submission.plan]
+    others = selectors.submissions_for(ctx["principal"], ctx["project"]).exclude(pk=submission.pk)[:20]
+    ctx.update(submission=submission, rows=rows, job=submission.job, others=others,
+               status=selectors.ci_status(ctx["principal"], submission.implementation, submission.device))
+    return render(request, "kernels/submission.html", ctx)
+
+
+@login_required
+def diff_page(request, slug):
+    ctx = _context(request, slug)
+    a, b = request.GET.get("a", ""), request.GET.get("b", "")
+    if not (a.isdigit() and b.isdigit()):
+        messages.error(request, "Choose two submissions to compare.")
+        return redirect("kernels:matrix", slug=slug)
+    result = selectors.diff(ctx["principal"], int(a), int(b))
+    subs = {s.pk: s for s in selectors.submissions_for(ctx["principal"], ctx["project"]).filter(pk__in=[int(a), int(b)])}
+    if len(subs) != len({int(a), int(b)}):
+        raise Http404
+    ctx.update(diff=result, a=subs[int(a)], b=subs[int(b)])
+    return render(request, "kernels/diff.html", ctx)

@@ -1,0 +1,114 @@
+"""Kernel conformance and contract calibration tasks (spec/contracts.md §7, §10, §11).
+
+The submitted kernel is loaded only by the engine, inside its sandboxed child process (time limit, memory
+cap, primitive-only channel back), never in this worker process. The contract that runs is the version
+stored in the database (parsed from its stored source text), not whatever file is on disk now.
+"""
+from __future__ import annotations
+
+import math
+
+from celery import shared_task
+
+from audit_portal.jobs.execution import JobInputError, run_job
+from audit_portal.kernels import services
+from audit_portal.kernels.models import Contract, ContractCalibration, Submission
+
+
+def _engine_contract(row: Contract):
+    from workers.contracts.loader import load_text
+
+    return load_text(row.source_text, source=row.source_name or row.contract_id)
+
+
+@shared_task(name="workers.tasks.run_kernel_submission", acks_late=True)
+def run_kernel_submission(job_id: int) -> str:
+    """Run every planned contract against the submission's implementation; store each verdict as it lands."""
+
+    def work(job, progress):
+        from workers.contracts.grading import grade
+        from workers.contracts.runner import run_contract
+
+        submission = Submission.objects.select_related("implementation").filter(pk=job.subject_id).first()
+        if submission is None:
+            raise JobInputError(f"kernel submission {job.subject_id} no longer exists")
+        impl = submission.implementation
+        if impl.storage_name and not services.artifact_path(impl.storage_name).is_file():
+            raise JobInputError(f"the uploaded module of implementation {impl.pk} (sha256 {impl.code_sha256[:12]}) "
+                                "is missing from the artifact store")
+        rows = {c.pk: c for c in Contract.objects.filter(pk__in=[e["contract"] for e in submission.plan])}
+        done = {v.contract_id for v in submission.verdicts.all()}  # a retried job resumes where it stopped
+        total = len(submission.plan)
+        engine_contracts = []
+        for i, entry in enumerate(submission.plan):
+            row = rows.get(entry["contract"])
+            if row is None:
+                raise JobInputError(f"contract {entry['contract_id']} v{entry['version']} was removed")
+            contract = _engine_contract(row)
+            engine_contracts.append(contract)
+            if row.pk in done:
+                continue
+            progress(i / total, f"{row.contract_class}: starting", force=True)
+
+            def cases_done(n, of, i=i, cls=row.contract_class):
+                progress((i + n / max(of, 1)) / total, f"{cls}: case {n}/{of}")
+
+            trace_name = services.trace_storage_name(submission, row.contract_class)
+            trace_path = services.artifact_path(trace_name)
+            trace_path.parent.mkdir(parents=True, exist_ok=True)
+            trace_path.unlink(missing_ok=True)
+            try:
+                verdict = run_contract(contract, services.impl_reference(submission, entry), device=submission.device,
+                                       trace_path=str(trace_path), progress=cases_done)
+                detail = verdict.to_dict(include_trace=False)
+                infinite = verdict.margin is not None and math.isinf(verdict.margin)
+            except Exception as exc:  # noqa: BLE001 - a harness failure is this contract's result, not the job's
+                detail = {"verdict": "INCONCLUSIVE", "contract_id": row.contract_id, "contract_version": row.version,
+                          "contract_class": row.contract_class, "family": row.family,
+                          "reason": f"the harness could not run this contract: {type(exc).__name__}: {exc}"}
+                infinite = False
+            services.record_verdict(submission, row, detail, margin_infinite=infinite,
+                                    trace_storage=trace_name if trace_path.exists() else "")
+            # a forced progress event makes the submission page fetch the new row at once
+            progress((i + 1) / total, f"{row.contract_class}: {detail['verdict']}", force=True)
+
+        stored = [v.detail for v in submission.verdicts.all()]
+        result = grade(stored, contracts=engine_contracts)
+        services.finish_submission(submission, result)
+        return {"submission": submission.pk, "kc_c": result["kc_c"], "verdict_counts": result["verdict_counts"]}
+
+    return run_job(job_id, work)
+
+
+@shared_task(name="workers.tasks.calibrate_contracts", acks_late=True)
+def calibrate_contracts(job_id: int) -> str:
+    """Three-state calibration (baseline / violating / conforming) of the contract versions in job.params."""
+
+    def work(job, progress):
+        from workers.contracts.calibration import calibrate
+
+        ids = list(job.params.get("contracts") or [])
+        rows = {c.pk: c for c in Contract.objects.filter(pk__in=ids)}
+        summary = {}
+        for i, pk in enumerate(ids):
+            row = rows.get(pk)
+            if row is None:
+                continue
+            progress(i / max(len(ids), 1), f"calibrating {row.contract_class}", force=True)
+            calibration = services.begin_calibration(job, row)
+            try:
+                result = calibrate(_engine_contract(row), device="cpu")
+            except Exception as exc:  # noqa: BLE001 - recorded as this version's failed calibration
+                result = {"ok": False, "problems": [f"calibration could not run: {type(exc).__name__}: {exc}"],
+                          "states": {}}
+            services.record_calibration(calibration, result)
+            summary[row.contract_class] = "calibrated" if result.get("ok") else "failed"
+        ContractCalibration.objects.filter(job=job, status__in=["queued", "running"]).update(
+            status="failed", problems=["the contract version disappeared before calibration"])
+        return {"calibrated": sum(1 for s in summary.values() if s == "calibrated"),
+                "failed": sorted(k for k, s in summary.items() if s == "failed")}
+
+    return run_job(job_id, work)
+
+
+__all__ = ["calibrate_contracts", "run_kernel_submission"]
