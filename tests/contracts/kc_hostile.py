@@ -105,3 +105,7 @@ def row_mean_uses_most_of_budget(x):
     x64 = x.double()
     bias = 0.7 * (6 * N ** 0.5 + 1) * 2.0 ** -24 * x64.abs().mean(-1)
     return (x64.mean(-1) + bias).float()
+
+
+def gather_runaway_output(data, idx):
+    return torch.zeros(4096, 4096)  # 64 MiB where 32 KiB is expected

@@ -41,6 +41,8 @@ def test_usage_errors_exit_2_with_json():
     assert rc == 2 and json.loads(out)["error"] == "unknown_contract"
     rc, out, _ = cli("check", "--contract", "C-EXC-02", "--impl", "no_colon_here", "--json")
     assert rc == 2 and json.loads(out)["error"] == "bad_impl_reference"
+    rc, out, _ = cli("check", "--contract", "C-EXC-02", "--impl", REF + "gather_rows", "--flags", '{"tf32": 1}', "--json")
+    assert rc == 2 and json.loads(out)["error"] == "bad_arguments" and "tf32" in json.loads(out)["message"]
 
 
 def test_list_json():

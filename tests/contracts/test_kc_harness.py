@@ -57,6 +57,7 @@ def test_raise_is_a_crash_with_the_message_not_a_traceback():
     ("gather_wrong_dtype", "FAIL", "dtype float64, expected float32"),
     ("gather_not_a_tensor", "FAIL", "returned list"),
     ("gather_dies", "CRASH", "exited with code 3"),
+    ("gather_runaway_output", "FAIL", "shape (4096, 4096), expected (1000, 8)"),
 ])
 def test_bad_outputs_and_dying_processes(fn, verdict, fragment):
     v = run_contract("C-EXC-02", hostile(fn), seeds=PUBLIC)

@@ -139,3 +139,10 @@ def test_alias_bomb_is_refused():
         prev = f"l{i}"
     with pytest.raises(ContractError, match="nodes"):
         load_text("\n".join(lines) + "\n")
+
+
+def test_unknown_environment_flag_is_named_with_its_line():
+    text = _mutate("  env: {allow_tf32: false}", "  env: {allow_tf33: false}")
+    with pytest.raises(ContractError) as exc:
+        load_text(text)
+    assert exc.value.field == "precondition.env.allow_tf33" and exc.value.line == line_of(text, "allow_tf33")

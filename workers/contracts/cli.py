@@ -40,10 +40,14 @@ def cmd_check(args) -> int:
         msg = f"--impl {args.impl!r} must be 'package.module:function' or '/path/file.py:function'"
         _print({"error": "bad_impl_reference", "message": msg}, args.json, f"error: {msg}")
         return 2
-    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
-    flags = json.loads(args.flags) if args.flags else None
-    v = run_contract(contract, args.impl, device=args.device, seeds=seeds, flags=flags,
-                     time_limit_s=args.time_limit, trace_path=args.trace)
+    try:
+        seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
+        flags = json.loads(args.flags) if args.flags else None
+        v = run_contract(contract, args.impl, device=args.device, seeds=seeds, flags=flags,
+                         time_limit_s=args.time_limit, trace_path=args.trace)
+    except (ValueError, TypeError) as exc:  # malformed --seeds / --flags
+        _print({"error": "bad_arguments", "message": str(exc)}, args.json, f"error: {exc}")
+        return 2
     d = v.to_dict(include_trace=args.with_trace)
     text = (f"{v.verdict}  {contract.id} v{contract.version}  {contract.statistic}={d['statistic']}  bound={d['bound']}  "
             f"margin={d['margin']}\n  {v.reason}\n  signature: {json.dumps(d['signature'])}")

@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from . import expr as _expr
-from .schema import CONTRACT, EIGHT_PARTS, FAMILY_OF_CLASS, POLICY_VALUES, F
+from .schema import CONTRACT, EIGHT_PARTS, ENV_FLAGS, FAMILY_OF_CLASS, POLICY_VALUES, F
 
 SPECS_DIR = Path(__file__).resolve().parent / "specs"
 
@@ -297,6 +297,9 @@ def load_text(text: str, source: str = "<contract>") -> Contract:
     for pname in (data.get("policies") or {}):
         if pname not in POLICY_VALUES:  # pragma: no cover - schema already rejects
             err("unknown policy", ("policies", pname))
+    for flag in (data["precondition"].get("env") or {}):
+        if flag not in ENV_FLAGS:
+            err(f"unknown environment flag {flag!r} (known: {', '.join(ENV_FLAGS)})", ("precondition", "env", flag))
     sweeps = data["measurement_protocol"].get("sweeps") or {}
     for sname in sweeps:
         if sname not in meta.get("sweeps", ()):

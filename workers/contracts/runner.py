@@ -148,6 +148,11 @@ def run_contract(contract_id, impl, *, device="cpu", seeds=None, flags=None, tim
     from .harness import add_sensitivity_cases, decode_results, generic_findings, seed_plan
     from .sandbox import run_in_sandbox
 
+    from .schema import ENV_FLAGS
+
+    unknown = sorted(set(flags or {}) - set(ENV_FLAGS))
+    if unknown:
+        raise ValueError(f"unknown environment flag(s) {unknown}; known: {', '.join(ENV_FLAGS)}")
     t0 = time.monotonic()
     contract = get_contract(contract_id, directory)
     base = _base(contract, impl, device)

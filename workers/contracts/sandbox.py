@@ -314,6 +314,11 @@ def _run_case(impl, case: dict, device: str, reference, table=()):
         if not isinstance(out, torch.Tensor):
             res["bad_output"] = f"returned {type(out).__name__}, expected a torch.Tensor"
             return None
+        want = case.get("expect_shape")
+        if want is not None and out.numel() > 4 * int(torch.Size(want).numel()) + 1024:
+            # never ship a runaway output to the parent: report its shape only
+            res["bad_output"] = f"shape {tuple(out.shape)}, expected {tuple(want)}"
+            return None
         out_cpu = out.detach().to("cpu", copy=True)
         return out_cpu
 
@@ -474,7 +479,7 @@ def encode_case(case: Case, table: list | None = None, index: dict | None = None
         nbytes = 4 * int(torch.Size(case.expect_shape).numel())
     return {"key": case.key, "args": args, "kwargs": dict(case.kwargs), "repeat": case.repeat,
             "interleave": case.interleave, "all_configs": case.all_configs, "order": case.order,
-            "expect_nbytes": nbytes}
+            "expect_nbytes": nbytes, "expect_shape": tuple(case.expect_shape) if case.expect_shape is not None else None}
 
 
 class SandboxOutcome(dict):

@@ -38,6 +38,10 @@ POLICY_VALUES = {
     "denormal": ("PRESERVE", "FLUSH_INPUTS", "FLUSH_OUTPUTS", "FLUSH_BOTH"),
     "determinism": ("BITWISE", "RUN_TO_RUN_EPS", "NONE"),
 }
+# numeric-environment flags a contract's precondition.env (or a run's deployment flags) may set; sandbox.apply_flags
+ENV_FLAGS = ("allow_tf32", "allow_hf32", "float32_matmul_precision", "flush_denormal", "deterministic_algorithms",
+             "cudnn_benchmark", "allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction",
+             "num_threads")
 DTYPES = ("float64", "float32", "float16", "bfloat16", "tf32", "hf32", "int64", "int32", "bool")
 SEMVER_RE = r"^\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?$"
 
