@@ -179,3 +179,13 @@ def test_ids_beyond_int64_fail_closed_per_record():
     assert c["h-0"]["primary_reason"] == "MALFORMED" and "cannot be audited" in c["h-0"]["malformed"][0]["reason"]
     assert c["tA-0"]["verdict"] == "verifiable"
     assert rep["closed_failure_violations"] == 3  # its mask still counts against the run
+
+
+def test_progress_callback(tmp_path):
+    p = tmp_path / "run.jsonl"
+    p.write_bytes(dumps(many(40)))
+    seen = []
+    audit_file(p, certificates=False, progress=lambda f, m: seen.append((f, m)), progress_every=10)
+    fr = [f for f, _ in seen]
+    assert fr[-1] == 1.0 and any(0.3 < f < 1.0 for f in fr)
+    assert all(a <= b for a, b in zip(fr, fr[1:]))

@@ -205,13 +205,22 @@ def _malformed_line(line, reason) -> CallResult:
     return CallResult(entry=entry, n=0, words=np.zeros(0, dtype=np.uint32), role="unknown")
 
 
-def _run(source, *, mode, tokenizer, masks_out, masks_format, path_label, **options) -> dict:
+def _run(source, *, mode, tokenizer, masks_out, masks_format, path_label, progress=None, progress_every=2000,
+         **options) -> dict:
     opts = AuditOptions(mode=mode, **options)
     registry = TokenizerRegistry.coerce(tokenizer)
     index = _Index(merged=(mode == "merged"))
 
-    # pass 1: index
+    def report(fraction, message):
+        if progress is not None:
+            progress(min(1.0, max(0.0, fraction)), message)
+
+    # pass 1: index (progress 0 → 0.3 by line count is unknown yet: report lines read)
+    last_line = 0
     for line, raw in source():
+        last_line = line
+        if progress is not None and line % progress_every == 0:
+            report(0.0, f"indexing: line {line}")
         rec, err = _parse(raw)
         if rec is not None:
             index.add(line, rec, raw)
@@ -232,7 +241,9 @@ def _run(source, *, mode, tokenizer, masks_out, masks_format, path_label, **opti
             ok[line] = len(prompt) >= req[0] and _digest(prompt[:req[0]]) == req[1]
         index.apply_chain(ok)
 
-    # pass 3: evaluate
+    report(0.3, f"indexed {last_line} lines")
+
+    # pass 3: evaluate (progress 0.3 → 1.0 by line number)
     cov = Coverage(opts)
     certs = None
     if opts.certificates:
@@ -266,6 +277,8 @@ def _run(source, *, mode, tokenizer, masks_out, masks_format, path_label, **opti
 
     try:
         for line, raw in source():
+            if progress is not None and line % progress_every == 0:
+                report(0.3 + 0.7 * line / max(last_line, 1), f"auditing: line {line} of {last_line}")
             rec, err = _parse(raw)
             if rec is None and err is None:
                 continue  # blank line
@@ -300,6 +313,7 @@ def _run(source, *, mode, tokenizer, masks_out, masks_format, path_label, **opti
         masks = writer.close() if writer is not None else None
     truncated_calls = state["truncated"]
 
+    report(1.0, "done")
     if certs is not None:
         cov.cert = certs.summary()
     coverage = cov.report(chain_breaks=index.chain_breaks, merged_samples=len(index.samples),
@@ -342,15 +356,18 @@ def _run(source, *, mode, tokenizer, masks_out, masks_format, path_label, **opti
 
 
 def audit_file(path, *, mode: str = "transition", tokenizer=None, masks_out=None, masks_format: str = "jsonl",
-               **options) -> dict:
+               progress=None, **options) -> dict:
     """Audit an ``fcr/1`` JSONL file (plain or gzip). See the module docstring for the memory model.
 
     ``tokenizer``: None, a :class:`~workers.fidelity.tokenizer.FidelityTokenizer`, a path to ``tokenizer.json``, a
     :class:`~workers.fidelity.tokenizer.TokenizerRegistry`, or a list of those. ``masks_out``: path for the loss-mask
     export (``masks_format`` ``"jsonl"`` or ``"bin"``, see :mod:`.masks_export`). Other ``options`` are the fields of
     :class:`~workers.fidelity.rules.AuditOptions` (``tau_align``, ``max_staleness``, ``allow_inferred_roles``, …).
+    ``progress(fraction, message)`` is called every ``progress_every`` (2000) lines: 0.0 while indexing (the line
+    count is not known yet), then 0.3 → 1.0 through the evaluation pass.
     """
     return _run(_file_source(path), mode=mode, tokenizer=tokenizer, masks_out=masks_out, masks_format=masks_format,
+                progress=progress,
                 path_label=str(path), **options)
 
 
