@@ -338,3 +338,23 @@ def test_r0_is_structure_only_other_gaps_fail_closed_per_rule(A, toy):
     for critical in ({"schema": "fcr/0"}, {"call_id": KeyError}, {"response.token_ids": "20,21,3"},
                      {"trainer.loss_mask_used": [1, 2, 1]}, {"rollout.top_k": [[[20]], [], []]}):
         assert audit_one(variant(A, **critical))["primary_reason"] == "MALFORMED", critical
+
+
+def test_tito_chain_diagnostic_any_mode(A, toy):
+    """Turn 2 re-encodes turn 1's answer (H|AV|ING sampled, HAV|ING re-tokenized): not a failure in transition
+    mode (R5 only needs the root prefix), but the TITO chain diagnostic and drift report it (§1.2, §6.4.6)."""
+    t1 = variant(A, **{"response.token_ids": [10, 11, 12, 3], "response.usage_completion_tokens": 4,
+                       "rollout.logprobs": [-0.1] * 4, "rollout.top_k": KeyError, "trainer.top_k": KeyError,
+                       "trainer.logprobs": [-0.1] * 4, "trainer.loss_mask_used": [1] * 4})
+    good2 = variant(t1, call_id="tA-1", call_index=1,
+                    **{"prompt.token_ids": PROMPT_A + [10, 11, 12, 3, 1, 47, 48, 3, 2]})
+    drift2 = variant(good2, call_id="tA-2", call_index=2,
+                     **{"prompt.token_ids": PROMPT_A + [13, 12, 3, 1, 47, 48, 3, 2]})
+    rep = audit_records([drift2, good2, t1], tokenizer=toy)
+    c = by_id(rep)
+    assert c["tA-0"]["tito_prefix_ok"] is None and c["tA-1"]["tito_prefix_ok"] is True
+    assert c["tA-2"]["tito_prefix_ok"] is False  # tA-2 follows tA-1, whose sequence it does not extend
+    assert all(x["verdict"] == "verifiable" for x in c.values())
+    d = rep["coverage"]["drift"]
+    assert (d["tito_checked_calls"], d["tito_chain_breaks"]) == (2, 1)
+    assert d["calls_drifting_if_retokenized"] == 3

@@ -119,6 +119,8 @@ class _Index:
         self.with_issues: set[int] = set()  # any validator error (re-validated in the evaluation pass)
         self.broken_lines: set[int] = set()
         self.chain_breaks: list = []
+        self.policy_seq: dict = {}  # (run, traj) -> [(call_index, line, seq_len, seq_digest)] of policy calls
+        self.tito_prev: dict = {}  # line -> (seq_len, seq_digest) of the previous policy call of its trajectory
 
     def add(self, line, rec, raw):
         issues = _issues(rec, raw)
@@ -144,11 +146,21 @@ class _Index:
             cur = self.roots.get(key)
             if cur is None or ci < cur[0]:
                 self.roots[key] = [ci, line, len(prompt), _digest(prompt)]
+            seq = prompt + rec["response"]["token_ids"]
+            self.policy_seq.setdefault(key, []).append((ci, line, len(seq), _digest(seq)))
         sid = _str((rec.get("trainer") or {}).get("sample_id"))
         if self.merged and sid is not None:
             seq = prompt + rec["response"]["token_ids"]
             self.samples.setdefault((run, sid), []).append(
                 (ci, line, cid, len(prompt), len(seq), _digest(seq)))
+
+    def finish(self):
+        """After the index pass: each policy call's predecessor in its trajectory (TITO diagnostic, §1.2)."""
+        for members in self.policy_seq.values():
+            members.sort()
+            for prev, cur in zip(members, members[1:]):
+                self.tito_prev[cur[1]] = (prev[2], prev[3])
+        self.policy_seq = {}
 
     def chain_requirements(self) -> dict:
         """line → (prefix length, expected digest, sample key) for every chained call after the first."""
@@ -190,6 +202,10 @@ class _Index:
         src = _str(rec["prompt"].get("context_source_call_id"))
         lin.context_source_present = src is not None and (run, src) in self.first_line
         lin.chain_broken = line in self.broken_lines
+        prev = self.tito_prev.get(line)
+        if prev is not None:
+            prompt = rec["prompt"]["token_ids"]
+            lin.tito_prefix_ok = len(prompt) >= prev[0] and _digest(prompt[:prev[0]]) == prev[1]
         return lin
 
 
@@ -224,6 +240,8 @@ def _run(source, *, mode, tokenizer, masks_out, masks_format, path_label, progre
         rec, err = _parse(raw)
         if rec is not None:
             index.add(line, rec, raw)
+
+    index.finish()
 
     # pass 2: merge chains (merged mode)
     need = index.chain_requirements() if index.merged else {}

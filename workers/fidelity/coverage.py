@@ -112,6 +112,7 @@ class Coverage:
         self.align = Distribution()
         self.btv = Distribution()
         self.misaligned_calls = 0
+        self.tito = [0, 0]  # policy calls with a predecessor, of which not a prefix extension
         self.cf_tokens = 0
         self.cf_calls: list = []
         self.cf_calls_n = 0
@@ -167,6 +168,9 @@ class Coverage:
             if e["drift_if_retokenized"]:
                 self.drift_calls[1] += 1
                 self.drift_tokens[1] += n
+        if e.get("tito_prefix_ok") is not None and role == "policy":
+            self.tito[0] += 1
+            self.tito[1] += int(not e["tito_prefix_ok"])
         self.align.add(res.align_diff)
         self.btv.add(res.binary_tv)
         if "TRAINER_MISALIGNED" in e["reasons"]:
@@ -240,6 +244,8 @@ class Coverage:
                 "call_share": frac(self.drift_calls[1], self.drift_calls[0]),
                 "token_share": frac(self.drift_tokens[1], self.drift_tokens[0]),
                 "chain_breaks": len(chain_breaks),
+                "tito_checked_calls": self.tito[0],
+                "tito_chain_breaks": self.tito[1],
             },
             "logprob_alignment": {
                 "abs_diff": self.align.summary(),

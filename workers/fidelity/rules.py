@@ -126,6 +126,7 @@ class Lineage:
     root_prefix_ok: bool | None = None  # non-root: prompt starts with the root prompt (None: root unknown)
     context_source_present: bool = False
     chain_broken: bool = False
+    tito_prefix_ok: bool | None = None  # prompt extends the previous policy call's prompt+response (diagnostic)
     duplicate_of_line: int | None = None
 
 
@@ -274,6 +275,7 @@ def evaluate_call(rec: dict, *, line: int, issues: list, tokenizer, lineage: Lin
         "drift_if_retokenized": None,
         "alignment": None,
         "certificate": None,
+        "tito_prefix_ok": None,
     }
     words = np.zeros(n, dtype=np.uint32)
     rules = dict.fromkeys(RULES, "pass")
@@ -391,6 +393,9 @@ def evaluate_call(rec: dict, *, line: int, issues: list, tokenizer, lineage: Lin
         entry["drift_if_retokenized"] = tokenizer.drift_if_retokenized(ids)
     else:
         entry["drift_if_retokenized"] = None
+
+    # ---- TITO chain diagnostic (§1.2, §6.4.6): does this prompt extend the previous policy call's sequence?
+    entry["tito_prefix_ok"] = lineage.tito_prefix_ok
 
     # ---- R5: lineage
     prompt = rec["prompt"]
