@@ -97,8 +97,10 @@ def bound_tightness(certificate, budget: float) -> dict:
             text=[f"B* = {measured['best']:.3g}"], textposition="top right",
             marker=dict(size=12, color="#c0392b", symbol="star")))
     fig.add_hline(y=budget, line=dict(color="#1f8a4c", dash="dash"), annotation_text=f"budget {budget:g}")
-    # Shapes on a log axis take log10 coordinates.
-    fig.add_vline(x=math.log10(max(T_ref, 1)), line=dict(color="#999", dash="dot"), annotation_text=f"T_ref = {T_ref}")
+    # On a log axis a shape takes the data value but an annotation takes log10 of it.
+    fig.add_vline(x=T_ref, line=dict(color="#999", dash="dot"))
+    fig.add_annotation(x=math.log10(max(T_ref, 1)), y=1, yref="paper", text=f"T_ref = {T_ref}", showarrow=False,
+                       xanchor="left", yanchor="bottom")
     eps, delta = params["eps"], params["delta"]
     title = f"Bounds vs T at ε̂ = {eps:.3g}" if eps is not None else "Bounds vs T"
     title += f", δ̂ = {delta:.3g}" if delta is not None else ", δ̂ unbounded (KL bounds unavailable)"
