@@ -400,6 +400,7 @@ def certify_file(path, *, threshold=None, budget=None, mode="tv", precision="fp3
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}")
+    precision = "fp32" if precision is None else precision
     if eta is None and precision not in UNIT_ROUNDOFF:
         raise ValueError(f"precision must be one of {sorted(UNIT_ROUNDOFF)}")
     if constants not in CONSTANTS:
@@ -525,6 +526,9 @@ def _summarise(run, opts, budget, threshold_source, T_ref_opt):
     buckets = [{"bucket": k, "sequences": run.buckets[k][0], "accepted": run.buckets[k][1],
                 "acceptance_rate": run.buckets[k][1] / run.buckets[k][0]} for k in order if k in run.buckets]
     caveats = [VISITED_CAVEAT]
+    if not n_ok:
+        caveats.append("No policy sequence could be certified: the run certificate is empty (a requested threshold "
+                       "or budget counts as failed).")
     if n_ok and delta_hat is None:
         caveats.append("KL unbounded: " + ("trainer top-K only" if run.has_topk_q else "sampled-token log-probs only")
                        + " — no finite token KL can be certified (spec §5.3); delta_hat is null and every KL-based "
