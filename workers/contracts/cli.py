@@ -79,7 +79,9 @@ def cmd_grade(args) -> int:
     with open(args.verdicts) as fh:
         verdicts = json.load(fh)
     deployment = json.loads(args.deployment_flags) if args.deployment_flags else None
-    g = grade(verdicts, deployment_flags=deployment)
+    from .loader import load_suite
+
+    g = grade(verdicts, deployment_flags=deployment, contracts=load_suite(args.specs))
     _print(g, args.json, json.dumps(g, indent=2))
     return 0
 
