@@ -1,0 +1,3 @@
+from workers.training.cli import main
+
+raise SystemExit(main())
