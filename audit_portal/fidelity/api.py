@@ -6,6 +6,7 @@ from django.http import FileResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import exceptions, generics, serializers, status
+from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.pagination import CursorPagination
 from rest_framework.parsers import MultiPartParser
 from rest_framework.response import Response
@@ -156,9 +157,18 @@ class CallDetail(APIView):
         return Response(data)
 
 
+class _FormatIsOurs(DefaultContentNegotiation):
+    """``?format=`` names the mask format here, not a DRF renderer: always answer (and err) in JSON."""
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        return renderers[0], renderers[0].media_type
+
+
 class MaskDownload(APIView):
     """The loss-mask export (mask = verifiable ∧ policy response token): ``format=jsonl`` (one object per call) or
     ``bin`` (``FCRMASK1``, per call u16 id length, id, u32 n, packbits little-endian; docs/fidelity.md)."""
+
+    content_negotiation_class = _FormatIsOurs
 
     @extend_schema(parameters=[OpenApiParameter("format", str, enum=list(services.MASK_FORMATS))],
                    responses={(200, "application/octet-stream"): OpenApiTypes.BINARY})

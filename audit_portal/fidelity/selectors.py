@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 import orjson
+from django.db.models import Q
 from django.http import Http404
 
 from audit_portal.accounts.principal import Principal
@@ -61,6 +62,12 @@ def calls(report: FidelityReport, *, verdict: str | None = None, reason: str | N
     if step is not None:
         qs = qs.filter(step=step)
     return qs.order_by("line", "id")
+
+
+def flagged_calls(report: FidelityReport, limit: int = 50):
+    """Calls to look at first: closed-failure violations, then the rest that are not verifiable, in file order."""
+    return (report.calls.filter(Q(closed_failure_violations__gt=0) | ~Q(verdict="verifiable"))
+            .order_by("-closed_failure_violations", "line", "id")[:limit])
 
 
 def get_call(principal: Principal, call_id: int) -> FidelityCall:
