@@ -89,3 +89,31 @@ def test_line_mix_counts(tmp_path_factory, lines):
     assert out["records"] == nonblank
     assert out["valid_records"] == good
     assert out["valid"] == (good == nonblank and nonblank > 0)
+
+
+@FUZZ
+@given(st.sampled_from(PATHS), json_values)
+def test_fast_accept_path_is_sound(path, value):
+    """``_fast_valid`` may only accept records the detailed path finds nothing wrong with."""
+    from workers.fcr.validate import _fast_valid
+
+    rec = copy.deepcopy(EXAMPLE_A)
+    d = rec
+    for k in path[:-1]:
+        d = d[k]
+    d[path[-1]] = value
+    detailed = [i for i in validate_record(rec, lint=True)  # lint=True forces the detailed path
+                if not ("sentinel" in i.reason or "positive" in i.reason)]
+    try:
+        bools_ok = not array_bools_possible(orjson.dumps(rec))
+    except TypeError:
+        bools_ok = False
+    for fast in (False, True) if bools_ok else (False,):  # fast=True is only used on bool-free lines
+        if _fast_valid(copy.deepcopy(rec), fast):
+            assert detailed == [], (fast, detailed)
+
+
+def test_fast_accept_path_accepts_the_good_record():
+    from workers.fcr.validate import _fast_valid
+
+    assert _fast_valid(copy.deepcopy(EXAMPLE_A), True) and _fast_valid(copy.deepcopy(EXAMPLE_A), False)

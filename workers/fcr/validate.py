@@ -240,6 +240,87 @@ def ids_sha256(ids) -> str:
 
 # --------------------------------------------------------------------------------------------- record
 
+_STR_NONE = (str, type(None))
+
+
+def _opt(v, t) -> bool:
+    return v is None or type(v) is t
+
+
+def _fast_valid(rec, fast) -> bool:
+    """One chained pass that accepts exactly the records :func:`validate_record` finds no issue in (with
+    ``lint=False, check_hashes=False``); anything else (or any surprise) goes to the detailed path, which names
+    the problem. Keeps the per-record fixed cost low for small records."""
+    try:
+        g = rec.get
+        model, tok, eng, prompt, resp, ro = g("model"), g("tokenizer"), g("engine"), rec["prompt"], rec["response"], \
+            rec["rollout"]
+        ct = rec["chat_template"]
+        if not (rec["schema"] == SCHEMA
+                and type(rec["run_id"]) is str and rec["run_id"] and type(rec["trajectory_id"]) is str
+                and rec["trajectory_id"] and type(rec["call_id"]) is str and rec["call_id"]
+                and type(rec["step"]) is int and type(rec["call_index"]) is int
+                and type(rec["role"]) is str and rec["role"] in ROLES
+                and type(rec["role_source"]) is str and rec["role_source"] in ROLE_SOURCES
+                and _opt(g("parent_call_id"), str) and (g("timestamp") is None or _is_num(g("timestamp")))
+                and _opt(g("purpose"), str) and _opt(g("inferred_purpose"), str)
+                and type(model) is dict and type(model.get("served_name")) is str
+                and _opt(model.get("policy_version"), int)
+                and type(tok) is dict and type(tok.get("id")) is str and type(tok.get("sha256")) is str
+                and (ct is None or (type(ct) is dict and type(ct.get("sha256")) is str))
+                and type(eng) is dict and type(eng.get("name")) is str
+                and type(eng.get("api")) is str and eng["api"] in ENGINE_APIS
+                and isinstance(eng.get("logprobs_mode"), _STR_NONE) and eng.get("logprobs_mode") in LOGPROBS_MODES
+                and type(eng.get("generation_config_source")) is str
+                and eng["generation_config_source"] in GENERATION_CONFIG_SOURCES
+                and type(g("sampling")) is dict and type(g("source")) is dict
+                and _opt(g("harness"), dict) and _opt(g("extra"), dict)
+                and type(prompt) is dict and type(resp) is dict and type(ro) is dict):
+            return False
+        pids, ids = prompt["token_ids"], resp["token_ids"]
+        if not (type(prompt["provenance"]) is str and prompt["provenance"] in PROMPT_PROVENANCE
+                and type(prompt["ids_sha256"]) is str
+                and _opt(prompt.get("task_prompt_sha256_declared"), str)
+                and _opt(prompt.get("task_prompt_sha256_observed"), str)
+                and _opt(prompt.get("context_source_call_id"), str)
+                and isinstance(prompt.get("context_event"), _STR_NONE) and prompt.get("context_event") in CONTEXT_EVENTS
+                and type(resp["provenance"]) is str and resp["provenance"] in RESPONSE_PROVENANCE
+                and type(resp["ids_sha256"]) is str and _opt(resp.get("text"), str)
+                and _opt(resp.get("usage_completion_tokens"), int) and _opt(resp.get("finish_reason"), str)
+                and type(pids) is list and type(ids) is list
+                and _check_ids(pids, fast) is None and _check_ids(ids, fast) is None):
+            return False
+        n = len(ids)
+        ts = resp.get("token_strings")
+        if ts is not None and not (type(ts) is list and len(ts) == n and (not ts or set(map(type, ts)) <= _T_STR)):
+            return False
+        if _check_lps(ro["logprobs"], n) is not None:
+            return False
+        v = ro.get("top_k")
+        if v is not None and _check_topk(v, n, fast) is not None:
+            return False
+        v = ro.get("token_policy_versions")
+        if v is not None and _check_ints_aligned(v, n, "") is not None:
+            return False
+        tr = g("trainer")
+        if tr is not None:
+            if not (type(tr) is dict and _opt(tr.get("policy_version"), int) and _opt(tr.get("sample_id"), str)):
+                return False
+            v = tr.get("logprobs")
+            if v is not None and _check_lps(v, n) is not None:
+                return False
+            v = tr.get("top_k")
+            if v is not None and _check_topk(v, n, fast) is not None:
+                return False
+            v = tr.get("loss_mask_used")
+            if v is not None and _check_mask(v, n, fast) is not None:
+                return False
+        return True
+    except (KeyError, TypeError, AttributeError):
+        return False
+
+
+
 
 def validate_record(
     rec, *, line: int = 0, check_hashes: bool = False, lint: bool = True, no_array_bools: bool = False
@@ -253,6 +334,8 @@ def validate_record(
     single-pass C conversions (``array('Q')``, ``bytes()``) that would otherwise accept booleans as 0/1.
     """
     fast = no_array_bools
+    if not lint and not check_hashes and type(rec) is dict and _fast_valid(rec, fast):
+        return []
     issues: list[FcrIssue] = []
     if type(rec) is not dict:
         return [FcrIssue(line, None, "", f"expected a JSON object, got {type(rec).__name__}")]
