@@ -106,7 +106,7 @@ class SubmissionSerializer(serializers.ModelSerializer):
         return selectors.verdict_counts(submission.verdicts.all())
 
     def get_kc_c(self, submission) -> dict | None:
-        return (submission.grade or {}).get("kc_c")
+        return submission.kc_c
 
     def get_links(self, submission) -> dict:
         return {"page": f"/p/{submission.project.slug}/kernels/submissions/{submission.pk}/",

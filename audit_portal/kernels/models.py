@@ -20,6 +20,13 @@ FAMILY_CODES = (("precision", "PRC"), ("ordering", "ORD"), ("compiler", "CMP"), 
 PASSING_VERDICTS = ("PASS", "QUALITY_WARNING")
 
 
+def ordered_vector(vector: dict | None) -> dict | None:
+    if not vector:
+        return None
+    order = [code for _, code in FAMILY_CODES]
+    return {k: vector[k] for k in sorted(vector, key=lambda k: order.index(k) if k in order else len(order))}
+
+
 class Contract(models.Model):
     contract_id = models.CharField(max_length=200)  # e.g. "C-PRC-01/aten.mm/f32.f32->f32"
     version = models.CharField(max_length=40)
@@ -148,6 +155,11 @@ class Submission(models.Model):
     @property
     def state(self) -> str:
         return self.job.state if self.job_id and self.job else "queued"
+
+    @property
+    def kc_c(self) -> dict | None:
+        """The KC-C vector in the spec's order (PRC, ORD, CMP, EXC); jsonb does not keep key order."""
+        return ordered_vector((self.grade or {}).get("kc_c"))
 
 
 class Verdict(models.Model):

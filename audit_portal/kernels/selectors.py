@@ -156,7 +156,7 @@ def matrix(principal: Principal, project) -> dict:
             families[code] = {"passed": sum(1 for v in fam if v.passed), "total": len(fam),
                               "rate": (sum(1 for v in fam if v.passed) / len(fam)) if fam else None}
         column_info.append({"submission": s, "implementation": s.implementation, "device": s.device,
-                            "state": s.state, "families": families, "kc_c": (s.grade or {}).get("kc_c"),
+                            "state": s.state, "families": families, "kc_c": s.kc_c,
                             "counts": verdict_counts(cells),
                             "specific_failures": summary["backend_specific_failures"].get(str(s.pk), 0)})
     return {"columns": column_info, "rows": rows, "interop_score": summary["interop_score"],
@@ -185,7 +185,7 @@ def diff(principal: Principal, a_id: int, b_id: int) -> dict:
         counts[change] += 1
         rows.append({"contract_id": cid, "contract_class": (x or y).contract_class, "change": change,
                      "a": _verdict_brief(x), "b": _verdict_brief(y)})
-    grade_a, grade_b = (a.grade or {}).get("kc_c") or {}, (b.grade or {}).get("kc_c") or {}
+    grade_a, grade_b = a.kc_c or {}, b.kc_c or {}
     return {"a": a.pk, "b": b.pk, "counts": counts, "contracts": rows,
             "kc_c": {"a": grade_a or None, "b": grade_b or None,
                      "delta": {k: (grade_b.get(k) or 0) - (grade_a.get(k) or 0) for k in grade_a or grade_b}
@@ -225,7 +225,7 @@ def ci_status(principal: Principal, implementation: Implementation, device: str 
         state = "error"
     else:
         state = "success" if passed == len(verdicts) and verdicts else "failure"
-    kc_c = (submission.grade or {}).get("kc_c")
+    kc_c = submission.kc_c
     grade_text = " ".join(f"{k} {'-' if v is None else v}" for k, v in kc_c.items()) if kc_c else "not graded"
     description = {"pending": f"{len(verdicts)}/{len(submission.plan)} contracts run",
                    "error": f"conformance job {job_state}",

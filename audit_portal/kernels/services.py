@@ -62,13 +62,10 @@ class LoadReport:
     unchanged: list[Contract] = field(default_factory=list)
 
 
-def load_contract_files(paths) -> LoadReport:
-    """Load contract files into the database, all or nothing.
-
-    Versioning: (id, version) is immutable. A file whose id and version are already loaded with the same
-    text is unchanged; with a different text it is refused (an edit in place would silently change what
-    earlier verdicts were measured against) — a changed contract needs a new ``identifier.version``."""
-    from workers.contracts.loader import ContractError, load_file  # torch-free
+def parse_contract_files(paths) -> list:
+    """Parse and validate contract files with the engine's (torch-free) loader; the first problem raises
+    :class:`ContractLoadError` naming the file, the field and its line."""
+    from workers.contracts.loader import ContractError, load_file
 
     parsed, seen = [], {}
     for path in sorted(Path(p) for p in paths):
@@ -80,10 +77,24 @@ def load_contract_files(paths) -> LoadReport:
             raise ContractLoadError(f"{path}: cannot read contract file: {exc}") from None
         key = (contract.id, contract.version)
         if key in seen and seen[key].sha256 != contract.sha256:
-            raise ContractLoadError(f"{path.name} and {seen[key].path and Path(seen[key].path).name} both define "
-                                    f"{contract.id} version {contract.version} with different text")
+            raise ContractLoadError(f"{path.name} and {Path(seen[key].path).name} both define {contract.id} "
+                                    f"version {contract.version} with different text")
         seen[key] = contract
         parsed.append(contract)
+    return parsed
+
+
+def load_contract_files(paths) -> LoadReport:
+    """Load contract files into the database, all or nothing (see :func:`store_contracts`)."""
+    return store_contracts(parse_contract_files(paths))
+
+
+def store_contracts(parsed) -> LoadReport:
+    """Store parsed contracts (``workers.contracts.Contract``), all or nothing.
+
+    Versioning: (id, version) is immutable. A contract whose id and version are already loaded with the same
+    text is unchanged; with a different text it is refused (an edit in place would silently change what
+    earlier verdicts were measured against) — a changed contract needs a new ``identifier.version``."""
     report = LoadReport()
     with transaction.atomic():
         for contract in parsed:

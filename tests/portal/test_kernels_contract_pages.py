@@ -2,20 +2,28 @@
 history render for a signed-in user; the list shows each contract's calibration status."""
 from __future__ import annotations
 
+from functools import lru_cache
+
 import pytest
-from django.core.management import call_command
 from django.urls import reverse
 
 from audit_portal.kernels import services
 from audit_portal.kernels.models import Contract
 from audit_portal.kernels.views import PART_TITLES
+from workers.contracts.loader import SPECS_DIR
 
 pytestmark = pytest.mark.django_db
 
 
+@lru_cache(maxsize=1)
+def shipped_contracts():
+    """Parsed once per test module (parsing the twelve files is the slow part; load_contracts has its own tests)."""
+    return services.parse_contract_files(SPECS_DIR.glob("*.yaml"))
+
+
 @pytest.fixture
 def suite(db):
-    call_command("load_contracts", "--no-calibrate", stdout=open("/dev/null", "w"))
+    services.store_contracts(shipped_contracts())
     return {c.contract_class: c for c in Contract.objects.all()}
 
 

@@ -1,0 +1,69 @@
+// Kernel submission page: the job's progress arrives over /ws/jobs/<id>/ (LivePortal.connect); each event
+// that may carry a new verdict (the worker forces one per finished contract) fetches the submission and
+// fills in the rows that landed — no reload. Polls instead while the socket is down.
+(function () {
+  "use strict";
+  const esc = (s) => String(s == null ? "" : s).replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
+  const terminal = (state) => ["succeeded", "failed", "cancelled"].includes(state);
+  const sig = (x) => x == null ? "∞" : Number(x).toPrecision(3).replace(/\.?0+(e|$)/, "$1");
+  const margin = (v) => v.margin_infinite ? "∞" : (v.margin == null ? "—" : sig(v.margin));
+
+  function renderJob(card, job) {
+    const state = document.getElementById("job-state");
+    state.textContent = job.state; state.className = "badge " + job.state;
+    const bar = document.getElementById("job-progress");
+    bar.style.width = Math.round((job.progress || 0) * 100) + "%";
+    bar.parentElement.className = "progress" + (job.state === "succeeded" ? " done" : job.state === "failed" ? " failed" : "");
+    document.getElementById("job-pct").textContent = Math.round((job.progress || 0) * 100) + "%";
+    document.getElementById("job-message").textContent = job.message || "";
+    const err = document.getElementById("job-error");
+    err.textContent = job.error || ""; err.style.display = job.error ? "" : "none";
+    card.dataset.state = job.state;
+  }
+
+  function renderVerdicts(card, sub) {
+    for (const v of sub.verdicts) {
+      const row = card.querySelector('tr[data-contract="' + CSS.escape(v.contract_id) + '"]');
+      if (!row || row.dataset.verdict === v.verdict) continue;
+      const cells = row.querySelectorAll("td");
+      cells[2].innerHTML = '<span class="badge ' + esc(v.verdict) + '">' + esc(v.verdict) + "</span>";
+      cells[3].textContent = v.statistic == null && v.verdict !== "FAIL" ? "" : sig(v.statistic);
+      cells[4].textContent = v.bound == null ? "" : sig(v.bound);
+      cells[5].textContent = margin(v);
+      cells[6].textContent = (v.reason || "").slice(0, 220);
+      row.dataset.verdict = v.verdict;
+      row.classList.remove("pending"); row.classList.add("landed");
+    }
+    if (sub.kc_c) {
+      const parts = Object.entries(sub.kc_c).map(([fam, lvl]) =>
+        esc(fam) + '<b class="l' + (lvl == null ? "x" : lvl) + '">' + (lvl == null ? "–" : lvl) + "</b>");
+      document.getElementById("grade").innerHTML = '<p class="kc" style="font-size:15px">KC-C ' + parts.join(" ") + "</p>";
+      const badge = document.getElementById("badge-img");
+      if (badge) badge.src = badge.src.split("&t=")[0] + "&t=" + Date.now();
+    }
+  }
+
+  function submission(card, dot) {
+    let lastMessage = null, poller = null, fetching = false, again = false;
+    const refresh = () => {
+      if (fetching) { again = true; return; }
+      fetching = true;
+      fetch(card.dataset.api, {credentials: "same-origin"}).then((r) => r.ok ? r.json() : null).then((sub) => {
+        if (sub) { renderVerdicts(card, sub); if (sub.job) renderJob(card, sub.job); }
+      }).catch(() => {}).finally(() => {
+        fetching = false;
+        if (again) { again = false; refresh(); }
+        if (terminal(card.dataset.state) && poller) { clearInterval(poller); poller = null; }
+      });
+    };
+    refresh();
+    if (!card.dataset.socket) return;
+    LivePortal.connect(card.dataset.socket, (job) => {
+      renderJob(card, job);
+      if (poller) { clearInterval(poller); poller = null; }
+      if (job.message !== lastMessage || terminal(job.state)) { lastMessage = job.message; refresh(); }
+    }, dot, () => { if (!poller && !terminal(card.dataset.state)) { poller = setInterval(refresh, 2000); } });
+  }
+
+  window.KernelsPortal = { submission };
+})();

@@ -1,0 +1,95 @@
+"""Conformance end to end through a real Celery worker (in-process, solo pool): API submission → job sent
+by name after commit → the engine runs each contract in its sandboxed child → verdicts stored one by one →
+graded. A kernel that raises gets a CRASH verdict and the worker carries on with the next job."""
+from __future__ import annotations
+
+import io
+import time
+from pathlib import Path
+
+import pytest
+from celery.contrib.testing.worker import start_worker
+from django.core.management import call_command
+
+from audit_portal.celery import app
+from audit_portal.jobs.models import Job
+from audit_portal.kernels.models import Submission, Verdict
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# Two of the fastest contracts keep this test short; the engine's own tests cover every class.
+CONTRACTS = ["C-EXC-01", "C-PRC-03"]
+
+CRASHING_MODULE = b'''"""A user kernel: row_max raises, mul flushes subnormals (a C-PRC-03 violator)."""
+import torch
+
+
+def row_max(x):
+    raise RuntimeError("kernel launch failed: out of shared memory")
+
+
+def my_mul(x, w):
+    torch.set_flush_denormal(True)
+    try:
+        return torch.mul(x, w)
+    finally:
+        torch.set_flush_denormal(False)
+'''
+
+
+def wait_for(predicate, timeout=90.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def finished(submission_id):
+    return lambda: Job.objects.get(subject_kind="kernel_submission", subject_id=submission_id).is_terminal
+
+
+def test_reference_passes_and_a_crashing_upload_is_a_verdict_not_a_dead_worker(api, project, settings):
+    import workers.tasks  # noqa: F401 - registers the tasks with the app, as `celery -A` would
+
+    call_command("load_contracts", "--no-calibrate", stdout=io.StringIO())
+    url = f"/api/v1/projects/{project.slug}/kernel-submissions/"
+    with start_worker(app, pool="solo", perform_ping_check=False, queues=["cpu"], shutdown_timeout=30):
+        ok = api.post(url, {"impl": "workers.contracts.impls.reference", "contracts": CONTRACTS, "device": "cpu"},
+                      format="json")
+        assert ok.status_code == 201, ok.content
+        ok_id = ok.json()["id"]
+        assert ok.json()["job"]["queue"] == "cpu"
+        assert [e["function"] for e in ok.json()["plan"]] == ["row_max", "mul"]  # spec §11 names by default
+        assert wait_for(finished(ok_id)), Job.objects.get(subject_id=ok_id, subject_kind="kernel_submission").as_event()
+
+        module = io.BytesIO(CRASHING_MODULE)
+        module.name = "my_kernels.py"
+        bad = api.post(url, {"module": module, "functions": '{"C-PRC-03": "my_mul"}', "contracts": ",".join(CONTRACTS),
+                             "name": "my kernels"}, format="multipart")
+        assert bad.status_code == 201, bad.content
+        bad_id = bad.json()["id"]
+        assert wait_for(finished(bad_id))
+
+    good = api.get(f"/api/v1/kernel-submissions/{ok_id}/").json()
+    assert good["job"]["state"] == "succeeded" and good["job"]["progress"] == 1.0
+    assert {v["contract_id"].split("/")[0]: v["verdict"] for v in good["verdicts"]} == {"C-EXC-01": "PASS", "C-PRC-03": "PASS"}
+    assert good["kc_c"]["EXC"] == 0  # C-EXC-02 was not run: no cherry-picking, the family stays at 0
+    assert good["kc_c"]["PRC"] == 0 and set(good["kc_c"]) == {"PRC", "ORD", "CMP", "EXC"}
+    assert good["counts"] == {"PASS": 2}
+    for v in Verdict.objects.filter(submission_id=ok_id):  # each verdict has its per-measurement trace
+        assert v.trace_storage and (Path(settings.ARTIFACT_ROOT) / v.trace_storage).stat().st_size > 0
+        assert v.measurements > 0 and v.impl_hash
+
+    crashed = Submission.objects.get(pk=bad_id)
+    assert crashed.job.state == "succeeded"  # the job reports verdicts; the kernel's failure is one of them
+    verdicts = {v.contract_class: v for v in crashed.verdicts.all()}
+    assert verdicts["C-EXC-01"].verdict == "CRASH" and "out of shared memory" in verdicts["C-EXC-01"].reason
+    assert verdicts["C-PRC-03"].verdict == "FAIL" and verdicts["C-PRC-03"].margin_infinite
+    stored = Path(settings.ARTIFACT_ROOT) / crashed.implementation.storage_name
+    assert stored.read_bytes() == CRASHING_MODULE and crashed.implementation.code_sha256 in stored.name
+    assert verdicts["C-PRC-03"].impl_hash == crashed.implementation.code_sha256  # the engine ran exactly these bytes
+
+    diff = api.get(f"/api/v1/kernel-submissions/diff/?a={ok_id}&b={bad_id}").json()
+    assert diff["counts"]["regressed"] == 2 and diff["counts"]["unchanged"] == 0
