@@ -223,7 +223,7 @@ class Contract:
             "derivation": d.get("derivation"),
             "provenance": d.get("provenance"),
             "evidence": d.get("evidence") or [],
-            "source_text": self.source_text, "sha256": self.sha256, "path": self.path,
+            "source_text": self.source_text, "sha256": self.sha256, "filename": Path(self.path).name if self.path else "",
         }
 
 
