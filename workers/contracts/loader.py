@@ -223,7 +223,8 @@ class Contract:
             "derivation": d.get("derivation"),
             "provenance": d.get("provenance"),
             "evidence": d.get("evidence") or [],
-            "source_text": self.source_text, "sha256": self.sha256, "filename": Path(self.path).name if self.path else "",
+            "source_text": self.source_text, "sha256": self.sha256,
+            "filename": Path(self.path).name if self.path else "",
         }
 
 
