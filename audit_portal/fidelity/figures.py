@@ -5,20 +5,25 @@ the stored call summaries in the database. Long series go through the certificat
 """
 from __future__ import annotations
 
+import colorsys
+
 import plotly.graph_objects as go
 from django.db.models import Sum
 
 from audit_portal.certificates.figures import LAYOUT, downsample
 
 VERIFIABLE_COLOUR = "#1f8a4c"
-# One colour per reason code, stable across pages (the call drill-down uses the same palette through CSS).
-PALETTE = ["#c0392b", "#d68910", "#6c3483", "#2d5bd7", "#a04000", "#117a65", "#b03a2e", "#7d6608", "#1a5276",
-           "#884ea0", "#ca6f1e", "#2e4053", "#943126", "#5b2c6f", "#0e6251", "#9a7d0a"]
 HIST_BINS = 20
 
 
 def reason_colour(code: str, codes: list[str]) -> str:
-    return PALETTE[codes.index(code) % len(PALETTE)] if code in codes else "#7f8c8d"
+    """One colour per reason code, stable across pages (the drill-down colours tokens with it): hues spread by the
+    golden ratio over the wheel minus the green band, which means "verifiable"."""
+    if code not in codes:
+        return "#7f8c8d"
+    hue = (180 + ((codes.index(code) * 0.618034) % 1.0) * 235) % 360 / 360
+    r, g, b = colorsys.hls_to_rgb(hue, 0.42, 0.7)
+    return f"#{int(r * 255):02x}{int(g * 255):02x}{int(b * 255):02x}"
 
 
 def coverage_by_reason(report, codes: list[str]) -> dict:

@@ -18,6 +18,14 @@ def _num(values, i):
         None if v is None or isinstance(v, bool) else str(v))
 
 
+def visible(text: str) -> str:
+    """A token's text as shown: line breaks and tabs get a visible mark (a bare newline has no box to hover), and
+    an empty decoding shows as ∅."""
+    if text == "":
+        return "∅"
+    return text.replace("\r", "␍").replace("\t", "→\t").replace("\n", "↵\n")
+
+
 def call_tokens(call, record: dict) -> dict:
     project = call.report.project
     response = record.get("response") if isinstance(record.get("response"), dict) else {}
@@ -48,7 +56,7 @@ def call_tokens(call, record: dict) -> dict:
                 text = None
         reasons = status[i]
         tokens.append({
-            "position": i, "id": token_id, "text": text,
+            "position": i, "id": token_id, "text": text, "display": str(token_id) if text is None else visible(text),
             "verifiable": reasons == [],
             "reasons": reasons if reasons is not None else ["SPAN_NOT_STORED"],  # past MAX_STORED_SPANS
             "rollout_logprob": _num(rollout.get("logprobs"), i), "trainer_logprob": _num(trainer.get("logprobs"), i),

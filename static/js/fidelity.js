@@ -24,7 +24,7 @@
       box.querySelectorAll(".tok.hover").forEach((x) => x.classList.remove("hover"));
       t.classList.add("hover");
       const reasons = t.dataset.reasons ? t.dataset.reasons.split(" ") : [];
-      detail.textContent = "#" + t.dataset.pos + " · id " + t.dataset.id + " · " + JSON.stringify(t.textContent) +
+      detail.textContent = "#" + t.dataset.pos + " · id " + t.dataset.id + (t.dataset.text !== undefined ? " · " + JSON.stringify(t.dataset.text) : "") +
         " · " + (reasons.length ? reasons.join(", ") : "verifiable") +
         " · rollout " + (t.dataset.rollout || "—") + " · trainer " + (t.dataset.trainer || "—") +
         (t.dataset.used === "1" ? " · used in the loss" : t.dataset.used === "0" ? " · not used in the loss" : "");
