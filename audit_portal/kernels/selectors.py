@@ -34,7 +34,14 @@ def latest_contracts() -> list[Contract]:
     for c in Contract.objects.all():
         if c.contract_id not in latest or _semver_key(c.version) > _semver_key(latest[c.contract_id].version):
             latest[c.contract_id] = c
-    return sorted(latest.values(), key=lambda c: (c.contract_class, c.contract_id))
+    return sorted(latest.values(), key=contract_order)
+
+
+def contract_order(contract: Contract):
+    """The spec's order: families PRC, ORD, CMP, EXC, then class number, then id."""
+    families = [family for family, _ in FAMILY_CODES]
+    family = families.index(contract.family) if contract.family in families else len(families)
+    return (family, contract.contract_class, contract.contract_id)
 
 
 def contract_versions(contract_id: str) -> list[Contract]:
@@ -53,6 +60,18 @@ def get_contract(contract_id: str, version: str | None = None) -> Contract:
     if row is None:
         raise Http404("No such contract version.")
     return row
+
+
+def spec_in_source_order(contract: Contract) -> dict:
+    """The stored spec with its fields in the order of the contract file (Postgres jsonb reorders keys),
+    re-read from the stored source text with the engine's torch-free loader; the stored spec if that fails
+    (an old version the current loader no longer accepts is still shown)."""
+    from workers.contracts.loader import ContractError, load_text
+
+    try:
+        return load_text(contract.source_text, source=contract.source_name).to_dict()
+    except ContractError:
+        return contract.spec
 
 
 def calibration_state(contract: Contract) -> dict:
@@ -106,7 +125,7 @@ def get_implementation(principal: Principal, implementation_id: int) -> Implemen
 
 
 def verdicts_of(submission: Submission):
-    return submission.verdicts.select_related("contract").order_by("contract_class", "id")
+    return sorted(submission.verdicts.select_related("contract"), key=lambda v: contract_order(v.contract))
 
 
 def verdict_counts(verdicts) -> dict:

@@ -42,7 +42,7 @@ def contract_list(request):
 @login_required
 def contract_detail(request, contract_id):
     contract = selectors.get_contract(contract_id, request.GET.get("version") or None)
-    spec = contract.spec
+    spec = selectors.spec_in_source_order(contract)
     parts = [(key, title, (spec.get("parts") or {}).get(key)) for key, title in PART_TITLES]
     state = selectors.calibration_state(contract)
     ctx = _context(request, contract=contract, spec=spec, parts=parts, calibration=state,

@@ -39,7 +39,12 @@
         esc(fam) + '<b class="l' + (lvl == null ? "x" : lvl) + '">' + (lvl == null ? "–" : lvl) + "</b>");
       document.getElementById("grade").innerHTML = '<p class="kc" style="font-size:15px">KC-C ' + parts.join(" ") + "</p>";
       const badge = document.getElementById("badge-img");
-      if (badge) badge.src = badge.src.split("&t=")[0] + "&t=" + Date.now();
+      if (badge) {
+        badge.src = badge.src.split("&t=")[0] + "&t=" + Date.now();
+        fetch(badge.dataset.status, {credentials: "same-origin"}).then((r) => r.ok ? r.json() : null).then((st) => {
+          const el = document.getElementById("ci-state"); if (st && el) el.textContent = st.state;
+        }).catch(() => {});
+      }
     }
   }
 

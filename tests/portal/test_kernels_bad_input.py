@@ -59,12 +59,13 @@ def test_unknown_contract_id_is_named_with_the_known_ones(api, project, settings
     assert_nothing_stored(settings)
 
 
-@pytest.mark.parametrize("impl", ["pkg.kernels:", "pkg..kernels:mm", "/etc/passwd.py:f", "../k.py:matmul",
-                                  "pkg.kernels:mat mul", "pkg-kernels:mm"])
-def test_malformed_import_path(api, project, settings, impl):
-    response = api.post(url(project), {"impl": impl}, format="json")
-    assert response.status_code == 400
-    assert error(response)["code"] == "invalid_import_path" and repr(impl) in error(response)["message"]
+def test_malformed_import_path(api, project, settings):
+    # file paths too: code from outside the worker's installed packages must be uploaded, never pointed at
+    for impl in ["pkg.kernels:", "pkg..kernels:mm", "/etc/passwd.py:f", "../k.py:matmul", "pkg.kernels:mat mul",
+                 "pkg-kernels:mm"]:
+        response = api.post(url(project), {"impl": impl}, format="json")
+        assert response.status_code == 400, impl
+        assert error(response)["code"] == "invalid_import_path" and repr(impl) in error(response)["message"]
     assert_nothing_stored(settings)
 
 
@@ -133,3 +134,14 @@ def test_a_valid_upload_is_stored_once_by_its_hash_and_the_function_names_are_ch
     stored = list((Path(settings.ARTIFACT_ROOT) / "kernels").rglob("*.py"))
     assert len(stored) == 1 and stored[0].read_bytes() == source
     assert first.json()["implementation"]["code_sha256"] == stored[0].stem
+
+
+def test_the_browser_form_shows_the_syntax_error_line(client, owner, project, settings):
+    client.force_login(owner)
+    response = client.post(f"/p/{project.slug}/kernels/submit/",
+                           {"source": "upload", "impl": "ignored.when:uploading",
+                            "module": upload(b"def softmax(x):\n    return (x\n", "soft.py")})
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert 'id="submit-error"' in html and "python_syntax_error" in html and "soft.py" in html and "line 2" in html
+    assert_nothing_stored(settings)
