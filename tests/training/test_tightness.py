@@ -57,7 +57,7 @@ def test_adversarial_reward_gain_equals_sequence_tv():
     assert math.isclose(s["J_theta"] - s["J_roll"], s["tv_seq"], rel_tol=1e-12)
 
 
-@hsettings(max_examples=120, deadline=None)
+@hsettings(max_examples=80, deadline=None)
 @given(seed=st.integers(0, 2 ** 20), V=st.integers(2, 4), T=st.integers(1, 4),
        kind=st.sampled_from(["uniform", "spike"]), size=st.floats(1e-3, 8.0),
        frac=st.floats(0.01, 1.0), scale=st.floats(0.1, 4.0),

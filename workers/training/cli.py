@@ -29,6 +29,7 @@ def main(argv=None) -> int:
     a.add_argument("--numerics", default="bf16_autocast",
                    help="rollout numerics: bf16_autocast | bf16_weights | fp32 (+ ',sdpa', ',incremental')")
     a.add_argument("--seed", type=int, default=0)
+    a.add_argument("--losses", default=None, help="comma-separated subset of the audited losses (default: all)")
     a.add_argument("--out", default=None, help="also write the JSON to this file")
     t = sub.add_parser("tightness", help="exact bound tightness by enumeration")
     t.add_argument("--V", type=int, default=6)
@@ -40,7 +41,8 @@ def main(argv=None) -> int:
     if args.cmd == "audit":
         from workers.training.audit import audit
         res = audit(device=args.device, batch=args.batch, length=args.length, topk=args.topk,
-                    numerics=args.numerics, seed=args.seed)
+                    numerics=args.numerics, seed=args.seed,
+                    losses=args.losses.split(",") if args.losses else None)
         text = json.dumps(_safe(res), indent=1)
         if args.out:
             with open(args.out, "w") as f:
