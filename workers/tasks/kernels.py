@@ -102,7 +102,7 @@ def calibrate_contracts(job_id: int) -> str:
                 result = {"ok": False, "problems": [f"calibration could not run: {type(exc).__name__}: {exc}"],
                           "states": {}}
             services.record_calibration(calibration, result)
-            summary[row.contract_class] = "calibrated" if result.get("ok") else "failed"
+            summary[f"{row.contract_class} v{row.version}"] = "calibrated" if result.get("ok") else "failed"
         ContractCalibration.objects.filter(job=job, status__in=["queued", "running"]).update(
             status="failed", problems=["the contract version disappeared before calibration"])
         return {"calibrated": sum(1 for s in summary.values() if s == "calibrated"),
