@@ -109,3 +109,17 @@ def row_mean_uses_most_of_budget(x):
 
 def gather_runaway_output(data, idx):
     return torch.zeros(4096, 4096)  # 64 MiB where 32 KiB is expected
+
+
+HELPER_PIDFILE = os.path.join(__import__("tempfile").gettempdir(), f"kc_hostile_helper.{os.getuid()}.pid")
+
+
+def gather_hangs_with_a_helper(data, idx):
+    """Starts a helper process, records its pid, then hangs: a timeout must take the helper down too."""
+    import subprocess
+    import sys
+
+    helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    with open(HELPER_PIDFILE, "w") as fh:
+        fh.write(str(helper.pid))
+    time.sleep(600)
