@@ -215,6 +215,9 @@ def test_realistic_synthetic_run_gzip(api, project):
     stored = FidelityCall.objects.filter(report=report)
     assert stored.count() == report.calls_total == len(recs)
     assert stored.filter(byte_offset__isnull=False).count() == 0  # gzip: the drill-down streams instead
+    last = stored.order_by("-line").first()
+    body = api.get(f"/api/v1/fidelity/calls/{last.pk}/?tokens=true").json()
+    assert [t["id"] for t in body["tokens"]["tokens"]] == recs[-1]["response"]["token_ids"]
     policy = [r for r in recs if r["role"] == "policy"]
     assert report.policy_tokens == sum(len(r["response"]["token_ids"]) for r in policy)
     background = {r["call_id"] for r in recs if r["role"] == "background"}
