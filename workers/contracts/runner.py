@@ -205,8 +205,11 @@ def run_contract(contract_id, impl, *, device="cpu", seeds=None, flags=None, tim
         e = outcome["error"]
         return done("CRASH", reason=f"could not load implementation: {e['type']}: {e['message']}", **common)
 
-    results = decode_results(outcome["results"])
-    findings = generic_findings(contract, cases, results)
+    try:
+        results = decode_results(outcome["results"])
+        findings = generic_findings(contract, cases, results)
+    except Exception as exc:  # noqa: BLE001 - the channel is written by the candidate's process
+        return done("CRASH", reason=f"malformed result from the sandbox: {type(exc).__name__}: {exc}", **common)
     crash = [f for f in findings if f["severity"] == "crash"]
     if crash:
         return done("CRASH", reason=f"implementation raised on case {crash[0]['case']}: {crash[0]['detail']}",

@@ -532,6 +532,10 @@ def run_in_sandbox(impl, cases: list[Case], *, device="cpu", flags=None, time_li
                 except pickle.UnpicklingError as exc:
                     outcome = SandboxOutcome(kind="crash", error={"type": "ProtocolViolation", "message": str(exc)})
                     break
+                if not isinstance(msg, dict):
+                    outcome = SandboxOutcome(kind="crash", error={"type": "ProtocolViolation",
+                                                                  "message": "malformed message from the sandbox"})
+                    break
                 if msg.get("kind") == "alive" and not started:
                     started = True
                     deadline = time.monotonic() + float(time_limit_s)
