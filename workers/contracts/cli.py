@@ -11,7 +11,9 @@ import json
 
 def _print(obj, as_json: bool, text: str):
     if as_json:
-        print(json.dumps(obj, indent=2, sort_keys=True, allow_nan=False))
+        from .runner import _json_safe  # inf/NaN deep inside signatures become strings/null, never invalid JSON
+
+        print(json.dumps(_json_safe(obj), indent=2, sort_keys=True, allow_nan=False))
     else:
         print(text)
 
