@@ -106,6 +106,12 @@ def test_another_projects_report_is_404(api, project, other_project, owner):
     client.force_login(owner)
     assert client.get(f"/p/{project.slug}/fidelity/calls/{call.pk}/").status_code == 404
     assert client.get(f"/p/{other_project.slug}/fidelity/calls/{call.pk}/").status_code == 404
+    from audit_portal.runs.models import Run
+
+    foreign_run = Run.objects.create(project=other_project, name="theirs")
+    assert client.get(f"/p/{project.slug}/runs/{foreign_run.pk}/fidelity/").status_code == 404
+    mine = Run.objects.create(project=project, name="not-yet-audited")
+    assert "No fidelity report yet" in client.get(f"/p/{project.slug}/runs/{mine.pk}/fidelity/").content.decode()
 
 
 def test_tokenizer_upload_and_list(api, project):
