@@ -167,6 +167,17 @@ def _check_topk(tk, n, fast=False):
     if not set(map(type, tk)) <= _T_LIST:
         i = _first(tk, lambda x: type(x) is list)
         return f"[{i}]", f"expected a list of [id, logprob] pairs, got {type(tk[i]).__name__}"
+    if n <= 8:  # tiny calls: a plain loop beats the fixed cost of the C passes below
+        for pos in tk:
+            for e in pos:
+                if not (type(e) is list and len(e) == 2 and type(e[0]) is int and e[0] >= 0
+                        and type(e[1]) in _T_NUM):
+                    break
+            else:
+                continue
+            break
+        else:
+            return None
     # Fast path (typical engine output: ids are ints, log-probs floats): a handful of C-level passes.
     entries = list(chain.from_iterable(tk))
     if not entries:
@@ -240,7 +251,10 @@ def ids_sha256(ids) -> str:
 
 # --------------------------------------------------------------------------------------------- record
 
-_STR_NONE = (str, type(None))
+_STRN = frozenset({str, type(None)})
+_INTN = frozenset({int, type(None)})
+_DICTN = frozenset({dict, type(None)})
+_NUMN = frozenset({int, float, type(None)})
 
 
 def _opt(v, t) -> bool:
@@ -262,31 +276,31 @@ def _fast_valid(rec, fast) -> bool:
                 and type(rec["step"]) is int and type(rec["call_index"]) is int
                 and type(rec["role"]) is str and rec["role"] in ROLES
                 and type(rec["role_source"]) is str and rec["role_source"] in ROLE_SOURCES
-                and _opt(g("parent_call_id"), str) and (g("timestamp") is None or _is_num(g("timestamp")))
-                and _opt(g("purpose"), str) and _opt(g("inferred_purpose"), str)
+                and type(g("parent_call_id")) in _STRN and type(g("timestamp")) in _NUMN
+                and type(g("purpose")) in _STRN and type(g("inferred_purpose")) in _STRN
                 and type(model) is dict and type(model.get("served_name")) is str
-                and _opt(model.get("policy_version"), int)
+                and type(model.get("policy_version")) in _INTN
                 and type(tok) is dict and type(tok.get("id")) is str and type(tok.get("sha256")) is str
                 and (ct is None or (type(ct) is dict and type(ct.get("sha256")) is str))
                 and type(eng) is dict and type(eng.get("name")) is str
                 and type(eng.get("api")) is str and eng["api"] in ENGINE_APIS
-                and isinstance(eng.get("logprobs_mode"), _STR_NONE) and eng.get("logprobs_mode") in LOGPROBS_MODES
+                and type(eng.get("logprobs_mode")) in _STRN and eng.get("logprobs_mode") in LOGPROBS_MODES
                 and type(eng.get("generation_config_source")) is str
                 and eng["generation_config_source"] in GENERATION_CONFIG_SOURCES
                 and type(g("sampling")) is dict and type(g("source")) is dict
-                and _opt(g("harness"), dict) and _opt(g("extra"), dict)
+                and type(g("harness")) in _DICTN and type(g("extra")) in _DICTN
                 and type(prompt) is dict and type(resp) is dict and type(ro) is dict):
             return False
         pids, ids = prompt["token_ids"], resp["token_ids"]
         if not (type(prompt["provenance"]) is str and prompt["provenance"] in PROMPT_PROVENANCE
                 and type(prompt["ids_sha256"]) is str
-                and _opt(prompt.get("task_prompt_sha256_declared"), str)
-                and _opt(prompt.get("task_prompt_sha256_observed"), str)
-                and _opt(prompt.get("context_source_call_id"), str)
-                and isinstance(prompt.get("context_event"), _STR_NONE) and prompt.get("context_event") in CONTEXT_EVENTS
+                and type(prompt.get("task_prompt_sha256_declared")) in _STRN
+                and type(prompt.get("task_prompt_sha256_observed")) in _STRN
+                and type(prompt.get("context_source_call_id")) in _STRN
+                and type(prompt.get("context_event")) in _STRN and prompt.get("context_event") in CONTEXT_EVENTS
                 and type(resp["provenance"]) is str and resp["provenance"] in RESPONSE_PROVENANCE
-                and type(resp["ids_sha256"]) is str and _opt(resp.get("text"), str)
-                and _opt(resp.get("usage_completion_tokens"), int) and _opt(resp.get("finish_reason"), str)
+                and type(resp["ids_sha256"]) is str and type(resp.get("text")) in _STRN
+                and type(resp.get("usage_completion_tokens")) in _INTN and type(resp.get("finish_reason")) in _STRN
                 and type(pids) is list and type(ids) is list
                 and _check_ids(pids, fast) is None and _check_ids(ids, fast) is None):
             return False
@@ -304,7 +318,7 @@ def _fast_valid(rec, fast) -> bool:
             return False
         tr = g("trainer")
         if tr is not None:
-            if not (type(tr) is dict and _opt(tr.get("policy_version"), int) and _opt(tr.get("sample_id"), str)):
+            if not (type(tr) is dict and type(tr.get("policy_version")) in _INTN and type(tr.get("sample_id")) in _STRN):
                 return False
             v = tr.get("logprobs")
             if v is not None and _check_lps(v, n) is not None:
@@ -662,25 +676,26 @@ def validate_file(
     raw = open(path, "rb")
     counter = _Counter(raw)
     head = raw.peek(2)[:2]
+    gz_error: list = []
+
+    def _guarded(gen):  # turn a mid-stream gzip failure into an end of input plus a recorded error
+        try:
+            yield from gen
+        except _GZ_ERRORS as exc:
+            gz_error.append(exc)
+
     if head == GZIP_MAGIC:
         fh = None
-        it = _gzip_lines(counter)
+        it = _guarded(_gzip_lines(counter))
     else:
         fh = counter  # plain: iterate the raw buffered file directly (fast path)
-        it = iter(raw)
+        it = raw
     line_no = 0
     next_report = progress_every_bytes
     loads = orjson.loads
     JSONDecodeError = orjson.JSONDecodeError
     try:
-        while True:
-            try:
-                line = next(it)
-            except StopIteration:
-                break
-            except _GZ_ERRORS as exc:
-                add(FcrIssue(line_no + 1, None, "", f"compressed stream is truncated or corrupt ({exc})"))
-                break
+        for line in it:
             line_no += 1
             if progress is not None:
                 pos = raw.tell() if fh is counter else counter.pos
@@ -734,6 +749,8 @@ def validate_file(
                 add(FcrIssue(line_no, rec["call_id"], "call_id", "duplicate call_id in run", "warning"))
             else:
                 seen.add(key)
+        if gz_error:
+            add(FcrIssue(line_no + 1, None, "", f"compressed stream is truncated or corrupt ({gz_error[0]})"))
     finally:
         bytes_read = counter.pos if fh is not counter else raw.tell()
         raw.close()
