@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import importlib
 
-from workers.certify.bounds import budget_threshold, invert_budget, simplified_bounds, trm_bounds
+from workers.certify.bounds import budget_threshold, guard_threshold, invert_budget, simplified_bounds, trm_bounds
 
 _LAZY = {
     "sampled_estimates": "estimators",
@@ -42,9 +42,10 @@ _LAZY = {
     "verl_rs_mask": "masks",
     "dppo_divergence": "masks",
     "certify_file": "file",
+    "DataError": "intervals",
 }
 
-__all__ = ["trm_bounds", "budget_threshold", "invert_budget", "simplified_bounds", *_LAZY]
+__all__ = ["trm_bounds", "budget_threshold", "invert_budget", "guard_threshold", "simplified_bounds", *_LAZY]
 
 
 def __getattr__(name):

@@ -65,6 +65,6 @@ def sampled_certificate(logp_roll: torch.Tensor, logp_train: torch.Tensor):
     hi = 1 − min(p_y, q_y) (§5.2 Corollary with S_p = S_q = {y}); η = 0 — use :func:`sampled_estimates` for η > 0."""
     p = torch.exp(_f64(logp_roll))
     q = torch.exp(_f64(logp_train))
-    lo = (p - q).abs_()
-    hi = torch.minimum(p, q).neg_().add_(1.0)
+    lo = torch.sub(p, q).abs_()
+    hi = torch.minimum(p, q, out=p).neg_().add_(1.0)  # reuse p's buffer: fewer fresh pages to fault in
     return lo, hi
