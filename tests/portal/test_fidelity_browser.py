@@ -31,6 +31,11 @@ pytestmark = [pytest.mark.browser,
 class FidelityPageTest(ChannelsLiveServerTestCase):
     @classmethod
     def setUpClass(cls):
+        from audit_portal.celery import app
+
+        # Jobs here run synchronously in the test; no message may reach a real broker. Restored after the class.
+        cls._broker = (app.conf.broker_url, app.conf.broker_transport_options)
+        app.conf.broker_url, app.conf.broker_transport_options = "memory://", {}
         cls.tmp = Path(tempfile.mkdtemp(prefix="ap-fidelity-browser-"))
         cls._settings = override_settings(ARTIFACT_ROOT=cls.tmp / "artifacts")
         cls._settings.enable()
@@ -39,14 +44,14 @@ class FidelityPageTest(ChannelsLiveServerTestCase):
 
     @classmethod
     def tearDownClass(cls):
+        from audit_portal.celery import app
+
         super().tearDownClass()
         cls._settings.disable()
+        app.conf.broker_url, app.conf.broker_transport_options = cls._broker
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
     def setUp(self):
-        from audit_portal.celery import app
-
-        app.conf.broker_url = "memory://"  # follow-up jobs are run synchronously below, never by a worker
         user = get_user_model().objects.create_user("fiona", password="fiona-password-1")
         self.project = create_project(name="Fidelity Lab", owner=user)
         from playwright.sync_api import sync_playwright
