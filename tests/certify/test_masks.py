@@ -75,7 +75,9 @@ def test_cdppo_upper_end_decides_and_undetermined_counts_as_outside():
     assert info["status"].tolist() == [[0, 2, 0]]
     # with A > 0 position 1 moves back towards r = 1: kept; position 0 (r < 1) too
     assert cdppo_mask(*args, t([1.0]), 0.15).tolist() == [[True, True, True]]
-    # non-adaptive gives the same decision here; a response mask drops padding
+    # the adaptive envelope gives the same decisions here and reports the deciding K; a response mask drops padding
+    keep_a, info_a = cdppo_mask(*args, t([-1.0]), 0.15, adaptive=True, return_info=True)
+    assert torch.equal(keep_a, keep) and info_a["K_used"].tolist() == [[0, 2, 0]]
     assert cdppo_mask(*args, t([-1.0]), 0.15, adaptive=False,
                       response_mask=torch.tensor([[1, 1, 0]])).tolist() == [[True, False, False]]
 

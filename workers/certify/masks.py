@@ -80,14 +80,15 @@ def dppo_mask(logp_roll, logp_train, advantages, threshold, *, divergence="binar
 
 
 def cdppo_mask(p_ids, p_lp, q_ids, q_lp, sampled_id, logp_roll, logp_train, advantages, threshold, *,
-               response_mask=None, caps=True, precision="fp32", eta=None, adaptive=True, budget=None, T_ref=None,
+               response_mask=None, caps=True, precision="fp32", eta=None, adaptive=False, budget=None, T_ref=None,
                constants="paper", reward_range=1.0, return_info=False):
     """Certified DPPO (C-DPPO) keep mask over ``[B, T, K]`` lists.
 
     * certified two-sided TV interval with error-robust widening (``precision`` / ``eta``, §5.5);
     * the **upper** end decides: a direction-unsafe token is kept only if its status is IN (hi ≤ θ);
       UNDETERMINED counts as outside (fail closed); DATA_ERROR tokens are always dropped;
-    * ``adaptive=True`` uses the running envelopes over K = 0..K_max (§5.4), which can only tighten the interval;
+    * ``adaptive=True`` uses the running envelopes over K = 0..K_max (§5.4): they can only tighten the interval
+      (and report the K that decided each token) but cost K_max + 1 interval evaluations, hence off by default;
     * ``budget``: the budget-aware sequence guard drops every token of a sequence whose certified ε̂ exceeds the
       largest ε keeping some TRM bound ≤ budget at horizon ``T_ref`` (default: the batch's max length).
     Returns ``keep`` (bool ``[B, T]``) or ``(keep, info)`` with ``info`` = lo, hi, status, K_used, guard.
