@@ -209,15 +209,24 @@ def submit_from_request(request, project, principal) -> Submission:
         if isinstance(contracts, list) and len(contracts) == 1:
             contracts = contracts[0]  # a form field may carry "C-PRC-01, C-EXC-02" or a JSON list
         return services.submit_conformance(
-            project=project, submitted_by=principal.label, device=(data.get("device") or "cpu").strip(),
-            contracts=contracts, import_path=(data.get("impl") or "").strip() or None, module=module,
+            project=project, submitted_by=principal.label, device=_text(data, "device") or "cpu",
+            contracts=contracts, import_path=_text(data, "impl") or None, module=module,
             module_filename=(uploaded.name if uploaded is not None else ""),
-            function=(data.get("function") or "").strip() or None, functions=data.get("functions"),
-            name=(data.get("name") or "").strip())
+            function=_text(data, "function") or None, functions=data.get("functions"), name=_text(data, "name"))
     finally:
         for f in received:  # the module is stored by content (services); the streamed temporary file goes
             if hasattr(f, "discard"):
                 f.discard()
+
+
+def _text(data, field: str) -> str:
+    value = data.get(field)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise PortalError(f"'{field}' must be a string, not {type(value).__name__}.", code="invalid_field",
+                          extra={"field": field})
+    return value.strip()
 
 
 class SubmissionDetail(generics.RetrieveAPIView):

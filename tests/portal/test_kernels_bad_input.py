@@ -119,6 +119,8 @@ def test_unknown_platform_and_missing_implementation(api, project, settings):
     assert response.status_code == 400 and error(response)["code"] == "unknown_platform"
     response = api.post(url(project), {"contracts": ["C-PRC-01"]}, format="json")
     assert response.status_code == 400 and error(response)["code"] == "implementation_missing"
+    response = api.post(url(project), {"impl": ["pkg.kernels"]}, format="json")
+    assert response.status_code == 400 and error(response)["detail"] == {"field": "impl"}
     assert_nothing_stored(settings)
 
 

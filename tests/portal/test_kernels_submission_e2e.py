@@ -37,6 +37,23 @@ def my_mul(x, w):
 '''
 
 
+def drop_producer_pools():
+    if app._pool is not None:
+        app._pool.force_close_all()
+    app._pool = None
+    app.amqp._producer_pool = None
+
+
+@pytest.fixture(autouse=True)
+def fresh_producer_pool():
+    """The root conftest points the app at the memory broker, but producer pools opened by an earlier test on
+    another broker (a browser test's filesystem broker, since deleted) would still be used: drop them, before
+    and after."""
+    drop_producer_pools()
+    yield
+    drop_producer_pools()
+
+
 def wait_for(predicate, timeout=90.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
