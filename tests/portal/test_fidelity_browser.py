@@ -28,6 +28,13 @@ pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="system Chromium not installed (apt-get install chromium)")]
 
 
+def _drop_producer_pools(app):
+    if app._pool is not None:
+        app._pool.force_close_all()
+    app._pool = None
+    app.amqp._producer_pool = None
+
+
 class FidelityPageTest(ChannelsLiveServerTestCase):
     @classmethod
     def setUpClass(cls):
@@ -36,6 +43,7 @@ class FidelityPageTest(ChannelsLiveServerTestCase):
         # Jobs here run synchronously in the test; no message may reach a real broker. Restored after the class.
         cls._broker = (app.conf.broker_url, app.conf.broker_transport_options)
         app.conf.broker_url, app.conf.broker_transport_options = "memory://", {}
+        _drop_producer_pools(app)  # an earlier class may have left them connected to its (deleted) broker folder
         cls.tmp = Path(tempfile.mkdtemp(prefix="ap-fidelity-browser-"))
         cls._settings = override_settings(ARTIFACT_ROOT=cls.tmp / "artifacts")
         cls._settings.enable()
@@ -49,6 +57,7 @@ class FidelityPageTest(ChannelsLiveServerTestCase):
         super().tearDownClass()
         cls._settings.disable()
         app.conf.broker_url, app.conf.broker_transport_options = cls._broker
+        _drop_producer_pools(app)
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
     def setUp(self):
