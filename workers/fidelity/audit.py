@@ -92,7 +92,10 @@ class _Unauditable:
 
 
 def _digest(ids) -> bytes:
-    return hashlib.blake2b(np.asarray(ids, dtype=np.int64).tobytes(), digest_size=16).digest()
+    a = np.asarray(ids) if len(ids) else np.zeros(0, dtype=np.int64)
+    if a.ndim != 1 or a.dtype.kind not in "iu":
+        raise ValueError("token ids are not a flat list of integers")
+    return hashlib.blake2b(a.astype(np.int64, copy=False).tobytes(), digest_size=16).digest()
 
 
 def _issues(rec, raw):
@@ -115,19 +118,17 @@ class _Index:
         self.first_line: dict = {}
         self.roots: dict = {}  # (run, traj) -> [call_index, line, prompt_len, digest]
         self.samples: dict = {}  # (run, sid) -> [(call_index, line, call_id, prompt_len, seq_len, seq_digest)]
-        self.malformed: set[int] = set()  # R0 (critical) failures
-        self.with_issues: set[int] = set()  # any validator error (re-validated in the evaluation pass)
+        self.malformed: set[int] = set()  # records the index could not digest (e.g. ids beyond int64)
         self.broken_lines: set[int] = set()
         self.chain_breaks: list = []
         self.policy_seq: dict = {}  # (run, traj) -> [(call_index, line, seq_len, seq_digest)] of policy calls
         self.tito_prev: dict = {}  # line -> (seq_len, seq_digest) of the previous policy call of its trajectory
 
     def add(self, line, rec, raw):
-        issues = _issues(rec, raw)
-        if issues:
-            self.with_issues.add(line)
-        if _critical(issues):
-            self.malformed.add(line)
+        """Index one parsed record. No validation here (the evaluation pass validates every record once): a
+        record whose index fields are unusable is simply left out of the index."""
+        if type(rec.get("call_id")) is not str or not isinstance(rec.get("prompt"), dict) \
+                or not isinstance(rec.get("response"), dict) or rec.get("schema") != "fcr/1":
             return
         try:
             self._add(line, rec)
@@ -138,6 +139,8 @@ class _Index:
         run, cid = _str(rec.get("run_id")), rec["call_id"]
         self.first_line.setdefault((run, cid), line)
         prompt = rec["prompt"]["token_ids"]
+        if type(prompt) is not list or type(rec["response"].get("token_ids")) is not list:
+            return
         traj, ci = _str(rec.get("trajectory_id")), rec.get("call_index")
         if type(ci) is not int or traj is None:
             return
@@ -304,7 +307,7 @@ def _run(source, *, mode, tokenizer, masks_out, masks_format, path_label, progre
                 unparsed += 1
                 res = _malformed_line(line, err)
             else:
-                issues = _issues(rec, raw) if line in index.with_issues else []
+                issues = _issues(rec, raw)
                 if line in index.malformed and not _critical(issues):
                     issues.append(_Unauditable(ValueError("index pass rejected it")))
                 tok = None
