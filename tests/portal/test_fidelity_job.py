@@ -224,3 +224,45 @@ def test_realistic_synthetic_run_gzip(api, project):
     assert set(stored.filter(primary_reason="BACKGROUND_CALL").values_list("call_id", flat=True)) == background
     assert sum(stored.values_list("closed_failure_violations", flat=True)) == report.closed_failure_violations
     assert report.coverage["certificates"]["verifiable_tokens"] == report.verifiable_policy_tokens
+
+
+def test_an_unreadable_registered_tokenizer_fails_closed_not_the_job(api, project, settings):
+    from audit_portal.fidelity import services
+    from audit_portal.fidelity.models import RegisteredTokenizer
+
+    register_toy(api, project)
+    stored = RegisteredTokenizer.objects.get(project=project)
+    (settings.ARTIFACT_ROOT / stored.storage_name).write_text("{ truncated")
+    services._load.cache_clear()  # the per-process cache would otherwise still hold the good copy
+    report, job = audited(api, project, [example_drift()], name="bad-tokenizer.jsonl")
+    assert Job.objects.get(pk=job.pk).state == "succeeded"
+    assert report.tokenizers["used"] == [] and report.tokenizers["unmatched"] == [TOY_TOKENIZER_SHA]
+    assert TOY_TOKENIZER_SHA in report.tokenizers["load_errors"]
+    assert FidelityCall.objects.get(report=report).primary_reason == "R4_NOT_EVALUABLE"
+    services._load.cache_clear()
+
+
+def test_drill_down_says_when_the_upload_is_gone(client, api, project, owner, settings):
+    report, _ = audited(api, project, examples())
+    (settings.ARTIFACT_ROOT / report.upload.storage_name).unlink()
+    call = FidelityCall.objects.get(report=report, call_id="tA-0")
+    client.force_login(owner)
+    page = client.get(f"/p/{project.slug}/fidelity/calls/{call.pk}/")
+    assert page.status_code == 200 and "no longer in the artifact store" in page.content.decode()
+    response = api.get(f"/api/v1/fidelity/calls/{call.pk}/?tokens=true")
+    assert response.status_code == 400 and response.json()["error"]["code"] == "record_unavailable"
+    assert api.get(f"/api/v1/fidelity/calls/{call.pk}/").json()["verdict"] == "verifiable"  # summaries stay
+
+
+def test_variant_c_prime_undeclared_role_is_spurious(api, project):
+    """§7.4 C′: the same request without the header → role unknown/default, inferred_purpose title →
+    ROLE_UNVERIFIED, spurious-call rate > 0, protocol warning."""
+    c_prime = example_c()
+    c_prime.update(role="unknown", role_source="default", inferred_purpose="title")
+    c_prime.pop("purpose")
+    report, _ = audited(api, project, [example_a(), c_prime], name="c-prime.jsonl")
+    call = FidelityCall.objects.get(report=report, call_id="tA-bg-1")
+    assert (call.verdict, call.primary_reason, call.inferred_purpose) == ("excluded", "ROLE_UNVERIFIED", "title")
+    assert report.spurious_call_rate == pytest.approx(1 / 2)
+    assert report.protocol_warnings and report.verdict == "PASS"  # nothing unverifiable was trained on
+    assert report.coverage["background_ledger"] == {"unknown:title": {"calls": 1, "tokens": 2}}
