@@ -165,6 +165,7 @@ class KernelsBrowserTest(ChannelsLiveServerTestCase):
         page.fill("#impl", "workers.contracts.impls.reference")
         page.check("input[name=contracts][value^='C-EXC-01/']")
         page.check("input[name=contracts][value^='C-PRC-03/']")
+        page.screenshot(path=str(ARTIFACTS / "kernels-submit-form.png"), full_page=True)
         page.click("#submit-button")
         page.wait_for_selector("#verdicts")
         page.wait_for_function("document.getElementById('live-dot').classList.contains('on')")
