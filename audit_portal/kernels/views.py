@@ -36,7 +36,8 @@ def contract_list(request):
     contracts = selectors.latest_contracts()
     rows = [{"contract": c, "calibration": selectors.calibration_state(c),
              "versions": len(selectors.contract_versions(c.contract_id))} for c in contracts]
-    return render(request, "kernels/contracts.html", _context(request, rows=rows))
+    calibrated = sum(1 for r in rows if r["calibration"]["status"] == "calibrated")
+    return render(request, "kernels/contracts.html", _context(request, rows=rows, calibrated=calibrated))
 
 
 @login_required

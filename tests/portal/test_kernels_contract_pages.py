@@ -40,6 +40,7 @@ def test_contract_list_shows_every_contract_and_its_calibration_status(client, o
     for cls in suite:
         assert cls in html
     assert html.count('data-calibration="not_run"') == 11 and html.count('data-calibration="failed"') == 1
+    assert "0 of 12 contracts calibrated" in html
 
 
 def test_contract_detail_renders_the_eight_parts_derivation_calibration_and_versions(client, owner, suite):

@@ -45,6 +45,14 @@ def test_suite_loads_once_and_reloading_changes_nothing(specs):
     load(specs)
     assert Contract.objects.count() == 12 and Job.objects.filter(kind="calibrate_contracts").count() == 1
 
+    # --recalibrate queues the versions that are not calibrated (here: one that failed), nothing else
+    calibrated = ContractCalibration.objects.exclude(contract__contract_class="C-EXC-02")
+    calibrated.update(status=CalibrationStatus.CALIBRATED)
+    ContractCalibration.objects.filter(contract__contract_class="C-EXC-02").update(status=CalibrationStatus.FAILED)
+    load(specs, "--recalibrate")
+    again = Job.objects.filter(kind="calibrate_contracts").latest("id")
+    assert again.params["contracts"] == [Contract.objects.get(contract_class="C-EXC-02").pk]
+
 
 def test_edited_text_under_the_same_version_is_refused(specs):
     load(specs, "--no-calibrate")
