@@ -243,6 +243,7 @@ def _run(source, *, mode, tokenizer, masks_out, masks_format, path_label, progre
         rec, err = _parse(raw)
         if rec is not None:
             index.add(line, rec, raw)
+        rec = None  # free this record before the next parse (lets the allocator reuse its memory)
 
     index.finish()
 
@@ -300,6 +301,7 @@ def _run(source, *, mode, tokenizer, masks_out, masks_format, path_label, progre
         for line, raw in source():
             if progress is not None and line % progress_every == 0:
                 report(0.3 + 0.7 * line / max(last_line, 1), f"auditing: line {line} of {last_line}")
+            rec = res = item = None  # free the previous record before parsing the next one
             rec, err = _parse(raw)
             if rec is None and err is None:
                 continue  # blank line
