@@ -257,10 +257,6 @@ _DICTN = frozenset({dict, type(None)})
 _NUMN = frozenset({int, float, type(None)})
 
 
-def _opt(v, t) -> bool:
-    return v is None or type(v) is t
-
-
 def _fast_valid(rec, fast) -> bool:
     """One chained pass that accepts exactly the records :func:`validate_record` finds no issue in (with
     ``lint=False, check_hashes=False``); anything else (or any surprise) goes to the detailed path, which names

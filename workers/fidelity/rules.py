@@ -26,7 +26,6 @@ Choices the spec leaves open (documented in docs/fidelity.md):
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from itertools import chain
 

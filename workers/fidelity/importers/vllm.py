@@ -24,7 +24,7 @@ import hashlib
 import orjson
 
 from workers.fidelity.importers.common import (
-    dump, ids_sha256, int_list, read_jsonl, ref_of, skeleton, text_sha256, token_id_of, tokenizer_block,
+    dump, ids_sha256, int_list, read_jsonl, ref_of, skeleton, text_sha256, token_id_of,
 )
 
 ROLE_VALUES = ("policy", "background", "unknown")
