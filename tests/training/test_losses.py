@@ -322,3 +322,12 @@ def test_bad_norm_rejected():
     roll, train, y, adv, mask, lp_roll = case(0)
     with pytest.raises(ValueError):
         L.ppo_clip_loss(logp_of(train, y), lp_roll, adv, mask, norm="nope")
+
+
+def test_seq_tis_weight_is_truncated_sequence_ratio():
+    roll, train, y, adv, mask, lp_roll = case(6, scale=0.5)
+    lp = logp_of(train, y)
+    out = L.seq_tis_loss(lp, lp_roll, adv, mask, C=1.5)
+    rho = torch.exp(torch.where(mask, lp.detach() - lp_roll, torch.zeros_like(lp_roll)).sum(-1))
+    torch.testing.assert_close(out.weight, torch.clamp(rho, max=1.5)[:, None].expand_as(out.weight))
+    assert out.keep[mask].all()

@@ -82,3 +82,16 @@ def test_sweep_reports_and_concentration_effect():
     for row in r["rows"]:
         assert row["bounds"]["best"] <= row["bounds"]["classical_tv"] + 1e-15
         assert row["bounds"]["best"] >= row["abs_error"]
+
+
+def test_cli_tightness_writes_json_and_figure(tmp_path, capsys):
+    import json
+
+    from workers.training.cli import main
+    assert main(["tightness", "--V", "3", "--T", "3", "--out", str(tmp_path)]) == 0
+    res = json.loads((tmp_path / "tightness.json").read_text())
+    assert res["paper"]["all_hold"] and res["tight"]["all_hold"]
+    assert (tmp_path / "tightness.html").stat().st_size > 1000
+    fig = json.loads((tmp_path / "tightness_figure.json").read_text())
+    assert any(tr.get("name") == "|exact error|" for tr in fig["data"])
+    assert "all bounds hold: True" in capsys.readouterr().out

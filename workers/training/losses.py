@@ -170,9 +170,11 @@ def tis_loss(logp, logp_roll, advantages, response_mask=None, *, C=2.0, logp_old
 
 
 def _seq_log_k(logp, logp_roll, logp_old, response_mask):
-    lp = logp.detach().to(torch.float64) if logp_old is None else torch.as_tensor(logp_old, dtype=torch.float64)
+    dev = logp.device
+    lp = logp.detach().to(torch.float64) if logp_old is None else \
+        torch.as_tensor(logp_old, dtype=torch.float64, device=dev)
     m = _mask(response_mask, lp)
-    lk = torch.where(m, lp - torch.as_tensor(logp_roll, dtype=torch.float64), torch.zeros_like(lp)).sum(-1)
+    lk = torch.where(m, lp - torch.as_tensor(logp_roll, dtype=torch.float64, device=dev), torch.zeros_like(lp)).sum(-1)
     return torch.clamp(lk, -LOG_CLAMP, LOG_CLAMP), m
 
 
