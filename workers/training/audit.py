@@ -144,10 +144,12 @@ def loss_call(name, spec, logp, ctx):
 
 
 def audit(*, device="cpu", batch: int = 16, group: int = 4, prompt_len: int = 4, length: int = 16, topk: int = 8,
-          numerics: str = "bf16_autocast", seed: int = 0, cfg: ModelConfig | None = None, lr: float = 1e-3,
-          budget: float = 0.5, losses=None, thresholds=THRESHOLDS) -> dict:
+          numerics: str = "bf16_autocast", seed: int = 0, cfg: ModelConfig | None = None, lr: float = 1.0,
+          optimizer: str = "sgd", budget: float = 0.5, losses=None, thresholds=THRESHOLDS) -> dict:
     """One audited training step (module docstring). ``batch`` sequences = ``batch // group`` prompts × ``group``
-    samples (GRPO-style advantages R − mean_group(R)). Returns a JSON-safe dict."""
+    samples (GRPO-style advantages R − mean_group(R)). The step is plain SGD by default, so the post-step
+    divergence reflects each loss's masked gradient (Adam's first step has size ≈ lr whatever the gradient);
+    ``optimizer="adam"`` is available. Returns a JSON-safe dict."""
     t0 = time.perf_counter()
     cfg = cfg or ModelConfig(seed=seed)
     model = build_model(cfg, device)
@@ -177,7 +179,7 @@ def audit(*, device="cpu", batch: int = 16, group: int = 4, prompt_len: int = 4,
     y_dev = y.to(device)
     for name, spec in specs.items():
         m2 = copy.deepcopy(model)
-        opt = torch.optim.Adam(m2.parameters(), lr=lr)
+        opt = (torch.optim.Adam if optimizer == "adam" else torch.optim.SGD)(m2.parameters(), lr=lr)
         logp_full = trainer_logp(m2, tokens, prompt_len)
         logp = logp_full.gather(-1, y_dev[..., None])[..., 0]
         out = loss_call(name, spec, logp, ctx)
@@ -205,7 +207,7 @@ def audit(*, device="cpu", batch: int = 16, group: int = 4, prompt_len: int = 4,
         "schema": "training-audit/1",
         "device": str(device), "torch": torch.__version__, "numerics": {"rollout": numerics, "trainer": "fp32,math"},
         "model": cfg.to_dict(), "batch": int(tokens.shape[0]), "group": group, "prompt_len": prompt_len,
-        "length": length, "seed": seed,
+        "length": length, "seed": seed, "optimizer": {"name": optimizer, "lr": lr},
         "reward": {"mean": float(R.mean()), "min": float(R.min()), "max": float(R.max())},
         "divergence": {"tv": _q(tv), "kl": _q(kl),
                        "tokens_tv_over": {str(th): float((tv > th).to(torch.float64).mean()) for th in thresholds},
