@@ -110,3 +110,29 @@ def test_reference_passes_and_a_crashing_upload_is_a_verdict_not_a_dead_worker(a
 
     diff = api.get(f"/api/v1/kernel-submissions/diff/?a={ok_id}&b={bad_id}").json()
     assert diff["counts"]["regressed"] == 2 and diff["counts"]["unchanged"] == 0
+
+
+def test_a_redelivered_job_resumes_after_the_verdicts_already_stored(project):
+    """acks_late: a job whose worker died is run again; contracts measured by the first attempt are kept, the
+    rest are run (each contract run is a sandboxed child, so a retry never repeats finished work)."""
+    from audit_portal.jobs.services import start_job
+    from audit_portal.kernels import services
+    from workers.contracts.loader import SPECS_DIR
+    from workers.tasks import run_kernel_submission
+
+    services.store_contracts(services.parse_contract_files(
+        [SPECS_DIR / "C-EXC-01.row_max.v0.1.0.yaml", SPECS_DIR / "C-PRC-03.mul.v0.1.0.yaml"]))
+    submission = services.submit_conformance(project=project, submitted_by="ci", device="cpu", contracts=CONTRACTS,
+                                             import_path="workers.contracts.impls.reference")
+    first = next(e for e in submission.plan if e["class"] == "C-PRC-03")
+    services.record_verdict(submission, services.Contract.objects.get(pk=first["contract"]),
+                            {"verdict": "PASS", "reason": "measured by the first attempt"}, margin_infinite=False)
+    job = start_job(submission.job_id)  # the first attempt's worker is lost mid-job ...
+    Job.objects.filter(pk=job.pk).update(state="queued")  # ... and the reaper re-queued it
+
+    assert run_kernel_submission(submission.job_id) == "succeeded"
+
+    verdicts = {v.contract_class: v for v in Verdict.objects.filter(submission=submission)}
+    assert verdicts["C-PRC-03"].reason == "measured by the first attempt"  # not run again
+    assert verdicts["C-EXC-01"].verdict == "PASS" and verdicts["C-EXC-01"].measurements > 0
+    assert Job.objects.get(pk=job.pk).attempts == 2

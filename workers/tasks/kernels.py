@@ -37,7 +37,7 @@ def run_kernel_submission(job_id: int) -> str:
             raise JobInputError(f"the uploaded module of implementation {impl.pk} (sha256 {impl.code_sha256[:12]}) "
                                 "is missing from the artifact store")
         rows = {c.pk: c for c in Contract.objects.filter(pk__in=[e["contract"] for e in submission.plan])}
-        done = {v.contract_id for v in submission.verdicts.all()}  # a retried job resumes where it stopped
+        measured = set(submission.verdicts.values_list("contract_id", flat=True))  # a retried job resumes where it stopped
         total = len(submission.plan)
         engine_contracts = []
         for i, entry in enumerate(submission.plan):
@@ -46,7 +46,7 @@ def run_kernel_submission(job_id: int) -> str:
                 raise JobInputError(f"contract {entry['contract_id']} v{entry['version']} was removed")
             contract = _engine_contract(row)
             engine_contracts.append(contract)
-            if row.pk in done:
+            if row.pk in measured:
                 continue
             progress(i / total, f"{row.contract_class}: starting", force=True)
 
