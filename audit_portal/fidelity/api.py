@@ -200,7 +200,8 @@ class TokenizerListCreate(generics.ListAPIView):
     @extend_schema(
         request={"multipart/form-data": inline_serializer("TokenizerUpload", {
             "file": serializers.FileField(), "name": serializers.CharField(required=False)})},
-        responses={201: TokenizerSerializer, 200: OpenApiResponse(TokenizerSerializer, description="already registered")})
+        responses={201: TokenizerSerializer,
+                   200: OpenApiResponse(TokenizerSerializer, description="already registered")})
     def post(self, request, slug):
         principal = Principal.from_request(request)
         project = get_project(principal, slug)
@@ -216,12 +217,13 @@ class TokenizerListCreate(generics.ListAPIView):
             if uploaded is None:
                 raise PortalError("Send the tokenizer as multipart/form-data in a field named 'file'.",
                                   code="file_missing")
-            tok, created = services.register_uploaded_tokenizer(project=project, uploaded=uploaded,
-                                                                  name=request.data.get("name"), uploaded_by=principal.label)
+            tok, created = services.register_uploaded_tokenizer(
+                project=project, uploaded=uploaded, name=request.data.get("name"), uploaded_by=principal.label)
         finally:
             for f in received:  # the hashing upload handler leaves the bytes in the artifact store's incoming/
                 discard = getattr(f, "discard", None)
                 if discard is not None:
                     discard()
-        return Response(TokenizerSerializer(tok).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+        return Response(TokenizerSerializer(tok).data,
+                        status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
