@@ -105,7 +105,7 @@ def alignment(report) -> dict:
                                  hovertemplate="median |Δ| %{x}: %{y} calls<extra></extra>"))
     if tau is not None:
         fig.add_vline(x=tau, line=dict(color="#c0392b", dash="dash"), annotation_text=f"τ_align = {tau:g}")
-    fig.update_layout(**LAYOUT, title=f"Log-prob alignment: per-call median |trainer − rollout| ({len(medians)} calls)",
+    fig.update_layout(**LAYOUT, title=f"Per-call median |trainer − rollout| ({len(medians)} calls)",
                       xaxis=dict(title="nats"), yaxis=dict(title="calls"))
     return fig.to_plotly_json()
 
