@@ -162,10 +162,12 @@ def main():
     ap.add_argument("--K", type=int, default=20)
     ap.add_argument("--file-tokens", type=float, default=2e5, help="tokens in the file for bench 3")
     ap.add_argument("--large-gb", type=float, default=0.5, help="size of the file for the peak-memory bench (0 = skip)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads (1 by default: on a shared machine OpenMP spin-waits make 2 threads slower)")
     ap.add_argument("--dir", default=None, help="where to write the generated files (default: a temp dir)")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, cpus {os.cpu_count()}, "
           f"load average at start {os.getloadavg()[0]:.1f} (other processes share the CPUs; ratios are measured "
           f"back to back in this run)")
@@ -196,6 +198,7 @@ def main():
         gen = time.perf_counter() - t0
         t0 = time.perf_counter()
         out = subprocess.run([sys.executable, "-c", PEAK_SNIPPET, big], capture_output=True, text=True,
+                             env={**os.environ, "OMP_NUM_THREADS": str(args.threads)},
                              cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         wall = time.perf_counter() - t0
         if out.returncode != 0:
