@@ -107,9 +107,7 @@ class KernelsBrowserTest(ChannelsLiveServerTestCase):
         # Later tests must not send tasks into this class's (deleted) broker folder: restore the broker and drop
         # the producer pools connected to it.
         app.conf.broker_url, app.conf.broker_transport_options = cls._broker
-        if app._pool is not None:
-            app._pool.force_close_all()
-        app._pool = None
+        app._pool = None  # forget, not close: kombu's pool registry would hand a closed pool to the next user
         app.amqp._producer_pool = None
         cls._settings.disable()
         shutil.rmtree(cls.tmp, ignore_errors=True)

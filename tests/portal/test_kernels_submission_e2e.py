@@ -38,8 +38,8 @@ def my_mul(x, w):
 
 
 def drop_producer_pools():
-    if app._pool is not None:
-        app._pool.force_close_all()
+    # forget, not close: kombu keeps pools in a registry keyed by connection, and a closed one would be handed
+    # back to the next user of the same broker
     app._pool = None
     app.amqp._producer_pool = None
 
