@@ -1,6 +1,6 @@
 """Miniature C-DPPO experiment: PPO vs DPPO vs TRM vs C-DPPO under an injected rollout/trainer mismatch.
 
-    .venv/bin/python bench/cdppo_mini.py                 # defaults: 4 methods × 5 seeds, 2 processes, ≲ 10 min on 2 cores
+    .venv/bin/python bench/cdppo_mini.py                 # defaults: 4 methods × 10 seeds, 2 processes, ≲ 10 min on 2 cores
     .venv/bin/python bench/cdppo_mini.py --seeds 3 --steps 60 --out bench/out/quick
 
 Task (workers/training/task.py): copy the prompt, R = fraction of response tokens equal to x_{t mod P} ∈ [0, 1].
@@ -206,7 +206,7 @@ def curves_figure(runs, methods):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--methods", default=",".join(METHODS))
-    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--group", type=int, default=4)
