@@ -22,6 +22,9 @@ def _isolated_portal(request, settings, tmp_path):
     settings.ARTIFACT_ROOT = tmp_path / "artifacts"
     app.conf.broker_url = "memory://"
     app.conf.broker_transport_options = {}
+    # Forget (not close) pools made for another broker by an earlier test: kombu would hand a closed pool on.
+    app._pool = None
+    app.amqp._producer_pool = None
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     if settings.REDIS_URL:
         layer = copy.deepcopy(settings.CHANNEL_LAYERS["default"])

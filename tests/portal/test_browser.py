@@ -33,6 +33,7 @@ class BrowserUploadTest(ChannelsLiveServerTestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = Path(tempfile.mkdtemp(prefix="ap-browser-"))
+        cls._broker = (app.conf.broker_url, app.conf.broker_transport_options)
         broker = cls.tmp / "broker"
         for sub in ("out", "processed", "control"):
             (broker / sub).mkdir(parents=True)
@@ -53,6 +54,9 @@ class BrowserUploadTest(ChannelsLiveServerTestCase):
     def tearDownClass(cls):
         super().tearDownClass()
         cls._settings.disable()
+        app.conf.broker_url, app.conf.broker_transport_options = cls._broker
+        app._pool = None  # forget, not close: kombu's pool registry would hand a closed pool to the next user
+        app.amqp._producer_pool = None
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
     def setUp(self):

@@ -32,6 +32,9 @@ def test_upload_is_validated_by_a_real_worker(api, project):
         upload_id = response.json()["id"]
         job = Job.objects.get(subject_kind="upload", subject_id=upload_id)
         assert wait_for(lambda: Job.objects.get(pk=job.pk).is_terminal), Job.objects.get(pk=job.pk).as_event()
+        # the follow-ups (certificate, fidelity audit) it queued must finish before the database is flushed
+        assert wait_for(lambda: all(j.is_terminal for j in Job.objects.filter(subject_kind="upload", subject_id=upload_id)),
+                        timeout=120)
     job.refresh_from_db()
     assert job.state == "succeeded" and job.attempts == 1
     assert Upload.objects.get(pk=upload_id).stage == "valid"
