@@ -4,6 +4,7 @@ from __future__ import annotations
 import copy
 import os
 
+import kombu.pools
 import pytest
 
 
@@ -25,6 +26,7 @@ def _isolated_portal(request, settings, tmp_path):
     # Forget (not close) pools made for another broker by an earlier test: kombu would hand a closed pool on.
     app._pool = None
     app.amqp._producer_pool = None
+    kombu.pools.reset()  # the producer registry is keyed by broker URL: a pool closed by a stopped worker lives on
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     if settings.REDIS_URL:
         layer = copy.deepcopy(settings.CHANNEL_LAYERS["default"])
