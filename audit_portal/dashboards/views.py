@@ -8,6 +8,7 @@ from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from audit_portal.core.pages import page_context
 from audit_portal.accounts import selectors as account_selectors
 from audit_portal.accounts import services as account_services
 from audit_portal.accounts.models import Scope
@@ -17,20 +18,11 @@ from audit_portal.jobs import selectors as job_selectors
 from audit_portal.runs import selectors as run_selectors
 
 
-def _context(request, slug: str | None = None, **extra):
-    principal = Principal.from_request(request)
-    ctx = {"principal": principal, "projects": account_selectors.projects_for(principal)}
-    if slug is not None:
-        project = account_selectors.get_project(principal, slug)
-        ctx.update(project=project, role=principal.role_in(project), can_submit=principal.can_submit(project),
-                   can_manage=principal.can_manage(project))
-    ctx.update(extra)
-    return ctx
 
 
 @login_required
 def home(request):
-    ctx = _context(request)
+    ctx = page_context(request)
     projects = list(ctx["projects"])
     if len(projects) == 1:
         return redirect("dashboards:project", slug=projects[0].slug)
@@ -39,7 +31,7 @@ def home(request):
 
 @login_required
 def project_dashboard(request, slug):
-    ctx = _context(request, slug)
+    ctx = page_context(request, slug)
     project = ctx["project"]
     uploads = run_selectors.uploads_for(ctx["principal"], project)
     stats = uploads.aggregate(
@@ -59,14 +51,14 @@ def project_dashboard(request, slug):
 
 @login_required
 def uploads_page(request, slug):
-    ctx = _context(request, slug)
+    ctx = page_context(request, slug)
     ctx["uploads"] = run_selectors.uploads_for(ctx["principal"], ctx["project"])[:100]
     return render(request, "dashboards/uploads.html", ctx)
 
 
 @login_required
 def upload_detail(request, slug, pk):
-    ctx = _context(request, slug)
+    ctx = page_context(request, slug)
     upload = run_selectors.get_upload(ctx["principal"], pk)
     if upload.project_id != ctx["project"].pk:
         raise Http404
@@ -78,7 +70,7 @@ def upload_detail(request, slug, pk):
 def job_page(request, pk):
     principal = Principal.from_request(request)
     job = job_selectors.get_job(principal, pk)
-    ctx = _context(request, job.project.slug, job=job)
+    ctx = page_context(request, job.project.slug, job=job)
     if job.subject_kind == "upload" and job.subject_id:
         ctx["subject_upload"] = run_selectors.uploads_for(principal).filter(pk=job.subject_id).first()
     return render(request, "dashboards/job.html", ctx)
@@ -86,7 +78,7 @@ def job_page(request, pk):
 
 @login_required
 def run_page(request, slug, pk):
-    ctx = _context(request, slug)
+    ctx = page_context(request, slug)
     run = run_selectors.get_run(ctx["principal"], pk)
     if run.project_id != ctx["project"].pk:
         raise Http404
@@ -104,7 +96,7 @@ def run_page(request, slug, pk):
 
 @login_required
 def api_keys_page(request, slug):
-    ctx = _context(request, slug)
+    ctx = page_context(request, slug)
     if not ctx["can_manage"]:
         messages.error(request, "Only project owners can manage API keys.")
         return redirect("dashboards:project", slug=slug)
@@ -126,7 +118,7 @@ def api_keys_page(request, slug):
 @login_required
 @require_POST
 def revoke_api_key(request, slug, pk):
-    ctx = _context(request, slug)
+    ctx = page_context(request, slug)
     key = get_object_or_404(account_selectors.api_keys_for(ctx["principal"], ctx["project"]), pk=pk)
     account_services.revoke_api_key(key)
     messages.success(request, f"Key {key.name} ({key.prefix}…) revoked.")

@@ -8,21 +8,12 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 from rest_framework.exceptions import APIException
 
-from audit_portal.accounts import selectors as account_selectors
-from audit_portal.accounts.principal import Principal
+from audit_portal.core.pages import page_context
 from audit_portal.fidelity import figures, selectors, services, tokens
 from audit_portal.jobs import selectors as job_selectors
 from audit_portal.runs import selectors as run_selectors
 
 
-def _context(request, slug: str, **extra):
-    principal = Principal.from_request(request)
-    project = account_selectors.get_project(principal, slug)
-    ctx = {"principal": principal, "projects": account_selectors.projects_for(principal), "project": project,
-           "role": principal.role_in(project), "can_submit": principal.can_submit(project),
-           "can_manage": principal.can_manage(project)}
-    ctx.update(extra)
-    return ctx
 
 
 def _legend(codes: list[str], used: set[str]) -> list[dict]:
@@ -31,7 +22,7 @@ def _legend(codes: list[str], used: set[str]) -> list[dict]:
 
 @login_required
 def run_fidelity(request, slug, pk):
-    ctx = _context(request, slug)
+    ctx = page_context(request, slug)
     principal = ctx["principal"]
     run = run_selectors.get_run(principal, pk)
     if run.project_id != ctx["project"].pk:
@@ -70,7 +61,7 @@ def run_fidelity(request, slug, pk):
 
 @login_required
 def call_page(request, slug, pk):
-    ctx = _context(request, slug)
+    ctx = page_context(request, slug)
     call = selectors.get_call(ctx["principal"], pk)
     if call.report.project_id != ctx["project"].pk:
         raise Http404
@@ -89,7 +80,7 @@ def call_page(request, slug, pk):
 
 @login_required
 def tokenizers_page(request, slug):
-    ctx = _context(request, slug)
+    ctx = page_context(request, slug)
     project = ctx["project"]
     if request.method == "POST":
         if not ctx["can_submit"]:

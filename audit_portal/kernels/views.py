@@ -8,8 +8,7 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 from rest_framework.exceptions import APIException
 
-from audit_portal.accounts import selectors as account_selectors
-from audit_portal.accounts.principal import Principal
+from audit_portal.core.pages import page_context
 from audit_portal.kernels import selectors, services
 from audit_portal.kernels.models import Device
 
@@ -20,15 +19,6 @@ PART_TITLES = [
 ]
 
 
-def _context(request, slug: str | None = None, **extra):
-    principal = Principal.from_request(request)
-    ctx = {"principal": principal, "projects": account_selectors.projects_for(principal)}
-    if slug is not None:
-        project = account_selectors.get_project(principal, slug)
-        ctx.update(project=project, role=principal.role_in(project), can_submit=principal.can_submit(project),
-                   can_manage=principal.can_manage(project))
-    ctx.update(extra)
-    return ctx
 
 
 @login_required
@@ -37,7 +27,7 @@ def contract_list(request):
     rows = [{"contract": c, "calibration": selectors.calibration_state(c),
              "versions": len(selectors.contract_versions(c.contract_id))} for c in contracts]
     calibrated = sum(1 for r in rows if r["calibration"]["status"] == "calibrated")
-    return render(request, "kernels/contracts.html", _context(request, rows=rows, calibrated=calibrated))
+    return render(request, "kernels/contracts.html", page_context(request, rows=rows, calibrated=calibrated))
 
 
 @login_required
@@ -46,7 +36,7 @@ def contract_detail(request, contract_id):
     spec = selectors.spec_in_source_order(contract)
     parts = [(key, title, (spec.get("parts") or {}).get(key)) for key, title in PART_TITLES]
     state = selectors.calibration_state(contract)
-    ctx = _context(request, contract=contract, spec=spec, parts=parts, calibration=state,
+    ctx = page_context(request, contract=contract, spec=spec, parts=parts, calibration=state,
                    calibration_rows=selectors.calibration_rows(state["calibration"]),
                    versions=selectors.contract_versions(contract.contract_id),
                    latest=selectors.get_contract(contract.contract_id))
@@ -55,7 +45,7 @@ def contract_detail(request, contract_id):
 
 @login_required
 def matrix_page(request, slug):
-    ctx = _context(request, slug)
+    ctx = page_context(request, slug)
     ctx["matrix"] = selectors.matrix(ctx["principal"], ctx["project"])
     ctx["submissions"] = selectors.submissions_for(ctx["principal"], ctx["project"])[:20]
     return render(request, "kernels/matrix.html", ctx)
@@ -63,7 +53,7 @@ def matrix_page(request, slug):
 
 @login_required
 def submit_page(request, slug):
-    ctx = _context(request, slug)
+    ctx = page_context(request, slug)
     ctx.update(contracts=selectors.latest_contracts(), devices=Device.choices,
                max_bytes=services.KERNEL_MODULE_MAX_BYTES, form=request.POST)
     if request.method == "POST":
@@ -91,7 +81,7 @@ def submit_page(request, slug):
 
 @login_required
 def submission_page(request, slug, pk):
-    ctx = _context(request, slug)
+    ctx = page_context(request, slug)
     submission = selectors.get_submission(ctx["principal"], pk)
     if submission.project_id != ctx["project"].pk:
         raise Http404
@@ -105,7 +95,7 @@ def submission_page(request, slug, pk):
 
 @login_required
 def diff_page(request, slug):
-    ctx = _context(request, slug)
+    ctx = page_context(request, slug)
     a, b = request.GET.get("a", ""), request.GET.get("b", "")
     if not (a.isdigit() and b.isdigit()):
         messages.error(request, "Choose two submissions to compare.")
