@@ -2,86 +2,18 @@
 validation job while it is still queued, and watches it finish live (no reload) once a worker starts."""
 from __future__ import annotations
 
-import copy
-import os
-import shutil
-import tempfile
-from pathlib import Path
-
-import pytest
 from celery.contrib.testing.worker import start_worker
-from channels.testing import ChannelsLiveServerTestCase
-from django.conf import settings
-from django.contrib.auth import get_user_model
-from django.db import connection
-from django.test import override_settings
 
-from audit_portal.accounts.services import create_project
 from audit_portal.celery import app
 
+from .browser import BrowserTestCase, browser_marks
 from .conftest import gz, jsonl, records
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-
-pytestmark = [pytest.mark.browser,
-              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="system Chromium not installed (apt-get install chromium)")]
+pytestmark = browser_marks
 
 
-class BrowserUploadTest(ChannelsLiveServerTestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = Path(tempfile.mkdtemp(prefix="ap-browser-"))
-        cls._broker = (app.conf.broker_url, app.conf.broker_transport_options)
-        broker = cls.tmp / "broker"
-        for sub in ("out", "processed", "control"):
-            (broker / sub).mkdir(parents=True)
-        # A filesystem broker: the web server (a separate process) and the worker (a thread here) share it.
-        app.conf.broker_url = "filesystem://"
-        app.conf.broker_transport_options = {"data_folder_in": str(broker / "out"), "data_folder_out": str(broker / "out"),
-                                             "control_folder": str(broker / "control"), "store_processed": False}
-        layers = copy.deepcopy(settings.CHANNEL_LAYERS)
-        if settings.REDIS_URL:
-            layers["default"]["CONFIG"]["prefix"] = f"browser-{os.getpid()}"
-        cls._settings = override_settings(ARTIFACT_ROOT=cls.tmp / "artifacts", CHANNEL_LAYERS=layers,
-                                          PROGRESS_POLL_SECONDS=0 if settings.REDIS_URL else 0.5)
-        cls._settings.enable()
-        settings.DATABASES["default"].setdefault("TEST", {})["NAME"] = connection.settings_dict["NAME"]
-        super().setUpClass()
-
-    @classmethod
-    def tearDownClass(cls):
-        super().tearDownClass()
-        cls._settings.disable()
-        app.conf.broker_url, app.conf.broker_transport_options = cls._broker
-        app._pool = None  # forget, not close: kombu's pool registry would hand a closed pool to the next user
-        app.amqp._producer_pool = None
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-
-    def setUp(self):
-        user = get_user_model().objects.create_user("alice", password="alice-password-1")
-        self.project = create_project(name="Browser Lab", owner=user)
-        from playwright.sync_api import sync_playwright
-
-        self._pw = sync_playwright().start()
-        self.browser = self._pw.chromium.launch(
-            executable_path=CHROMIUM,
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-        self.page = self.browser.new_page(viewport={"width": 1280, "height": 900})
-        self.page.set_default_timeout(20000)
-        ARTIFACTS.mkdir(exist_ok=True)
-
-    def tearDown(self):
-        self.browser.close()
-        self._pw.stop()
-
-    def sign_in(self):
-        self.page.goto(f"{self.live_server_url}/login/")
-        self.page.fill("#id_username", "alice")
-        self.page.fill("#id_password", "alice-password-1")
-        self.page.click("button[type=submit]")
-        self.page.wait_for_url(f"**/p/{self.project.slug}/")
+class BrowserUploadTest(BrowserTestCase):
+    broker = "filesystem"  # the live server sends tasks; a worker thread started mid-test receives them
 
     def test_upload_and_watch_the_job_finish_live(self):
         import workers.tasks  # noqa: F401 - registers tasks with the app, as the worker command does
@@ -102,10 +34,10 @@ class BrowserUploadTest(ChannelsLiveServerTestCase):
             page.wait_for_function("document.getElementById('job-state').textContent === 'succeeded'", timeout=60000)
         assert page.inner_text("#job-pct") == "100%"
         assert page.inner_text("#subject-stage") == "valid"  # updated live from the job's result
-        page.screenshot(path=str(ARTIFACTS / "job-finished-live.png"), full_page=True)
+        self.screenshot("job-finished-live.png")
         page.goto(f"{self.live_server_url}/p/{self.project.slug}/uploads/")
         assert "valid" in page.inner_text("table")
-        page.screenshot(path=str(ARTIFACTS / "uploads.png"), full_page=True)
+        self.screenshot("uploads.png")
 
     def test_a_bad_upload_shows_the_line_and_reason(self):
         page = self.page
@@ -117,7 +49,7 @@ class BrowserUploadTest(ChannelsLiveServerTestCase):
         page.wait_for_selector("#upload-error")
         text = page.inner_text("#upload-error")
         assert "invalid_run_log" in text and "line" in text
-        page.screenshot(path=str(ARTIFACTS / "upload-error.png"), full_page=True)
+        self.screenshot("upload-error.png")
 
     def test_run_page_draws_the_certificate(self):
         from audit_portal.jobs.models import Job
@@ -142,4 +74,4 @@ class BrowserUploadTest(ChannelsLiveServerTestCase):
         page.fill("#budget", "0.5")
         page.click("#budget-apply")
         page.wait_for_function(f"document.querySelector('#bound-table').innerText !== {rows_before!r}")
-        page.screenshot(path=str(ARTIFACTS / "run-certificate.png"), full_page=True)
+        self.screenshot("run-certificate.png")

@@ -3,79 +3,18 @@ as the upload), sees the FAIL verdict and the one closed-failure violation, the 
 violating call: tokens decoded with the registered §7.1 tokenizer, the sentinel position coloured and explained."""
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-from pathlib import Path
-
-import pytest
-from channels.testing import ChannelsLiveServerTestCase
-from django.conf import settings
-from django.contrib.auth import get_user_model
-from django.db import connection
-from django.test import override_settings
-
-from audit_portal.accounts.services import create_project
-
+from .browser import BrowserTestCase, browser_marks
 from .conftest import jsonl
 from .test_fidelity_job import TOY_VOCAB_TEXT, examples
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-
-pytestmark = [pytest.mark.browser,
-              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="system Chromium not installed (apt-get install chromium)")]
+pytestmark = browser_marks
 
 
-def _drop_producer_pools(app):
-    if app._pool is not None:
-        app._pool.force_close_all()
-    app._pool = None
-    app.amqp._producer_pool = None
-
-
-class FidelityPageTest(ChannelsLiveServerTestCase):
-    @classmethod
-    def setUpClass(cls):
-        from audit_portal.celery import app
-
-        # Jobs here run synchronously in the test; no message may reach a real broker. Restored after the class.
-        cls._broker = (app.conf.broker_url, app.conf.broker_transport_options)
-        app.conf.broker_url, app.conf.broker_transport_options = "memory://", {}
-        _drop_producer_pools(app)  # an earlier class may have left them connected to its (deleted) broker folder
-        cls.tmp = Path(tempfile.mkdtemp(prefix="ap-fidelity-browser-"))
-        cls._settings = override_settings(ARTIFACT_ROOT=cls.tmp / "artifacts")
-        cls._settings.enable()
-        settings.DATABASES["default"].setdefault("TEST", {})["NAME"] = connection.settings_dict["NAME"]
-        super().setUpClass()
-
-    @classmethod
-    def tearDownClass(cls):
-        from audit_portal.celery import app
-
-        super().tearDownClass()
-        cls._settings.disable()
-        app.conf.broker_url, app.conf.broker_transport_options = cls._broker
-        _drop_producer_pools(app)
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-
-    def setUp(self):
-        user = get_user_model().objects.create_user("fiona", password="fiona-password-1")
-        self.project = create_project(name="Fidelity Lab", owner=user)
-        from playwright.sync_api import sync_playwright
-
-        self._pw = sync_playwright().start()
-        self.browser = self._pw.chromium.launch(
-            executable_path=CHROMIUM,
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-        self.page = self.browser.new_page(viewport={"width": 1280, "height": 900})
-        self.page.set_default_timeout(20000)
-        ARTIFACTS.mkdir(exist_ok=True)
-
-    def tearDown(self):
-        self.browser.close()
-        self._pw.stop()
+class FidelityPageTest(BrowserTestCase):
+    broker = "memory"  # jobs run synchronously in the test; no message may reach a real broker
+    username = "fiona"
+    password = "fiona-password-1"
+    project_name = "Fidelity Lab"
 
     def audited_upload(self):
         from audit_portal.fidelity.services import register_tokenizer
@@ -96,11 +35,7 @@ class FidelityPageTest(ChannelsLiveServerTestCase):
     def test_fidelity_page_and_call_drill_down(self):
         upload = self.audited_upload()
         page = self.page
-        page.goto(f"{self.live_server_url}/login/")
-        page.fill("#id_username", "fiona")
-        page.fill("#id_password", "fiona-password-1")
-        page.click("button[type=submit]")
-        page.wait_for_url(f"**/p/{self.project.slug}/")
+        self.sign_in()
         page.goto(f"{self.live_server_url}/p/{self.project.slug}/runs/{upload.run_id}/")
         page.click("#fidelity-link")
         page.wait_for_function("document.body.dataset.figures === 'ready'")
@@ -112,7 +47,7 @@ class FidelityPageTest(ChannelsLiveServerTestCase):
         assert "SENTINEL_LOGPROB" in page.inner_text("#fig-coverage")  # a stacked segment per exclusion reason
         assert "toy §7.1" in page.inner_text("#tokenizer-card")
         assert "background:title" in page.inner_text("#ledger-table")
-        page.screenshot(path=str(ARTIFACTS / "fidelity-run.png"), full_page=True)
+        self.screenshot("fidelity-run.png")
 
         page.click("#calls-table >> text=tD-0")
         page.wait_for_selector("#tokens")
@@ -130,4 +65,4 @@ class FidelityPageTest(ChannelsLiveServerTestCase):
         detail = page.inner_text("#token-detail")
         assert "SENTINEL_LOGPROB" in detail and "-9999" in detail and "used in the loss" in detail
         assert "SENTINEL_LOGPROB" in page.inner_text("#token-legend")
-        page.screenshot(path=str(ARTIFACTS / "fidelity-call.png"), full_page=True)
+        self.screenshot("fidelity-call.png")

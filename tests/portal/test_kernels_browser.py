@@ -4,34 +4,19 @@ a contract, submits a kernel from the form and watches the submission's rows fil
 (test_kernels_submission_e2e runs the engine through a real worker)."""
 from __future__ import annotations
 
-import copy
-import os
-import shutil
-import tempfile
 import threading
-from pathlib import Path
 
-import pytest
-from channels.testing import ChannelsLiveServerTestCase
-from django.conf import settings
-from django.contrib.auth import get_user_model
-from django.db import connection, connections
-from django.test import override_settings
+from django.db import connections
 
-from audit_portal.accounts.services import create_project
-from audit_portal.celery import app
 from audit_portal.jobs import services as jobs
 from audit_portal.kernels import services
 from audit_portal.kernels.models import Contract, Submission
 from workers.contracts.grading import grade
 from workers.contracts.loader import SPECS_DIR
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+from .browser import BrowserTestCase, browser_marks
 
-pytestmark = [pytest.mark.browser,
-              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="system Chromium not installed (apt-get install chromium)")]
+pytestmark = browser_marks
 
 PARSED = services.parse_contract_files(SPECS_DIR.glob("*.yaml"))
 
@@ -71,65 +56,14 @@ def finished_submission(project, impl, verdicts, device="cpu"):
     return submission
 
 
-class KernelsBrowserTest(ChannelsLiveServerTestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = Path(tempfile.mkdtemp(prefix="ap-kernels-browser-"))
-        broker = cls.tmp / "broker"
-        for sub in ("out", "processed", "control"):
-            (broker / sub).mkdir(parents=True)
-        # Submitting from the form sends a task; a filesystem broker takes it (no worker consumes it here).
-        cls._broker = (app.conf.broker_url, app.conf.broker_transport_options)
-        app.conf.broker_url = "filesystem://"
-        app.conf.broker_transport_options = {"data_folder_in": str(broker / "out"), "data_folder_out": str(broker / "out"),
-                                             "control_folder": str(broker / "control"), "store_processed": False}
-        layers = copy.deepcopy(settings.CHANNEL_LAYERS)
-        if settings.REDIS_URL:
-            layers["default"]["CONFIG"]["prefix"] = f"kbrowser-{os.getpid()}"
-        cls._settings = override_settings(ARTIFACT_ROOT=cls.tmp / "artifacts", CHANNEL_LAYERS=layers,
-                                          PROGRESS_POLL_SECONDS=0 if settings.REDIS_URL else 0.5)
-        cls._settings.enable()
-        settings.DATABASES["default"].setdefault("TEST", {})["NAME"] = connection.settings_dict["NAME"]
-        super().setUpClass()
-        from playwright.sync_api import sync_playwright
-
-        # one browser for the class: starting Chromium is the slowest step of these tests
-        cls._pw = sync_playwright().start()
-        cls.browser = cls._pw.chromium.launch(
-            executable_path=CHROMIUM,
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.browser.close()
-        cls._pw.stop()
-        super().tearDownClass()
-        # Later tests must not send tasks into this class's (deleted) broker folder: restore the broker and drop
-        # the producer pools connected to it.
-        app.conf.broker_url, app.conf.broker_transport_options = cls._broker
-        app._pool = None  # forget, not close: kombu's pool registry would hand a closed pool to the next user
-        app.amqp._producer_pool = None
-        cls._settings.disable()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
+class KernelsBrowserTest(BrowserTestCase):
+    broker = "filesystem"  # submitting from the form sends a task; no worker consumes it here
+    project_name = "Kernel Lab"
+    viewport = {"width": 1400, "height": 900}
 
     def setUp(self):
-        user = get_user_model().objects.create_user("alice", password="alice-password-1")
-        self.project = create_project(name="Kernel Lab", owner=user)
+        super().setUp()
         services.store_contracts(PARSED)
-        self.context = self.browser.new_context(viewport={"width": 1400, "height": 900})
-        self.page = self.context.new_page()
-        self.page.set_default_timeout(20000)
-        ARTIFACTS.mkdir(exist_ok=True)
-
-    def tearDown(self):
-        self.context.close()
-
-    def sign_in(self):
-        self.page.goto(f"{self.live_server_url}/login/")
-        self.page.fill("#id_username", "alice")
-        self.page.fill("#id_password", "alice-password-1")
-        self.page.click("button[type=submit]")
-        self.page.wait_for_url(f"**/p/{self.project.slug}/")
 
     def test_matrix_shows_coloured_verdicts_grades_and_interop(self):
         passing = {c: "PASS" for c in ("C-PRC-01", "C-PRC-02", "C-PRC-03", "C-PRC-04", "C-ORD-01", "C-EXC-01", "C-EXC-02")}
@@ -149,11 +83,11 @@ class KernelsBrowserTest(ChannelsLiveServerTestCase):
         assert fail_colour != pass_colour and fail_colour == "rgb(249, 215, 211)"
         assert page.inner_text("#interop-score") == "71%"  # 5 of the 7 contracts run pass on all three columns
         assert "PRC" in page.inner_text("#matrix thead") and "∞" in page.inner_text("td.cell.v-FAIL")
-        page.screenshot(path=str(ARTIFACTS / "kernels-matrix.png"), full_page=True)
+        self.screenshot("kernels-matrix.png")
         page.click("#matrix tbody tr:first-child td.contract a")
         page.wait_for_selector("#part-measurement_protocol")
         assert page.locator("section.part").count() == 8
-        page.screenshot(path=str(ARTIFACTS / "kernels-contract.png"), full_page=True)
+        self.screenshot("kernels-contract.png")
 
     def test_submission_rows_fill_in_live(self):
         page = self.page
@@ -163,7 +97,7 @@ class KernelsBrowserTest(ChannelsLiveServerTestCase):
         page.fill("#impl", "workers.contracts.impls.reference")
         page.check("input[name=contracts][value^='C-EXC-01/']")
         page.check("input[name=contracts][value^='C-PRC-03/']")
-        page.screenshot(path=str(ARTIFACTS / "kernels-submit-form.png"), full_page=True)
+        self.screenshot("kernels-submit-form.png")
         page.click("#submit-button")
         page.wait_for_selector("#verdicts")
         page.wait_for_function("document.getElementById('live-dot').classList.contains('on')")
@@ -187,4 +121,4 @@ class KernelsBrowserTest(ChannelsLiveServerTestCase):
         # the grade can land one fetch after the last row (a fetch may have read the verdict before the grade)
         page.wait_for_function("document.getElementById('grade').innerText.includes('KC-C')")
         assert page.evaluate("window.__sameDocument") is True and page.inner_text("#job-pct") == "100%"
-        page.screenshot(path=str(ARTIFACTS / "kernels-submission-live.png"), full_page=True)
+        self.screenshot("kernels-submission-live.png")

@@ -1,0 +1,109 @@
+"""One base class for the Playwright tests: a live ASGI server (Channels), the system Chromium started once per
+class, a signed-in owner of a fresh project, and the isolation every browser test needs (its own artifact store,
+broker and channel-layer prefix, restored afterwards)."""
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import kombu.pools
+import pytest
+from channels.testing import ChannelsLiveServerTestCase
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.test import override_settings
+
+from audit_portal.accounts.services import create_project
+from audit_portal.celery import app
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+browser_marks = [pytest.mark.browser,
+                 pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                                    reason="system Chromium not installed (apt-get install chromium)")]
+
+
+def forget_producer_pools() -> None:
+    """Forget (not close) the app's broker pools: kombu's registry would hand a pool closed by an earlier user,
+    or one bound to a deleted broker folder, to the next sender."""
+    app._pool = None
+    app.amqp._producer_pool = None
+    kombu.pools.reset()
+
+
+class BrowserTestCase(ChannelsLiveServerTestCase):
+    """Subclasses set ``broker``: "filesystem" when a worker (a thread here) must receive tasks the live server
+    (another process) sends, "memory" when jobs run synchronously in the test and nothing may reach a broker."""
+
+    broker = "filesystem"
+    username = "alice"
+    password = "alice-password-1"
+    project_name = "Browser Lab"
+    viewport = {"width": 1280, "height": 900}
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = Path(tempfile.mkdtemp(prefix=f"ap-{cls.__name__.lower()}-"))
+        cls._broker = (app.conf.broker_url, app.conf.broker_transport_options)
+        if cls.broker == "filesystem":
+            folder = cls.tmp / "broker"
+            for sub in ("out", "processed", "control"):
+                (folder / sub).mkdir(parents=True)
+            app.conf.broker_url = "filesystem://"
+            app.conf.broker_transport_options = {"data_folder_in": str(folder / "out"),
+                                                 "data_folder_out": str(folder / "out"),
+                                                 "control_folder": str(folder / "control"), "store_processed": False}
+        else:
+            app.conf.broker_url, app.conf.broker_transport_options = "memory://", {}
+        forget_producer_pools()
+        layers = copy.deepcopy(settings.CHANNEL_LAYERS)
+        if settings.REDIS_URL:
+            layers["default"]["CONFIG"]["prefix"] = f"{cls.__name__.lower()}-{os.getpid()}"
+        cls._settings = override_settings(ARTIFACT_ROOT=cls.tmp / "artifacts", CHANNEL_LAYERS=layers,
+                                          PROGRESS_POLL_SECONDS=0 if settings.REDIS_URL else 0.5)
+        cls._settings.enable()
+        # the live server's process must open the test database, not the development one
+        settings.DATABASES["default"].setdefault("TEST", {})["NAME"] = connection.settings_dict["NAME"]
+        super().setUpClass()
+        from playwright.sync_api import sync_playwright
+
+        cls._pw = sync_playwright().start()  # one Chromium per class: starting it is the slowest step
+        cls.browser = cls._pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        ARTIFACTS.mkdir(exist_ok=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.browser.close()
+        cls._pw.stop()
+        super().tearDownClass()
+        cls._settings.disable()
+        app.conf.broker_url, app.conf.broker_transport_options = cls._broker
+        forget_producer_pools()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def setUp(self):
+        self.user = get_user_model().objects.create_user(self.username, password=self.password)
+        self.project = create_project(name=self.project_name, owner=self.user)
+        self.context = self.browser.new_context(viewport=self.viewport)
+        self.page = self.context.new_page()
+        self.page.set_default_timeout(20000)
+
+    def tearDown(self):
+        self.context.close()
+
+    def sign_in(self):
+        self.page.goto(f"{self.live_server_url}/login/")
+        self.page.fill("#id_username", self.username)
+        self.page.fill("#id_password", self.password)
+        self.page.click("button[type=submit]")
+        self.page.wait_for_url(f"**/p/{self.project.slug}/")
+
+    def screenshot(self, name: str) -> None:
+        self.page.screenshot(path=str(ARTIFACTS / name), full_page=True)
