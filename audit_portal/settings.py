@@ -66,6 +66,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "audit_portal.core.security.SecurityHeadersMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -190,10 +191,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
-    "APPEND_COMPONENTS": {
-        "securitySchemes": {"ApiKey": {"type": "http", "scheme": "bearer", "description": "Project API key: `Authorization: Bearer ap_…`"}}
-    },
-    "SECURITY": [{"ApiKey": []}],
+    # the ApiKey security scheme is declared by audit_portal/core/schema.py (an authentication extension)
 }
 
 # --- auth and sessions -------------------------------------------------------------------------------
@@ -204,12 +202,35 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 8}},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# Hardening that is safe over plain HTTP in development; audit_portal/settings_production.py adds the rest
+# (HTTPS-only cookies, HSTS, SSL redirect, an enforced Content-Security-Policy). docs/security.md explains each.
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_HTTPONLY = False  # static/js/upload.js reads the token to send X-CSRFToken with session uploads
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
+# Sent by audit_portal.core.security.SecurityHeadersMiddleware. Scripts: this origin plus inline scripts that
+# carry the request's nonce (``<script nonce="{{ csp_nonce }}">``); inline event handlers are not allowed.
+# Styles: inline styles are allowed (style attributes in the templates, Plotly's generated styles).
+CONTENT_SECURITY_POLICY = {
+    "default-src": ["'self'"],
+    "script-src": ["'self'", "'nonce-{nonce}'"],
+    "style-src": ["'self'", "'unsafe-inline'"],
+    "img-src": ["'self'", "data:", "blob:"],
+    "font-src": ["'self'", "data:"],
+    "connect-src": ["'self'", "ws://{host}", "wss://{host}"],
+    "worker-src": ["'self'", "blob:"],  # ReDoc's search worker
+    "object-src": ["'none'"],
+    "base-uri": ["'self'"],
+    "form-action": ["'self'"],
+    "frame-ancestors": ["'none'"],
+}
+# Development reports violations in the browser console without blocking; production enforces the policy.
+CONTENT_SECURITY_POLICY_REPORT_ONLY = env_bool("CSP_REPORT_ONLY", True)
+PERMISSIONS_POLICY = "camera=(), microphone=(), geolocation=(), payment=(), usb=()"
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

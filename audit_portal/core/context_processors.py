@@ -6,4 +6,6 @@ def portal(request):
     return {
         "portal_embedded_mode": settings.EMBEDDED_DATABASE or not settings.REDIS_URL,
         "portal_version": "1.0",
+        # the Content-Security-Policy nonce for inline <script> elements (audit_portal.core.security)
+        "csp_nonce": getattr(request, "csp_nonce", ""),
     }

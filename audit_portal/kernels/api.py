@@ -15,7 +15,7 @@ from audit_portal.accounts.principal import Principal
 from audit_portal.accounts.selectors import get_project
 from audit_portal.core.errors import PortalError, UploadTooLarge
 from audit_portal.kernels import selectors, services
-from audit_portal.kernels.models import Contract, Implementation, Submission, Verdict
+from audit_portal.kernels.models import Contract, Device, Implementation, Submission, Verdict
 from audit_portal.runs.upload_handler import MULTIPART_OVERHEAD
 
 
@@ -160,7 +160,7 @@ SUBMISSION_REQUEST = inline_serializer("KernelSubmissionRequest", {
     "functions": serializers.JSONField(required=False, help_text='{"C-PRC-01": "my_matmul", …}'),
     "contracts": serializers.ListField(child=serializers.CharField(), required=False,
                                        help_text="contract ids or classes (default: the whole suite)"),
-    "device": serializers.ChoiceField(choices=["cpu", "cuda"], required=False, default="cpu"),
+    "device": serializers.ChoiceField(choices=Device.choices, required=False, default="cpu"),
     "name": serializers.CharField(required=False, help_text="label of the implementation in the matrix"),
 })
 

@@ -77,3 +77,13 @@
 
   window.LivePortal = { job, feed, connect };
 })();
+
+// Selects that navigate when changed. No inline event handlers anywhere: the Content-Security-Policy forbids them.
+//   <select data-navigate-href>            → location.href = option value
+//   <select data-navigate-query="name">    → location.search = "?name=" + option value
+document.addEventListener("change", (ev) => {
+  const el = ev.target;
+  if (!(el instanceof HTMLSelectElement) || !el.value) return;
+  if (el.dataset.navigateHref !== undefined) location.href = el.value;
+  else if (el.dataset.navigateQuery) location.search = "?" + encodeURIComponent(el.dataset.navigateQuery) + "=" + encodeURIComponent(el.value);
+});
