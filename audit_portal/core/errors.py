@@ -6,9 +6,14 @@ Clients (CI pipelines) branch on ``code``; ``message`` is for people.
 """
 from __future__ import annotations
 
+import logging
+
+from django import db
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
+
+log = logging.getLogger(__name__)
 
 
 class PortalError(exceptions.APIException):
@@ -37,6 +42,12 @@ class QueueUnavailable(PortalError):
     status_code = status.HTTP_503_SERVICE_UNAVAILABLE
     default_code = "queue_unavailable"
     default_detail = "The job queue is not reachable; nothing was enqueued. Try again shortly."
+
+
+class DatabaseUnavailable(PortalError):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_code = "database_unavailable"
+    default_detail = "The database is not reachable; nothing was stored. Try again shortly."
 
 
 class StorageFull(PortalError):
@@ -79,6 +90,11 @@ def _message_for(exc: exceptions.APIException) -> str:
 
 def api_exception_handler(exc, context):
     """DRF exception handler that wraps every error in the stable envelope."""
+    if isinstance(exc, (db.OperationalError, db.InterfaceError)):
+        # PostgreSQL restarting or unreachable: a clear, retryable 503 instead of a 500 page. The connection is
+        # replaced at the next request (CONN_HEALTH_CHECKS), so service resumes without a restart.
+        log.error("database unavailable: %s", exc)
+        exc = DatabaseUnavailable()
     if isinstance(exc, exceptions.APIException):
         response = exception_handler(exc, context)
         payload = {"code": _code_for(exc), "message": _message_for(exc)}

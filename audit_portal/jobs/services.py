@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
 from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
+from kombu.exceptions import OperationalError as KombuOperationalError
 
 from audit_portal.celery import app as celery_app
 from audit_portal.core.errors import QueueUnavailable
@@ -34,16 +36,33 @@ def create_job(*, project, kind: str, task_name: str, queue: str = "cpu", title:
     return job
 
 
+# After a failed connection to the broker, sends fail fast for this long instead of each waiting out the client's
+# own retries (redis-py 8 spends ~5 s on a refused connection): during an outage a web process answers 503 at once
+# instead of tying up its request threads, and tries the broker again when the pause is over.
+BROKER_RETRY_PAUSE_SECONDS = 5.0
+_broker_down_until: dict[str, float] = {}
+
+
+def reset_broker_pause() -> None:
+    _broker_down_until.clear()
+
+
 def enqueue_job(job_id: int) -> None:
     """Send the job's task. If the broker is unreachable the job stays queued (the reaper resends it later)
     and :class:`QueueUnavailable` is raised so an API caller gets a 503 with a clear code."""
     job = Job.objects.get(pk=job_id)
+    broker = str(celery_app.conf.broker_url)
     try:
+        if time.monotonic() < _broker_down_until.get(broker, 0.0):
+            raise ConnectionError("broker unreachable moments ago; not retried yet")
         celery_app.send_task(job.task_name, args=[job.pk], queue=job.queue, retry=False)
     except Exception as exc:  # kombu raises several connection error types
+        if isinstance(exc, KombuOperationalError):
+            _broker_down_until[broker] = time.monotonic() + BROKER_RETRY_PAUSE_SECONDS
         log.error("could not enqueue job %s: %s", job.pk, exc)
         Job.objects.filter(pk=job.pk).update(message="waiting for the queue: broker unreachable")
         raise QueueUnavailable() from exc
+    _broker_down_until.pop(broker, None)
 
 
 def start_job(job_id: int) -> Job | None:

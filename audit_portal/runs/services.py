@@ -6,10 +6,10 @@ import os
 from pathlib import Path
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, transaction
 from django.utils import timezone
 
-from audit_portal.core.errors import PortalError, UnsupportedUpload
+from audit_portal.core.errors import PortalError, QueueUnavailable, UnsupportedUpload
 from audit_portal.jobs.services import create_job
 from audit_portal.runs.models import Run, Upload, UploadStage
 from audit_portal.runs.preflight import preflight
@@ -52,6 +52,7 @@ def receive_upload(*, project, uploaded: HashedUploadedFile, submitted_by: str) 
         target = artifact_path(name)
         target.parent.mkdir(parents=True, exist_ok=True)
         uploaded.close()
+        existed = target.exists()  # the same bytes may already be stored for another project
         os.replace(uploaded.path, target)  # same filesystem: atomic, no copy
         try:
             with transaction.atomic():
@@ -70,6 +71,17 @@ def receive_upload(*, project, uploaded: HashedUploadedFile, submitted_by: str) 
             # A concurrent request stored the same digest first: the file on disk is identical, keep it.
             original = Upload.objects.get(project=project, sha256=uploaded.sha256, duplicate_of__isnull=True)
             return _record_duplicate(project, original, uploaded, submitted_by), False
+        except QueueUnavailable as exc:
+            # Committed before the send failed: the upload and its queued job are stored; the reaper resends it.
+            raise QueueUnavailable(
+                f"Upload {upload.pk} was stored, but the job queue is not reachable: its validation starts "
+                "automatically when the queue is back (submitting the same file again returns this upload).",
+                extra={"upload": upload.pk, "stored": True}) from exc
+        except DatabaseError:
+            # Nothing was committed (e.g. PostgreSQL restarting): take the file back out, leave no half-stored upload.
+            if not existed:
+                target.unlink(missing_ok=True)
+            raise
         return upload, True
     finally:
         uploaded.discard()
