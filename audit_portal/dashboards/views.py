@@ -119,6 +119,9 @@ def api_keys_page(request, slug):
 @require_POST
 def revoke_api_key(request, slug, pk):
     ctx = page_context(request, slug)
+    if not ctx["can_manage"]:  # the same answer as the keys page (and the API's 403), before looking up the key
+        messages.error(request, "Only project owners can manage API keys.")
+        return redirect("dashboards:project", slug=slug)
     key = get_object_or_404(account_selectors.api_keys_for(ctx["principal"], ctx["project"]), pk=pk)
     account_services.revoke_api_key(key)
     messages.success(request, f"Key {key.name} ({key.prefix}…) revoked.")
