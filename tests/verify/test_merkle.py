@@ -60,6 +60,13 @@ def test_root_matches_brute_force_recursion(leaves):
     assert merkle.root([merkle.leaf_hash(x) for x in leaves]) == brute_mth(leaves)
 
 
+@given(hs.lists(hs.binary(max_size=6), max_size=70))
+@settings(max_examples=60, deadline=None)
+def test_prefix_roots_are_the_roots_of_every_prefix(leaves):
+    hashes = [merkle.leaf_hash(x) for x in leaves]
+    assert merkle.prefix_roots(hashes) == [brute_mth(leaves[:i]) for i in range(1, len(leaves) + 1)]
+
+
 def test_split_point_is_largest_power_of_two_below_n():
     for n in range(2, 300):
         k = merkle.split_point(n)

@@ -83,12 +83,11 @@ def sign_statement(statement: dict, private_key, keyid: str) -> dict:
 def build_bundle(envelope: dict, *, log_index: int, integrated_time, leaf_hashes: list[bytes], checkpoint: dict,
                  keys: dict) -> dict:
     """A bundle for the entry at ``log_index`` with its inclusion proof in the tree of ``leaf_hashes`` (whose size
-    must be the checkpoint's)."""
-    leaf = merkle.leaf_hash(envelope_leaf(envelope))
-    if leaf_hashes[log_index] != leaf:
-        raise ValueError(f"log entry {log_index} does not hold this envelope")
+    must be the checkpoint's). The bundle records the leaf hash *the log holds*; :func:`verify_bundle` recomputes
+    it from the envelope, so a log whose stored envelope no longer matches its leaf is caught there."""
     return {"mediaType": BUNDLE_MEDIA_TYPE, "envelope": envelope,
-            "log_entry": {"log_index": log_index, "leaf_hash": leaf.hex(), "integrated_time": integrated_time},
+            "log_entry": {"log_index": log_index, "leaf_hash": leaf_hashes[log_index].hex(),
+                          "integrated_time": integrated_time},
             "inclusion_proof": {"log_index": log_index, "tree_size": len(leaf_hashes),
                                 "root_hash": merkle.root(leaf_hashes).hex(),
                                 "hashes": [h.hex() for h in merkle.inclusion_proof(log_index, leaf_hashes)]},

@@ -61,6 +61,26 @@ def root(leaf_hashes) -> bytes:
     return _root(leaf_hashes, 0, len(leaf_hashes))
 
 
+def prefix_roots(leaf_hashes) -> list[bytes]:
+    """``[MTH(D[1]), MTH(D[2]), …, MTH(D[n])]`` in O(n) node hashes amortised plus O(log n) per size.
+
+    After ``i`` leaves the tree is a sequence of perfect subtrees whose sizes are the binary digits of ``i``
+    (largest first); by the §2.1 split, ``MTH(D[i])`` folds them right to left: ``node(P_1, node(P_2, … P_last))``."""
+    stack: list[tuple[int, bytes]] = []  # (height, root of a perfect subtree)
+    out = []
+    for h in leaf_hashes:
+        height, cur = 0, h
+        while stack and stack[-1][0] == height:
+            cur = node_hash(stack.pop()[1], cur)
+            height += 1
+        stack.append((height, cur))
+        r = stack[-1][1]
+        for _, left in reversed(stack[:-1]):
+            r = node_hash(left, r)
+        out.append(r)
+    return out
+
+
 def _path(m: int, hashes, lo: int, hi: int) -> list[bytes]:
     n = hi - lo
     if n == 1:
