@@ -143,22 +143,64 @@ def loss_call(name, spec, logp, ctx):
     return Ls.LOSSES[fn](*common, **spec)
 
 
+def profile(roll_full, train_full, y, *, K: int, bins: int = 40, precision="fp32") -> dict:
+    """Compact per-position and distribution summaries of the exact per-token divergence (for figures): mean and
+    max exact TV / KL at each response position, the mean top-K interval [lo, hi] at K next to the mean exact TV,
+    and a histogram of exact TV over log10-spaced bins (zeros counted apart)."""
+    tv, kl = exact_tv_kl(roll_full, train_full)
+    a = roll_full.gather(-1, y[..., None])[..., 0]
+    b = train_full.gather(-1, y[..., None])[..., 0]
+    p_ids, p_lp = topk_lists(roll_full, K)
+    q_ids, q_lp = topk_lists(train_full, K)
+    r = tv_interval_topk(p_ids, p_lp, q_ids, q_lp, y, a, b, caps=True, precision=precision)
+    pos = {"tv_mean": tv.mean(0), "tv_max": tv.amax(0), "kl_mean": kl.mean(0), "kl_max": kl.amax(0),
+           "topk_lo_mean": r.lo.mean(0), "topk_hi_mean": r.hi.mean(0), "topk_hi_max": r.hi.amax(0)}
+    flat = tv.reshape(-1).to(torch.float64)
+    pos_tv = flat[flat > 0]
+    hist = {"zeros": int((flat <= 0).sum()), "log10_edges": [], "counts": []}
+    if pos_tv.numel():
+        lo, hi = math.floor(float(pos_tv.min().log10()) * 4) / 4, math.ceil(float(pos_tv.max().log10()) * 4) / 4
+        hi = max(hi, lo + 0.25)
+        edges = torch.linspace(lo, hi, bins + 1, dtype=torch.float64)
+        counts = torch.histc(pos_tv.log10(), bins=bins, min=lo, max=hi)
+        hist = {"zeros": hist["zeros"], "log10_edges": [float(e) for e in edges],
+                "counts": [int(c) for c in counts]}
+    return {"K": K, "position": {k: [float(x) for x in v] for k, v in pos.items()}, "tv_histogram": hist,
+            "tokens": {"tv": tv, "kl": kl, "topk_lo": r.lo, "topk_hi": r.hi}}
+
+
 def audit(*, device="cpu", batch: int = 16, group: int = 4, prompt_len: int = 4, length: int = 16, topk: int = 8,
           numerics: str = "bf16_autocast", seed: int = 0, cfg: ModelConfig | None = None, lr: float = 1.0,
-          optimizer: str = "sgd", budget: float = 0.5, losses=None, thresholds=THRESHOLDS) -> dict:
+          optimizer: str = "sgd", budget: float = 0.5, losses=None, thresholds=THRESHOLDS, prompts=None,
+          progress=None, arrays: bool = False) -> dict:
     """One audited training step (module docstring). ``batch`` sequences = ``batch // group`` prompts × ``group``
     samples (GRPO-style advantages R − mean_group(R)). The step is plain SGD by default, so the post-step
     divergence reflects each loss's masked gradient (Adam's first step has size ≈ lr whatever the gradient);
-    ``optimizer="adam"`` is available. Returns a JSON-safe dict."""
+    ``optimizer="adam"`` is available. ``prompts`` (equally long token-id lists) replaces the seeded prompts;
+    each is sampled ``group`` times. ``progress(fraction, message)`` is called between stages. With ``arrays``
+    the result also holds the per-token exact TV/KL and top-K interval ends (``[B][T]`` lists) under ``arrays``.
+    Returns a JSON-safe dict."""
+    def report(fraction, message):
+        if progress is not None:
+            progress(fraction, message)
+
     t0 = time.perf_counter()
     cfg = cfg or ModelConfig(seed=seed)
     model = build_model(cfg, device)
     gen = torch.Generator().manual_seed(seed + 1)
-    n_prompts = max(batch // group, 1)
-    prompts = torch.randint(0, cfg.vocab, (n_prompts, prompt_len), generator=gen).repeat_interleave(group, 0)
-    prompts = prompts.to(device)
+    if prompts is None:
+        n_prompts = max(batch // group, 1)
+        base = torch.randint(0, cfg.vocab, (n_prompts, prompt_len), generator=gen)
+    else:
+        base = torch.as_tensor(prompts, dtype=torch.long)
+        if base.ndim != 2 or int(base.min()) < 0 or int(base.max()) >= cfg.vocab:
+            raise ValueError("prompts must be equally long lists of token ids in [0, vocab)")
+        prompt_len = base.shape[1]
+    prompts = base.repeat_interleave(group, 0).to(device)
+    report(0.02, f"sampling {prompts.shape[0]} rollouts of {length} tokens under {numerics}")
     tokens, roll_full = sample(model, prompts, length, numerics=numerics, gen=gen)
     t_roll = time.perf_counter()
+    report(0.25, "recomputing under trainer numerics (fp32)")
     with torch.no_grad():
         train_full = trainer_logp(model, tokens, prompt_len, dtype=torch.float64).cpu()
     y = tokens[:, prompt_len:].cpu()
@@ -166,6 +208,7 @@ def audit(*, device="cpu", batch: int = 16, group: int = 4, prompt_len: int = 4,
     R = copy_reward(prompts.cpu(), y, cfg.vocab)
     adv = group_advantages(R, group)
     tv, kl = exact_tv_kl(roll_full, train_full)
+    report(0.3, "exact and top-K certificates")
     views = {f"K={K}": certificate_views(roll_full, train_full, y, mask, K=K, thresholds=thresholds, budget=budget)
              for K in sorted({1, topk})}
     p_ids, p_lp = topk_lists(roll_full, topk)
@@ -177,7 +220,8 @@ def audit(*, device="cpu", batch: int = 16, group: int = 4, prompt_len: int = 4,
         specs = {k: v for k, v in specs.items() if k in losses}
     steps = {}
     y_dev = y.to(device)
-    for name, spec in specs.items():
+    for i, (name, spec) in enumerate(specs.items()):
+        report(0.4 + 0.55 * i / max(len(specs), 1), f"optimiser step {i + 1}/{len(specs)}: {name}")
         m2 = copy.deepcopy(model)
         opt = (torch.optim.Adam if optimizer == "adam" else torch.optim.SGD)(m2.parameters(), lr=lr)
         logp_full = trainer_logp(m2, tokens, prompt_len)
@@ -203,7 +247,9 @@ def audit(*, device="cpu", batch: int = 16, group: int = 4, prompt_len: int = 4,
         kc = loss_call("c", specs["cdppo"], lp0, ctx).keep
         agree = {"both_keep": int((kd & kc).sum()), "dppo_only_keeps": int((kd & ~kc).sum()),
                  "cdppo_only_keeps": int((~kd & kc).sum()), "both_mask": int((~kd & ~kc).sum())}
-    return {
+    prof = profile(roll_full, train_full, y, K=topk)
+    tok = prof.pop("tokens")
+    result = {
         "schema": "training-audit/1",
         "device": str(device), "torch": torch.__version__, "numerics": {"rollout": numerics, "trainer": "fp32,math"},
         "model": cfg.to_dict(), "batch": int(tokens.shape[0]), "group": group, "prompt_len": prompt_len,
@@ -216,8 +262,13 @@ def audit(*, device="cpu", batch: int = 16, group: int = 4, prompt_len: int = 4,
         "certificates": views,
         "steps": steps,
         "dppo_vs_cdppo_masks": agree,
+        "profile": prof,
         "timing_s": {"rollout": t_roll - t0, "total": time.perf_counter() - t0},
     }
+    if arrays:
+        result["arrays"] = {k: v.to(torch.float64).tolist() for k, v in tok.items()}
+        result["arrays"]["tokens"] = y.tolist()
+    return result
 
 
 def summary_lines(res: dict) -> list[str]:
@@ -240,3 +291,12 @@ def summary_lines(res: dict) -> list[str]:
         lines.append(f"  {name:<16} masked {s['masked_fraction']:.2%} of tokens, grad-norm {s['grad_norm']:.3g}, "
                      f"post-step KL mean {s['post_step_kl_mean']:.3g}")
     return lines
+
+
+def audit_config(cfg: dict, device="cpu", *, progress=None, arrays: bool = False) -> dict:
+    """:func:`audit` of a config validated by :func:`workers.training.config.validate` (the portal's job)."""
+    model = ModelConfig(**{k: cfg[k] for k in ("vocab", "d_model", "n_layers", "n_heads", "max_len", "seed")})
+    return audit(device=device, batch=cfg["batch"], group=cfg["group"], prompt_len=cfg["prompt_len"],
+                 length=cfg["length"], topk=cfg["topk"], numerics=cfg["numerics"], seed=cfg["seed"], cfg=model,
+                 lr=cfg["lr"], optimizer=cfg["optimizer"], budget=cfg["budget"], losses=cfg["losses"],
+                 prompts=cfg["prompts"], progress=progress, arrays=arrays)

@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from workers.training.config import parse_numerics
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -89,15 +91,6 @@ def build_model(cfg: ModelConfig = ModelConfig(), device="cpu") -> TinyCausalLM:
         with torch.no_grad():  # larger-than-default logits so the policy is not near-uniform
             m.head.weight.mul_(4.0)
     return m.to(device)
-
-
-def parse_numerics(numerics: str) -> dict:
-    parts = [p.strip() for p in numerics.split(",") if p.strip()]
-    prec = [p for p in parts if p in ("fp32", "bf16_autocast", "bf16_weights")]
-    if len(prec) > 1 or any(p not in ("fp32", "bf16_autocast", "bf16_weights", "sdpa", "extra_batch") for p in parts):
-        raise ValueError(f"bad numerics {numerics!r}")
-    return {"precision": prec[0] if prec else "fp32", "attn": "sdpa" if "sdpa" in parts else "math",
-            "extra_batch": "extra_batch" in parts}
 
 
 def _device_type(device) -> str:
