@@ -38,6 +38,7 @@ import torch  # noqa: E402
 from workers.certify.intervals import exact_tv_kl  # noqa: E402
 from workers.training import losses as Ls  # noqa: E402
 from workers.training.model import ModelConfig, build_model, sample, trainer_logp  # noqa: E402
+from workers.training.plotting import write_html  # noqa: E402
 from workers.training.task import copy_reward, group_advantages  # noqa: E402
 
 METHODS = ("ppo", "dppo", "trm", "cdppo")
@@ -254,7 +255,7 @@ def main(argv=None):
     md = table_md(rows, paired)
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write(md + "\n")
-    curves_figure(runs, methods).write_html(os.path.join(args.out, "curves.html"), include_plotlyjs="cdn")
+    write_html(curves_figure(runs, methods), os.path.join(args.out, "curves.html"))
     print(md)
     print(f"wall {wall:.0f}s; wrote {args.out}/results.json, table.md, curves.html")
 

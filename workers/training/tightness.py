@@ -195,7 +195,9 @@ def run(out_dir: str | None = None, **kw) -> dict:
         with open(os.path.join(out_dir, "tightness.json"), "w") as f:
             json.dump(res, f, indent=1, default=lambda v: None if isinstance(v, float) and not math.isfinite(v)
                       else str(v))
-        figure(res["tight"]).write_html(os.path.join(out_dir, "tightness.html"), include_plotlyjs="cdn")
+        from workers.training.plotting import write_html
+
+        write_html(figure(res["tight"]), os.path.join(out_dir, "tightness.html"))
         with open(os.path.join(out_dir, "tightness_figure.json"), "w") as f:
             f.write(figure(res["tight"]).to_json())
     return res
