@@ -25,4 +25,5 @@ urlpatterns = [
     path("certificates/<int:pk>/figures/", certificates.CertificateFigures.as_view(), name="certificate-figures"),
     path("", include("audit_portal.fidelity.api_urls")),
     path("", include("audit_portal.kernels.api_urls")),
+    path("", include("audit_portal.attestations.api_urls")),
 ]

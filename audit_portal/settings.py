@@ -61,6 +61,7 @@ INSTALLED_APPS = [
     "audit_portal.certificates",
     "audit_portal.fidelity",
     "audit_portal.kernels",
+    "audit_portal.attestations",
     "audit_portal.dashboards",
 ]
 
@@ -123,6 +124,14 @@ FILE_UPLOAD_TEMP_DIR = None  # the hashing handler writes straight into ARTIFACT
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 UPLOAD_VALIDATION_MAX_ERRORS = 20
 UPLOAD_THROTTLE_RATE = os.environ.get("UPLOAD_THROTTLE_RATE", "120/min")
+
+# --- signed certificates and the transparency log (docs/verify.md) ---------------------------------
+# AUDIT_SIGNING_KEY: an Ed25519 private key (PKCS#8 PEM text); AUDIT_SIGNING_KEY_FILE: the path of one. With
+# neither, the key is AUDIT_SIGNING_KEY_DIR/signing-key.pem, created (mode 0600) on first use.
+AUDIT_SIGNING_KEY = os.environ.get("AUDIT_SIGNING_KEY", "")
+AUDIT_SIGNING_KEY_FILE = os.environ.get("AUDIT_SIGNING_KEY_FILE", "")
+AUDIT_SIGNING_KEY_DIR = Path(os.environ.get("AUDIT_SIGNING_KEY_DIR", VAR_DIR / "keys"))
+AUDIT_LOG_ORIGIN = os.environ.get("AUDIT_LOG_ORIGIN", "audit-portal transparency log")
 
 # --- queue and live progress -----------------------------------------------------------------------
 REDIS_URL = os.environ.get("REDIS_URL", "")

@@ -22,6 +22,7 @@ urlpatterns = [
     path("", include("audit_portal.dashboards.urls")),
     path("", include("audit_portal.fidelity.urls")),
     path("", include("audit_portal.kernels.urls")),
+    path("", include("audit_portal.attestations.urls")),
 ]
 
 handler404 = "audit_portal.core.views.not_found"

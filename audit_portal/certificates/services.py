@@ -8,6 +8,7 @@ import math
 from django.db import transaction
 from django.utils import timezone
 
+from audit_portal.attestations.services import attest_run_certificate
 from audit_portal.certificates.models import RunCertificate, SequenceSummary, StepAggregate
 
 BATCH = 5000
@@ -104,4 +105,5 @@ def complete(certificate: RunCertificate, result: dict, histograms: Histograms |
     certificate.state = RunCertificate.State.COMPLETE
     certificate.completed_at = timezone.now()
     certificate.save()
+    attest_run_certificate(certificate)  # signed + logged in this transaction; a failure rolls it back, fails the job
     return certificate

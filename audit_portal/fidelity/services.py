@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from audit_portal.attestations.services import attest_fidelity_report
 from audit_portal.core.errors import PortalError
 from audit_portal.fidelity.models import FidelityCall, FidelityReport, RegisteredTokenizer
 
@@ -233,4 +234,5 @@ def complete(report: FidelityReport, result: dict, *, tokenizers: dict, masks: d
     report.state = FidelityReport.State.COMPLETE
     report.completed_at = timezone.now()
     report.save()
+    attest_fidelity_report(report)  # signed + logged in this transaction; a failure rolls it back, fails the job
     return report

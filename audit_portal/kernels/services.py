@@ -20,6 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit_portal.accounts.models import Project
+from audit_portal.attestations.services import attest_verdict
 from audit_portal.core.errors import PortalError, UploadTooLarge
 from audit_portal.jobs.services import create_job
 from audit_portal.kernels.models import (
@@ -427,4 +428,5 @@ def finish_submission(submission: Submission, grade: dict) -> Submission:
     submission.grade = grade
     submission.finished_at = timezone.now()
     submission.save(update_fields=["grade", "finished_at"])
+    attest_verdict(submission)  # signed + logged; a failure fails the job (the page then shows it unsigned)
     return submission

@@ -274,6 +274,15 @@ ENDPOINTS: dict[tuple[str, str], Access] = {
         "read", lambda o: f"/api/v1/implementations/{o.implementation}/status/"),
     ("api/v1/implementations/<int:pk>/badge.svg", "GET"): Access(
         "read", lambda o: f"/api/v1/implementations/{o.implementation}/badge.svg"),
+    # --- API: signed certificates and the transparency log (keys, checkpoints, proofs are public) -----------------
+    ("api/v1/keys/", "GET"): Access("public", lambda o: "/api/v1/keys/"),
+    ("api/v1/log/checkpoint/", "GET"): Access("public", lambda o: "/api/v1/log/checkpoint/"),
+    ("api/v1/log/consistency/", "GET"): Access("public", lambda o: "/api/v1/log/consistency/?first=1&second=1"),
+    (".well-known/audit-portal-keys.json", "GET"): _page("public", lambda o: "/.well-known/audit-portal-keys.json"),
+    ("api/v1/attestations/<str:kind>/<int:pk>/", "GET"): Access(
+        "read", lambda o: f"/api/v1/attestations/run_certificate/{o.certificate}/?files=0"),
+    ("api/v1/attestations/<str:kind>/<int:pk>/bundle/", "GET"): Access(
+        "read", lambda o: f"/api/v1/attestations/fidelity_report/{o.report}/bundle/"),
     # --- pages: dashboards ---------------------------------------------------------------------------------------
     ("", "GET"): _page("user", lambda o: "/", ok=(302,), ok_location=f"/p/{OWN_SLUG}/"),
     ("p/<slug:slug>/", "GET"): _page("read", lambda o: f"/p/{o.slug}/"),

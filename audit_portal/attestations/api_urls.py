@@ -1,0 +1,11 @@
+from django.urls import path
+
+from audit_portal.attestations import api
+
+urlpatterns = [
+    path("keys/", api.KeySet.as_view(), name="signing-keys"),
+    path("log/checkpoint/", api.LatestCheckpoint.as_view(), name="log-checkpoint"),
+    path("log/consistency/", api.ConsistencyProof.as_view(), name="log-consistency"),
+    path("attestations/<str:kind>/<int:pk>/", api.AttestationDetail.as_view(), name="attestation-detail"),
+    path("attestations/<str:kind>/<int:pk>/bundle/", api.AttestationBundle.as_view(), name="attestation-bundle"),
+]

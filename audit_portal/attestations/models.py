@@ -1,0 +1,74 @@
+"""Signed certificates and the append-only transparency log (docs/verify.md).
+
+* ``SigningKey``: the public part of every Ed25519 key the portal has signed with (the private key lives in a file
+  or the environment, never here). Retired keys stay, so what they signed stays verifiable.
+* ``LogEntry``: one leaf of the RFC 6962 Merkle tree — a certificate's DSSE envelope, stored as the exact RFC 8785
+  canonical JSON bytes that were hashed (``leaf_hash = SHA-256(0x00 || envelope)``).
+* ``Checkpoint``: a signed tree head (tree size + root hash) written after every append.
+
+LogEntry and Checkpoint are append-only: database triggers (migration 0002) refuse UPDATE and DELETE on both
+PostgreSQL and SQLite. They hold no foreign keys on purpose: the log outlives what it speaks about, and a cascade
+from a deleted project must never reach it.
+"""
+from __future__ import annotations
+
+from django.db import models
+from django.utils import timezone
+
+
+class SubjectKind(models.TextChoices):
+    RUN_CERTIFICATE = "run_certificate", "Run certificate"
+    FIDELITY_REPORT = "fidelity_report", "Fidelity report"
+    KERNEL_SUBMISSION = "kernel_submission", "Kernel conformance result"
+
+
+class SigningKey(models.Model):
+    class Status(models.TextChoices):
+        ACTIVE = "active", "Active"
+        RETIRED = "retired", "Retired"
+
+    key_id = models.CharField(max_length=64, unique=True)  # hex SHA-256 of the raw public key
+    algorithm = models.CharField(max_length=16, default="ed25519")
+    public_key = models.CharField(max_length=64)  # base64 of the raw 32-byte Ed25519 public key
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.ACTIVE)
+    created_at = models.DateTimeField(default=timezone.now)
+    retired_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.key_id[:16]}… ({self.status})"
+
+
+class LogEntry(models.Model):
+    index = models.BigIntegerField(unique=True)
+    leaf_hash = models.CharField(max_length=64)
+    envelope = models.TextField()  # RFC 8785 canonical JSON of the DSSE envelope: the leaf, byte for byte
+    predicate_type = models.CharField(max_length=200)
+    subject_kind = models.CharField(max_length=32, choices=SubjectKind.choices)
+    subject_id = models.BigIntegerField()
+    project_id = models.BigIntegerField(null=True)  # for scoping reads; not a foreign key (see module docstring)
+    key_id = models.CharField(max_length=64)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["index"]
+        indexes = [models.Index(fields=["subject_kind", "subject_id", "-index"])]
+
+    def __str__(self) -> str:
+        return f"log entry {self.index} ({self.subject_kind} {self.subject_id})"
+
+
+class Checkpoint(models.Model):
+    tree_size = models.BigIntegerField(unique=True)
+    root_hash = models.CharField(max_length=64)
+    envelope = models.TextField()  # RFC 8785 canonical JSON of the signed checkpoint envelope
+    key_id = models.CharField(max_length=64)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["tree_size"]
+
+    def __str__(self) -> str:
+        return f"checkpoint {self.tree_size} {self.root_hash[:12]}…"

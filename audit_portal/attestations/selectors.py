@@ -1,0 +1,188 @@
+"""Reads for signed certificates and the transparency log: entries scoped to what the caller may see, bundles
+with inclusion proofs, the published key set and checkpoints, and verification — of one certificate
+(:func:`verify_entry`) and of the whole log (:func:`verify_log`, for consistency checks and monitoring).
+
+All cryptography is :mod:`workers.verify`'s, the same code the offline verifier runs.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+from audit_portal.attestations import statements
+from audit_portal.attestations.keys import key_set
+from audit_portal.attestations.models import Checkpoint, LogEntry, SubjectKind
+from workers.verify import build_bundle, dsse, jcs, merkle, verify_bundle
+from workers.verify import checkpoint as vcheckpoint
+from workers.verify import statement as st
+from workers.verify.bundle import FAILED, OK, SKIPPED, Report, file_sha256
+from workers.verify.keys import parse_key_set
+
+
+def leaf_hashes(tree_size: int | None = None) -> list[bytes]:
+    qs = LogEntry.objects.order_by("index")
+    if tree_size is not None:
+        qs = qs.filter(index__lt=tree_size)
+    return [bytes.fromhex(h) for h in qs.values_list("leaf_hash", flat=True)]
+
+
+def latest_checkpoint(tree_size: int | None = None) -> Checkpoint | None:
+    qs = Checkpoint.objects.all()
+    if tree_size is not None:
+        return qs.filter(tree_size=tree_size).first()
+    return qs.order_by("-tree_size").first()
+
+
+def entries_for(principal, kind: str | None = None, subject_id: int | None = None):
+    qs = LogEntry.objects.filter(project_id__in=principal.readable_projects().values("pk"))
+    if kind is not None:
+        qs = qs.filter(subject_kind=kind)
+    if subject_id is not None:
+        qs = qs.filter(subject_id=subject_id)
+    return qs.order_by("-index")
+
+
+def latest_entry(kind: str, subject_id: int) -> LogEntry | None:
+    """The newest log entry of a subject (unscoped: callers pass an object they already scoped)."""
+    return LogEntry.objects.filter(subject_kind=kind, subject_id=subject_id).order_by("-index").first()
+
+
+def bundle(entry: LogEntry, tree_size: int | None = None) -> dict:
+    """The downloadable bundle of ``entry``: envelope, inclusion proof and checkpoint (the latest, or the one of
+    ``tree_size``), and the key set. Raises ``ValueError`` when no checkpoint of that size covers the entry."""
+    ck = latest_checkpoint(tree_size)
+    if ck is None or ck.tree_size <= entry.index:
+        raise ValueError(f"no checkpoint of tree size {tree_size} covers log entry {entry.index}"
+                         if tree_size else "the log has no checkpoint covering this entry yet")
+    return build_bundle(json.loads(entry.envelope), log_index=entry.index, integrated_time=entry.created_at.isoformat(),
+                        leaf_hashes=leaf_hashes(ck.tree_size), checkpoint=json.loads(ck.envelope), keys=key_set())
+
+
+def subject_object(kind: str, subject_id: int):
+    from audit_portal.certificates.models import RunCertificate
+    from audit_portal.fidelity.models import FidelityReport
+    from audit_portal.kernels.models import Submission
+
+    model = {SubjectKind.RUN_CERTIFICATE: RunCertificate, SubjectKind.FIDELITY_REPORT: FidelityReport,
+             SubjectKind.KERNEL_SUBMISSION: Submission}[kind]
+    return model.objects.filter(pk=subject_id).first()
+
+
+def audited_files(kind: str, obj) -> dict:
+    """name → path in the artifact store of what the certificate's subjects are (the files that were audited)."""
+    if obj is None:
+        return {}
+    if kind == SubjectKind.KERNEL_SUBMISSION:
+        from audit_portal.kernels.services import artifact_path
+
+        impl = obj.implementation
+        return {impl.original_filename or "module.py": artifact_path(impl.storage_name)} if impl.storage_name else {}
+    from audit_portal.runs.services import artifact_path
+
+    upload = obj.upload.original
+    return {obj.upload.original_name or f"upload-{obj.upload.pk}": artifact_path(upload.storage_name)} \
+        if upload.storage_name else {}
+
+
+def verify_entry(entry: LogEntry, *, rehash_files: bool = False) -> Report:
+    """Every check of :func:`workers.verify.verify_bundle` on the entry's bundle (with the server's key set), plus
+    ``record``: the certificate as stored now still yields exactly the signed statement. ``rehash_files`` also
+    hashes the audited files in the artifact store against the subject digests (slow for large uploads)."""
+    try:
+        b = bundle(entry)
+    except ValueError as exc:
+        report = Report()
+        report.add("inclusion", FAILED, str(exc))
+        return report
+    obj = subject_object(entry.subject_kind, entry.subject_id)
+    digests = {}
+    if rehash_files:
+        for name, path in audited_files(entry.subject_kind, obj).items():
+            digests[name] = file_sha256(path) if path.is_file() else "missing from the artifact store"
+    report = verify_bundle(b, file_digests=digests)
+    if obj is None:
+        report.add("record", SKIPPED, f"{entry.subject_kind} {entry.subject_id} is no longer stored "
+                                      "(regenerated or deleted); the signed statement is all there is")
+    elif report.statement is None:
+        report.add("record", FAILED, "there is no readable signed statement to compare the stored record with")
+    else:
+        now = jcs.canonical(statements.BUILDERS[entry.subject_kind](obj))
+        if now == jcs.canonical(report.statement):
+            report.add("record", OK, "the stored certificate is exactly what was signed")
+        else:
+            report.add("record", FAILED, "the stored certificate no longer matches the signed statement: it was "
+                                         "changed after signing")
+    return report
+
+
+@dataclass
+class LogVerification:
+    ok: bool = True
+    tree_size: int = 0
+    entries_checked: int = 0
+    checkpoints_checked: int = 0
+    root_hash: str = ""
+    problems: list[str] = field(default_factory=list)
+
+    def problem(self, text: str) -> None:
+        self.ok = False
+        self.problems.append(text)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def verify_log(max_problems: int = 100) -> LogVerification:
+    """Check the whole transparency log from the database: indices 0..n-1 without gaps; every stored envelope hashes
+    to its recorded leaf hash (RFC 6962 ``SHA-256(0x00 || envelope)``), is canonical, carries a valid signature of a
+    published key and an in-toto statement; every checkpoint is validly signed, says the tree size and root of its
+    row, and that root is the Merkle root of the first ``tree_size`` stored leaves (so each checkpoint is a prefix
+    of the log: append-only); the latest checkpoint covers the whole log."""
+    result = LogVerification()
+    try:
+        public = {kid: key for kid, (key, _) in parse_key_set(key_set()).items()}
+    except (dsse.EnvelopeError, ValueError) as exc:
+        result.problem(f"the key set is unusable: {exc}")
+        public = {}
+    hashes = []
+    for i, (index, leaf_hash, envelope) in enumerate(
+            LogEntry.objects.order_by("index").values_list("index", "leaf_hash", "envelope").iterator(chunk_size=500)):
+        if len(result.problems) >= max_problems:
+            break
+        result.entries_checked += 1
+        if index != i:
+            result.problem(f"entry at position {i} has index {index}: the log has a gap or a duplicate")
+        hashes.append(bytes.fromhex(leaf_hash))
+        raw = envelope.encode()
+        if merkle.leaf_hash(raw).hex() != leaf_hash:
+            result.problem(f"entry {index}: the stored envelope does not hash to its leaf hash {leaf_hash}")
+        try:
+            env = json.loads(raw)
+            if jcs.canonical(env) != raw:
+                result.problem(f"entry {index}: the stored envelope is not in canonical (RFC 8785) form")
+            payload_type, payload, _ = dsse.verify(env, public)
+            st.check(json.loads(payload))
+        except (ValueError, dsse.EnvelopeError, st.StatementError) as exc:
+            result.problem(f"entry {index}: {exc}")
+    result.tree_size = len(hashes)
+    roots = merkle.prefix_roots(hashes)
+    result.root_hash = (roots[-1] if roots else merkle.EMPTY_ROOT).hex()
+    last_size = 0
+    for ck in Checkpoint.objects.order_by("tree_size").iterator(chunk_size=500):
+        if len(result.problems) >= max_problems:
+            break
+        result.checkpoints_checked += 1
+        last_size = ck.tree_size
+        try:
+            head = vcheckpoint.open_checkpoint(json.loads(ck.envelope), public)
+        except (ValueError, dsse.EnvelopeError) as exc:
+            result.problem(f"checkpoint {ck.tree_size}: {exc}")
+            continue
+        if head["tree_size"] != ck.tree_size or head["root_hash"].hex() != ck.root_hash:
+            result.problem(f"checkpoint {ck.tree_size}: the signed tree head differs from the row")
+        if not 0 < head["tree_size"] <= len(roots) or roots[head["tree_size"] - 1] != head["root_hash"]:
+            result.problem(f"checkpoint {ck.tree_size}: its root is not the Merkle root of the first "
+                           f"{head['tree_size']} log entries")
+    if hashes and last_size != len(hashes):
+        result.problem(f"the latest checkpoint covers {last_size} of {len(hashes)} entries")
+    return result
