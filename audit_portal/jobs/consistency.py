@@ -157,7 +157,8 @@ def _check_jobs(report: Report, *, project) -> None:
                            f"(heartbeat timeout {int(timeout.total_seconds())} s): stuck")
     for job in jobs.filter(state=JobState.QUEUED, started_at__isnull=True, created_at__lt=now - timeout).only("pk", "kind", "created_at"):
         report.problem(f"job {job.pk} ({job.kind}) queued {int((now - job.created_at).total_seconds())} s ago and "
-                       "never picked up (is the broker reachable and a worker consuming its queue?)")
+                       "never started (is the broker reachable, a worker consuming its queue, and does its task claim the "
+                       "job before anything can fail?)")
     for job in jobs.filter(state=JobState.FAILED, error="").only("pk", "kind"):
         report.problem(f"job {job.pk} ({job.kind}) failed without a reason")
     checkers = {"validate_upload": _validated, "certify_upload": _certified, "fidelity_audit": _audited,

@@ -149,8 +149,8 @@ def cancel_job(job: Job) -> bool:
 
 def reap_stale_jobs(now=None) -> dict:
     """Never "running" forever: a running job without a heartbeat for JOB_HEARTBEAT_TIMEOUT_SECONDS is
-    re-enqueued while it has attempts left, otherwise failed with the reason. Queued jobs that were never
-    picked up (broker was down) are resent."""
+    re-enqueued while it has attempts left, otherwise failed with the reason. Queued jobs left untouched for as
+    long (their message may be lost) are resent, at most once per timeout."""
     now = now or timezone.now()
     stale_before = now - timedelta(seconds=settings.JOB_HEARTBEAT_TIMEOUT_SECONDS)
     requeued, failed, resent = [], [], []
@@ -176,10 +176,15 @@ def reap_stale_jobs(now=None) -> dict:
         publish_job(locked)
     for job_id in requeued:
         _try_enqueue(job_id)
-    queued_before = now - timedelta(seconds=settings.JOB_HEARTBEAT_TIMEOUT_SECONDS)
-    for job in Job.objects.filter(state=JobState.QUEUED, started_at__isnull=True, created_at__lt=queued_before):
-        if _try_enqueue(job.pk):
-            resent.append(job.pk)
+    # A queued job untouched for a whole timeout may have lost its message (broker down when it was sent, or a
+    # broker restarted without persistence). Resend it, and mark it, so each waiting job is resent at most once per
+    # timeout: a long backlog behind busy workers must not gain a copy of every waiting job at every tick.
+    untouched = Job.objects.filter(state=JobState.QUEUED, updated_at__lt=stale_before).exclude(pk__in=requeued)
+    for job_id in untouched.order_by("pk").values_list("pk", flat=True):
+        if _try_enqueue(job_id):
+            Job.objects.filter(pk=job_id, state=JobState.QUEUED).update(
+                updated_at=now, message="sent to the queue again (no worker had started it)")
+            resent.append(job_id)
     return {"requeued": requeued, "failed": failed, "resent": resent}
 
 

@@ -236,3 +236,21 @@ def test_a_certification_whose_worker_died_is_retried_without_duplicate_rows(api
     [cert] = RunCertificate.objects.filter(upload=upload)
     assert cert.state == "complete" and cert.sequence_summaries.count() == cert.sequences == expected
     assert_consistent()
+
+
+def test_a_waiting_job_is_resent_at_most_once_per_timeout(project, settings, monkeypatch):
+    """A backlog behind busy workers must not gain a copy of every waiting job at every reaper tick."""
+    job = job_services.create_job(project=project, kind="validate_upload", task_name="workers.tasks.validate_upload",
+                                  enqueue=False)
+    sent = []
+    monkeypatch.setattr(job_services.celery_app, "send_task", lambda name, args, queue, retry: sent.append(args[0]))
+    timeout = timedelta(seconds=settings.JOB_HEARTBEAT_TIMEOUT_SECONDS)
+    assert job_services.reap_stale_jobs()["resent"] == []  # just queued: nothing to resend
+    tick = timezone.now() + timeout + timedelta(seconds=1)
+    assert job_services.reap_stale_jobs(now=tick)["resent"] == [job.pk]
+    for minute in range(1, 5):  # the next ticks inside the same timeout send nothing
+        assert job_services.reap_stale_jobs(now=tick + timeout * minute / 5)["resent"] == []
+    assert job_services.reap_stale_jobs(now=tick + timeout + timedelta(seconds=1))["resent"] == [job.pk]
+    assert sent == [job.pk, job.pk]
+    job.refresh_from_db()
+    assert job.state == JobState.QUEUED and "sent to the queue again" in job.message

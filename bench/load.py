@@ -1,0 +1,277 @@
+"""Bounded load on loopback against a production-shaped portal: several daphne processes, a Celery worker,
+a private PostgreSQL and Redis (bench/portal_env.py; the machine's shared services are never touched).
+
+Concurrency steps up (default 1, 2, 4, 8, 16, 32 clients, 15 s each). Every client loops over a mix of API reads
+(upload list, upload detail, job list, job detail, run certificate) and, one request in ten, a small unique upload.
+Websocket subscribers stay connected to the project feed throughout and count the job events they receive.
+Per step and endpoint it prints throughput and p50/p99 latency, and the step at which errors start.
+
+    .venv/bin/python bench/load.py                         # the full run (about 3 minutes after seeding)
+    .venv/bin/python bench/load.py --steps 1,4,16 --seconds 10 --web-processes 2 --json out.json
+
+Absolute numbers depend on the machine and on what else runs on it (the script prints the load average before
+and after); compare ratios between steps and endpoints, not absolute values across machines.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import http.client
+import json
+import os
+import random
+import statistics
+import sys
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.portal_env import PortalEnv, multipart, request, synth_log, wait_until  # noqa: E402
+
+MIX = [("upload_list", 3), ("upload_detail", 3), ("job_list", 2), ("job_detail", 2), ("run_certificate", 1),
+       ("upload_post", 1)]
+
+
+class Client:
+    """One keep-alive connection per client thread to one daphne process."""
+
+    def __init__(self, base: str, token: str):
+        host, port = base.removeprefix("http://").split(":")
+        self.host, self.port, self.token = host, int(port), token
+        self.conn = None
+
+    def call(self, method: str, path: str, body=None, ctype=None, timeout=30.0) -> int:
+        for attempt in (1, 2):
+            if self.conn is None:
+                self.conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+            headers = {"Authorization": f"Bearer {self.token}"}
+            if ctype:
+                headers["Content-Type"] = ctype
+            try:
+                self.conn.request(method, path, body=body, headers=headers)
+                resp = self.conn.getresponse()
+                resp.read()
+                if resp.getheader("connection", "").lower() == "close":
+                    self.conn.close()
+                    self.conn = None
+                return resp.status
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                self.conn.close()
+                self.conn = None
+                if attempt == 2:
+                    return 0
+            except (OSError, http.client.HTTPException):
+                self.conn.close()
+                self.conn = None
+                return 0
+        return 0
+
+
+def run_step(env: PortalEnv, clients: int, seconds: float, ids: dict, seed: int) -> dict:
+    samples: dict[str, list[float]] = defaultdict(list)
+    errors: dict[str, dict] = defaultdict(lambda: defaultdict(int))
+    lock = threading.Lock()
+    stop = time.monotonic() + seconds
+    kinds = [k for k, w in MIX for _ in range(w)]
+    slug = env.slug
+    counter = iter(range(10**9))
+
+    def worker(n: int):
+        rng = random.Random(seed * 1000 + n)
+        client = Client(env.base_urls[n % len(env.base_urls)], env.token)
+        while time.monotonic() < stop:
+            kind = rng.choice(kinds)
+            body = ctype = None
+            method = "GET"
+            if kind == "upload_list":
+                path = f"/api/v1/projects/{slug}/uploads/?page_size=50"
+            elif kind == "upload_detail":
+                path = f"/api/v1/uploads/{rng.choice(ids['uploads'])}/"
+            elif kind == "job_list":
+                path = f"/api/v1/projects/{slug}/jobs/?page_size=50"
+            elif kind == "job_detail":
+                path = f"/api/v1/jobs/{rng.choice(ids['jobs'])}/"
+            elif kind == "run_certificate":
+                path = f"/api/v1/runs/{rng.choice(ids['runs'])}/certificate/"
+            else:
+                method, path = "POST", f"/api/v1/projects/{slug}/uploads/"
+                k = next(counter)
+                body, ctype = multipart(ids["small_log"] + f'\n'.encode() * (1 + (seed * 100000 + n * 1000 + k) % 4096),
+                                        f"load-{seed}-{n}-{k}.jsonl")
+            started = time.perf_counter()
+            status = client.call(method, path, body, ctype)
+            elapsed = time.perf_counter() - started
+            with lock:
+                if status in (200, 201):
+                    samples[kind].append(elapsed)
+                else:
+                    errors[kind][status] += 1
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(clients)]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.monotonic() - t0
+    out = {"clients": clients, "seconds": round(wall, 1), "endpoints": {}}
+    for kind, _ in MIX:
+        xs = sorted(samples.get(kind, []))
+        errs = dict(errors.get(kind, {}))
+        out["endpoints"][kind] = {
+            "ok": len(xs), "errors": errs, "rps": round(len(xs) / wall, 1),
+            "p50_ms": round(1000 * xs[len(xs) // 2], 1) if xs else None,
+            "p99_ms": round(1000 * xs[min(len(xs) - 1, int(len(xs) * 0.99))], 1) if xs else None,
+        }
+    total_ok = sum(e["ok"] for e in out["endpoints"].values())
+    out["total_rps"] = round(total_ok / wall, 1)
+    out["error_count"] = sum(sum(e["errors"].values()) for e in out["endpoints"].values())
+    return out
+
+
+# --------------------------------------------------------------------------------------------- websockets
+async def ws_subscriber(host: str, port: int, path: str, cookie: str, stop: asyncio.Event, stats: dict):
+    """A minimal RFC 6455 client: handshake with the session cookie, then count text frames (server frames are
+    unmasked; the client never sends)."""
+    try:
+        reader, writer = await asyncio.open_connection(host, port)
+        key = base64.b64encode(os.urandom(16)).decode()
+        writer.write((f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                      f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\nOrigin: http://{host}:{port}\r\n"
+                      f"Cookie: sessionid={cookie}\r\n\r\n").encode())
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        if b" 101 " not in head.split(b"\r\n", 1)[0]:
+            stats["refused"] += 1
+            writer.close()
+            return
+        stats["connected"] += 1
+        while not stop.is_set():
+            try:
+                hdr = await asyncio.wait_for(reader.readexactly(2), 0.5)
+            except asyncio.TimeoutError:
+                continue
+            length = hdr[1] & 0x7F
+            if length == 126:
+                length = int.from_bytes(await reader.readexactly(2), "big")
+            elif length == 127:
+                length = int.from_bytes(await reader.readexactly(8), "big")
+            await reader.readexactly(length)
+            if hdr[0] & 0x0F == 0x8:  # close
+                stats["closed_by_server"] += 1
+                return
+            stats["events"] += 1
+        writer.close()
+    except Exception:  # noqa: BLE001
+        stats["failed"] += 1
+
+
+def start_subscribers(env: PortalEnv, count: int, cookie: str):
+    stats = defaultdict(int)
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+
+    def runner():
+        asyncio.set_event_loop(loop)
+        tasks = []
+        for i in range(count):
+            base = env.base_urls[i % len(env.base_urls)].removeprefix("http://")
+            host, port = base.split(":")
+            tasks.append(ws_subscriber(host, int(port), f"/ws/projects/{env.slug}/feed/", cookie, stop, stats))
+        loop.run_until_complete(asyncio.gather(*tasks))
+
+    thread = threading.Thread(target=runner, daemon=True)
+    thread.start()
+    return stats, lambda: (loop.call_soon_threadsafe(stop.set), thread.join(10))
+
+
+# ------------------------------------------------------------------------------------------------- setup
+def seed(env: PortalEnv, uploads: int) -> dict:
+    """Uploads through the API (processed by the worker: jobs, runs, certificates exist for the reads)."""
+    t0 = time.monotonic()
+    for i in range(uploads):
+        body, ctype = multipart(synth_log(6, seed=10_000 + i, response_len=(8, 32)), f"seed-{i}.jsonl.gz")
+        status, _, _ = request("POST", f"{env.base_urls[0]}/api/v1/projects/{env.slug}/uploads/", env.token, body, ctype)
+        assert status == 201, status
+    done = wait_until(lambda: int(env.sql("select count(*) from jobs_job where state not in "
+                                          "('succeeded','failed','cancelled')")[0][0]) == 0, 900, 1.0)
+    ids = {"uploads": [int(r[0]) for r in env.sql("select id from runs_upload")],
+           "jobs": [int(r[0]) for r in env.sql("select id from jobs_job")],
+           "runs": [int(r[0]) for r in env.sql("select distinct run_id from certificates_runcertificate "
+                                               "where state='complete' and run_id is not null")]}
+    ids["small_log"] = synth_log(2, seed=99, gzip_it=False, response_len=(8, 16))
+    print(f"seeded {uploads} uploads, {len(ids['jobs'])} jobs, {len(ids['runs'])} certified runs in "
+          f"{time.monotonic() - t0:.0f} s (all jobs finished: {done})", flush=True)
+    return ids
+
+
+def session_cookie(env: PortalEnv) -> str:
+    code = ("from django.contrib.auth import get_user_model; from django.contrib.sessions.backends.db import SessionStore;"
+            "from django.contrib.auth import SESSION_KEY, BACKEND_SESSION_KEY, HASH_SESSION_KEY;"
+            "u = get_user_model().objects.get(username='bench'); s = SessionStore();"
+            "s[SESSION_KEY] = str(u.pk); s[BACKEND_SESSION_KEY] = 'django.contrib.auth.backends.ModelBackend';"
+            "s[HASH_SESSION_KEY] = u.get_session_auth_hash(); s.create(); print(s.session_key)")
+    return env.manage("shell", "-c", code).stdout.strip().splitlines()[-1]
+
+
+def loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", default="1,2,4,8,16,32")
+    parser.add_argument("--seconds", type=float, default=15)
+    parser.add_argument("--web-processes", type=int, default=3)
+    parser.add_argument("--worker-concurrency", type=int, default=1)
+    parser.add_argument("--seed-uploads", type=int, default=60)
+    parser.add_argument("--subscribers", type=int, default=20)
+    parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--worktree", action="store_true", help="run the working tree (default: git HEAD exported)")
+    parser.add_argument("--keep", action="store_true")
+    args = parser.parse_args()
+    steps = [int(x) for x in args.steps.split(",")]
+    print(f"machine: {os.cpu_count()} CPUs, load average {loadavg()} before the run", flush=True)
+    env = PortalEnv(pg_port=55532, redis_port=56479, web_port=58101, keep=args.keep, snapshot=not args.worktree)
+    results = {"machine": {"cpus": os.cpu_count(), "loadavg_before": loadavg()}, "steps": []}
+    try:
+        env.setup()
+        env.start_web(args.web_processes)
+        env.start_worker("load", concurrency=args.worker_concurrency)
+        ids = seed(env, args.seed_uploads)
+        stats, stop_subscribers = start_subscribers(env, args.subscribers, session_cookie(env))
+        wait_until(lambda: stats["connected"] + stats["refused"] + stats["failed"] >= args.subscribers, 30)
+        print(f"websocket subscribers: {dict(stats)}", flush=True)
+        first_error = None
+        for i, clients in enumerate(steps):
+            la = loadavg()
+            step = run_step(env, clients, args.seconds, ids, seed=i)
+            step["loadavg_start"] = la
+            results["steps"].append(step)
+            line = "  ".join(f"{k} {e['rps']}/s p50 {e['p50_ms']} p99 {e['p99_ms']}"
+                             + (f" ERR {e['errors']}" if e["errors"] else "") for k, e in step["endpoints"].items())
+            print(f"[{clients:>3} clients] total {step['total_rps']}/s, errors {step['error_count']} (load {la})\n    {line}",
+                  flush=True)
+            if step["error_count"] and first_error is None:
+                first_error = clients
+        stop_subscribers()
+        results["websockets"] = dict(stats)
+        results["errors_start_at_clients"] = first_error
+        backlog = env.sql("select state, count(*) from jobs_job group by state order by state")
+        results["jobs_after"] = {s: int(n) for s, n in backlog}
+        results["machine"]["loadavg_after"] = loadavg()
+        print(f"websocket subscribers at the end: {dict(stats)}")
+        print(f"errors start at: {first_error or 'no errors at any step'} clients; jobs after the run: {results['jobs_after']}")
+        print(f"load average after: {loadavg()}")
+    finally:
+        env.teardown()
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
