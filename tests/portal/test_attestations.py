@@ -328,3 +328,45 @@ def test_concurrent_appends_never_share_an_index(project):
         range(base + 1, base + 19))
     result = selectors.verify_log()
     assert result.ok and result.tree_size == base + 18, result.problems
+
+
+SQLITE_PROBE = """
+import os
+os.environ['DJANGO_SETTINGS_MODULE'] = 'audit_portal.settings'
+import django
+django.setup()
+from django.db import DatabaseError, connection, transaction
+from audit_portal.attestations.models import Checkpoint, LogEntry
+assert connection.vendor == 'sqlite', connection.vendor
+entry = LogEntry.objects.create(index=0, leaf_hash='00' * 32, envelope='{}', predicate_type='t',
+                                subject_kind='run_certificate', subject_id=1, key_id='k')
+Checkpoint.objects.create(tree_size=1, root_hash='00' * 32, envelope='{}', key_id='k')
+for attempt in (lambda: LogEntry.objects.filter(pk=entry.pk).update(envelope='{ }'),
+                lambda: LogEntry.objects.all().delete(),
+                lambda: Checkpoint.objects.update(root_hash='11' * 32),
+                lambda: Checkpoint.objects.all().delete()):
+    try:
+        with transaction.atomic():
+            attempt()
+    except DatabaseError as exc:
+        print('refused:', exc)
+    else:
+        print('ALLOWED')
+print(LogEntry.objects.get().envelope, Checkpoint.objects.get().root_hash == '00' * 32)
+"""
+
+
+@pytest.mark.slow
+def test_sqlite_embedded_mode_refuses_changes_to_the_log_too(tmp_path):
+    env = {k: v for k, v in __import__("os").environ.items()
+           if k not in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE")}
+    env["AUDIT_VAR_DIR"] = str(tmp_path)
+    migrate = subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=300)
+    assert migrate.returncode == 0, migrate.stderr
+    out = subprocess.run([sys.executable, "-c", SQLITE_PROBE], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert len([line for line in lines if line.startswith("refused:") and "append-only" in line]) == 4, out.stdout
+    assert "ALLOWED" not in out.stdout and lines[-1] == "{} True"

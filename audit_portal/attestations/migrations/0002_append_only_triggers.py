@@ -1,7 +1,7 @@
 """The transparency log is append-only in the database itself: UPDATE and DELETE on the log entries and the
 checkpoints are refused by triggers, on PostgreSQL (a PL/pgSQL function raising ``insufficient_privilege``) and on
-SQLite, the embedded mode (``RAISE(ABORT, …)``). TRUNCATE is not refused: it is what the test suite's flush uses,
-and it needs table ownership, unlike row changes through the application's queries."""
+SQLite, the embedded mode (``RAISE(ABORT, …)``). TRUNCATE is not refused: it is what the test suite's flush uses
+(production should deny the application's role the TRUNCATE privilege and table ownership)."""
 from django.db import migrations
 
 TABLES = ("attestations_logentry", "attestations_checkpoint")
