@@ -200,7 +200,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
-    # the ApiKey security scheme is declared by audit_portal/core/schema.py (an authentication extension)
+    # the ApiKey security scheme is declared by audit_portal/core/schema.py (an authentication extension), which
+    # also documents the error envelope and the error responses of every operation
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
+                             "audit_portal.core.schema.document_error_responses"],
 }
 
 # --- auth and sessions -------------------------------------------------------------------------------

@@ -194,6 +194,9 @@ def submit_from_request(request, project, principal) -> Submission:
         raise UploadTooLarge(f"The request exceeds the kernel module limit of {services.KERNEL_MODULE_MAX_BYTES} bytes.",
                              code="kernel_module_too_large")
     data = request.data if hasattr(request, "data") else request.POST
+    if not hasattr(data, "get"):  # a JSON body that is a list, a string or a number
+        raise PortalError("The request body must be a JSON object (or a form) with the submission's fields.",
+                          code="invalid_body")
     files = request.FILES
     received = [f for key in files for f in files.getlist(key)]
     try:

@@ -19,8 +19,8 @@ from audit_portal.runs.upload_handler import MULTIPART_OVERHEAD
 
 class UploadSerializer(serializers.ModelSerializer):
     project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    run = serializers.PrimaryKeyRelatedField(read_only=True)
-    duplicate_of = serializers.PrimaryKeyRelatedField(read_only=True)
+    run = serializers.PrimaryKeyRelatedField(read_only=True, allow_null=True)  # null: schema says nullable
+    duplicate_of = serializers.PrimaryKeyRelatedField(read_only=True, allow_null=True)
     jobs = serializers.SerializerMethodField()
 
     class Meta:
