@@ -26,4 +26,5 @@ urlpatterns = [
     path("", include("audit_portal.fidelity.api_urls")),
     path("", include("audit_portal.kernels.api_urls")),
     path("", include("audit_portal.attestations.api_urls")),
+    path("", include("audit_portal.training.api_urls")),
 ]

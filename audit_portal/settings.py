@@ -62,6 +62,7 @@ INSTALLED_APPS = [
     "audit_portal.fidelity",
     "audit_portal.kernels",
     "audit_portal.attestations",
+    "audit_portal.training",
     "audit_portal.dashboards",
 ]
 

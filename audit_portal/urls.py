@@ -23,6 +23,7 @@ urlpatterns = [
     path("", include("audit_portal.fidelity.urls")),
     path("", include("audit_portal.kernels.urls")),
     path("", include("audit_portal.attestations.urls")),
+    path("", include("audit_portal.training.urls")),
 ]
 
 handler404 = "audit_portal.core.views.not_found"

@@ -63,6 +63,8 @@ OWN_SLUG, FOREIGN_SLUG = "authz-own-k3q", "authz-foreign-z8w"
 TOY_VOCAB = b'{"0": "a", "1": "b", "2": "c"}'
 TOY_VOCAB_2 = b'{"0": "x", "1": "y", "2": "z"}'  # registered by the matrix's POSTs: new, so 201 when allowed
 CONTRACT_CLASS = "C-PRC-01"
+TRAINING_TINY = {"vocab": 16, "d_model": 16, "n_layers": 1, "n_heads": 2, "max_len": 16, "batch": 4, "group": 2,
+                 "prompt_len": 3, "length": 4, "topk": 4, "losses": ["ppo"]}
 
 
 # ------------------------------------------------------------------------------------------------ the world
@@ -82,6 +84,7 @@ class Objects:
     submission_b: int = 0
     implementation: int = 0
     victim_key: int = 0
+    training_audit: int = 0
 
 
 @dataclass
@@ -126,7 +129,12 @@ def _populate(project, owner) -> Objects:
                                                contracts=[CONTRACT_CLASS], import_path=f"pkg.kernels{i}")
             for i in range(2)]
     queued = job_services.create_job(project=project, kind="test", task_name="x", title="queued", enqueue=False)
-    return Objects(slug=project.slug, upload=upload.pk, run=upload.run_id, job=Job.objects.get(
+    from audit_portal.training import services as training_services
+    from workers.tasks import training_step_audit
+
+    training = training_services.submit(project=project, data=TRAINING_TINY, submitted_by="authz")
+    assert training_step_audit(training.job_id) == "succeeded", Job.objects.get(pk=training.job_id).error
+    return Objects(training_audit=training.pk, slug=project.slug, upload=upload.pk, run=upload.run_id, job=Job.objects.get(
         subject_id=upload.pk, kind="validate_upload").pk, queued_job=queued.pk, certificate=certificate.pk,
         report=report.pk, call=report.calls.order_by("line").first().pk, submission=subs[0].pk,
         submission_b=subs[1].pk, implementation=subs[0].implementation_id,
@@ -274,6 +282,14 @@ ENDPOINTS: dict[tuple[str, str], Access] = {
         "read", lambda o: f"/api/v1/implementations/{o.implementation}/status/"),
     ("api/v1/implementations/<int:pk>/badge.svg", "GET"): Access(
         "read", lambda o: f"/api/v1/implementations/{o.implementation}/badge.svg"),
+    # --- API: training-step audits ----------------------------------------------------------------------------------
+    (P + "training-audits/", "GET"): Access("read", lambda o: f"/api/v1/projects/{o.slug}/training-audits/"),
+    (P + "training-audits/", "POST"): Access("submit", lambda o: f"/api/v1/projects/{o.slug}/training-audits/",
+                                             ok=(201,), body=lambda: TRAINING_TINY),
+    ("api/v1/training-audits/<int:pk>/", "GET"): Access(
+        "read", lambda o: f"/api/v1/training-audits/{o.training_audit}/"),
+    ("api/v1/training-audits/<int:pk>/tokens/", "GET"): Access(
+        "read", lambda o: f"/api/v1/training-audits/{o.training_audit}/tokens/"),
     # --- API: signed certificates and the transparency log (keys, checkpoints, proofs are public) -----------------
     ("api/v1/keys/", "GET"): Access("public", lambda o: "/api/v1/keys/"),
     ("api/v1/log/checkpoint/", "GET"): Access("public", lambda o: "/api/v1/log/checkpoint/"),
@@ -303,6 +319,13 @@ ENDPOINTS: dict[tuple[str, str], Access] = {
     ("p/<slug:slug>/fidelity/tokenizers/", "GET"): _page("read", lambda o: f"/p/{o.slug}/fidelity/tokenizers/"),
     ("p/<slug:slug>/fidelity/tokenizers/", "POST"): _page(
         "submit", lambda o: f"/p/{o.slug}/fidelity/tokenizers/", ok=(302,), body=_tokenizer_body, fmt="multipart"),
+    # --- pages: training-step audits ----------------------------------------------------------------------------------
+    ("p/<slug:slug>/training/", "GET"): _page("read", lambda o: f"/p/{o.slug}/training/"),
+    ("p/<slug:slug>/training/", "POST"): _page(
+        "submit", lambda o: f"/p/{o.slug}/training/", ok=(302,), fmt="form",
+        body=lambda: {**TRAINING_TINY, "losses": ["ppo"]}, ok_location="/training/"),
+    ("p/<slug:slug>/training/<int:pk>/", "GET"): _page(
+        "read", lambda o: f"/p/{o.slug}/training/{o.training_audit}/"),
     # --- pages: kernels -------------------------------------------------------------------------------------------------
     ("contracts/", "GET"): _page("user", lambda o: "/contracts/"),
     ("contracts/<path:contract_id>/", "GET"): _page("user", lambda o: f"/contracts/{CONTRACT_CLASS}/"),

@@ -1,0 +1,19 @@
+"""Reads for training-step audits, scoped by the caller's readable projects (a foreign audit is a 404)."""
+from __future__ import annotations
+
+from django.http import Http404
+
+from audit_portal.accounts.principal import Principal
+from audit_portal.training.models import TrainingAudit
+
+
+def audits_for(principal: Principal, project=None):
+    qs = TrainingAudit.objects.filter(project__in=principal.readable_projects()).select_related("project", "job")
+    return qs.filter(project=project) if project is not None else qs
+
+
+def get_audit(principal: Principal, audit_id: int, project=None) -> TrainingAudit:
+    audit = audits_for(principal, project).filter(pk=audit_id).first()
+    if audit is None:
+        raise Http404("No such training audit.")
+    return audit
