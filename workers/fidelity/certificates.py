@@ -46,19 +46,21 @@ class CertificateSection:
         self.pending_positions = 0
 
     def add(self, res) -> bool:
-        """Queue a call; returns True when the caller should :meth:`flush`."""
+        """Queue a call's verifiable positions (so far: R5/R9 come later and can only exclude the whole call);
+        returns True when the caller should :meth:`flush`."""
         a = res.cert_arrays
         if a and res.n:
             sel = np.flatnonzero(res.words == 0)
-            self.verifiable_tokens += len(sel)
             if len(sel):
-                if a["r_tk"] is not None:
-                    self.with_topk += len(sel)
                 self.pending.append((res, sel))
                 self.pending_positions += len(sel)
+            else:
+                res.cert_arrays = {}
         return self.pending_positions >= self.FLUSH_POSITIONS or len(self.pending) >= self.FLUSH_CALLS
 
     def flush(self):
+        """One :func:`tv_interval_batch` call for every queued position; each call keeps its raw intervals in
+        ``res.cert_raw`` until :meth:`record` (after R5/R9) decides whether they count."""
         if not self.pending:
             return
         import torch
@@ -73,39 +75,64 @@ class CertificateSection:
                 p_ids, p_lp = a["r_tk"][0], np.where(a["r_tk"][0] >= 0, a["r_tk"][1], -np.inf)
             else:
                 p_ids, p_lp = _lists(None, n)
-            q_ids, q_lp = _lists(a["t_tk"] if isinstance(a["t_tk"], list) else None, n)
-            parts.append((p_ids[sel], p_lp[sel], q_ids[sel], q_lp[sel], np.asarray(a["ids"], dtype=np.int64)[sel],
-                          a["r_lp"][sel], a["t_lp"][sel]))
+            if a["t_tk"] is not None:
+                q_ids, q_lp = a["t_tk"][0], np.where(a["t_tk"][0] >= 0, a["t_tk"][1], -np.inf)
+            else:
+                q_ids, q_lp = _lists(None, n)
+            parts.append((p_ids[sel], p_lp[sel], q_ids[sel], q_lp[sel], a["ids"][sel], a["r_lp"][sel],
+                          a["t_lp"][sel]))
         Kp = max(p[0].shape[1] for p in parts)
         Kq = max(p[2].shape[1] for p in parts)
 
-        def pad(x, K, fill):
-            if x.shape[1] == K:
-                return x
-            out = np.full((x.shape[0], K), fill, dtype=x.dtype)
-            out[:, :x.shape[1]] = x
+        def cat(i, K=None, fill=None):
+            if K is None:
+                return np.concatenate([p[i] for p in parts])
+            out = np.full((sum(len(p[i]) for p in parts), K), fill, dtype=parts[0][i].dtype)
+            off = 0
+            for p in parts:
+                x = p[i]
+                out[off:off + len(x), :x.shape[1]] = x
+                off += len(x)
             return out
 
-        cat = lambda i, K=None, fill=None: np.concatenate(  # noqa: E731
-            [pad(p[i], K, fill) if K is not None else p[i] for p in parts])
         P_ids, P_lp = cat(0, Kp, -1), cat(1, Kp, -np.inf)
         Q_ids, Q_lp = cat(2, Kq, -1), cat(3, Kq, -np.inf)
         Y, A, B = cat(4), cat(5), cat(6)
         t = torch.from_numpy
-        lo, hi, err = tv_interval_batch(t(P_ids), t(P_lp), t(Q_ids), t(Q_lp), t(Y), t(A), t(B),
-                                        topk_caps=True, return_status=True)
+        threads = torch.get_num_threads()  # one batch is small: extra intra-op threads only spin (CPU, not speed)
+        if threads != 1:
+            torch.set_num_threads(1)
+        try:
+            lo, hi, err = tv_interval_batch(t(P_ids), t(P_lp), t(Q_ids), t(Q_lp), t(Y), t(A), t(B),
+                                            topk_caps=True, return_status=True)
+        finally:
+            if threads != 1:
+                torch.set_num_threads(threads)
         lo, hi, err = lo.numpy(), hi.numpy(), err.numpy()
+        btv = np.abs(np.exp(A) - np.exp(B))
         off = 0
-        for (res, sel), part in zip(self.pending, parts):
+        for res, sel in self.pending:
             k = len(sel)
-            self._record(res, sel, lo[off:off + k], hi[off:off + k], err[off:off + k], part[5], part[6])
+            res.cert_raw = (sel, res.cert_arrays["r_tk"] is not None, lo[off:off + k], hi[off:off + k],
+                            err[off:off + k], btv[off:off + k])
+            res.cert_arrays = {}
             off += k
         self.pending = []
         self.pending_positions = 0
 
-    def _record(self, res, sel, lo, hi, err, r_lp, t_lp):
+    def record(self, res):
+        """Count a call's certificate (§6.3) once its verdict is final. Positions are the verifiable ones; a call
+        that R5/R9 excluded afterwards has none (its raw intervals are dropped, as if never computed)."""
+        raw, res.cert_raw = res.cert_raw, None
+        if raw is None:
+            return
+        sel, has_topk, lo, hi, err, btv = raw
+        if not (res.words[sel] == 0).all():  # excluded by R5/R9 (whole-call rules) after the intervals were computed
+            return
         n = res.n
-        has_topk = res.cert_arrays["r_tk"] is not None
+        self.verifiable_tokens += len(sel)
+        if has_topk:
+            self.with_topk += len(sel)
         bad = err != 0
         good = ~bad
         delta = self.opts.delta
@@ -116,7 +143,6 @@ class CertificateSection:
         self.lo.add(lo[good])
         self.hi.add(hi[good])
         self.gap.add((hi - lo)[good])
-        btv = np.abs(np.exp(r_lp) - np.exp(t_lp))
         cert = {
             "positions": int(len(sel)),
             "top_k": has_topk,
@@ -142,7 +168,6 @@ class CertificateSection:
             cert["binary_tv"] = full([float(v) for v in btv])
             cert["decision"] = full(dec.tolist())
         res.entry["certificate"] = cert
-        res.cert_arrays = {}
         if self.opts.require_certificate:
             words = res.words
             if not has_topk:

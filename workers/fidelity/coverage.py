@@ -28,11 +28,24 @@ class Distribution:
         self.nbins = int((self.HI - self.LO) * self.PER_DECADE)
         self.hist = np.zeros(self.nbins + 1, dtype=np.int64)
         self._exact: list[np.ndarray] | None = []
+        self._pending: list[np.ndarray] = []
+        self._pending_n = 0
+
+    BATCH = 1 << 16  # values buffered before one vectorised update (per-call arrays are often short)
 
     def add(self, x: np.ndarray | None):
         if x is None or len(x) == 0:
             return
-        x = np.asarray(x, dtype=np.float64)
+        self._pending.append(np.asarray(x, dtype=np.float64))
+        self._pending_n += len(x)
+        if self._pending_n >= self.BATCH:
+            self._flush()
+
+    def _flush(self):
+        if not self._pending:
+            return
+        x = np.concatenate(self._pending) if len(self._pending) > 1 else self._pending[0]
+        self._pending, self._pending_n = [], 0
         self.count += len(x)
         self.total += float(x.sum())
         m = float(x.max())
@@ -49,6 +62,7 @@ class Distribution:
             self.hist += np.bincount(b, minlength=self.nbins + 1)
 
     def quantile(self, q: float):
+        self._flush()
         if not self.count:
             return None
         if self._exact is not None:
@@ -61,6 +75,7 @@ class Distribution:
         return float(10 ** (self.LO + (b + 0.5) / self.PER_DECADE))
 
     def summary(self) -> dict:
+        self._flush()
         return {
             "count": self.count,
             "mean": (self.total / self.count) if self.count else None,
@@ -126,7 +141,15 @@ class Coverage:
         self.cert = None  # filled by the certificate section
 
     # ------------------------------------------------------------------ accumulate
+    def add_alignment(self, res: CallResult):
+        """§6.4.7 distributions (|trainer − rollout|, binary TV): R5/R9 do not change them, so they are taken when
+        the call is evaluated and its arrays released before the call waits for its lineage."""
+        self.align.add(res.align_diff)
+        self.btv.add(res.binary_tv)
+        res.align_diff = res.binary_tv = None
+
     def add(self, res: CallResult, meta: dict):
+        """Count one final call (verdict, spans and words after every rule)."""
         e = res.entry
         role = res.role
         self.calls += 1
@@ -171,8 +194,6 @@ class Coverage:
         if e.get("tito_prefix_ok") is not None and role == "policy":
             self.tito[0] += 1
             self.tito[1] += int(not e["tito_prefix_ok"])
-        self.align.add(res.align_diff)
-        self.btv.add(res.binary_tv)
         if "TRAINER_MISALIGNED" in e["reasons"]:
             self.misaligned_calls += 1
         # closed-failure check (§6.1)

@@ -26,6 +26,7 @@ Choices the spec leaves open (documented in docs/fidelity.md):
 """
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 from itertools import chain
 
@@ -120,7 +121,6 @@ class AuditOptions:
 class Lineage:
     """What the index (pass 1) knows about a trajectory / sample, as seen by one call."""
 
-    evaluable: bool = True  # trajectory_id (str) and call_index (int) present
     is_root: bool = False
     root_prefix_ok: bool | None = None  # non-root: prompt starts with the root prompt (None: root unknown)
     context_source_present: bool = False
@@ -143,6 +143,10 @@ class CallResult:
     cert: dict | None = None
     cert_arrays: dict = field(default_factory=dict)
     call_codes: int = 0  # call-level reason bits of a call with no response tokens
+    # What R5/R9 and the TITO diagnostic need once the whole file is indexed (None: the call is already final,
+    # e.g. it failed R0/R1). See :func:`evaluate_call` (``defer_lineage``) and :func:`apply_lineage`.
+    lineage_input: dict | None = None
+    cert_raw: tuple | None = None  # (positions, lo, hi, err, binary TV) computed before lineage (certificates)
 
     @property
     def verifiable(self) -> np.ndarray:
@@ -159,6 +163,16 @@ def _floats(values, n):
     missing = np.fromiter((v is None for v in values), dtype=bool, count=n)
     arr = np.asarray([np.nan if v is None else v for v in values], dtype=np.float64)
     return arr, missing
+
+
+def _median(d: np.ndarray) -> float:
+    """``np.median`` (mean of the two middle values for an even count) through one ``np.partition``."""
+    m = len(d)
+    h = m // 2
+    if m % 2:
+        return float(np.partition(d, h)[h])
+    p = np.partition(d, (h - 1, h))
+    return float((p[h - 1] + p[h]) / 2)
 
 
 def topk_arrays(tk, n):
@@ -180,6 +194,48 @@ def topk_arrays(tk, n):
     ids[rows, cols] = np.asarray(flat[0::2], dtype=np.int64)
     lps[rows, cols] = np.asarray(flat[1::2], dtype=np.float64)
     return ids, lps, lens
+
+
+_LIST_ONLY = frozenset({list})
+
+
+def topk_checked(tk, n):
+    """A well-formed top-K list (§4.2: per position ``[[id:int≥0, lp:number], …]``, aligned to n) as
+    :func:`topk_arrays` returns it, checking the structure in the same C-level passes that convert it; ``None`` when
+    anything is unusual (then the validator names the problem and :func:`topk_arrays` converts).
+
+    The caller guarantees that no JSON boolean is an array element of the source line
+    (:func:`workers.fcr.validate.array_bools_possible`): ``array('q')``/``array('d')`` would take booleans as 0/1."""
+    if type(tk) is not list or len(tk) != n:
+        return None
+    if n == 0:
+        return np.zeros((0, 0), dtype=np.int64), np.zeros((0, 0)), np.zeros(0, dtype=np.int64)
+    try:
+        if not set(map(type, tk)) <= _LIST_ONLY:
+            return None
+        entries = list(chain.from_iterable(tk))
+        # every entry has length 2; a non-list of length 2 (a JSON object or string) flattens to strings, which the
+        # typed arrays below refuse — so this and the conversions are the validator's pair/int/number checks
+        if list(map(len, entries)).count(2) != len(entries):
+            return None
+        flat = list(chain.from_iterable(entries))
+        ids = np.frombuffer(array("q", flat[0::2]), dtype=np.int64)
+        lps = np.frombuffer(array("d", flat[1::2]), dtype=np.float64)
+    except (TypeError, OverflowError, ValueError):
+        return None
+    if len(ids) and ids.min() < 0:
+        return None
+    lens = np.fromiter(map(len, tk), dtype=np.int64, count=n)
+    K = int(lens.max())
+    if len(ids) == n * K:  # uniform K: a reshape
+        return ids.reshape(n, K), lps.reshape(n, K), lens
+    out_ids = np.full((n, K), -1, dtype=np.int64)
+    out_lps = np.full((n, K), np.nan)
+    rows = np.repeat(np.arange(n), lens)
+    cols = np.arange(len(ids)) - np.repeat(np.cumsum(lens) - lens, lens)
+    out_ids[rows, cols] = ids
+    out_lps[rows, cols] = lps
+    return out_ids, out_lps, lens
 
 
 def spans_of(words: np.ndarray) -> list[dict]:
@@ -247,10 +303,66 @@ def finalize(result: CallResult) -> CallResult:
 
 
 # ------------------------------------------------------------------------------------------- R0–R9
-def evaluate_call(rec: dict, *, line: int, issues: list, tokenizer, lineage: Lineage, opts: AuditOptions
-                  ) -> CallResult:
+def _fail_all(result: CallResult, code: str):
+    result.words[:] |= BIT[code]
+    result.entry["rules"][RULE_OF[code]] = "fail"
+
+
+def _finish(result: CallResult, opts: AuditOptions, skip_from=None) -> CallResult:
+    rules = result.entry["rules"]
+    if skip_from is not None:
+        for r in RULES[RULES.index(skip_from):]:
+            rules[r] = "n/a"
+    if opts.mode != "merged":
+        rules["R9"] = "n/a"
+    return finalize(result)
+
+
+def apply_lineage(result: CallResult, lineage: Lineage, opts: AuditOptions) -> CallResult:
+    """The context-dependent part of §6.2 for a call that passed R0 and R1: R5 (original prompt / lineage), R9
+    (merge chain, merged mode) and the TITO diagnostic (§1.2). Both rules fail the whole call (every position),
+    so they can be applied after the token-level rules and the certificates; then the call is finalised."""
+    li, entry = result.lineage_input, result.entry
+    result.lineage_input = None
+    entry["tito_prefix_ok"] = lineage.tito_prefix_ok
+    if not li["evaluable"]:
+        entry["lineage"] = "not-evaluable"
+        _fail_all(result, "R5_NOT_EVALUABLE")
+    elif lineage.is_root:
+        dec, obs = li["declared"], li["observed"]
+        if dec is None or obs is None:
+            entry["lineage"] = "root-undeclared"
+            _fail_all(result, "LINEAGE_UNVERIFIED")
+        elif dec != obs:
+            entry["lineage"] = "root-mismatch"
+            _fail_all(result, "PROMPT_NOT_ORIGINAL")
+        else:
+            entry["lineage"] = "root-ok"
+    elif lineage.root_prefix_ok:
+        entry["lineage"] = "prefix-ok"
+    elif li["context_event"] is not None and lineage.context_source_present:
+        entry["lineage"] = f"context-{li['context_event']}-ok"
+    else:
+        entry["lineage"] = "unverified" if lineage.root_prefix_ok is not None else "root-unknown"
+        _fail_all(result, "LINEAGE_UNVERIFIED")
+    if opts.mode == "merged" and lineage.chain_broken:
+        _fail_all(result, "PREFIX_CHAIN_BROKEN")
+    return _finish(result, opts)
+
+
+def evaluate_call(rec: dict, *, line: int, issues: list, tokenizer, lineage: Lineage | None, opts: AuditOptions,
+                  defer_lineage: bool = False, topk: dict | None = None) -> CallResult:
     """Apply R0–R9 to one parsed record. ``issues`` are its structural (validator) errors; ``tokenizer`` the
-    registered tokenizer for ``rec.tokenizer.sha256`` or None; ``lineage`` what pass 1 learnt about its context."""
+    registered tokenizer for ``rec.tokenizer.sha256`` or None; ``lineage`` what the index learnt about its context.
+
+    ``defer_lineage=True``: evaluate everything that depends on this record alone (R0–R4, R6–R8) and leave R5/R9
+    and the TITO diagnostic to :func:`apply_lineage` once the whole file has been indexed; ``lineage`` then only
+    needs ``duplicate_of_line`` (a duplicate is known when it is read: the first occurrence comes first). The
+    result keeps ``lineage_input`` (the few record fields R5 needs) and is finalised by :func:`apply_lineage`.
+    ``topk``: ``{"rollout": arrays, "trainer": arrays}`` already converted by :func:`topk_checked`, if any."""
+    topk = topk or {}
+    if lineage is None:
+        lineage = Lineage()
     get = rec.get if isinstance(rec, dict) else (lambda k, d=None: d)
     resp = get("response") if isinstance(get("response"), dict) else {}
     ids = resp.get("token_ids")
@@ -296,14 +408,10 @@ def evaluate_call(rec: dict, *, line: int, issues: list, tokenizer, lineage: Lin
             words[where] |= BIT[code]
             rules[RULE_OF[code]] = "fail"
 
+    entry["rules"] = rules
+
     def finish(skip_from=None):
-        if skip_from is not None:
-            for r in RULES[RULES.index(skip_from):]:
-                rules[r] = "n/a"
-        if opts.mode != "merged":
-            rules["R9"] = "n/a"
-        entry["rules"] = rules
-        return finalize(result)
+        return _finish(result, opts, skip_from)
 
     # ---- R0: structure, duplicates, vocabulary (other format problems are reported, not failed: each rule
     # that needs a missing field fails closed with its own <RULE>_NOT_EVALUABLE / unverified code)
@@ -393,31 +501,14 @@ def evaluate_call(rec: dict, *, line: int, issues: list, tokenizer, lineage: Lin
     else:
         entry["drift_if_retokenized"] = None
 
-    # ---- TITO chain diagnostic (§1.2, §6.4.6): does this prompt extend the previous policy call's sequence?
-    entry["tito_prefix_ok"] = lineage.tito_prefix_ok
-
-    # ---- R5: lineage
+    # ---- R5 (lineage) and R9 (merge chain) fail whole calls and need the whole file's index: apply_lineage
     prompt = rec["prompt"]
-    if not lineage.evaluable:
-        entry["lineage"] = "not-evaluable"
-        fail_all("R5_NOT_EVALUABLE")
-    elif lineage.is_root:
-        dec, obs = prompt.get("task_prompt_sha256_declared"), prompt.get("task_prompt_sha256_observed")
-        if dec is None or obs is None:
-            entry["lineage"] = "root-undeclared"
-            fail_all("LINEAGE_UNVERIFIED")
-        elif dec != obs:
-            entry["lineage"] = "root-mismatch"
-            fail_all("PROMPT_NOT_ORIGINAL")
-        else:
-            entry["lineage"] = "root-ok"
-    elif lineage.root_prefix_ok:
-        entry["lineage"] = "prefix-ok"
-    elif prompt.get("context_event") is not None and lineage.context_source_present:
-        entry["lineage"] = f"context-{prompt['context_event']}-ok"
-    else:
-        entry["lineage"] = "unverified" if lineage.root_prefix_ok is not None else "root-unknown"
-        fail_all("LINEAGE_UNVERIFIED")
+    src = prompt.get("context_source_call_id")
+    result.lineage_input = {"evaluable": entry["trajectory_id"] is not None and entry["call_index"] is not None,
+                            "declared": prompt.get("task_prompt_sha256_declared"),
+                            "observed": prompt.get("task_prompt_sha256_observed"),
+                            "context_event": prompt.get("context_event"),
+                            "context_source": src if isinstance(src, str) else None}
 
     # ---- R6: rollout log-probs (token)
     ro = rec["rollout"]
@@ -441,10 +532,12 @@ def evaluate_call(rec: dict, *, line: int, issues: list, tokenizer, lineage: Lin
         fail_all("LOGPROB_SEMANTICS_UNVERIFIED")
     rtk = ro.get("top_k")
     r_tk = None
+    ids_arr = None
     if rtk is not None and n:
-        r_tk = topk_arrays(rtk, n)
+        ids_arr = np.asarray(ids, dtype=np.int64)
+        r_tk = topk.get("rollout") or topk_arrays(rtk, n)
         tk_ids, tk_lps, _ = r_tk
-        hit = tk_ids == np.asarray(ids, dtype=np.int64)[:, None]
+        hit = tk_ids == ids_arr[:, None]
         listed = hit.any(1)
         val = np.where(hit, tk_lps, 0.0).sum(1)
         bad = listed & r_ok & ~(np.abs(val - np.where(r_ok, r_lp, 0.0)) <= opts.topk_tol)
@@ -466,7 +559,7 @@ def evaluate_call(rec: dict, *, line: int, issues: list, tokenizer, lineage: Lin
     both = r_ok & t_ok
     if both.any():
         d = np.abs(t_lp[both] - r_lp[both])
-        med = float(np.median(d))
+        med = _median(d)
         result.align_diff = d
         result.binary_tv = np.abs(np.exp(t_lp[both]) - np.exp(r_lp[both]))
         entry["alignment"] = {"median_abs_diff": med, "mean_abs_diff": float(d.mean()), "max_abs_diff": float(d.max()),
@@ -486,13 +579,17 @@ def evaluate_call(rec: dict, *, line: int, issues: list, tokenizer, lineage: Lin
         v = np.asarray(tpv, dtype=np.int64)
         fail_at("MIXED_POLICY_VERSION", v != v.max())
 
-    # ---- R9: merge chain (merged mode)
-    if opts.mode == "merged" and lineage.chain_broken:
-        fail_all("PREFIX_CHAIN_BROKEN")
-
-    result.cert_arrays = {"r_lp": r_lp, "t_lp": t_lp, "r_tk": r_tk, "ids": ids,
-                          "t_tk": trainer.get("top_k"), "usable": r_ok & t_ok}
-    return finish()
+    if opts.certificates:  # arrays only: the record itself is released before the certificates are computed
+        t_tk = trainer.get("top_k")
+        if isinstance(t_tk, list) and n:
+            t_tk = topk.get("trainer") or topk_arrays(t_tk, n)
+        else:
+            t_tk = None
+        result.cert_arrays = {"r_lp": r_lp, "t_lp": t_lp, "r_tk": r_tk, "t_tk": t_tk,
+                              "ids": ids_arr if ids_arr is not None else np.asarray(ids, dtype=np.int64)}
+    if defer_lineage:
+        return result
+    return apply_lineage(result, lineage, opts)
 
 
 @dataclass
