@@ -100,8 +100,8 @@ def load_private_key():
 def register(public_key) -> SigningKey:
     """Record ``public_key`` as the active key (retiring any other active one). Callers hold the log lock."""
     entry = vkeys.key_entry(public_key)
-    row, _ = SigningKey.objects.get_or_create(key_id=entry["key_id"],
-                                              defaults={"public_key": entry["public_key"], "algorithm": vkeys.ALGORITHM})
+    row, _ = SigningKey.objects.get_or_create(
+        key_id=entry["key_id"], defaults={"public_key": entry["public_key"], "algorithm": vkeys.ALGORITHM})
     if row.status == SigningKey.Status.RETIRED:
         raise SigningKeyError(f"the configured signing key {row.key_id} was retired on {row.retired_at:%Y-%m-%d}; "
                               "configure the current key (or rotate to a new one)")

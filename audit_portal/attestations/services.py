@@ -5,7 +5,8 @@ functions of the certificates, fidelity and kernels apps. Each builds the in-tot
 (:mod:`audit_portal.attestations.statements`), signs it in a DSSE envelope with the active Ed25519 key and appends
 the envelope to the log, writing a new signed checkpoint — all inside the caller's transaction. A failure raises
 :class:`AttestationError`, which fails the job with the reason (and, where the store function is atomic — run
-certificates, fidelity reports — rolls the certificate back): a certificate is never left unsigned silently. A regenerated certificate appends a new entry; pages show the latest.
+certificates, fidelity reports — rolls the certificate back): a certificate is never left unsigned silently.
+A regenerated certificate appends a new entry; pages show the latest.
 
 Appends are serialized: on PostgreSQL by a transaction-scoped advisory lock (``pg_advisory_xact_lock``), on
 SQLite by its single writer (the embedded settings open write transactions IMMEDIATE); the unique ``index``
@@ -19,9 +20,12 @@ from django.utils import timezone
 
 from audit_portal.attestations import keys, statements
 from audit_portal.attestations.models import Checkpoint, LogEntry, SubjectKind
-from audit_portal.attestations.selectors import leaf_hashes, verify_log  # noqa: F401 - verify_log re-exported
+from audit_portal.attestations.selectors import leaf_hashes, verify_log
 from workers.verify import checkpoint as vcheckpoint
 from workers.verify import jcs, merkle, sign_statement
+
+__all__ = ["AttestationError", "attest", "attest_fidelity_report", "attest_run_certificate", "attest_verdict",
+           "lock_log", "rotate_signing_key", "verify_log"]  # verify_log: from selectors, for consistency checks
 
 LOG_LOCK_ID = 0x61756469745F6C67  # "audit_lg": the advisory-lock key of the log (any fixed 64-bit value)
 

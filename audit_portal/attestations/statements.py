@@ -72,7 +72,8 @@ def kernel_submission(submission) -> dict:
         if len(code) == 1:
             subject, digest_of = st.subject(impl.import_path, code[0]), "source file of the import path"
         else:  # the harness reported no (or several) source digests: the reference itself is what was tested
-            subject, digest_of = st.subject(f"reference:{impl.import_path}", impl.fingerprint), "implementation reference"
+            subject = st.subject(f"reference:{impl.import_path}", impl.fingerprint)
+            digest_of = "implementation reference"
     predicate = {
         "result": result,
         "configuration": [{"name": f"{v.contract.contract_id}@{v.contract.version}",

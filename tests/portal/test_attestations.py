@@ -115,7 +115,8 @@ def test_run_certificate_is_signed_logged_and_verifies_online_and_offline(api, p
 
 def test_a_changed_certificate_row_fails_the_record_check(api, project, client, owner):
     certificate, _ = certified(api, project, records(trajectories=4))
-    RunCertificate.objects.filter(pk=certificate.pk).update(eps_hat=0.0, summary={**certificate.summary, "eps_hat": 0.0})
+    RunCertificate.objects.filter(pk=certificate.pk).update(eps_hat=0.0,
+                                                            summary={**certificate.summary, "eps_hat": 0.0})
     body = api.get(f"/api/v1/attestations/run_certificate/{certificate.pk}/?files=0").json()
     assert body["failed"] == ["record"] and "changed after signing" in checks(body)["record"]["message"]
     assert checks(body)["signature"]["state"] == "ok"  # the signed statement itself is intact
@@ -166,7 +167,8 @@ def test_one_changed_byte_of_a_log_row_fails_verification(api, project):
     assert "signature" in failed and "inclusion" in failed
     assert "the log entry records" in failed["inclusion"]
     log = selectors.verify_log()
-    assert not log.ok and any(f"entry {entry.index}:" in p and "does not hash to its leaf hash" in p for p in log.problems)
+    assert not log.ok
+    assert any(f"entry {entry.index}:" in p and "does not hash to its leaf hash" in p for p in log.problems)
 
 
 def test_a_changed_leaf_hash_breaks_the_inclusion_proof(api, project):

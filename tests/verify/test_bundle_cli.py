@@ -26,7 +26,8 @@ def test_pae_matches_the_dsse_specification_example():
 
 
 def test_canonical_json_is_rfc8785():
-    assert jcs.canonical({"b": 1.0, "a": [1e21, 0.1, "é"], "c": None}) == '{"a":[1e+21,0.1,"é"],"b":1,"c":null}'.encode()
+    want = '{"a":[1e+21,0.1,"é"],"b":1,"c":null}'.encode()
+    assert jcs.canonical({"b": 1.0, "a": [1e21, 0.1, "é"], "c": None}) == want
     assert jcs.canonical({"x": float("inf"), "y": float("nan")}) == b'{"x":"Infinity","y":"NaN"}'
 
 

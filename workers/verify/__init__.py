@@ -8,5 +8,5 @@ from workers.verify import checkpoint, dsse, jcs, keys, merkle, statement
 from workers.verify.bundle import (BUNDLE_MEDIA_TYPE, Check, Report, build_bundle, envelope_leaf, file_sha256,
                                   sign_statement, verify_bundle)
 
-__all__ = ["BUNDLE_MEDIA_TYPE", "Check", "Report", "build_bundle", "checkpoint", "dsse", "envelope_leaf", "file_sha256", "jcs", "keys",
-           "merkle", "sign_statement", "statement", "verify_bundle"]
+__all__ = ["BUNDLE_MEDIA_TYPE", "Check", "Report", "build_bundle", "checkpoint", "dsse", "envelope_leaf", "file_sha256",
+           "jcs", "keys", "merkle", "sign_statement", "statement", "verify_bundle"]
