@@ -59,8 +59,10 @@ SUBMIT_REQUEST = inline_serializer("TrainingAuditRequest", {
     "numerics": serializers.CharField(required=False, default="bf16_autocast",
                                       help_text="rollout numerics: fp32 | bf16_autocast | bf16_weights, optionally "
                                                 "with ',sdpa' and/or ',extra_batch'"),
-    "device": serializers.ChoiceField(choices=list(DEVICES), required=False, default="auto",
-                                      help_text="auto: CUDA when the worker has it, else the CPU fallback"),
+    # a plain string in the schema: an enum here would collide with the kernels' "device" enum (cpu | cuda)
+    "device": serializers.CharField(required=False, default="auto",
+                                    help_text=f"{' | '.join(DEVICES)}; auto: CUDA when the worker has it, else the "
+                                              "CPU fallback"),
     "vocab": _int(32), "d_model": _int(64), "n_layers": _int(2), "n_heads": _int(4), "max_len": _int(64),
     "seed": _int(0, "model weights and seeded prompts"),
     "batch": _int(16, "sequences (a multiple of group)"), "group": _int(4, "samples per prompt"),
