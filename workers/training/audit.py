@@ -54,15 +54,23 @@ def topk_lists(full_logp: torch.Tensor, K: int):
     return i, v
 
 
-def certificate_views(roll_full, train_full, y, mask, *, K: int, thresholds=THRESHOLDS, precision="fp32",
-                      budget=0.5, constants="paper") -> dict:
-    """Exact certificate vs the top-K-only certificate of the same positions (module docstring, item 2)."""
+def exact_and_topk(roll_full, train_full, y, *, K: int, precision="fp32"):
+    """The same positions seen twice: exact TV/KL from the full distributions, and the certified interval the
+    top-K lists alone allow. Returns ``(tv, kl, a, b, (p_ids, p_lp, q_ids, q_lp), interval)`` with ``a``/``b`` the
+    sampled token's rollout/trainer log-probs."""
     tv, kl = exact_tv_kl(roll_full, train_full)
     a = roll_full.gather(-1, y[..., None])[..., 0]
     b = train_full.gather(-1, y[..., None])[..., 0]
     p_ids, p_lp = topk_lists(roll_full, K)
     q_ids, q_lp = topk_lists(train_full, K)
     r = tv_interval_topk(p_ids, p_lp, q_ids, q_lp, y, a, b, caps=True, precision=precision)
+    return tv, kl, a, b, (p_ids, p_lp, q_ids, q_lp), r
+
+
+def certificate_views(roll_full, train_full, y, mask, *, K: int, thresholds=THRESHOLDS, precision="fp32",
+                      budget=0.5, constants="paper") -> dict:
+    """Exact certificate vs the top-K-only certificate of the same positions (module docstring, item 2)."""
+    tv, kl, a, b, (p_ids, p_lp, q_ids, q_lp), r = exact_and_topk(roll_full, train_full, y, K=K, precision=precision)
     m = mask
     width = (r.hi - r.lo)[m]
     contains = ((r.lo <= tv + 1e-12) & (tv <= r.hi + 1e-12))[m]
@@ -147,12 +155,7 @@ def profile(roll_full, train_full, y, *, K: int, bins: int = 40, precision="fp32
     """Compact per-position and distribution summaries of the exact per-token divergence (for figures): mean and
     max exact TV / KL at each response position, the mean top-K interval [lo, hi] at K next to the mean exact TV,
     and a histogram of exact TV over log10-spaced bins (zeros counted apart)."""
-    tv, kl = exact_tv_kl(roll_full, train_full)
-    a = roll_full.gather(-1, y[..., None])[..., 0]
-    b = train_full.gather(-1, y[..., None])[..., 0]
-    p_ids, p_lp = topk_lists(roll_full, K)
-    q_ids, q_lp = topk_lists(train_full, K)
-    r = tv_interval_topk(p_ids, p_lp, q_ids, q_lp, y, a, b, caps=True, precision=precision)
+    tv, kl, _, _, _, r = exact_and_topk(roll_full, train_full, y, K=K, precision=precision)
     pos = {"tv_mean": tv.mean(0), "tv_max": tv.amax(0), "kl_mean": kl.mean(0), "kl_max": kl.amax(0),
            "topk_lo_mean": r.lo.mean(0), "topk_hi_mean": r.hi.mean(0), "topk_hi_max": r.hi.amax(0)}
     flat = tv.reshape(-1).to(torch.float64)
