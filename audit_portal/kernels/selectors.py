@@ -74,9 +74,21 @@ def spec_in_source_order(contract: Contract) -> dict:
         return contract.spec
 
 
-def calibration_state(contract: Contract) -> dict:
+FETCH = object()  # calibration_state(contract): look the latest calibration up
+
+
+def latest_calibrations(contracts) -> dict[int, ContractCalibration]:
+    """The latest calibration of each contract, in one query (for lists)."""
+    latest: dict[int, ContractCalibration] = {}
+    for cal in ContractCalibration.objects.filter(contract__in=[c.pk for c in contracts]).select_related("job"):
+        latest.setdefault(cal.contract_id, cal)  # Meta ordering: newest first
+    return latest
+
+
+def calibration_state(contract: Contract, calibration=FETCH) -> dict:
     """{status, label, calibration}: calibrated / failed / queued / running / not yet run."""
-    calibration = ContractCalibration.objects.filter(contract=contract).select_related("job").first()
+    if calibration is FETCH:
+        calibration = ContractCalibration.objects.filter(contract=contract).select_related("job").first()
     if calibration is None:
         status = CalibrationStatus.NOT_RUN
     else:

@@ -11,7 +11,7 @@ from audit_portal.accounts.principal import Principal
 from audit_portal.accounts.selectors import get_project
 from audit_portal.accounts.throttling import UploadRateThrottle
 from audit_portal.core.errors import PortalError, StorageFull, UploadTooLarge
-from audit_portal.jobs.selectors import jobs_for_subject
+from audit_portal.jobs.selectors import jobs_for
 from audit_portal.runs import selectors, services
 from audit_portal.runs.models import Run, Upload
 from audit_portal.runs.upload_handler import MULTIPART_OVERHEAD
@@ -30,11 +30,22 @@ class UploadSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     def get_jobs(self, upload) -> list[dict]:
+        batched = self.context.get("jobs_by_upload")  # a list page fetches every row's jobs in one query
+        if batched is not None:
+            return batched.get(upload.pk, [])
         principal = self.context.get("principal")
         if principal is None:
             return []
-        return [{"id": j.pk, "kind": j.kind, "state": j.state, "progress": j.progress}
-                for j in jobs_for_subject(principal, "upload", upload.pk).order_by("created_at")]
+        return jobs_by_upload(principal, [upload.pk]).get(upload.pk, [])
+
+
+def jobs_by_upload(principal, upload_ids) -> dict[int, list[dict]]:
+    out: dict[int, list[dict]] = {}
+    jobs = (jobs_for(principal).filter(subject_kind="upload", subject_id__in=list(upload_ids))
+            .order_by("created_at", "id").values("id", "kind", "state", "progress", "subject_id"))
+    for j in jobs:
+        out.setdefault(j.pop("subject_id"), []).append(j)
+    return out
 
 
 class RunSerializer(serializers.ModelSerializer):
@@ -56,6 +67,14 @@ class UploadListCreate(generics.ListAPIView):
 
     def get_serializer_context(self):
         return {**super().get_serializer_context(), "principal": Principal.from_request(self.request)}
+
+    def get_serializer(self, *args, **kwargs):
+        if kwargs.get("many") and args:  # a list page: every row's jobs in one query, not one query per row
+            rows = list(args[0])
+            kwargs["context"] = {**self.get_serializer_context(), "jobs_by_upload": jobs_by_upload(
+                Principal.from_request(self.request), [u.pk for u in rows])}
+            args = (rows, *args[1:])
+        return super().get_serializer(*args, **kwargs)
 
     def get_queryset(self):
         principal = Principal.from_request(self.request)
