@@ -275,7 +275,11 @@ def _eval(node, env: dict, text: str):
         return True
     if tag == "call":
         fn = FUNCTIONS[node[1]][0]
-        return float(fn(*[_eval(a, env, text) for a in node[2]]))
+        args = [_eval(a, env, text) for a in node[2]]
+        try:
+            return float(fn(*args))
+        except OverflowError:  # exp(1000): as for "**", an overflow is infinite
+            return math.inf
     a, b = _eval(node[1], env, text), _eval(node[2], env, text)
     try:
         if tag == "+":
@@ -315,7 +319,10 @@ class Expr:
         return self.evaluate(env)
 
     def evaluate(self, env: dict):
-        return _eval(self.tree, env, self.text)
+        try:
+            return _eval(self.tree, env, self.text)
+        except RecursionError:
+            raise ExprError("expression is nested too deeply to evaluate", self.text) from None
 
     def holds(self, env: dict) -> bool:
         """Evaluate as a predicate; NaN counts as false (a NaN statistic never passes)."""
@@ -330,11 +337,17 @@ def parse(text) -> Expr:
     if isinstance(text, bool):
         raise ExprError("a boolean is not an expression")
     if isinstance(text, (int, float)):
-        text = repr(float(text))
+        try:
+            text = repr(float(text))
+        except OverflowError:  # an integer literal beyond the float range
+            raise ExprError(f"number {str(text)[:20]}… is too large") from None
     if not isinstance(text, str):
         raise ExprError(f"expression must be a string or number, not {type(text).__name__}")
-    tree = _Parser(text).parse()
-    return Expr(text, tree, frozenset(_names(tree, set())))
+    try:
+        tree = _Parser(text).parse()
+        return Expr(text, tree, frozenset(_names(tree, set())))
+    except RecursionError:  # "((((…1…))))" or "----…1": the parser is recursive descent
+        raise ExprError("expression is nested too deeply", text[:80]) from None
 
 
 def evaluate(text, env: dict | None = None):

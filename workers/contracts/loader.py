@@ -38,13 +38,18 @@ class ContractError(ValueError):
 MAX_NODES = 20000  # a contract has a few hundred; caps alias ("billion laughs") expansion
 
 
-def _to_python(node, path: tuple, lines: dict, source: str, ctor):
+def _to_python(node, path: tuple, lines: dict, source: str, ctor, _open: frozenset = frozenset()):
     """Convert a composed yaml node to plain data, recording the line of every path. Rejects duplicate keys
-    (PyYAML silently keeps the last one, which would hide an edit)."""
+    (PyYAML silently keeps the last one, which would hide an edit) and aliases that contain themselves."""
     lines[path] = node.start_mark.line + 1
     if len(lines) > MAX_NODES:
         raise ContractError(f"document has more than {MAX_NODES} nodes (alias expansion?)", field=_dotted(path),
                             line=node.start_mark.line + 1, source=source)
+    if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
+        if id(node) in _open:
+            raise ContractError("an alias refers to a node that contains it (recursive document)",
+                                field=_dotted(path), line=node.start_mark.line + 1, source=source)
+        _open = _open | {id(node)}
     if isinstance(node, yaml.MappingNode):
         out = {}
         for knode, vnode in node.value:
@@ -55,13 +60,19 @@ def _to_python(node, path: tuple, lines: dict, source: str, ctor):
             if key in out:
                 raise ContractError(f"duplicate key {key!r}", field=_dotted(path + (key,)),
                                     line=knode.start_mark.line + 1, source=source)
-            out[key] = _to_python(vnode, path + (key,), lines, source, ctor)
+            out[key] = _to_python(vnode, path + (key,), lines, source, ctor, _open)
             lines[path + (key,)] = knode.start_mark.line + 1  # a field is reported at its key's line
         return out
     if isinstance(node, yaml.SequenceNode):
-        return [_to_python(v, path + (i,), lines, source, ctor) for i, v in enumerate(node.value)]
+        return [_to_python(v, path + (i,), lines, source, ctor, _open) for i, v in enumerate(node.value)]
     # scalars: the safe constructor resolves ints / floats / bools / null / timestamps
-    value = ctor.construct_object(node, deep=True)
+    try:
+        value = ctor.construct_object(node, deep=True)
+    except yaml.constructor.ConstructorError:
+        raise
+    except Exception as exc:  # noqa: BLE001 — PyYAML's scalar constructors on "!!int abc", "!!int ''", "!!timestamp 2020-13-45"
+        raise ContractError(f"cannot construct value {node.value!r} as {node.tag}: {exc}", field=_dotted(path),
+                            line=node.start_mark.line + 1, source=source) from None
     if isinstance(value, (_dt.date, _dt.datetime)):
         value = value.isoformat()
     return value
@@ -233,7 +244,17 @@ def _num(v) -> float:
 
 
 def load_text(text: str, source: str = "<contract>") -> Contract:
-    """Parse and validate one contract document. Raises :class:`ContractError` naming field and line."""
+    """Parse and validate one contract document. Raises :class:`ContractError` naming field and line (and
+    nothing else, whatever the input: tests/contracts/test_kc_loader_fuzz.py)."""
+    try:
+        return _load_text(text, source)
+    except RecursionError:  # PyYAML composes recursively: "[[[[…]]]]" thousands deep
+        raise ContractError("document is nested too deeply", source=source) from None
+
+
+def _load_text(text: str, source: str) -> Contract:
+    if not isinstance(text, str):
+        raise ContractError(f"a contract document is text, not {type(text).__name__}", source=source)
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
@@ -317,7 +338,11 @@ def load_text(text: str, source: str = "<contract>") -> Contract:
 
 def load_file(path) -> Contract:
     path = Path(path)
-    return load_text(path.read_text(encoding="utf-8"), source=str(path))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ContractError(f"not UTF-8 text (byte {exc.start}: {exc.reason})", source=str(path)) from None
+    return load_text(text, source=str(path))
 
 
 _SUITE_CACHE: dict = {}
