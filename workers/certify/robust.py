@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 UNIT_ROUNDOFF = {"exact": 0.0, "fp64": 2.0 ** -53, "fp32": 2.0 ** -24, "fp16": 2.0 ** -11, "bf16": 2.0 ** -8}
+NORM_SLACK = {"exact": 0.0, "fp64": 0.0, "fp32": 0.0, "fp16": 0.0, "bf16": 0.0}
 
 # Token status codes (int8 tensors). UNDETERMINED is treated as OUT by every mask but counted separately.
 IN, OUT, UNDETERMINED, DATA_ERROR = 0, 1, 2, 3
