@@ -167,7 +167,8 @@ def validate(data: dict | None) -> dict:
         raise ConfigError("topk", f"must be at most vocab ({cfg['vocab']}), got {cfg['topk']}")
     over = exceeds(cfg, GPU_LIMITS if cfg["device"] == "cuda" else CPU_LIMITS)
     if over:
-        where = "any worker" if cfg["device"] == "cuda" else "the CPU fallback (ask for device 'cuda' to run it on a GPU worker)"
+        where = ("any worker" if cfg["device"] == "cuda"
+                 else "the CPU fallback (ask for device 'cuda' to run it on a GPU worker)")
         raise ConfigError(over[0], f"{over[1]} — too large for {where}")
     return cfg
 
