@@ -355,11 +355,22 @@ for attempt in (lambda: LogEntry.objects.filter(pk=entry.pk).update(envelope='{ 
     else:
         print('ALLOWED')
 print(LogEntry.objects.get().envelope, Checkpoint.objects.get().root_hash == '00' * 32)
+# flush empties everything, as TRUNCATE does on PostgreSQL, and leaves the triggers in place
+from django.core.management import call_command
+call_command('flush', '--noinput', verbosity=0)
+print('after flush:', LogEntry.objects.count(), Checkpoint.objects.count())
+entry = LogEntry.objects.create(index=0, leaf_hash='00' * 32, envelope='{}', predicate_type='t',
+                                subject_kind='run_certificate', subject_id=1, key_id='k')
+try:
+    LogEntry.objects.filter(pk=entry.pk).delete()
+    print('ALLOWED after flush')
+except DatabaseError as exc:
+    print('still refused:', exc)
 """
 
 
 @pytest.mark.slow
-def test_sqlite_embedded_mode_refuses_changes_to_the_log_too(tmp_path):
+def test_sqlite_embedded_mode_refuses_changes_to_the_log_too_and_flush_keeps_the_triggers(tmp_path):
     env = {k: v for k, v in __import__("os").environ.items()
            if k not in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE")}
     env["AUDIT_VAR_DIR"] = str(tmp_path)
@@ -371,4 +382,5 @@ def test_sqlite_embedded_mode_refuses_changes_to_the_log_too(tmp_path):
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
     assert len([line for line in lines if line.startswith("refused:") and "append-only" in line]) == 4, out.stdout
-    assert "ALLOWED" not in out.stdout and lines[-1] == "{} True"
+    assert "ALLOWED" not in out.stdout and lines[-3] == "{} True" and lines[-2] == "after flush: 0 0"
+    assert lines[-1].startswith("still refused:") and "append-only" in lines[-1]
