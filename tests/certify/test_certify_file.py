@@ -67,7 +67,8 @@ def random_records(rng, n, with_topk=True):
             ids.append(y); a.append(math.log(p[y])); b.append(math.log(q[y]))
             ptop.append([[i_, l_] for i_, l_ in zip(pi, pl)])
             qtop.append([[i_, l_] for i_, l_ in zip(qi, ql)])
-            seq_hi.append(tv_interval(pi, pl, qi, ql, y, a[-1], b[-1]))
+            # fcr/1 trainer lists are arbitrary subsets (spec/fidelity.md §4.2): certify_file caps the engine side only
+            seq_hi.append(tv_interval(pi, pl, qi, ql, y, a[-1], b[-1], topk_caps=(True, False)))
         r = {"step": i % 3, "call_id": f"c{i}", "trajectory_id": f"t{i}", "role": "policy",
              "response": {"token_ids": ids}, "rollout": {"logprobs": a}, "trainer": {"logprobs": b}}
         if with_topk:

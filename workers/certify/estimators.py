@@ -6,6 +6,7 @@ estimators that can miss divergence sitting on unsampled tokens.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from workers.certify.robust import eta_from_precision
@@ -60,11 +61,35 @@ def sampled_estimates(logp_roll, logp_train, eta_roll=0.0, eta_train=0.0) -> dic
     }
 
 
+_CHUNK = 1 << 15  # elements per pass of the sampled-only certificate: its two temporaries stay in the L1/L2 cache
+
+
 def sampled_certificate(logp_roll: torch.Tensor, logp_train: torch.Tensor):
     """The cheapest certificate (hot path for sampled-only data): ``(lo, hi)`` with lo = |p_y − q_y| and
-    hi = 1 − min(p_y, q_y) (§5.2 Corollary with S_p = S_q = {y}); η = 0 — use :func:`sampled_estimates` for η > 0."""
-    p = torch.exp(_f64(logp_roll))
-    q = torch.exp(_f64(logp_train))
-    lo = torch.sub(p, q).abs_()
-    hi = torch.minimum(p, q, out=p).neg_().add_(1.0)  # reuse p's buffer: fewer fresh pages to fault in
-    return lo, hi
+    hi = 1 − min(p_y, q_y) (§5.2 Corollary with S_p = S_q = {y}); η = 0 — use :func:`sampled_estimates` for η > 0.
+
+    One fused pass in cache-sized chunks: p = e^a, q = e^b (float64, numpy's vectorised exp), then
+    lo = |p − q| and hi = 1 − min(p, q) straight into the outputs. The outputs are one numpy allocation (large
+    numpy buffers are backed by transparent huge pages, so first touch costs far fewer page faults).
+    """
+    a = _f64(logp_roll)
+    b = _f64(logp_train)
+    shape = torch.broadcast_shapes(a.shape, b.shape)
+    a = a.expand(shape).contiguous().numpy().reshape(-1)
+    b = b.expand(shape).contiguous().numpy().reshape(-1)
+    n = a.size
+    out = np.empty((2, n))
+    lo, hi = out[0], out[1]
+    m = min(n, _CHUNK)
+    p, q = np.empty(m), np.empty(m)
+    for s in range(0, n, _CHUNK):
+        e = min(n, s + _CHUNK)
+        k = e - s
+        pp, qq = p[:k], q[:k]
+        np.exp(a[s:e], out=pp)
+        np.exp(b[s:e], out=qq)
+        np.subtract(pp, qq, out=lo[s:e])
+        np.abs(lo[s:e], out=lo[s:e])
+        np.minimum(pp, qq, out=pp)
+        np.subtract(1.0, pp, out=hi[s:e])
+    return torch.from_numpy(lo).reshape(shape), torch.from_numpy(hi).reshape(shape)

@@ -253,8 +253,11 @@ def _process_chunk(run, items, opts):
     run.has_topk_p |= Kp > 0
     run.has_topk_q |= Kq > 0
     ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+    # fcr/1 (spec/fidelity.md §4.2): rollout.top_k is the engine's own top-K (descending) — caps apply if requested;
+    # trainer.top_k is the trainer's values on ids that must cover the rollout's (it may add more), not the trainer's
+    # own top-K, so it is an arbitrary subset: no trainer cap, no order requirement (§5.2 caps need a true top-K).
     r = tv_interval_topk(torch.from_numpy(p_ids), torch.from_numpy(p_lp), torch.from_numpy(q_ids),
-                         torch.from_numpy(q_lp), torch.from_numpy(y), ta, tb, caps=opts["caps"],
+                         torch.from_numpy(q_lp), torch.from_numpy(y), ta, tb, caps=(opts["caps"], False),
                          precision=opts["precision"], eta=opts["eta"])
     log_r = torch.clamp(tb - ta, -20.0, 20.0)
     k2 = 0.5 * log_r * log_r
@@ -395,7 +398,8 @@ def certify_file(path, *, threshold=None, budget=None, mode="tv", precision="fp3
     ``threshold`` (per-token ε or δ) or ``budget`` (error budget E: the threshold is the largest one keeping some
     TRM bound ≤ E at T_ref; without T_ref a pre-pass finds the longest response); neither ⇒ DEFAULT_THRESHOLDS.
     ``precision`` (fp32/bf16/fp16/fp64/exact) or ``eta`` declares the storage error of the logged log-probs (§5.5).
-    ``caps`` assumes the logged lists are each side's true top-K. Returns a JSON-safe dict (inf/NaN → None):
+    ``caps`` assumes rollout.top_k is the engine's true top-K (the trainer list never gets a cap: fcr/1 only
+    requires it to cover the rollout's ids, spec/fidelity.md §4.2). Returns a JSON-safe dict (inf/NaN → None):
     ``summary, bounds, bounds_simplified, budget, steps, length_buckets, errors, caveats, options``.
     """
     if mode not in MODES:
@@ -537,8 +541,9 @@ def _summarise(run, opts, budget, threshold_source, T_ref_opt):
         caveats.append("No top-K lists: token TV is certified only as [|p_y - q_y|, 1 - min(p_y, q_y)]; small TV is "
                        "certifiable only where the sampled token dominates both sides.")
     if opts["caps"] and (run.has_topk_p or run.has_topk_q):
-        caveats.append("Top-K caps assume each logged list is that side's true top-K (descending); pass caps=False "
-                       "for arbitrary subsets.")
+        caveats.append("Top-K caps assume rollout.top_k is the engine's true top-K (descending); pass caps=False "
+                       "if it is not. trainer.top_k is treated as an arbitrary subset (fcr/1: the trainer's values on "
+                       "the rollout's ids, possibly more), so no trainer cap is assumed.")
     caveats.append(f"Logged log-probs are assumed accurate to the declared storage precision "
                    f"({'eta=' + str(opts['eta']) if opts['eta'] is not None else opts['precision']}); intervals are "
                    f"widened accordingly (spec §5.5).")

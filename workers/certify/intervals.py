@@ -588,7 +588,8 @@ def tv_interval(p_topk_ids, p_topk_logprobs, q_topk_ids, q_topk_logprobs, sample
 
     p = rollout, q = trainer. Each list is that side's K most likely tokens, descending (K may be 0 and differ);
     the sampled token's two log-probs are passed separately (where it is listed, the values must agree).
-    ``topk_caps=False`` when the lists are arbitrary subsets (no cap on unlisted mass is then assumed).
+    ``topk_caps=False`` when the lists are arbitrary subsets (no cap on unlisted mass is then assumed), or a pair
+    ``(roll, train)`` per side (e.g. ``(True, False)``: the trainer list is the trainer's values on some ids).
     Raises :class:`DataError` (a ``ValueError``) for input that cannot be certified.
     """
     pi, pl = _as_list_tensors(p_topk_ids, p_topk_logprobs)
