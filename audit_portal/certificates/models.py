@@ -85,6 +85,8 @@ class SequenceSummary(models.Model):
     class Meta:
         ordering = ["line"]
         indexes = [
+            # the unfiltered page (ordered by line, id): without it a page of a 10⁶-row certificate sorts every row
+            models.Index(fields=["certificate", "line", "id"], name="seqsummary_cert_line"),
             models.Index(fields=["certificate", "status", "line"]),
             models.Index(fields=["certificate", "step", "line"]),
         ]

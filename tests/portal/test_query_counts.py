@@ -107,3 +107,21 @@ def _has_no_calibrate() -> bool:
 
     parser = Command().create_parser("manage.py", "load_contracts")
     return any("--no-calibrate" in a.option_strings for a in parser._actions)
+
+
+def test_a_certificate_sequence_page_reads_an_index_in_line_order_without_sorting(project):
+    """The unfiltered sequence page (ORDER BY line, id LIMIT n) must not sort all of a certificate's rows."""
+    from audit_portal.certificates.models import RunCertificate, SequenceSummary
+
+    if connection.vendor != "postgresql":
+        pytest.skip("EXPLAIN output checked on PostgreSQL")
+    digest = hashlib.sha256(b"seq").hexdigest()
+    upload = Upload.objects.create(project=project, original_name="r.jsonl", sha256=digest, size_bytes=1)
+    cert = RunCertificate.objects.create(project=project, upload=upload)
+    SequenceSummary.objects.bulk_create([SequenceSummary(certificate=cert, line=i, status="CERT_IN", accept=True)
+                                         for i in range(200)])
+    page = SequenceSummary.objects.filter(certificate=cert, line__gt=50).order_by("line", "id")[:101]
+    with connection.cursor() as cur:
+        cur.execute("SET LOCAL enable_seqscan = off")  # a tiny table would be scanned anyway; ask what it can do
+        plan = page.explain()
+    assert "seqsummary_cert_line" in plan and "Sort" not in plan, plan
