@@ -74,3 +74,4 @@ def test_production_settings_values(monkeypatch):
     assert prod.SECURE_HSTS_SECONDS >= 365 * 24 * 3600 and prod.SECURE_SSL_REDIRECT
     assert prod.CONTENT_SECURITY_POLICY_REPORT_ONLY is False
     assert "'unsafe-inline'" not in prod.CONTENT_SECURITY_POLICY["script-src"]
+    assert prod.REST_FRAMEWORK["DEFAULT_RENDERER_CLASSES"] == ["rest_framework.renderers.JSONRenderer"]
