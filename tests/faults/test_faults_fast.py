@@ -254,3 +254,36 @@ def test_a_waiting_job_is_resent_at_most_once_per_timeout(project, settings, mon
     assert sent == [job.pk, job.pk]
     job.refresh_from_db()
     assert job.state == JobState.QUEUED and "sent to the queue again" in job.message
+
+
+def test_a_task_that_crashes_before_claiming_its_job_fails_the_job_with_the_reason(project, monkeypatch):
+    """e.g. the engine does not import: without this the job would stay queued, resent and crashing for ever."""
+    import sys
+    import types
+
+    from workers.tasks import certify_upload
+
+    job = job_services.create_job(project=project, kind="certify_upload", task_name="workers.tasks.certify_upload",
+                                  subject_kind="upload", subject_id=1, enqueue=False)
+    monkeypatch.setitem(sys.modules, "workers.certify", types.ModuleType("workers.certify"))  # no certify_file
+    result = certify_upload.apply(args=[job.pk])
+    assert result.failed()
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED and "crashed before it could start: ImportError" in job.error
+
+
+def test_a_database_error_before_the_claim_leaves_the_job_for_the_reaper(project):
+    from celery.signals import task_failure
+
+    from workers.tasks import certify_upload
+
+    job = job_services.create_job(project=project, kind="certify_upload", task_name="workers.tasks.certify_upload",
+                                  enqueue=False)
+    task_failure.send(sender=certify_upload, task_id="t", exception=OperationalError("database restarting"),
+                      args=[job.pk], kwargs={}, traceback=None, einfo=None)
+    job.refresh_from_db()
+    assert job.state == JobState.QUEUED
+    task_failure.send(sender=certify_upload, task_id="t", exception=ValueError("boom"), args=[job.pk], kwargs={},
+                      traceback=None, einfo=None)
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED and "ValueError: boom" in job.error
