@@ -168,7 +168,10 @@ def _col_checks(I, R, v, allv, E, sorted_required, rows_ids):
         if not allv:
             _set(err, (~v[:-1] & v[1:]).any(0), ERR_PADDING)
         if sorted_required:
-            viol = R[1:] > R[:-1] + E[1:] + E[:-1] + 1e-12
+            tol = np.add(R[:-1], E[1:])
+            tol += E[:-1]
+            tol += 1e-12
+            viol = R[1:] > tol
             if not allv:
                 viol &= v[:-1] & v[1:]
             _set(err, viol.any(0), ERR_UNSORTED)
@@ -238,8 +241,12 @@ def _box(e, L, E, exact, big_possible=True):
     and costs a multiply instead of two exp passes; larger η use the exponentials."""
     if exact:
         return e, e
-    lo = e * (1.0 - E)
-    hi = e * (1.0 + E + E * E)
+    lo = np.subtract(1.0, E)
+    lo *= e
+    hi = np.multiply(E, E)
+    hi += E
+    hi += 1.0
+    hi *= e
     np.minimum(hi, 1.0, out=hi)
     if not big_possible:
         return lo, hi
