@@ -217,6 +217,61 @@ def session_cookie(env: PortalEnv) -> str:
     return env.manage("shell", "-c", code).stdout.strip().splitlines()[-1]
 
 
+def big_upload(env: PortalEnv, size_mb: int) -> dict:
+    """One large plain-JSONL upload through daphne (streamed, hashed, stored), then its validation job."""
+    from bench.ingest import make_file
+
+    path = env.dir / "big.jsonl"
+    info = make_file(path, size_mb, compress=False)
+    body, ctype = multipart(path.read_bytes(), "big.jsonl")
+    status, data, secs = request("POST", f"{env.base_urls[0]}/api/v1/projects/{env.slug}/uploads/", env.token, body,
+                                 ctype, timeout=1800)
+    out = {"mb": size_mb, "records": info["records"], "status": status, "upload_seconds": round(secs, 1),
+           "upload_mb_per_s": round(size_mb / secs, 1)}
+    if status == 201:
+        upload_id = data["id"]
+        wait_until(lambda: env.sql(f"select state from jobs_job where kind='validate_upload' and subject_id={upload_id}")
+                   [0][0] in ("succeeded", "failed"), 1800, 1.0)
+        row = env.sql("select state, extract(epoch from finished_at - started_at) from jobs_job "
+                      f"where kind='validate_upload' and subject_id={upload_id}")[0]
+        out.update(validation_state=row[0], validation_seconds=round(float(row[1]), 1),
+                   validation_mb_per_s=round(size_mb / float(row[1]), 1))
+        wait_until(lambda: env.sql(f"select state from jobs_job where kind='certify_upload' and subject_id={upload_id}")
+                   [0][0] in ("succeeded", "failed"), 1800, 1.0)
+        state, secs, tokens, seqs = env.sql(
+            "select state, extract(epoch from finished_at - started_at), result->>'tokens', result->>'sequences' "
+            f"from jobs_job where kind='certify_upload' and subject_id={upload_id}")[0]
+        out.update(certify_state=state, certify_seconds=round(float(secs), 1), certify_tokens=int(tokens or 0),
+                   certify_sequences=int(seqs or 0), certify_tokens_per_s=round(int(tokens or 0) / float(secs)),
+                   certify_sequences_per_s=round(int(seqs or 0) / float(secs)))
+    print(f"big upload: {out}", flush=True)
+    return out
+
+
+def job_throughput(env: PortalEnv) -> dict:
+    """Per job kind: how many finished, median seconds; certification tokens/s and sequence rows/s per worker process,
+    and what a sequence-summary row costs in PostgreSQL (table + indexes)."""
+    out = {}
+    for kind, n, median, total in env.sql(
+            "select kind, count(*), percentile_cont(0.5) within group (order by extract(epoch from finished_at - started_at)),"
+            " sum(extract(epoch from finished_at - started_at)) from jobs_job where state='succeeded' group by kind"):
+        out[kind] = {"succeeded": int(n), "median_s": round(float(median), 2), "busy_s": round(float(total), 1)}
+    tokens, seqs, busy = env.sql(
+        "select coalesce(sum((result->>'tokens')::bigint),0), coalesce(sum((result->>'sequences')::bigint),0),"
+        " coalesce(sum(extract(epoch from finished_at - started_at)),0) from jobs_job"
+        " where kind='certify_upload' and state='succeeded'")[0]
+    if float(busy) > 0:
+        out["certify_tokens_per_s"] = round(int(tokens) / float(busy))
+        out["certify_sequences_per_s"] = round(int(seqs) / float(busy))
+        out["certificates_per_s"] = round(out["certify_upload"]["succeeded"] / float(busy), 3)
+    rows, size = env.sql("select count(*), pg_total_relation_size('certificates_sequencesummary') "
+                         "from certificates_sequencesummary")[0]
+    if int(rows):
+        out["bytes_per_sequence_row"] = round(int(size) / int(rows))
+    print(f"jobs: {out}", flush=True)
+    return out
+
+
 def loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
@@ -229,6 +284,7 @@ def main() -> int:
     parser.add_argument("--worker-concurrency", type=int, default=1)
     parser.add_argument("--seed-uploads", type=int, default=60)
     parser.add_argument("--subscribers", type=int, default=20)
+    parser.add_argument("--big-upload-mb", type=int, default=0, help="also time one upload of this size (MiB)")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--worktree", action="store_true", help="run the working tree (default: git HEAD exported)")
     parser.add_argument("--keep", action="store_true")
@@ -260,6 +316,9 @@ def main() -> int:
         stop_subscribers()
         results["websockets"] = dict(stats)
         results["errors_start_at_clients"] = first_error
+        if args.big_upload_mb:
+            results["big_upload"] = big_upload(env, args.big_upload_mb)
+        results["job_throughput"] = job_throughput(env)
         backlog = env.sql("select state, count(*) from jobs_job group by state order by state")
         results["jobs_after"] = {s: int(n) for s, n in backlog}
         results["machine"]["loadavg_after"] = loadavg()
