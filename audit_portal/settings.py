@@ -217,6 +217,10 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 # Hardening that is safe over plain HTTP in development; audit_portal/settings_production.py adds the rest
 # (HTTPS-only cookies, HSTS, SSL redirect, an enforced Content-Security-Policy). docs/security.md explains each.
+# Sign-in: after this many failures for one username within the window, that username is refused for the window
+# (audit_portal/accounts/throttling.py). Counted in the default cache: the production settings share it via Redis.
+LOGIN_FAILURE_LIMIT = int(os.environ.get("LOGIN_FAILURE_LIMIT", 10))
+LOGIN_FAILURE_WINDOW_SECONDS = int(os.environ.get("LOGIN_FAILURE_WINDOW_SECONDS", 15 * 60))
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_SAMESITE = "Lax"

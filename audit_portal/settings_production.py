@@ -13,6 +13,7 @@ Optional:
   SECURE_HSTS_SECONDS           default one year; "0" disables HSTS (e.g. while trying a new host name)
   SECURE_HSTS_PRELOAD           "1" (default) adds ``preload`` to the HSTS header
   SESSION_COOKIE_AGE_SECONDS    default 12 hours
+  CACHE_URL                     Redis for the shared cache (rate limits); default REDIS_URL; none: per-process memory
 
 Every database, broker and storage setting is read from the environment exactly as in development (README).
 ``manage.py check --deploy --fail-level WARNING`` is clean under this module (tests/portal/test_deploy_check.py).
@@ -63,6 +64,13 @@ SESSION_COOKIE_SECURE = True
 CSRF_COOKIE_SECURE = True
 SESSION_COOKIE_AGE = int(os.environ.get("SESSION_COOKIE_AGE_SECONDS", 12 * 3600))
 # (HttpOnly session cookie, SameSite=Lax, nosniff, Referrer-Policy, COOP, X-Frame-Options DENY: base settings)
+
+# --- cache: one for every web process, so the rate limits (uploads, kernel submissions, sign-in) are global ----
+# (the base settings' per-process memory cache would give each process its own budget)
+_cache_url = os.environ.get("CACHE_URL") or REDIS_URL  # noqa: F405
+if _cache_url:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": _cache_url,
+                          "KEY_PREFIX": "audit-portal-cache"}}
 
 # --- Content-Security-Policy: enforced, websockets over TLS only -----------------------------------------
 CONTENT_SECURITY_POLICY = {**_BASE_CSP, "connect-src": ["'self'", "wss://{host}"],

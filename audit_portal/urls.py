@@ -4,6 +4,8 @@ from django.http import JsonResponse
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerSplitView
 
+from audit_portal.accounts.forms import ThrottledAuthenticationForm
+
 
 def healthz(request):
     return JsonResponse({"status": "ok"})
@@ -11,7 +13,8 @@ def healthz(request):
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("login/", auth_views.LoginView.as_view(template_name="auth/login.html", redirect_authenticated_user=True), name="login"),
+    path("login/", auth_views.LoginView.as_view(template_name="auth/login.html", redirect_authenticated_user=True,
+                                                authentication_form=ThrottledAuthenticationForm), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("healthz", healthz, name="healthz"),
     path("api/v1/", include("audit_portal.api_urls")),

@@ -21,3 +21,33 @@ class UploadRateThrottle(SimpleRateThrottle):
         else:
             ident = self.get_ident(request)
         return self.cache_format % {"scope": self.scope, "ident": ident}
+
+
+class LoginThrottle:
+    """Failed sign-ins counted per username (case-insensitive) in the cache: after ``LOGIN_FAILURE_LIMIT`` failures
+    within ``LOGIN_FAILURE_WINDOW_SECONDS`` the username is refused — correct password or not — until the window
+    passes. Per username, not per address: behind a reverse proxy every client shares one address. Unknown
+    usernames are counted the same way, so the answer never reveals whether an account exists."""
+
+    prefix = "login-failures:"
+
+    def key(self, username: str) -> str:
+        import hashlib
+
+        return self.prefix + hashlib.sha256(username.strip().lower().encode()).hexdigest()
+
+    def locked(self, username: str) -> bool:
+        from django.core.cache import cache
+
+        return cache.get(self.key(username), 0) >= settings.LOGIN_FAILURE_LIMIT
+
+    def failed(self, username: str) -> None:
+        from django.core.cache import cache
+
+        key = self.key(username)
+        if cache.add(key, 1, timeout=settings.LOGIN_FAILURE_WINDOW_SECONDS):
+            return
+        try:
+            cache.incr(key)
+        except ValueError:  # expired between add and incr
+            cache.add(key, 1, timeout=settings.LOGIN_FAILURE_WINDOW_SECONDS)

@@ -75,3 +75,11 @@ def test_production_settings_values(monkeypatch):
     assert prod.CONTENT_SECURITY_POLICY_REPORT_ONLY is False
     assert "'unsafe-inline'" not in prod.CONTENT_SECURITY_POLICY["script-src"]
     assert prod.REST_FRAMEWORK["DEFAULT_RENDERER_CLASSES"] == ["rest_framework.renderers.JSONRenderer"]
+
+
+def test_production_shares_the_rate_limit_cache_through_redis(monkeypatch):
+    monkeypatch.setenv("CACHE_URL", "redis://cache.internal:6379/3")
+    prod = _load_production(monkeypatch, AUDIT_SECRET_KEY=secrets.token_urlsafe(64), ALLOWED_HOSTS="portal.example.com")
+    cache = prod.CACHES["default"]
+    assert cache["BACKEND"] == "django.core.cache.backends.redis.RedisCache"
+    assert cache["LOCATION"] == "redis://cache.internal:6379/3"

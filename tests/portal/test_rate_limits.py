@@ -3,6 +3,7 @@ submissions share one budget per API key or user (UPLOAD_THROTTLE_RATE); reads a
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.core.cache import cache
 
 from audit_portal.kernels import services
@@ -34,3 +35,34 @@ def test_kernel_submissions_share_the_per_key_budget_with_uploads(api, project, 
     assert refused.json()["error"]["retry_after_seconds"] > 0
     assert Submission.objects.count() == 2
     assert api.get(url).status_code == 200  # reading is not limited
+
+
+@pytest.fixture
+def login_limit(settings):
+    settings.LOGIN_FAILURE_LIMIT = 3
+    cache.clear()
+    yield
+    cache.clear()
+
+
+def _sign_in(client, username, password):
+    return client.post("/login/", {"username": username, "password": password})
+
+
+def test_failed_sign_ins_lock_the_username_for_the_window(client, owner, login_limit):
+    for _ in range(3):
+        response = _sign_in(client, "olivia", "wrong-password")
+        assert response.status_code == 200 and b"didn't match" in response.content
+    locked = _sign_in(client, "OLIVIA", "pw-olivia-123")  # the right password, any case: still refused
+    assert locked.status_code == 200 and b"Too many failed sign-ins" in locked.content
+    assert "_auth_user_id" not in client.session
+    other = get_user_model().objects.create_user("pat", password="pw-pat-12345")
+    assert _sign_in(client, other.username, "pw-pat-12345").status_code == 302  # other accounts unaffected
+    client.logout()
+    cache.clear()  # the window has passed
+    assert _sign_in(client, "olivia", "pw-olivia-123").status_code == 302
+
+
+def test_unknown_usernames_are_counted_like_real_ones(client, login_limit):
+    answers = [_sign_in(client, "nobody", "x").content for _ in range(4)]
+    assert b"Too many failed sign-ins" in answers[-1]  # the same as for a real account: existence is not revealed
