@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from audit_portal.jobs.services import create_job
+from audit_portal.jobs.models import Job
 from audit_portal.kernels.models import Contract, Implementation, Submission, Verdict
 from audit_portal.runs.models import Run, Upload
 
@@ -23,9 +23,8 @@ def make_uploads(project, n, start=0):
         run = Run.objects.get_or_create(project=project, name=f"run-{i % 3}")[0]
         up = Upload.objects.create(project=project, run=run, original_name=f"r{i}.jsonl", sha256=digest, size_bytes=10,
                                    storage_name=f"uploads/{digest[:2]}/{digest}.jsonl", stage="valid")
-        for kind in ("validate_upload", "certify_upload", "fidelity_audit"):
-            create_job(project=project, kind=kind, task_name=f"workers.tasks.{kind}", subject_kind="upload",
-                       subject_id=up.pk, enqueue=False)
+        Job.objects.bulk_create([Job(project=project, kind=kind, task_name=f"workers.tasks.{kind}", subject_kind="upload",
+                                     subject_id=up.pk) for kind in ("validate_upload", "certify_upload", "fidelity_audit")])
 
 
 def make_submissions(project, n, start=0):
@@ -35,8 +34,8 @@ def make_submissions(project, n, start=0):
     impl = Implementation.objects.get_or_create(project=project, fingerprint="f", defaults={
         "name": "impl", "kind": "import_path", "import_path": "pkg.mod:fn"})[0]
     for i in range(start, start + n):
-        job = create_job(project=project, kind="run_kernel_submission", task_name="workers.tasks.run_kernel_submission",
-                         enqueue=False)
+        job = Job.objects.create(project=project, kind="run_kernel_submission",
+                                 task_name="workers.tasks.run_kernel_submission")
         sub = Submission.objects.create(project=project, implementation=impl, job=job,
                                         plan=[{"contract": contract.pk}])
         Verdict.objects.create(submission=sub, contract=contract, contract_class="C-PRC-01",
