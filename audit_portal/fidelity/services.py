@@ -1,8 +1,10 @@
 """Writes for fidelity audits and registered tokenizers.
 
-An audit job calls ``begin`` (replacing any earlier, possibly partial, report of the same upload: retries are
-idempotent), ``add_calls`` (bulk inserts, chunk by chunk), ``store_masks`` (the loss-mask export into the artifact
-store) and ``complete`` with the engine's report.
+An audit job calls ``begin`` (replacing any earlier, possibly partial, report of the same upload and its call rows in
+one transaction: retries are idempotent), ``add_calls`` (bulk inserts, batch by batch as the engine streams them; an
+attempt whose report was replaced by a newer attempt stops with :class:`ReportSuperseded` instead of writing into
+it), ``store_masks`` (the loss-mask export into the artifact store) and ``complete`` — the one place a finished
+report is stored — with the engine's report.
 """
 from __future__ import annotations
 
@@ -28,6 +30,10 @@ MASK_FORMATS = {"jsonl": "masks.jsonl", "bin": "masks.bin"}
 
 class InvalidTokenizer(PortalError):
     default_code = "invalid_tokenizer"
+
+
+class ReportSuperseded(Exception):
+    """The report this attempt writes into was replaced by a newer attempt of the audit (``begin``)."""
 
 
 def artifact_path(storage_name: str) -> Path:
@@ -158,8 +164,10 @@ def _text(value, limit):
     return "" if value is None else str(value)[:limit]
 
 
-def add_calls(report: FidelityReport, entries: list[dict], offsets: dict[int, int] | None = None) -> int:
-    offsets = offsets or {}
+def add_calls(report: FidelityReport, entries: list[dict]) -> int:
+    """Bulk-insert one batch of the engine's call entries (``byte_offset``: the line's offset in a plain upload, so
+    the drill-down reads one line). The report row is locked for the batch: if a newer attempt replaced it, raise
+    :class:`ReportSuperseded` rather than write rows nobody will read."""
     objs = []
     for e in entries:
         reasons = list(e.get("reasons") or [])
@@ -169,7 +177,7 @@ def add_calls(report: FidelityReport, entries: list[dict], offsets: dict[int, in
             malformed = (malformed or []) + [{"field": "spans", "reason": f"{len(spans)} spans; first "
                                                                           f"{MAX_STORED_SPANS} stored"}]
         objs.append(FidelityCall(
-            report=report, line=e["line"], byte_offset=offsets.get(e["line"]), call_id=_text(e.get("call_id"), 200),
+            report=report, line=e["line"], byte_offset=e.get("byte_offset"), call_id=_text(e.get("call_id"), 200),
             trajectory_id=_text(e.get("trajectory_id"), 200), call_index=e.get("call_index"),
             sample_id=_text(e.get("sample_id"), 200), step=e.get("step"), role=e.get("role") or "unknown",
             role_source=_text(e.get("role_source"), 12), purpose=_text(e.get("purpose"), 100),
@@ -183,7 +191,10 @@ def add_calls(report: FidelityReport, entries: list[dict], offsets: dict[int, in
             rules=e.get("rules") or {}, alignment=e.get("alignment"),
             certificate=_certificate_counts(e.get("certificate")), malformed=malformed,
         ))
-    FidelityCall.objects.bulk_create(objs, batch_size=BATCH)
+    with transaction.atomic():
+        if not FidelityReport.objects.select_for_update().filter(pk=report.pk).exists():
+            raise ReportSuperseded(f"fidelity report {report.pk} was replaced by a newer attempt")
+        FidelityCall.objects.bulk_create(objs, batch_size=BATCH)
     return len(objs)
 
 

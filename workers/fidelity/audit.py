@@ -31,6 +31,7 @@ from array import array
 import json
 import os
 import pickle
+import struct
 import tempfile
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
@@ -50,6 +51,7 @@ from workers.fidelity.tokenizer import TokenizerRegistry
 REPORT_SCHEMA = "fcr-audit/1"
 READ_SHARE = 0.9  # progress: the evaluation pass (bytes read) is 0 → 0.9, the verdict pass 0.9 → 1.0
 GC_EVERY = 4096  # lines between young-generation collections while the collector is paused
+_LEN = struct.Struct("<Q")  # spill framing: length of each call's pickle
 
 
 # ------------------------------------------------------------------------------------------- input
@@ -385,7 +387,11 @@ def _run(source, *, mode, tokenizer, masks_out, masks_format, path_label, progre
 
     with _gc_paused(), tempfile.TemporaryFile(prefix="fidelity-audit-") as spill:
         # ---- pass 1: evaluate every record once (R0–R4, R6–R8, certificate intervals) and index it
-        dump = pickle.Pickler(spill, protocol=pickle.HIGHEST_PROTOCOL).dump
+        def dump(item):  # one self-contained pickle per call (a shared Pickler's memo would keep every call alive)
+            data = pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
+            spill.write(_LEN.pack(len(data)))
+            spill.write(data)
+
         waiting: list = []  # calls whose certificate intervals are not computed yet, in file order
         count = 0
         next_report = 0.01
@@ -440,7 +446,10 @@ def _run(source, *, mode, tokenizer, masks_out, masks_format, path_label, progre
         # ---- pass 3: verdicts in file order → coverage, mask export, call_sink, calls[]
         report(READ_SHARE, f"read {count} call(s); final verdicts")
         spill.seek(0)
-        load = pickle.Unpickler(spill).load
+        def load():
+            (size,) = _LEN.unpack(spill.read(_LEN.size))
+            return pickle.loads(spill.read(size))
+
         writer = MaskWriter(masks_out, masks_format) if masks_out else None
         calls: list[dict] = []
         batch: list[dict] = []
@@ -471,6 +480,7 @@ def _run(source, *, mode, tokenizer, masks_out, masks_format, path_label, progre
                     gc.collect(1)
             if call_sink is not None and batch:
                 call_sink(batch)
+            batch = res = meta = None
         finally:
             masks = writer.close() if writer is not None else None
 
@@ -559,8 +569,10 @@ def audit_file(path, *, mode: str = "transition", tokenizer=None, masks_out=None
 
 
 def audit_records(records: Iterable, *, mode: str = "transition", tokenizer=None, masks_out=None,
-                  masks_format: str = "jsonl", **options) -> dict:
+                  masks_format: str = "jsonl", progress: Callable[[float, str], None] | None = None,
+                  call_sink: Callable[[list[dict]], None] | None = None, sink_batch: int = 1000, **options) -> dict:
     """:func:`audit_file` over in-memory records (dicts, or JSON ``bytes``/``str`` lines); line numbers are 1-based
-    positions in the list (progress: fraction of the records read)."""
+    positions in the list (progress: fraction of the records read; ``byte_offset`` is None)."""
     return _run(_list_source(list(records)), mode=mode, tokenizer=tokenizer, masks_out=masks_out,
-                masks_format=masks_format, path_label=None, **options)
+                masks_format=masks_format, progress=progress, call_sink=call_sink, sink_batch=sink_batch,
+                path_label=None, **options)

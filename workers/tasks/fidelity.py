@@ -5,13 +5,13 @@ from celery import shared_task
 
 from audit_portal.fidelity import services as fidelity
 from audit_portal.fidelity.models import RegisteredTokenizer
-from audit_portal.jobs.execution import JobInputError, run_job
+from audit_portal.jobs.execution import JobCancelled, JobInputError, run_job
 from audit_portal.runs import services as runs
 from audit_portal.runs.models import Upload
 
 AUDIT_OPTIONS = {"mode", "tau_align", "max_staleness", "allow_inferred_roles", "require_certificate",
                  "require_loss_mask", "delta"}
-CALL_BATCH = 5000
+CALL_BATCH = 2000  # call summaries per bulk insert (and per call_sink batch)
 
 
 def _project_registry(project):
@@ -43,20 +43,10 @@ def _project_registry(project):
     return ProjectTokenizers(RegisteredTokenizer.objects.filter(project=project))
 
 
-def _line_offsets(path: Path) -> dict[int, int]:
-    """line number (1-based, as the engine counts) → byte offset, for an uncompressed upload."""
-    offsets, pos = {}, 0
-    with open(path, "rb") as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.isspace():
-                offsets[number] = pos
-            pos += len(line)
-    return offsets
-
-
 @shared_task(name="workers.tasks.fidelity_audit", acks_late=True)
 def fidelity_audit(job_id: int) -> str:
-    """Audit a valid upload (spec/fidelity.md §6): the report, per-call summaries (bulk), the loss-mask export."""
+    """Audit a valid upload (spec/fidelity.md §6): the report, per-call summaries (bulk-inserted as the engine streams
+    them), the loss-mask export; progress is the engine's (fraction of the upload read, then verdicts stored)."""
     from workers.fidelity import audit_file  # pulls torch (certificates) lazily: workers only
 
     def work(job, progress):
@@ -67,21 +57,22 @@ def fidelity_audit(job_id: int) -> str:
         path = runs.artifact_path(upload.storage_name)
         if not path.exists():
             raise JobInputError(f"the uploaded file {upload.original_name} is no longer in the artifact store")
-        report = fidelity.begin(upload, options)
+        report = fidelity.begin(upload, options)  # replaces the rows of an earlier attempt (one transaction)
         registry = _project_registry(upload.project)
-        progress(0.05, "auditing calls", force=True)
+        progress(0.02, "auditing calls", force=True)
+        audit_progress = progress.stage(0.02, 0.93)  # engine: 0 → 0.9 bytes read, 0.9 → 1 verdicts stored
         scratch = runs.artifact_path("fidelity/tmp")
         scratch.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=scratch) as tmp:
             masks_jsonl = Path(tmp) / "masks.jsonl"
-            # The engine has no per-call sink (unlike certify_file): calls[] is held until the audit ends.
-            result = audit_file(path, tokenizer=registry, masks_out=masks_jsonl, masks_format="jsonl", **options)
-            progress(0.7, f"storing {len(result['calls'])} call summaries", force=True)
-            offsets = _line_offsets(path) if upload.compression == "none" else None
-            calls = result["calls"]
-            for start in range(0, len(calls), CALL_BATCH):
-                fidelity.add_calls(report, calls[start:start + CALL_BATCH], offsets)
-                progress(0.7 + 0.2 * min(1.0, (start + CALL_BATCH) / max(1, len(calls))), "storing call summaries")
+            # call summaries are bulk-inserted batch by batch as the engine emits them: nothing holds calls[]
+            try:
+                result = audit_file(path, tokenizer=registry, masks_out=masks_jsonl, masks_format="jsonl",
+                                    call_sink=lambda entries: fidelity.add_calls(report, entries),
+                                    sink_batch=CALL_BATCH, progress=audit_progress, **options)
+            except fidelity.ReportSuperseded:  # a newer attempt owns the report now: leave the job to it
+                raise JobCancelled() from None
+            progress(0.96, "storing the loss-mask export", force=True)
             masks = fidelity.store_masks(upload, masks_jsonl)
         used = [{"id": registry.available[s].pk, "name": registry.available[s].name, "sha256": s,
                  "kind": registry.available[s].kind} for s in registry.loaded()]
