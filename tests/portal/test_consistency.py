@@ -182,3 +182,19 @@ def test_the_transparency_log_is_verified_when_the_app_is_installed(processed, m
     monkeypatch.setattr(consistency, "_find_verify_log", lambda: raising)
     ok, out = run_check()
     assert not ok and "signature mismatch at index 7" in out
+
+
+def test_the_real_transparency_log_is_verified_and_a_forged_entry_is_caught(processed):
+    from django.apps import apps
+
+    if not apps.is_installed(consistency.ATTESTATIONS_APP):
+        pytest.skip("the attestations app is not installed")
+    from audit_portal.attestations.models import LogEntry
+
+    ok, out = run_check()
+    assert ok and "transparency_log=1" in out, out
+    LogEntry.objects.create(index=LogEntry.objects.count(), leaf_hash="0" * 64, envelope="{}",
+                            predicate_type="forged", subject_kind=LogEntry._meta.get_field("subject_kind").choices[0][0],
+                            subject_id=processed.pk, key_id="nobody")
+    ok, out = run_check()
+    assert not ok and "transparency log: entry" in out, out
