@@ -180,6 +180,19 @@ def _upload_of(report: Report, job: Job):
     return upload
 
 
+def _result_of(report: Report, job: Job, model, verb: str, noun: str, counter: str):
+    """(upload, the upload's result row) for a succeeded job; a missing row is a problem."""
+    upload = _upload_of(report, job)
+    if upload is None:
+        return None, None
+    row = model.objects.filter(upload=upload).first()
+    if row is None:
+        report.problem(f"job {job.pk} {verb} upload {upload.pk} but no {noun} is stored")
+    else:
+        report.counts[counter] += 1
+    return upload, row
+
+
 def _validated(report: Report, job: Job) -> None:
     upload = _upload_of(report, job)
     if upload is not None and upload.stage not in ("valid", "invalid"):
@@ -189,25 +202,16 @@ def _validated(report: Report, job: Job) -> None:
 def _certified(report: Report, job: Job) -> None:
     from audit_portal.certificates.models import RunCertificate
 
-    upload = _upload_of(report, job)
-    if upload is None:
-        return
-    cert = RunCertificate.objects.filter(upload=upload).first()
+    upload, cert = _result_of(report, job, RunCertificate, "certified", "certificate", "certificates")
     if cert is None:
-        report.problem(f"job {job.pk} certified upload {upload.pk} but no certificate is stored")
         return
-    report.counts["certificates"] += 1
     if cert.state != RunCertificate.State.COMPLETE:
         report.problem(f"certificate {cert.pk} of upload {upload.pk} is {cert.state} although job {job.pk} succeeded")
     if (job.result or {}).get("certificate") not in (None, cert.pk):
         report.problem(f"job {job.pk} names certificate {job.result.get('certificate')} but upload {upload.pk} "
                        f"holds certificate {cert.pk}")
-    rows = cert.sequence_summaries.count()
-    if rows != cert.sequences:
-        report.problem(f"certificate {cert.pk}: {rows} sequence summaries stored, {cert.sequences} certified")
-    dupes = cert.sequence_summaries.values("line").annotate(n=Count("id")).filter(n__gt=1).count()
-    if dupes:
-        report.problem(f"certificate {cert.pk}: {dupes} line(s) have more than one sequence summary (duplicate results)")
+    _rows_per_line(report, f"certificate {cert.pk}", cert.sequence_summaries, cert.sequences, "sequence summaries",
+                   "certified")
     if cert.steps.values("step").annotate(n=Count("id")).filter(n__gt=1).exists():
         report.problem(f"certificate {cert.pk}: a step has more than one aggregate (duplicate results)")
 
@@ -216,25 +220,26 @@ def _audited(report: Report, job: Job) -> None:
     from audit_portal.fidelity.models import FidelityReport
     from audit_portal.runs.services import artifact_path
 
-    upload = _upload_of(report, job)
-    if upload is None:
-        return
-    fr = FidelityReport.objects.filter(upload=upload).first()
+    upload, fr = _result_of(report, job, FidelityReport, "audited", "fidelity report", "fidelity_reports")
     if fr is None:
-        report.problem(f"job {job.pk} audited upload {upload.pk} but no fidelity report is stored")
         return
-    report.counts["fidelity_reports"] += 1
     if fr.state != FidelityReport.State.COMPLETE or fr.verdict not in ("PASS", "FAIL"):
         report.problem(f"fidelity report {fr.pk} of upload {upload.pk} is {fr.state} with verdict {fr.verdict!r} "
                        f"although job {job.pk} succeeded")
-    rows = fr.calls.count()
-    if rows != fr.calls_total:
-        report.problem(f"fidelity report {fr.pk}: {rows} call rows stored, {fr.calls_total} audited")
-    if fr.calls.values("line").annotate(n=Count("id")).filter(n__gt=1).exists():
-        report.problem(f"fidelity report {fr.pk}: a line has more than one call row (duplicate results)")
+    _rows_per_line(report, f"fidelity report {fr.pk}", fr.calls, fr.calls_total, "call rows", "audited")
     for fmt, info in ((fr.mask_export or {}).get("files") or {}).items():
         if not artifact_path(info.get("storage_name", "")).is_file():
             report.problem(f"fidelity report {fr.pk}: loss-mask export ({fmt}) {info.get('storage_name')} is missing")
+
+
+def _rows_per_line(report: Report, owner: str, rows, expected: int, noun: str, verb: str) -> None:
+    """One stored row per input line, as many as the engine reported: nothing lost, nothing stored twice."""
+    stored = rows.count()
+    if stored != expected:
+        report.problem(f"{owner}: {stored} {noun} stored, {expected} {verb}")
+    dupes = rows.values("line").annotate(n=Count("id")).filter(n__gt=1).count()
+    if dupes:
+        report.problem(f"{owner}: {dupes} line(s) have more than one of its {noun} (duplicate results)")
 
 
 def _conformance_ran(report: Report, job: Job) -> None:
