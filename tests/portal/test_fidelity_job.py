@@ -266,3 +266,79 @@ def test_variant_c_prime_undeclared_role_is_spurious(api, project):
     assert report.spurious_call_rate == pytest.approx(1 / 2)
     assert report.protocol_warnings and report.verdict == "PASS"  # nothing unverifiable was trained on
     assert report.coverage["background_ledger"] == {"unknown:title": {"calls": 1, "tokens": 2}}
+
+
+# ---------------------------------------------------------------------------------------------- streaming
+def test_call_rows_are_inserted_batch_by_batch_with_progress(api, project, monkeypatch):
+    """The job stores call summaries as the engine streams them (several bulk inserts, not one at the end) and
+    reports the engine's progress (bytes read, then verdicts stored) through the job's ProgressReporter."""
+    from audit_portal.fidelity import services
+    from audit_portal.jobs.execution import ProgressReporter
+    from workers.fidelity import audit_file
+    from workers.tasks import fidelity as task
+
+    monkeypatch.setattr(task, "CALL_BATCH", 5)
+    inserts = []
+    add_calls = services.add_calls
+    monkeypatch.setattr(services, "add_calls", lambda report, entries: inserts.append(len(entries)) or
+                        add_calls(report, entries))
+    seen = []
+    call = ProgressReporter.__call__
+
+    def record(self, fraction=None, message="", force=False):
+        if self.job.kind == "fidelity_audit":  # (the upload's validation job reports too)
+            seen.append((self.start + self.span * fraction if fraction is not None else None, message))
+        return call(self, fraction, message, force)
+
+    monkeypatch.setattr(ProgressReporter, "__call__", record)
+    recs = records(trajectories=10)
+    report, job = audited(api, project, recs, name="streamed.jsonl")
+    stored = FidelityCall.objects.filter(report=report)
+    assert len(inserts) == -(-len(recs) // 5) >= 5 and set(inserts[:-1]) == {5}
+    assert stored.count() == report.calls_total == len(recs)
+    # rows equal what the engine reports for the same file, line offsets included
+    engine = {e["line"]: e for e in audit_file(task.runs.artifact_path(report.upload.storage_name))["calls"]}
+    for row in stored:
+        e = engine[row.line]
+        assert (row.call_id, row.verdict, row.primary_reason, row.byte_offset, row.verifiable_tokens) == \
+            (e["call_id"], e["verdict"], e["primary_reason"] or "", e["byte_offset"], e["verifiable_tokens"])
+    fractions = [f for f, _ in seen if f is not None]
+    assert all(a <= b for a, b in zip(fractions, fractions[1:]))
+    reading = [f for f, m in seen if "of the file read" in m]
+    storing = [f for f, m in seen if m.startswith("stored ")]
+    assert len(reading) >= 10 and 0.02 <= min(reading) and max(reading) <= 0.02 + 0.93 * 0.9 + 1e-9
+    assert len(storing) == len(recs) // 5 and all(0.02 + 0.93 * 0.9 - 1e-9 <= f <= 0.95 + 1e-9 for f in storing)
+    assert Job.objects.get(pk=job.pk).progress == 1.0
+
+
+def test_an_attempt_whose_report_was_replaced_stops_without_writing(api, project, monkeypatch):
+    """A stale attempt (its worker stalled while a redelivery started over) must not write rows into the report the
+    newer attempt replaced, nor touch the job; rerunning leaves exactly one set of rows."""
+    from audit_portal.fidelity import services
+    from workers.tasks import fidelity as task
+
+    recs = records(trajectories=4)
+    report, job = audited(api, project, recs)
+    assert FidelityCall.objects.count() == len(recs)
+    monkeypatch.setattr(task, "CALL_BATCH", 5)
+    add_calls = services.add_calls
+    state = {"batches": 0}
+
+    def newer_attempt_starts_midway(report, entries):
+        state["batches"] += 1
+        if state["batches"] == 2:  # a newer attempt begins: the report this attempt writes into is replaced
+            services.begin(report.upload, {})
+        return add_calls(report, entries)
+
+    monkeypatch.setattr(services, "add_calls", newer_attempt_starts_midway)
+    Job.objects.filter(pk=job.pk).update(state="queued")
+    assert fidelity_audit(job.pk) == "cancelled"  # stopped, and the job is left to the newer attempt
+    assert Job.objects.get(pk=job.pk).state == "running"
+    assert FidelityReport.objects.count() == 1 and FidelityCall.objects.count() == 0  # the newer report's rows only
+    with pytest.raises(services.ReportSuperseded):
+        add_calls(report, [{"line": 1, "verdict": "verifiable"}])  # the first report is gone too
+    monkeypatch.setattr(services, "add_calls", add_calls)
+    Job.objects.filter(pk=job.pk).update(state="queued")
+    assert fidelity_audit(job.pk) == "succeeded"
+    final = FidelityReport.objects.get()
+    assert FidelityCall.objects.count() == FidelityCall.objects.filter(report=final).count() == len(recs)
