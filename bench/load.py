@@ -33,22 +33,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.portal_env import PortalEnv, multipart, request, synth_log, wait_until  # noqa: E402
 
 MIX = [("upload_list", 3), ("upload_detail", 3), ("job_list", 2), ("job_detail", 2), ("run_certificate", 1),
-       ("upload_post", 1)]
+       ("upload_post", 1), ("project_page", 1), ("run_page", 1)]
 
 
 class Client:
     """One keep-alive connection per client thread to one daphne process."""
 
-    def __init__(self, base: str, token: str):
+    def __init__(self, base: str, token: str, cookie: str = ""):
         host, port = base.removeprefix("http://").split(":")
-        self.host, self.port, self.token = host, int(port), token
+        self.host, self.port, self.token, self.cookie = host, int(port), token, cookie
         self.conn = None
 
     def call(self, method: str, path: str, body=None, ctype=None, timeout=30.0) -> int:
         for attempt in (1, 2):
             if self.conn is None:
                 self.conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
-            headers = {"Authorization": f"Bearer {self.token}"}
+            # pages are for people (session cookie), the API for keys
+            headers = {"Cookie": f"sessionid={self.cookie}"} if path.startswith("/p/") else {
+                "Authorization": f"Bearer {self.token}"}
             if ctype:
                 headers["Content-Type"] = ctype
             try:
@@ -82,7 +84,7 @@ def run_step(env: PortalEnv, clients: int, seconds: float, ids: dict, seed: int)
 
     def worker(n: int):
         rng = random.Random(seed * 1000 + n)
-        client = Client(env.base_urls[n % len(env.base_urls)], env.token)
+        client = Client(env.base_urls[n % len(env.base_urls)], env.token, ids["cookie"])
         while time.monotonic() < stop:
             kind = rng.choice(kinds)
             body = ctype = None
@@ -95,6 +97,10 @@ def run_step(env: PortalEnv, clients: int, seconds: float, ids: dict, seed: int)
                 path = f"/api/v1/projects/{slug}/jobs/?page_size=50"
             elif kind == "job_detail":
                 path = f"/api/v1/jobs/{rng.choice(ids['jobs'])}/"
+            elif kind == "project_page":
+                path = f"/p/{slug}/"
+            elif kind == "run_page":
+                path = f"/p/{slug}/runs/{rng.choice(ids['runs'])}/"
             elif kind == "run_certificate":
                 path = f"/api/v1/runs/{rng.choice(ids['runs'])}/certificate/"
             else:
@@ -298,7 +304,8 @@ def main() -> int:
         env.start_web(args.web_processes)
         env.start_worker("load", concurrency=args.worker_concurrency)
         ids = seed(env, args.seed_uploads)
-        stats, stop_subscribers = start_subscribers(env, args.subscribers, session_cookie(env))
+        ids["cookie"] = session_cookie(env)
+        stats, stop_subscribers = start_subscribers(env, args.subscribers, ids["cookie"])
         wait_until(lambda: stats["connected"] + stats["refused"] + stats["failed"] >= args.subscribers, 30)
         print(f"websocket subscribers: {dict(stats)}", flush=True)
         first_error = None
