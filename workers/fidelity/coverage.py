@@ -66,7 +66,9 @@ class Distribution:
         if not self.count:
             return None
         if self._exact is not None:
-            return float(np.quantile(np.concatenate(self._exact), q))
+            if len(self._exact) > 1:  # concatenated once, kept for the next quantile
+                self._exact = [np.concatenate(self._exact)]
+            return float(np.quantile(self._exact[0], q))
         rank = q * (self.count - 1)
         if rank < self.zeros:
             return 0.0

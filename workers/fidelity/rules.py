@@ -196,9 +196,6 @@ def topk_arrays(tk, n):
     return ids, lps, lens
 
 
-_LIST_ONLY = frozenset({list})
-
-
 def topk_checked(tk, n):
     """A well-formed top-K list (§4.2: per position ``[[id:int≥0, lp:number], …]``, aligned to n) as
     :func:`topk_arrays` returns it, checking the structure in the same C-level passes that convert it; ``None`` when
@@ -211,11 +208,10 @@ def topk_checked(tk, n):
     if n == 0:
         return np.zeros((0, 0), dtype=np.int64), np.zeros((0, 0)), np.zeros(0, dtype=np.int64)
     try:
-        if not set(map(type, tk)) <= _LIST_ONLY:
-            return None
         entries = list(chain.from_iterable(tk))
-        # every entry has length 2; a non-list of length 2 (a JSON object or string) flattens to strings, which the
-        # typed arrays below refuse — so this and the conversions are the validator's pair/int/number checks
+        # every entry has length 2; a position or entry that is not a list (a JSON object or string) flattens to
+        # strings, which the typed arrays below refuse, and a number or null does not flatten at all — so this and
+        # the conversions are the validator's list/pair/int/number checks
         if list(map(len, entries)).count(2) != len(entries):
             return None
         flat = list(chain.from_iterable(entries))
