@@ -141,11 +141,28 @@ def _populate(project, owner) -> Objects:
         victim_key=issue_api_key(project=project, name="victim", scopes=["read"]).key.pk)
 
 
-def _remove_world(contracts_before: set[int]) -> None:
+# Signing the world's certificates appends to the transparency log, whose rows are append-only (triggers refuse
+# DELETE): emptied the way the test suite's flush does it, when they were empty before the world was built.
+LOG_MODELS = ("attestations.LogEntry", "attestations.Checkpoint", "attestations.SigningKey")
+
+
+def _log_models():
+    from django.apps import apps
+
+    return [apps.get_model(label) for label in LOG_MODELS if apps.is_installed("audit_portal.attestations")]
+
+
+def _remove_world(contracts_before: set[int], log_was_empty: bool) -> None:
+    from django.core.management.color import no_style
+    from django.db import connection
+
     User = get_user_model()
     Project.objects.filter(slug__in=[OWN_SLUG, FOREIGN_SLUG]).delete()  # cascades to everything in them
     User.objects.filter(username__startswith="authz-").delete()
     Contract.objects.exclude(pk__in=contracts_before).delete()
+    if log_was_empty and _log_models():
+        tables = [m._meta.db_table for m in _log_models()]
+        connection.ops.execute_sql_flush(connection.ops.sql_flush(no_style(), tables, allow_cascade=True))
 
 
 @pytest.fixture(scope="module")
@@ -158,6 +175,7 @@ def world(django_db_setup, django_db_blocker, tmp_path_factory):
     User = get_user_model()
     with django_db_blocker.unblock():
         contracts_before = set(Contract.objects.values_list("pk", flat=True))
+        log_was_empty = not any(m.objects.exists() for m in _log_models())
     broker = app.conf.broker_url
     try:
         with django_db_blocker.unblock(), override_settings(ARTIFACT_ROOT=root):
@@ -183,7 +201,7 @@ def world(django_db_setup, django_db_blocker, tmp_path_factory):
     finally:
         app.conf.broker_url = broker
         with django_db_blocker.unblock():
-            _remove_world(contracts_before)
+            _remove_world(contracts_before, log_was_empty)
 
 
 @pytest.fixture(autouse=True)
