@@ -384,7 +384,8 @@ def _methods(callback) -> set[str]:
     source = inspect.getsource(inspect.unwrap(callback))  # with its decorators
     if "@require_POST" in source:
         return {"POST"}
-    return {"GET", "POST"} if 'request.method == "POST"' in source else {"GET"}
+    reads_posts = any(s in source for s in ('request.method == "POST"', "request.POST", "request.FILES"))
+    return {"GET", "POST"} if reads_posts else {"GET"}
 
 
 def routes() -> dict[tuple[str, str], object]:
