@@ -72,8 +72,11 @@ def sampled_certificate(logp_roll: torch.Tensor, logp_train: torch.Tensor):
     lo = |p − q| and hi = 1 − min(p, q) straight into the outputs. The outputs are one numpy allocation (large
     numpy buffers are backed by transparent huge pages, so first touch costs far fewer page faults).
     """
-    a = _f64(logp_roll)
-    b = _f64(logp_train)
+    a = _f64(logp_roll).detach()
+    b = _f64(logp_train).detach()
+    if a.device.type != "cpu" or b.device.type != "cpu":  # on an accelerator: the same two formulas in torch
+        p, q = torch.exp(a), torch.exp(b)
+        return (p - q).abs(), 1.0 - torch.minimum(p, q)
     shape = torch.broadcast_shapes(a.shape, b.shape)
     a = a.expand(shape).contiguous().numpy().reshape(-1)
     b = b.expand(shape).contiguous().numpy().reshape(-1)

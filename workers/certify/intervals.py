@@ -497,8 +497,9 @@ def _interval_block(pI, pR, qI, qR, y, a, b, caps_p, caps_q, k_eta, nu, Ep=None,
 
 
 def _prepare(p_ids, p_lp, q_ids, q_lp, y, a, b):
-    p_ids, q_ids, y = _ids(p_ids), _ids(q_ids), _ids(y)
-    p_lp, q_lp, a, b = _f64(p_lp), _f64(q_lp), _f64(a), _f64(b)
+    # host copies without autograd history: the kernel is numpy (certificates are not differentiated)
+    p_ids, q_ids, y = (_ids(x).detach().cpu() for x in (p_ids, q_ids, y))
+    p_lp, q_lp, a, b = (_f64(x).detach().cpu() for x in (p_lp, q_lp, a, b))
     lead = y.shape
     if p_ids.shape != p_lp.shape or q_ids.shape != q_lp.shape:
         raise ValueError("ids and log-probs of a list must have the same shape")
@@ -551,7 +552,7 @@ def tv_interval_topk(p_ids, p_lp, q_ids, q_lp, sampled_id, logp_roll_y, logp_tra
         E = None
     else:
         k_eta = nu = 0.0
-        E = [eta_from_precision(x, precision, eta).contiguous().numpy()
+        E = [eta_from_precision(x, precision, eta).detach().contiguous().numpy()
              for x in (p_lp.reshape(n, Kp), q_lp.reshape(n, Kq), a.reshape(-1), b.reshape(-1))]
     lo, hi, kl_lo, kl_hi = (np.empty(n) for _ in range(4))
     err = np.empty(n, np.int32)
