@@ -10,9 +10,13 @@ t_p = 1 − Σ_{S_p} p_i, t_q likewise; top-K caps c_p = min(τ_p, t_p), c_q = m
 
 Theorem A:  TV ∈ [½(D_B + max(|p_W − q_W|, ℓ_P + ℓ_Q, exact capped W-minimum)),  1 − Σ_B min(p_i, q_i)].
 
+Caps (§5.2) need a list to be that side's true top-K; ``caps`` is a bool for both sides or a pair (roll, train):
+fcr/1 trainer lists are the trainer's values on ids covering the rollout's (spec/fidelity.md §4.2), not its top-K.
+
 Tensor layout: lists are ``[..., K]`` with id ``-1`` marking an absent (padding) entry; padding must be trailing.
-Everything is float64, vectorised over positions (no Python loop per token); rows are processed in blocks so the
-``[N, K_p, K_q]`` membership test stays small.
+Everything is float64, vectorised over positions (no Python loop per token): ``tv_interval_topk`` runs a numpy
+kernel over blocks of rows in column layout (:func:`_interval_block`); tests/certify/slow_reference.py is the same
+mathematics written position by position, and the two agree within 1e-12.
 """
 from __future__ import annotations
 
