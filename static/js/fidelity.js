@@ -1,4 +1,5 @@
-// Fidelity pages: draw the server-built Plotly figures; show a token's details on hover in the call drill-down.
+// Fidelity pages: draw the server-built Plotly figures; show a token's details on hover in the call drill-down;
+// follow a running audit job live.
 (function () {
   "use strict";
   const config = {responsive: true, displaylogo: false};
@@ -33,5 +34,20 @@
     });
   }
 
-  window.FidelityPage = { drawFigures, tokens };
+  // A running audit job: progress live over /ws/jobs/<id>/ (LivePortal, polling when the socket is down); when it
+  // succeeds the page reloads to show the stored report.
+  function followJobs() {
+    if (!window.LivePortal) return;
+    document.querySelectorAll("[data-live-job]").forEach((card) => {
+      const pct = card.querySelector("[data-field=pct]");
+      new MutationObserver(() => {
+        const bar = card.querySelector("[data-field=progress]");
+        if (pct && bar) pct.textContent = bar.style.width;
+        if (card.dataset.state === "succeeded") location.reload();
+      }).observe(card, {attributes: true, subtree: true, attributeFilter: ["data-state", "style"]});
+      LivePortal.job(card, card.querySelector("[data-field=dot]"));
+    });
+  }
+
+  window.FidelityPage = { drawFigures, tokens, followJobs };
 })();

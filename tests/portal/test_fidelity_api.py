@@ -186,3 +186,23 @@ def test_tokenizer_form_upload(client, project, owner):
     response = client.post(url, {"file": as_file(TOY_VOCAB_TEXT.encode(), "vocab.json"), "name": "toy"}, follow=True)
     assert "Registered toy" in response.content.decode() and TOY_TOKENIZER_SHA in response.content.decode()
     assert RegisteredTokenizer.objects.filter(project=project, sha256=TOY_TOKENIZER_SHA).count() == 1
+
+
+def test_fidelity_page_follows_a_running_audit_live(client, project, member_of, report):
+    """While a (re-)audit runs, the page shows its progress and follows /ws/jobs/<id>/ (polling /api/v1/jobs/<id>/
+    when the socket is down) instead of needing a reload; finished jobs stay plain notices."""
+    from audit_portal.jobs import services as job_services
+
+    running = job_services.create_job(project=project, kind="fidelity_audit", task_name="workers.tasks.fidelity_audit",
+                                      subject_kind="upload", subject_id=report.upload_id, enqueue=False)
+    job_services.start_job(running.pk)
+    job_services.report_progress(running, 0.42, "auditing: 45% of the file read (line 9)")
+    client.force_login(member_of(project, Role.MEMBER))
+    html = client.get(f"/p/{project.slug}/runs/{report.run_id}/fidelity/").content.decode()
+    card = html[html.index("data-live-job"):][:2000]
+    assert f'data-socket="/ws/jobs/{running.pk}/"' in card and f'data-api="/api/v1/jobs/{running.pk}/"' in card
+    assert 'data-state="running"' in card and "width: 42%" in card and "45% of the file read" in card
+    assert "/static/js/fidelity.js" in html and "FidelityPage.followJobs()" in html
+    job_services.fail_job(running, "boom")
+    html = client.get(f"/p/{project.slug}/runs/{report.run_id}/fidelity/").content.decode()
+    assert "data-live-job" not in html and f"#{running.pk}</a> is failed: boom" in html
