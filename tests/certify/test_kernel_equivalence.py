@@ -118,3 +118,21 @@ def test_sampled_certificate_equals_definition(seed, n):
         p, q = torch.exp(torch.from_numpy(a)), torch.exp(torch.from_numpy(b))
         assert torch.allclose(lo, (p - q).abs(), rtol=0, atol=1e-15)
         assert torch.allclose(hi, 1.0 - torch.minimum(p, q), rtol=0, atol=1e-15)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), K=st.sampled_from([21, 22, 30]), big=st.booleans(),
+       prec=st.sampled_from(["exact", "fp32", "bf16"]))
+def test_long_lists_and_64_bit_ids(seed, K, big, prec):
+    """K > 21 takes the byte-sum fallback (no 8-byte words), ids ≥ 2^31 the int64 path."""
+    rng = np.random.default_rng(seed)
+    rows = [make_row(rng, 40, "topk", str(rng.choice(["topk", "covers", "subset"])), K, K, 0) for _ in range(24)]
+    off = 2**40 if big else 0
+    rows = [([(i + off, v) for i, v in pl], [(i + off, v) for i, v in ql], y + off, a, b) for pl, ql, y, a, b in rows]
+    caps = (True, bool(rng.integers(2)))
+    r = tv_interval_topk(*to_tensors(rows), caps=caps, precision=prec)
+    for i, (pl, ql, y, a, b) in enumerate(rows):
+        lo, hi, err, kl_lo, _kl_hi, _ = slow_interval(pl, ql, y, a, b, caps=caps, precision=prec)
+        assert int(r.err[i]) == err
+        assert abs(float(r.lo[i]) - lo) <= 1e-12 and abs(float(r.hi[i]) - hi) <= 1e-12
+        assert abs(float(r.kl_lo[i]) - kl_lo) <= 1e-12 * max(1.0, kl_lo)
