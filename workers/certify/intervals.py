@@ -87,14 +87,8 @@ def _ids(x):
     return torch.as_tensor(x, dtype=torch.int64)
 
 
-def _rmax(x, fill):
-    """Row-wise max that also works for K = 0 (returns ``fill``)."""
-    if x.shape[1] == 0:
-        return torch.full((x.shape[0],), fill, dtype=x.dtype)
-    return x.amax(1)
-
-
 def _rmin(x, fill):
+    """Row-wise min that also works for K = 0 (returns ``fill``)."""
     if x.shape[1] == 0:
         return torch.full((x.shape[0],), fill, dtype=x.dtype)
     return x.amin(1)
