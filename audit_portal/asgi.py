@@ -8,6 +8,10 @@ import orjson
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "audit_portal.settings")
+# Django runs each request's sync code in a thread of its own under ASGI, so a persistent database connection is
+# never reused and stays open per thread: 64 concurrent clients exhausted 200 PostgreSQL connections (bench/load.py).
+# Connect per request (Django's advice for ASGI); put PgBouncer in front of PostgreSQL at scale (docs/deploy.md).
+os.environ.setdefault("DB_CONN_MAX_AGE", "0")
 django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs the app registry)

@@ -104,7 +104,10 @@ EMBEDDED_DATABASE = not DATABASE_URL
 if EMBEDDED_DATABASE:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     DATABASE_URL = f"sqlite:///{VAR_DIR / 'portal.sqlite3'}"
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
+# Persistent connections for workers and management commands; the ASGI entry point sets DB_CONN_MAX_AGE=0 (each
+# request runs in a thread of its own there, and a kept connection per thread exhausted PostgreSQL under load).
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=int(os.environ.get("DB_CONN_MAX_AGE", 60)),
+                                              conn_health_checks=True)}
 if EMBEDDED_DATABASE:
     # SQLite serialises writers; a worker and the web process share it, so wait rather than fail.
     DATABASES["default"]["OPTIONS"] = {"timeout": 30, "transaction_mode": "IMMEDIATE"}

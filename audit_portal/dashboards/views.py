@@ -76,6 +76,9 @@ def job_page(request, pk):
     return render(request, "dashboards/job.html", ctx)
 
 
+RUN_PAGE_ROWS = 100
+
+
 @login_required
 def run_page(request, slug, pk):
     ctx = page_context(request, slug)
@@ -85,8 +88,12 @@ def run_page(request, slug, pk):
     certificates = certificate_selectors.certificates_for(ctx["principal"]).filter(run=run)
     chosen = request.GET.get("certificate")
     certificate = (certificates.filter(pk=chosen).first() if chosen and chosen.isdigit() else None) or certificates.first()
-    ctx.update(run=run, uploads=run.uploads.order_by("-created_at"), certificate=certificate,
-               certificates=certificates, certify_jobs=job_selectors.jobs_for(ctx["principal"], ctx["project"]).filter(
+    # A run gains an upload (and a certificate) per submission: the page shows the newest ones, each row from one
+    # query (the rows' project, run and file name joined in), never every certificate's JSON.
+    uploads = run.uploads.select_related("project", "run").order_by("-created_at", "-id")
+    choices = certificates.select_related(None).select_related("upload").only("id", "created_at", "upload__original_name")
+    ctx.update(run=run, uploads=uploads[:RUN_PAGE_ROWS], uploads_total=run.uploads.count(), certificate=certificate,
+               certificates=choices[:RUN_PAGE_ROWS], certify_jobs=job_selectors.jobs_for(ctx["principal"], ctx["project"]).filter(
                    kind="certify_upload", subject_kind="upload", subject_id__in=run.uploads.values("pk")).exclude(
                    state__in=["succeeded"])[:5])
     if certificate is not None:

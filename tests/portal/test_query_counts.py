@@ -125,3 +125,28 @@ def test_a_certificate_sequence_page_reads_an_index_in_line_order_without_sortin
         cur.execute("SET LOCAL enable_seqscan = off")  # a small table would be scanned anyway; ask what it can do
         plan = page.explain()
     assert "seqsummary_cert_line" in plan and "Sort" not in plan, plan
+
+
+def test_the_run_page_does_not_grow_with_the_runs_uploads_and_certificates(client, owner, project):
+    from audit_portal.certificates.models import RunCertificate
+
+    def grow(n, start):
+        make_uploads(project, n, start)
+        for up in Upload.objects.filter(certificate__isnull=True):
+            RunCertificate.objects.create(project=project, run=up.run, upload=up, state="complete",
+                                          summary={"big": list(range(50))})
+
+    client.force_login(owner)
+    grow(3, 0)
+    run = Run.objects.get(name="run-0")
+    url = f"/p/{project.slug}/runs/{run.pk}/"
+    client.get(url)
+    with CaptureQueriesContext(connection) as few:
+        small = client.get(url)
+    grow(60, 3)
+    with CaptureQueriesContext(connection) as many:
+        large = client.get(url)
+    assert small.status_code == large.status_code == 200
+    assert len(many.captured_queries) == len(few.captured_queries), [q["sql"][:120] for q in many.captured_queries]
+    assert large.content.count(b"<option value=") == run.certificates.count() == 21  # every certificate offered
+    assert b"21 uploads" in large.content
