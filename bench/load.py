@@ -171,8 +171,9 @@ async def ws_subscriber(host: str, port: int, path: str, cookie: str, stop: asyn
                 return
             stats["events"] += 1
         writer.close()
-    except Exception:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001
         stats["failed"] += 1
+        stats[f"failed:{type(exc).__name__}"] += 1
 
 
 def start_subscribers(env: PortalEnv, count: int, cookie: str):
