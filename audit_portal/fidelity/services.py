@@ -227,6 +227,8 @@ def store_masks(upload, jsonl_path: Path) -> dict:
 
 @transaction.atomic
 def complete(report: FidelityReport, result: dict, *, tokenizers: dict, masks: dict) -> FidelityReport:
+    if not FidelityReport.objects.select_for_update().filter(pk=report.pk).exists():  # never resurrect a replaced one
+        raise ReportSuperseded(f"fidelity report {report.pk} was replaced by a newer attempt")
     coverage = result.get("coverage") or {}
     report.verdict = result["verdict"]
     report.verdict_reasons = result.get("verdict_reasons") or []

@@ -342,3 +342,14 @@ def test_an_attempt_whose_report_was_replaced_stops_without_writing(api, project
     assert fidelity_audit(job.pk) == "succeeded"
     final = FidelityReport.objects.get()
     assert FidelityCall.objects.count() == FidelityCall.objects.filter(report=final).count() == len(recs)
+
+
+def test_a_replaced_report_is_never_completed_again(api, project):
+    """complete() on a report a newer attempt replaced raises instead of re-inserting it under its old id."""
+    from audit_portal.fidelity import services
+
+    report, _ = audited(api, project, examples())
+    newer = services.begin(report.upload, {})
+    with pytest.raises(services.ReportSuperseded):
+        services.complete(report, {"verdict": "PASS", "coverage": {}}, tokenizers={}, masks={})
+    assert list(FidelityReport.objects.values_list("pk", flat=True)) == [newer.pk]

@@ -78,7 +78,10 @@ def fidelity_audit(job_id: int) -> str:
                  "kind": registry.available[s].kind} for s in registry.loaded()]
         unmatched = sorted(set(result["tokenizers"]["unregistered_seen"]) | set(registry.load_errors))
         tokenizers = {"used": used, "unmatched": unmatched, "load_errors": registry.load_errors}
-        report = fidelity.complete(report, result, tokenizers=tokenizers, masks=masks)
+        try:
+            report = fidelity.complete(report, result, tokenizers=tokenizers, masks=masks)
+        except fidelity.ReportSuperseded:
+            raise JobCancelled() from None
         return {"report": report.pk, "verdict": report.verdict,
                 "closed_failure_violations": report.closed_failure_violations, "calls": report.calls_total,
                 "policy_tokens": report.policy_tokens, "verifiable_fraction": report.verifiable_fraction,
