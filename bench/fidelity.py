@@ -42,9 +42,7 @@ from workers.fcr import validate_file
 from workers.fidelity import audit_file
 if phase == "audit+cert":
     import workers.certify.intervals  # import cost (torch) is not audit time
-def cpu():
-    t = os.times()
-    return t.user + t.system
+cpu = time.process_time  # user + system, every thread of this process
 if phase == "parse-nogc":
     gc.disable()
 t, c = time.perf_counter(), cpu()
