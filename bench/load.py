@@ -36,6 +36,9 @@ MIX = [("upload_list", 3), ("upload_detail", 3), ("job_list", 2), ("job_detail",
        ("upload_post", 1), ("project_page", 1), ("run_page", 1)]
 
 
+PHASE = ["setup"]  # what the load generator is doing now, for the websocket failure counts
+
+
 class Client:
     """One keep-alive connection per client thread to one daphne process."""
 
@@ -173,7 +176,7 @@ async def ws_subscriber(host: str, port: int, path: str, cookie: str, stop: asyn
         writer.close()
     except Exception as exc:  # noqa: BLE001
         stats["failed"] += 1
-        stats[f"failed:{type(exc).__name__}"] += 1
+        stats[f"failed:{type(exc).__name__} during {PHASE[0]}"] += 1
 
 
 def start_subscribers(env: PortalEnv, count: int, cookie: str):
@@ -312,6 +315,7 @@ def main() -> int:
         first_error = None
         for i, clients in enumerate(steps):
             la = loadavg()
+            PHASE[0] = f"the {clients}-client step"
             step = run_step(env, clients, args.seconds, ids, seed=i)
             step["loadavg_start"] = la
             results["steps"].append(step)
@@ -321,6 +325,7 @@ def main() -> int:
                   flush=True)
             if step["error_count"] and first_error is None:
                 first_error = clients
+        PHASE[0] = "shutdown of the subscribers"
         stop_subscribers()
         results["websockets"] = dict(stats)
         results["errors_start_at_clients"] = first_error
