@@ -3,6 +3,8 @@ as the upload), sees the FAIL verdict and the one closed-failure violation, the 
 violating call: tokens decoded with the registered §7.1 tokenizer, the sentinel position coloured and explained."""
 from __future__ import annotations
 
+import threading
+
 from .browser import BrowserTestCase, browser_marks
 from .conftest import jsonl
 from .test_fidelity_job import TOY_VOCAB_TEXT, examples
@@ -66,3 +68,42 @@ class FidelityPageTest(BrowserTestCase):
         assert "SENTINEL_LOGPROB" in detail and "-9999" in detail and "used in the loss" in detail
         assert "SENTINEL_LOGPROB" in page.inner_text("#token-legend")
         self.screenshot("fidelity-call.png")
+
+    def test_a_running_audit_updates_the_page_live(self):
+        """While a re-audit runs the page follows its job (websocket, polling fallback) and shows the stored report
+        by itself once the job succeeds — no manual reload."""
+        from audit_portal.jobs import services as jobs
+
+        upload = self.audited_upload()
+        job = jobs.create_job(project=self.project, kind="fidelity_audit", task_name="workers.tasks.fidelity_audit",
+                              subject_kind="upload", subject_id=upload.pk, enqueue=False)
+        job = jobs.start_job(job.pk)
+        jobs.report_progress(job, 0.1, "auditing: 10% of the file read (line 1)")
+        page = self.page
+        self.sign_in()
+        page.goto(f"{self.live_server_url}/p/{self.project.slug}/runs/{upload.run_id}/fidelity/")
+        card = "[data-live-job]"
+        assert page.inner_text(f"{card} [data-field=pct]") == "10%"
+        def from_a_worker(fn, *args):  # as a worker thread would (the test's own thread runs the browser's loop)
+            from django.db import connection
+
+            def run():
+                try:
+                    fn(*args)
+                finally:
+                    connection.close()
+
+            t = threading.Thread(target=run)
+            t.start()
+            t.join()
+
+        page.wait_for_function("document.querySelector('[data-live-job] [data-field=dot]').classList.contains('on')")
+        from_a_worker(jobs.report_progress, job, 0.6, "auditing: 66% of the file read (line 2)")
+        page.wait_for_function("document.querySelector('[data-live-job] [data-field=message]').textContent"
+                               ".includes('66%')", timeout=20000)
+        assert page.inner_text(f"{card} [data-field=pct]") == "60%"
+        self.screenshot("fidelity-live-job.png")
+        from_a_worker(jobs.finish_job, job, {})
+        page.wait_for_function("!document.querySelector('[data-live-job]')", timeout=20000)  # reloaded by itself
+        page.wait_for_selector("#verdict-value")
+        assert page.inner_text("#verdict-value") == "FAIL"
