@@ -145,7 +145,7 @@ def run_step(env: PortalEnv, clients: int, seconds: float, ids: dict, seed: int)
 # --------------------------------------------------------------------------------------------- websockets
 async def ws_subscriber(host: str, port: int, path: str, cookie: str, stop: asyncio.Event, stats: dict):
     """A minimal RFC 6455 client: handshake with the session cookie, then count text frames (server frames are
-    unmasked; the client never sends)."""
+    unmasked); it sends only pongs."""
     try:
         reader, writer = await asyncio.open_connection(host, port)
         key = base64.b64encode(os.urandom(16)).decode()
@@ -168,8 +168,15 @@ async def ws_subscriber(host: str, port: int, path: str, cookie: str, stop: asyn
                 length = int.from_bytes(await reader.readexactly(2), "big")
             elif length == 127:
                 length = int.from_bytes(await reader.readexactly(8), "big")
-            await reader.readexactly(length)
-            if hdr[0] & 0x0F == 0x8:  # close
+            payload = await reader.readexactly(length)
+            opcode = hdr[0] & 0x0F
+            if opcode == 0x9:  # daphne pings every 20 s and drops a client that does not answer: pong (masked)
+                mask = os.urandom(4)
+                writer.write(bytes([0x8A, 0x80 | len(payload)]) + mask
+                             + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+                stats["pings_answered"] += 1
+                continue
+            if opcode == 0x8:  # close
                 stats["closed_by_server"] += 1
                 return
             stats["events"] += 1
