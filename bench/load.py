@@ -2,7 +2,8 @@
 a private PostgreSQL and Redis (bench/portal_env.py; the machine's shared services are never touched).
 
 Concurrency steps up (default 1, 2, 4, 8, 16, 32 clients, 15 s each). Every client loops over a mix of API reads
-(upload list, upload detail, job list, job detail, run certificate) and, one request in ten, a small unique upload.
+(upload list, upload detail, job list, job detail, run certificate), the project and run pages (session cookie) and,
+one request in fourteen, a small unique upload.
 Websocket subscribers stay connected to the project feed throughout and count the job events they receive.
 Per step and endpoint it prints throughput and p50/p99 latency, and the step at which errors start.
 
