@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import base64
 import http.client
+import itertools
 import json
 import os
 import random
@@ -37,6 +38,16 @@ MIX = [("upload_list", 3), ("upload_detail", 3), ("job_list", 2), ("job_detail",
        ("upload_post", 1), ("project_page", 1), ("run_page", 1)]
 
 
+GET_PATHS = {
+    "upload_list": lambda slug, ids, rng: f"/api/v1/projects/{slug}/uploads/?page_size=50",
+    "upload_detail": lambda slug, ids, rng: f"/api/v1/uploads/{rng.choice(ids['uploads'])}/",
+    "job_list": lambda slug, ids, rng: f"/api/v1/projects/{slug}/jobs/?page_size=50",
+    "job_detail": lambda slug, ids, rng: f"/api/v1/jobs/{rng.choice(ids['jobs'])}/",
+    "run_certificate": lambda slug, ids, rng: f"/api/v1/runs/{rng.choice(ids['runs'])}/certificate/",
+    "project_page": lambda slug, ids, rng: f"/p/{slug}/",
+    "run_page": lambda slug, ids, rng: f"/p/{slug}/runs/{rng.choice(ids['runs'])}/",
+}
+UPLOAD_COUNTER = itertools.count()
 PHASE = ["setup"]  # what the load generator is doing now, for the websocket failure counts
 
 
@@ -84,7 +95,6 @@ def run_step(env: PortalEnv, clients: int, seconds: float, ids: dict, seed: int)
     stop = time.monotonic() + seconds
     kinds = [k for k, w in MIX for _ in range(w)]
     slug = env.slug
-    counter = iter(range(10**9))
 
     def worker(n: int):
         rng = random.Random(seed * 1000 + n)
@@ -93,25 +103,12 @@ def run_step(env: PortalEnv, clients: int, seconds: float, ids: dict, seed: int)
             kind = rng.choice(kinds)
             body = ctype = None
             method = "GET"
-            if kind == "upload_list":
-                path = f"/api/v1/projects/{slug}/uploads/?page_size=50"
-            elif kind == "upload_detail":
-                path = f"/api/v1/uploads/{rng.choice(ids['uploads'])}/"
-            elif kind == "job_list":
-                path = f"/api/v1/projects/{slug}/jobs/?page_size=50"
-            elif kind == "job_detail":
-                path = f"/api/v1/jobs/{rng.choice(ids['jobs'])}/"
-            elif kind == "project_page":
-                path = f"/p/{slug}/"
-            elif kind == "run_page":
-                path = f"/p/{slug}/runs/{rng.choice(ids['runs'])}/"
-            elif kind == "run_certificate":
-                path = f"/api/v1/runs/{rng.choice(ids['runs'])}/certificate/"
+            if kind in GET_PATHS:
+                path = GET_PATHS[kind](slug, ids, rng)
             else:
                 method, path = "POST", f"/api/v1/projects/{slug}/uploads/"
-                k = next(counter)
-                body, ctype = multipart(ids["small_log"] + f'\n'.encode() * (1 + (seed * 100000 + n * 1000 + k) % 4096),
-                                        f"load-{seed}-{n}-{k}.jsonl")
+                k = next(UPLOAD_COUNTER)  # unique bytes per upload across the whole run: every POST is a new upload
+                body, ctype = multipart(ids["small_log"] + b"\n" * (1 + k), f"load-{seed}-{n}-{k}.jsonl")
             started = time.perf_counter()
             status = client.call(method, path, body, ctype)
             elapsed = time.perf_counter() - started
