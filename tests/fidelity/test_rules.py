@@ -316,6 +316,17 @@ def test_certificate_requirements(A, D):
     assert c["reasons"] == ["SENTINEL_LOGPROB", "CERT_MISSING"] and c["verdict"] == "excluded"
 
 
+def test_trainer_list_need_only_cover_the_rollout_ids(A):
+    """fidelity §4.2: trainer.top_k must contain the rollout's ids and may add more, in any order; it is not the
+    trainer's own top-K, so no cap or order check applies to it (the rollout list keeps both, test above)."""
+    rec = variant(A)
+    rec["trainer"]["top_k"] = [[[24, -2.813411], [20, -0.127833], [25, -4.5]],  # unsorted, one extra id
+                               [[24, -0.916291], [21, -0.693147]],              # listed token less likely than 21
+                               [[22, -5.115996], [3, -0.01005]]]
+    c = audit_one(rec, require_certificate=True)
+    assert c["certificate"]["invalid"] == 0 and c["verdict"] == "verifiable"
+
+
 # ---------------------------------------------------------------------------------------------- R0 scope
 def test_r0_is_structure_only_other_gaps_fail_closed_per_rule(A, toy):
     """§6.2 R0 = parses, arrays aligned, ids in the vocabulary. A missing field that no rule needs is a format

@@ -103,8 +103,10 @@ class CertificateSection:
         if threads != 1:
             torch.set_num_threads(1)
         try:
+            # fidelity §4.2: rollout.top_k is the engine's own top-K (capped); trainer.top_k only has to cover the
+            # rollout's ids, in any order, so no cap may be assumed for it
             lo, hi, err = tv_interval_batch(t(P_ids), t(P_lp), t(Q_ids), t(Q_lp), t(Y), t(A), t(B),
-                                            topk_caps=True, return_status=True)
+                                            topk_caps=(True, False), return_status=True)
         finally:
             if threads != 1:
                 torch.set_num_threads(threads)
