@@ -9,6 +9,10 @@
   const margin = (v) => v.margin_infinite ? "∞" : (v.margin == null ? "—" : sig(v.margin));
 
   function renderJob(card, job) {
+    // A fetch answered after a newer websocket event must not take the job back (e.g. succeeded → running 50%).
+    const seen = Date.parse(card.dataset.updatedAt || ""), at = Date.parse(job.updated_at || "");
+    if (at < seen) return;
+    if (at) card.dataset.updatedAt = job.updated_at;
     const state = document.getElementById("job-state");
     state.textContent = job.state; state.className = "badge " + job.state;
     const bar = document.getElementById("job-progress");

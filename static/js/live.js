@@ -25,6 +25,10 @@
   }
 
   function renderJob(card, job) {
+    // A fetch answered after a newer websocket event must not take the job back (e.g. succeeded → running 50%).
+    const seen = Date.parse(card.dataset.updatedAt || ""), at = Date.parse(job.updated_at || "");
+    if (at < seen) return;
+    if (at) card.dataset.updatedAt = job.updated_at;
     const state = card.querySelector("[data-field=state]");
     state.textContent = job.state; state.className = "badge " + job.state;
     const bar = card.querySelector("[data-field=progress]");
