@@ -171,7 +171,8 @@ class MaskDownload(APIView):
     content_negotiation_class = _FormatIsOurs
 
     @extend_schema(parameters=[OpenApiParameter("format", str, enum=list(services.MASK_FORMATS))],
-                   responses={(200, "application/octet-stream"): OpenApiTypes.BINARY})
+                   responses={(200, "application/x-ndjson"): OpenApiTypes.BINARY,
+                              (200, "application/octet-stream"): OpenApiTypes.BINARY})
     def get(self, request, pk):
         report = selectors.get_report(Principal.from_request(request), pk)
         fmt = request.query_params.get("format", "jsonl")

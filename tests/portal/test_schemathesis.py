@@ -28,9 +28,9 @@ pytestmark = [pytest.mark.django_db, pytest.mark.slow, pytest.mark.xdist_group("
 
 schema = schemathesis.openapi.from_wsgi("/api/schema/", application)
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
-# Which seeded object a path's ``{pk}`` names (the longest matching prefix wins).
+# Which seeded object a path's ``{id}`` names (the longest matching prefix wins).
 PK_OBJECT = {"/api/v1/uploads/": "upload", "/api/v1/runs/": "run", "/api/v1/jobs/": "job",
-             "/api/v1/jobs/{pk}/cancel/": "queued_job", "/api/v1/certificates/": "certificate",
+             "/api/v1/jobs/{id}/cancel/": "queued_job", "/api/v1/certificates/": "certificate",
              "/api/v1/fidelity/reports/": "report", "/api/v1/fidelity/calls/": "call",
              "/api/v1/kernel-submissions/": "submission", "/api/v1/implementations/": "implementation",
              "/api/v1/projects/{slug}/api-keys/": "victim_key"}
@@ -53,10 +53,10 @@ def seed_path(case, world: World) -> None:
     params = case.path_parameters or {}
     if "slug" in params:
         params["slug"] = world.own.slug
-    if "pk" in params and isinstance(params["pk"], int) and params["pk"] % 2 == 0:
+    if "id" in params and isinstance(params["id"], int) and params["id"] % 2 == 0:
         prefix = max((p for p in PK_OBJECT if case.path.startswith(p)), key=len, default=None)
         if prefix is not None:
-            params["pk"] = getattr(world.own, PK_OBJECT[prefix])
+            params["id"] = getattr(world.own, PK_OBJECT[prefix])
 
 
 @schema.parametrize()
