@@ -52,17 +52,8 @@ class BrowserUploadTest(BrowserTestCase):
         self.screenshot("upload-error.png")
 
     def test_run_page_draws_the_certificate(self):
-        from audit_portal.jobs.models import Job
-        from audit_portal.runs.services import receive_upload
-        from audit_portal.runs.upload_handler import hashed_file_from_path, incoming_dir
-        from workers.tasks import certify_upload, validate_upload
-
-        path = incoming_dir() / "cert.jsonl.gz"
-        path.write_bytes(gz(jsonl(records(trajectories=16))))
-        upload, _ = receive_upload(project=self.project, uploaded=hashed_file_from_path(path), submitted_by="alice")
-        validate_upload(Job.objects.get(subject_id=upload.pk, kind="validate_upload").pk)
-        certify_upload(Job.objects.get(subject_id=upload.pk, kind="certify_upload").pk)
-        upload.refresh_from_db()
+        upload, _ = self.processed_upload("cert.jsonl.gz", gz(jsonl(records(trajectories=16))),
+                                          ("validate_upload", "certify_upload"))
         page = self.page
         self.sign_in()
         page.goto(f"{self.live_server_url}/p/{self.project.slug}/runs/{upload.run_id}/")

@@ -45,18 +45,9 @@ class EnforcedCspBrowserTest(BrowserTestCase):
 
     def test_pages_render_under_the_enforced_policy(self):
         from audit_portal.fidelity.models import FidelityReport
-        from audit_portal.jobs.models import Job
-        from audit_portal.runs.services import receive_upload
-        from audit_portal.runs.upload_handler import hashed_file_from_path, incoming_dir
-        from workers.tasks import certify_upload, fidelity_audit, validate_upload
 
-        path = incoming_dir() / "csp.jsonl.gz"
-        path.write_bytes(gz(jsonl(records(trajectories=6))))
-        upload, _ = receive_upload(project=self.project, uploaded=hashed_file_from_path(path), submitted_by="csp")
-        validate_upload(Job.objects.get(subject_id=upload.pk, kind="validate_upload").pk)
-        certify_upload(Job.objects.get(subject_id=upload.pk, kind="certify_upload").pk)
-        fidelity_audit(Job.objects.get(subject_id=upload.pk, kind="fidelity_audit").pk)
-        upload.refresh_from_db()
+        upload, _ = self.processed_upload("csp.jsonl.gz", gz(jsonl(records(trajectories=6))),
+                                          ("validate_upload", "certify_upload", "fidelity_audit"))
         call = FidelityReport.objects.get(upload=upload).calls.order_by("line").first()
 
         self.context.add_init_script(RECORD_VIOLATIONS)

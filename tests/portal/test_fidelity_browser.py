@@ -20,18 +20,10 @@ class FidelityPageTest(BrowserTestCase):
 
     def audited_upload(self):
         from audit_portal.fidelity.services import register_tokenizer
-        from audit_portal.jobs.models import Job
-        from audit_portal.runs.services import receive_upload
-        from audit_portal.runs.upload_handler import hashed_file_from_path, incoming_dir
-        from workers.tasks import fidelity_audit, validate_upload
 
         register_tokenizer(project=self.project, data=TOY_VOCAB_TEXT.encode(), name="toy §7.1", uploaded_by="fiona")
-        path = incoming_dir() / "examples.jsonl"
-        path.write_bytes(jsonl(examples()))
-        upload, _ = receive_upload(project=self.project, uploaded=hashed_file_from_path(path), submitted_by="fiona")
-        validate_upload(Job.objects.get(subject_id=upload.pk, kind="validate_upload").pk)
-        assert fidelity_audit(Job.objects.get(subject_id=upload.pk, kind="fidelity_audit").pk) == "succeeded"
-        upload.refresh_from_db()
+        upload, outcomes = self.processed_upload("examples.jsonl", jsonl(examples()), ("validate_upload", "fidelity_audit"))
+        assert outcomes["fidelity_audit"] == "succeeded"
         return upload
 
     def test_fidelity_page_and_call_drill_down(self):
