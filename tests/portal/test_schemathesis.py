@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
@@ -59,14 +60,24 @@ def seed_path(case, world: World) -> None:
             params["id"] = getattr(world.own, PK_OBJECT[prefix])
 
 
-@schema.parametrize()
-@settings(max_examples=10, derandomize=True, deadline=None, database=None,
-          suppress_health_check=list(HealthCheck))
-def test_api_conforms_to_its_schema(case, world, settings):  # noqa: F811
+# One pytest item per operation, each with its own node id: schemathesis' own ``@schema.parametrize()`` gives all
+# operations the same node id, and pytest-xdist then ran only one of them.
+OPERATIONS = [result.ok() for result in schema.get_all_operations()]
+
+
+@pytest.mark.parametrize("operation", OPERATIONS, ids=[op.label for op in OPERATIONS])
+def test_api_conforms_to_its_schema(operation, world, settings):  # noqa: F811
     settings.UPLOAD_THROTTLE_RATE = "100000/min"  # generated writes exercise the endpoints, not the rate limit
-    seed_path(case, world)
-    response = case.call(headers={"Authorization": f"Bearer {world.tokens['key_submit']}"})
-    case.validate_response(response, checks=CHECKS)
+
+    @given(case=operation.as_strategy())
+    @hypothesis_settings(max_examples=10, derandomize=True, deadline=None, database=None,
+                         suppress_health_check=list(HealthCheck))
+    def conforms(case):
+        seed_path(case, world)
+        response = case.call(headers={"Authorization": f"Bearer {world.tokens['key_submit']}"})
+        case.validate_response(response, checks=CHECKS)
+
+    conforms()
 
 
 def test_a_json_body_that_is_not_an_object_is_a_400(world):  # noqa: F811  (found by the schemathesis run)
