@@ -74,7 +74,7 @@ def test_batch_matches_single_positions(seed):
             Q_ids[b, t, :kq], Q_lp[b, t, :kq] = torch.tensor(qi), torch.tensor(ql, dtype=torch.float64)
             Y[b, t], A[b, t], Bq[b, t] = y, math.log(p[y]), math.log(q[y])
             singles[b, t] = tv_interval(pi, pl, qi, ql, y, math.log(p[y]), math.log(q[y]))
-    r = tv_interval_topk(P_ids, P_lp, Q_ids, Q_lp, Y, A, Bq, block_rows=4)
+    r = tv_interval_topk(P_ids, P_lp, Q_ids, Q_lp, Y, A, Bq)
     assert r.lo.shape == (B, T)
     for (b, t), (lo, hi) in singles.items():
         assert abs(float(r.lo[b, t]) - lo) <= 1e-12 and abs(float(r.hi[b, t]) - hi) <= 1e-12

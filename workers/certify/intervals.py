@@ -14,9 +14,9 @@ Caps (§5.2) need a list to be that side's true top-K; ``caps`` is a bool for bo
 fcr/1 trainer lists are the trainer's values on ids covering the rollout's (spec/fidelity.md §4.2), not its top-K.
 
 Tensor layout: lists are ``[..., K]`` with id ``-1`` marking an absent (padding) entry; padding must be trailing.
-Everything is float64, vectorised over positions (no Python loop per token): ``tv_interval_topk`` runs a numpy
-kernel over blocks of rows in column layout (:func:`_interval_block`); tests/certify/slow_reference.py is the same
-mathematics written position by position, and the two agree within 1e-12.
+Everything is float64. ``tv_interval_topk`` runs the compiled kernel of :mod:`workers.certify.interval_kernel`
+(one pass per position, no Python loop per token); tests/certify/slow_reference.py is the same mathematics written
+in plain Python, and the two agree within 1e-12.
 """
 from __future__ import annotations
 
@@ -26,35 +26,15 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from workers.certify.flags import (AGREE_TOL, ERR_BAD_ID, ERR_DUPLICATE, ERR_MASS, ERR_NONFINITE,  # noqa: F401
+                                   ERR_PADDING, ERR_POSITIVE, ERR_REASONS, ERR_SAMPLED_ABOVE_CAP,
+                                   ERR_SAMPLED_MISMATCH, ERR_UNSORTED, POS_TOL, SUM_TOL, describe_errors)
+from workers.certify.interval_kernel import interval_rows
 from workers.certify.robust import NORM_SLACK, UNIT_ROUNDOFF, eta_from_precision
 
-# Data-error bit flags (int32). Any non-zero flag ⇒ fail closed: TV ∈ [0, 1], KL ≤ +∞, status DATA_ERROR (§5.5).
-ERR_NONFINITE = 1
-ERR_POSITIVE = 2
-ERR_UNSORTED = 4
-ERR_DUPLICATE = 8
-ERR_MASS = 16
-ERR_SAMPLED_MISMATCH = 32
-ERR_SAMPLED_ABOVE_CAP = 64
-ERR_PADDING = 128
-ERR_BAD_ID = 256
-ERR_REASONS = {
-    ERR_NONFINITE: "non-finite log-prob",
-    ERR_POSITIVE: "positive log-prob",
-    ERR_UNSORTED: "top-K list not sorted descending",
-    ERR_DUPLICATE: "duplicate id in a top-K list",
-    ERR_MASS: "listed probabilities sum above 1",
-    ERR_SAMPLED_MISMATCH: "sampled-token log-prob disagrees with its top-K entry",
-    ERR_SAMPLED_ABOVE_CAP: "sampled token more likely than the K-th listed token but not listed (not a top-K list)",
-    ERR_PADDING: "padding (id -1) before a listed entry",
-    ERR_BAD_ID: "negative sampled token id",
-}
 
-POS_TOL = 1e-6      # a log-prob above this is "positive" (log_softmax rounding can give +1e-7)
-SUM_TOL = 1e-4      # Σ listed p may exceed 1 by this much (spec/fidelity.md §6.3 top-K tolerance)
-AGREE_TOL = 1e-5    # |sampled log-prob − its list entry| allowed (log space, before η)
-BLOCK_ROWS = 1 << 12  # rows per vectorised block: the [K, rows] temporaries stay in the L2 cache at K = 20
-_LOG_TINY = math.log(1e-300)
+
+BLOCK_ROWS = 2048   # positions per kernel call: the block's exponentials (2 × K × 2048 float64) stay in the L2 cache
 
 
 class DataError(ValueError):
@@ -64,11 +44,6 @@ class DataError(ValueError):
         self.flags = int(flags)
         self.reasons = describe_errors(flags)
         super().__init__("; ".join(self.reasons))
-
-
-def describe_errors(flags: int) -> list[str]:
-    """Human reasons for an error bit mask."""
-    return [msg for bit, msg in ERR_REASONS.items() if int(flags) & bit]
 
 
 class IntervalResult(NamedTuple):
@@ -120,380 +95,6 @@ def _list_checks(ids, lp, valid, eta, sorted_required=True):
     return err
 
 
-# ---- the vectorised kernel (numpy, column layout) ----------------------------------------------------------------
-# One block of n positions is processed with every list transposed to [K, n] (entry k of every row contiguous), so
-# each elementwise step is one long SIMD loop and every reduction over the list runs across rows (numpy's exp/log
-# are the SVML AVX-512 versions, ≈ 3× faster than torch's here). Membership of the engine's ids in the trainer's
-# list is one [K_p, K_q, n] byte comparison; the matching trainer entry is found by a weighted byte sum and gathered
-# from the flat trainer arrays. Work that only matters for some rows (P or Q non-empty: caps and the exact capped
-# minimum; an unlisted sampled token: the cap check; p_W⁺ = 0: the finite KL upper bound; input errors) runs on those
-# rows only.
-
-
-def _t(x, dtype=None):
-    """[n, K] → C-contiguous [K, n] (optionally cast)."""
-    if dtype is None or np.dtype(dtype) == x.dtype:
-        return np.ascontiguousarray(x.T)
-    return x.T.astype(dtype, order="C")
-
-
-def _eta_np(x, k, nu):
-    """η = k·|ℓ| + ν (k = u/(1−u)); non-finite values get η = ν (they are data errors anyway)."""
-    if k == 0.0:
-        return np.full(x.shape, nu)
-    e = np.abs(x)
-    e *= k
-    if not np.isfinite(e).all():
-        e = np.nan_to_num(e, nan=0.0, posinf=0.0)
-    if nu:
-        e += nu
-    return e
-
-
-def _set(err, mask, flag):
-    if mask.any():
-        err[mask] |= flag
-
-
-def _col_checks(I, R, v, allv, E, sorted_required, rows_ids):
-    """Per-row flags of one side's list in column layout (same rules as :func:`_list_checks`); ``rows_ids`` is the
-    same list in row layout [n, K], used for the duplicate test (a row-wise sort, then neighbours compared)."""
-    K, n = I.shape
-    err = np.zeros(n, np.int32)
-    if K == 0:
-        return err
-    if K > 1:
-        if not allv:
-            _set(err, (~v[:-1] & v[1:]).any(0), ERR_PADDING)
-        if sorted_required:
-            tol = np.add(R[:-1], E[1:])
-            tol += E[:-1]
-            tol += 1e-12
-            viol = R[1:] > tol
-            if not allv:
-                viol &= v[:-1] & v[1:]
-            _set(err, viol.any(0), ERR_UNSORTED)
-        D = rows_ids if allv else np.where(rows_ids >= 0, rows_ids, (-1 - np.arange(K, dtype=rows_ids.dtype)))
-        srt = np.sort(D, axis=1).ravel()
-        eq = srt[1:] == srt[:-1]
-        eq[K - 1::K] = False  # the last entry of a row against the first of the next
-        if eq.any():
-            err[np.unique(np.flatnonzero(eq) // K)] |= ERR_DUPLICATE
-    vals = R if allv else np.where(v, R, 0.0)
-    s = vals.sum(0)
-    bad = ~np.isfinite(s)
-    if bad.any():  # screen (a sum of finite values can overflow): exact test on the candidates
-        cand = np.flatnonzero(bad)
-        _set_at(err, cand, (~np.isfinite(vals[:, cand])).any(0), ERR_NONFINITE)
-    _set(err, np.fmax.reduce(vals, axis=0) > POS_TOL, ERR_POSITIVE)
-    return err
-
-
-def _set_at(err, rows, mask, flag):
-    if mask.any():
-        err[rows[mask]] |= flag
-def _wmin_exact(aP, bQ, tp, tq, CP, CQ, Xmax, Zmax):
-    """Exact capped minimum of the W-part (§5.2, Theorem A "with caps"):
-
-        min_{X∈[0,X_max], Z∈[0,Z_max]}  g_P(X) + g_Q(Z) + |t_p − t_q + X − Z|,
-        g_P(X) = a − X + 2·(X − C_P)₊,  g_Q(Z) = b − Z + 2·(Z − C_Q)₊
-
-    (X = unknown q-mass on P, Z = unknown p-mass on Q). The function is convex piecewise linear, so the minimum
-    is attained on the finite candidate set of its breakpoints: X ∈ {0, X_max, min(C_P, X_max)} ×
-    Z ∈ {0, Z_max, min(C_Q, Z_max)}, plus the diagonal points (X, clip(X + t_p − t_q)), (clip(Z − t_p + t_q), Z).
-    """
-    n = Xmax.shape[0]
-    xs = np.stack([np.zeros_like(Xmax), Xmax, np.minimum(CP, Xmax)], -1)   # [n, 3]
-    zs = np.stack([np.zeros_like(Zmax), Zmax, np.minimum(CQ, Zmax)], -1)
-    d = (tp - tq)[:, None]
-    X = np.concatenate([np.broadcast_to(xs[:, :, None], (n, 3, 3)).reshape(n, 9), xs,
-                        np.minimum(np.maximum(zs - d, 0.0), Xmax[:, None])], 1)
-    Z = np.concatenate([np.broadcast_to(zs[:, None, :], (n, 3, 3)).reshape(n, 9),
-                        np.minimum(np.maximum(xs + d, 0.0), Zmax[:, None]), zs], 1)
-    g = (aP[:, None] - X + 2.0 * np.maximum(X - CP[:, None], 0.0)
-         + bQ[:, None] - Z + 2.0 * np.maximum(Z - CQ[:, None], 0.0)
-         + np.abs(d + X - Z))
-    return g.min(1)
-
-
-
-def _position(mask):
-    """Per column of a [K, n] bool mask: (index of its True entry, −1 if none; number of True entries). The index
-    is only meaningful where the count is 1 (byte sums on 8-byte words when no carry can occur)."""
-    K, n = mask.shape
-    if K == 0:
-        return np.full(n, -1), np.zeros(n, np.int64)
-    if n % 8 == 0 and K * (K + 1) // 2 <= 255:
-        W = mask.view(np.uint64)
-        cnt = W.sum(0).view(np.uint8)
-        pos = (W * np.arange(1, K + 1, dtype=np.uint64)[:, None]).sum(0).view(np.uint8).astype(np.intp) - 1
-    else:
-        cnt = mask.sum(0)
-        pos = (mask * np.arange(1, K + 1)[:, None]).sum(0) - 1
-    return pos, cnt
-
-
-def _box(e, L, E, exact, big_possible=True):
-    """η-box ``(lo, hi)`` of probabilities ``e = exp(L)`` with log-space errors ``E`` (§5.5): [e·e^{−η}, min(e·e^{η}, 1)].
-    For η ≤ 1 the polynomial box [e(1 − η), min(e(1 + η + η²), 1)] ⊇ the exact one (e^{−η} ≥ 1 − η, e^{η} ≤ 1 + η + η²)
-    and costs a multiply instead of two exp passes; larger η use the exponentials."""
-    if exact:
-        return e, e
-    lo = np.subtract(1.0, E)
-    lo *= e
-    hi = np.multiply(E, E)
-    hi += E
-    hi += 1.0
-    hi *= e
-    np.minimum(hi, 1.0, out=hi)
-    if not big_possible:
-        return lo, hi
-    big = E > 1.0
-    if big.any():
-        lo = np.where(big, np.exp(L - E), lo)
-        hi = np.where(big, np.minimum(np.exp(L + E), 1.0), hi)
-    return lo, hi
-
-
-def _hmin(p_lo, p_hi, q_hi):
-    """min of h(p, q) = p·log(p/q) over the box (q = q⁺; h is convex in p, minimum at p = q/e clipped)."""
-    pstar = np.minimum(np.maximum(q_hi / math.e, p_lo), p_hi)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        h = pstar * (np.log(np.maximum(pstar, 1e-300)) - np.log(np.maximum(q_hi, 1e-300)))
-    return np.where(pstar > 0, h, 0.0)
-
-
-def _hmax(p_lo, p_hi, q_lo):
-    lq = np.log(np.maximum(q_lo, 1e-300))
-    return np.maximum(p_lo * (np.log(np.maximum(p_lo, 1e-300)) - lq), p_hi * (np.log(np.maximum(p_hi, 1e-300)) - lq))
-
-
-def _sanitize(R, v, allv):
-    """NaN → 0, −inf → −800, +inf and positive values → 0, padding → −800 (flagged rows are overwritten later)."""
-    x = R if np.isfinite(R).all() else np.nan_to_num(R, nan=0.0, neginf=-800.0)
-    x = np.minimum(x, 0.0)
-    return x if allv else np.where(v, x, -800.0)
-
-
-def _interval_block(pI, pR, qI, qR, y, a, b, caps_p, caps_q, k_eta, nu, Ep=None, Eq=None, Ea=None, Eb=None,
-                    p_rows=None, q_rows=None):
-    """Theorem A with η-robust widening on one block in column layout: lists [K, n], sampled quantities [n].
-
-    Returns numpy ``(lo, hi, err, kl_lo, kl_hi)``. ``Ep``… are explicit η arrays, or None for η = k·|ℓ| + ν.
-    ``p_rows``/``q_rows``: the id lists in row layout (for the duplicate test). Formulas (§5.2, §5.5), with x⁻/x⁺
-    the box ends of every probability:
-        TV_hi = 1 − min(p_y⁻, q_y⁻) − Σ_B min(p_i⁻, q_i⁻)
-        TV_lo = ½[Σ_{B∪{y}} d_i⁻ + max(|p_W − q_W|⁻, ℓ_P⁻ + ℓ_Q⁻, exact capped W-minimum − Lipschitz slack)]
-    The exact capped minimum only differs from the closed form where P or Q is non-empty; with P = Q = ∅ it is
-    |t_p − t_q| − 3(Δt_p + Δt_q) ≤ |p_W − q_W|⁻, so it is evaluated on those rows only.
-    """
-    Kp, n = pR.shape
-    Kq = qR.shape[0]
-    vp, vq = pI >= 0, qI >= 0
-    allp, allq = bool(vp.all()), bool(vq.all())
-    precision_eta = Ep is None
-    Lp, Lq = _sanitize(pR, vp, allp), _sanitize(qR, vq, allq)
-    a_raw, b_raw = a, b
-    a = np.minimum(np.nan_to_num(a, nan=0.0, neginf=-800.0), 0.0)
-    b = np.minimum(np.nan_to_num(b, nan=0.0, neginf=-800.0), 0.0)
-    if precision_eta:
-        Ep, Eq, Ea, Eb = (_eta_np(x, k_eta, nu) for x in (pR, qR, a_raw, b_raw))
-        exact = not (k_eta or nu)
-        big_possible = not exact and max(float(E.max()) if E.size else 0.0 for E in (Ep, Eq, Ea, Eb)) > 1.0
-    else:
-        exact = not (Ep.any() or Eq.any() or Ea.any() or Eb.any())
-        big_possible = True
-    err = _col_checks(pI, pR, vp, allp, Ep, caps_p, p_rows) | _col_checks(qI, qR, vq, allq, Eq, caps_q, q_rows)
-    _set(err, ~(np.isfinite(a_raw) & np.isfinite(b_raw)), ERR_NONFINITE)
-    _set(err, (a_raw > POS_TOL) | (b_raw > POS_TOL), ERR_POSITIVE)
-    ybad = y < 0
-    _set(err, ybad, ERR_BAD_ID)
-
-    # ---- membership -------------------------------------------------------------------------------------------
-    any_ybad = bool(ybad.any())
-    p_is_y = pI == y
-    q_is_y = qI == y
-    if not allp or any_ybad:
-        p_is_y &= vp
-    if not allq or any_ybad:
-        q_is_y &= vq
-    p_y_pos, p_y_cnt = _position(p_is_y)
-    q_y_pos, q_y_cnt = _position(q_is_y)
-    p_y_listed, q_y_listed = p_y_cnt > 0, q_y_cnt > 0
-    if Kp and Kq:
-        pkey = np.where(p_is_y, -1, pI) if allp else np.where(vp & ~p_is_y, pI, -1)
-        qkey = qI if allq else np.where(vq, qI, -2)
-        M = pkey[:, None, :] == qkey[None, :, :]
-        # trainer entry + 1 of each engine entry (0 = not listed): a weighted byte sum over the trainer axis, done on
-        # 8-byte words (no carries while Σ j ≤ 255) where the row count allows
-        if n % 8 == 0 and Kq * (Kq + 1) // 2 <= 255:
-            W = M.view(np.uint64)
-            idx = (W * np.arange(1, Kq + 1, dtype=np.uint64)[None, :, None]).sum(1).view(np.uint8)
-            in_p = np.bitwise_or.reduce(W, axis=0).view(bool)
-        else:
-            wt = np.uint8 if Kq < 255 else np.uint16
-            idx = (M.view(np.uint8) * np.arange(1, Kq + 1, dtype=wt)[None, :, None]).sum(1, dtype=wt)
-            in_p = M.any(0)
-        in_q = idx > 0
-        # flat gather; not-listed entries (idx 0) land on an appended −800 (probability 0) block with η 0
-        flat = np.minimum(idx, Kq).astype(np.intp)
-        flat *= n
-        flat += np.arange(-n, 0)
-        L_qp = np.take(np.concatenate([Lq.ravel(), np.full(n, -800.0)]), flat)
-        E_qp = np.take(np.concatenate([Eq.ravel(), np.zeros(n)]), flat)
-    else:
-        in_q = np.zeros((Kp, n), bool)
-        in_p = np.zeros((Kq, n), bool)
-        L_qp = np.full((Kp, n), -800.0)
-        E_qp = np.zeros((Kp, n))
-    # The sampled token's list entries must agree with the separately passed values.
-    for is_y, pos, cnt, L, E, s_v, E_s in ((p_is_y, p_y_pos, p_y_cnt, Lp, Ep, a, Ea),
-                                           (q_is_y, q_y_pos, q_y_cnt, Lq, Eq, b, Eb)):
-        if not cnt.any():
-            continue
-        if cnt.max() > 1:  # a duplicated sampled id (already a data error): the largest deviation, as the rule says
-            dev = np.where(is_y, np.abs(L - s_v) - E - E_s, -1.0).max(0)
-        else:
-            at = np.maximum(pos, 0) * n + np.arange(n)
-            dev = np.where(cnt > 0, np.abs(np.take(L, at) - s_v) - np.take(E, at) - E_s, -1.0)
-        _set(err, dev > AGREE_TOL, ERR_SAMPLED_MISMATCH)
-
-    # ---- probabilities and their η-boxes (engine list with its sampled-token entry removed: that one is a/p_y) ---
-    mP = vp & ~in_q & ~p_is_y
-    mQ = vq & ~in_p & ~q_is_y
-    has_P, has_Q = bool(mP.any()), bool(mQ.any())
-    LpB = np.where(p_is_y, -800.0, Lp) if p_y_listed.any() else Lp
-    plB, qp = np.exp(LpB), np.exp(L_qp)
-    pa, qb = np.exp(a), np.exp(b)
-    pl_lo, pl_hi = _box(plB, LpB, Ep, exact, big_possible)
-    qp_lo, qp_hi = _box(qp, L_qp, E_qp, exact, big_possible)
-    pa_lo, pa_hi = _box(pa, a, Ea, exact, big_possible)
-    qb_lo, qb_hi = _box(qb, b, Eb, exact, big_possible)
-    zero = np.zeros(n)
-    ql = ql_lo = ql_hi = None
-    if has_Q or (caps_q and Kq > 0 and (has_P or bool((~q_y_listed).any()))):
-        ql = np.exp(Lq)
-        ql_lo, ql_hi = _box(ql, Lq, Eq, exact, big_possible)
-
-    def sB(x):
-        # With P = ∅ every engine entry except the (removed) sampled one is in B and unmatched entries are 0.
-        return np.where(in_q, x, 0.0).sum(0) if has_P else x.sum(0)
-
-    def sP(x):
-        return np.where(mP, x, 0.0).sum(0) if has_P else zero
-
-    def sQ(x):
-        return np.where(mQ, x, 0.0).sum(0) if has_Q else zero
-
-    # ---- upper end: TV_hi = 1 − Σ_B min(p_i⁻, q_i⁻) --------------------------------------------------------------
-    hi = np.clip(1.0 - (np.minimum(pa_lo, qb_lo) + sB(np.minimum(pl_lo, qp_lo))), 0.0, 1.0)
-
-    # ---- sums over S_p = B ∪ P, S_q = B ∪ Q --------------------------------------------------------------------
-    sBp_lo, sBq_lo = pa_lo + sB(pl_lo), qb_lo + sB(qp_lo)
-    sBp_hi, sBq_hi = (sBp_lo, sBq_lo) if exact else (pa_hi + sB(pl_hi), qb_hi + sB(qp_hi))
-    aP_lo, bQ_lo = sP(pl_lo), sQ(ql_lo) if has_Q else zero
-    aP_hi, bQ_hi = (aP_lo, bQ_lo) if exact else (sP(pl_hi), sQ(ql_hi) if has_Q else zero)
-    _set(err, (sBp_lo + aP_lo > 1.0 + SUM_TOL) | (sBq_lo + bQ_lo > 1.0 + SUM_TOL), ERR_MASS)
-    tp_hi, tq_hi = np.maximum(1.0 - sBp_lo - aP_lo, 0.0), np.maximum(1.0 - sBq_lo - bQ_lo, 0.0)
-    tp_lo, tq_lo = np.maximum(1.0 - sBp_hi - aP_hi, 0.0), np.maximum(1.0 - sBq_hi - bQ_hi, 0.0)
-
-    # ---- lower end, closed form with worst-case inputs (§5.5): ½[Σ_B d⁻ + max(|p_W − q_W|⁻, ℓ_P⁻ + ℓ_Q⁻)] -------------
-    d_y = np.maximum(np.maximum(pa_lo - qb_hi, qb_lo - pa_hi), 0.0)
-    d_B = d_y + sB(np.maximum(np.maximum(pl_lo - qp_hi, qp_lo - pl_hi), 0.0))
-    pW_lo, pW_hi = np.clip(1.0 - sBp_hi, 0.0, 1.0), np.clip(1.0 - sBp_lo, 0.0, 1.0)
-    qW_lo, qW_hi = np.clip(1.0 - sBq_hi, 0.0, 1.0), np.clip(1.0 - sBq_lo, 0.0, 1.0)
-    gap_W = np.maximum(np.maximum(pW_lo - qW_hi, qW_lo - pW_hi), 0.0)
-    lo = 0.5 * (d_B + gap_W)
-
-    # ---- top-K caps τ (the K-th listed value bounds every unlisted value) and the cap check ------------------------
-    caps_info = {}
-    for side, caps_s, v, allv, K_s, y_listed, s_v, E_s in (("p", caps_p, vp, allp, Kp, p_y_listed, a, Ea),
-                                                            ("q", caps_q, vq, allq, Kq, q_y_listed, b, Eb)):
-        if not caps_s or K_s == 0:
-            continue
-        k_s = np.full(n, K_s) if allv else v.sum(0)
-        check = bool((~y_listed & (k_s > 0)).any())
-        if not (has_P or has_Q or check):
-            continue
-        if side == "p":  # the full engine list, sampled-token entry included
-            e = np.exp(Lp)
-            e_lo, e_hi = _box(e, Lp, Ep, exact, big_possible)
-        else:
-            e, e_lo, e_hi = ql, ql_lo, ql_hi
-        tau = (e if allv else np.where(v, e, np.inf)).min(0)
-        tau_hi = (e_hi if allv else np.where(v, e_hi, np.inf)).min(0)
-        if check:
-            with np.errstate(divide="ignore"):
-                above = ~y_listed & (k_s > 0) & (s_v - E_s > np.log(tau_hi) + AGREE_TOL)
-            _set(err, above, ERR_SAMPLED_ABOVE_CAP)
-        dtau = ((e_hi - e_lo) if allv else np.where(v, e_hi - e_lo, 0.0)).max(0)
-        caps_info[side] = (tau, tau_hi, dtau)
-    pl = plB
-    # ---- rows with P or Q non-empty: caps terms ℓ_P, ℓ_Q and the exact capped W-minimum ----------------------------
-    if has_P or has_Q:
-        sel = np.flatnonzero(mP.any(0) | mQ.any(0))
-        nP, nQ = mP[:, sel].sum(0).astype(np.float64), mQ[:, sel].sum(0).astype(np.float64)
-        aP, bQ = sP(pl)[sel], sQ(ql)[sel]
-        sBp, sBq = (pa + sB(pl))[sel], (qb + sB(qp))[sel]
-        tp, tq = np.maximum(1.0 - sBp - aP, 0.0), np.maximum(1.0 - sBq - bQ, 0.0)
-        if "p" in caps_info:
-            tau_p, tau_p_hi, dtau_p = (x[sel] for x in caps_info["p"])
-            cp, cp_hi = np.minimum(tau_p, tp), np.minimum(tau_p_hi, tp_hi[sel])
-        else:
-            cp, cp_hi, dtau_p = tp, tp_hi[sel], zero[sel]
-        if "q" in caps_info:
-            tau_q, tau_q_hi, dtau_q = (x[sel] for x in caps_info["q"])
-            cq, cq_hi = np.minimum(tau_q, tq), np.minimum(tau_q_hi, tq_hi[sel])
-        else:
-            cq, cq_hi, dtau_q = tq, tq_hi[sel], zero[sel]
-        mPs, mQs = mP[:, sel], mQ[:, sel]
-        CP_hi = np.where(mPs, np.minimum(pl_hi[:, sel], cq_hi), 0.0).sum(0)
-        CQ_hi = np.where(mQs, np.minimum(ql_hi[:, sel], cp_hi), 0.0).sum(0) if has_Q else zero[sel]
-        lP = np.maximum(aP_lo[sel] - np.minimum(tq_hi[sel], CP_hi), 0.0)
-        lQ = np.maximum(bQ_lo[sel] - np.minimum(tp_hi[sel], CQ_hi), 0.0)
-        dBs = d_B[sel]
-        lo_closed = 0.5 * (dBs + np.maximum(gap_W[sel], lP + lQ))
-        CP = np.where(mPs, np.minimum(pl[:, sel], cq), 0.0).sum(0)
-        CQ = np.where(mQs, np.minimum(ql[:, sel], cp), 0.0).sum(0) if has_Q else zero[sel]
-        Xmax, Zmax = np.minimum(tq, nP * cq), np.minimum(tp, nQ * cp)
-        wmin = _wmin_exact(aP, bQ, tp, tq, CP, CQ, Xmax, Zmax)
-        # |Δ| of every parameter over the η-box; f is 1-Lipschitz in a, b, t_p, t_q, 2-Lipschitz in C_P, C_Q and
-        # in the box ends (slope of g plus slope of |·|), so the true minimum is ≥ wmin − slack.
-        dtp, dtq = tp_hi[sel] - tp_lo[sel], tq_hi[sel] - tq_lo[sel]
-        dcp, dcq = np.maximum(dtau_p, dtp), np.maximum(dtau_q, dtq)
-        daP, dbQ = aP_hi[sel] - aP_lo[sel], bQ_hi[sel] - bQ_lo[sel]
-        dCP, dCQ = daP + nP * dcq, dbQ + nQ * dcp
-        dX, dZ = np.maximum(dtq, nP * dcq), np.maximum(dtp, nQ * dcp)
-        slack = daP + dbQ + dtp + dtq + 2.0 * (dCP + dCQ + dX + dZ)
-        lo_exact = 0.5 * (dBs + np.maximum(wmin - slack, 0.0))
-        lo[sel] = np.maximum(lo_closed, lo_exact)
-    lo = np.minimum(np.maximum(lo, 0.0), hi)  # the min only ever lowers lo (widens), never narrows
-
-    # ---- KL(p‖q) bounds (§5.3) -------------------------------------------------------------------------------
-    # Coarsening lower bound Σ_B p log(p/q) + p_W log(p_W/q_W), made robust by minimising each cell's term
-    # h(p, q) = p log(p/q) separately over its box: q = q⁺, p = clamp(q⁺/e, p⁻, p⁺) (h is convex in p).
-    if exact:
-        with np.errstate(invalid="ignore"):
-            hB = np.where(pl > 0, pl * (np.maximum(Lp, _LOG_TINY) - np.maximum(L_qp, _LOG_TINY)), 0.0)
-    else:
-        hB = _hmin(pl_lo, pl_hi, qp_hi)
-    kl_coarse = _hmin(pa_lo, pa_hi, qb_hi) + sB(hB) + _hmin(pW_lo, pW_hi, qW_hi)
-    kl_lo = np.maximum(np.maximum(kl_coarse, 2.0 * lo * lo), 0.0)
-    # Finite upper bound only if no p-mass can sit where q is unknown (p_W⁺ = 0): then KL = Σ_B p log(p/q), whose
-    # per-term maximum over the box is at an end of the p-interval with q = q⁻. Rare, so computed on those rows only.
-    kl_hi = np.full(n, np.inf)
-    fin = np.flatnonzero(pW_hi <= 0.0)
-    if fin.size:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            kl_hi[fin] = _hmax(pa_lo[fin], pa_hi[fin], qb_lo[fin]) + np.where(
-                in_q[:, fin], _hmax(pl_lo[:, fin], pl_hi[:, fin], qp_lo[:, fin]), 0.0).sum(0)
-
-    bad = err != 0
-    if bad.any():
-        lo[bad], hi[bad], kl_lo[bad], kl_hi[bad] = 0.0, 1.0, 0.0, np.inf
-    return lo, hi, err, kl_lo, kl_hi
-
-
 def _prepare(p_ids, p_lp, q_ids, q_lp, y, a, b):
     # host copies without autograd history: the kernel is numpy (certificates are not differentiated)
     p_ids, q_ids, y = (_ids(x).detach().cpu() for x in (p_ids, q_ids, y))
@@ -518,7 +119,7 @@ def _caps_pair(caps):
 
 
 def tv_interval_topk(p_ids, p_lp, q_ids, q_lp, sampled_id, logp_roll_y, logp_train_y, *, caps: bool = True,
-                     precision: str | None = "exact", eta=None, block_rows: int = BLOCK_ROWS) -> IntervalResult:
+                     precision: str | None = "exact", eta=None) -> IntervalResult:
     """Certified TV interval, KL bounds and data-error flags over ``[..., K]`` lists (§5.2 Theorem A, §5.3, §5.5).
 
     ``precision`` ∈ {"exact", "fp64", "fp32", "fp16", "bf16"} or an explicit ``eta`` (log-space error per logged
@@ -536,10 +137,6 @@ def tv_interval_topk(p_ids, p_lp, q_ids, q_lp, sampled_id, logp_roll_y, logp_tra
     P_I, P_R = p_ids.reshape(n, Kp).contiguous().numpy(), p_lp.reshape(n, Kp).contiguous().numpy()
     Q_I, Q_R = q_ids.reshape(n, Kq).contiguous().numpy(), q_lp.reshape(n, Kq).contiguous().numpy()
     Y, A, B = (t.reshape(-1).contiguous().numpy() for t in (y, a, b))
-    # int32 ids when they fit: the [K_p, K_q, n] comparison moves half the bytes
-    lim = 2**31 - 1
-    small_ids = all(x.size == 0 or (int(x.max()) < lim and int(x.min()) > -lim) for x in (P_I, Q_I, Y))
-    idt = np.int32 if small_ids else np.int64
     if eta is None:
         if precision is None:
             precision = "exact"
@@ -547,20 +144,20 @@ def tv_interval_topk(p_ids, p_lp, q_ids, q_lp, sampled_id, logp_roll_y, logp_tra
             raise ValueError(f"precision must be one of {sorted(UNIT_ROUNDOFF)}")
         u = UNIT_ROUNDOFF[precision]
         k_eta, nu = u / (1.0 - u), NORM_SLACK[precision]
-        E = None
+        E = (np.zeros((0, 0)), np.zeros((0, 0)), np.zeros(0), np.zeros(0))
     else:
         k_eta = nu = 0.0
-        E = [eta_from_precision(x, precision, eta).detach().contiguous().numpy()
-             for x in (p_lp.reshape(n, Kp), q_lp.reshape(n, Kq), a.reshape(-1), b.reshape(-1))]
+        E = tuple(eta_from_precision(x, precision, eta).detach().contiguous().numpy()
+                  for x in (p_lp.reshape(n, Kp), q_lp.reshape(n, Kq), a.reshape(-1), b.reshape(-1)))
     lo, hi, kl_lo, kl_hi = (np.empty(n) for _ in range(4))
     err = np.empty(n, np.int32)
-    for s in range(0, n, block_rows):
-        sl = slice(s, s + block_rows)
-        Es = {} if E is None else dict(Ep=_t(E[0][sl]), Eq=_t(E[1][sl]), Ea=E[2][sl], Eb=E[3][sl])
-        pr, qr = P_I[sl].astype(idt, copy=False), Q_I[sl].astype(idt, copy=False)
-        r = _interval_block(_t(pr), _t(P_R[sl]), _t(qr), _t(Q_R[sl]), Y[sl].astype(idt, copy=False), A[sl],
-                            B[sl], caps_p, caps_q, k_eta, nu, p_rows=pr, q_rows=qr, **Es)
-        lo[sl], hi[sl], err[sl], kl_lo[sl], kl_hi[sl] = r
+    for s in range(0, n, BLOCK_ROWS):
+        sl = slice(s, s + BLOCK_ROWS)
+        with np.errstate(over="ignore", invalid="ignore"):
+            P_X, Q_X = np.exp(P_R[sl]), np.exp(Q_R[sl])
+        Es = E if eta is None else tuple(x[sl] for x in E)
+        interval_rows(P_I[sl], P_R[sl], P_X, Q_I[sl], Q_R[sl], Q_X, Y[sl], A[sl], B[sl], caps_p, caps_q, k_eta, nu,
+                      eta is not None, *Es, lo[sl], hi[sl], err[sl], kl_lo[sl], kl_hi[sl])
     t = torch.from_numpy
     return IntervalResult(t(lo).reshape(lead), t(hi).reshape(lead), t(err).reshape(lead), t(kl_lo).reshape(lead),
                           t(kl_hi).reshape(lead))
