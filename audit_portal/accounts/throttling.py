@@ -23,6 +23,15 @@ class UploadRateThrottle(SimpleRateThrottle):
         return self.cache_format % {"scope": self.scope, "ident": ident}
 
 
+class WorkBudgetMixin:
+    """For API views whose POST queues work on a worker (uploads, kernel submissions, tokenizer registrations,
+    training-step audits): every such POST draws on one budget per API key or user (``UPLOAD_THROTTLE_RATE``);
+    reads are not limited."""
+
+    def get_throttles(self):
+        return [UploadRateThrottle()] if self.request.method == "POST" else []
+
+
 class LoginThrottle:
     """Failed sign-ins counted per username (case-insensitive) in the cache: after ``LOGIN_FAILURE_LIMIT`` failures
     within ``LOGIN_FAILURE_WINDOW_SECONDS`` the username is refused — correct password or not — until the window

@@ -14,6 +14,7 @@ from rest_framework.views import APIView
 
 from audit_portal.accounts.principal import Principal
 from audit_portal.accounts.selectors import get_project
+from audit_portal.accounts.throttling import WorkBudgetMixin
 from audit_portal.core.errors import PortalError
 from audit_portal.fidelity import selectors, services, tokens
 from audit_portal.fidelity.models import FidelityCall, FidelityReport, RegisteredTokenizer
@@ -187,7 +188,7 @@ class MaskDownload(APIView):
         return FileResponse(open(path, "rb"), as_attachment=True, filename=name, content_type=content_type)
 
 
-class TokenizerListCreate(generics.ListAPIView):
+class TokenizerListCreate(WorkBudgetMixin, generics.ListAPIView):
     """List the project's registered tokenizers, or register one (multipart ``file``: a Hugging Face
     ``tokenizer.json`` or a §7.1 vocabulary; optional ``name``). The same tokenizer again returns the first (200)."""
 

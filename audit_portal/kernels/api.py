@@ -13,7 +13,7 @@ from rest_framework.views import APIView
 
 from audit_portal.accounts.principal import Principal
 from audit_portal.accounts.selectors import get_project
-from audit_portal.accounts.throttling import UploadRateThrottle
+from audit_portal.accounts.throttling import WorkBudgetMixin
 from audit_portal.core.errors import PortalError, UploadTooLarge
 from audit_portal.kernels import selectors, services
 from audit_portal.kernels.models import Contract, Device, Implementation, Submission, Verdict
@@ -174,14 +174,11 @@ SUBMISSION_REQUEST = inline_serializer("KernelSubmissionRequest", {
 })
 
 
-class ProjectSubmissionListCreate(generics.ListAPIView):
+class ProjectSubmissionListCreate(WorkBudgetMixin, generics.ListAPIView):
     """A project's conformance submissions, newest first; POST submits one (one job, live progress)."""
 
     serializer_class = SubmissionListSerializer
     parser_classes = [MultiPartParser, FormParser, JSONParser]
-
-    def get_throttles(self):  # a submission queues a job that runs submitted code: the same budget as uploads
-        return [UploadRateThrottle()] if self.request.method == "POST" else []
 
     def get_queryset(self):
         principal = Principal.from_request(self.request)

@@ -9,7 +9,7 @@ from rest_framework.views import APIView
 
 from audit_portal.accounts.principal import Principal
 from audit_portal.accounts.selectors import get_project
-from audit_portal.accounts.throttling import UploadRateThrottle
+from audit_portal.accounts.throttling import WorkBudgetMixin
 from audit_portal.core.errors import PortalError, StorageFull, UploadTooLarge
 from audit_portal.jobs.selectors import jobs_for
 from audit_portal.runs import selectors, services
@@ -57,13 +57,11 @@ class RunSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class UploadListCreate(generics.ListAPIView):
+class UploadListCreate(WorkBudgetMixin, generics.ListAPIView):
     """List a project's uploads, or upload a run log (multipart field ``file``)."""
 
     serializer_class = UploadSerializer
     parser_classes = [MultiPartParser]
-    def get_throttles(self):
-        return [UploadRateThrottle()] if self.request.method == "POST" else []
 
     def get_serializer_context(self):
         return {**super().get_serializer_context(), "principal": Principal.from_request(self.request)}

@@ -12,6 +12,7 @@ from rest_framework.views import APIView
 
 from audit_portal.accounts.principal import Principal
 from audit_portal.accounts.selectors import get_project
+from audit_portal.accounts.throttling import WorkBudgetMixin
 from audit_portal.runs.services import artifact_path
 from audit_portal.training import selectors, services
 from audit_portal.training.models import TrainingAudit
@@ -90,7 +91,7 @@ def submit_from_request(request, project, principal) -> TrainingAudit:
     return services.submit(project=project, data=fields, submitted_by=principal.label)
 
 
-class ProjectTrainingAuditListCreate(generics.ListAPIView):
+class ProjectTrainingAuditListCreate(WorkBudgetMixin, generics.ListAPIView):
     """A project's training-step audits, newest first; POST submits one (a job on the ``gpu`` queue, CPU
     fallback). A bad field is a 400 ``invalid_training_config`` whose ``detail.field`` names it."""
 

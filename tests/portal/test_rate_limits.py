@@ -1,16 +1,21 @@
-"""Rate limits on the API's writes that cost a worker: uploads (tests/portal/test_upload_api.py) and kernel
-submissions share one budget per API key or user (UPLOAD_THROTTLE_RATE); reads are not limited."""
+"""Rate limits on the API's writes that cost a worker: uploads (tests/portal/test_upload_api.py), kernel
+submissions, tokenizer registrations and training-step audits share one budget per API key or user
+(UPLOAD_THROTTLE_RATE); reads are not limited. Also the sign-in lockout."""
 from __future__ import annotations
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.cache import cache
 
+from audit_portal.fidelity.models import RegisteredTokenizer
 from audit_portal.kernels import services
 from audit_portal.kernels.models import Submission
+from audit_portal.training.models import TrainingAudit
 from workers.contracts.loader import SPECS_DIR
 
 from .conftest import as_file, jsonl, records, upload_url
+from .test_fidelity_job import TOY_VOCAB_TEXT
+from .test_training_api import TINY
 
 pytestmark = pytest.mark.django_db
 
@@ -35,6 +40,21 @@ def test_kernel_submissions_share_the_per_key_budget_with_uploads(api, project, 
     assert refused.json()["error"]["retry_after_seconds"] > 0
     assert Submission.objects.count() == 2
     assert api.get(url).status_code == 200  # reading is not limited
+
+
+def test_tokenizers_and_training_audits_draw_on_the_same_budget(api, project, limited):
+    tokenizers = f"/api/v1/projects/{project.slug}/tokenizers/"
+    audits = f"/api/v1/projects/{project.slug}/training-audits/"
+
+    def register():
+        return api.post(tokenizers, {"file": as_file(TOY_VOCAB_TEXT.encode(), "v.json")}, format="multipart")
+
+    assert register().status_code == 201
+    assert [api.post(audits, TINY, format="json").status_code for _ in range(3)] == [201, 201, 429]
+    refused = register()
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "throttled"
+    assert TrainingAudit.objects.count() == 2 and RegisteredTokenizer.objects.count() == 1  # nothing stored when refused
+    assert api.get(tokenizers).status_code == 200 and api.get(audits).status_code == 200
 
 
 @pytest.fixture
