@@ -5,6 +5,7 @@ The matrix, diff, badge and CI status are computed from stored verdicts; the tor
 """
 from __future__ import annotations
 
+from django.db.models import OuterRef, Subquery
 from django.http import Http404
 
 from audit_portal.accounts.principal import Principal
@@ -156,10 +157,12 @@ def matrix(principal: Principal, project) -> dict:
     column-specific failures (contracts failing on exactly that column)."""
     from workers.contracts.grading import interop  # torch-free
 
-    latest: dict[tuple[int, str], Submission] = {}
-    for s in submissions_for(principal, project).order_by("-created_at", "-id"):
-        latest.setdefault((s.implementation_id, s.device), s)
-    columns = sorted(latest.values(), key=lambda s: (s.implementation.name.lower(), s.device))
+    # the newest submission of each (implementation, device) in the database, not by reading the whole history
+    # (a correlated subquery on the (implementation, device, -created_at) index; portable to SQLite)
+    newest = Submission.objects.filter(implementation=OuterRef("implementation"), device=OuterRef("device")).order_by(
+        "-created_at", "-id").values("pk")[:1]
+    columns = sorted(submissions_for(principal, project).filter(pk=Subquery(newest)),
+                     key=lambda s: (s.implementation.name.lower(), s.device))
     verdicts = Verdict.objects.filter(submission__in=columns).select_related("contract")
     by_column: dict[int, dict[str, Verdict]] = {s.pk: {} for s in columns}
     for v in verdicts:

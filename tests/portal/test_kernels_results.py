@@ -84,6 +84,20 @@ def test_matrix_cells_pass_rates_interop_and_grades(api, project, client, owner)
     assert "PRC<b class=\"l3\">3</b>" in html
 
 
+def test_matrix_reads_only_the_newest_submission_of_each_column(api, project, django_assert_max_num_queries):
+    history = [make_submission(project, "fast.kernels", {**ALL_PASS, "C-EXC-01": "CRASH"}) for _ in range(4)]
+    newest = make_submission(project, "fast.kernels", ALL_PASS)
+    other = make_submission(project, "slow.kernels", ALL_PASS, device="cuda")
+    with django_assert_max_num_queries(12) as ctx:  # independent of how long each column's history is
+        body = api.get(f"/api/v1/projects/{project.slug}/kernels/matrix/").json()
+    assert [c["submission"] for c in body["columns"]] == [newest.pk, other.pk]
+    assert not any(h.pk in {c["submission"] for c in body["columns"]} for h in history)
+    assert body["interop_score"] == 1.0  # the older CRASH submissions do not count
+    # the columns come from one query that picks each column's newest row in the database (LIMIT 1 per column)
+    reads = [q["sql"] for q in ctx.captured_queries if q["sql"].startswith('SELECT "kernels_submission"')]
+    assert len(reads) == 1 and "LIMIT 1" in reads[0], reads
+
+
 def test_diff_regressed_improved_unchanged(api, project, client, owner):
     a = make_submission(project, "k.v1", {"C-PRC-01": "PASS", "C-PRC-02": "FAIL", "C-EXC-01": "PASS", "C-EXC-02": "PASS"})
     b = make_submission(project, "k.v2", {"C-PRC-01": "CRASH", "C-PRC-02": "PASS", "C-EXC-01": "PASS",
