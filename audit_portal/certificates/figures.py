@@ -124,7 +124,8 @@ def step_series(certificate) -> dict:
                                  name=name, line=dict(color=colour), yaxis=axis))
     fig.update_layout(**LAYOUT, title="Acceptance and ε̂ over training steps",
                       xaxis=dict(title="step"), yaxis=dict(title="acceptance rate", range=[0, 1.02]),
-                      yaxis2=dict(title="ε̂ (certified max TV)", overlaying="y", side="right", rangemode="tozero"))
+                      yaxis2=dict(title="ε̂ (certified max TV)", overlaying="y", side="right", rangemode="tozero",
+                                  tickmode="auto", showgrid=False))  # its own round ticks, not the left axis's
     return fig.to_plotly_json()
 
 
@@ -143,10 +144,12 @@ def distributions(certificate) -> dict:
                              marker_color="#d68910"))
         fig.update_layout(xaxis2=dict(type="log", title="δ̂", anchor="y2", domain=[0.55, 1]),
                           yaxis2=dict(anchor="x2"), xaxis=dict(domain=[0, 0.45]))
-    elif delta:
-        title += f" — δ̂ unbounded for {delta.get('unbounded', 0)} sequences (trainer side only partially known)"
-    fig.update_layout(**LAYOUT, title=title, bargap=0.05)
-    fig.update_xaxes(title_text="ε̂", selector=dict(anchor="y"))
+    layout = dict(LAYOUT, title=dict(text=title))
+    if delta and not sum(delta.get("counts", [])):  # a subtitle: a long title is cut off at the figure's width
+        layout["title"]["subtitle"] = dict(
+            text=f"δ̂ unbounded for {delta.get('unbounded', 0)} sequences (trainer side only partially known)")
+        layout["margin"] = dict(LAYOUT["margin"], t=64)
+    fig.update_layout(**layout, bargap=0.05, xaxis_title="ε̂", yaxis_title="sequences")
     return fig.to_plotly_json()
 
 
@@ -158,8 +161,9 @@ def token_status(certificate) -> dict:
         n = counts.get(status, 0)
         fig.add_trace(go.Bar(y=["tokens"], x=[n], name=f"{status} ({n / total:.1%})", orientation="h",
                              marker_color=STATUS_COLOURS[status], text=[f"{n:,}"], textposition="inside"))
-    fig.update_layout(**{**LAYOUT, "height": 200}, barmode="stack", title="Token status at the threshold",
-                      xaxis=dict(title="tokens"))
+    # no x-axis title (the bar is labelled "tokens"): below the axis it collided with the legend
+    fig.update_layout(**{**LAYOUT, "height": 220, "legend": dict(orientation="h", y=-0.3)}, barmode="stack",
+                      title="Token status at the threshold")
     return fig.to_plotly_json()
 
 

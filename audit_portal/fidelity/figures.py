@@ -42,8 +42,8 @@ def coverage_by_reason(report, codes: list[str]) -> dict:
         fig.add_trace(go.Bar(y=labels, x=[excl.get(code, 0) for _, _, excl in rows], name=code, orientation="h",
                              marker_color=reason_colour(code, codes),
                              hovertemplate=code + ": %{x:,} tokens<extra></extra>"))
-    fig.update_layout(**{**LAYOUT, "height": 260}, barmode="stack", title="Tokens by primary exclusion reason",
-                      xaxis=dict(title="tokens"))
+    fig.update_layout(**{**LAYOUT, "height": 280, "legend": dict(orientation="h", y=-0.35)}, barmode="stack",
+                      title="Tokens by primary exclusion reason", xaxis=dict(title="tokens"))
     return fig.to_plotly_json()
 
 
@@ -80,32 +80,51 @@ def provenance(report) -> dict:
     return fig.to_plotly_json()
 
 
+def binned(values, lo: float, hi: float, bins: int) -> dict:
+    """Counts of ``values`` in ``bins`` equal bins over [lo, hi], the last one closed (a value equal to ``hi`` —
+    a fully verifiable trajectory — counts in it). Only the counts go to the browser, never one value per row."""
+    width = (hi - lo) / bins
+    counts = [0] * bins
+    for v in values:
+        counts[min(max(int((v - lo) / width), 0), bins - 1)] += 1
+    edges = [lo + i * width for i in range(bins + 1)]
+    return {"centres": [(a + b) / 2 for a, b in zip(edges[:-1], edges[1:])], "counts": counts, "edges": edges,
+            "width": width}
+
+
+def _histogram(h: dict, colour: str, what: str, digits: int) -> go.Bar:
+    ranges = [f"{a:.{digits}f}–{b:.{digits}f}" for a, b in zip(h["edges"][:-1], h["edges"][1:])]
+    return go.Bar(x=h["centres"], y=h["counts"], width=h["width"], marker_color=colour, customdata=ranges,
+                  hovertemplate=f"%{{customdata}}: %{{y}} {what}<extra></extra>")
+
+
 def trajectory_coverage(report) -> dict:
-    """Histogram of per-trajectory verifiable fraction of policy tokens (aggregated in the database)."""
+    """Histogram of per-trajectory verifiable fraction of policy tokens (sums in the database, bins here)."""
     rows = (report.calls.filter(role="policy").values("trajectory_id")
-            .annotate(n=Sum("n_tokens"), v=Sum("verifiable_tokens")).filter(n__gt=0))
-    fractions = [r["v"] / r["n"] for r in rows]
-    fig = go.Figure(go.Histogram(x=fractions, xbins=dict(start=0, end=1.0 + 1e-9, size=1 / HIST_BINS),
-                                 marker_color="#2d5bd7", hovertemplate="coverage %{x}: %{y} trajectories<extra></extra>"))
+            .annotate(n=Sum("n_tokens"), v=Sum("verifiable_tokens")).filter(n__gt=0).values_list("n", "v"))
+    h = binned((v / n for n, v in rows.iterator()), 0.0, 1.0, HIST_BINS)
+    fig = go.Figure(_histogram(h, "#2d5bd7", "trajectories", 2))
     worst = report.coverage.get("trajectories", {}).get("min_coverage")
     if worst is not None:
         fig.add_vline(x=worst, line=dict(color="#c0392b", dash="dash"), annotation_text=f"min {worst:.3f}")
-    fig.update_layout(**LAYOUT, title=f"Per-trajectory coverage ({len(fractions)} trajectories)",
+    fig.update_layout(**LAYOUT, title=f"Per-trajectory coverage ({sum(h['counts'])} trajectories)", bargap=0.05,
                       xaxis=dict(title="verifiable share of the trajectory's policy tokens", range=[-0.02, 1.04]),
                       yaxis=dict(title="trajectories"))
     return fig.to_plotly_json()
 
 
 def alignment(report) -> dict:
-    """Per-call median |trainer − rollout| (nats) against τ_align, from the stored call summaries."""
+    """Per-call median |trainer − rollout| (nats) against τ_align, from the stored call summaries; bins over
+    [0, max(τ_align, largest median)]."""
     medians = [m for m in report.calls.filter(alignment__isnull=False)
-               .values_list("alignment__median_abs_diff", flat=True) if isinstance(m, (int, float))]
+               .values_list("alignment__median_abs_diff", flat=True).iterator() if isinstance(m, (int, float))]
     tau = (report.coverage.get("logprob_alignment") or {}).get("tau_align")
-    fig = go.Figure(go.Histogram(x=medians, nbinsx=40, marker_color="#6c3483",
-                                 hovertemplate="median |Δ| %{x}: %{y} calls<extra></extra>"))
+    top = max(medians + [tau or 0.0]) or 1.0
+    h = binned(medians, 0.0, top, 40)
+    fig = go.Figure(_histogram(h, "#6c3483", "calls", 3))
     if tau is not None:
         fig.add_vline(x=tau, line=dict(color="#c0392b", dash="dash"), annotation_text=f"τ_align = {tau:g}")
-    fig.update_layout(**LAYOUT, title=f"Per-call median |trainer − rollout| ({len(medians)} calls)",
+    fig.update_layout(**LAYOUT, title=f"Per-call median |trainer − rollout| ({len(medians)} calls)", bargap=0.05,
                       xaxis=dict(title="nats"), yaxis=dict(title="calls"))
     return fig.to_plotly_json()
 
@@ -135,9 +154,8 @@ def certificate_decisions(report) -> dict:
     for k in ("inside", "undecided", "outside", "invalid"):
         fig.add_trace(go.Bar(y=["verifiable tokens"], x=[decisions.get(k, 0)], name=k, orientation="h",
                              marker_color=colours[k]))
-    fig.update_layout(**{**LAYOUT, "height": 200}, barmode="stack",
-                      title=f"Certificate decisions at δ = {cert.get('delta', 0.15):g} (two-sided TV interval)",
-                      xaxis=dict(title="tokens"))
+    fig.update_layout(**{**LAYOUT, "height": 220, "legend": dict(orientation="h", y=-0.3)}, barmode="stack",
+                      title=f"Certificate decisions at δ = {cert.get('delta', 0.15):g} (two-sided TV interval)")
     return fig.to_plotly_json()
 
 
