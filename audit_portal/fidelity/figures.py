@@ -65,7 +65,8 @@ def background_ledger(report) -> dict:
     fig.add_trace(go.Bar(x=labels, y=[ledger[k]["tokens"] for k in labels], name="tokens", marker_color="#d68910",
                          yaxis="y2", offsetgroup=2))
     fig.update_layout(**LAYOUT, title="Background / unknown-role calls by purpose", barmode="group",
-                      yaxis=dict(title="calls"), yaxis2=dict(title="tokens", overlaying="y", side="right"))
+                      yaxis=dict(title="calls"),
+                      yaxis2=dict(title="tokens", overlaying="y", side="right", tickmode="auto", showgrid=False))
     return fig.to_plotly_json()
 
 

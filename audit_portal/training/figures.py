@@ -43,7 +43,8 @@ def tv_by_position(audit) -> dict:
         title += f" (bins of {pos['width']} positions)"
     fig.update_layout(**LAYOUT, title=title, xaxis=dict(title="response position"),
                       yaxis=dict(title="TV", rangemode="tozero"),
-                      yaxis2=dict(title="KL (nats)", overlaying="y", side="right", rangemode="tozero"))
+                      yaxis2=dict(title="KL (nats)", overlaying="y", side="right", rangemode="tozero", tickmode="auto",
+                                  showgrid=False))
     return fig.to_plotly_json()
 
 

@@ -225,7 +225,9 @@ def interval_rows(P_I, P_R, P_X, Q_I, Q_R, Q_X, Y, A, B, caps_p, caps_q, k_eta, 
     while (1 << bits) < 2 * (Kp + Kq):
         bits += 1
     shift = np.uint64(64 - bits)
-    slot_id, slot_p, slot_q = np.empty(1 << bits, np.int64), np.empty(1 << bits, np.int64), np.empty(1 << bits, np.int64)
+    slot_id = np.empty(1 << bits, np.int64)    # the id held by a slot
+    slot_p = np.empty(1 << bits, np.int64)     # its engine-list index, −1 if only on the trainer list
+    slot_q = np.empty(1 << bits, np.int64)     # its trainer-list index, −1 if not (yet) seen there
     stamp = np.full(1 << bits, -1, np.int64)
     for r in range(n):
         y = Y[r]
