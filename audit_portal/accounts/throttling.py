@@ -1,4 +1,5 @@
 from django.conf import settings
+from rest_framework import exceptions
 from rest_framework.throttling import SimpleRateThrottle
 
 from audit_portal.accounts.principal import Principal
@@ -30,6 +31,15 @@ class WorkBudgetMixin:
 
     def get_throttles(self):
         return [UploadRateThrottle()] if self.request.method == "POST" else []
+
+
+def charge_work_budget(request) -> None:
+    """The same budget for the signed-in pages' forms that queue work (kernel submission, training-step audit,
+    tokenizer registration): raises DRF's ``Throttled`` (429, code ``throttled``) once it is spent; the pages show
+    it like any other refused submission."""
+    throttle = UploadRateThrottle()
+    if not throttle.allow_request(request, None):
+        raise exceptions.Throttled(throttle.wait())
 
 
 class LoginThrottle:

@@ -8,6 +8,7 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 from rest_framework.exceptions import APIException
 
+from audit_portal.accounts.throttling import charge_work_budget
 from audit_portal.core.pages import page_context
 from audit_portal.fidelity import figures, selectors, services, tokens
 from audit_portal.jobs import selectors as job_selectors
@@ -88,6 +89,7 @@ def tokenizers_page(request, slug):
             return redirect("fidelity:tokenizers", slug=slug)
         uploaded = request.FILES.get("file")
         try:
+            charge_work_budget(request)
             if uploaded is None:
                 messages.error(request, "Choose a tokenizer.json file.")
             else:

@@ -8,6 +8,7 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 from rest_framework.exceptions import APIException
 
+from audit_portal.accounts.throttling import charge_work_budget
 from audit_portal.core.pages import page_context
 from audit_portal.kernels import selectors, services
 from audit_portal.kernels.models import Device
@@ -70,6 +71,7 @@ def submit_page(request, slug):
         form.setlist("contracts", [",".join(request.POST.getlist("contracts"))])
         request.POST = form
         try:
+            charge_work_budget(request)
             submission = submit_from_request(request, ctx["project"], ctx["principal"])
         except APIException as exc:
             ctx["error"] = {"code": getattr(exc.detail, "code", None) or exc.default_code, "message": str(exc.detail),

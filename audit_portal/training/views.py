@@ -7,6 +7,7 @@ from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
 from rest_framework.exceptions import APIException
 
+from audit_portal.accounts.throttling import charge_work_budget
 from audit_portal.core.pages import page_context
 from audit_portal.training import figures, selectors
 from audit_portal.training.api import submit_from_request
@@ -39,6 +40,7 @@ def audit_list(request, slug):
             messages.error(request, "Submitting a training audit needs the submit role (owner or member).")
             return redirect("training:list", slug=slug)
         try:
+            charge_work_budget(request)
             audit = submit_from_request(request, ctx["project"], ctx["principal"])
         except APIException as exc:
             ctx["error"] = {"code": getattr(exc.detail, "code", None) or exc.default_code,

@@ -7,6 +7,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.cache import cache
 
+from audit_portal.accounts.models import Role
 from audit_portal.fidelity.models import RegisteredTokenizer
 from audit_portal.kernels import services
 from audit_portal.kernels.models import Submission
@@ -55,6 +56,27 @@ def test_tokenizers_and_training_audits_draw_on_the_same_budget(api, project, li
     assert refused.status_code == 429 and refused.json()["error"]["code"] == "throttled"
     assert TrainingAudit.objects.count() == 2 and RegisteredTokenizer.objects.count() == 1  # nothing stored when refused
     assert api.get(tokenizers).status_code == 200 and api.get(audits).status_code == 200
+
+
+def test_the_signed_in_forms_draw_on_the_same_budget(client, project, member_of, limited):
+    client.force_login(member_of(project, Role.MEMBER))
+    services.store_contracts(services.parse_contract_files(sorted(SPECS_DIR.glob("C-PRC-01*.yaml"))))
+    training = {k: (",".join(v) if isinstance(v, list) else str(v)) for k, v in TINY.items()}
+    training["losses"] = ["ppo"]
+    kernel = {"source": "import", "impl": "pkg.kernels", "contracts": ["C-PRC-01"], "device": "cpu"}
+    assert client.post(f"/p/{project.slug}/training/", training).status_code == 302
+    assert client.post(f"/p/{project.slug}/kernels/submit/", kernel).status_code == 302
+    assert client.post(f"/p/{project.slug}/training/", training).status_code == 302
+    refused = client.post(f"/p/{project.slug}/kernels/submit/", kernel)  # the fourth piece of work in a minute
+    assert refused.status_code == 429 and b"throttled" in refused.content.lower()
+    assert b'value="pkg.kernels"' in refused.content  # the form keeps what was typed
+    again = client.post(f"/p/{project.slug}/training/", training)
+    assert again.status_code == 429 and b"Request was throttled" in again.content
+    tokenizer = client.post(f"/p/{project.slug}/fidelity/tokenizers/",
+                            {"file": as_file(TOY_VOCAB_TEXT.encode(), "v.json")}, follow=True)
+    assert b"Request was throttled" in tokenizer.content
+    assert TrainingAudit.objects.count() == 2 and Submission.objects.count() == 1
+    assert not RegisteredTokenizer.objects.exists()
 
 
 @pytest.fixture
