@@ -4,6 +4,7 @@ the caller's projects (a foreign submission or implementation is a 404)."""
 from __future__ import annotations
 
 from django.http import HttpResponse
+from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import exceptions, generics, serializers, status
@@ -313,3 +314,45 @@ class ImplementationBadge(APIView):
         response["Cache-Control"] = "no-cache, max-age=0"  # a badge must follow the latest result
         return response
 
+
+
+PUBLIC_BADGE = inline_serializer("PublicBadge", {
+    "published": serializers.BooleanField(),
+    "url": serializers.URLField(allow_null=True, help_text="anyone with this URL sees the badge, nothing else"),
+    "markdown": serializers.CharField(allow_null=True, help_text="the badge as a Markdown image, for a README"),
+})
+
+
+def public_badge_payload(request, implementation: Implementation) -> dict:
+    if not implementation.badge_token:
+        return {"published": False, "url": None, "markdown": None}
+    url = request.build_absolute_uri(reverse("kernels:public-badge", args=[implementation.badge_token]))
+    return {"published": True, "url": url, "markdown": f"![kernel contracts]({url})"}
+
+
+class ImplementationPublicBadge(APIView):
+    """The implementation's public badge URL, for a README: GET shows it (readers); POST publishes one — a new URL
+    each time, which retires the previous one — and DELETE unpublishes it (submit role)."""
+
+    def _implementation(self, request, pk, *, write: bool) -> Implementation:
+        principal = Principal.from_request(request)
+        implementation = selectors.get_implementation(principal, pk)
+        if write and not principal.can_submit(implementation.project):
+            raise exceptions.PermissionDenied(
+                "Publishing a badge needs the submit role (owner or member) or an API key with the submit scope.")
+        return implementation
+
+    @extend_schema(responses=PUBLIC_BADGE)
+    def get(self, request, pk):
+        return Response(public_badge_payload(request, self._implementation(request, pk, write=False)))
+
+    @extend_schema(request=None, responses={201: PUBLIC_BADGE})
+    def post(self, request, pk):
+        implementation = self._implementation(request, pk, write=True)
+        services.publish_badge(implementation)
+        return Response(public_badge_payload(request, implementation), status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={204: None})
+    def delete(self, request, pk):
+        services.unpublish_badge(self._implementation(request, pk, write=True))
+        return Response(status=status.HTTP_204_NO_CONTENT)

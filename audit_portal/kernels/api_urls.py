@@ -14,4 +14,6 @@ urlpatterns = [
     path("kernel-submissions/<int:pk>/", api.SubmissionDetail.as_view(), name="kernel-submission-detail"),
     path("implementations/<int:pk>/status/", api.ImplementationStatus.as_view(), name="implementation-status"),
     path("implementations/<int:pk>/badge.svg", api.ImplementationBadge.as_view(), name="implementation-badge"),
+    path("implementations/<int:pk>/public-badge/", api.ImplementationPublicBadge.as_view(),
+         name="implementation-public-badge"),
 ]

@@ -102,6 +102,9 @@ class Implementation(models.Model):
     fingerprint = models.CharField(max_length=64)  # sha256 of (kind, reference, mapping): the identity
     created_by = models.CharField(max_length=150, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    # a secret in the public badge URL (/badges/kernels/<token>.svg, for READMEs); empty = not published.
+    # A new token retires the old URL.
+    badge_token = models.CharField(max_length=64, blank=True, default="", db_index=True)
 
     class Meta:
         ordering = ["name", "id"]

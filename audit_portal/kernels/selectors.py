@@ -234,17 +234,38 @@ def _verdict_brief(v: Verdict | None) -> dict | None:
 
 # ------------------------------------------------------------------------------------ CI status, badge
 def latest_submission(principal: Principal, implementation: Implementation, device: str | None = None):
-    qs = submissions_for(principal).filter(implementation=implementation)
+    return _newest(submissions_for(principal).filter(implementation=implementation), device)
+
+
+def _newest(submissions, device: str | None):
     if device:
-        qs = qs.filter(device=device)
-    return qs.order_by("-created_at", "-id").first()
+        submissions = submissions.filter(device=device)
+    return submissions.order_by("-created_at", "-id").first()
 
 
 def ci_status(principal: Principal, implementation: Implementation, device: str | None = None) -> dict:
     """CI payload for the implementation's latest submission. ``state`` uses the commit-status vocabulary:
     success (every contract passes), failure (some contract does not), pending (queued or running),
     error (the job itself failed or was cancelled, or nothing was ever submitted)."""
-    submission = latest_submission(principal, implementation, device)
+    return _status(implementation, latest_submission(principal, implementation, device))
+
+
+def implementation_for_badge(token: str) -> Implementation:
+    """The implementation whose public badge token this is (404 for an unknown, retired or empty token)."""
+    implementation = Implementation.objects.filter(badge_token=token).first() if token else None
+    if implementation is None:
+        raise Http404("No such badge.")
+    return implementation
+
+
+def public_badge_status(implementation: Implementation, device: str | None = None) -> dict:
+    """What the public badge shows: the state and grade of the latest submission, nothing that links into the
+    project (no submission id, no page link)."""
+    status = _status(implementation, _newest(Submission.objects.filter(implementation=implementation), device))
+    return {k: status[k] for k in ("state", "kc_c", "passed", "total")}
+
+
+def _status(implementation: Implementation, submission: Submission | None) -> dict:
     base = {"implementation": implementation.pk, "name": implementation.name, "reference": implementation.reference}
     if submission is None:
         return {**base, "state": "error", "description": "no conformance submission yet", "submission": None,

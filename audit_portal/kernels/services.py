@@ -430,3 +430,18 @@ def finish_submission(submission: Submission, grade: dict) -> Submission:
     submission.save(update_fields=["grade", "finished_at"])
     attest_verdict(submission)  # signed + logged; a failure fails the job (the page then shows it unsigned)
     return submission
+
+
+def publish_badge(implementation: Implementation) -> str:
+    """Give the implementation a public badge URL (``/badges/kernels/<token>.svg``) — or a new one, which retires
+    the old URL. The token is the only secret: 192 random bits, so the URL cannot be guessed from ids."""
+    import secrets
+
+    implementation.badge_token = secrets.token_urlsafe(24)
+    implementation.save(update_fields=["badge_token"])
+    return implementation.badge_token
+
+
+def unpublish_badge(implementation: Implementation) -> None:
+    implementation.badge_token = ""
+    implementation.save(update_fields=["badge_token"])

@@ -12,4 +12,7 @@ urlpatterns = [
     path("p/<slug:slug>/kernels/submit/", views.submit_page, name="submit"),
     path("p/<slug:slug>/kernels/diff/", views.diff_page, name="diff"),
     path("p/<slug:slug>/kernels/submissions/<int:pk>/", views.submission_page, name="submission"),
+    path("p/<slug:slug>/kernels/implementations/<int:pk>/badge/", views.badge_action, name="badge"),
+    # public: the token in the URL is the only credential (README badges are fetched without cookies)
+    path("badges/kernels/<str:token>.svg", views.public_badge, name="public-badge"),
 ]

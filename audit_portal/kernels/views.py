@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
 from rest_framework.exceptions import APIException
 
 from audit_portal.accounts.throttling import charge_work_budget
 from audit_portal.core.pages import page_context
 from audit_portal.kernels import selectors, services
+from audit_portal.kernels.api import public_badge_payload
 from audit_portal.kernels.models import Device
 
 PART_TITLES = [
@@ -91,8 +94,44 @@ def submission_page(request, slug, pk):
     rows = [{"entry": e, "verdict": verdicts.get(e["contract"])} for e in submission.plan]
     others = selectors.submissions_for(ctx["principal"], ctx["project"]).exclude(pk=submission.pk)[:20]
     ctx.update(submission=submission, rows=rows, job=submission.job, others=others,
-               status=selectors.ci_status(ctx["principal"], submission.implementation, submission.device))
+               status=selectors.ci_status(ctx["principal"], submission.implementation, submission.device),
+               public_badge=public_badge_payload(request, submission.implementation))
     return render(request, "kernels/submission.html", ctx)
+
+
+@login_required
+@require_POST
+def badge_action(request, slug, pk):
+    """Publish (or renew) / unpublish an implementation's public badge from its submission page."""
+    ctx = page_context(request, slug)
+    implementation = selectors.get_implementation(ctx["principal"], pk)
+    if implementation.project_id != ctx["project"].pk:
+        raise Http404
+    latest = selectors.latest_submission(ctx["principal"], implementation)
+    if not ctx["can_submit"]:
+        messages.error(request, "Publishing a badge needs the submit role (owner or member).")
+        return redirect("kernels:matrix", slug=slug)
+    action = request.POST.get("action")
+    if action == "publish":
+        services.publish_badge(implementation)
+        messages.success(request, "Public badge URL created; any earlier URL of this implementation no longer works.")
+    elif action == "unpublish":
+        services.unpublish_badge(implementation)
+        messages.success(request, "Public badge unpublished: its URL now answers 404.")
+    else:
+        messages.error(request, "Unknown badge action.")
+    if latest is None:
+        return redirect("kernels:matrix", slug=slug)
+    return redirect(reverse("kernels:submission", args=[slug, latest.pk]) + "#public-badge")
+
+
+def public_badge(request, token):
+    """The badge anyone may fetch with the token (no sign-in): state and grade of the latest submission only."""
+    implementation = selectors.implementation_for_badge(token)
+    svg = selectors.badge_svg(selectors.public_badge_status(implementation, request.GET.get("device")))
+    response = HttpResponse(svg, content_type="image/svg+xml")
+    response["Cache-Control"] = "no-cache, max-age=0"  # a badge must follow the latest result
+    return response
 
 
 @login_required

@@ -83,6 +83,7 @@ class Objects:
     submission: int = 0
     submission_b: int = 0
     implementation: int = 0
+    badge_token: str = ""
     victim_key: int = 0
     training_audit: int = 0
 
@@ -132,12 +133,13 @@ def _populate(project, owner) -> Objects:
     from audit_portal.training import services as training_services
     from workers.tasks import training_step_audit
 
+    badge_token = kernel_services.publish_badge(subs[0].implementation)
     training = training_services.submit(project=project, data=TRAINING_TINY, submitted_by="authz")
     assert training_step_audit(training.job_id) == "succeeded", Job.objects.get(pk=training.job_id).error
     return Objects(training_audit=training.pk, slug=project.slug, upload=upload.pk, run=upload.run_id, job=Job.objects.get(
         subject_id=upload.pk, kind="validate_upload").pk, queued_job=queued.pk, certificate=certificate.pk,
         report=report.pk, call=report.calls.order_by("line").first().pk, submission=subs[0].pk,
-        submission_b=subs[1].pk, implementation=subs[0].implementation_id,
+        submission_b=subs[1].pk, implementation=subs[0].implementation_id, badge_token=badge_token,
         victim_key=issue_api_key(project=project, name="victim", scopes=["read"]).key.pk)
 
 
@@ -300,6 +302,14 @@ ENDPOINTS: dict[tuple[str, str], Access] = {
         "read", lambda o: f"/api/v1/implementations/{o.implementation}/status/"),
     ("api/v1/implementations/<int:pk>/badge.svg", "GET"): Access(
         "read", lambda o: f"/api/v1/implementations/{o.implementation}/badge.svg"),
+    ("api/v1/implementations/<int:pk>/public-badge/", "GET"): Access(
+        "read", lambda o: f"/api/v1/implementations/{o.implementation}/public-badge/"),
+    ("api/v1/implementations/<int:pk>/public-badge/", "POST"): Access(
+        "submit", lambda o: f"/api/v1/implementations/{o.implementation}/public-badge/", ok=(201,)),
+    ("api/v1/implementations/<int:pk>/public-badge/", "DELETE"): Access(
+        "submit", lambda o: f"/api/v1/implementations/{o.implementation}/public-badge/", ok=(204,)),
+    # the token in the URL is the credential (a README badge is fetched without cookies or keys)
+    ("badges/kernels/<str:token>.svg", "GET"): _page("public", lambda o: f"/badges/kernels/{o.badge_token}.svg"),
     # --- API: training-step audits ----------------------------------------------------------------------------------
     (P + "training-audits/", "GET"): Access("read", lambda o: f"/api/v1/projects/{o.slug}/training-audits/"),
     (P + "training-audits/", "POST"): Access("submit", lambda o: f"/api/v1/projects/{o.slug}/training-audits/",
@@ -353,6 +363,9 @@ ENDPOINTS: dict[tuple[str, str], Access] = {
         "submit", lambda o: f"/p/{o.slug}/kernels/submit/", ok=(302,), fmt="form",
         body=lambda: {"source": "import", "impl": "pkg.page_kernels", "contracts": [CONTRACT_CLASS], "device": "cpu"},
         ok_location="/kernels/submissions/"),
+    ("p/<slug:slug>/kernels/implementations/<int:pk>/badge/", "POST"): _page(
+        "submit", lambda o: f"/p/{o.slug}/kernels/implementations/{o.implementation}/badge/", ok=(302,), fmt="form",
+        body=lambda: {"action": "publish"}, ok_location="/kernels/submissions/"),
     ("p/<slug:slug>/kernels/diff/", "GET"): _page(
         "read", lambda o: f"/p/{o.slug}/kernels/diff/?a={o.submission}&b={o.submission_b}"),
     ("p/<slug:slug>/kernels/submissions/<int:pk>/", "GET"): _page(
