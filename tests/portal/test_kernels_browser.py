@@ -121,4 +121,5 @@ class KernelsBrowserTest(BrowserTestCase):
         # the grade can land one fetch after the last row (a fetch may have read the verdict before the grade)
         page.wait_for_function("document.getElementById('grade').innerText.includes('KC-C')")
         assert page.evaluate("window.__sameDocument") is True and page.inner_text("#job-pct") == "100%"
+        page.wait_for_function("document.getElementById('ci-state').textContent === 'failure'")  # CI state follows
         self.screenshot("kernels-submission-live.png")
