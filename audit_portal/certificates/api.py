@@ -111,9 +111,6 @@ class CertificateFigures(APIView):
         })
 
 
-COMPARED = ["tokens", "sequences", "acceptance_rate", "eps_hat", "delta_hat", "best_bound", "data_errors"]
-
-
 class CertificateComparison(APIView):
     """Two certificates side by side: headline numbers, every bound, and the differences (b − a)."""
 
@@ -126,15 +123,4 @@ class CertificateComparison(APIView):
         except (KeyError, ValueError):
             raise PortalError("give two certificate ids: ?a=<id>&b=<id>", code="invalid_parameter") from None
         a, b = selectors.get_certificate(principal, a_id), selectors.get_certificate(principal, b_id)
-
-        def diff(x, y):
-            return None if x is None or y is None else y - x
-
-        headline = {k: {"a": getattr(a, k), "b": getattr(b, k), "diff": diff(getattr(a, k), getattr(b, k))} for k in COMPARED}
-        bound_ids = sorted(set(a.bounds) | set(b.bounds) - {"argmin"})
-        bounds = {k: {"a": a.bounds.get(k), "b": b.bounds.get(k), "diff": diff(a.bounds.get(k), b.bounds.get(k))}
-                  for k in bound_ids if k != "argmin"}
-        return Response({"a": {"id": a.pk, "run": a.run_id, "upload": a.upload_id, "argmin": a.bounds.get("argmin")},
-                         "b": {"id": b.pk, "run": b.run_id, "upload": b.upload_id, "argmin": b.bounds.get("argmin")},
-                         "headline": headline, "bounds": bounds,
-                         "caveat": "Certificates hold on the contexts each run visited; comparing them compares those samples."})
+        return Response(selectors.compare(a, b))

@@ -175,3 +175,43 @@ def acceptance_by_length(certificate) -> dict:
     fig.update_layout(**LAYOUT, title="Acceptance by response length", xaxis=dict(title="length bucket (tokens)"),
                       yaxis=dict(title="acceptance rate", range=[0, 1.1]))
     return fig.to_plotly_json()
+
+
+# ---------------------------------------------------------------------------------------------- two runs
+RUN_COLOURS = ("#2d5bd7", "#d35400")  # run A, run B
+
+
+def comparison(a, b, budget: float, names=("A", "B")) -> dict:
+    """Two certificates on common axes: B* against T (each at its own measured ε̂, δ̂) with the budget; acceptance
+    over steps; the ε̂ distributions as shares of each run's sequences (the bins are the same for every run)."""
+    bounds, steps, eps = go.Figure(), go.Figure(), go.Figure()
+    T_max = max(4096, *(4 * int(c.summary.get("T_ref") or 1) for c in (a, b)))
+    Ts = sorted({int(round(t)) for t in np.logspace(0, math.log10(T_max), 120)})
+    for certificate, name, colour in zip((a, b), names, RUN_COLOURS):
+        best = [trm_bounds(T, **bound_inputs(certificate)).get("best") for T in Ts]
+        if any(v is not None for v in best):
+            bounds.add_trace(go.Scatter(x=Ts, y=best, mode="lines", name=f"{name}: B* (min of all bounds)",
+                                        line=dict(color=colour, width=2.5)))
+        T_ref, at_ref = int(certificate.summary.get("T_ref") or 1), certificate.bounds.get("best")
+        if at_ref is not None:
+            bounds.add_trace(go.Scatter(x=[T_ref], y=[at_ref], mode="markers", name=f"{name}: B* at T_ref = {T_ref}",
+                                        marker=dict(size=11, color=colour, symbol="star")))
+        rows = list(certificate.steps.order_by("step").values_list("step", "acceptance_rate"))
+        s = downsample([r[0] for r in rows], [r[1] for r in rows])
+        steps.add_trace(go.Scatter(x=s["x"], y=s["y"], mode="lines+markers" if len(s["x"]) < 60 else "lines",
+                                   name=name, line=dict(color=colour)))
+        h = (certificate.histograms or {}).get("eps")
+        if h and sum(h["counts"]):
+            total = sum(h["counts"])
+            centres = [(lo + hi) / 2 for lo, hi in zip(h["edges"][:-1], h["edges"][1:])]
+            eps.add_trace(go.Bar(x=centres, y=[c / total for c in h["counts"]], name=name, marker_color=colour,
+                                 opacity=0.6))
+    bounds.add_hline(y=budget, line=dict(color="#1f8a4c", dash="dash"), annotation_text=f"budget {budget:g}")
+    bounds.update_layout(**{**LAYOUT, "height": 400}, title="B* against sequence length, each run at its measured ε̂, δ̂",
+                         xaxis=dict(type="log", title="sequence length T"),
+                         yaxis=dict(type="log", title="bound on |J(π_θ) − J(π_roll) − L(π_θ)|"))
+    steps.update_layout(**LAYOUT, title="Acceptance rate over training steps", xaxis=dict(title="step"),
+                        yaxis=dict(title="acceptance rate", range=[0, 1.02]))
+    eps.update_layout(**LAYOUT, title="ε̂ per sequence (max certified token TV)", barmode="overlay", bargap=0.05,
+                      xaxis=dict(title="ε̂"), yaxis=dict(title="share of the run's sequences", tickformat=".0%"))
+    return {"bounds": bounds.to_plotly_json(), "steps": steps.to_plotly_json(), "eps": eps.to_plotly_json()}

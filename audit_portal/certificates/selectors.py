@@ -33,3 +33,22 @@ def sequences(certificate: RunCertificate, *, status: str | None = None, step: i
     if accepted is not None:
         qs = qs.filter(accept=accepted)
     return qs.order_by("line", "id")
+
+
+COMPARED = ["tokens", "sequences", "acceptance_rate", "eps_hat", "delta_hat", "best_bound", "data_errors"]
+COMPARISON_CAVEAT = "Certificates hold on the contexts each run visited; comparing them compares those samples."
+
+
+def compare(a: RunCertificate, b: RunCertificate) -> dict:
+    """Two certificates side by side: headline numbers, every bound, and the differences (b − a)."""
+
+    def diff(x, y):
+        return None if x is None or y is None else y - x
+
+    headline = {k: {"a": getattr(a, k), "b": getattr(b, k), "diff": diff(getattr(a, k), getattr(b, k))}
+                for k in COMPARED}
+    bounds = {k: {"a": a.bounds.get(k), "b": b.bounds.get(k), "diff": diff(a.bounds.get(k), b.bounds.get(k))}
+              for k in sorted(set(a.bounds) | set(b.bounds)) if k != "argmin"}
+    return {"a": {"id": a.pk, "run": a.run_id, "upload": a.upload_id, "argmin": a.bounds.get("argmin")},
+            "b": {"id": b.pk, "run": b.run_id, "upload": b.upload_id, "argmin": b.bounds.get("argmin")},
+            "headline": headline, "bounds": bounds, "caveat": COMPARISON_CAVEAT}

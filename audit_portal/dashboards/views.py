@@ -13,6 +13,7 @@ from audit_portal.accounts import selectors as account_selectors
 from audit_portal.accounts import services as account_services
 from audit_portal.accounts.models import Scope
 from audit_portal.accounts.principal import Principal
+from audit_portal.certificates import figures as certificate_figures
 from audit_portal.certificates import selectors as certificate_selectors
 from audit_portal.jobs import selectors as job_selectors
 from audit_portal.runs import selectors as run_selectors
@@ -99,6 +100,51 @@ def run_page(request, slug, pk):
     if certificate is not None:
         ctx["flagged"] = certificate_selectors.sequences(certificate).exclude(status__in=["CERT_IN"])[:25]
     return render(request, "dashboards/run.html", ctx)
+
+
+# headline rows of the comparison: (field, label, which direction is better: +1 higher, −1 lower, 0 neither)
+COMPARISON_ROWS = [("eps_hat", "ε̂ (max certified token TV)", -1), ("delta_hat", "δ̂ (max token KL)", -1),
+                   ("acceptance_rate", "acceptance rate", +1), ("best_bound", "B* at T_ref", -1),
+                   ("data_errors", "sequences with data errors", -1), ("sequences", "sequences", 0),
+                   ("tokens", "tokens", 0)]
+
+
+def _number(value, signed=False) -> str:
+    if value is None:
+        return "—"
+    sign = "+" if signed and value > 0 else ""
+    return f"{sign}{value:,}" if isinstance(value, int) else f"{sign}{value:.4g}"
+
+
+def _with_text(row: dict) -> dict:
+    return {**row, "a_text": _number(row["a"]), "b_text": _number(row["b"]), "diff_text": _number(row["diff"], True)}
+
+
+@login_required
+def compare_page(request, slug):
+    """Two of the project's certificates side by side (``?a=&b=``: certificate ids); without both, the choice."""
+    ctx = page_context(request, slug)
+    mine = certificate_selectors.certificates_for(ctx["principal"], ctx["project"])
+    chosen = {k: request.GET.get(k, "") for k in ("a", "b")}
+    ctx.update(choices=mine.filter(state="complete").select_related("run", "upload")[:200], chosen=chosen)
+    if not all(v.isdigit() for v in chosen.values()):
+        return render(request, "dashboards/compare.html", ctx)
+    a, b = (mine.filter(pk=int(chosen[k]), state="complete").select_related("run", "upload").first() for k in "ab")
+    if a is None or b is None:
+        raise Http404("No such certificate in this project.")
+    result = certificate_selectors.compare(a, b)
+    rows = []
+    for key, label, better in COMPARISON_ROWS:
+        row = result["headline"][key]
+        change = row["diff"]
+        verdict = "same" if change == 0 else "neutral" if change is None or better == 0 else (
+            "better" if change * better > 0 else "worse")
+        rows.append(_with_text({"label": label, **row, "verdict": verdict}))
+    bound_rows = [_with_text({"label": certificate_figures.BOUND_LABELS[k], **result["bounds"][k]})
+                  for k in certificate_figures.BOUND_IDS if k in result["bounds"]]
+    ctx.update(a=a, b=b, rows=rows, bound_rows=bound_rows, caveat=result["caveat"],
+               figures=certificate_figures.comparison(a, b, float(a.budget.get("budget") or 0.1)))
+    return render(request, "dashboards/compare.html", ctx)
 
 
 @login_required

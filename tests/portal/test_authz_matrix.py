@@ -333,6 +333,8 @@ ENDPOINTS: dict[tuple[str, str], Access] = {
     ("p/<slug:slug>/uploads/", "GET"): _page("read", lambda o: f"/p/{o.slug}/uploads/"),
     ("p/<slug:slug>/uploads/<int:pk>/", "GET"): _page("read", lambda o: f"/p/{o.slug}/uploads/{o.upload}/"),
     ("p/<slug:slug>/runs/<int:pk>/", "GET"): _page("read", lambda o: f"/p/{o.slug}/runs/{o.run}/"),
+    ("p/<slug:slug>/compare/", "GET"): _page(
+        "read", lambda o: f"/p/{o.slug}/compare/?a={o.certificate}&b={o.certificate}"),
     ("p/<slug:slug>/keys/", "GET"): _page("manage", lambda o: f"/p/{o.slug}/keys/"),
     ("p/<slug:slug>/keys/", "POST"): _page("manage", lambda o: f"/p/{o.slug}/keys/", fmt="form",
                                            body=lambda: {"name": "from-page", "scopes": ["read"]}),

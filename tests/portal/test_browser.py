@@ -66,3 +66,22 @@ class BrowserUploadTest(BrowserTestCase):
         page.click("#budget-apply")
         page.wait_for_function(f"document.querySelector('#bound-table').innerText !== {rows_before!r}")
         self.screenshot("run-certificate.png")
+
+    def test_compare_two_certificates_from_the_run_page(self):
+        a, _ = self.processed_upload("a.jsonl.gz", gz(jsonl(records(trajectories=8, seed=1))),
+                                     ("validate_upload", "certify_upload"))
+        b, _ = self.processed_upload("b.jsonl.gz", gz(jsonl(records(trajectories=8, seed=2, spike_rate=0.05))),
+                                     ("validate_upload", "certify_upload"))
+        page = self.page
+        self.sign_in()
+        page.goto(f"{self.live_server_url}/p/{self.project.slug}/runs/{a.run_id}/?certificate={a.certificate.pk}")
+        page.click("#compare-link")
+        page.select_option("#cmp-b", str(b.certificate.pk))  # A is preselected from the run page
+        page.click("#compare-form button")
+        page.wait_for_function("document.body.dataset.figures === 'ready'")
+        for fig in ("fig-cmp-bounds", "fig-cmp-steps", "fig-cmp-eps"):
+            assert page.locator(f"#{fig} .main-svg").count() >= 1, fig
+        assert page.locator("#headline tbody tr").count() == 7
+        assert "visited" in page.inner_text("#compare-caveat")
+        assert page.get_attribute("#run-b", "href").endswith(f"?certificate={b.certificate.pk}")
+        self.screenshot("compare-certificates.png")
