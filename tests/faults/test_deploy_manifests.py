@@ -94,3 +94,8 @@ def test_dockerfile_runs_the_production_settings_as_a_non_root_user(path):
     text = (ROOT / path).read_text()
     assert "DJANGO_SETTINGS_MODULE=audit_portal.settings_production" in text
     assert re.search(r"^USER (?!root)\w+", text, re.M) and "daphne" in text
+    # the code is root's, so numba's kernel cache needs a directory the non-root user owns (created, then chowned)
+    cache_dir = re.search(r"NUMBA_CACHE_DIR=(\S+)", text).group(1)
+    setup = re.search(r"^RUN useradd.*?(?<!\\)\n", text, re.M | re.S).group(0)  # with its continuation lines
+    assert "mkdir -p" in setup and cache_dir in setup and "chown -R portal" in setup
+    assert any(cache_dir.startswith(d) for d in re.search(r"chown -R portal ([^\n]+)", setup).group(1).split())

@@ -32,7 +32,16 @@ ZERO_LOG = -800.0          # a log-value whose exponential is exactly 0.0: paddi
 LOG_TINY = math.log(1e-300)
 NOT_LISTED, SAMPLED, PADDING = -1, -2, -3   # codes in ``match`` besides a trainer index ≥ 0
 
-_jit = njit(cache=True, nogil=True, error_model="numpy")
+
+def _jit(function):
+    """Compile with numba, caching the machine code on disk (beside the module, in ``NUMBA_CACHE_DIR``, or in the
+    user's cache directory) so later processes load it in ≈ 0.3 s instead of compiling for ≈ 3 s. Where none of
+    those is writable (a read-only install run by a user without a home) numba refuses to cache at all: then
+    compile in memory, once per process, rather than fail to import."""
+    try:
+        return njit(cache=True, nogil=True, error_model="numpy")(function)
+    except RuntimeError:
+        return njit(cache=False, nogil=True, error_model="numpy")(function)
 
 
 @_jit
