@@ -2,8 +2,8 @@
 §5.3, §5.5). Called through :func:`workers.certify.intervals.tv_interval_topk`, which documents the inputs.
 
 numba compiles :func:`interval_rows` to machine code: one pass over each position's two lists, nothing allocated per
-position, results written straight into the caller's output arrays. (An array formulation needs ~150 passes over
-``[K, n]`` temporaries for the same arithmetic and was 10–20× slower; bench/certify.py measures it.)
+position, results written straight into the caller's output arrays. (The numpy formulation it replaced made ~150
+passes over ``[K, n]`` temporaries for the same arithmetic and was 2.4× slower: docs/certify.md, *Benchmark*.)
 
 Notation as in intervals.py: p = engine (rollout) list ∪ {y}, q = trainer list ∪ {y}; B = ids on both lists (the
 sampled token y counted apart), P = engine-only ids, Q = trainer-only ids, W = the rest of the vocabulary. Every
