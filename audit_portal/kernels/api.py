@@ -92,7 +92,7 @@ class SubmissionSerializer(serializers.ModelSerializer):
     class Meta:
         model = Submission
         fields = ["id", "project", "implementation", "device", "plan", "job", "verdicts", "counts", "kc_c", "grade",
-                  "environment", "submitted_by", "created_at", "finished_at", "links"]
+                  "deployment_flags", "target", "environment", "submitted_by", "created_at", "finished_at", "links"]
         read_only_fields = fields
 
     def get_job(self, submission) -> dict | None:
@@ -172,6 +172,11 @@ SUBMISSION_REQUEST = inline_serializer("KernelSubmissionRequest", {
                                        help_text="contract ids or classes (default: the whole suite)"),
     "device": serializers.ChoiceField(choices=Device.choices, required=False, default="cpu"),
     "name": serializers.CharField(required=False, help_text="label of the implementation in the matrix"),
+    "deployment_flags": serializers.JSONField(
+        required=False, help_text='KC-A: the flags the deployment runs with, e.g. {"allow_tf32": true}; the classes '
+                                  "they can change are measured again under them"),
+    "target": serializers.JSONField(required=False,
+                                    help_text='KC-T: the level per family the deployment needs, e.g. {"ORD": 3}'),
 })
 
 
@@ -227,7 +232,8 @@ def submit_from_request(request, project, principal) -> Submission:
             project=project, submitted_by=principal.label, device=_text(data, "device") or "cpu",
             contracts=contracts, import_path=_text(data, "impl") or None, module=module,
             module_filename=(uploaded.name if uploaded is not None else ""),
-            function=_text(data, "function") or None, functions=data.get("functions"), name=_text(data, "name"))
+            function=_text(data, "function") or None, functions=data.get("functions"), name=_text(data, "name"),
+            deployment_flags=data.get("deployment_flags"), target=data.get("target"))
     finally:
         for f in received:  # the module is stored by content (services); the streamed temporary file goes
             if hasattr(f, "discard"):

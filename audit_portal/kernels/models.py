@@ -139,6 +139,10 @@ class Submission(models.Model):
     plan = models.JSONField(default=list)
     grade = models.JSONField(default=dict, blank=True)  # engine's grade() output, when finished
     environment = models.JSONField(default=dict, blank=True)  # fingerprint of the worker that ran it
+    # KC-A / KC-T (spec §10): the flags the deployment runs with (the classes they can change are measured again
+    # under them) and the level per family it needs, e.g. {"ORD": 3}; both optional
+    deployment_flags = models.JSONField(default=dict, blank=True)
+    target = models.JSONField(default=dict, blank=True)
     submitted_by = models.CharField(max_length=150, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -163,6 +167,20 @@ class Submission(models.Model):
     def kc_c(self) -> dict | None:
         """The KC-C vector in the spec's order (PRC, ORD, CMP, EXC); jsonb does not keep key order."""
         return ordered_vector((self.grade or {}).get("kc_c"))
+
+    @property
+    def kc_a(self) -> dict | None:
+        """KC-A, the vector under the declared deployment flags (None without flags: it is KC-C then)."""
+        return ordered_vector((self.grade or {}).get("kc_a")) if self.deployment_flags else None
+
+    @property
+    def target_rows(self) -> list[dict]:
+        """KC-T against what was achieved (KC-A; KC-C when no flags were declared), once graded."""
+        if not self.target or not self.grade:
+            return []
+        achieved = self.grade.get("kc_a") or {}
+        return [{"family": family, "needed": needed, "achieved": achieved.get(family),
+                 "met": (achieved.get(family) or 0) >= needed} for family, needed in ordered_vector(self.target).items()]
 
 
 class Verdict(models.Model):

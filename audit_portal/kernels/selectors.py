@@ -269,7 +269,8 @@ def _status(implementation: Implementation, submission: Submission | None) -> di
     base = {"implementation": implementation.pk, "name": implementation.name, "reference": implementation.reference}
     if submission is None:
         return {**base, "state": "error", "description": "no conformance submission yet", "submission": None,
-                "kc_c": None, "counts": {}, "passed": 0, "total": 0, "link": None}
+                "kc_c": None, "kc_a": None, "kc_t": None, "meets_target": None, "counts": {}, "passed": 0, "total": 0,
+                "link": None}
     verdicts = list(verdicts_of(submission))
     counts = verdict_counts(verdicts)
     passed = sum(1 for v in verdicts if v.verdict in PASSING_VERDICTS)
@@ -282,13 +283,21 @@ def _status(implementation: Implementation, submission: Submission | None) -> di
         state = "success" if passed == len(verdicts) and verdicts else "failure"
     kc_c = submission.kc_c
     grade_text = " ".join(f"{k} {'-' if v is None else v}" for k, v in kc_c.items()) if kc_c else "not graded"
+    # a declared KC-T is part of the verdict: every contract passing is not enough when a family is below target
+    unmet = [r for r in submission.target_rows if not r["met"]] if state in ("success", "failure") else []
+    if unmet and state == "success":
+        state = "failure"
     description = {"pending": f"{len(verdicts)}/{len(submission.plan)} contracts run",
                    "error": f"conformance job {job_state}",
                    "success": f"{passed}/{len(verdicts)} contracts pass; KC-C {grade_text}",
                    "failure": f"{passed}/{len(verdicts)} contracts pass; KC-C {grade_text}"}[state]
+    if unmet:
+        description += "; below target: " + ", ".join(
+            f"{r['family']} {'-' if r['achieved'] is None else r['achieved']} < {r['needed']}" for r in unmet)
     return {**base, "state": state, "description": description, "submission": submission.pk,
-            "device": submission.device, "kc_c": kc_c, "counts": counts, "passed": passed, "total": len(submission.plan),
-            "link": f"/p/{submission.project.slug}/kernels/submissions/{submission.pk}/"}
+            "device": submission.device, "kc_c": kc_c, "kc_a": submission.kc_a, "kc_t": submission.target or None,
+            "meets_target": (not unmet) if submission.target_rows else None, "counts": counts, "passed": passed,
+            "total": len(submission.plan), "link": f"/p/{submission.project.slug}/kernels/submissions/{submission.pk}/"}
 
 
 BADGE_COLOURS = {"success": "#2e8540", "failure": "#c0392b", "pending": "#2f6fbf", "error": "#7a7f8a"}

@@ -35,6 +35,7 @@ from audit_portal.kernels.models import (
     Verdict,
 )
 from audit_portal.kernels.selectors import latest_contracts
+from workers.contracts.deployment import parse_flags, parse_target
 
 CONFORMANCE_TASK = "workers.tasks.run_kernel_submission"
 CALIBRATION_TASK = "workers.tasks.calibrate_contracts"
@@ -318,13 +319,23 @@ def _fingerprint(kind: str, reference: str, default_function: str | None, mappin
 def submit_conformance(*, project: Project, submitted_by: str, device: str, contracts: list[str],
                        import_path: str | None = None, module: CheckedModule | None = None,
                        module_filename: str = "", function: str | None = None, functions=None,
-                       name: str = "") -> Submission:
+                       name: str = "", deployment_flags=None, target=None) -> Submission:
     """Validate a conformance submission, record the implementation and queue one job for it.
 
     Exactly one of ``import_path`` and ``module``. ``function`` (one name for every contract) and
     ``functions`` ({contract id or class: name}) choose the callables; otherwise each contract's spec §11
     function name is used (for an uploaded module without an explicit contract list: only the contracts
-    whose function the module defines)."""
+    whose function the module defines). ``deployment_flags`` (KC-A) and ``target`` (KC-T): see
+    :mod:`workers.contracts.deployment`."""
+    try:
+        flags = parse_flags(deployment_flags)
+    except ValueError as exc:
+        raise KernelSubmissionError(f"deployment_flags: {exc}.", code="invalid_deployment_flags",
+                                    extra={"field": "deployment_flags"}) from None
+    try:
+        kc_t = parse_target(target)
+    except ValueError as exc:
+        raise KernelSubmissionError(f"target: {exc}.", code="invalid_target", extra={"field": "target"}) from None
     if device not in Device.values:
         raise KernelSubmissionError(f"Unknown platform {device!r}; use one of: {', '.join(Device.values)}.",
                                     code="unknown_platform")
@@ -379,7 +390,7 @@ def submit_conformance(*, project: Project, submitted_by: str, device: str, cont
     plan = [{"contract": c.pk, "contract_id": c.contract_id, "version": c.version, "class": c.contract_class,
              "function": _function_for(c, default, mapping)} for c in plan_contracts]
     submission = Submission.objects.create(project=project, implementation=implementation, device=device, plan=plan,
-                                           submitted_by=submitted_by)
+                                           submitted_by=submitted_by, deployment_flags=flags, target=kc_t)
     submission.job = create_job(
         project=project, kind="kernel_conformance", task_name=CONFORMANCE_TASK, queue=QUEUE_FOR_DEVICE[device],
         title=f"Conformance: {implementation.name} on {device} ({len(plan)} contract(s))",

@@ -2,6 +2,8 @@
 submission filling in live, and the diff of two submissions."""
 from __future__ import annotations
 
+import json
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponse
@@ -15,6 +17,7 @@ from audit_portal.core.pages import page_context
 from audit_portal.kernels import selectors, services
 from audit_portal.kernels.api import public_badge_payload
 from audit_portal.kernels.models import Device
+from workers.contracts.deployment import BOOLEAN, DEPLOYMENT_FLAGS, FAMILIES, LEVELS
 
 PART_TITLES = [
     ("identifier", "1 · Identifier"), ("scope", "2 · Scope"), ("precondition", "3 · Precondition"),
@@ -59,7 +62,10 @@ def matrix_page(request, slug):
 def submit_page(request, slug):
     ctx = page_context(request, slug)
     ctx.update(contracts=selectors.latest_contracts(), devices=Device.choices,
-               max_bytes=services.KERNEL_MODULE_MAX_BYTES, form=request.POST)
+               max_bytes=services.KERNEL_MODULE_MAX_BYTES, form=request.POST,
+               boolean_flags=[f for f, allowed in DEPLOYMENT_FLAGS.items() if allowed is BOOLEAN],
+               chosen_flags=request.POST.getlist("flag"), precisions=DEPLOYMENT_FLAGS["float32_matmul_precision"],
+               target_choices=[(f, request.POST.get(f"target_{f}", "")) for f in FAMILIES], levels=list(LEVELS))
     if request.method == "POST":
         if not ctx["can_submit"]:
             messages.error(request, "Submitting kernels needs the submit role (owner or member).")
@@ -72,6 +78,12 @@ def submit_page(request, slug):
         elif "module" in request.FILES:
             request.FILES.pop("module")  # the form sends both inputs; the chosen source decides
         form.setlist("contracts", [",".join(request.POST.getlist("contracts"))])
+        flags = {name: True for name in request.POST.getlist("flag")}
+        if request.POST.get("flag_float32_matmul_precision"):
+            flags["float32_matmul_precision"] = request.POST["flag_float32_matmul_precision"]
+        target = {f: request.POST[f"target_{f}"] for f in FAMILIES if request.POST.get(f"target_{f}")}
+        form["deployment_flags"] = json.dumps(flags) if flags else ""
+        form["target"] = json.dumps(target) if target else ""
         request.POST = form
         try:
             charge_work_budget(request)

@@ -39,9 +39,20 @@
       row.classList.remove("pending"); row.classList.add("landed");
     }
     if (sub.kc_c) {
-      const parts = Object.entries(sub.kc_c).map(([fam, lvl]) =>
-        esc(fam) + '<b class="l' + (lvl == null ? "x" : lvl) + '">' + (lvl == null ? "–" : lvl) + "</b>");
-      document.getElementById("grade").innerHTML = '<p class="kc" style="font-size:15px">KC-C ' + parts.join(" ") + "</p>";
+      const FAMILIES = ["PRC", "ORD", "CMP", "EXC"];
+      const vector = (v) => FAMILIES.filter((fam) => fam in v).map((fam) =>
+        esc(fam) + '<b class="l' + (v[fam] == null ? "x" : v[fam]) + '">' + (v[fam] == null ? "–" : v[fam]) + "</b>").join(" ");
+      let html = '<p class="kc" style="font-size:15px">KC-C ' + vector(sub.kc_c) + "</p>";
+      const kcA = (sub.grade || {}).kc_a;
+      if (kcA && Object.keys(sub.deployment_flags || {}).length) {
+        html += '<p class="kc" style="font-size:15px" id="kc-a">KC-A ' + vector(kcA) + "</p>";
+      }
+      if (kcA && Object.keys(sub.target || {}).length) {  // KC-T is judged against KC-A (= KC-C without flags)
+        html += '<p class="kc" id="kc-t">KC-T ' + FAMILIES.filter((fam) => fam in sub.target).map((fam) =>
+          esc(fam) + " ≥ " + sub.target[fam] + " " + ((kcA[fam] || 0) >= sub.target[fam] ? '<span class="badge PASS">met</span>'
+            : '<span class="badge FAIL">below (' + (kcA[fam] == null ? "–" : kcA[fam]) + ")</span>")).join(" ") + "</p>";
+      }
+      document.getElementById("grade").innerHTML = html;
       const badge = document.getElementById("badge-img");
       if (badge) {
         badge.src = badge.src.split("&t=")[0] + "&t=" + Date.now();

@@ -110,6 +110,12 @@ def _voided_by_flags(deployment_flags: dict, contracts) -> dict:
     return voided
 
 
+def affected_classes(deployment_flags: dict, contracts=None) -> dict:
+    """Classes whose verdicts a deployment's flags may change ({class: why}): measure them again with the flags
+    applied to get KC-A (a class left unmeasured counts 0 there)."""
+    return _voided_by_flags(deployment_flags, contracts)
+
+
 def grade(verdicts, *, deployment_flags: dict | None = None, deployment_verdicts=None, target: dict | None = None,
           attestations: dict | None = None, contracts=None) -> dict:
     """Grade one implementation (one backend) from its verdicts.

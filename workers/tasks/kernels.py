@@ -26,8 +26,7 @@ def run_kernel_submission(job_id: int) -> str:
     """Run every planned contract against the submission's implementation; store each verdict as it lands."""
 
     def work(job, progress):
-        from workers.contracts.grading import grade
-        from workers.contracts.runner import run_contract
+        from workers.contracts.grading import affected_classes, grade
 
         submission = Submission.objects.select_related("implementation").filter(pk=job.subject_id).first()
         if submission is None:
@@ -37,47 +36,71 @@ def run_kernel_submission(job_id: int) -> str:
             raise JobInputError(f"the uploaded module of implementation {impl.pk} (sha256 {impl.code_sha256[:12]}) "
                                 "is missing from the artifact store")
         rows = {c.pk: c for c in Contract.objects.filter(pk__in=[e["contract"] for e in submission.plan])}
+        missing = [e for e in submission.plan if e["contract"] not in rows]
+        if missing:
+            raise JobInputError(f"contract {missing[0]['contract_id']} v{missing[0]['version']} was removed")
+        engine_contracts = [_engine_contract(rows[e["contract"]]) for e in submission.plan]
+        flags = submission.deployment_flags or None
+        # KC-A: the planned classes the deployment's flags can change are measured a second time under them
+        again = [(e, c) for e, c in zip(submission.plan, engine_contracts)
+                 if flags and e["class"] in affected_classes(flags, engine_contracts)]
         measured = set(submission.verdicts.values_list("contract_id", flat=True))  # a retried job resumes where it stopped
-        total = len(submission.plan)
-        engine_contracts = []
-        for i, entry in enumerate(submission.plan):
-            row = rows.get(entry["contract"])
-            if row is None:
-                raise JobInputError(f"contract {entry['contract_id']} v{entry['version']} was removed")
-            contract = _engine_contract(row)
-            engine_contracts.append(contract)
+        total = len(submission.plan) + len(again)
+        for i, (entry, contract) in enumerate(zip(submission.plan, engine_contracts)):
+            row = rows[entry["contract"]]
             if row.pk in measured:
                 continue
             progress(i / total, f"{row.contract_class}: starting", force=True)
-
-            def cases_done(n, of, i=i, cls=row.contract_class):
-                progress((i + n / max(of, 1)) / total, f"{cls}: case {n}/{of}")
-
             trace_name = services.trace_storage_name(submission, row.contract_class)
             trace_path = services.artifact_path(trace_name)
             trace_path.parent.mkdir(parents=True, exist_ok=True)
             trace_path.unlink(missing_ok=True)
-            try:
-                verdict = run_contract(contract, services.impl_reference(submission, entry), device=submission.device,
-                                       trace_path=str(trace_path), progress=cases_done)
-                detail = verdict.to_dict(include_trace=False)
-                infinite = verdict.margin is not None and math.isinf(verdict.margin)
-            except Exception as exc:  # noqa: BLE001 - a harness failure is this contract's result, not the job's
-                detail = {"verdict": "INCONCLUSIVE", "contract_id": row.contract_id, "contract_version": row.version,
-                          "contract_class": row.contract_class, "family": row.family,
-                          "reason": f"the harness could not run this contract: {type(exc).__name__}: {exc}"}
-                infinite = False
+            detail, infinite = _measure(contract, row, services.impl_reference(submission, entry), submission.device,
+                                        _case_progress(progress, i, total, row.contract_class),
+                                        trace_path=str(trace_path))
             services.record_verdict(submission, row, detail, margin_infinite=infinite,
                                     trace_storage=trace_name if trace_path.exists() else "")
             # a forced progress event makes the submission page fetch the new row at once
             progress((i + 1) / total, f"{row.contract_class}: {detail['verdict']}", force=True)
 
+        under_flags = []
+        for j, (entry, contract) in enumerate(again, start=len(submission.plan)):
+            row = rows[entry["contract"]]
+            progress(j / total, f"{row.contract_class}: again under the deployment flags", force=True)
+            detail, _ = _measure(contract, row, services.impl_reference(submission, entry), submission.device,
+                                 _case_progress(progress, j, total, row.contract_class), flags=flags)
+            under_flags.append(detail)
         stored = [v.detail for v in submission.verdicts.all()]
-        result = grade(stored, contracts=engine_contracts)
+        result = grade(stored, contracts=engine_contracts, deployment_flags=flags, deployment_verdicts=under_flags,
+                       target=submission.target or None)
+        result["deployment_verdicts"] = [{k: d.get(k) for k in ("contract_id", "contract_class", "verdict", "margin",
+                                                                "reason")} for d in under_flags]
         services.finish_submission(submission, result)
-        return {"submission": submission.pk, "kc_c": result["kc_c"], "verdict_counts": result["verdict_counts"]}
+        return {"submission": submission.pk, "kc_c": result["kc_c"], "kc_a": result["kc_a"],
+                "verdict_counts": result["verdict_counts"]}
 
     return run_job(job_id, work)
+
+
+def _case_progress(progress, index: int, total: int, contract_class: str):
+    def cases_done(n, of):
+        progress((index + n / max(of, 1)) / total, f"{contract_class}: case {n}/{of}")
+    return cases_done
+
+
+def _measure(contract, row: Contract, impl: str, device: str, cases_done, *, trace_path=None,
+             flags=None) -> tuple[dict, bool]:
+    """One contract's verdict as a JSON-safe dict, and whether its margin is infinite (JSON has no ∞); a harness
+    failure is this contract's result, not the job's."""
+    from workers.contracts.runner import run_contract
+
+    try:
+        verdict = run_contract(contract, impl, device=device, trace_path=trace_path, progress=cases_done, flags=flags)
+        return verdict.to_dict(include_trace=False), verdict.margin is not None and math.isinf(verdict.margin)
+    except Exception as exc:  # noqa: BLE001
+        return {"verdict": "INCONCLUSIVE", "contract_id": row.contract_id, "contract_version": row.version,
+                "contract_class": row.contract_class, "family": row.family,
+                "reason": f"the harness could not run this contract: {type(exc).__name__}: {exc}"}, False
 
 
 @shared_task(name="workers.tasks.calibrate_contracts", acks_late=True)
