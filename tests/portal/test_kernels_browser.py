@@ -97,6 +97,8 @@ class KernelsBrowserTest(BrowserTestCase):
         page.fill("#impl", "workers.contracts.impls.reference")
         page.check("input[name=contracts][value^='C-EXC-01/']")
         page.check("input[name=contracts][value^='C-PRC-03/']")
+        page.check("input[name=flag][value=flush_denormal]")  # the deployment runs with FTZ: KC-A
+        page.select_option("select[name=target_EXC]", "3")
         self.screenshot("kernels-submit-form.png")
         page.click("#submit-button")
         page.wait_for_selector("#verdicts")
@@ -104,6 +106,7 @@ class KernelsBrowserTest(BrowserTestCase):
         page.evaluate("window.__sameDocument = true")  # survives only if the page is never reloaded
         submission = Submission.objects.get(project=self.project)
         assert [e["class"] for e in submission.plan] == ["C-PRC-03", "C-EXC-01"]  # the suite's order
+        assert submission.deployment_flags == {"flush_denormal": True} and submission.target == {"EXC": 3}
         assert page.locator("#verdicts tbody tr.pending").count() == 2
 
         # The test stands in for the worker from here, writing from another thread as a worker would (the
@@ -114,12 +117,17 @@ class KernelsBrowserTest(BrowserTestCase):
         page.wait_for_function("document.querySelector('tr[data-contract^=\"C-EXC-01/\"]').dataset.verdict === 'PASS'")
         assert page.locator("#verdicts tbody tr.pending").count() == 1 and page.inner_text("#job-state") == "running"
         in_worker_thread(lambda: (record(submission, "C-PRC-03", "FAIL"),
-                                  services.finish_submission(submission, grade([v.detail for v in submission.verdicts.all()])),
+                                  services.finish_submission(submission, grade(
+                                      [v.detail for v in submission.verdicts.all()], deployment_flags={"flush_denormal": True},
+                                      deployment_verdicts=[{**submission.verdicts.get(contract__contract_class="C-PRC-03").detail,
+                                                            "verdict": "FAIL"}], target={"EXC": 3})),
                                   jobs.finish_job(job, {"submission": submission.pk})))
         page.wait_for_function("document.getElementById('job-state').textContent === 'succeeded'")
         page.wait_for_function("document.querySelector('tr[data-contract^=\"C-PRC-03/\"]').dataset.verdict === 'FAIL'")
         # the grade can land one fetch after the last row (a fetch may have read the verdict before the grade)
         page.wait_for_function("document.getElementById('grade').innerText.includes('KC-C')")
+        assert "KC-A" in page.inner_text("#kc-a") and "EXC ≥ 3" in page.inner_text("#kc-t")  # drawn live, no reload
+        assert "below (0)" in page.inner_text("#kc-t")  # C-EXC-02 was not run: a class not run counts 0
         assert page.evaluate("window.__sameDocument") is True and page.inner_text("#job-pct") == "100%"
         page.wait_for_function("document.getElementById('ci-state').textContent === 'failure'")  # CI state follows
         self.screenshot("kernels-submission-live.png")
