@@ -53,6 +53,15 @@
             : '<span class="badge FAIL">below (' + (kcA[fam] == null ? "–" : kcA[fam]) + ")</span>")).join(" ") + "</p>";
       }
       document.getElementById("grade").innerHTML = html;
+      const pending = document.getElementById("deployment-pending");
+      const again = (sub.grade || {}).deployment_verdicts;
+      if (pending && again) {  // the classes measured a second time under the deployment flags
+        pending.outerHTML = again.length ? '<table class="small" id="deployment-verdicts"><thead><tr><th>Class measured again</th>' +
+          "<th>Verdict</th><th>Reason</th></tr></thead><tbody>" + again.map((d) => '<tr><td class="mono">' + esc(d.contract_class) +
+          '</td><td><span class="badge ' + esc(d.verdict) + '">' + esc(d.verdict) + '</span></td><td class="muted">' +
+          esc((d.reason || "").slice(0, 160)) + "</td></tr>").join("") + "</tbody></table>"
+          : '<p class="muted small">None of the planned classes is affected by these flags: KC-A = KC-C.</p>';
+      }
       const badge = document.getElementById("badge-img");
       if (badge) {
         badge.src = badge.src.split("&t=")[0] + "&t=" + Date.now();

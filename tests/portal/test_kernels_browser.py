@@ -128,6 +128,7 @@ class KernelsBrowserTest(BrowserTestCase):
         page.wait_for_function("document.getElementById('grade').innerText.includes('KC-C')")
         assert "KC-A" in page.inner_text("#kc-a") and "EXC ≥ 3" in page.inner_text("#kc-t")  # drawn live, no reload
         assert "below (0)" in page.inner_text("#kc-t")  # C-EXC-02 was not run: a class not run counts 0
+        assert "C-PRC-03" in page.inner_text("#deployment-verdicts") and "FAIL" in page.inner_text("#deployment-verdicts")
         assert page.evaluate("window.__sameDocument") is True and page.inner_text("#job-pct") == "100%"
         page.wait_for_function("document.getElementById('ci-state').textContent === 'failure'")  # CI state follows
         self.screenshot("kernels-submission-live.png")

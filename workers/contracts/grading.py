@@ -158,6 +158,9 @@ def grade(verdicts, *, deployment_flags: dict | None = None, deployment_verdicts
         "summary": f"KC-C = {fmt(kc_c)}; KC-A = {fmt(kc_a)}",
         "families": families, "families_under_deployment": fam_a,
         "deployment_flags": deployment_flags or {}, "voided_by_deployment": voided,
+        "deployment_verdicts": [{"contract_id": v.get("contract_id"), "contract_class": _class_of(v),
+                                 "verdict": v.get("verdict"), "margin": v.get("margin"), "reason": v.get("reason")}
+                                for v in dep],
         "quality_warnings": warnings, "not_declared": not_declared,
         "margins": {_class_of(v): v.get("margin") for v in vs},
         "verdict_counts": {k: sum(1 for v in vs if v.get("verdict") == k) for k in

@@ -73,8 +73,6 @@ def run_kernel_submission(job_id: int) -> str:
         stored = [v.detail for v in submission.verdicts.all()]
         result = grade(stored, contracts=engine_contracts, deployment_flags=flags, deployment_verdicts=under_flags,
                        target=submission.target or None)
-        result["deployment_verdicts"] = [{k: d.get(k) for k in ("contract_id", "contract_class", "verdict", "margin",
-                                                                "reason")} for d in under_flags]
         services.finish_submission(submission, result)
         return {"submission": submission.pk, "kc_c": result["kc_c"], "kc_a": result["kc_a"],
                 "verdict_counts": result["verdict_counts"]}
