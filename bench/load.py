@@ -23,7 +23,6 @@ import itertools
 import json
 import os
 import random
-import statistics
 import sys
 import threading
 import time

@@ -5,7 +5,6 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_seriali
 from rest_framework import exceptions, generics, serializers, status
 from rest_framework.parsers import MultiPartParser
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from audit_portal.accounts.principal import Principal
 from audit_portal.accounts.selectors import get_project

@@ -28,8 +28,8 @@ from workers.certify.bounds import BOUND_IDS, KL_PARAMETERISED, budget_threshold
 from workers.certify.intervals import describe_errors, tv_interval_topk
 from workers.certify.robust import DATA_ERROR as T_DE, IN as T_IN, OUT as T_OUT, UNDETERMINED as T_UND
 from workers.certify.robust import UNIT_ROUNDOFF
-from workers.certify.sequence import (CERT_IN, CERT_OUT, DATA_ERROR, DEFAULT_THRESHOLDS, HEURISTIC, LENGTH_EDGES,
-                                      MODES, SEQ_STATUS_NAMES, UNDETERMINED, VISITED_CAVEAT, decide, length_bucket)
+from workers.certify.sequence import (DATA_ERROR, DEFAULT_THRESHOLDS, LENGTH_EDGES, MODES, SEQ_STATUS_NAMES,
+                                      VISITED_CAVEAT, decide, length_bucket)
 from workers.certify.bounds import CONSTANTS, guard_threshold
 
 SENTINEL = -9999.0 + 1e-6  # spec/fidelity.md §4.3: values ≤ −9999 + 1e-6 are "not reported"
