@@ -2,6 +2,8 @@
 pages — the project (404 if the caller may not read it) and what the caller may do there."""
 from __future__ import annotations
 
+from django.http import Http404
+
 from audit_portal.accounts import selectors as account_selectors
 from audit_portal.accounts.principal import Principal
 
@@ -15,3 +17,10 @@ def page_context(request, slug: str | None = None, **extra) -> dict:
                    can_manage=principal.can_manage(project))
     ctx.update(extra)
     return ctx
+
+
+def require_in_project(ctx: dict, project_id: int) -> None:
+    """404 unless an object the URL names belongs to the page's project: another project's id in this project's
+    URL must not render (not even as 403, which would confirm that the object exists)."""
+    if project_id != ctx["project"].pk:
+        raise Http404

@@ -8,7 +8,7 @@ from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from audit_portal.core.pages import page_context
+from audit_portal.core.pages import page_context, require_in_project
 from audit_portal.accounts import selectors as account_selectors
 from audit_portal.accounts import services as account_services
 from audit_portal.accounts.models import Scope
@@ -61,8 +61,7 @@ def uploads_page(request, slug):
 def upload_detail(request, slug, pk):
     ctx = page_context(request, slug)
     upload = run_selectors.get_upload(ctx["principal"], pk)
-    if upload.project_id != ctx["project"].pk:
-        raise Http404
+    require_in_project(ctx, upload.project_id)
     ctx.update(upload=upload, jobs=job_selectors.jobs_for_subject(ctx["principal"], "upload", upload.original.pk))
     return render(request, "dashboards/upload_detail.html", ctx)
 
@@ -84,8 +83,7 @@ RUN_PAGE_ROWS = 100
 def run_page(request, slug, pk):
     ctx = page_context(request, slug)
     run = run_selectors.get_run(ctx["principal"], pk)
-    if run.project_id != ctx["project"].pk:
-        raise Http404
+    require_in_project(ctx, run.project_id)
     certificates = certificate_selectors.certificates_for(ctx["principal"]).filter(run=run)
     chosen = request.GET.get("certificate")
     certificate = (certificates.filter(pk=chosen).first() if chosen and chosen.isdigit() else None) or certificates.first()

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404
 from django.shortcuts import redirect, render
 from rest_framework.exceptions import APIException
 
 from audit_portal.accounts.throttling import charge_work_budget
-from audit_portal.core.pages import page_context
+from audit_portal.core.pages import page_context, require_in_project
 from audit_portal.fidelity import figures, selectors, services, tokens
 from audit_portal.jobs import selectors as job_selectors
 from audit_portal.runs import selectors as run_selectors
@@ -26,8 +25,7 @@ def run_fidelity(request, slug, pk):
     ctx = page_context(request, slug)
     principal = ctx["principal"]
     run = run_selectors.get_run(principal, pk)
-    if run.project_id != ctx["project"].pk:
-        raise Http404
+    require_in_project(ctx, run.project_id)
     reports = selectors.reports_for(principal).filter(run=run)
     chosen = request.GET.get("report")
     report = (reports.filter(pk=chosen).first() if chosen and chosen.isdigit() else None) or reports.first()
@@ -64,8 +62,7 @@ def run_fidelity(request, slug, pk):
 def call_page(request, slug, pk):
     ctx = page_context(request, slug)
     call = selectors.get_call(ctx["principal"], pk)
-    if call.report.project_id != ctx["project"].pk:
-        raise Http404
+    require_in_project(ctx, call.report.project_id)
     codes = selectors.reason_codes()
     try:
         view = tokens.call_tokens(call, selectors.read_record(call))

@@ -13,7 +13,7 @@ from django.views.decorators.http import require_POST
 from rest_framework.exceptions import APIException
 
 from audit_portal.accounts.throttling import charge_work_budget
-from audit_portal.core.pages import page_context
+from audit_portal.core.pages import page_context, require_in_project
 from audit_portal.kernels import selectors, services
 from audit_portal.kernels.api import public_badge_payload
 from audit_portal.kernels.models import Device
@@ -100,8 +100,7 @@ def submit_page(request, slug):
 def submission_page(request, slug, pk):
     ctx = page_context(request, slug)
     submission = selectors.get_submission(ctx["principal"], pk)
-    if submission.project_id != ctx["project"].pk:
-        raise Http404
+    require_in_project(ctx, submission.project_id)
     verdicts = {v.contract_id: v for v in selectors.verdicts_of(submission)}
     rows = [{"entry": e, "verdict": verdicts.get(e["contract"])} for e in submission.plan]
     others = selectors.submissions_for(ctx["principal"], ctx["project"]).exclude(pk=submission.pk)[:20]
@@ -117,8 +116,7 @@ def badge_action(request, slug, pk):
     """Publish (or renew) / unpublish an implementation's public badge from its submission page."""
     ctx = page_context(request, slug)
     implementation = selectors.get_implementation(ctx["principal"], pk)
-    if implementation.project_id != ctx["project"].pk:
-        raise Http404
+    require_in_project(ctx, implementation.project_id)
     latest = selectors.latest_submission(ctx["principal"], implementation)
     if not ctx["can_submit"]:
         messages.error(request, "Publishing a badge needs the submit role (owner or member).")
