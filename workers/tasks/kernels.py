@@ -42,8 +42,8 @@ def run_kernel_submission(job_id: int) -> str:
         engine_contracts = [_engine_contract(rows[e["contract"]]) for e in submission.plan]
         flags = submission.deployment_flags or None
         # KC-A: the planned classes the deployment's flags can change are measured a second time under them
-        again = [(e, c) for e, c in zip(submission.plan, engine_contracts)
-                 if flags and e["class"] in affected_classes(flags, engine_contracts)]
+        affected = affected_classes(flags, engine_contracts) if flags else {}
+        again = [(e, c) for e, c in zip(submission.plan, engine_contracts) if e["class"] in affected]
         measured = set(submission.verdicts.values_list("contract_id", flat=True))  # a retried job resumes where it stopped
         total = len(submission.plan) + len(again)
         for i, (entry, contract) in enumerate(zip(submission.plan, engine_contracts)):
