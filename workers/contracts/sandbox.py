@@ -18,6 +18,7 @@ all streams, (5) hash inputs again, (6) copy outputs to CPU, (7) repeat for repl
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -567,10 +568,37 @@ def _start(proc):
     if was:
         cur._config["daemon"] = False  # noqa: SLF001
     try:
-        proc.start()
+        with _child_environment():
+            proc.start()
     finally:
         if was:
             cur._config["daemon"] = was  # noqa: SLF001
+
+
+# What a candidate's process may find in its environment: what Python, torch and the GPU stack read. Everything else
+# the worker has — database, broker and cache URLs, secret and signing keys, cloud credentials — is left out.
+CHILD_ENV_NAMES = {"PATH", "HOME", "USER", "LANG", "LANGUAGE", "TZ", "TMPDIR", "VIRTUAL_ENV", "LD_LIBRARY_PATH"}
+CHILD_ENV_PREFIXES = ("PYTHON", "LC_", "CUDA_", "NVIDIA_", "CUBLAS_", "CUDNN_", "NCCL_", "OMP_", "MKL_", "OPENBLAS_",
+                      "KMP_", "TORCH_", "PYTORCH_", "TORCHINDUCTOR_", "TRITON_", "HIP_", "ROCM_", "KC_")
+
+
+def _child_may_see(name: str) -> bool:
+    return name in CHILD_ENV_NAMES or name.startswith(CHILD_ENV_PREFIXES)
+
+
+@contextlib.contextmanager
+def _child_environment():
+    """While a sandbox process starts — spawned, or the forkserver every later child is forked from — the process
+    environment holds the allowlist only, so the candidate's ``os.environ`` and ``/proc/self/environ`` never had the
+    worker's credentials. (Other processes of the same user stay readable through /proc: run conformance workers
+    isolated, docs/security.md.)"""
+    hidden = {k: v for k, v in os.environ.items() if not _child_may_see(k)}
+    for name in hidden:
+        del os.environ[name]
+    try:
+        yield
+    finally:
+        os.environ.update(hidden)
 
 
 def _kill_group(proc):
