@@ -401,7 +401,13 @@ def _child_main(conn, payload_bytes: bytes):
     except OSError:
         pass
 
-    def send(obj):
+    def send(obj, final=False):
+        if final:  # the parent kills this process group as soon as the last message arrives: print output first
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except Exception:  # noqa: BLE001 - the candidate may have replaced or closed them
+                    pass
         conn.send_bytes(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
 
     try:
@@ -418,7 +424,7 @@ def _child_main(conn, payload_bytes: bytes):
         try:
             impl = load_impl(p["impl"])
         except BaseException as exc:  # noqa: BLE001
-            send({"kind": "load_error", "error": _exc_info(exc), "fingerprint": fp})
+            send({"kind": "load_error", "error": _exc_info(exc), "fingerprint": fp}, final=True)
             return
         impl_hash = impl_source_hash(impl)
         reference = load_impl(p["reference"]) if p.get("reference") else None
@@ -429,10 +435,10 @@ def _child_main(conn, payload_bytes: bytes):
             send({"kind": "progress", "done": i + 1, "total": n})
         # flags may have been changed by the candidate: record the state it left behind as well
         fp["flags_after"] = fingerprint(device, p.get("flags"))["flags"]
-        send({"kind": "result", "results": results, "fingerprint": fp, "impl_hash": impl_hash})
+        send({"kind": "result", "results": results, "fingerprint": fp, "impl_hash": impl_hash}, final=True)
     except BaseException as exc:  # noqa: BLE001
         try:
-            send({"kind": "child_error", "error": _exc_info(exc)})
+            send({"kind": "child_error", "error": _exc_info(exc)}, final=True)
         except Exception:  # noqa: BLE001
             pass
     finally:
