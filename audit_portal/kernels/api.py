@@ -315,11 +315,14 @@ class ImplementationBadge(APIView):
     def get(self, request, pk):
         principal = Principal.from_request(request)
         implementation = selectors.get_implementation(principal, pk)
-        svg = selectors.badge_svg(selectors.ci_status(principal, implementation, request.query_params.get("device")))
-        response = HttpResponse(svg, content_type="image/svg+xml")
-        response["Cache-Control"] = "no-cache, max-age=0"  # a badge must follow the latest result
-        return response
+        return badge_response(selectors.ci_status(principal, implementation, request.query_params.get("device")))
 
+
+def badge_response(status: dict) -> HttpResponse:
+    """The SVG badge of a CI status, never cached (a badge must follow the latest result)."""
+    response = HttpResponse(selectors.badge_svg(status), content_type="image/svg+xml")
+    response["Cache-Control"] = "no-cache, max-age=0"
+    return response
 
 
 PUBLIC_BADGE = inline_serializer("PublicBadge", {

@@ -178,9 +178,9 @@ class Submission(models.Model):
         """KC-T against what was achieved (KC-A; KC-C when no flags were declared), once graded."""
         if not self.target or not self.grade:
             return []
-        achieved = self.grade.get("kc_a") or {}
-        return [{"family": family, "needed": needed, "achieved": achieved.get(family),
-                 "met": (achieved.get(family) or 0) >= needed} for family, needed in ordered_vector(self.target).items()]
+        achieved, meets = self.grade.get("kc_a") or {}, self.grade.get("meets_target") or {}
+        return [{"family": family, "needed": needed, "achieved": achieved.get(family), "met": bool(meets.get(family))}
+                for family, needed in ordered_vector(self.target).items()]
 
 
 class Verdict(models.Model):

@@ -6,7 +6,7 @@ import json
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpResponse
+from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
@@ -15,7 +15,7 @@ from rest_framework.exceptions import APIException
 from audit_portal.accounts.throttling import charge_work_budget
 from audit_portal.core.pages import page_context, require_in_project
 from audit_portal.kernels import selectors, services
-from audit_portal.kernels.api import public_badge_payload
+from audit_portal.kernels.api import badge_response, public_badge_payload
 from audit_portal.kernels.models import Device
 from workers.contracts.deployment import BOOLEAN, DEPLOYMENT_FLAGS, FAMILIES, LEVELS
 
@@ -117,7 +117,6 @@ def badge_action(request, slug, pk):
     ctx = page_context(request, slug)
     implementation = selectors.get_implementation(ctx["principal"], pk)
     require_in_project(ctx, implementation.project_id)
-    latest = selectors.latest_submission(ctx["principal"], implementation)
     if not ctx["can_submit"]:
         messages.error(request, "Publishing a badge needs the submit role (owner or member).")
         return redirect("kernels:matrix", slug=slug)
@@ -130,6 +129,7 @@ def badge_action(request, slug, pk):
         messages.success(request, "Public badge unpublished: its URL now answers 404.")
     else:
         messages.error(request, "Unknown badge action.")
+    latest = selectors.latest_submission(ctx["principal"], implementation)
     if latest is None:
         return redirect("kernels:matrix", slug=slug)
     return redirect(reverse("kernels:submission", args=[slug, latest.pk]) + "#public-badge")
@@ -138,10 +138,7 @@ def badge_action(request, slug, pk):
 def public_badge(request, token):
     """The badge anyone may fetch with the token (no sign-in): state and grade of the latest submission only."""
     implementation = selectors.implementation_for_badge(token)
-    svg = selectors.badge_svg(selectors.public_badge_status(implementation, request.GET.get("device")))
-    response = HttpResponse(svg, content_type="image/svg+xml")
-    response["Cache-Control"] = "no-cache, max-age=0"  # a badge must follow the latest result
-    return response
+    return badge_response(selectors.public_badge_status(implementation, request.GET.get("device")))
 
 
 @login_required

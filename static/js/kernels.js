@@ -47,9 +47,9 @@
       if (kcA && Object.keys(sub.deployment_flags || {}).length) {
         html += '<p class="kc" style="font-size:15px" id="kc-a">KC-A ' + vector(kcA) + "</p>";
       }
-      if (kcA && Object.keys(sub.target || {}).length) {  // KC-T is judged against KC-A (= KC-C without flags)
+      if (kcA && Object.keys(sub.target || {}).length) {  // the engine judged KC-T against KC-A (= KC-C without flags)
         html += '<p class="kc" id="kc-t">KC-T ' + FAMILIES.filter((fam) => fam in sub.target).map((fam) =>
-          esc(fam) + " ≥ " + sub.target[fam] + " " + ((kcA[fam] || 0) >= sub.target[fam] ? '<span class="badge PASS">met</span>'
+          esc(fam) + " ≥ " + sub.target[fam] + " " + ((sub.grade.meets_target || {})[fam] ? '<span class="badge PASS">met</span>'
             : '<span class="badge FAIL">below (' + (kcA[fam] == null ? "–" : kcA[fam]) + ")</span>")).join(" ") + "</p>";
       }
       document.getElementById("grade").innerHTML = html;
