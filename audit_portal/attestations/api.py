@@ -92,13 +92,17 @@ class AttestationDetail(APIView):
 
 
 class AttestationBundle(APIView):
-    """The certificate bundle for ``python -m workers.verify``: envelope, inclusion proof, checkpoint, keys."""
+    """The certificate bundle for ``python -m workers.verify``: envelope, inclusion proof, checkpoint, keys (and a
+    consistency proof with ``consistency_from``)."""
 
-    @extend_schema(parameters=[KIND_PARAM, OpenApiParameter("tree_size", int)], responses={200: dict})
+    @extend_schema(parameters=[KIND_PARAM, OpenApiParameter("tree_size", int),
+                               OpenApiParameter("consistency_from", int, description=(
+                                   "include the consistency proof from this tree size (a checkpoint you pinned)"))],
+                   responses={200: dict})
     def get(self, request, kind, pk):
         entry = _entry(request, kind, pk)
         try:
-            data = selectors.bundle(entry, _int_param(request, "tree_size"))
+            data = selectors.bundle(entry, _int_param(request, "tree_size"), _int_param(request, "consistency_from"))
         except ValueError as exc:
             raise exceptions.NotFound(str(exc)) from None
         response = Response(data)

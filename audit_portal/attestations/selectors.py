@@ -47,15 +47,24 @@ def latest_entry(kind: str, subject_id: int) -> LogEntry | None:
     return LogEntry.objects.filter(subject_kind=kind, subject_id=subject_id).order_by("-index").first()
 
 
-def bundle(entry: LogEntry, tree_size: int | None = None) -> dict:
+def bundle(entry: LogEntry, tree_size: int | None = None, consistency_from: int | None = None) -> dict:
     """The downloadable bundle of ``entry``: envelope, inclusion proof and checkpoint (the latest, or the one of
-    ``tree_size``), and the key set. Raises ``ValueError`` when no checkpoint of that size covers the entry."""
+    ``tree_size``), and the key set; with ``consistency_from`` = m also the RFC 6962 consistency proof from tree size
+    m to the checkpoint's (for a verifier that pinned a checkpoint of size m). Raises ``ValueError`` when no
+    checkpoint of that size covers the entry or m is not in 1..tree size."""
     ck = latest_checkpoint(tree_size)
     if ck is None or ck.tree_size <= entry.index:
         raise ValueError(f"no checkpoint of tree size {tree_size} covers log entry {entry.index}"
                          if tree_size else "the log has no checkpoint covering this entry yet")
-    return build_bundle(json.loads(entry.envelope), log_index=entry.index, integrated_time=entry.created_at.isoformat(),
-                        leaf_hashes=leaf_hashes(ck.tree_size), checkpoint=json.loads(ck.envelope), keys=key_set())
+    hashes = leaf_hashes(ck.tree_size)
+    out = build_bundle(json.loads(entry.envelope), log_index=entry.index, integrated_time=entry.created_at.isoformat(),
+                       leaf_hashes=hashes, checkpoint=json.loads(ck.envelope), keys=key_set())
+    if consistency_from is not None:
+        if not 0 < consistency_from <= ck.tree_size:
+            raise ValueError(f"consistency_from must be between 1 and the checkpoint's tree size {ck.tree_size}")
+        out["consistency_proof"] = {"first": consistency_from, "second": ck.tree_size, "hashes": [
+            h.hex() for h in merkle.consistency_proof(consistency_from, hashes)]}
+    return out
 
 
 def subject_object(kind: str, subject_id: int):
@@ -99,7 +108,8 @@ def verify_entry(entry: LogEntry, *, rehash_files: bool = False) -> Report:
     if rehash_files:
         for name, path in audited_files(entry.subject_kind, obj).items():
             digests[name] = file_sha256(path) if path.is_file() else "missing from the artifact store"
-    report = verify_bundle(b, file_digests=digests)
+    # the server trusts the key set it publishes; a rewrite of it shows against the witnessed checkpoints
+    report = verify_bundle(b, file_digests=digests, keys=b["keys"], keys_source="the portal's published key set")
     if obj is None:
         report.add("record", SKIPPED, f"{entry.subject_kind} {entry.subject_id} is no longer stored "
                                       "(regenerated or deleted); the signed statement is all there is")

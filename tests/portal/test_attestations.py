@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
 import stat
 import subprocess
@@ -18,6 +19,7 @@ from django.core.management import call_command
 from django.db import DatabaseError, connection, transaction
 
 from audit_portal.attestations import selectors, services
+from audit_portal.attestations.keys import key_set
 from audit_portal.attestations.models import Checkpoint, LogEntry, SigningKey
 from audit_portal.certificates.models import RunCertificate
 from audit_portal.jobs.models import Job
@@ -54,9 +56,19 @@ def run_page(client, owner, certificate):
     return client.get(f"/p/{certificate.project.slug}/runs/{certificate.run_id}/").content.decode()
 
 
-def verify_cli(*args):
-    return subprocess.run([sys.executable, "-m", "workers.verify", *map(str, args)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
+def verify_cli(bundle, *args, pinned=True):
+    """The offline verifier as a user runs it, with the portal's published key set pinned (``--keys``, fetched the
+    way the page says) unless ``pinned=False``; nothing from the machine's own config or environment is trusted."""
+    bundle = Path(bundle)
+    extra = []
+    if pinned:
+        keys = bundle.with_name("audit-portal-keys.json")
+        keys.write_text(json.dumps(key_set()))
+        extra = ["--keys", keys]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUDIT_VERIFY_")}
+    env["XDG_CONFIG_HOME"] = str(bundle.parent / "verifier-config")
+    return subprocess.run([sys.executable, "-m", "workers.verify", str(bundle), *map(str, args), *map(str, extra)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
 
 
 def download(api, kind, pk, tmp_path) -> Path:
@@ -86,7 +98,7 @@ def test_run_certificate_is_signed_logged_and_verifies_online_and_offline(api, p
     assert body["ok"] is True, body
     assert {n: c["state"] for n, c in checks(body).items()} == {
         "keys": "ok", "signature": "ok", "statement": "ok", "subjects": "ok", "checkpoint": "ok", "inclusion": "ok",
-        "record": "ok"}
+        "consistency": "skipped", "trust": "ok", "record": "ok"}
     subject = body["statement"]["subject"][0]
     assert subject["digest"]["sha256"] == certificate.upload.sha256 and subject["name"] == "r.jsonl.gz"
     assert body["statement"]["predicate"]["summary"]["sequences"] == certificate.sequences
@@ -100,7 +112,10 @@ def test_run_certificate_is_signed_logged_and_verifies_online_and_offline(api, p
     shutil.copy(artifact_path(certificate.upload.storage_name), audited_file)
     out = verify_cli(bundle, "--file", audited_file)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "PASS  subjects" in out.stdout and "PASS  inclusion" in out.stdout
+    assert "PASS  subjects" in out.stdout and "PASS  inclusion" in out.stdout and "PASS  trust" in out.stdout
+    out = verify_cli(bundle, "--file", audited_file, pinned=False)  # the bundle's own keys vouch for nothing
+    assert out.returncode == 3 and out.stdout.splitlines()[-1] == "UNPINNED"
+    assert "--pin-keys audit-portal-keys.json" in page and "/.well-known/audit-portal-keys.json" in page
 
     # the audited file changed by one byte: the offline verifier and the API both name the subjects check
     data = bytearray(audited_file.read_bytes())
@@ -384,3 +399,21 @@ def test_sqlite_embedded_mode_refuses_changes_to_the_log_too_and_flush_keeps_the
     assert len([line for line in lines if line.startswith("refused:") and "append-only" in line]) == 4, out.stdout
     assert "ALLOWED" not in out.stdout and lines[-3] == "{} True" and lines[-2] == "after flush: 0 0"
     assert lines[-1].startswith("still refused:") and "append-only" in lines[-1]
+
+
+def test_a_pinned_checkpoint_is_extended_by_a_later_bundle(api, project, client, tmp_path):
+    first, _ = certified(api, project, records(trajectories=3))
+    since = tmp_path / "since.json"
+    since.write_bytes(client.get("/api/v1/log/checkpoint/").content)  # what a user saved after the first one
+    size = json.loads(base64.b64decode(json.loads(since.read_text())["payload"]))["tree_size"]
+    second, _ = certified(api, project, records(trajectories=3, seed=7))
+    response = api.get(f"/api/v1/attestations/run_certificate/{second.pk}/bundle/?consistency_from={size}")
+    assert response.status_code == 200 and response.json()["consistency_proof"]["first"] == size
+    bundle = tmp_path / "second.bundle.json"
+    bundle.write_bytes(response.content)
+    out = verify_cli(bundle, "--since", since)
+    assert out.returncode == 0 and "PASS  consistency" in out.stdout, out.stdout + out.stderr
+    out = verify_cli(download(api, "run_certificate", second.pk, tmp_path), "--since", since)
+    assert out.returncode == 1 and f"consistency_from={size}" in out.stderr  # the plain bundle says what to fetch
+    bad = api.get(f"/api/v1/attestations/run_certificate/{second.pk}/bundle/?consistency_from=999999")
+    assert bad.status_code == 404 and "consistency_from" in bad.json()["error"]["message"]

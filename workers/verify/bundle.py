@@ -20,7 +20,14 @@ one's state (``ok``, ``failed`` or ``skipped``) with a message:
   file is given);
 * ``checkpoint`` — the checkpoint is signed by a key of the set;
 * ``inclusion`` — the envelope's leaf hash, at its index, verifies against the checkpoint's root through the
-  inclusion proof (RFC 9162 §2.1.3.2).
+  inclusion proof (RFC 9162 §2.1.3.2);
+* ``consistency`` — with an earlier checkpoint the caller pinned (``since``): the bundle's log is an append-only
+  extension of it (RFC 6962 §2.1.2 consistency proof, from the bundle's ``consistency_proof`` or given), so a log
+  rewritten after the pinned checkpoint fails here even when every signature verifies (skipped without one);
+* ``trust`` — whose key set the signatures were checked with. ``ok`` with a key set the caller gave (see
+  :mod:`workers.verify.trust`); ``unpinned`` when the bundle verifies only with the key set it carries itself,
+  which proves nothing (anyone can make a key and put it in a bundle). :attr:`Report.verdict` is then
+  ``UNPINNED``, not ``VERIFIED``.
 """
 from __future__ import annotations
 
@@ -35,8 +42,9 @@ from workers.verify import statement as st
 from workers.verify.keys import parse_key_set
 
 BUNDLE_MEDIA_TYPE = "application/vnd.audit-portal.bundle+json;version=1"
-CHECK_NAMES = ("keys", "signature", "statement", "subjects", "checkpoint", "inclusion")
-OK, FAILED, SKIPPED = "ok", "failed", "skipped"
+CHECK_NAMES = ("keys", "signature", "statement", "subjects", "checkpoint", "inclusion", "consistency", "trust")
+OK, FAILED, SKIPPED, UNPINNED = "ok", "failed", "skipped", "unpinned"
+VERIFIED, NOT_VERIFIED, UNPINNED_VERDICT = "VERIFIED", "NOT VERIFIED", "UNPINNED"
 
 
 @dataclass
@@ -53,7 +61,14 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        return all(c.state != FAILED for c in self.checks)
+        """Every check passed (or was skipped) with a key set the caller trusts."""
+        return all(c.state not in (FAILED, UNPINNED) for c in self.checks)
+
+    @property
+    def verdict(self) -> str:
+        if self.failed:
+            return NOT_VERIFIED
+        return UNPINNED_VERDICT if any(c.state == UNPINNED for c in self.checks) else VERIFIED
 
     @property
     def failed(self) -> list[Check]:
@@ -66,7 +81,7 @@ class Report:
         self.checks.append(Check(name, state, message))
 
     def as_dict(self) -> dict:
-        return {"ok": self.ok, "checks": [asdict(c) for c in self.checks],
+        return {"ok": self.ok, "verdict": self.verdict, "checks": [asdict(c) for c in self.checks],
                 "failed": [c.name for c in self.failed]}
 
 
@@ -111,18 +126,48 @@ def _hex_list(values) -> list[bytes]:
     return out
 
 
-def verify_bundle(bundle, *, files=(), checkpoint=None, keys=None, file_digests: dict | None = None) -> Report:
+def verify_bundle(bundle, *, files=(), checkpoint=None, keys=None, file_digests: dict | None = None,
+                  keys_source: str = "the key set given", since=None, consistency=None) -> Report:
     """Run every check on ``bundle`` (a dict). ``files``: local paths whose SHA-256 must each be a subject digest;
     ``file_digests``: name → precomputed hex digest, checked the same way (the portal passes its stored files'
-    digests here). ``checkpoint``: a checkpoint envelope to use instead of the bundle's; ``keys``: a key set to
-    trust instead of the bundle's."""
-    report = Report()
+    digests here). ``checkpoint``: a checkpoint envelope to use instead of the bundle's. ``keys``: the key set the
+    caller trusts (``keys_source`` says where it came from); without one the bundle's own key set is used and the
+    verdict is at best ``UNPINNED``. ``since``: an earlier checkpoint envelope the log must extend;
+    ``consistency``: the consistency proof ``{"first", "second", "hashes"}`` to use instead of the bundle's."""
+    wanted = {str(Path(p).name): file_sha256(p) for p in files}
+    wanted.update(file_digests or {})
     if not isinstance(bundle, dict):
         bundle = {}
+    if keys is None:
+        report = _checks(bundle, wanted, checkpoint, None, since, consistency)
+        if not report.failed:
+            report.add("trust", UNPINNED, "verified only with the key set inside the bundle, which anyone can make: "
+                                          "pin the portal's key set (--keys KEYS.json, AUDIT_VERIFY_KEYS or "
+                                          "--pin-keys KEYS.json; see docs/verify.md)")
+        return report
+    report = _checks(bundle, wanted, checkpoint, keys, since, consistency, keys_source)
+    if not report.failed:
+        report.add("trust", OK, f"signatures checked with the pinned key set {keys_source}")
+        return report
+    if {c.name for c in report.failed} & {"keys", "signature", "checkpoint"}:
+        enclosed = _checks(bundle, wanted, checkpoint, None, since, consistency)
+        if not enclosed.failed:
+            signer = ", ".join(sorted({s.get("keyid", "?")[:16] + "…" for s in
+                                       (bundle.get("envelope") or {}).get("signatures") or [] if isinstance(s, dict)}))
+            enclosed.add("trust", UNPINNED, f"signed by key {signer}, which the pinned key set {keys_source} does not "
+                                            "hold: it verifies only with the key set inside the bundle, which anyone "
+                                            "can make. If the portal rotated its key, pin its current key set "
+                                            "(--pin-keys) and verify again")
+            return enclosed
+    return report
+
+
+def _checks(bundle: dict, wanted: dict, checkpoint, keys, since, consistency,
+            key_source: str = "the bundle's key set") -> Report:
+    report = Report()
     envelope = bundle.get("envelope") if "envelope" in bundle else (bundle if "payloadType" in bundle else None)
 
     # keys
-    key_source = "the key set given" if keys is not None else "the bundle's key set"
     try:
         entries = parse_key_set(keys if keys is not None else bundle.get("keys"))
         public_keys = {kid: key for kid, (key, _) in entries.items()}
@@ -155,8 +200,6 @@ def verify_bundle(bundle, *, files=(), checkpoint=None, keys=None, file_digests:
         report.add("statement", FAILED, f"the payload is not an in-toto Statement v1: {exc}")
 
     # subjects
-    wanted = {str(Path(p).name): file_sha256(p) for p in files}
-    wanted.update(file_digests or {})
     if not wanted:
         report.add("subjects", SKIPPED, "no file given: pass --file PATH for each audited file to check its digest")
     elif report.statement is None:
@@ -208,4 +251,49 @@ def verify_bundle(bundle, *, files=(), checkpoint=None, keys=None, file_digests:
                                     f"{len(proof['hashes'])} hashes)")
     except (ValueError, TypeError) as exc:
         report.add("inclusion", FAILED, f"the transparency-log inclusion proof does not verify: {exc}")
+    _consistency(report, head, since, consistency if consistency is not None else bundle.get("consistency_proof"),
+                 public_keys)
     return report
+
+
+def _consistency(report: Report, head, since, proof, public_keys) -> None:
+    """The ``consistency`` check: is the bundle's log (checkpoint ``head``) an append-only extension of the pinned
+    checkpoint ``since`` (or the other way round when the pinned one is the later)?"""
+    if since is None:
+        report.add("consistency", SKIPPED, "no earlier checkpoint pinned (--since CHECKPOINT.json or "
+                                           "--save-checkpoint): a log rewritten wholesale is not detectable")
+        return
+    try:
+        old = cp.open_checkpoint(since, public_keys)
+    except dsse.EnvelopeError as exc:
+        report.add("consistency", FAILED, f"the pinned checkpoint does not verify: {exc}")
+        return
+    if head is None:
+        report.add("consistency", FAILED, "there is no verified checkpoint to compare the pinned one with")
+        return
+    m, n = old["tree_size"], head["tree_size"]
+    try:
+        if old.get("origin") != head.get("origin"):
+            raise ValueError(f"the pinned checkpoint is of log {old.get('origin')!r}, the bundle's of "
+                             f"{head.get('origin')!r}")
+        if m == n:
+            if old["root_hash"] != head["root_hash"]:
+                raise ValueError(f"both are of tree size {n} but their roots differ ({old['root_hash'].hex()} pinned, "
+                                 f"{head['root_hash'].hex()} now): the log was rewritten")
+        elif m and n:
+            first, second = (old, head) if m < n else (head, old)
+            if not isinstance(proof, dict) or (proof.get("first"), proof.get("second")) != (first["tree_size"],
+                                                                                           second["tree_size"]):
+                raise ValueError(f"no consistency proof from tree size {first['tree_size']} to "
+                                 f"{second['tree_size']} (download the bundle with ?consistency_from={m}, or pass "
+                                 f"--consistency with /api/v1/log/consistency/?first={first['tree_size']}&second="
+                                 f"{second['tree_size']})")
+            if not merkle.verify_consistency(first["tree_size"], second["tree_size"], _hex_list(proof.get("hashes")),
+                                             first["root_hash"], second["root_hash"]):
+                raise ValueError(f"the log of tree size {second['tree_size']} does not extend the one of size "
+                                 f"{first['tree_size']} (root {first['root_hash'].hex()}): entries below "
+                                 f"{first['tree_size']} were rewritten")
+        report.add("consistency", OK, f"the log extends the pinned checkpoint of tree size {m}" if m <= n else
+                   f"the pinned checkpoint of tree size {m} extends the bundle's log (RFC 6962 consistency proof)")
+    except (ValueError, TypeError) as exc:
+        report.add("consistency", FAILED, f"the log is not consistent with the pinned checkpoint: {exc}")
