@@ -24,14 +24,33 @@ from audit_portal.runs.selectors import get_run, get_upload
 class ReportSerializer(serializers.ModelSerializer):
     project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     mask_downloads = serializers.SerializerMethodField()
+    headline = serializers.CharField(read_only=True)
+    verdict_label = serializers.CharField(read_only=True)
+    coverage_gate = serializers.SerializerMethodField()
 
     class Meta:
         model = FidelityReport
-        fields = ["id", "project", "run", "upload", "mode", "verdict", "verdict_reasons", "closed_failure_violations",
+        fields = ["id", "project", "run", "upload", "mode", "headline", "verdict", "verdict_label", "coverage_gate",
+                  "verdict_reasons", "closed_failure_violations",
                   "calls_total", "policy_tokens", "verifiable_policy_tokens", "verifiable_fraction",
                   "spurious_call_rate", "coverage", "protocol_warnings", "tokenizers", "mask_export",
                   "mask_downloads", "options", "created_at", "completed_at"]
         read_only_fields = fields
+
+    def get_coverage_gate(self, report) -> dict | None:
+        """With ``?min_coverage=F`` (a fraction in [0, 1]): whether this report meets that CI gate; else null."""
+        request = self.context.get("request")
+        raw = request.query_params.get("min_coverage") if request is not None else None
+        if raw in (None, ""):
+            return None
+        from workers.fidelity.verdict import check_min_coverage
+
+        try:
+            value = check_min_coverage(float(raw))
+        except ValueError as exc:
+            raise exceptions.ValidationError(
+                {"min_coverage": [str(exc) if "min_coverage" in str(exc) else f"expected a number, got {raw!r}"]})
+        return report.coverage_gate(value)
 
     def get_mask_downloads(self, report) -> dict:
         return {fmt: f"/api/v1/fidelity/reports/{report.pk}/masks/?format={fmt}"

@@ -76,6 +76,29 @@ class FidelityReport(models.Model):
     def __str__(self) -> str:
         return f"fidelity report of upload {self.upload_id}"
 
+    @property
+    def headline(self) -> str:
+        """The coverage, worded first wherever the verdict is shown (``"3.1% of policy tokens verifiable …"``)."""
+        from workers.fidelity.verdict import headline
+
+        return headline(self.verifiable_policy_tokens, self.policy_tokens)
+
+    @property
+    def verdict_label(self) -> str:
+        """PASS / FAIL, or "PASS — nothing verifiable" (never a plain PASS over zero verifiable tokens)."""
+        from workers.fidelity.verdict import verdict_label
+
+        return verdict_label(self.verdict, self.verifiable_policy_tokens, self.policy_tokens)
+
+    def coverage_gate(self, min_coverage: float) -> dict:
+        """A CI gate over this report: met when the closed-failure verdict passed and at least ``min_coverage`` of
+        the policy tokens are verifiable."""
+        from workers.fidelity.verdict import coverage_gate_reason
+
+        reason = coverage_gate_reason(self.verifiable_policy_tokens, self.policy_tokens, min_coverage)
+        reasons = ([] if self.verdict == "PASS" else ["closed-failure verdict is FAIL"]) + ([reason] if reason else [])
+        return {"min_coverage": min_coverage, "met": not reasons, "reasons": reasons}
+
 
 class FidelityCall(models.Model):
     """One audited call (one ``fcr/1`` record): verdict, reasons, spans, counts."""

@@ -31,6 +31,7 @@ from workers.certify.robust import UNIT_ROUNDOFF
 from workers.certify.sequence import (DATA_ERROR, DEFAULT_THRESHOLDS, LENGTH_EDGES, MODES, SEQ_STATUS_NAMES,
                                       VISITED_CAVEAT, decide, length_bucket)
 from workers.certify.bounds import CONSTANTS, guard_threshold
+from workers.fcr.validate import check_logprobs, check_topk
 
 SENTINEL = -9999.0 + 1e-6  # spec/fidelity.md §4.3: values ≤ −9999 + 1e-6 are "not reported"
 GZIP_MAGIC = b"\x1f\x8b"
@@ -52,20 +53,16 @@ def _js(x):
 
 # ---- record → arrays ---------------------------------------------------------------------------------------------
 def _logprobs(values, name, T):
+    """A log-prob list: JSON numbers only (a boolean or a numeric string is refused, never read as 0.0 / −0.5)."""
     if not isinstance(values, list):
         raise RecordError(f"{name} missing or not a list")
-    if len(values) != T:
-        raise RecordError(f"misaligned arrays: response.token_ids has {T} entries, {name} has {len(values)}")
-    try:
-        arr = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError):
-        bad = next((i for i, v in enumerate(values) if not isinstance(v, (int, float)) or isinstance(v, bool)), 0)
-        raise RecordError(f"{name}[{bad}] is {values[bad]!r}, not a number (null = not reported)") from None
-    if arr.ndim != 1:
-        raise RecordError(f"{name} is not a flat list of numbers")
-    if np.isnan(arr).any():  # None in an otherwise numeric list becomes NaN
-        i = int(np.flatnonzero(np.isnan(arr))[0])
-        raise RecordError(f"{name}[{i}] is null (not reported)")
+    bad = check_logprobs(values, T)
+    if bad is not None:
+        raise RecordError(f"misaligned arrays: response.token_ids has {T} entries, {name} has {len(values)}"
+                          if bad[0] == "" and len(values) != T else f"{name}{bad[0]}: {bad[1]}")
+    if None in values:
+        raise RecordError(f"{name}[{values.index(None)}] is null (not reported)")
+    arr = np.asarray(values, dtype=np.float64)
     if (arr <= SENTINEL).any():
         i = int(np.flatnonzero(arr <= SENTINEL)[0])
         raise RecordError(f"{name}[{i}] is a sentinel value ({arr[i]})")
@@ -73,44 +70,37 @@ def _logprobs(values, name, T):
 
 
 def _topk(top, name, T):
-    """``[[id, lp], …]`` per position → (ids [T, K] int64 with −1 padding, lps [T, K] float64)."""
+    """``[[id, lp], …]`` per position → (ids [T, K] int64 with −1 padding, lps [T, K] float64). Ids are ints ≥ 0
+    (−1 = a padded slot), log-probs JSON numbers; anything else is refused with the entry named."""
     if not isinstance(top, list):
         raise RecordError(f"{name} is not a list")
     if len(top) != T:
         raise RecordError(f"misaligned arrays: response.token_ids has {T} entries, {name} has {len(top)}")
-    try:
-        arr = np.asarray(top, dtype=np.float64)
-        if arr.ndim == 2 and arr.shape[1] == 0:
-            arr = arr.reshape(T, 0, 2)
-        if arr.ndim != 3 or arr.shape[2] != 2:
-            raise ValueError
-    except (TypeError, ValueError):
-        # ragged K (or malformed): pad position by position
-        K = max((len(x) if isinstance(x, list) else 0) for x in top) if top else 0
-        arr = np.full((T, K, 2), np.nan)
+    bad = check_topk(top, T, padding=True)
+    if bad is not None:
+        raise RecordError(f"{name}{bad[0]}: {bad[1]}")
+    K = max(map(len, top), default=0)
+    if K and min(map(len, top)) == K:
+        arr = np.asarray(top, dtype=np.float64).reshape(T, K, 2)
+    else:  # ragged K: pad position by position
+        arr = np.zeros((T, K, 2))
         arr[:, :, 0] = -1.0
         for t, row in enumerate(top):
-            if not isinstance(row, list):
-                raise RecordError(f"{name}[{t}] is not a list of [id, logprob] pairs")
-            for k, pair in enumerate(row):
-                if not (isinstance(pair, list) and len(pair) == 2):
-                    raise RecordError(f"{name}[{t}][{k}] is not an [id, logprob] pair")
-                try:
-                    arr[t, k, 0], arr[t, k, 1] = float(pair[0]), float(pair[1])
-                except (TypeError, ValueError):
-                    raise RecordError(f"{name}[{t}][{k}] is not numeric: {pair!r}") from None
-            if len(row) < K:
-                arr[t, len(row):, 1] = 0.0
-    ids = arr[:, :, 0]
+            if row:
+                arr[t, :len(row)] = row
+    ids = arr[:, :, 0].astype(np.int64)
     lps = arr[:, :, 1]
     listed = ids >= 0
-    if np.isnan(lps[listed]).any():
-        raise RecordError(f"{name} has a null log-prob")
-    if (ids[~np.isnan(ids)] != np.floor(ids[~np.isnan(ids)])).any() or np.isnan(ids).any():
-        raise RecordError(f"{name} has a non-integer token id")
     if (lps[listed] <= SENTINEL).any():
         raise RecordError(f"{name} has a sentinel log-prob")
-    return ids.astype(np.int64), np.where(listed, lps, 0.0)
+    return ids, np.where(listed, lps, 0.0)
+
+
+def _uncovered(p_top, q_top):
+    """Positions where the trainer list misses an id of the rollout list (fcr/1 requires coverage)."""
+    p_ids, q_ids = p_top[0], q_top[0]
+    hit = (p_ids[:, :, None] == q_ids[:, None, :]).any(2) | (p_ids < 0)
+    return int((~hit.all(1)).sum())
 
 
 def _extract(rec):
@@ -187,8 +177,16 @@ class _Run:
         self.max_errors = max_errors
         self.errors = []
         self.errors_total = 0
+        self.uncovered_seqs = self.uncovered_positions = 0
+        self.uncovered_first = None
         self.steps = {}
         self.buckets = {}
+
+    def uncovered(self, meta, positions):
+        if not self.uncovered_seqs:
+            self.uncovered_first = (meta["line"], meta["call_id"])
+        self.uncovered_seqs += 1
+        self.uncovered_positions += positions
 
     def error(self, line, call_id, reason):
         self.errors_total += 1
@@ -465,6 +463,10 @@ def certify_file(path, *, threshold=None, budget=None, mode="tv", precision="fp3
         if len(y) == 0:
             run.skipped["empty response"] += 1
             continue
+        if pt is not None and qt is not None:
+            n_unc = _uncovered(pt, qt)
+            if n_unc:
+                run.uncovered(meta, n_unc)
         items.append((meta, y, a, b, pt, qt))
         n_tok += len(y)
         if n_tok >= chunk_tokens:
@@ -546,7 +548,14 @@ def _summarise(run, opts, budget, threshold_source, T_ref_opt):
                        "the rollout's ids, possibly more), so no trainer cap is assumed.")
     caveats.append(f"Logged log-probs are assumed accurate to the declared storage precision "
                    f"({'eta=' + str(opts['eta']) if opts['eta'] is not None else opts['precision']}); intervals are "
-                   f"widened accordingly (spec §5.5).")
+                   f"widened accordingly (spec §5.5); values no distribution within that precision can produce "
+                   f"(listed mass above 1, two readings of one token that disagree) are DATA_ERROR, never certified.")
+    if run.uncovered_seqs:
+        line, cid = run.uncovered_first
+        caveats.append(f"{run.uncovered_seqs} sequence(s) (first: line {line}, call {cid}) have a trainer.top_k that "
+                       f"misses ids of rollout.top_k at {run.uncovered_positions} position(s); fcr/1 requires the "
+                       f"trainer list to cover them, and the certificate there is looser (the missing trainer values "
+                       f"are treated as unknown).")
     if run.seq_counts["DATA_ERROR"]:
         caveats.append(f"{run.seq_counts['DATA_ERROR']} sequence(s) with DATA_ERROR are rejected (fail closed) and "
                        f"excluded from eps_hat, delta_hat and the bounds.")

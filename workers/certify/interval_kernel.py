@@ -16,6 +16,10 @@ logged log-prob ℓ has a box [e^{ℓ−η}, min(e^{ℓ+η}, 1)] (polynomial end
 
 tests/certify/slow_reference.py is the same mathematics in plain Python; the two agree within 1e-12
 (tests/certify/test_kernel_equivalence.py).
+
+The tolerances of flags.py (SUM_TOL, AGREE_TOL, POS_TOL) are compiled in as constants, and numba's disk cache is
+keyed on *this* file only: a change to them must come with an edit here, or cached machine code keeps the old
+values. (Last change: both consistency tolerances cut to double rounding, 1e-12.)
 """
 from __future__ import annotations
 

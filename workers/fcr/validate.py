@@ -156,8 +156,10 @@ def _check_mask(a, n, fast=False):
     return None
 
 
-def _check_topk(tk, n, fast=False):
-    """[[id:int≥0, lp:number], …] per position, aligned to n. Sortedness is the audit's business."""
+def _check_topk(tk, n, fast=False, padding=False):
+    """[[id:int≥0, lp:number], …] per position, aligned to n. Sortedness is the audit's business.
+    ``padding=True`` also accepts the id −1 (a padded slot; the certificate engine's convention) and no other
+    negative id."""
     if type(tk) is not list:
         return "", f"expected a per-position list, got {type(tk).__name__}"
     if len(tk) != n:
@@ -200,11 +202,17 @@ def _check_topk(tk, n, fast=False):
             where = f"[{t}][{j}]"
             if type(e) is not list or len(e) != 2:
                 return where, "top-K entry must be a [token_id, logprob] pair"
-            if not _is_int(e[0]) or e[0] < 0:
-                return where, f"top-K token id must be a non-negative int, got {e[0]!r}"
+            if not _is_int(e[0]) or (e[0] < 0 and not (padding and e[0] == -1)):
+                return where, (f"top-K token id must be a non-negative int{' (or -1 for padding)' if padding else ''}"
+                               f", got {e[0]!r}")
             if not _is_num(e[1]):
                 return where, f"top-K log-prob must be a number, got {type(e[1]).__name__}"
     return None
+
+
+# Public names for other engines' intake (workers.certify reads the same arrays): one set of field checks.
+check_logprobs = _check_lps
+check_topk = _check_topk
 
 
 def _lp_warnings(a):
@@ -226,6 +234,19 @@ def _lp_warnings(a):
         i = _first(a, lambda x: x is None or x <= POSITIVE_CUT)
         out.append((f"[{i}]", "positive log-prob; the audit excludes such positions (R6/R8)"))
     return out
+
+
+def topk_uncovered(rollout_topk, trainer_topk):
+    """Positions where ``trainer.top_k`` misses an id of ``rollout.top_k`` (fcr/1 requires the trainer list to cover
+    the rollout's ids; a certificate there is looser). Lists already type-checked. Returns ``(count, first)``, first
+    = −1 when none."""
+    count, first = 0, -1
+    for t, (ro, tr) in enumerate(zip(rollout_topk, trainer_topk)):
+        if ro and not {e[0] for e in ro if e[0] >= 0} <= {e[0] for e in tr}:
+            count += 1
+            if first < 0:
+                first = t
+    return count, first
 
 
 def array_bools_possible(line: bytes) -> bool:
@@ -547,7 +568,34 @@ def validate_record(
                 r = _check_mask(tr["loss_mask_used"], n, fast)
                 if r is not None:
                     err("trainer.loss_mask_used" + r[0], r[1])
+            if (lint and type(ro) is dict and ro.get("top_k") is not None and tr.get("top_k") is not None
+                    and not any(i.field.startswith(("rollout.top_k", "trainer.top_k")) for i in issues)):
+                count, first = topk_uncovered(ro["top_k"], tr["top_k"])
+                if count:
+                    warn(f"trainer.top_k[{first}]", f"misses ids of rollout.top_k at {count} position(s); fcr/1 "
+                         "requires the trainer list to cover them (the certificate there is looser)")
     return issues
+
+
+def positive_logprob_issues(rec, line: int) -> list[FcrIssue]:
+    """Warnings for positive log-probs in a well-formed record's ``rollout.logprobs`` / ``trainer.logprobs``: not a
+    format error (the audit and the certificate exclude such positions), but said at upload rather than only in the
+    certificate. Two C-level ``max`` passes per list."""
+    out = []
+    for name, block in (("rollout", rec.get("rollout")), ("trainer", rec.get("trainer"))):
+        lps = block.get("logprobs") if type(block) is dict else None
+        if not lps:
+            continue
+        try:
+            hi = max(lps)
+        except TypeError:  # nulls present
+            hi = max((x for x in lps if x is not None), default=None)
+        if hi is not None and hi > POSITIVE_CUT:
+            i = _first(lps, lambda x: x is None or x <= POSITIVE_CUT)
+            out.append(FcrIssue(line, rec.get("call_id"), f"{name}.logprobs[{i}]",
+                                f"positive log-prob {lps[i]!r}; the audit and the certificate exclude such positions",
+                                "warning"))
+    return out
 
 
 # --------------------------------------------------------------------------------------------- file
@@ -716,6 +764,9 @@ def validate_file(
                     bad = True
             if bad:
                 continue
+            if not lint:  # with lint the record's own warnings already include these
+                for iss in positive_logprob_issues(rec, line_no):
+                    add(iss)
             valid_records += 1
             run_id = rec["run_id"]
             if run_id not in runs:

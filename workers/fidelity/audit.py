@@ -47,6 +47,7 @@ from workers.fidelity.masks_export import MaskWriter
 from workers.fidelity.rules import (BIT, AuditOptions, CallResult, Lineage, apply_lineage, evaluate_call, finalize,
                                     is_critical, topk_checked)
 from workers.fidelity.tokenizer import TokenizerRegistry
+from workers.fidelity.verdict import coverage_gate_reason, headline, verdict_label
 
 REPORT_SCHEMA = "fcr-audit/1"
 READ_SHARE = 0.9  # progress: the evaluation pass (bytes read) is 0 → 0.9, the verdict pass 0.9 → 1.0
@@ -497,7 +498,15 @@ def _run(source, *, mode, tokenizer, masks_out, masks_format, path_label, progre
         reasons.append(f"{unparsed} line(s) could not be read as records (fail closed: they may be training data)")
     if opts.require_loss_mask and cov.policy_calls_without_mask:
         reasons.append(f"{cov.policy_calls_without_mask} policy call(s) lack trainer.loss_mask_used")
+    n_ver, n_pol = coverage["verifiable_policy_tokens"], coverage["policy_tokens"]
+    gate = coverage_gate_reason(n_ver, n_pol, opts.min_coverage)
+    if gate:
+        reasons.append(gate)
     warnings = []
+    if not n_ver:
+        warnings.append("no policy token is verifiable: the closed-failure check passes trivially and says nothing "
+                        "about this log's data; see the exclusions by reason (e.g. TRAINER_LOGPROB_MISSING: attach "
+                        "the trainer side with `python -m workers.fidelity join`)")
     if coverage["calls"]["spurious_call_rate"]:
         warnings.append("calls with undeclared role (role 'unknown') reached the log: use the negotiated protocol "
                         "(§4.4) so background calls are declared or rejected")
@@ -510,8 +519,11 @@ def _run(source, *, mode, tokenizer, masks_out, masks_format, path_label, progre
         "schema": REPORT_SCHEMA,
         "file": path_label,
         "mode": mode,
+        "headline": headline(n_ver, n_pol),
         "verdict": "FAIL" if reasons else "PASS",
+        "verdict_label": verdict_label("FAIL" if reasons else "PASS", n_ver, n_pol),
         "verdict_reasons": reasons,
+        "min_coverage": opts.min_coverage,
         "closed_failure_violations": violations,
         "coverage": coverage,
         "calls": calls,

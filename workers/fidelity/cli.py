@@ -36,6 +36,9 @@ def _parser():
     a.add_argument("--require-loss-mask", action="store_true")
     a.add_argument("--no-certificates", action="store_true")
     a.add_argument("--max-calls", type=int, help="cap calls[] in the report (coverage still sees every call)")
+    a.add_argument("--min-coverage", type=_fraction, metavar="F",
+                   help="FAIL unless at least this fraction (0..1, or a percentage like 90%%) of policy tokens is "
+                        "verifiable (a CI gate; without it the verdict is the closed-failure check only)")
     a.add_argument("--json", action="store_true", help="print the full JSON report")
     i = sub.add_parser("import", help="convert vLLM / Agent Lightning logs to fcr/1")
     i.add_argument("kind", choices=["vllm", "agl"])
@@ -77,14 +80,27 @@ def _tokenizers(paths, toy_vocabs):
     return toks
 
 
+def _fraction(text: str) -> float:
+    """``0.9`` or ``90%`` → 0.9 (argparse type for ``--min-coverage``)."""
+    from workers.fidelity.verdict import check_min_coverage
+
+    t = text.strip()
+    try:
+        value = float(t[:-1]) / 100.0 if t.endswith("%") else float(t)
+        return check_min_coverage(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc) if "min_coverage" in str(exc) else
+                                         f"expected a fraction or a percentage, got {text!r}") from None
+
+
 def human(rep: dict) -> str:
     cov = rep["coverage"]
-    frac = cov["verifiable_fraction"]
+    gate = rep.get("min_coverage")
     lines = [
-        f"fidelity audit ({rep['mode']}): {rep['verdict']}",
-        f"  calls: {cov['calls']['total']}  policy tokens: {cov['policy_tokens']}  verifiable: "
-        f"{cov['verifiable_policy_tokens']}" + (f" ({frac:.1%})" if frac is not None else ""),
-        f"  closed-failure violations: {rep['closed_failure_violations']}",
+        rep["headline"],
+        f"fidelity audit ({rep['mode']}): {rep['verdict_label']}"
+        + (f"  [closed failure{' + coverage ≥ ' + format(gate, '.0%') if gate is not None else ' only'}]"),
+        f"  calls: {cov['calls']['total']}  closed-failure violations: {rep['closed_failure_violations']}",
     ]
     for r in rep["verdict_reasons"]:
         lines.append(f"  FAIL: {r}")
@@ -111,7 +127,8 @@ def main(argv=None) -> int:
                              max_staleness=args.max_staleness, delta=args.delta,
                              allow_inferred_roles=args.allow_inferred_roles,
                              require_certificate=args.require_certificate, require_loss_mask=args.require_loss_mask,
-                             certificates=not args.no_certificates, max_calls_in_report=args.max_calls)
+                             certificates=not args.no_certificates, max_calls_in_report=args.max_calls,
+                             min_coverage=args.min_coverage)
         except (OSError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2

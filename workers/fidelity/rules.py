@@ -111,10 +111,14 @@ class AuditOptions:
     drift: bool = True
     certificates: bool = True
     max_calls_in_report: int | None = None
+    min_coverage: float | None = None  # coverage gate (fraction of policy tokens verifiable); None = no gate
 
     def __post_init__(self):
         if self.mode not in ("transition", "merged"):
             raise ValueError(f"mode must be 'transition' or 'merged', got {self.mode!r}")
+        from workers.fidelity.verdict import check_min_coverage
+
+        self.min_coverage = check_min_coverage(self.min_coverage)
 
 
 @dataclass
