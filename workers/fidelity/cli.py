@@ -6,8 +6,10 @@
                                     [--require-loss-mask] [--json]
     python -m workers.fidelity import vllm|agl IN OUT [--run-id ID] [--step N] [--tokenizer tokenizer.json]
                                     [--agent-match REGEX] [--logprobs-mode MODE] [--generation-config-source SRC]
+    python -m workers.fidelity join INFERENCE.jsonl TRAINER.(jsonl|parquet) OUT.jsonl [--allow-untrained]
 
-``audit`` exits 1 when the verdict is FAIL, 2 on usage or input errors (missing file), 0 on PASS.
+``audit`` exits 1 when the verdict is FAIL, 2 on usage or input errors (missing file), 0 on PASS. ``join`` exits 2
+when the join is refused (each problem named on stderr; nothing written).
 """
 from __future__ import annotations
 
@@ -54,6 +56,14 @@ def _parser():
                    choices=["request_only", "hf_defaults", "unknown"])
     i.add_argument("--chat-template-sha256")
     i.add_argument("--json", action="store_true")
+    j = sub.add_parser("join", help="attach the trainer side (log-probs, loss masks, sample ids, task hashes) to an "
+                                    "imported inference log")
+    j.add_argument("inference", help="fcr/1 JSONL from an importer or the gateway")
+    j.add_argument("trainer", help="trainer side: JSONL (fcr-trainer/1 rows) or Parquet with the same columns")
+    j.add_argument("out")
+    j.add_argument("--allow-untrained", action="store_true",
+                   help="keep policy calls that have no trainer row (the audit excludes them) instead of refusing")
+    j.add_argument("--json", action="store_true")
     g = sub.add_parser("gateway", help="negotiated-protocol proxy (spec §4.4)")
     g.add_argument("--upstream", required=True)
     g.add_argument("--host", default="127.0.0.1")
@@ -156,6 +166,17 @@ def main(argv=None) -> int:
             return 2
         print(json.dumps(stats) if args.json else
               f"imported {stats['records']} record(s) from {args.src} to {args.dst} ({stats})")
+        return 0
+    if args.cmd == "join":
+        from workers.fidelity.join import JoinError, join
+
+        try:
+            stats = join(args.inference, args.trainer, args.out, allow_untrained=args.allow_untrained)
+        except (OSError, JoinError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(json.dumps(stats) if args.json else
+              f"joined {stats['joined']} of {stats['records']} record(s) into {args.out} ({stats})")
         return 0
     if args.cmd == "gateway":
         from workers.fidelity.gateway import serve
