@@ -235,7 +235,10 @@ class Coverage:
         covs = [t[1] / t[0] for t in trajs if t[0]]
         unknown = self.by_role["unknown"]
         n_unknown = sum(unknown.values())
-        policy_templates = {k for k, v in self.breakdowns["chat_template_sha256"].items() if v["policy_tokens"]}
+        # a change means two *known* templates: token-input calls (completions, /generate: no template, "None")
+        # and importers' "unknown" placeholder say nothing about one
+        policy_templates = {k for k, v in self.breakdowns["chat_template_sha256"].items()
+                            if v["policy_tokens"] and k not in ("None", "unknown")}
         return {
             "calls": {
                 "total": self.calls,

@@ -74,6 +74,56 @@ def int_list(v):
     return None
 
 
+SENTINEL_CUT = -9999.0 + 1e-6
+
+
+def _is_num(v) -> bool:
+    return (type(v) is int or type(v) is float) and v == v
+
+
+def topk_list(pairs, sampled_id, *, sampled_listed_first: bool):
+    """One position's engine list ``[(id | None, logprob), …]`` → ``(list, problem)``: ``[[id, lp], …]`` sorted
+    descending and duplicate-free, or ``(None, reason)`` when an entry cannot be mapped to one id / is not a number.
+
+    Entries at the −9999 floor (an engine's stand-in for −∞: probability 0) are left out — the rest is still the head
+    of the ranking. ``sampled_listed_first``: vLLM builds each position's dict as ``{sampled, top-1, …, top-k}`` and
+    its servers cut that dict by position (chat keeps the first k entries, completions k + 1), so the sampled token is
+    listed whether or not it is in the top k, and may have pushed the k-th out. Such a list is a true top-K list only
+    without its sampled entry when that entry is the lowest: then it is dropped (its value is in
+    ``rollout.logprobs``), so a certificate's cap (every unlisted token ≤ the lowest listed) stays sound."""
+    out, seen = [], {}
+    for i, v in pairs:
+        if i is None or not _is_num(v):
+            return None, "unmapped"
+        if v <= SENTINEL_CUT:
+            continue
+        if i in seen:
+            if seen[i] != v:
+                return None, "duplicate"
+            continue
+        seen[i] = v
+        out.append([i, v])
+    out.sort(key=lambda e: -e[1])
+    if sampled_listed_first and out and out[-1][0] == sampled_id:
+        out.pop()
+    return out, None
+
+
+def topk_lists(tops, sampled_ids, map_id, *, sampled_listed_first: bool):
+    """Per-position engine lists ``[[(token, lp), …], …]`` → ``(top_k, dropped_positions)`` through
+    :func:`topk_list`; a position whose list cannot be used becomes ``[]`` and is listed in ``dropped``."""
+    top_k, dropped = [], []
+    for t, entries in enumerate(tops):
+        lst, _ = topk_list([(map_id(x), v) for x, v in entries], sampled_ids[t],
+                           sampled_listed_first=sampled_listed_first)
+        if lst is None:
+            top_k.append([])
+            dropped.append(t)
+        else:
+            top_k.append(lst)
+    return top_k, dropped
+
+
 def tokenizer_block(tokenizer) -> dict:
     if tokenizer is None:
         return {"id": "unknown", "sha256": "unknown"}

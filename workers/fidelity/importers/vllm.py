@@ -24,7 +24,7 @@ import hashlib
 import orjson
 
 from workers.fidelity.importers.common import (
-    dump, ids_sha256, int_list, read_jsonl, ref_of, skeleton, text_sha256, token_id_of,
+    dump, ids_sha256, int_list, read_jsonl, ref_of, skeleton, text_sha256, token_id_of, topk_lists,
 )
 
 ROLE_VALUES = ("policy", "background", "unknown")
@@ -153,6 +153,9 @@ def convert_exchange(obj: dict, *, line: int, ref: str, opts: dict, call_index: 
         resp = _merge_stream(obj["chunks"])
     if not isinstance(resp, dict):
         raise ValueError("no response object")
+    error = _error_text(resp)
+    if error is not None:
+        raise ValueError(f"HTTP error body: {error}")
     headers = _headers(obj)
     chat = "messages" in req or str(resp.get("object", "")).startswith("chat")
     api = "chat.completions" if chat else "completions"
@@ -240,10 +243,28 @@ def convert_exchange(obj: dict, *, line: int, ref: str, opts: dict, call_index: 
             has_top = bool(raw_tops)
         else:
             tok_strings, tok_lps, tops, has_top = None, None, None, False
+        echo_cut = None
+        if not chat and req.get("echo") is True and tok_strings is not None:
+            # echo=True: vLLM lists the prompt's tokens first (logprobs.tokens = prompt + output; the first prompt
+            # token has a null log-prob) and text = prompt text + output text. Keep the output's tail.
+            rids_ = int_list(ch.get("token_ids"))
+            pids_ = int_list(ch.get("prompt_token_ids"))
+            if rids_ is not None and len(tok_strings) >= len(rids_):
+                echo_cut = len(tok_strings) - len(rids_)
+            elif pids_ is not None and len(tok_strings) >= len(pids_):
+                echo_cut = len(pids_)
+            if echo_cut is not None:
+                tok_strings, tok_lps = tok_strings[echo_cut:], tok_lps[echo_cut:]
+                tops = tops[echo_cut:] if has_top and len(tops) >= echo_cut else tops
 
         # response ids (§5.1.2)
         r = rec["response"]
         text = ch.get("text") if not chat else ((ch.get("message") or {}).get("content"))
+        if not chat and req.get("echo") is True and isinstance(text, str):
+            # the echoed prompt text is not the response's; without return_token_ids it leads the text
+            ptext = req.get("prompt") if isinstance(req.get("prompt"), str) else None
+            text = text[len(ptext):] if ptext is not None and text.startswith(ptext) else (
+                text if req.get("return_token_ids") else None)
         rids = int_list(ch.get("token_ids"))
         if rids is not None:
             r["token_ids"], r["provenance"] = rids, "engine"
@@ -258,7 +279,7 @@ def convert_exchange(obj: dict, *, line: int, ref: str, opts: dict, call_index: 
             r["token_ids"], r["provenance"] = tok.encode(text), "retokenized"
         n = len(r["token_ids"])
         r["ids_sha256"] = ids_sha256(r["token_ids"])
-        r["text"] = ch.get("text") if not chat and isinstance(ch.get("text"), str) else None
+        r["text"] = text if not chat and isinstance(text, str) else None
         r["usage_completion_tokens"] = usage.get("completion_tokens") if len(choices) == 1 and type(
             usage.get("completion_tokens")) is int else None
         if ch.get("finish_reason") is not None:
@@ -269,15 +290,11 @@ def convert_exchange(obj: dict, *, line: int, ref: str, opts: dict, call_index: 
         if tok_lps is not None and len(tok_lps) == n and r["provenance"] != "retokenized":
             rec["rollout"] = {"logprobs": [v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
                                            for v in tok_lps]}
-            if has_top and len(tops) == n:
-                top_k, dropped = [], []
-                for t, entries in enumerate(tops):
-                    mapped = [(_map_token(s, tok), v) for s, v in entries]
-                    if all(i is not None and isinstance(v, (int, float)) for i, v in mapped):
-                        top_k.append([[i, v] for i, v in mapped])
-                    else:
-                        top_k.append([])
-                        dropped.append(t)
+            if has_top and len(tops) == n and req.get("logprob_token_ids"):
+                extra["top_k_not_a_ranking"] = "request.logprob_token_ids: the lists are the requested ids"
+            elif has_top and len(tops) == n:
+                top_k, dropped = topk_lists(tops, r["token_ids"], lambda x: _map_token(x, tok),
+                                            sampled_listed_first=True)
                 rec["rollout"]["top_k"] = top_k
                 if dropped:
                     extra["top_k_dropped_positions"] = dropped
@@ -328,15 +345,58 @@ def import_vllm(in_path, out_path, *, run_id=None, step=None, steps=None, tokeni
                 err = err or "not a JSON object"
             if recs is None:
                 stats["failed"] += 1
-                rec = skeleton(run_id=run_id or "unknown", trajectory_id=str(traj), step=step if type(
-                    step) is int else -1, call_id=ref, call_index=ci, source_format="vllm_openai",
-                    ref=ref, tokenizer=tokenizer)
-                rec["extra"] = {"import_error": err}
-                recs = [rec]
+                recs = [_failed_record(obj if isinstance(obj, dict) else {}, traj=traj, call_index=ci, ref=ref,
+                                       err=err, opts=opts)]
             for rec in recs:
                 out.write(dump(rec))
                 stats["records"] += 1
     return stats
+
+
+def _error_text(resp) -> str | None:
+    """The message of an HTTP error body (vLLM ``{"error": {"message", "type", "code"}}``, older
+    ``{"object": "error", "message", …}``)."""
+    if not isinstance(resp, dict):
+        return None
+    e = resp.get("error")
+    if isinstance(e, dict):
+        return f"{e.get('type') or 'error'} {e.get('code') or ''}: {e.get('message')}".replace(" :", ":")
+    if resp.get("object") == "error":
+        return f"{resp.get('type') or 'error'} {resp.get('code') or ''}: {resp.get('message')}".replace(" :", ":")
+    return None
+
+
+def _failed_record(obj, *, traj, call_index, ref, err, opts) -> dict:
+    """§5.4: a call that cannot be converted is a ``missing`` record — which keeps what the log does say about it:
+    the declared role, purpose and parent (an error answer to a declared policy call is still a declared policy
+    call, not an undeclared one), run, step, call id, and the error body's message."""
+    meta = obj.get("meta") if isinstance(obj.get("meta"), dict) else {}
+    headers = _headers(obj)
+    data = obj["data"] if isinstance(obj.get("data"), dict) else obj
+    step = meta.get("step")
+    if type(step) is not int:
+        step = opts.get("steps", {}).get(traj, opts.get("step"))
+    rec = skeleton(run_id=opts.get("run_id") or meta.get("run_id") or "unknown", trajectory_id=str(traj),
+                   step=step if type(step) is int else -1,
+                   call_id=str(meta.get("call_id") or headers.get("x-fcr-call-id") or ref), call_index=call_index,
+                   source_format="vllm_openai", ref=ref, tokenizer=opts.get("tokenizer"))
+    role = headers.get("x-fcr-call-role")
+    if role in ROLE_VALUES:
+        rec["role"], rec["role_source"] = role, "header"
+    purpose = headers.get("x-fcr-purpose") or meta.get("purpose")
+    if isinstance(purpose, str):
+        rec["purpose"] = purpose
+    if isinstance(headers.get("x-fcr-parent-call"), str):
+        rec["parent_call_id"] = headers["x-fcr-parent-call"]
+    req = data.get("request") if isinstance(data.get("request"), dict) else {}
+    if "messages" not in req and isinstance(req.get("prompt"), (str, list)):
+        rec["engine"]["api"], rec["chat_template"] = "completions", None
+    extra = {"import_error": err}
+    status = meta.get("status", obj.get("status"))
+    if type(status) is int:
+        extra["http_status"] = status
+    rec["extra"] = extra
+    return rec
 
 
 def _traj_and_request(obj):
