@@ -13,6 +13,9 @@
    preallocated buffers) vs the same baseline, which bounds what any implementation can reach on this machine
 3. certify_file vs plain orjson parsing of the same file (every line ``orjson.loads``);          target ≤ 3×
 4. peak RSS of a subprocess certifying a large generated file (chunked streaming);              target < 1 GB
+5. the bench-3 file as fcr-parquet/1 (python -m workers.fcr convert): certify_file on it vs on the JSONL
+   (target >= 10x faster) and vs reading the columns it needs with pyarrow, row group by row group
+   (target <= 3x); the two certificates must be equal
 """
 from __future__ import annotations
 
@@ -136,8 +139,21 @@ def bench_topk(n_tok, K, rng, block=200_000):
     return t_cert, t_base, t_floor, reps * blk[4].numel()
 
 
+# what a complete fcr/1 record carries besides its token arrays (the converter to Parquet accepts only valid records)
+RECORD_META = {"model": {"served_name": "bench", "policy_version": 0}, "tokenizer": {"id": "bench", "sha256": ""},
+               "chat_template": None, "engine": {"name": "bench", "api": "generate", "logprobs_mode": "raw_logprobs",
+                                                 "generation_config_source": "request_only"},
+               "sampling": {}, "source": {}, "prompt": {"token_ids": [1, 2, 3], "provenance": "engine",
+                                                        "ids_sha256": ""}}
+
+
+def _pairs(ids, lps):
+    """[T, K] ids and log-probs → fcr/1 top_k: per position [[id (int), log-prob], …]."""
+    return [list(map(list, zip(i, l))) for i, l in zip(ids.tolist(), lps.tolist())]
+
+
 def write_file(path, n_tok, K, seq_len, rng, gz=False):
-    """An fcr/1 file with n_tok policy tokens, top-K lists on both sides."""
+    """An fcr/1 file with n_tok policy tokens, top-K lists on both sides (valid fcr/1 records)."""
     import gzip
     opener = gzip.open if gz else open
     done = 0
@@ -148,12 +164,10 @@ def write_file(path, n_tok, K, seq_len, rng, gz=False):
             ids, lp, qids, qlp, y, a, b = (x.numpy() for x in blk)
             for s in range(ids.shape[0]):
                 rec = {"schema": "fcr/1", "run_id": "bench", "trajectory_id": f"t{i}", "call_id": f"c{i}",
-                       "step": i // 64, "role": "policy",
-                       "response": {"token_ids": y[s].tolist()},
-                       "rollout": {"logprobs": a[s].tolist(),
-                                   "top_k": np.stack([ids[s], lp[s]], -1).tolist()},
-                       "trainer": {"logprobs": b[s].tolist(),
-                                   "top_k": np.stack([qids[s], qlp[s]], -1).tolist()}}
+                       "step": i // 64, "call_index": 0, "role": "policy", "role_source": "config", **RECORD_META,
+                       "response": {"token_ids": y[s].tolist(), "provenance": "engine", "ids_sha256": ""},
+                       "rollout": {"logprobs": a[s].tolist(), "top_k": _pairs(ids[s], lp[s])},
+                       "trainer": {"logprobs": b[s].tolist(), "top_k": _pairs(qids[s], qlp[s])}}
                 fh.write(orjson.dumps(rec) + b"\n")
                 i += 1
                 done += seq_len
@@ -169,6 +183,47 @@ def bench_file(path):
     t_parse = best_of(parse, 2)
     t_cert = best_of(lambda: certify_file(path), 1)
     return t_cert, t_parse
+
+
+def bench_parquet(path, t_cert_jsonl):
+    """Bench 5: the same run as fcr-parquet/1."""
+    import pyarrow.parquet as pq
+
+    from workers.certify.parquet_rows import COLUMNS
+    from workers.fcr.columnar import jsonl_to_parquet
+
+    pq_path = path[: -len(".jsonl")] + ".parquet"
+    t0 = time.perf_counter()
+    conv = jsonl_to_parquet(path, pq_path)
+    t_conv = time.perf_counter() - t0
+
+    def read_columns():
+        pf = pq.ParquetFile(pq_path)
+        for g in range(pf.num_row_groups):
+            pf.read_row_group(g, columns=COLUMNS)
+
+    t_read = best_of(read_columns, 3)
+    out = {}
+    t_cert = best_of(lambda: out.setdefault("r", certify_file(pq_path)), 3)
+    same = out["r"] == certify_file(path)
+    print(f"[5] fcr-parquet/1 of the same run: {conv['bytes'] / 1e6:.0f} MB in {conv['row_groups']} row groups "
+          f"(converted in {t_conv:.1f} s); certify_file {t_cert:.3f} s vs the JSONL {t_cert_jsonl:.2f} s -> "
+          f"{t_cert_jsonl / t_cert:.1f}x faster (target >= 10x); vs reading its columns with pyarrow {t_read:.3f} s "
+          f"-> ratio {t_cert / t_read:.2f}x (target <= 3x); certificates equal: {same}")
+    os.remove(pq_path)
+
+
+def bench_files(args, rng):
+    tmp = args.dir or tempfile.mkdtemp(prefix="certify-bench-")
+    path = os.path.join(tmp, "run.jsonl")
+    write_file(path, int(args.file_tokens), args.K, 500, rng)
+    size = os.path.getsize(path)
+    t_cert, t_parse = bench_file(path)
+    print(f"[3] certify_file on {size / 1e6:.0f} MB ({int(args.file_tokens):.2e} tokens, top-{args.K} both sides): "
+          f"{t_cert:.2f} s vs orjson parse {t_parse:.2f} s -> ratio {t_cert / t_parse:.2f}x (target <= 3x)")
+    bench_parquet(path, t_cert)
+    os.remove(path)
+    return tmp, size
 
 
 # ru_maxrss survives execve on Linux (a child would report the parent's peak), so read VmHWM of the new image.
@@ -188,6 +243,7 @@ def main():
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (1 by default: on a shared machine OpenMP spin-waits make 2 threads slower)")
     ap.add_argument("--dir", default=None, help="where to write the generated files (default: a temp dir)")
+    ap.add_argument("--file-only", action="store_true", help="benches 3 and 5 only (the file benches)")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     torch.set_num_threads(args.threads)
@@ -196,6 +252,8 @@ def main():
           f"back to back in this run)")
 
     n = int(args.tokens)
+    if args.file_only:
+        return bench_files(args, rng)
     t_cert, t_pass = bench_sampled(n, rng)
     print(f"[1] sampled-only certificate, {n:.2e} tokens: {t_cert:.3f} s vs one memory pass {t_pass:.3f} s "
           f"-> ratio {t_cert / t_pass:.2f}x (target <= 5x)")
@@ -210,14 +268,7 @@ def main():
     print(f"    (once per process, not in the ratio: loading the compiled kernel {t_load:.2f} s — about 3 s the very "
           f"first time, when numba compiles it and caches it on disk)")
 
-    tmp = args.dir or tempfile.mkdtemp(prefix="certify-bench-")
-    path = os.path.join(tmp, "run.jsonl")
-    write_file(path, int(args.file_tokens), args.K, 500, rng)
-    size = os.path.getsize(path)
-    t_cert, t_parse = bench_file(path)
-    print(f"[3] certify_file on {size / 1e6:.0f} MB ({int(args.file_tokens):.2e} tokens, top-{args.K} both sides): "
-          f"{t_cert:.2f} s vs orjson parse {t_parse:.2f} s -> ratio {t_cert / t_parse:.2f}x (target <= 3x)")
-    os.remove(path)
+    tmp, size = bench_files(args, rng)
 
     if args.large_gb > 0:
         big = os.path.join(tmp, "big.jsonl")

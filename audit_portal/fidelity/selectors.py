@@ -99,12 +99,19 @@ def read_record(call: FidelityCall) -> dict:
     in Postgres). Uncompressed uploads: one seek; gzip: streamed up to the line."""
     from workers.fcr.reader import FcrParseError
     from workers.fcr.validate import iter_raw_lines
+    from workers.fcr.columnar import is_parquet, read_row
 
     path = artifact_path(call.report.upload.storage_name)
     if not path.exists():
         raise RecordUnavailable("the uploaded file is no longer in the artifact store")
     raw = None
-    if call.byte_offset is not None:
+    if is_parquet(path):  # fcr-parquet/1: only the row group holding the row is read
+        try:
+            record = read_row(path, call.line)
+        except FcrParseError as exc:
+            raise RecordUnavailable(f"row {call.line} cannot be read: {exc}") from None
+        raw = None if record is None else orjson.dumps(record)
+    elif call.byte_offset is not None:
         with open(path, "rb") as fh:
             fh.seek(call.byte_offset)
             raw = fh.readline()

@@ -9,6 +9,8 @@ import orjson
 
 from workers.fcr.validate import validate_record
 
+PARQUET_MAGIC = b"PAR1"
+
 MAX_PREFLIGHT_ERRORS = 20
 
 
@@ -28,9 +30,11 @@ def preflight(upload) -> Preflight:
         return Preflight(False, "corrupt_compression", f"{upload.name}: {upload.stream_error}.")
     head = upload.head
     if not head.lstrip()[:1] == b"{":
+    if head[:4] == PARQUET_MAGIC:
+        return _parquet(upload)
         return Preflight(
             False, "unsupported_upload_format",
-            "Expected fcr/1 JSONL (one JSON object per line), optionally gzip-compressed; "
+            "Expected fcr/1 JSONL (one JSON object per line), optionally gzip-compressed, or fcr-parquet/1; "
             f"the file starts with {head[:16]!r}.",
         )
     lines = head.split(b"\n")
@@ -59,4 +63,20 @@ def preflight(upload) -> Preflight:
         return Preflight(False, "invalid_run_log",
                          f"line {first['line']}: {first.get('field') or 'record'}: {first['reason']}",
                          errors[:MAX_PREFLIGHT_ERRORS], checked)
+    return Preflight(True, records_checked=checked)
+
+
+def _parquet(upload) -> Preflight:
+    """fcr-parquet/1 (workers/fcr/columnar.py): footer, schema and the first rows; the rest is the validation job's."""
+    from workers.fcr.columnar import head_issues
+
+    if upload.compression != "none":
+        return Preflight(False, "unsupported_upload_format",
+                         f"{upload.name}: a gzip-compressed Parquet file; upload the .parquet file itself (its pages "
+                         "are compressed inside the file).")
+    errors, checked = head_issues(upload.temporary_file_path(), max_errors=MAX_PREFLIGHT_ERRORS)
+    if errors:
+        first = errors[0]
+        return Preflight(False, "invalid_run_log",
+                         f"row {first['line']}: {first.get('field') or 'record'}: {first['reason']}", errors, checked)
     return Preflight(True, records_checked=checked)

@@ -12,12 +12,13 @@ from django.utils import timezone
 from audit_portal.core.errors import PortalError, QueueUnavailable, UnsupportedUpload
 from audit_portal.jobs.services import create_job
 from audit_portal.runs.models import Run, Upload, UploadStage
-from audit_portal.runs.preflight import preflight
+from audit_portal.runs.preflight import PARQUET_MAGIC, preflight
 from audit_portal.runs.upload_handler import HashedUploadedFile
 
 log = logging.getLogger(__name__)
 
 VALIDATE_TASK = "workers.tasks.validate_upload"
+PARQUET_FORMAT = "fcr-parquet/1"  # workers/fcr/columnar.py; the web process never reads the rows, only the footer
 
 
 class InvalidRunLog(PortalError):
@@ -28,8 +29,8 @@ def artifact_path(storage_name: str) -> Path:
     return Path(settings.ARTIFACT_ROOT) / storage_name
 
 
-def _storage_name(sha256: str, compression: str) -> str:
-    suffix = ".jsonl.gz" if compression == "gzip" else ".jsonl"
+def _storage_name(sha256: str, compression: str, fmt: str = "fcr/1") -> str:
+    suffix = ".parquet" if fmt == PARQUET_FORMAT else ".jsonl.gz" if compression == "gzip" else ".jsonl"
     return f"uploads/{sha256[:2]}/{sha256}{suffix}"
 
 
@@ -48,7 +49,8 @@ def receive_upload(*, project, uploaded: HashedUploadedFile, submitted_by: str) 
         original = Upload.objects.filter(project=project, sha256=uploaded.sha256, duplicate_of__isnull=True).first()
         if original is not None:
             return _record_duplicate(project, original, uploaded, submitted_by), False
-        name = _storage_name(uploaded.sha256, uploaded.compression)
+        fmt = PARQUET_FORMAT if uploaded.compression == "none" and uploaded.head[:4] == PARQUET_MAGIC else "fcr/1"
+        name = _storage_name(uploaded.sha256, uploaded.compression, fmt)
         target = artifact_path(name)
         target.parent.mkdir(parents=True, exist_ok=True)
         uploaded.close()
@@ -59,7 +61,7 @@ def receive_upload(*, project, uploaded: HashedUploadedFile, submitted_by: str) 
                 upload = Upload.objects.create(
                     project=project, original_name=(uploaded.name or "upload.jsonl")[:255], sha256=uploaded.sha256,
                     size_bytes=uploaded.size, content_type=(uploaded.content_type or "")[:100],
-                    compression=uploaded.compression, storage_name=name, stage=UploadStage.RECEIVED,
+                    compression=uploaded.compression, format=fmt, storage_name=name, stage=UploadStage.RECEIVED,
                     submitted_by=submitted_by,
                 )
                 create_job(

@@ -30,8 +30,10 @@ from workers.certify.robust import DATA_ERROR as T_DE, IN as T_IN, OUT as T_OUT,
 from workers.certify.robust import UNIT_ROUNDOFF
 from workers.certify.sequence import (DATA_ERROR, DEFAULT_THRESHOLDS, LENGTH_EDGES, MODES, SEQ_STATUS_NAMES,
                                       VISITED_CAVEAT, decide, length_bucket)
+from workers.certify import parquet_rows
 from workers.certify.bounds import CONSTANTS, guard_threshold
 from workers.fcr.validate import check_logprobs, check_topk
+from workers.fcr.columnar import is_parquet  # noqa: I001 - fcr-parquet/1 intake
 
 SENTINEL = -9999.0 + 1e-6  # spec/fidelity.md §4.3: values ≤ −9999 + 1e-6 are "not reported"
 GZIP_MAGIC = b"\x1f\x8b"
@@ -147,6 +149,25 @@ def _lines(path, state):
             state["stream_error"] = (line_no + 1, f"compressed stream is truncated or corrupt ({exc})")
     finally:
         raw.close()
+
+
+def _source(path, state):
+    """``(line or row number, raw line | record, arrays | None)``: JSONL lines, or the rows of an fcr-parquet/1 file
+    (workers/certify/parquet_rows.py: a clean row arrives as arrays, read from its columns)."""
+    if is_parquet(path):
+        yield from parquet_rows.rows(path, state)
+    else:
+        for line_no, line in _lines(path, state):
+            yield line_no, line, None
+
+
+def _arrays(rec, pre):
+    """A policy record's arrays: ``pre`` when the columnar reader already has them (a string: why it cannot)."""
+    if pre is None:
+        return _extract(rec)
+    if isinstance(pre, str):
+        raise RecordError(pre)
+    return pre
 
 
 class _Run:
@@ -375,6 +396,8 @@ def _process_chunk(run, items, opts):
 
 def _scan_T_ref(path):
     """Pre-pass for ``budget`` without ``threshold``/``T_ref``: the longest policy response (bounds grow with T)."""
+    if is_parquet(path):
+        return parquet_rows.max_policy_length(path)
     T = 0
     state: dict = {}
     for _, line in _lines(path, state):
@@ -437,10 +460,10 @@ def certify_file(path, *, threshold=None, budget=None, mode="tv", precision="fp3
             progress(frac, f"{run.sequences} sequences, {run.tokens} tokens certified")
         items, pending, n_tok = [], [], 0
 
-    for line_no, line in _lines(path, state):
+    for line_no, line, arrays in _source(path, state):
         run.records += 1
         try:
-            rec = orjson.loads(line)
+            rec = line if type(line) is dict else orjson.loads(line)
         except orjson.JSONDecodeError as exc:
             pending.append(_error_seq(run, {"call_id": None, "trajectory_id": None, "step": None,
                                             "line": line_no}, f"not valid JSON ({exc})"))
@@ -456,7 +479,7 @@ def certify_file(path, *, threshold=None, budget=None, mode="tv", precision="fp3
         run.policy += 1
         meta = _meta(rec, line_no)
         try:
-            y, a, b, pt, qt = _extract(rec)
+            y, a, b, pt, qt = _arrays(rec, arrays)
         except RecordError as exc:
             pending.append(_error_seq(run, meta, str(exc)))
             continue

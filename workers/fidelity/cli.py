@@ -20,6 +20,9 @@ import sys
 import orjson
 
 
+IMPORT_KINDS = ["vllm", "agl", "agl-events"]
+
+
 def _parser():
     p = argparse.ArgumentParser(prog="python -m workers.fidelity", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -43,7 +46,7 @@ def _parser():
                         "verifiable (a CI gate; without it the verdict is the closed-failure check only)")
     a.add_argument("--json", action="store_true", help="print the full JSON report")
     i = sub.add_parser("import", help="convert vLLM / Agent Lightning logs to fcr/1")
-    i.add_argument("kind", choices=["vllm", "agl"])
+    i.add_argument("kind", choices=IMPORT_KINDS)
     i.add_argument("src")
     i.add_argument("dst")
     i.add_argument("--run-id")
@@ -55,6 +58,9 @@ def _parser():
     i.add_argument("--generation-config-source", default="unknown",
                    choices=["request_only", "hf_defaults", "unknown"])
     i.add_argument("--chat-template-sha256")
+    i.add_argument("--role", choices=["policy", "background"],
+                   help="declare the role of every call whose log does not (role_source 'config'), e.g. a gateway "
+                        "that serves only the trained agent")
     i.add_argument("--json", action="store_true")
     j = sub.add_parser("join", help="attach the trainer side (log-probs, loss masks, sample ids, task hashes) to an "
                                     "imported inference log")
@@ -148,20 +154,23 @@ def main(argv=None) -> int:
             print(human(rep))
         return 0 if rep["verdict"] == "PASS" else 1
     if args.cmd == "import":
-        from workers.fidelity.importers import import_agl, import_vllm
+        from workers.fidelity.importers import import_agl, import_agl_events, import_vllm
 
         toks = _tokenizers([args.tokenizer] if args.tokenizer else [], [args.toy_vocab] if args.toy_vocab else [])
         tok = toks[0] if toks else None
         common = dict(run_id=args.run_id, tokenizer=tok, logprobs_mode=args.logprobs_mode,
                       generation_config_source=args.generation_config_source,
-                      chat_template_sha256=args.chat_template_sha256)
+                      chat_template_sha256=args.chat_template_sha256, role=args.role)
         try:
             if args.kind == "vllm":
                 stats = import_vllm(args.src, args.dst, step=args.step, **common)
+            elif args.kind == "agl-events":
+                stats = import_agl_events(args.src, args.dst, step=args.step, agent_match=args.agent_match,
+                                          **common)
             else:
                 stats = import_agl(args.src, args.dst, agent_match=args.agent_match,
                                    steps={} if args.step is None else _AllSteps(args.step), **common)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         print(json.dumps(stats) if args.json else

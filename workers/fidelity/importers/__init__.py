@@ -1,6 +1,7 @@
 """Importers to ``fcr/1`` (spec/fidelity.md §5): vLLM OpenAI-compatible logs and Agent Lightning spans."""
 from workers.fidelity.importers.agl import import_agl
+from workers.fidelity.importers.agl_events import import_agl_events
 from workers.fidelity.importers.common import safe_literal
 from workers.fidelity.importers.vllm import import_vllm
 
-__all__ = ["import_agl", "import_vllm", "safe_literal"]
+__all__ = ["import_agl", "import_agl_events", "import_vllm", "safe_literal"]

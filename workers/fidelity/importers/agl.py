@@ -27,12 +27,52 @@ from __future__ import annotations
 import re
 
 from workers.fidelity.importers.common import (
-    dump, ids_sha256, int_list, read_jsonl, ref_of, safe_literal, skeleton, token_id_of, tokenizer_block,
+    dump, ids_sha256, int_list, map_token, read_jsonl, ref_of, safe_literal, skeleton, tokenizer_block, topk_lists,
 )
 
 DEFAULT_LLM_MATCH = r"openai\.chat\.completion|raw_gen_ai_request"
 PROMPT_KEYS = ("prompt_token_ids", "llm.hosted_vllm.prompt_token_ids", "agentlightning.operation.output.prompt_token_ids")
-RESPONSE_ID_KEYS = ("gen_ai.response.id", "llm.hosted_vllm.id")
+RESPONSE_ID_KEYS = ("gen_ai.response.id", "agentlightning.operation.output.id", "llm.hosted_vllm.id")
+AGL_OPERATION = "agentlightning.operation"
+
+
+def agent_name(span) -> str | None:
+    """The agent a span stands for, derived from its attributes the way Agent Lightning's trace adapter does it
+    (not from the span's name): OpenAI Agents SDK ``agent.name``; AgentOps ``@agent`` spans (``agentops.span.kind``
+    = agent) ``operation.name``; AutoGen ``recipient_agent_type``; LangGraph ``langchain.chain.type``;
+    agent-framework ``executor.id``; Weave agent ops (``type`` = agent) ``agentlightning.operation.input.name``;
+    Weave + LangChain ``lc_name`` on ``langchain.Chain.*`` spans."""
+    a = _attrs(span)
+
+    def text(key):
+        v = a.get(key)
+        return v if isinstance(v, str) else None
+
+    if text("agent.name") is not None:
+        return text("agent.name")
+    if a.get("agentops.span.kind") == "agent" and text("operation.name") is not None:
+        return text("operation.name")
+    for key in ("recipient_agent_type", "langchain.chain.type", "executor.id"):
+        if text(key) is not None:
+            return text(key)
+    if a.get("type") == "agent" and text("agentlightning.operation.input.name") is not None:
+        return text("agentlightning.operation.input.name")
+    if str(span.get("name", "")).startswith("langchain.Chain.") and text("lc_name") is not None:
+        return text("lc_name")
+    return None
+
+
+def is_reward_span(span) -> bool:
+    """A reward span: AgentOps' reward payload (``{"type": "reward", …}`` in ``agentops.task.output``), a
+    ``reward`` attribute on an ``agentlightning.reward`` span, or the 0.3 ``agentlightning.operation`` span named
+    ``reward``."""
+    a = _attrs(span)
+    out = safe_literal(a.get("agentops.task.output")) if isinstance(a.get("agentops.task.output"), str) else None
+    if isinstance(out, dict) and out.get("type") == "reward":
+        return True
+    if span.get("name") == "agentlightning.reward":
+        return True
+    return span.get("name") == AGL_OPERATION and a.get("agentlightning.operation.name") == "reward"
 
 
 def _attrs(span) -> dict:
@@ -66,7 +106,8 @@ def prompt_ids(attrs):
 
 
 def response_ids(attrs):
-    v = _first(attrs, ("response_token_ids", "llm.hosted_vllm.response_token_ids"))
+    v = _first(attrs, ("response_token_ids", "llm.hosted_vllm.response_token_ids",
+                       "agentlightning.operation.output.response_token_ids.0"))
     if v is not None:
         v = safe_literal(v)
         if isinstance(v, list) and v and isinstance(v[0], list):
@@ -88,25 +129,21 @@ def response_ids(attrs):
 
 
 def _logprob_content(attrs):
-    v = _suffix(attrs, "logprobs.content")
-    v = safe_literal(v)
-    return v if isinstance(v, list) else None
-
-
-def _map(s, tok):
-    tid = token_id_of(s)
-    if tid is not None:
-        return tid
-    if tok is not None and isinstance(s, str):
-        hit = tok.ids_for_string(s)
-        if len(hit) == 1:
-            return hit[0]
+    """``logprobs.content`` (a flattened attribute, JSON text) or, on LLM-proxy spans, inside
+    ``llm.hosted_vllm.choices[0].logprobs.content`` (a Python-repr list of choices)."""
+    v = safe_literal(_suffix(attrs, "logprobs.content"))
+    if isinstance(v, list):
+        return v
+    ch = safe_literal(attrs.get("llm.hosted_vllm.choices"))
+    if isinstance(ch, list) and ch and isinstance(ch[0], dict) and isinstance(ch[0].get("logprobs"), dict):
+        v = ch[0]["logprobs"].get("content")
+        return v if isinstance(v, list) else None
     return None
 
 
 def import_agl(in_path, out_path, *, run_id=None, agent_match=None, llm_match=DEFAULT_LLM_MATCH, steps=None,
                tokenizer=None, logprobs_mode=None, generation_config_source="unknown",
-               chat_template_sha256=None) -> dict:
+               chat_template_sha256=None, role=None) -> dict:
     llm_re = re.compile(llm_match)
     agent_re = re.compile(agent_match) if agent_match else None
     spans, lines = [], {}
@@ -154,9 +191,12 @@ def import_agl(in_path, out_path, *, run_id=None, agent_match=None, llm_match=DE
         kept.sort(key=lambda s: (s.get("sequence_id") if type(s.get("sequence_id")) is int else 1 << 62,
                                  str(s.get("start_time")), lines[id(s)]))
         for call_index, s in enumerate(kept):
-            out_records.append(_convert(s, rollout, attempt, call_index, by_id, agent_re, in_path, lines[id(s)],
-                                        run_id, steps or {}, tokenizer, logprobs_mode, generation_config_source,
-                                        chat_template_sha256, stats))
+            rec = _convert(s, rollout, attempt, call_index, by_id, agent_re, in_path, lines[id(s)],
+                           run_id, steps or {}, tokenizer, logprobs_mode, generation_config_source,
+                           chat_template_sha256, stats)
+            if role is not None and rec["role_source"] == "default":
+                rec["role"], rec["role_source"] = role, "config"
+            out_records.append(rec)
     for line, err in bad_lines:  # §5.4: a parse failure is a record, never a dropped call
         rec = skeleton(run_id=run_id or "unknown", trajectory_id="unknown", step=-1, call_id=ref_of(in_path, line),
                        call_index=line, source_format="agl_span", ref=ref_of(in_path, line), tokenizer=tokenizer)
@@ -184,18 +224,25 @@ def _convert(s, rollout, attempt, call_index, by_id, agent_re, in_path, line, ru
     rec = skeleton(run_id=run_id or "unknown", trajectory_id=traj, step=step, call_id=call_id,
                    call_index=call_index, source_format="agl_span", ref=f"{ref_of(in_path, line)} span "
                                                                           f"{s.get('span_id')}", tokenizer=tok)
-    # role from the enclosing agent span (§5.2.5)
+    # role from the nearest enclosing agent (§5.2.5), named as Agent Lightning names agents; an LLM call under a
+    # reward span (an LLM judge) is never the trained agent's
     if agent_re is not None:
-        seen, p = set(), _parent(s)
+        seen, p, agent, in_reward = set(), _parent(s), None, False
         while p is not None and p not in seen:
             seen.add(p)
             ps = by_id.get(p)
             if ps is None:
                 break
-            if isinstance(ps.get("name"), str) and agent_re.search(ps["name"]):
-                rec["role"], rec["role_source"] = "policy", "config"
-                break
+            in_reward = in_reward or is_reward_span(ps)
+            if agent is None:
+                agent = agent_name(ps)
             p = _parent(ps)
+        if in_reward:
+            rec["role"], rec["role_source"], rec["purpose"] = "background", "config", "reward"
+        elif agent is not None and agent_re.search(agent):
+            rec["role"], rec["role_source"] = "policy", "config"
+        elif agent is not None:
+            rec["inferred_purpose"] = f"agent:{agent}"
     rec["model"] = {"served_name": str(a.get("gen_ai.request.model") or a.get("llm.hosted_vllm.model")
                                        or a.get("gen_ai.response.model") or "unknown"),
                     "policy_version": a.get("model_version") if type(a.get("model_version")) is int else None}
@@ -221,15 +268,10 @@ def _convert(s, rollout, attempt, call_index, by_id, agent_re, in_path, line, ru
         rec["rollout"] = {"logprobs": [v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
                                        for v in lps]}
         if any(e.get("top_logprobs") is not None for e in content):
-            top_k, dropped = [], []
-            for t, e in enumerate(content):
-                m = [(_map(x.get("token"), tok), x.get("logprob")) for x in e.get("top_logprobs") or []
-                     if isinstance(x, dict)]
-                if all(i is not None and isinstance(v, (int, float)) for i, v in m):
-                    top_k.append([[i, v] for i, v in m])
-                else:
-                    top_k.append([])
-                    dropped.append(t)
+            tops = [[(x.get("token"), x.get("logprob")) for x in e.get("top_logprobs") or [] if isinstance(x, dict)]
+                    for e in content]
+            top_k, dropped = topk_lists(tops, rec["response"]["token_ids"], lambda x: map_token(x, tok),
+                                        sampled_listed_first=True)  # vLLM behind the proxy: sampled listed first
             rec["rollout"]["top_k"] = top_k
             if dropped:
                 extra["top_k_dropped_positions"] = dropped

@@ -37,6 +37,19 @@ def token_id_of(s):
     return None
 
 
+def map_token(s, tokenizer):
+    """A logged token → its id: ``"token_id:N"``, else the one vocabulary entry spelled ``s`` (None when there is no
+    tokenizer, no entry or several)."""
+    tid = token_id_of(s)
+    if tid is not None:
+        return tid
+    if tokenizer is not None and isinstance(s, str):
+        hit = tokenizer.ids_for_string(s)
+        if len(hit) == 1:
+            return hit[0]
+    return None
+
+
 def safe_literal(value):
     """Attribute values may be lists/tuples, JSON text or Python-repr text (``"[1, 2]"``, ``"(1, 2)"``,
     ``"[[1, 2]]"``). Parse JSON first, then :func:`ast.literal_eval` — literals only, never ``eval``."""

@@ -24,7 +24,7 @@ import hashlib
 import orjson
 
 from workers.fidelity.importers.common import (
-    dump, ids_sha256, int_list, read_jsonl, ref_of, skeleton, text_sha256, token_id_of, topk_lists,
+    dump, ids_sha256, int_list, map_token, read_jsonl, ref_of, skeleton, text_sha256, token_id_of, topk_lists,
 )
 
 ROLE_VALUES = ("policy", "background", "unknown")
@@ -113,17 +113,6 @@ def _first_user_text(messages):
     return None
 
 
-def _map_token(s, tokenizer):
-    tid = token_id_of(s)
-    if tid is not None:
-        return tid
-    if tokenizer is not None and isinstance(s, str):
-        hit = tokenizer.ids_for_string(s)
-        if len(hit) == 1:
-            return hit[0]
-    return None
-
-
 def _sampling(req: dict) -> dict:
     s = {k: req.get(k) for k in SAMPLING_KEYS}
     s["max_tokens"] = req.get("max_tokens", req.get("max_completion_tokens"))
@@ -168,8 +157,9 @@ def convert_exchange(obj: dict, *, line: int, ref: str, opts: dict, call_index: 
     role = headers.get("x-fcr-call-role")
     role_ok = role in ROLE_VALUES
     policy_version = meta.get("policy_version")
-    if policy_version is None and agl:
-        policy_version = data.get("model_version")
+    if policy_version is None and agl:  # AGL ≥ 1.0: data.server.version; earlier events: data.model_version
+        srv = data.get("server") if isinstance(data.get("server"), dict) else {}
+        policy_version = srv.get("version", data.get("model_version"))
     if type(policy_version) is not int:
         policy_version = None
     step = meta.get("step")
@@ -293,7 +283,7 @@ def convert_exchange(obj: dict, *, line: int, ref: str, opts: dict, call_index: 
             if has_top and len(tops) == n and req.get("logprob_token_ids"):
                 extra["top_k_not_a_ranking"] = "request.logprob_token_ids: the lists are the requested ids"
             elif has_top and len(tops) == n:
-                top_k, dropped = topk_lists(tops, r["token_ids"], lambda x: _map_token(x, tok),
+                top_k, dropped = topk_lists(tops, r["token_ids"], lambda x: map_token(x, tok),
                                             sampled_listed_first=True)
                 rec["rollout"]["top_k"] = top_k
                 if dropped:
@@ -309,7 +299,7 @@ def convert_exchange(obj: dict, *, line: int, ref: str, opts: dict, call_index: 
 
 
 def import_vllm(in_path, out_path, *, run_id=None, step=None, steps=None, tokenizer=None, logprobs_mode=None,
-                generation_config_source="unknown", chat_template_sha256=None) -> dict:
+                generation_config_source="unknown", chat_template_sha256=None, role=None) -> dict:
     """Convert a vLLM/AGL exchange log to ``fcr/1``. Returns counts. Two passes (retry marking)."""
     opts = {"run_id": run_id, "step": step, "steps": steps or {}, "tokenizer": tokenizer,
             "logprobs_mode": logprobs_mode, "generation_config_source": generation_config_source,
@@ -320,9 +310,13 @@ def import_vllm(in_path, out_path, *, run_id=None, step=None, steps=None, tokeni
             traj, req = _traj_and_request(obj)
             last_of[_request_key(traj, req)] = line
     counters: dict = {}
-    stats = {"exchanges": 0, "records": 0, "failed": 0, "retries": 0}
+    stats = {"exchanges": 0, "records": 0, "failed": 0, "retries": 0, "events_skipped": 0}
     with open(out_path, "wb") as out:
         for line, obj, err in read_jsonl(in_path):
+            if isinstance(obj, dict) and isinstance(obj.get("event_type"), str) and obj["event_type"] != \
+                    "model_request":  # AGL ≥ 1.0 reward / other events are not model calls
+                stats["events_skipped"] += 1
+                continue
             stats["exchanges"] += 1
             ref = ref_of(in_path, line)
             recs = None
@@ -348,6 +342,8 @@ def import_vllm(in_path, out_path, *, run_id=None, step=None, steps=None, tokeni
                 recs = [_failed_record(obj if isinstance(obj, dict) else {}, traj=traj, call_index=ci, ref=ref,
                                        err=err, opts=opts)]
             for rec in recs:
+                if role is not None and rec["role_source"] == "default":  # declared by configuration
+                    rec["role"], rec["role_source"] = role, "config"
                 out.write(dump(rec))
                 stats["records"] += 1
     return stats

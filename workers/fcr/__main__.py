@@ -1,0 +1,42 @@
+"""``python -m workers.fcr convert IN OUT``: fcr/1 JSONL (plain or gzip) ⇄ ``fcr-parquet/1``.
+
+The direction comes from IN's content (Parquet magic or not); OUT ending in ``.gz`` writes gzip JSONL. Exit 0 on
+success, 1 when IN cannot be converted (the message names the line or row and the reason)."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from workers.fcr.columnar import is_parquet, jsonl_to_parquet, parquet_to_jsonl
+from workers.fcr.reader import FcrParseError
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m workers.fcr")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("convert", help="fcr/1 JSONL <-> fcr-parquet/1 (direction from the input's content)")
+    c.add_argument("src")
+    c.add_argument("dst")
+    c.add_argument("--float32", action="store_true", help="store log-probs as float32 (default float64: lossless)")
+    c.add_argument("--row-group-tokens", type=int, default=1 << 16)
+    args = ap.parse_args(argv)
+    try:
+        if is_parquet(args.src):
+            out = parquet_to_jsonl(args.src, args.dst)
+            print(f"{args.src} -> {args.dst}: {out['records']} records, {out['bytes']} bytes (fcr/1 JSONL)")
+        else:
+            out = jsonl_to_parquet(args.src, args.dst, float_type="float32" if args.float32 else "float64",
+                                   row_group_tokens=args.row_group_tokens)
+            print(f"{args.src} -> {args.dst}: {out['records']} records in {out['row_groups']} row group(s), "
+                  f"{out['bytes']} bytes (fcr-parquet/1)")
+    except FcrParseError as exc:
+        print(f"{args.src}: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"{exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

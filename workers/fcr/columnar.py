@@ -1,0 +1,524 @@
+"""``fcr-parquet/1``: the ``fcr/1`` run log as Apache Parquet (docs/run-log-parquet.md).
+
+The same content as an ``fcr/1`` JSONL file, one row per record: the per-token arrays are typed list columns
+(top-K lists as two nested list columns, ids and log-probs), the few scalars every engine needs are columns, and the
+rest of each record (model, tokenizer, engine, sampling, hashes, …) is one JSON text per row (``meta_json``; the
+per-token arrays are taken out of it). Row groups are the unit of streaming: a reader holds one row group at a time
+and refuses a row group whose declared uncompressed size is above :data:`MAX_ROW_GROUP_BYTES`.
+
+The format version is in the file's key-value metadata (``fcr.format = fcr-parquet/1``); a reader refuses another
+version, an unknown column or a column of the wrong type, naming it. No Django import.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from itertools import chain
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from workers.fcr.reader import FcrParseError
+
+FORMAT = "fcr-parquet/1"
+FORMAT_KEY = b"fcr.format"
+RECORD_SCHEMA_KEY = b"fcr.record_schema"
+MAGIC = b"PAR1"
+MAX_ROW_GROUP_BYTES = int(os.environ.get("FCR_PARQUET_MAX_ROW_GROUP_BYTES", 512 << 20))
+ROW_GROUP_TOKENS = 1 << 16  # the writer closes a row group at about this many response tokens
+ROW_GROUP_ROWS = 4096  # … or this many records
+ID_MAX = (1 << 63) - 1
+
+# Promoted scalars: column → (type kind, required)
+SCALARS = {"run_id": ("string", True), "trajectory_id": ("string", True), "call_id": ("string", True),
+           "step": ("int", True), "call_index": ("int", True), "role": ("string", False)}
+# Per-token list columns: column → (path in the record, value kind)
+LISTS = {
+    "prompt_token_ids": (("prompt", "token_ids"), "int"),
+    "response_token_ids": (("response", "token_ids"), "int"),
+    "response_token_strings": (("response", "token_strings"), "string"),
+    "rollout_logprobs": (("rollout", "logprobs"), "float"),
+    "rollout_token_policy_versions": (("rollout", "token_policy_versions"), "int"),
+    "trainer_logprobs": (("trainer", "logprobs"), "float"),
+    "trainer_loss_mask": (("trainer", "loss_mask_used"), "int"),
+}
+# Top-K lists: side → (ids column, log-probs column); each list<list<…>>: position → entries
+TOPK = {"rollout": ("rollout_topk_ids", "rollout_topk_logprobs"),
+        "trainer": ("trainer_topk_ids", "trainer_topk_logprobs")}
+META = "meta_json"
+REQUIRED = [k for k, (_, req) in SCALARS.items() if req] + [META, "prompt_token_ids", "response_token_ids",
+                                                             "rollout_logprobs"]
+_LIST_TYPES = {"int": pa.int64(), "string": pa.string()}
+
+
+def arrow_schema(float_type: str = "float64") -> pa.Schema:
+    """The writer's schema; ``float_type`` (``float64`` lossless for JSON, ``float32`` what trainers hold) is the type
+    of every log-prob value."""
+    ft = {"float64": pa.float64(), "float32": pa.float32()}[float_type]
+    fields = [pa.field(k, pa.string() if kind == "string" else pa.int64(), nullable=not req)
+              for k, (kind, req) in SCALARS.items()]
+    fields.append(pa.field(META, pa.string(), nullable=False))
+    for col, (_, kind) in LISTS.items():
+        vt = pa.int8() if col == "trainer_loss_mask" else ft if kind == "float" else _LIST_TYPES[kind]
+        fields.append(pa.field(col, pa.list_(vt)))
+    for ids_col, lps_col in TOPK.values():
+        fields.append(pa.field(ids_col, pa.list_(pa.list_(pa.int64()))))
+        fields.append(pa.field(lps_col, pa.list_(pa.list_(ft))))
+    return pa.schema(fields, metadata={FORMAT_KEY: FORMAT.encode(), RECORD_SCHEMA_KEY: b"fcr/1"})
+
+
+def is_parquet(path) -> bool:
+    """True when the file starts with the Parquet magic (the name is not consulted)."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(4) == MAGIC
+    except OSError:
+        return False
+
+
+# --------------------------------------------------------------------------------------------- schema check
+def _kind(t: pa.DataType) -> str | None:
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    if pa.types.is_integer(t):
+        return "int"
+    if pa.types.is_floating(t):
+        return "float"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "string"
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        inner = _kind(t.value_type)
+        return None if inner is None else f"list<{inner}>"
+    return None
+
+
+def expected_kinds() -> dict[str, str]:
+    out = {k: kind for k, (kind, _) in SCALARS.items()}
+    out[META] = "string"
+    out.update({col: f"list<{kind}>" for col, (_, kind) in LISTS.items()})
+    for ids_col, lps_col in TOPK.values():
+        out[ids_col], out[lps_col] = "list<list<int>>", "list<list<float>>"
+    return out
+
+
+def schema_problems(schema: pa.Schema) -> list[str]:
+    """What makes ``schema`` unreadable as ``fcr-parquet/1`` (empty list: fine), each naming the column."""
+    meta = schema.metadata or {}
+    fmt = meta.get(FORMAT_KEY)
+    if fmt is None:
+        return [f"not an {FORMAT} file: the key-value metadata has no 'fcr.format' entry"]
+    if fmt != FORMAT.encode():
+        return [f"format {fmt.decode(errors='replace')!r} is not supported (this reader reads {FORMAT})"]
+    want = expected_kinds()
+    problems = []
+    for name in schema.names:
+        if name not in want:
+            problems.append(f"column {name!r}: unknown in {FORMAT}")
+    for name, kind in want.items():
+        if name not in schema.names:
+            if name in REQUIRED:
+                problems.append(f"column {name!r}: missing (required)")
+            continue
+        got = _kind(schema.field(name).type)
+        if got != kind:
+            problems.append(f"column {name!r}: expected {kind}, got {schema.field(name).type}")
+    return problems
+
+
+class RunLog:
+    """An open ``fcr-parquet/1`` file: footer read and checked, row groups read one at a time."""
+
+    def __init__(self, path, max_row_group_bytes: int | None = None):
+        max_row_group_bytes = MAX_ROW_GROUP_BYTES if max_row_group_bytes is None else max_row_group_bytes
+        try:
+            self.pf = pq.ParquetFile(path)
+        except (pa.ArrowException, OSError) as exc:
+            raise FcrParseError(0, f"not a readable Parquet file ({exc})") from exc
+        problems = schema_problems(self.pf.schema_arrow)
+        if problems:
+            raise FcrParseError(0, "; ".join(problems[:5]))
+        md = self.pf.metadata
+        self.num_row_groups = md.num_row_groups
+        self.num_rows = md.num_rows
+        self.columns = set(self.pf.schema_arrow.names)
+        self.starts = [0]
+        for i in range(md.num_row_groups):
+            rg = md.row_group(i)
+            if rg.total_byte_size > max_row_group_bytes:
+                raise FcrParseError(self.starts[-1] + 1, f"row group {i} declares {rg.total_byte_size} bytes "
+                                    f"uncompressed, above the limit of {max_row_group_bytes} (write smaller row "
+                                    f"groups)")
+            self.starts.append(self.starts[-1] + rg.num_rows)
+        self.compressed = [sum(md.row_group(i).column(j).total_compressed_size for j in range(md.num_columns))
+                           for i in range(md.num_row_groups)]
+
+    def read(self, i: int, columns: Iterable[str] | None = None) -> pa.Table:
+        cols = None if columns is None else [c for c in columns if c in self.columns]
+        try:
+            return self.pf.read_row_group(i, columns=cols)
+        except (pa.ArrowException, OSError) as exc:
+            raise FcrParseError(self.starts[i] + 1, f"row group {i} cannot be read ({exc})") from exc
+
+    def close(self):
+        self.pf.close()
+
+
+# --------------------------------------------------------------------------------------------- records
+def _set(rec: dict, path: tuple[str, str], value):
+    parent = rec.get(path[0])
+    if not isinstance(parent, dict):
+        parent = rec[path[0]] = {}
+    parent[path[1]] = value
+
+
+def table_records(table: pa.Table, first_row: int) -> Iterator[tuple[int, dict | FcrParseError]]:
+    """``(row number (1-based), record)`` for every row of ``table``: the fcr/1 dict the row stands for (a row whose
+    ``meta_json`` is not a JSON object gives an :class:`FcrParseError` in place of the record)."""
+    names = table.column_names
+    cols = {n: table.column(n).to_pylist() for n in names if n not in sum(TOPK.values(), ())}
+    topk = {}
+    for side, (ic, lc) in TOPK.items():
+        if ic in names or lc in names:
+            ids = table.column(ic).to_pylist() if ic in names else [None] * table.num_rows
+            lps = table.column(lc).to_pylist() if lc in names else [None] * table.num_rows
+            topk[side] = (ids, lps)
+    for r in range(table.num_rows):
+        row_no = first_row + r
+        try:
+            rec = orjson.loads(cols[META][r])
+        except (orjson.JSONDecodeError, TypeError) as exc:
+            yield row_no, FcrParseError(row_no, f"not valid JSON ({exc})", META)
+            continue
+        if not isinstance(rec, dict):
+            yield row_no, FcrParseError(row_no, f"expected a JSON object, got {type(rec).__name__}", META)
+            continue
+        for k in SCALARS:
+            v = cols[k][r] if k in cols else None
+            if v is not None:
+                rec[k] = v
+        for col, (path, _) in LISTS.items():
+            v = cols[col][r] if col in cols else None
+            if v is not None:
+                _set(rec, path, v)
+        for side, (ids, lps) in topk.items():
+            i_row, l_row = ids[r], lps[r]
+            if i_row is None and l_row is None:
+                continue
+            if i_row is None or l_row is None or len(i_row) != len(l_row) or any(
+                    (a is None) != (b is None) or (a is not None and len(a) != len(b)) for a, b in zip(i_row, l_row)):
+                yield row_no, FcrParseError(row_no, "top-K ids and log-probs do not have the same shape",
+                                            f"{side}.top_k")
+                break
+            _set(rec, (side, "top_k"), [None if a is None else [[x, y] for x, y in zip(a, b)]
+                                        for a, b in zip(i_row, l_row)])
+        else:
+            yield row_no, rec
+
+
+def iter_records(path, progress: Callable[[int, int], None] | None = None) -> Iterator[tuple[int, dict]]:
+    """``(row number, record)`` for every row, one row group in memory at a time; raises :class:`FcrParseError`
+    (naming the row) on an unreadable file or row. ``progress(compressed bytes read, file size)`` after each group."""
+    for row_no, rec in iter_records_or_errors(path, progress):
+        if isinstance(rec, FcrParseError):
+            raise rec
+        yield row_no, rec
+
+
+def iter_records_or_errors(path, progress: Callable[[int, int], None] | None = None):
+    """:func:`iter_records` that yields an :class:`FcrParseError` in place of a bad row (and, for a file that cannot
+    be opened, once, with row 0) instead of raising, so a validator can go on and count."""
+    try:
+        log = RunLog(path)
+    except FcrParseError as exc:
+        yield exc.line, exc
+        return
+    try:
+        done = 0
+        for i in range(log.num_row_groups):
+            try:
+                table = log.read(i)
+            except FcrParseError as exc:
+                yield exc.line, exc
+                return
+            yield from table_records(table, log.starts[i] + 1)
+            done += log.compressed[i]
+            if progress is not None:
+                progress(done, sum(log.compressed))
+    finally:
+        log.close()
+
+
+# --------------------------------------------------------------------------------------------- writing
+def _list_array(values: list, offsets: list[int], nulls: list[bool], value_type) -> pa.Array:
+    mask = pa.array(nulls, pa.bool_()) if any(nulls) else None
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(values, value_type), mask=mask)
+
+
+class Writer:
+    """Writes ``fcr-parquet/1``: :meth:`add` fcr/1 records (dicts that passed ``validate_record``) or :meth:`add_table`
+    ready columns; a row group is written every ``row_group_tokens`` response tokens / ``row_group_rows`` rows."""
+
+    def __init__(self, path, *, float_type: str = "float64", row_group_tokens: int = ROW_GROUP_TOKENS,
+                 row_group_rows: int = ROW_GROUP_ROWS, compression: str = "zstd"):
+        self.schema = arrow_schema(float_type)
+        self.path = path
+        self._w = pq.ParquetWriter(path, self.schema, compression=compression)
+        self.row_group_tokens, self.row_group_rows = row_group_tokens, row_group_rows
+        self.rows = 0
+        self._reset()
+
+    def _reset(self):
+        self._recs: list[dict] = []
+        self._tokens = 0
+
+    def add(self, rec: dict, line: int | None = None) -> None:
+        """Queue one fcr/1 record (its arrays are taken by reference until the row group is written)."""
+        where = f"line {line}" if line is not None else f"record {self.rows + len(self._recs) + 1}"
+        for k in ("prompt", "response"):
+            ids = (rec.get(k) or {}).get("token_ids") or ()
+            if ids and max(ids) > ID_MAX:
+                raise FcrParseError(line or 0, f"{where}: {k}.token_ids has an id above 2^63-1; {FORMAT} stores "
+                                    f"int64 ids", f"{k}.token_ids")
+        self._recs.append(rec)
+        self._tokens += len(rec["response"]["token_ids"])
+        if self._tokens >= self.row_group_tokens or len(self._recs) >= self.row_group_rows:
+            self.flush()
+
+    def _records_table(self) -> pa.Table:
+        recs = self._recs
+        cols: dict[str, pa.Array] = {}
+        for k, (kind, _) in SCALARS.items():
+            cols[k] = pa.array([r.get(k) for r in recs], self.schema.field(k).type)
+        metas = []
+        for r in recs:
+            m = {k: v for k, v in r.items() if k not in SCALARS}
+            for part in ("prompt", "response", "rollout", "trainer"):
+                if isinstance(m.get(part), dict):
+                    m[part] = {k: v for k, v in m[part].items() if (part, k) not in _ARRAY_PATHS}
+            metas.append(orjson.dumps(m).decode())
+        cols[META] = pa.array(metas, pa.string())
+        for col, (path, _) in LISTS.items():
+            vals = [(r.get(path[0]) or {}).get(path[1]) if isinstance(r.get(path[0]), dict) else None for r in recs]
+            cols[col] = pa.array(vals, self.schema.field(col).type)
+        for side, (ic, lc) in TOPK.items():
+            tks = [(r.get(side) or {}).get("top_k") if isinstance(r.get(side), dict) else None for r in recs]
+            pos_off, ent_off, ids, lps, row_null = [0], [0], [], [], []
+            for tk in tks:
+                row_null.append(tk is None)
+                for pos in tk or ():
+                    flat = list(chain.from_iterable(pos))
+                    ids.extend(flat[0::2])
+                    lps.extend(flat[1::2])
+                    ent_off.append(len(ids))
+                pos_off.append(len(ent_off) - 1)
+            ft = self.schema.field(lc).type.value_type.value_type
+            inner_i = pa.ListArray.from_arrays(pa.array(ent_off, pa.int32()), pa.array(ids, pa.int64()))
+            inner_l = pa.ListArray.from_arrays(pa.array(ent_off, pa.int32()), pa.array(lps, ft))
+            mask = pa.array(row_null, pa.bool_()) if any(row_null) else None
+            cols[ic] = pa.ListArray.from_arrays(pa.array(pos_off, pa.int32()), inner_i, mask=mask)
+            cols[lc] = pa.ListArray.from_arrays(pa.array(pos_off, pa.int32()), inner_l, mask=mask)
+        return pa.table(cols, schema=self.schema)
+
+    def add_table(self, table: pa.Table) -> None:
+        """Write ready columns (missing optional columns become nulls) as one row group; flushes queued records."""
+        self.flush()
+        cols = []
+        for f in self.schema:
+            if f.name in table.column_names:
+                cols.append(table.column(f.name).cast(f.type))
+            else:
+                cols.append(pa.nulls(table.num_rows, f.type))
+        self._w.write_table(pa.Table.from_arrays(cols, schema=self.schema))
+        self.rows += table.num_rows
+
+    def flush(self) -> None:
+        if self._recs:
+            self._w.write_table(self._records_table())
+            self.rows += len(self._recs)
+        self._reset()
+
+    def close(self) -> None:
+        self.flush()
+        self._w.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+_ARRAY_PATHS = {path for path, _ in LISTS.values()} | {(side, "top_k") for side in TOPK}
+
+
+# --------------------------------------------------------------------------------------------- columns as numpy
+class ListColumn:
+    """A list column of one row group as numpy: ``offsets`` (rows + 1), ``values``, ``row_null`` (bool per row),
+    ``value_null`` (bool per value, or None when there is none)."""
+
+    __slots__ = ("offsets", "values", "row_null", "value_null")
+
+    def __init__(self, arr: pa.Array, dtype):
+        if isinstance(arr, pa.ChunkedArray):
+            arr = arr.combine_chunks()
+        self.offsets = arr.offsets.to_numpy().astype(np.int64)
+        vals = arr.values
+        self.value_null = vals.is_null().to_numpy(zero_copy_only=False) if vals.null_count else None
+        self.values = vals.fill_null(0).to_numpy(zero_copy_only=False).astype(dtype, copy=False) \
+            if not pa.types.is_list(vals.type) else vals
+        self.row_null = arr.is_null().to_numpy(zero_copy_only=False)
+
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+
+def row_any(flags: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Per row (segments given by ``offsets``): whether any flag in the row is set."""
+    c = np.concatenate([[0], np.cumsum(flags, dtype=np.int64)])
+    return (c[offsets[1:]] - c[offsets[:-1]]) > 0
+
+
+def topk_columns(ids: pa.Array, lps: pa.Array):
+    """A row group's top-K pair of columns → ``(pos_offsets [rows+1], ids [P, K] int64 padded −1, lps [P, K] float64
+    padded 0, row_null, bad_position)`` where ``bad_position`` flags positions whose two lists differ in length or hold
+    a null log-prob, K = the longest list in the group."""
+    oi, ol = ListColumn(ids, np.int64), ListColumn(lps, np.float64)
+    inner_i, inner_l = ListColumn(oi.values, np.int64), ListColumn(ol.values, np.float64)
+    n_i, n_l = inner_i.lengths(), inner_l.lengths()
+    P = len(n_i)
+    bad = (n_i != n_l) if len(n_l) == P else np.ones(P, bool)
+    for null_positions in (oi.value_null, ol.value_null):
+        if null_positions is not None and len(null_positions) == P:
+            bad |= null_positions
+    if inner_l.value_null is not None:
+        bad |= row_any(inner_l.value_null, inner_l.offsets)
+    if inner_i.value_null is not None:
+        bad |= row_any(inner_i.value_null, inner_i.offsets)
+    K = int(n_i.max()) if P else 0
+    if P and not bad.any() and (n_i == K).all() and inner_i.offsets[0] == 0 and inner_l.offsets[0] == 0:
+        id_mat = inner_i.values[:P * K].reshape(P, K)
+        lp_mat = inner_l.values[:P * K].reshape(P, K)
+    else:
+        id_mat = np.full((P, K), -1, np.int64)
+        lp_mat = np.zeros((P, K))
+        ok = ~bad
+        lens = np.where(ok, n_i, 0)
+        rows = np.repeat(np.arange(P), lens)
+        starts_i = np.repeat(inner_i.offsets[:-1], lens)
+        col = np.arange(int(lens.sum())) - np.repeat(np.concatenate([[0], np.cumsum(lens)[:-1]]), lens)
+        id_mat[rows, col] = inner_i.values[starts_i + col]
+        lp_mat[rows, col] = inner_l.values[np.repeat(inner_l.offsets[:-1], lens) + col]
+    row_null = oi.row_null | ol.row_null
+    bad_rows = (oi.row_null != ol.row_null) | (oi.lengths() != ol.lengths())
+    return oi.offsets, id_mat, lp_mat, row_null, bad, bad_rows
+
+
+# --------------------------------------------------------------------------------------------- conversion
+@contextmanager
+def _removed_on_error(dst):
+    """Nothing is left at ``dst`` when a conversion stops."""
+    try:
+        yield
+    except BaseException:
+        try:
+            os.unlink(dst)
+        except OSError:
+            pass
+        raise
+
+
+def jsonl_to_parquet(src, dst, *, float_type: str = "float64", row_group_tokens: int = ROW_GROUP_TOKENS) -> dict:
+    """Convert an fcr/1 JSONL file (plain or gzip) to ``fcr-parquet/1``. Every record must pass ``validate_record``;
+    the first one that does not stops the conversion with its line number and reason (nothing is left at ``dst``)."""
+    from workers.fcr.reader import iter_records as iter_jsonl
+    from workers.fcr.validate import validate_record
+
+    n = 0
+    with _removed_on_error(dst), Writer(dst, float_type=float_type, row_group_tokens=row_group_tokens) as w:
+        for line_no, rec in iter_jsonl(src):
+            errs = [i for i in validate_record(rec, line=line_no, lint=False) if i.severity == "error"]
+            if errs:
+                e = errs[0]
+                raise FcrParseError(line_no, f"{e.reason} (call {e.call_id})", e.field or None)
+            w.add(rec, line=line_no)
+            n += 1
+    return {"records": n, "row_groups": pq.ParquetFile(dst).metadata.num_row_groups, "bytes": os.path.getsize(dst)}
+
+
+def parquet_to_jsonl(src, dst) -> dict:
+    """Convert ``fcr-parquet/1`` back to fcr/1 JSONL (gzip when ``dst`` ends in ``.gz``), one line per row."""
+    import gzip
+
+    n = 0
+    opener = gzip.open if str(dst).endswith(".gz") else open
+    with _removed_on_error(dst), opener(dst, "wb") as out:
+        for _, rec in iter_records(src):
+            out.write(orjson.dumps(rec) + b"\n")
+            n += 1
+    return {"records": n, "bytes": os.path.getsize(dst)}
+
+
+class RowReader:
+    """The rows of an ``fcr-parquet/1`` file with the interface of :class:`workers.fcr.reader.LineReader` that
+    ``validate_file`` uses: iterate ``(row number, record | FcrParseError)``; ``position`` (compressed bytes of the
+    row groups read), ``line_no``, ``compressed`` (False: Parquet pages are compressed inside the file), ``format``,
+    ``close()``; ``on_bytes(position)`` after each row group. A file that cannot be opened yields one error (row 0)."""
+
+    compressed = False
+    format = FORMAT
+
+    def __init__(self, path, on_bytes: Callable[[int], None] | None = None):
+        self.path, self.on_bytes = path, on_bytes
+        self.position = 0
+        self.line_no = 0
+
+    def __iter__(self):
+        def bytes_done(done, _total):
+            self.position = done
+            if self.on_bytes is not None:
+                self.on_bytes(done)
+
+        for self.line_no, rec in iter_records_or_errors(self.path, bytes_done):
+            yield self.line_no, rec
+
+    def close(self):
+        pass
+
+
+def read_row(path, row_no: int) -> dict | None:
+    """The record in row ``row_no`` (1-based), reading only its row group; None when the file has no such row.
+    Raises :class:`FcrParseError` when the file or that row cannot be read as a record."""
+    log = RunLog(path)
+    try:
+        for g in range(log.num_row_groups):
+            if log.starts[g] < row_no <= log.starts[g + 1]:
+                table = log.read(g).slice(row_no - 1 - log.starts[g], 1)
+                for _, rec in table_records(table, row_no):
+                    if isinstance(rec, FcrParseError):
+                        raise rec
+                    return rec
+        return None
+    finally:
+        log.close()
+
+
+def head_issues(path, max_records: int = 256, max_errors: int = 20) -> tuple[list[dict], int]:
+    """The upload pre-flight for ``fcr-parquet/1``: the footer and schema, then the first ``max_records`` rows (of the
+    first row group, whose size the footer check bounds) through ``validate_record``. Returns ``(errors as dicts with
+    the row number in 'line', rows checked)``."""
+    from workers.fcr.validate import validate_record
+
+    errors: list[dict] = []
+    checked = 0
+    for row_no, rec in iter_records_or_errors(path):
+        if isinstance(rec, FcrParseError):
+            errors.append({"line": row_no, "call_id": None, "field": rec.field or "", "reason": rec.reason})
+        else:
+            checked += 1
+            errors.extend(i.to_dict() for i in validate_record(rec, line=row_no) if i.severity == "error")
+        if len(errors) >= max_errors or checked >= max_records:
+            break
+    return errors[:max_errors], checked

@@ -1,0 +1,164 @@
+"""Importer for Agent Lightning ≥ 1.0 events and triplets (``python -m workers.fidelity import agl-events``).
+
+Input: JSONL, one item per line, any mix of
+
+* **events** as the server stores them (``GET /rollouts/{id}/events``): ``{event_type, rollout_id, attempt_id,
+  timestamp, data}``. ``model_request`` events carry ``data.request`` / ``data.response`` (the gateway's exchange with
+  the model server: converted by the vLLM importer's mapping, §5.1) and ``data.server.{model, endpoint, version}``.
+  With ``?format=triplet`` the server trims them to ``data.{prompt_token_ids, response_token_ids,
+  response_log_probs, server.{model, version}}`` (plus ``error`` / ``http_status`` when the call failed) — ids the
+  engine returned, so provenance ``engine``; no top-K, no sampling parameters. Every other event type (``reward``,
+  …) is not a model call: counted in ``events_skipped`` by type, never written as a failed call.
+* **Triplet objects** (``agentlightning.types.Triplet``, ``model_dump()``): ``{prompt: {token_ids, raw_content},
+  response: {token_ids, raw_content, logprobs?}, reward, metadata: {response_id, agent_name, …}}``, in file order
+  (optionally with ``rollout_id`` / ``attempt_id`` / ``sequence_id`` beside them). ``response.logprobs`` is the
+  OpenAI ``logprobs.content`` list.
+
+Roles: events carry no role; ``role`` (configuration, e.g. ``--role policy`` for a gateway that only serves the
+trained agent) declares one for every call with ``role_source: config``; Triplets whose ``metadata.agent_name``
+matches ``agent_match`` are ``policy``/``config``. Trajectory = ``rollout_id:attempt_id``; ``call_index`` =
+``sequence_id`` when given, else the order within the trajectory. ``policy_version`` from ``data.server.version`` or
+``data.model_version``.
+"""
+from __future__ import annotations
+
+import re
+
+from workers.fidelity.importers.common import (
+    dump, ids_sha256, int_list, map_token, read_jsonl, ref_of, skeleton, topk_lists,
+)
+from workers.fidelity.importers.vllm import convert_exchange
+
+
+def _num_or_none(v):
+    return v if (type(v) is int or type(v) is float) else None
+
+
+def _logprob_record(rec, lps, content, tok, extra):
+    """Sampled log-probs (aligned with the ids, else all null) and top-K from an OpenAI content list."""
+    n = len(rec["response"]["token_ids"])
+    if content is not None and isinstance(content, list) and len(content) == n and all(
+            isinstance(e, dict) for e in content):
+        lps = [e.get("logprob") for e in content]
+        if any(e.get("top_logprobs") is not None for e in content):
+            tops = [[(x.get("token"), x.get("logprob")) for x in e.get("top_logprobs") or [] if isinstance(x, dict)]
+                    for e in content]
+            top_k, dropped = topk_lists(tops, rec["response"]["token_ids"], lambda x: map_token(x, tok),
+                                        sampled_listed_first=True)
+            rec["rollout"]["top_k"] = top_k
+            if dropped:
+                extra["top_k_dropped_positions"] = dropped
+    if isinstance(lps, list) and len(lps) == n:
+        rec["rollout"]["logprobs"] = [_num_or_none(v) for v in lps]
+    else:
+        rec["rollout"]["logprobs"] = [None] * n
+        if lps is not None:
+            extra["logprobs_unaligned"] = True
+
+
+def _ids_record(rec, pids, rids):
+    if pids is not None:
+        rec["prompt"].update(token_ids=pids, provenance="engine", ids_sha256=ids_sha256(pids))
+    if rids is not None:
+        rec["response"].update(token_ids=rids, provenance="engine", ids_sha256=ids_sha256(rids))
+
+
+def import_agl_events(in_path, out_path, *, run_id=None, step=None, steps=None, role=None, agent_match=None,
+                      tokenizer=None, logprobs_mode=None, generation_config_source="unknown",
+                      chat_template_sha256=None) -> dict:
+    """Convert AGL events / triplets to ``fcr/1``; returns counts (``events_skipped`` by event type)."""
+    if role not in (None, "policy", "background"):
+        raise ValueError(f"role must be 'policy' or 'background', got {role!r}")
+    agent_re = re.compile(agent_match) if agent_match else None
+    opts = {"run_id": run_id, "step": step, "steps": steps or {}, "tokenizer": tokenizer,
+            "logprobs_mode": logprobs_mode, "generation_config_source": generation_config_source,
+            "chat_template_sha256": chat_template_sha256}
+    stats = {"items": 0, "records": 0, "failed": 0, "events_skipped": {}}
+    counters: dict = {}
+    with open(out_path, "wb") as out:
+        for line, obj, err in read_jsonl(in_path):
+            stats["items"] += 1
+            ref = ref_of(in_path, line)
+            if isinstance(obj, dict) and isinstance(obj.get("event_type"), str) and obj["event_type"] != \
+                    "model_request":
+                skipped = stats["events_skipped"]
+                skipped[obj["event_type"]] = skipped.get(obj["event_type"], 0) + 1
+                continue
+            traj = (f"{obj.get('rollout_id')}:{obj.get('attempt_id')}" if isinstance(obj, dict)
+                    and obj.get("rollout_id") is not None else "unknown")
+            idx = counters.get(traj, 0)
+            counters[traj] = idx + 1
+            seq = obj.get("sequence_id") if isinstance(obj, dict) else None
+            call_index = seq if type(seq) is int else idx
+            recs = None
+            try:
+                if not isinstance(obj, dict):
+                    raise ValueError(err or "not a JSON object")
+                recs = _convert(obj, traj=traj, call_index=call_index, ref=ref, opts=opts, agent_re=agent_re)
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                err = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+            if recs is None:
+                stats["failed"] += 1
+                rec = skeleton(run_id=run_id or "unknown", trajectory_id=traj, step=step if type(step) is int else -1,
+                               call_id=ref, call_index=call_index, source_format="agl_event", ref=ref,
+                               tokenizer=tokenizer)
+                rec["extra"] = {"import_error": err}
+                recs = [rec]
+            for rec in recs:
+                if role is not None and rec["role_source"] == "default":
+                    rec["role"], rec["role_source"] = role, "config"
+                out.write(dump(rec))
+                stats["records"] += 1
+    return stats
+
+
+def _convert(obj, *, traj, call_index, ref, opts, agent_re) -> list[dict]:
+    data = obj.get("data")
+    if isinstance(data, dict) and isinstance(data.get("response"), (dict, list)):
+        return convert_exchange(obj, line=0, ref=ref, opts=opts, call_index=call_index, retry=False)
+    tok = opts["tokenizer"]
+    step = opts["steps"].get(traj.split(":")[0], opts["steps"].get(traj, opts["step"]))
+    extra: dict = {}
+    if isinstance(data, dict):  # ?format=triplet model_request
+        fmt = "agl_event_triplet"
+        rec = skeleton(run_id=opts["run_id"] or "unknown", trajectory_id=traj, step=step if type(step) is int else -1,
+                       call_id=f"{traj}:{call_index}", call_index=call_index, source_format=fmt, ref=ref,
+                       tokenizer=tok)
+        srv = data.get("server") if isinstance(data.get("server"), dict) else {}
+        version = srv.get("version", data.get("model_version"))
+        rec["model"] = {"served_name": str(srv.get("model") or "unknown"),
+                        "policy_version": version if type(version) is int else None}
+        failed = data.get("error") is not None or (type(data.get("http_status")) is int and data["http_status"] >= 400)
+        if failed:
+            extra["import_error"] = f"model call failed: {data.get('error') or data.get('http_status')}"
+        else:
+            _ids_record(rec, int_list(data.get("prompt_token_ids")), int_list(data.get("response_token_ids")))
+        _logprob_record(rec, data.get("response_log_probs"), None, tok, extra)
+        if type(obj.get("timestamp")) in (int, float):
+            rec["timestamp"] = obj["timestamp"]
+    elif isinstance(obj.get("prompt"), dict) and isinstance(obj.get("response"), dict):  # a Triplet object
+        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        rid = meta.get("response_id")
+        rec = skeleton(run_id=opts["run_id"] or "unknown", trajectory_id=traj, step=step if type(step) is int else -1,
+                       call_id=str(rid) if isinstance(rid, str) and rid else f"{traj}:{call_index}",
+                       call_index=call_index, source_format="agl_triplet", ref=ref, tokenizer=tok)
+        _ids_record(rec, int_list(obj["prompt"].get("token_ids")), int_list(obj["response"].get("token_ids")))
+        _logprob_record(rec, None, obj["response"].get("logprobs"), tok, extra)
+        agent = meta.get("agent_name")
+        if isinstance(agent, str) and agent_re is not None:
+            if agent_re.search(agent):
+                rec["role"], rec["role_source"] = "policy", "config"
+            else:
+                rec["inferred_purpose"] = f"agent:{agent}"
+        req = meta.get("request") if isinstance(meta.get("request"), dict) else {}
+        rec["sampling"] = {k: req.get(k) for k in ("temperature", "top_p", "max_tokens") if k in req}
+        if isinstance(req.get("model"), str):
+            rec["model"]["served_name"] = req["model"]
+    else:
+        raise ValueError("neither an Agent Lightning event nor a Triplet")
+    rec["chat_template"] = {"sha256": opts["chat_template_sha256"] or "unknown"}
+    rec["engine"] = {"name": "vllm", "api": "chat.completions", "logprobs_mode": opts["logprobs_mode"],
+                     "generation_config_source": opts["generation_config_source"]}
+    if extra:
+        rec["extra"] = extra
+    return [rec]
