@@ -29,9 +29,9 @@ def preflight(upload) -> Preflight:
     if upload.stream_error:
         return Preflight(False, "corrupt_compression", f"{upload.name}: {upload.stream_error}.")
     head = upload.head
-    if not head.lstrip()[:1] == b"{":
     if head[:4] == PARQUET_MAGIC:
         return _parquet(upload)
+    if not head.lstrip()[:1] == b"{":
         return Preflight(
             False, "unsupported_upload_format",
             "Expected fcr/1 JSONL (one JSON object per line), optionally gzip-compressed, or fcr-parquet/1; "
