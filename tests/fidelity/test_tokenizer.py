@@ -56,3 +56,50 @@ def test_registry_from_tokenizer_json(tmp_path, toy):
     reg = TokenizerRegistry.coerce([p, toy])
     assert reg.get(TOY_SHA) is toy and reg.get(t.sha256) is not None and len(reg) == 2
     assert reg.get("unknown") is None and reg.get(None) is None
+
+
+def _bpe_tokenizer_json(padding: bool, truncation: bool) -> str:
+    """A real byte-level BPE trained here on a small corpus, saved with (or without) the padding / truncation
+    settings that e.g. sentence-transformers ship (``Fixed`` 128 padding; here 16 to keep it small)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    corpus = ["list the files in this directory", "ls -la shows hidden files", "the agent lists files"] * 20
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=120, special_tokens=["<pad>"],
+                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    if padding:
+        tok.enable_padding(length=16, pad_id=tok.token_to_id("<pad>"), pad_token="<pad>")
+    if truncation:
+        tok.enable_truncation(max_length=4)
+    return tok.to_str()
+
+
+def test_padding_and_truncation_in_tokenizer_json_are_turned_off(tmp_path):
+    import json
+
+    plain = tmp_path / "plain.json"
+    plain.write_text(_bpe_tokenizer_json(False, False))
+    padded = tmp_path / "tokenizer.json"
+    padded.write_text(_bpe_tokenizer_json(True, True))
+    cfg = json.loads(padded.read_text())
+    assert cfg["padding"]["strategy"] == {"Fixed": 16} and cfg["truncation"]["max_length"] == 4  # as shipped
+    text = "ls -la shows the hidden files in this directory"
+    ref = FidelityTokenizer.from_file(plain)
+    tok = FidelityTokenizer.from_file(padded)
+    assert len(ref.encode(text)) > 4  # so truncation would have cut it
+    assert tok.encode(text) == ref.encode(text)  # no pads appended, nothing cut
+    assert not tok.drift_if_retokenized(ref.encode(text))  # canonical ids: no false drift
+    assert tok.sha256 == hashlib.sha256(padded.read_bytes()).hexdigest()  # identity is still the shipped file
+    assert tok.padding_was["length"] == 16 and tok.truncation_was["max_length"] == 4
+    # WordPiece (the toy pipeline) with padding configured behaves the same
+    wp = tmp_path / "wp.json"
+    from tokenizers import Tokenizer
+
+    t = Tokenizer.from_str(toy_tokenizer_json(TOY_VOCAB))
+    t.enable_padding(length=8, pad_id=0)
+    t.enable_truncation(max_length=2)
+    wp.write_text(t.to_str())
+    w = FidelityTokenizer.from_file(wp)
+    assert w.encode("HAVING<|end|>") == [13, 12, 3] and not w.drift_if_retokenized([13, 12, 3])

@@ -45,6 +45,16 @@ class FidelityTokenizer:
     """A ``tokenizers.Tokenizer`` with the identity the audit needs (``id``, ``sha256``) and vectorised helpers."""
 
     def __init__(self, hf: Tokenizer, *, sha256: str, id: str = "", vocab_ids: Iterable[int] | None = None):
+        # A tokenizer.json may configure padding and truncation (sentence-transformers ship ``Fixed`` 128-token
+        # padding, many ship ``truncation.max_length``): what ``encode`` returns would then be padded / cut, not
+        # the tokenization of the text, and every canonical call would look like drift. The audit compares
+        # tokenizations, so both are turned off (the file — and its sha256 — are unchanged).
+        self.padding_was = hf.padding
+        self.truncation_was = hf.truncation
+        if hf.padding is not None:
+            hf.no_padding()
+        if hf.truncation is not None:
+            hf.no_truncation()
         self.hf = hf
         self.sha256 = sha256
         self.id = id or sha256[:12]
