@@ -4,8 +4,10 @@
                                     [--masks-out PATH [--masks-format jsonl|bin]] [--tau-align X]
                                     [--max-staleness N] [--allow-inferred-roles] [--require-certificate]
                                     [--require-loss-mask] [--json]
-    python -m workers.fidelity import vllm|agl IN OUT [--run-id ID] [--step N] [--tokenizer tokenizer.json]
-                                    [--agent-match REGEX] [--logprobs-mode MODE] [--generation-config-source SRC]
+    python -m workers.fidelity import vllm|sglang|agl|agl-events|verl|slime|skyrl IN OUT [--run-id ID] [--step N]
+                                    [--tokenizer tokenizer.json] [--agent-match REGEX] [--logprobs-mode MODE]
+                                    [--generation-config-source SRC] [--role policy|background] [--engine E]
+                                    [--ids-from engine|text]
     python -m workers.fidelity join INFERENCE.jsonl TRAINER.(jsonl|parquet) OUT.jsonl [--allow-untrained]
 
 ``audit`` exits 1 when the verdict is FAIL, 2 on usage or input errors (missing file), 0 on PASS. ``join`` exits 2
@@ -20,7 +22,7 @@ import sys
 import orjson
 
 
-IMPORT_KINDS = ["vllm", "agl", "agl-events"]
+IMPORT_KINDS = ["vllm", "sglang", "agl", "agl-events", "verl", "slime", "skyrl"]
 
 
 def _parser():
@@ -58,6 +60,9 @@ def _parser():
     i.add_argument("--generation-config-source", default="unknown",
                    choices=["request_only", "hf_defaults", "unknown"])
     i.add_argument("--chat-template-sha256")
+    i.add_argument("--engine", help="verl/slime/skyrl: the inference engine behind the rollout (vllm, sglang)")
+    i.add_argument("--ids-from", choices=["engine", "text"], default="engine",
+                   help="verl/slime/skyrl: 'text' when the rollout rebuilt ids from text offline (never verifiable)")
     i.add_argument("--role", choices=["policy", "background"],
                    help="declare the role of every call whose log does not (role_source 'config'), e.g. a gateway "
                         "that serves only the trained agent")
@@ -164,6 +169,15 @@ def main(argv=None) -> int:
         try:
             if args.kind == "vllm":
                 stats = import_vllm(args.src, args.dst, step=args.step, **common)
+            elif args.kind == "sglang":
+                from workers.fidelity.importers.sglang import import_sglang
+
+                stats = import_sglang(args.src, args.dst, step=args.step, **common)
+            elif args.kind in ("verl", "slime", "skyrl"):
+                from workers.fidelity.importers.trajectories import import_trajectories
+
+                stats = import_trajectories(args.src, args.dst, fmt=args.kind, step=args.step, engine=args.engine,
+                                            ids_from=args.ids_from, **common)
             elif args.kind == "agl-events":
                 stats = import_agl_events(args.src, args.dst, step=args.step, agent_match=args.agent_match,
                                           **common)

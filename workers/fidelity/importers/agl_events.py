@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 
 from workers.fidelity.importers.common import (
-    dump, ids_sha256, int_list, map_token, read_jsonl, ref_of, skeleton, topk_lists,
+    emit, ids_sha256, int_list, map_token, read_jsonl, ref_of, skeleton, topk_lists,
 )
 from workers.fidelity.importers.vllm import convert_exchange
 
@@ -104,11 +104,7 @@ def import_agl_events(in_path, out_path, *, run_id=None, step=None, steps=None, 
                                tokenizer=tokenizer)
                 rec["extra"] = {"import_error": err}
                 recs = [rec]
-            for rec in recs:
-                if role is not None and rec["role_source"] == "default":
-                    rec["role"], rec["role_source"] = role, "config"
-                out.write(dump(rec))
-                stats["records"] += 1
+            emit(out, recs, role=role, stats=stats)
     return stats
 
 

@@ -28,6 +28,21 @@ def text_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def task_text(prompt):
+    """The task text whose SHA-256 is ``task_prompt_sha256_observed`` (§4.2): the first user message of a message
+    list (its text parts joined), or the prompt itself when it is a string; None otherwise."""
+    if isinstance(prompt, str):
+        return prompt
+    for m in prompt if isinstance(prompt, list) else []:
+        if isinstance(m, dict) and m.get("role") == "user":
+            c = m.get("content")
+            if isinstance(c, str):
+                return c
+            if isinstance(c, list):
+                return "".join(p.get("text", "") for p in c if isinstance(p, dict) and p.get("type") == "text")
+    return None
+
+
 def token_id_of(s):
     """``"token_id:N"`` (vLLM ``return_tokens_as_token_ids``) → N, else None."""
     if isinstance(s, str):
@@ -171,6 +186,15 @@ def skeleton(*, run_id, trajectory_id, step, call_id, call_index, source_format,
 
 def dump(rec) -> bytes:
     return orjson.dumps(rec, option=orjson.OPT_SORT_KEYS) + b"\n"
+
+
+def emit(out, recs, *, role, stats) -> None:
+    """Write records; a configured ``role`` (``--role``) declares every call whose log did not (``config``)."""
+    for rec in recs:
+        if role is not None and rec["role_source"] == "default":
+            rec["role"], rec["role_source"] = role, "config"
+        out.write(dump(rec))
+        stats["records"] += 1
 
 
 def read_jsonl(path):

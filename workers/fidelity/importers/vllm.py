@@ -24,7 +24,7 @@ import hashlib
 import orjson
 
 from workers.fidelity.importers.common import (
-    dump, ids_sha256, int_list, map_token, read_jsonl, ref_of, skeleton, text_sha256, token_id_of, topk_lists,
+    emit, ids_sha256, int_list, map_token, read_jsonl, ref_of, skeleton, task_text, text_sha256, token_id_of, topk_lists,
 )
 
 ROLE_VALUES = ("policy", "background", "unknown")
@@ -33,7 +33,7 @@ SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty",
 STRUCTURED_KEYS = ("guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs")
 
 
-def _headers(obj) -> dict:
+def headers_of(obj) -> dict:
     h = {}
     for src in ((obj.get("meta") or {}).get("headers"), obj.get("headers"), obj.get("request_headers")):
         if isinstance(src, dict):
@@ -102,17 +102,6 @@ def _merge_stream(chunks: list) -> dict:
     return out
 
 
-def _first_user_text(messages):
-    for m in messages or []:
-        if isinstance(m, dict) and m.get("role") == "user":
-            c = m.get("content")
-            if isinstance(c, str):
-                return c
-            if isinstance(c, list):
-                return "".join(p.get("text", "") for p in c if isinstance(p, dict) and p.get("type") == "text")
-    return None
-
-
 def _sampling(req: dict) -> dict:
     s = {k: req.get(k) for k in SAMPLING_KEYS}
     s["max_tokens"] = req.get("max_tokens", req.get("max_completion_tokens"))
@@ -142,10 +131,10 @@ def convert_exchange(obj: dict, *, line: int, ref: str, opts: dict, call_index: 
         resp = _merge_stream(obj["chunks"])
     if not isinstance(resp, dict):
         raise ValueError("no response object")
-    error = _error_text(resp)
+    error = error_text(resp)
     if error is not None:
         raise ValueError(f"HTTP error body: {error}")
-    headers = _headers(obj)
+    headers = headers_of(obj)
     chat = "messages" in req or str(resp.get("object", "")).startswith("chat")
     api = "chat.completions" if chat else "completions"
     traj = meta.get("trajectory_id") or headers.get("x-fcr-trajectory") or (
@@ -167,7 +156,7 @@ def convert_exchange(obj: dict, *, line: int, ref: str, opts: dict, call_index: 
         step = opts.get("steps", {}).get(traj, opts.get("step"))
     if type(step) is not int:
         step = -1
-    user_text = _first_user_text(req.get("messages")) if chat else (
+    user_text = task_text(req.get("messages")) if chat else (
         req.get("prompt") if isinstance(req.get("prompt"), str) else None)
     usage = resp.get("usage") if isinstance(resp.get("usage"), dict) else {}
     out = []
@@ -339,17 +328,13 @@ def import_vllm(in_path, out_path, *, run_id=None, step=None, steps=None, tokeni
                 err = err or "not a JSON object"
             if recs is None:
                 stats["failed"] += 1
-                recs = [_failed_record(obj if isinstance(obj, dict) else {}, traj=traj, call_index=ci, ref=ref,
-                                       err=err, opts=opts)]
-            for rec in recs:
-                if role is not None and rec["role_source"] == "default":  # declared by configuration
-                    rec["role"], rec["role_source"] = role, "config"
-                out.write(dump(rec))
-                stats["records"] += 1
+                recs = [failed_record(obj if isinstance(obj, dict) else {}, traj=traj, call_index=ci, ref=ref,
+                                      err=err, opts=opts)]
+            emit(out, recs, role=role, stats=stats)
     return stats
 
 
-def _error_text(resp) -> str | None:
+def error_text(resp) -> str | None:
     """The message of an HTTP error body (vLLM ``{"error": {"message", "type", "code"}}``, older
     ``{"object": "error", "message", …}``)."""
     if not isinstance(resp, dict):
@@ -362,12 +347,12 @@ def _error_text(resp) -> str | None:
     return None
 
 
-def _failed_record(obj, *, traj, call_index, ref, err, opts) -> dict:
+def failed_record(obj, *, traj, call_index, ref, err, opts, source_format="vllm_openai") -> dict:
     """§5.4: a call that cannot be converted is a ``missing`` record — which keeps what the log does say about it:
     the declared role, purpose and parent (an error answer to a declared policy call is still a declared policy
     call, not an undeclared one), run, step, call id, and the error body's message."""
     meta = obj.get("meta") if isinstance(obj.get("meta"), dict) else {}
-    headers = _headers(obj)
+    headers = headers_of(obj)
     data = obj["data"] if isinstance(obj.get("data"), dict) else obj
     step = meta.get("step")
     if type(step) is not int:
@@ -375,7 +360,7 @@ def _failed_record(obj, *, traj, call_index, ref, err, opts) -> dict:
     rec = skeleton(run_id=opts.get("run_id") or meta.get("run_id") or "unknown", trajectory_id=str(traj),
                    step=step if type(step) is int else -1,
                    call_id=str(meta.get("call_id") or headers.get("x-fcr-call-id") or ref), call_index=call_index,
-                   source_format="vllm_openai", ref=ref, tokenizer=opts.get("tokenizer"))
+                   source_format=source_format, ref=ref, tokenizer=opts.get("tokenizer"))
     role = headers.get("x-fcr-call-role")
     if role in ROLE_VALUES:
         rec["role"], rec["role_source"] = role, "header"
@@ -387,6 +372,9 @@ def _failed_record(obj, *, traj, call_index, ref, err, opts) -> dict:
     req = data.get("request") if isinstance(data.get("request"), dict) else {}
     if "messages" not in req and isinstance(req.get("prompt"), (str, list)):
         rec["engine"]["api"], rec["chat_template"] = "completions", None
+    elif "messages" not in req and ("input_ids" in req or "text" in req):  # SGLang /generate
+        rec["engine"].update(name="sglang", api="generate")
+        rec["chat_template"] = None
     extra = {"import_error": err}
     status = meta.get("status", obj.get("status"))
     if type(status) is int:
@@ -399,7 +387,7 @@ def _traj_and_request(obj):
     agl = isinstance(obj.get("data"), dict)
     data = obj["data"] if agl else obj
     meta = obj.get("meta") if isinstance(obj.get("meta"), dict) else {}
-    traj = meta.get("trajectory_id") or _headers(obj).get("x-fcr-trajectory") or (
+    traj = meta.get("trajectory_id") or headers_of(obj).get("x-fcr-trajectory") or (
         f"{obj.get('rollout_id')}:{obj.get('attempt_id')}" if agl else "unknown")
     req = data.get("request") if isinstance(data.get("request"), dict) else {}
     return str(traj), req

@@ -1,0 +1,215 @@
+"""Importer for SGLang native ``/generate`` logs (``python -m workers.fidelity import sglang``).
+
+Input: JSONL, one exchange per line, ``{"request": {...}, "response": ... , "meta": {...}}`` (``meta`` and request
+headers as for the vLLM importer: ``trajectory_id, step, call_id, call_index, policy_version,
+task_prompt_sha256_declared``, ``X-FCR-*`` headers). The response is SGLang's output dict ``{"text", "output_ids",
+"meta_info"}``, a list of them (``n > 1`` / batched prompts), a list of streamed chunks (``request.stream``), or an
+HTTP error body. Field names are those of SGLang's tokenizer manager: ``meta_info.{id, finish_reason, prompt_tokens,
+completion_tokens, cached_tokens, weight_version, input_token_logprobs, output_token_logprobs,
+output_top_logprobs}``, each log-prob entry ``[logprob, token_id, text | null]``.
+
+Mapping (fidelity §5.3): response ids = ``output_ids`` (``engine``; checked against the ids inside
+``output_token_logprobs``, which are used when ``output_ids`` is absent); rollout log-probs = element 0 of
+``output_token_logprobs``; top-K from ``output_top_logprobs`` (SGLang computes it from the distribution, not around
+the sampled token: sorted and deduplicated, nothing dropped); prompt ids = request ``input_ids`` (``engine_input``),
+else the ids of ``input_token_logprobs`` when it covers the whole prompt (``logprob_start_len: 0``; ``engine``),
+else ``missing``; ``response.text`` = ``text``; ``usage_completion_tokens`` = ``completion_tokens``;
+``weight_version`` → ``model.policy_version`` when it is an integer (else kept in ``extra``). Streaming: SGLang
+accumulates ``meta_info`` log-probs over the stream (every chunk carries all so far) and ``output_ids`` too unless
+the server streams increments (``--stream-output``): the last chunk per choice ``index`` is used, or the increments
+concatenated when the last chunk's ids are shorter than its log-probs. Sampling parameters from
+``request.sampling_params``; ``engine.logprobs_mode`` from configuration (``--logprobs-mode``).
+"""
+from __future__ import annotations
+
+from workers.fidelity.importers.common import (
+    emit, ids_sha256, int_list, read_jsonl, ref_of, skeleton, text_sha256, topk_lists,
+)
+from workers.fidelity.importers.vllm import ROLE_VALUES, error_text, failed_record, headers_of
+
+SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
+                 "frequency_penalty")
+STRUCTURED_KEYS = ("json_schema", "regex", "ebnf", "structural_tag")
+
+
+def _sampling(req: dict) -> dict:
+    sp = req.get("sampling_params") if isinstance(req.get("sampling_params"), dict) else {}
+    s = {k: sp.get(k) for k in SAMPLING_KEYS}
+    s["max_tokens"] = sp.get("max_new_tokens")
+    s["seed"] = sp.get("sampling_seed")
+    s["logit_bias_present"] = bool(sp.get("logit_bias"))
+    s["structured_output"] = next((k for k in STRUCTURED_KEYS if sp.get(k) is not None), None)
+    return s
+
+
+def _merge_stream(chunks) -> list[dict]:
+    """Streamed chunks → one output per choice ``index`` (see the module docstring)."""
+    by_index: dict = {}
+    for ch in chunks:
+        if isinstance(ch, dict):
+            by_index.setdefault(ch.get("index", 0), []).append(ch)
+    outs = []
+    for i in sorted(by_index, key=lambda x: (str(type(x)), x)):
+        group = by_index[i]
+        last = dict(group[-1])
+        mi = last.get("meta_info") if isinstance(last.get("meta_info"), dict) else {}
+        n_lp = len(mi.get("output_token_logprobs") or [])
+        ids = last.get("output_ids")
+        if isinstance(ids, list) and len(ids) < n_lp:  # incremental streaming: concatenate
+            cat = []
+            for c in group:
+                cat.extend(c.get("output_ids") or [])
+            last["output_ids"] = cat
+        outs.append(last)
+    return outs
+
+
+def _entries(lst):
+    """``[[lp, id, text], …]`` → (ids, lps) or None when the shape is wrong."""
+    if not isinstance(lst, list):
+        return None
+    ids, lps = [], []
+    for e in lst:
+        if not (isinstance(e, (list, tuple)) and len(e) >= 2):
+            return None
+        lps.append(e[0] if (type(e[0]) is float or type(e[0]) is int) else None)
+        ids.append(e[1])
+    return ids, lps
+
+
+def convert(obj, *, ref, opts, call_index) -> list[dict]:
+    req = obj.get("request") if isinstance(obj.get("request"), dict) else {}
+    resp = obj.get("response")
+    meta = obj.get("meta") if isinstance(obj.get("meta"), dict) else {}
+    err = error_text(resp) if isinstance(resp, dict) else None
+    if err is not None:
+        raise ValueError(f"HTTP error body: {err}")
+    if isinstance(resp, list) and req.get("stream"):
+        outs = _merge_stream(resp)
+    elif isinstance(resp, list):
+        outs = [o for o in resp if isinstance(o, dict)]
+    elif isinstance(resp, dict):
+        outs = [resp]
+    else:
+        raise ValueError("no response object")
+    if not outs:
+        raise ValueError("response has no outputs")
+    headers = headers_of(obj)
+    traj = str(meta.get("trajectory_id") or headers.get("x-fcr-trajectory") or "unknown")
+    role = headers.get("x-fcr-call-role")
+    step = meta.get("step")
+    if type(step) is not int:
+        step = opts.get("step")
+    input_ids = int_list(req.get("input_ids"))
+    text_in = req.get("text") if isinstance(req.get("text"), str) else None
+    declared = meta.get("call_id") or headers.get("x-fcr-call-id")
+    rids = [(o.get("meta_info") or {}).get("id") if isinstance(o.get("meta_info"), dict) else None for o in outs]
+    own_ids = not declared and all(isinstance(x, str) and x for x in rids) and len(set(rids)) == len(rids)
+    recs = []
+    for k, out in enumerate(outs):
+        mi = out.get("meta_info") if isinstance(out.get("meta_info"), dict) else {}
+        base = str(declared or rids[0] or ref)
+        call_id = rids[k] if own_ids else base if len(outs) == 1 else f"{base}#{k}"
+        rec = skeleton(run_id=opts.get("run_id") or meta.get("run_id") or "unknown", trajectory_id=traj,
+                       step=step if type(step) is int else -1, call_id=call_id, call_index=call_index,
+                       source_format="sglang_generate", ref=ref, tokenizer=opts.get("tokenizer"))
+        if role in ROLE_VALUES:
+            rec["role"], rec["role_source"] = role, "header"
+        for key, field in (("x-fcr-purpose", "purpose"), ("x-fcr-parent-call", "parent_call_id")):
+            if isinstance(headers.get(key), str):
+                rec[field] = headers[key]
+        wv = mi.get("weight_version")
+        version = meta.get("policy_version")
+        if type(version) is not int:
+            version = wv if type(wv) is int else int(wv) if isinstance(wv, str) and wv.isdigit() else None
+        rec["model"] = {"served_name": str(req.get("model") or meta.get("model") or "unknown"),
+                        "policy_version": version}
+        rec["engine"] = {"name": "sglang", "api": "generate", "logprobs_mode": opts.get("logprobs_mode"),
+                         "generation_config_source": opts.get("generation_config_source", "unknown")}
+        rec["sampling"] = _sampling(req)
+        extra: dict = {}
+        if wv is not None and version is None:
+            extra["weight_version"] = str(wv)
+
+        # prompt
+        p = rec["prompt"]
+        inp = _entries(mi.get("input_token_logprobs"))
+        pt = mi.get("prompt_tokens")
+        if input_ids is not None:
+            p["token_ids"], p["provenance"] = input_ids, "engine_input"
+        elif inp is not None and type(pt) is int and len(inp[0]) == pt and int_list(inp[0]) is not None:
+            p["token_ids"], p["provenance"] = inp[0], "engine"
+        p["ids_sha256"] = ids_sha256(p["token_ids"])
+        p["task_prompt_sha256_declared"] = meta.get("task_prompt_sha256_declared")
+        p["task_prompt_sha256_observed"] = text_sha256(text_in) if text_in is not None else None  # as completions
+
+        # response ids and log-probs
+        r = rec["response"]
+        got = _entries(mi.get("output_token_logprobs"))
+        ids = int_list(out.get("output_ids"))
+        if ids is None and got is not None:
+            ids = int_list(got[0])
+        if ids is not None:
+            r["token_ids"], r["provenance"] = ids, "engine"
+        r["ids_sha256"] = ids_sha256(r["token_ids"])
+        r["text"] = out.get("text") if isinstance(out.get("text"), str) else None
+        ct = mi.get("completion_tokens")
+        r["usage_completion_tokens"] = ct if type(ct) is int else None
+        fr = mi.get("finish_reason")
+        if isinstance(fr, dict) and isinstance(fr.get("type"), str):
+            r["finish_reason"] = fr["type"]
+        elif isinstance(fr, str):
+            r["finish_reason"] = fr
+        n = len(r["token_ids"])
+        if got is not None and len(got[0]) == n and got[0] == r["token_ids"]:
+            rec["rollout"] = {"logprobs": got[1]}
+            tops = mi.get("output_top_logprobs")
+            if isinstance(tops, list) and len(tops) == n:
+                pos = [[(e[1], e[0]) for e in (t or []) if isinstance(e, (list, tuple)) and len(e) >= 2]
+                       for t in tops]
+                top_k, dropped = topk_lists(pos, r["token_ids"], lambda x: x if type(x) is int and x >= 0 else None,
+                                            sampled_listed_first=False)
+                rec["rollout"]["top_k"] = top_k
+                if dropped:
+                    extra["top_k_dropped_positions"] = dropped
+        else:
+            rec["rollout"] = {"logprobs": [None] * n}
+            if got is not None:
+                extra["logprobs_unaligned"] = True
+        if extra:
+            rec["extra"] = extra
+        recs.append(rec)
+    return recs
+
+
+def import_sglang(in_path, out_path, *, run_id=None, step=None, tokenizer=None, logprobs_mode=None,
+                  generation_config_source="unknown", role=None, **_ignored) -> dict:
+    """Convert an SGLang ``/generate`` exchange log to ``fcr/1``; returns counts."""
+    opts = {"run_id": run_id, "step": step, "tokenizer": tokenizer, "logprobs_mode": logprobs_mode,
+            "generation_config_source": generation_config_source}
+    stats = {"exchanges": 0, "records": 0, "failed": 0}
+    counters: dict = {}
+    with open(out_path, "wb") as out:
+        for line, obj, err in read_jsonl(in_path):
+            stats["exchanges"] += 1
+            ref = ref_of(in_path, line)
+            meta = obj.get("meta") if isinstance(obj, dict) and isinstance(obj.get("meta"), dict) else {}
+            traj = str(meta.get("trajectory_id") or (headers_of(obj).get("x-fcr-trajectory") if isinstance(
+                obj, dict) else None) or "unknown")
+            idx = counters.get(traj, 0)
+            counters[traj] = idx + 1
+            ci = meta.get("call_index") if type(meta.get("call_index")) is int else idx
+            recs = None
+            if isinstance(obj, dict):
+                try:
+                    recs = convert(obj, ref=ref, opts=opts, call_index=ci)
+                except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                    err = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+            if recs is None:
+                stats["failed"] += 1
+                recs = [failed_record(obj if isinstance(obj, dict) else {}, traj=traj, call_index=ci, ref=ref,
+                                      err=err or "not a JSON object", opts=opts, source_format="sglang_generate")]
+                recs[0]["engine"].update(name="sglang", api="generate")
+                recs[0]["chat_template"] = None
+            emit(out, recs, role=role, stats=stats)
+    return stats

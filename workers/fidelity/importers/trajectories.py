@@ -1,0 +1,195 @@
+"""Importers for trainer-side rollout outputs: verl agent loops, slime samples, SkyRL generator outputs.
+
+All three hold one *trajectory* as prompt ids + response ids, where the response interleaves what the model sampled
+(mask 1) with what the environment or a tool inserted (mask 0), plus the rollout log-probs the engine returned:
+
+* **verl** ``AgentLoopOutput`` (``model_dump()``, one per line): ``prompt_ids``, ``response_ids``, ``response_mask``
+  (1 = LLM-generated, 0 = tool response), ``response_logprobs`` (None unless the rollout computed them),
+  ``reward_score``, ``num_turns``, ``extra_fields``.
+* **slime** ``Sample.to_dict()`` (one per line): ``tokens`` (prompt + response), ``response_length``, ``loss_mask``
+  (over the response; None = all 1), ``rollout_log_probs`` (over the response), ``weight_versions``, ``status``,
+  ``index`` / ``group_index``.
+* **SkyRL** ``GeneratorOutput`` (one batch per line, column lists: ``prompt_token_ids``, ``response_ids``,
+  ``loss_masks``, ``rollout_logprobs``, ``trajectory_ids`` [{``instance_id``, ``repetition_id``}], ``stop_reasons``,
+  ``is_last_step``) or one trajectory per line with the same keys in the singular. SkyRL returns
+  ``rollout_logprobs = None`` when token identity was lost (text post-processing): those responses are marked
+  ``retokenized``, never verifiable.
+
+Each maximal run of mask-1 positions is one model call (``role: policy``, ``role_source: config`` — the trainer's
+own loop trained exactly these tokens); its prompt is the trajectory prompt plus everything before the run
+(provenance ``engine_input``: these frameworks send token ids to the engine), its response the run (``engine``), its
+log-probs the run's slice. The task text the rollout was given — verl ``raw_prompt`` / ``messages``, slime
+``prompt``, SkyRL ``prompts`` (its ``GeneratorInput`` conversations, added beside the output) — gives
+``task_prompt_sha256_observed`` (first user message); the trainer's declared hash comes with ``join``. Mask-0 tokens are never a call's response. Optional line keys ``trajectory_id``, ``step``,
+``run_id`` override the derived ones. ``ids_from="text"`` declares that the ids were rebuilt from text offline
+(response provenance ``retokenized``). No trainer block is written: join the trainer side (``join``).
+"""
+from __future__ import annotations
+
+from workers.fidelity.importers.common import (
+    dump, ids_sha256, int_list, read_jsonl, ref_of, skeleton, task_text, text_sha256,
+)
+
+
+def split_calls(response_ids, mask):
+    """``[(start, end), …]`` of the maximal mask-1 runs."""
+    runs, start = [], None
+    for t, m in enumerate(mask):
+        if m and start is None:
+            start = t
+        elif not m and start is not None:
+            runs.append((start, t))
+            start = None
+    if start is not None:
+        runs.append((start, len(mask)))
+    return runs
+
+
+def trajectory_records(*, prompt_ids, response_ids, mask, logprobs, traj, step, run_id, ref, fmt, opts,
+                       policy_version=None, extra=None, first_index=0, prompt=None) -> list[dict]:
+    """One ``fcr/1`` record per model call of a trajectory (see the module docstring); call indices start at
+    ``first_index`` (SkyRL step-wise rows continue a trajectory)."""
+    if prompt_ids is None or response_ids is None:
+        raise ValueError("prompt or response ids missing or not lists of non-negative ints")
+    n = len(response_ids)
+    if mask is None:
+        mask = [1] * n
+    if not (isinstance(mask, list) and len(mask) == n and all(m in (0, 1) and type(m) is int for m in mask)):
+        raise ValueError(f"mask must be 0/1 per response token ({n}), got {type(mask).__name__} of "
+                         f"{len(mask) if isinstance(mask, list) else '?'}")
+    lps_ok = isinstance(logprobs, list) and len(logprobs) == n
+    retok = opts.get("ids_from") == "text" or (fmt == "skyrl" and logprobs is None)
+    out = []
+    for k, (a, b) in enumerate(split_calls(response_ids, mask), start=first_index):
+        rec = skeleton(run_id=run_id, trajectory_id=traj, step=step, call_id=f"{traj}#{k}", call_index=k,
+                       source_format=fmt, ref=ref, tokenizer=opts.get("tokenizer"))
+        rec["role"], rec["role_source"], rec["purpose"] = "policy", "config", "main_loop"
+        rec["model"]["policy_version"] = policy_version
+        rec["engine"] = {"name": opts.get("engine") or "unknown", "api": "generate",
+                         "logprobs_mode": opts.get("logprobs_mode"),
+                         "generation_config_source": opts.get("generation_config_source", "unknown")}
+        p = list(prompt_ids) + list(response_ids[:a])
+        rec["prompt"].update(token_ids=p, provenance="engine_input", ids_sha256=ids_sha256(p))
+        text = task_text(prompt)
+        if text is not None:  # what the rollout was asked (the trainer declares its hash through ``join``)
+            rec["prompt"]["task_prompt_sha256_observed"] = text_sha256(text)
+        r = list(response_ids[a:b])
+        rec["response"].update(token_ids=r, provenance="retokenized" if retok else "engine", ids_sha256=ids_sha256(r))
+        lp = [v if (type(v) is float or type(v) is int) else None for v in logprobs[a:b]] if lps_ok else [None] * len(r)
+        rec["rollout"] = {"logprobs": [None] * len(r) if retok else lp}
+        ex = dict(extra or {}, response_span=[a, b])
+        if logprobs is not None and not lps_ok:
+            ex["logprobs_unaligned"] = True
+        rec["extra"] = ex
+        out.append(rec)
+    return out
+
+
+def _int_or_none(v):
+    return v if type(v) is int else None
+
+
+def _version(v):
+    """A weights version: an int, or a string of digits (slime's ``weight_versions``, SGLang's ``weight_version``)."""
+    if type(v) is int:
+        return v
+    if isinstance(v, str) and v.isdigit():
+        return int(v)
+    return None
+
+
+def _rows(obj, fmt):
+    """One input line → trajectories ``[(key, prompt, response, mask, logprobs, version, extra)]``."""
+    if fmt == "verl":
+        ef = obj.get("extra_fields") if isinstance(obj.get("extra_fields"), dict) else {}
+        version = _version(ef.get("param_version_end", ef.get("param_version")))
+        extra = {k: obj[k] for k in ("num_turns", "reward_score") if obj.get(k) is not None}
+        return [(obj.get("trajectory_id") or obj.get("uid") or obj.get("request_id"), int_list(obj.get("prompt_ids")),
+                 int_list(obj.get("response_ids")), obj.get("response_mask"), obj.get("response_logprobs"), version,
+                 extra, obj.get("raw_prompt", obj.get("messages")))]
+    if fmt == "slime":
+        tokens = int_list(obj.get("tokens"))
+        n = obj.get("response_length")
+        if tokens is None or type(n) is not int or not 0 <= n <= len(tokens):
+            raise ValueError("tokens / response_length missing or inconsistent")
+        versions = obj.get("weight_versions") or []
+        key = obj.get("trajectory_id") or (f"{obj.get('group_index')}:{obj.get('index')}"
+                                           if obj.get("index") is not None else None)
+        extra = {k: obj[k] for k in ("status",) if isinstance(obj.get(k), str)}
+        return [(key, tokens[:len(tokens) - n], tokens[len(tokens) - n:], obj.get("loss_mask"),
+                 obj.get("rollout_log_probs"), _version(versions[-1]) if versions else None, extra, obj.get("prompt"))]
+    # skyrl: a batch (column lists) or one trajectory
+    if isinstance(obj.get("prompt_token_ids"), list) and obj["prompt_token_ids"] and isinstance(
+            obj["prompt_token_ids"][0], list):
+        B = len(obj["prompt_token_ids"])
+
+        def col(name):
+            v = obj.get(name)
+            if v is None:
+                return [None] * B
+            if not isinstance(v, list) or len(v) != B:
+                raise ValueError(f"{name} must be a list of {B} entries (one per trajectory)")
+            return v
+        tids, lps = col("trajectory_ids"), obj.get("rollout_logprobs")
+        lps = [None] * B if lps is None else col("rollout_logprobs")
+        out = []
+        for p, r, m, lp, tid, stop, conv in zip(col("prompt_token_ids"), col("response_ids"), col("loss_masks"),
+                                                lps, tids, col("stop_reasons"), col("prompts")):
+            key = f"{tid.get('instance_id')}_{tid.get('repetition_id')}" if isinstance(tid, dict) else None
+            out.append((key, int_list(p), int_list(r), m, lp, None, {"stop_reason": stop} if stop else {}, conv))
+        return out
+    tid = obj.get("trajectory_id")
+    key = f"{tid.get('instance_id')}_{tid.get('repetition_id')}" if isinstance(tid, dict) else tid
+    return [(key, int_list(obj.get("prompt_token_ids")), int_list(obj.get("response_ids")),
+             obj.get("loss_mask", obj.get("loss_masks")), obj.get("rollout_logprobs"), None, {},
+             obj.get("prompt", obj.get("prompts")))]
+
+
+def import_trajectories(in_path, out_path, *, fmt, run_id=None, step=None, tokenizer=None, engine=None,
+                        logprobs_mode=None, generation_config_source="unknown", ids_from="engine", **_ignored) -> dict:
+    """Convert verl / slime / SkyRL rollout outputs (``fmt``) to ``fcr/1``; returns counts. A line that cannot be
+    read becomes a ``missing`` record (§5.4)."""
+    if fmt not in ("verl", "slime", "skyrl"):
+        raise ValueError(f"unknown trajectory format {fmt!r}")
+    if ids_from not in ("engine", "text"):
+        raise ValueError("ids_from must be 'engine' or 'text'")
+    opts = {"tokenizer": tokenizer, "engine": engine, "logprobs_mode": logprobs_mode,
+            "generation_config_source": generation_config_source, "ids_from": ids_from}
+    stats = {"lines": 0, "trajectories": 0, "records": 0, "failed": 0, "turns_without_model_tokens": 0}
+    next_index: dict = {}
+    with open(out_path, "wb") as out:
+        for line, obj, err in read_jsonl(in_path):
+            stats["lines"] += 1
+            ref = ref_of(in_path, line)
+            recs = None
+            try:
+                if not isinstance(obj, dict):
+                    raise ValueError(err or "not a JSON object")
+                st = obj.get("step", obj.get("global_step", step))
+                st = st if type(st) is int else -1
+                rid = obj.get("run_id") if isinstance(obj.get("run_id"), str) else run_id or "unknown"
+                recs = []
+                for j, (key, p, r, m, lp, version, extra, prompt) in enumerate(_rows(obj, fmt)):
+                    traj = str(key) if key is not None else f"{ref}/{j}"
+                    # SkyRL step-wise rows repeat a trajectory id (one row per turn, in order): indices continue
+                    got = trajectory_records(prompt_ids=p, response_ids=r, mask=m, logprobs=lp, traj=traj, step=st,
+                                             run_id=rid, ref=ref, fmt=fmt, opts=opts, policy_version=version,
+                                             extra=extra, first_index=next_index.get(traj, 0), prompt=prompt)
+                    next_index[traj] = next_index.get(traj, 0) + len(got)
+                    stats["trajectories"] += 1
+                    stats["turns_without_model_tokens"] += int(not got)
+                    recs.extend(got)
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                err = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+                recs = None
+            if recs is None:
+                stats["failed"] += 1
+                rec = skeleton(run_id=run_id or "unknown", trajectory_id=ref, step=step if type(step) is int else -1,
+                               call_id=ref, call_index=0, source_format=fmt, ref=ref, tokenizer=tokenizer)
+                rec["engine"]["api"] = "generate"
+                rec["extra"] = {"import_error": err}
+                recs = [rec]
+            for rec in recs:
+                out.write(dump(rec))
+                stats["records"] += 1
+    return stats
