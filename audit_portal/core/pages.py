@@ -24,3 +24,14 @@ def require_in_project(ctx: dict, project_id: int) -> None:
     URL must not render (not even as 403, which would confirm that the object exists)."""
     if project_id != ctx["project"].pk:
         raise Http404
+
+
+def paginate(request, queryset, per_page: int = 50) -> dict:
+    """One page of ``queryset`` for a server-rendered list: ``page_obj`` (a Django Page; ``?page=`` out of range or not a
+    number gives the nearest page) and ``query_without_page``, the other query parameters for the page links."""
+    from django.core.paginator import Paginator
+
+    page_obj = Paginator(queryset, per_page).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    return {"page_obj": page_obj, "query_without_page": query.urlencode()}

@@ -14,4 +14,5 @@ urlpatterns = [
     path("p/<slug:slug>/keys/", views.api_keys_page, name="api_keys"),
     path("p/<slug:slug>/keys/<int:pk>/revoke/", views.revoke_api_key, name="revoke_api_key"),
     path("jobs/<int:pk>/", views.job_page, name="job"),
+    path("jobs/<int:pk>/result/", views.job_result, name="job_result"),
 ]

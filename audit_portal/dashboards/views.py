@@ -8,13 +8,14 @@ from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from audit_portal.core.pages import page_context, require_in_project
+from audit_portal.core.pages import page_context, paginate, require_in_project
 from audit_portal.accounts import selectors as account_selectors
 from audit_portal.accounts import services as account_services
 from audit_portal.accounts.models import Scope
 from audit_portal.accounts.principal import Principal
 from audit_portal.certificates import figures as certificate_figures
 from audit_portal.certificates import selectors as certificate_selectors
+from audit_portal.jobs import outcomes as job_outcomes
 from audit_portal.jobs import selectors as job_selectors
 from audit_portal.runs import selectors as run_selectors
 
@@ -50,10 +51,14 @@ def project_dashboard(request, slug):
     return render(request, "dashboards/project.html", ctx)
 
 
+UPLOADS_PER_PAGE = 50
+
+
 @login_required
 def uploads_page(request, slug):
     ctx = page_context(request, slug)
-    ctx["uploads"] = run_selectors.uploads_for(ctx["principal"], ctx["project"])[:100]
+    ctx.update(paginate(request, run_selectors.uploads_for(ctx["principal"], ctx["project"]), UPLOADS_PER_PAGE))
+    ctx["uploads"] = ctx["page_obj"].object_list
     return render(request, "dashboards/uploads.html", ctx)
 
 
@@ -74,6 +79,18 @@ def job_page(request, pk):
     if job.subject_kind == "upload" and job.subject_id:
         ctx["subject_upload"] = run_selectors.uploads_for(principal).filter(pk=job.subject_id).first()
     return render(request, "dashboards/job.html", ctx)
+
+
+@login_required
+def job_result(request, pk):
+    """Redirect to what a finished job produced (its certificate, fidelity report, results…): live events link
+    here knowing only the job's id."""
+    job = job_selectors.get_job(Principal.from_request(request), pk)
+    url = job_outcomes.product_url(job)
+    if url is None:
+        messages.info(request, f"Job #{job.pk} has nothing to show yet: it is {job.outcome['text']}.")
+        return redirect("dashboards:job", pk=job.pk)
+    return redirect(url)
 
 
 RUN_PAGE_ROWS = 100

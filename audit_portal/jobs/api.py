@@ -13,14 +13,22 @@ from audit_portal.jobs import selectors, services
 from audit_portal.jobs.models import Job
 
 
+class OutcomeSerializer(serializers.Serializer):
+    text = serializers.CharField(help_text="the state in plain words, e.g. 'finished: invalid (3 errors)'")
+    tone = serializers.CharField(help_text="valid | invalid | running | queued | cancelled | duplicate")
+    product = serializers.CharField(required=False, help_text="what the finished job produced")
+    product_url = serializers.CharField(required=False, help_text="the page that shows it")
+
+
 class JobSerializer(serializers.ModelSerializer):
     project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    outcome = OutcomeSerializer(read_only=True)
 
     class Meta:
         model = Job
         fields = ["id", "project", "kind", "title", "queue", "state", "progress", "message", "error", "result",
                   "attempts", "subject_kind", "subject_id", "submitted_by", "created_at", "started_at",
-                  "finished_at", "updated_at"]
+                  "finished_at", "updated_at", "outcome"]
         read_only_fields = fields
 
 

@@ -75,4 +75,12 @@ class Job(models.Model):
             "started_at": self.started_at.isoformat() if self.started_at else None,
             "finished_at": self.finished_at.isoformat() if self.finished_at else None,
             "updated_at": self.updated_at.isoformat() if self.updated_at else None,
+            "outcome": self.outcome,
         }
+
+    @property
+    def outcome(self) -> dict:
+        """The state in plain words, its badge colour and, once succeeded, what it produced (jobs/outcomes.py)."""
+        from audit_portal.jobs.outcomes import job_outcome
+
+        return job_outcome(self)

@@ -7,6 +7,46 @@
   }
   const esc = (s) => String(s == null ? "" : s).replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
 
+  // The banner follows the upload's jobs live (validation, then certificate and fidelity audit), each linked to its
+  // page and, once finished, to what it produced.
+  function follow(upload) {
+    const list = document.getElementById("upload-jobs");
+    const show = (j) => {
+      if (j.subject_kind !== "upload" || Number(j.subject_id) !== Number(upload.id)) return;
+      let li = list.querySelector('li[data-job-id="' + j.id + '"]');
+      if (!li) {
+        li = document.createElement("li"); li.dataset.jobId = j.id;
+        const after = Array.from(list.children).find((x) => Number(x.dataset.jobId) > j.id);
+        list.insertBefore(li, after || null);
+      }
+      li.dataset.kind = j.kind;
+      li.innerHTML = '<a href="/jobs/' + j.id + '/">' + esc(j.title || j.kind) + "</a> " + LivePortal.stateHtml(j, "upload-product-" + j.kind) +
+        (j.state === "running" ? ' <span class="muted">' + Math.round((j.progress || 0) * 100) + "%</span>" : "");
+      if (j.kind === "validate_upload" && j.state === "succeeded" && j.result && j.result.stage) {
+        const stage = document.getElementById("upload-stage");
+        stage.textContent = j.result.stage === "invalid" ? j.outcome.text.replace(/^finished: /, "") : j.result.stage;
+        stage.className = "badge " + j.result.stage;
+      } else if (j.kind === "validate_upload" && j.state === "running") {
+        const stage = document.getElementById("upload-stage"); stage.textContent = "processing"; stage.className = "badge processing";
+      }
+    };
+    (upload.jobs || []).forEach((j) => show(Object.assign({subject_kind: "upload", subject_id: upload.id}, j)));
+    LivePortal.onProjectJob(show);
+  }
+
+  // A new upload appears at the top of the table at once; its stage badge then follows the validation job.
+  function addRow(upload) {
+    const body = document.querySelector("#uploads-table tbody");
+    if (!body || body.querySelector('tr[data-upload-id="' + upload.id + '"]')) return;
+    const row = document.createElement("tr"); row.dataset.uploadId = upload.id;
+    row.innerHTML = '<td><a href="' + esc(window.location.pathname + upload.id + "/") + '">' + esc(upload.original_name) + "</a></td>" +
+      '<td><span class="badge ' + esc(upload.stage) + '" data-field="stage">' + esc(upload.stage) + "</span></td>" +
+      '<td class="right">' + (upload.size_bytes / 1024).toFixed(1) + " KB</td>" + '<td class="mono">' + esc(upload.sha256).slice(0, 12) + "</td>" +
+      '<td><span class="muted">—</span></td><td class="muted">' + esc(upload.submitted_by) + '</td><td class="muted">just now</td>';
+    body.prepend(row);
+    const empty = document.getElementById("uploads-empty"); if (empty) empty.remove();
+  }
+
   function init(opts) {
     const zone = document.getElementById("dropzone"), input = document.getElementById("file-input");
     const status = document.getElementById("upload-status"), bar = document.getElementById("upload-bar");
@@ -25,10 +65,13 @@
         let body = {}; try { body = JSON.parse(xhr.responseText); } catch (e) { /* not JSON */ }
         if (xhr.status === 201 || xhr.status === 200) {
           bar.parentElement.className = "progress done"; pctEl.textContent = "100%";
-          const job = (body.jobs || [])[0];
           const dup = xhr.status === 200 ? '<div class="alert warn">This file was uploaded before; showing the first upload.</div>' : "";
-          result.innerHTML = dup + '<div class="alert ok" id="upload-ok">Stored <span class="mono">' + esc(body.sha256).slice(0, 12) + '</span> · stage <strong>' + esc(body.stage) + '</strong>' +
-            (job ? ' · <a id="upload-job-link" href="/jobs/' + job.id + '/">follow the validation job #' + job.id + '</a>' : "") + "</div>";
+          result.innerHTML = dup + '<div class="alert ok" id="upload-ok" data-upload-id="' + esc(body.id) + '">Stored <span class="mono">' + esc(body.sha256).slice(0, 12) +
+            '</span> · <a href="' + esc(opts.uploadsPage + body.id + "/") + '">' + esc(body.original_name) + "</a> · stage " +
+            '<span class="badge ' + esc(body.stage) + '" id="upload-stage" data-field="stage">' + esc(body.stage) + "</span>" +
+            '<ul class="upload-jobs" id="upload-jobs"></ul></div>';
+          follow(body);
+          addRow(body);
         } else {
           bar.parentElement.className = "progress failed";
           const err = body.error || {code: "http_" + xhr.status, message: xhr.statusText || "upload failed"};

@@ -342,6 +342,7 @@ ENDPOINTS: dict[tuple[str, str], Access] = {
         "manage", lambda o: f"/p/{o.slug}/keys/{o.victim_key}/revoke/", ok=(302,), fmt="form",
         ok_location=f"/p/{OWN_SLUG}/keys/"),
     ("jobs/<int:pk>/", "GET"): _page("read", lambda o: f"/jobs/{o.job}/"),
+    ("jobs/<int:pk>/result/", "GET"): _page("read", lambda o: f"/jobs/{o.job}/result/", ok=(302,)),
     # --- pages: fidelity ---------------------------------------------------------------------------------------------
     ("p/<slug:slug>/runs/<int:pk>/fidelity/", "GET"): _page("read", lambda o: f"/p/{o.slug}/runs/{o.run}/fidelity/"),
     ("p/<slug:slug>/fidelity/calls/<int:pk>/", "GET"): _page(

@@ -26,12 +26,13 @@ class BrowserUploadTest(BrowserTestCase):
         page.set_input_files("#file-input", str(run_file))
         page.wait_for_selector("#upload-ok")
         assert "received" in page.inner_text("#upload-ok")
-        page.click("#upload-job-link")
+        page.click('#upload-jobs li[data-kind="validate_upload"] a')
         page.wait_for_selector("#job-state")
         assert page.inner_text("#job-state") == "queued"  # no worker yet
         page.wait_for_function("document.getElementById('live-dot').classList.contains('on')")
         with start_worker(app, pool="solo", perform_ping_check=False, queues=["cpu"], shutdown_timeout=10):
-            page.wait_for_function("document.getElementById('job-state').textContent === 'succeeded'", timeout=60000)
+            page.wait_for_function("document.getElementById('job-state').dataset.state === 'succeeded'", timeout=60000)
+        assert page.inner_text("#job-state").startswith("finished: valid")  # the outcome in words, not "succeeded"
         assert page.inner_text("#job-pct") == "100%"
         assert page.inner_text("#subject-stage") == "valid"  # updated live from the job's result
         self.screenshot("job-finished-live.png")
