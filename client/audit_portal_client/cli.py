@@ -1,0 +1,164 @@
+"""``audit-portal upload FILE`` / ``audit-portal status UPLOAD_ID``: for CI.
+
+Connection: ``--url`` / ``AUDIT_PORTAL_URL``, ``--api-key`` / ``AUDIT_PORTAL_API_KEY``, ``--project`` /
+``AUDIT_PORTAL_PROJECT``. Exit codes (stable, for scripts):
+
+    0  uploaded (and, with --wait, certified within the budget if one was given)
+    1  the portal refused the file or the certificate job failed (the message names the line and reason)
+    2  certified, but B* is above --budget (or nothing could be certified)
+    3  the portal could not be reached in time (nothing is lost: run the command again)
+    4  status: still processing
+    64 usage error
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from tqdm import tqdm
+
+from audit_portal_client.client import BudgetExceeded, Client, PortalError, PortalUnavailable
+
+EXIT_OK, EXIT_REFUSED, EXIT_BUDGET, EXIT_UNREACHABLE, EXIT_PENDING, EXIT_USAGE = 0, 1, 2, 3, 4, 64
+
+
+def _client(args) -> Client:
+    url = args.url or os.environ.get("AUDIT_PORTAL_URL")
+    key = args.api_key or os.environ.get("AUDIT_PORTAL_API_KEY")
+    if not url or not key:
+        raise SystemExit(_usage("--url and --api-key (or AUDIT_PORTAL_URL and AUDIT_PORTAL_API_KEY) are required"))
+    return Client(url, key, timeout=args.http_timeout)
+
+
+def _usage(msg: str) -> int:
+    print(f"audit-portal: {msg}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _call(fn):
+    """``(fn(), None)``, or ``(None, exit code)`` with the reason on stderr."""
+    try:
+        return fn(), None
+    except PortalUnavailable as exc:
+        print(f"audit-portal: portal unreachable: {exc}", file=sys.stderr)
+        return None, EXIT_UNREACHABLE
+    except PortalError as exc:
+        print(f"audit-portal: refused: {exc}", file=sys.stderr)
+        return None, EXIT_REFUSED
+
+
+def _summary(result) -> str:
+    c = result.certificate
+    return (f"certificate {result.certificate_id}: {c.get('sequences')} sequences, {c.get('tokens')} tokens, "
+            f"eps_hat={c.get('eps_hat')}, B*={c.get('best_bound')} ({c.get('best_bound_id')}), "
+            f"data errors {c.get('data_errors')}\n{result.url}")
+
+
+def cmd_upload(args) -> int:
+    client = _client(args)
+    project = args.project or os.environ.get("AUDIT_PORTAL_PROJECT")
+    if not project:
+        return _usage("--project (or AUDIT_PORTAL_PROJECT) is required")
+    if not os.path.isfile(args.file):
+        return _usage(f"{args.file}: no such file")
+    size = os.path.getsize(args.file)
+    quiet = args.quiet or not sys.stderr.isatty() and not args.progress
+    with tqdm(total=size, unit="B", unit_scale=True, desc="upload", disable=quiet, file=sys.stderr) as bar:
+        def sent(done, total):
+            bar.total = total
+            bar.update(done - bar.n)
+
+        up, code = _call(lambda: client._poll(lambda: client.upload(project, args.file, progress=sent),
+                                              deadline=_deadline(args.timeout)))
+        if code is not None:
+            return code
+    print(f"upload {up['id']} ({up['stage']}{', same bytes as before' if up.get('stage') == 'duplicate' else ''})")
+    if not args.wait and args.budget is None:
+        return EXIT_OK
+    with tqdm(total=1.0, desc="certify", disable=quiet, file=sys.stderr,
+              bar_format="{desc}: {percentage:3.0f}%|{bar}| {postfix}") as bar:
+        def on_job(job):
+            bar.set_postfix_str(f"{job.get('kind')} {job.get('state')}")
+            if job.get("progress") is not None:
+                bar.n = float(job["progress"])
+                bar.refresh()
+
+        result, code = _call(lambda: client.wait_for_certificate(up["id"], timeout=args.timeout, on_job=on_job))
+        if code is not None:
+            return code
+    print(_summary(result))
+    if args.budget is not None and (result.best_bound is None or result.best_bound > args.budget):
+        print(f"audit-portal: {BudgetExceeded(result, args.budget)}", file=sys.stderr)
+        return EXIT_BUDGET
+    return EXIT_OK
+
+
+def cmd_status(args) -> int:
+    client = _client(args)
+    up, code = _call(lambda: client.get(f"/uploads/{args.upload_id}/"))
+    if code is not None:
+        return code
+    print(f"upload {up['id']}: {up['original_name']} ({up.get('format')}), stage {up['stage']}, "
+          f"{up.get('error_count', 0)} error(s)")
+    for job in up.get("jobs", []):
+        prog = "" if job.get("progress") is None else f" {100 * job['progress']:.0f}%"
+        print(f"  job {job['id']} {job['kind']}: {job['state']}{prog}")
+    if up["stage"] == "invalid":
+        for e in up.get("validation", {}).get("errors", [])[:5]:
+            print(f"  line {e.get('line')}: {e.get('field') or 'record'}: {e.get('reason')}")
+        return EXIT_REFUSED
+    jobs = up.get("jobs", [])
+    if any(j["state"] in ("failed", "cancelled") for j in jobs if j["kind"] == "certify_upload"):
+        return EXIT_REFUSED
+    done = up["stage"] in ("valid", "duplicate") and any(
+        j["kind"] == "certify_upload" and j["state"] == "succeeded" for j in jobs)
+    if not done:
+        return EXIT_PENDING
+    if args.budget is not None:
+        result, code = _call(lambda: client.wait_for_certificate(up["id"], timeout=args.timeout))
+        if code is not None:
+            return code
+        print(_summary(result))
+        if result.best_bound is None or result.best_bound > args.budget:
+            return EXIT_BUDGET
+    return EXIT_OK
+
+
+def _deadline(timeout: float) -> float:
+    import time
+
+    return time.monotonic() + timeout
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="audit-portal", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("--url")
+    ap.add_argument("--api-key")
+    ap.add_argument("--http-timeout", type=float, default=60.0)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    u = sub.add_parser("upload", help="upload a run log (.jsonl, .jsonl.gz, .parquet)")
+    u.add_argument("file")
+    u.add_argument("--project")
+    u.add_argument("--wait", action="store_true", help="wait for the certificate")
+    u.add_argument("--budget", type=float, help="exit 2 when the certified B* is above this (implies --wait)")
+    u.add_argument("--timeout", type=float, default=900.0, help="seconds to keep trying / waiting")
+    u.add_argument("--quiet", action="store_true")
+    u.add_argument("--progress", action="store_true", help="progress bars even when stderr is not a terminal")
+    s = sub.add_parser("status", help="an upload's stage, jobs and certificate")
+    s.add_argument("upload_id", type=int)
+    s.add_argument("--budget", type=float)
+    s.add_argument("--timeout", type=float, default=60.0)
+    try:
+        args = ap.parse_args(argv)
+    except SystemExit as exc:
+        return EXIT_USAGE if exc.code else EXIT_OK
+    try:
+        return cmd_upload(args) if args.cmd == "upload" else cmd_status(args)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,208 @@
+"""Trainer batches → ``fcr-parquet/1`` tables (the portal's columnar run log; docs/run-log-parquet.md).
+
+A trainer holds a step as padded tensors: ``[B, T]`` log-probs with a response mask, ``[B, T, K]`` top-K lists. Each
+contiguous run of mask = 1 in a row is one *policy call* (one assistant turn: a single-turn GRPO row is one call; a
+multi-turn row with tool outputs masked out is one call per turn, whose prompt is everything before it). Only those
+positions go to the log: padding and tokens the policy did not sample never reach the certificate.
+
+The schema here must equal the portal's (workers/fcr/columnar.py; the repository's tests compare the two).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+FORMAT = "fcr-parquet/1"
+
+
+def arrow_schema(float_type: str = "float32") -> pa.Schema:
+    ft = {"float64": pa.float64(), "float32": pa.float32()}[float_type]
+    i64, s = pa.int64(), pa.string()
+    fields = [pa.field("run_id", s, nullable=False), pa.field("trajectory_id", s, nullable=False),
+              pa.field("call_id", s, nullable=False), pa.field("step", i64, nullable=False),
+              pa.field("call_index", i64, nullable=False), pa.field("role", s), pa.field("meta_json", s, nullable=False),
+              pa.field("prompt_token_ids", pa.list_(i64)), pa.field("response_token_ids", pa.list_(i64)),
+              pa.field("response_token_strings", pa.list_(s)), pa.field("rollout_logprobs", pa.list_(ft)),
+              pa.field("rollout_token_policy_versions", pa.list_(i64)), pa.field("trainer_logprobs", pa.list_(ft)),
+              pa.field("trainer_loss_mask", pa.list_(pa.int8()))]
+    for side in ("rollout", "trainer"):
+        fields += [pa.field(f"{side}_topk_ids", pa.list_(pa.list_(i64))),
+                   pa.field(f"{side}_topk_logprobs", pa.list_(pa.list_(ft)))]
+    return pa.schema(fields, metadata={b"fcr.format": FORMAT.encode(), b"fcr.record_schema": b"fcr/1"})
+
+
+def to_numpy(x, name: str, dtype=None):
+    """A torch tensor (any device, any float dtype), numpy array or nested list → numpy; None stays None."""
+    if x is None:
+        return None
+    if hasattr(x, "detach"):  # torch, without importing it
+        x = x.detach()
+        if getattr(x, "dtype", None) is not None and "bfloat16" in str(x.dtype):
+            x = x.float()
+        x = x.cpu().numpy()
+    try:
+        arr = np.asarray(x) if dtype is None else np.asarray(x, dtype=dtype)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name}: not an array ({exc})") from None
+    return arr
+
+
+def ids_sha256(ids) -> str:
+    return hashlib.sha256(",".join(map(str, ids)).encode("ascii")).hexdigest()
+
+
+@dataclass
+class RecordMeta:
+    """What every record of a run carries besides its arrays (the fcr/1 fields the trainer knows)."""
+
+    run_id: str
+    model: str = "policy"
+    tokenizer_id: str = "unknown"
+    tokenizer_sha256: str = "unknown"
+    engine: str = "unknown"
+    logprobs_mode: str | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def _spans(mask_row: np.ndarray) -> list[tuple[int, int]]:
+    """Contiguous runs of 1 in a 0/1 row → [(start, end)]."""
+    m = np.concatenate([[0], mask_row.astype(np.int8), [0]])
+    d = np.diff(m)
+    return list(zip(np.flatnonzero(d == 1).tolist(), np.flatnonzero(d == -1).tolist()))
+
+
+def _check(name, arr, shape, ndim):
+    if arr is None:
+        return
+    if arr.ndim != ndim or tuple(arr.shape[:2]) != tuple(shape):
+        raise ValueError(f"{name}: expected shape {list(shape) + (['K'] if ndim == 3 else [])}, got {list(arr.shape)}")
+
+
+def step_table(meta: RecordMeta, step: int, *, rollout_logprobs, trainer_logprobs, response_mask, response_ids,
+               prompt_ids=None, prompt_mask=None, rollout_topk_ids=None, rollout_topk_logprobs=None,
+               trainer_topk_ids=None, trainer_topk_logprobs=None, trajectory_ids=None, policy_version=None,
+               float_type: str = "float32", call_prefix: str = "") -> pa.Table:
+    """One training step's batch → an ``fcr-parquet/1`` table (one row per policy call). Shapes: ``[B, T]`` for
+    log-probs, mask and response ids; ``[B, P]`` prompt ids (``prompt_mask`` marks real tokens, e.g. verl's left
+    padding); ``[B, T, K]`` top-K ids/log-probs. Refuses mismatched shapes and non-finite log-probs under the mask."""
+    a = to_numpy(rollout_logprobs, "rollout_logprobs", np.float64)
+    b = to_numpy(trainer_logprobs, "trainer_logprobs", np.float64)
+    if a is None or b is None or a.ndim != 2:
+        raise ValueError(f"rollout_logprobs and trainer_logprobs: expected [B, T] arrays, got "
+                         f"{None if a is None else list(a.shape)} and {None if b is None else list(b.shape)}")
+    B, T = a.shape
+    mask = to_numpy(response_mask, "response_mask")
+    if mask is None:
+        mask = np.ones((B, T), np.int8)
+    mask = mask.astype(bool)
+    y = to_numpy(response_ids, "response_ids")
+    if y is None:
+        raise ValueError("response_ids: required (the sampled token ids, [B, T])")
+    y = y.astype(np.int64)
+    _check("trainer_logprobs", b, (B, T), 2)
+    _check("response_mask", mask, (B, T), 2)
+    _check("response_ids", y, (B, T), 2)
+    tops = {}
+    for side, ids, lps in (("rollout", rollout_topk_ids, rollout_topk_logprobs),
+                           ("trainer", trainer_topk_ids, trainer_topk_logprobs)):
+        if (ids is None) != (lps is None):
+            raise ValueError(f"{side}_topk_ids and {side}_topk_logprobs: give both or neither")
+        if ids is not None:
+            ids, lps = to_numpy(ids, f"{side}_topk_ids").astype(np.int64), to_numpy(lps, f"{side}_topk_logprobs",
+                                                                                   np.float64)
+            _check(f"{side}_topk_ids", ids, (B, T), 3)
+            _check(f"{side}_topk_logprobs", lps, (B, T), 3)
+            if ids.shape != lps.shape:
+                raise ValueError(f"{side}_topk_ids {list(ids.shape)} and {side}_topk_logprobs {list(lps.shape)} "
+                                 f"differ in shape")
+            tops[side] = (ids, lps)
+    for name, arr in (("rollout_logprobs", a), ("trainer_logprobs", b)):
+        bad = mask & ~np.isfinite(arr)
+        if bad.any():
+            r, t = (int(v[0]) for v in np.nonzero(bad))
+            raise ValueError(f"{name}[{r}, {t}] is {arr[r, t]} under the response mask (not a log-probability)")
+    if (y[mask] < 0).any():
+        r, t = (int(v[0]) for v in np.nonzero(mask & (y < 0)))
+        raise ValueError(f"response_ids[{r}, {t}] is {y[r, t]} under the response mask (ids are >= 0)")
+    p = to_numpy(prompt_ids, "prompt_ids")
+    pm = to_numpy(prompt_mask, "prompt_mask")
+    if p is not None:
+        p = p.astype(np.int64)
+        if p.ndim != 2 or p.shape[0] != B:
+            raise ValueError(f"prompt_ids: expected [B, P] with B = {B}, got {list(p.shape)}")
+        if pm is not None and pm.shape != p.shape:
+            raise ValueError(f"prompt_mask: expected {list(p.shape)}, got {list(pm.shape)}")
+
+    cols: dict[str, list] = {k: [] for k in ("run_id", "trajectory_id", "call_id", "step", "call_index", "role",
+                                             "meta_json", "prompt_token_ids", "response_token_ids",
+                                             "rollout_logprobs", "trainer_logprobs", "trainer_loss_mask")}
+    topk_rows = {side: ([], []) for side in tops}
+    for r in range(B):
+        prompt = [] if p is None else (p[r][pm[r].astype(bool)] if pm is not None else p[r]).tolist()
+        traj = str(trajectory_ids[r]) if trajectory_ids is not None else f"{call_prefix}s{step}-b{r}"
+        for k, (s, e) in enumerate(_spans(mask[r])):
+            resp = y[r, s:e].tolist()
+            ctx = prompt + y[r, :s].tolist()
+            cid = f"{traj}-c{k}"
+            record_meta = {
+                "schema": "fcr/1", "role_source": "config", "parent_call_id": f"{traj}-c{k - 1}" if k else None,
+                "model": {"served_name": meta.model, "policy_version": policy_version},
+                "tokenizer": {"id": meta.tokenizer_id, "sha256": meta.tokenizer_sha256}, "chat_template": None,
+                "engine": {"name": meta.engine, "api": "generate", "logprobs_mode": meta.logprobs_mode,
+                           "generation_config_source": "unknown"},
+                "sampling": {}, "source": {"kind": "audit-portal-client", **meta.extra},
+                "prompt": {"provenance": "engine_input", "ids_sha256": ids_sha256(ctx)},
+                "response": {"provenance": "engine", "ids_sha256": ids_sha256(resp)},
+                "rollout": {}, "trainer": {"policy_version": policy_version, "sample_id": cid},
+            }
+            cols["run_id"].append(meta.run_id)
+            cols["trajectory_id"].append(traj)
+            cols["call_id"].append(cid)
+            cols["step"].append(int(step))
+            cols["call_index"].append(k)
+            cols["role"].append("policy")
+            cols["meta_json"].append(json.dumps(record_meta, separators=(",", ":")))
+            cols["prompt_token_ids"].append(ctx)
+            cols["response_token_ids"].append(resp)
+            cols["rollout_logprobs"].append(a[r, s:e])
+            cols["trainer_logprobs"].append(b[r, s:e])
+            cols["trainer_loss_mask"].append(np.ones(e - s, np.int8))
+            for side, (ids, lps) in tops.items():
+                topk_rows[side][0].append(ids[r, s:e])
+                topk_rows[side][1].append(lps[r, s:e])
+    schema = arrow_schema(float_type)
+    ft = schema.field("rollout_logprobs").type.value_type
+    arrays = {}
+    for k in ("run_id", "trajectory_id", "call_id", "step", "call_index", "role", "meta_json", "prompt_token_ids",
+              "response_token_ids"):
+        arrays[k] = pa.array(cols[k], schema.field(k).type)
+    for k, vt in (("rollout_logprobs", ft), ("trainer_logprobs", ft), ("trainer_loss_mask", pa.int8())):
+        arrays[k] = _flat_list(cols[k], vt)
+    for side, (ids_rows, lps_rows) in topk_rows.items():
+        arrays[f"{side}_topk_ids"] = _nested(ids_rows, pa.int64())
+        arrays[f"{side}_topk_logprobs"] = _nested(lps_rows, ft)
+    n = len(cols["run_id"])
+    return pa.Table.from_arrays([arrays[f.name] if f.name in arrays else pa.nulls(n, f.type) for f in schema],
+                                schema=schema)
+
+
+def _offsets(rows) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum([len(x) for x in rows])]).astype(np.int32)
+
+
+def _flat_list(rows: list[np.ndarray], vt) -> pa.Array:
+    values = np.concatenate(rows) if rows else np.zeros(0)
+    return pa.ListArray.from_arrays(pa.array(_offsets(rows)), pa.array(values.astype(vt.to_pandas_dtype())))
+
+
+def _nested(rows: list[np.ndarray], vt) -> pa.Array:
+    """[n_t, K] blocks per row → list<list<vt>> (K entries per position)."""
+    K = rows[0].shape[1] if rows else 0
+    positions = np.concatenate(rows) if rows else np.zeros((0, K))
+    inner_offsets = (np.arange(positions.shape[0] + 1) * K).astype(np.int32)
+    inner = pa.ListArray.from_arrays(pa.array(inner_offsets), pa.array(positions.reshape(-1).astype(vt.to_pandas_dtype())))
+    return pa.ListArray.from_arrays(pa.array(_offsets(rows)), inner)

@@ -1,0 +1,1 @@
+"""Trainer integrations: TRL (:mod:`.trl`), verl (:mod:`.verl`)."""

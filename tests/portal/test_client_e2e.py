@@ -1,0 +1,191 @@
+"""The client library (client/audit_portal_client) against a running portal: a real HTTP server (pytest-django's
+live server), a real Celery worker, uploads through the API. The portal goes down mid-run (a TCP proxy in front of
+it stops accepting) and everything logged reaches it afterwards; the CLI's exit codes; the budget gate."""
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from celery.contrib.testing.worker import start_worker
+
+from audit_portal.celery import app
+from audit_portal.certificates.models import RunCertificate
+from audit_portal.runs.models import Upload
+
+from .test_celery_integration import wait_for
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "client"))
+
+from audit_portal_client import BudgetExceeded, Client, arrow_schema  # noqa: E402
+from audit_portal_client.cli import main as cli_main  # noqa: E402
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+class Proxy:
+    """Forwards TCP connections to the live server while ``up``; when down, the port refuses connections."""
+
+    def __init__(self, target_port: int):
+        self.target = ("127.0.0.1", target_port)
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        self.port = s.getsockname()[1]
+        s.close()
+        self.sock = None
+        self.conns: list[socket.socket] = []
+        self.up_event = threading.Event()
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self):
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", self.port))
+        self.sock.listen(16)
+        self.up_event.set()
+        threading.Thread(target=self._accept, args=(self.sock,), daemon=True).start()
+
+    def stop(self):
+        """Refuse new connections and cut the open ones (the client's keep-alive connection included)."""
+        self.up_event.clear()
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept(); close() alone would leave it listening
+        except OSError:
+            pass
+        self.sock.close()
+        for c in self.conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            c.close()
+        self.conns.clear()
+
+    def _accept(self, lsock):
+        while True:
+            try:
+                c, _ = lsock.accept()
+            except OSError:
+                return
+            u = socket.create_connection(self.target)
+            self.conns += [c, u]
+            for a, b in ((c, u), (u, c)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(a, b):
+        try:
+            while data := a.recv(1 << 16):
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (a, b):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+
+def step_batch(step, B=4, T=24, K=5, seed=0):
+    """A GRPO-like step: right-padded responses, a small bf16-like rollout/trainer mismatch, top-K on both sides."""
+    rng = np.random.default_rng(seed + step)
+    logits = rng.normal(0, 3, (B, T, 50))
+    lp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    lq = lp + rng.normal(0, 0.003, lp.shape)
+    lq -= np.log(np.exp(lq).sum(-1, keepdims=True))
+    ids = np.argsort(-lp, -1)[..., :K]
+    y = ids[..., 0]
+    mask = (np.arange(T)[None, :] < rng.integers(T // 2, T + 1, (B, 1))).astype(np.int8)
+    take = lambda a, i: np.take_along_axis(a, i, -1)  # noqa: E731
+    return dict(rollout_logprobs=take(lp, y[..., None])[..., 0], trainer_logprobs=take(lq, y[..., None])[..., 0],
+                response_mask=mask, response_ids=y, prompt_ids=rng.integers(0, 50, (B, 6)),
+                rollout_topk_ids=ids, rollout_topk_logprobs=take(lp, ids), trainer_topk_ids=ids,
+                trainer_topk_logprobs=take(lq, ids))
+
+
+def test_client_schema_is_the_engine_schema():
+    from workers.fcr.columnar import arrow_schema as engine_schema
+
+    for ft in ("float32", "float64"):
+        assert arrow_schema(ft).equals(engine_schema(ft), check_metadata=True)
+
+
+def test_portal_down_mid_run_then_everything_uploaded_and_certified(live_server, project, submit_token, tmp_path):
+    import workers.tasks  # noqa: F401 - registers the tasks, as `celery -A` would
+
+    proxy = Proxy(int(live_server.url.rsplit(":", 1)[1]))
+    proxy.start()
+    client = Client(proxy.url, submit_token, timeout=10)
+    run = client.run(project.slug, "grpo-e2e", spool_dir=tmp_path / "spool", segment_steps=2, max_backoff=1.0)
+    with start_worker(app, pool="solo", perform_ping_check=False, queues=["cpu"], shutdown_timeout=30):
+        calls = 0
+        for step in range(2):
+            calls += run.log_step(step, **step_batch(step))
+        assert wait_for(lambda: len(run.status()["uploads"]) == 1, 30), run.status()
+        proxy.stop()  # the portal goes away mid-run
+        t0 = time.monotonic()
+        for step in range(2, 6):
+            calls += run.log_step(step, **step_batch(step))
+        assert time.monotonic() - t0 < 5.0  # training did not wait for the network
+        assert wait_for(lambda: run.status()["last_error"] is not None, 15), run.status()
+        status = run.status()
+        assert len(status["uploads"]) == 1 and len(status["waiting"]) == 2  # spooled on disk, nothing lost
+        proxy.start()  # back
+        result = run.finish(timeout=240)
+        assert wait_for(lambda: all(j.is_terminal for j in __import__("audit_portal.jobs.models", fromlist=["Job"])
+                                    .Job.objects.filter(project=project)), 240)
+    assert len(run.status()["uploads"]) == 3 and not run.status()["waiting"]
+    cert = RunCertificate.objects.get(pk=result.certificate_id)
+    assert cert.upload.format == "fcr-parquet/1" and cert.upload.stage == "valid"
+    assert cert.sequences == calls and result.certificate["sequences"] == calls
+    assert cert.summary["records"] == calls and cert.data_errors == 0
+    assert sorted(s.step for s in cert.steps.all()) == list(range(6))
+    assert result.url.endswith(f"/p/{project.slug}/runs/{cert.run_id}/?certificate={cert.pk}")
+    # the three segments are uploads of the same run too, each with its own certificate
+    segs = Upload.objects.filter(project=project, run=cert.run).exclude(pk=cert.upload_id)
+    assert segs.count() == 3 and sum(u.validation["records"] for u in segs) == calls
+    # budget gate: the same run against a budget below its B* raises, with the certificate attached
+    with pytest.raises(BudgetExceeded) as exc:
+        if not result.best_bound or result.best_bound <= 0:
+            pytest.fail(f"no positive bound certified: {result.certificate}")
+        run2 = client.run(project.slug, "grpo-e2e", spool_dir=tmp_path / "spool2", live=False)
+        for step in range(2):
+            run2.log_step(step, **step_batch(step))
+        with start_worker(app, pool="solo", perform_ping_check=False, queues=["cpu"], shutdown_timeout=30):
+            run2.finish(budget=result.best_bound / 10, timeout=240)
+    assert exc.value.result.certificate_id and exc.value.budget == result.best_bound / 10
+
+
+def test_cli_upload_wait_budget_and_status_exit_codes(live_server, project, submit_token, tmp_path, capsys):
+    import workers.tasks  # noqa: F401
+
+    from audit_portal_client.fcr import RecordMeta, step_table
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "run.parquet"
+    pq.write_table(step_table(RecordMeta(run_id="cli-run"), 0, **step_batch(0)), path)
+    base = ["--url", live_server.url, "--api-key", submit_token]
+    assert cli_main(base + ["upload", str(path), "--project", project.slug, "--quiet"]) == 0
+    up_id = int(capsys.readouterr().out.split()[1])
+    assert cli_main(base + ["status", str(up_id)]) == 4  # no worker yet: still processing
+    with start_worker(app, pool="solo", perform_ping_check=False, queues=["cpu"], shutdown_timeout=30):
+        assert cli_main(base + ["upload", str(path), "--project", project.slug, "--quiet", "--budget", "1e-9",
+                                "--timeout", "240"]) == 2  # same bytes: the first upload's certificate, over budget
+        out = capsys.readouterr().out
+        assert "B*=" in out and f"/p/{project.slug}/runs/" in out
+        assert cli_main(base + ["status", str(up_id), "--budget", "1e6"]) == 0, capsys.readouterr()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"schema": "fcr/1"}\n')
+    assert cli_main(base + ["upload", str(bad), "--project", project.slug, "--quiet"]) == 1
+    assert "run_id" in capsys.readouterr().err
+    assert cli_main(["--url", "http://127.0.0.1:9", "--api-key", "x", "upload", str(path), "--project", "p",
+                     "--quiet", "--timeout", "2"]) == 3
+    assert cli_main(["upload", str(path)]) == 64
