@@ -5,9 +5,16 @@ validation).
     .venv/bin/python bench/ingest.py                 # 256 MiB plain JSONL (about a minute)
     .venv/bin/python bench/ingest.py --size-mb 1024  # the 1 GB case of the issue
     .venv/bin/python bench/ingest.py --gzip          # the same, gzip-compressed
+    .venv/bin/python bench/ingest.py --hostile       # bombs: each refused within its time and memory target
 
 Prints: baseline seconds, validation seconds, the ratio (target ≤ 2×), and the peak RSS of a fresh process
 that ingests the file (target < 300 MB).
+
+``--hostile`` builds the inputs of issue #14 and runs each in a fresh process, printing wall time, peak RSS and the
+refusal: a 4 MB gzip of zeros (4 GiB inflated) through Django's multipart parser with the portal's upload handler
+and the pre-flight (targets: < 2 s, < 300 MB); then a 1 MB gzip holding two valid records and a 1 GiB line, and a
+plain file with the same 1 GiB line (1 GiB on disk), through each engine — the validator, ``certify_file``,
+``audit_file`` and the importers' reader (targets: < 60 s, < 600 MB each).
 """
 from __future__ import annotations
 
@@ -101,13 +108,116 @@ def ingest_peak_memory(path: Path) -> tuple[int, int]:
     return int(before), int(peak)
 
 
+# ------------------------------------------------------------------------------------------------ hostile inputs
+WEB_CHILD = r"""
+import io, os, resource, sys, time
+sys.path.insert(0, sys.argv[2])
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "audit_portal.settings")
+import django; django.setup()
+from django.http.multipartparser import MultiPartParser
+from audit_portal.runs.upload_handler import HashingUploadHandler
+from audit_portal.runs.preflight import preflight
+data = open(sys.argv[1], "rb").read()
+boundary = "benchboundary"
+body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"bomb.jsonl.gz\"\r\n"
+        f"Content-Type: application/gzip\r\n\r\n").encode() + data + f"\r\n--{boundary}--\r\n".encode()
+del data
+class Req: pass
+request = Req()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+start = time.perf_counter()
+meta = {"CONTENT_TYPE": f"multipart/form-data; boundary={boundary}", "CONTENT_LENGTH": str(len(body))}
+handler = HashingUploadHandler(request)
+_, files = MultiPartParser(meta, io.BytesIO(body), [handler]).parse()
+upload = files["file"]
+check = preflight(upload)
+upload.discard()
+secs = time.perf_counter() - start
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(f"{secs:.2f} {before // 1024} {peak // 1024} {check.code}: {check.message}")
+"""
+
+ENGINE_CHILD = r"""
+import resource, sys, time
+sys.path.insert(0, sys.argv[3])
+engine, path = sys.argv[1], sys.argv[2]
+start = time.perf_counter()
+if engine == "validate_file":
+    from workers.fcr.validate import validate_file
+    out = validate_file(path)["errors"][-1]["reason"]
+elif engine == "certify_file":
+    from workers.certify.file import certify_file
+    out = certify_file(path)["errors"][-1]["reason"]
+elif engine == "audit_file":
+    from workers.fidelity.audit import audit_file
+    out = audit_file(path)["verdict_reasons"][0]
+else:
+    from workers.fidelity.importers.common import read_jsonl
+    out = [r for r in read_jsonl(path)][-1][2]
+secs = time.perf_counter() - start
+print(f"{secs:.2f} {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} {out}")
+"""
+
+
+def _child(code: str, *args) -> list[str]:
+    out = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True,
+                         env={**os.environ, "AUDIT_VAR_DIR": tempfile.mkdtemp()})
+    if out.returncode != 0:
+        raise SystemExit(out.stderr)
+    return out.stdout.strip().split(" ", 3 if code is WEB_CHILD else 2)
+
+
+def hostile(tmp: Path) -> None:
+    import zlib
+
+    import orjson
+
+    from workers.fcr.synth import SynthConfig, iter_run
+
+    bomb = tmp / "zeros.jsonl.gz"
+    comp = zlib.compressobj(9, zlib.DEFLATED, 31)
+    member = comp.compress(b"\0" * (64 << 20)) + comp.flush()
+    bomb.write_bytes(member * 64)  # 64 gzip members of 64 MiB of zeros: 4 GiB inflated
+    secs, before, peak, refusal = _child(WEB_CHILD, bomb, ROOT)
+    print(f"web: {bomb.stat().st_size / 1e6:.1f} MB gzip of zeros (4 GiB inflated): refused in {secs} s, peak RSS "
+          f"{peak} MiB ({before} MiB before the request)   (targets < 2 s, < 300 MB)\n     {refusal}")
+
+    two = b"".join(orjson.dumps(r) + b"\n" for r in list(iter_run(SynthConfig(trajectories=2, seed=3)))[:2])
+    gz_line = tmp / "line.jsonl.gz"
+    with open(gz_line, "wb") as fh:
+        comp = zlib.compressobj(9, zlib.DEFLATED, 31)
+        fh.write(comp.compress(two + b'{"pad": "'))
+        block = b"a" * (64 << 20)
+        for _ in range(16):
+            fh.write(comp.compress(block))
+        fh.write(comp.compress(b'"}\n') + comp.flush())
+    plain_line = tmp / "line.jsonl"
+    with open(plain_line, "wb") as fh:
+        fh.write(two + b'{"pad": "')
+        for _ in range(16):
+            fh.write(block)
+        fh.write(b'"}\n')
+    for path, what in ((gz_line, f"{gz_line.stat().st_size / 1e6:.1f} MB gzip, two records + a 1 GiB line"),
+                       (plain_line, f"plain {plain_line.stat().st_size / 2**30:.2f} GiB, two records + a 1 GiB line")):
+        print(f"{what}:")
+        for engine in ("validate_file", "certify_file", "audit_file", "importers"):
+            secs, peak, refusal = _child(ENGINE_CHILD, engine, path, ROOT)
+            print(f"  {engine:<14} refused in {secs:>6} s, peak RSS {peak:>4} MiB   (targets < 60 s, < 600 MB): "
+                  f"{refusal}")
+    plain_line.unlink()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size-mb", type=int, default=256)
     parser.add_argument("--gzip", action="store_true")
     parser.add_argument("--keep", help="write the generated file here and keep it")
+    parser.add_argument("--hostile", action="store_true", help="the bombs of issue #14 instead")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="ingest-bench-"))
+    if args.hostile:
+        hostile(tmp)
+        return
     path = Path(args.keep) if args.keep else tmp / ("run.jsonl.gz" if args.gzip else "run.jsonl")
     t0 = time.perf_counter()
     info = make_file(path, args.size_mb, args.gzip)

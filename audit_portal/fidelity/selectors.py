@@ -97,7 +97,7 @@ class RecordUnavailable(Exception):
 def read_record(call: FidelityCall) -> dict:
     """The call's ``fcr/1`` record, read from the uploaded file in the artifact store (token-level data never sits
     in Postgres). Uncompressed uploads: one seek; gzip: streamed up to the line."""
-    from workers.fcr.reader import FcrParseError
+    from workers.fcr.reader import FcrParseError, limits
     from workers.fcr.validate import iter_raw_lines
     from workers.fcr.columnar import is_parquet, read_row
 
@@ -114,7 +114,7 @@ def read_record(call: FidelityCall) -> dict:
     elif call.byte_offset is not None:
         with open(path, "rb") as fh:
             fh.seek(call.byte_offset)
-            raw = fh.readline()
+            raw = fh.readline(limits().max_line_bytes + 1)  # the bounded reader's cap: never more than one line
     else:
         try:
             for number, line in iter_raw_lines(path):

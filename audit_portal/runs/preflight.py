@@ -26,8 +26,9 @@ class Preflight:
 def preflight(upload) -> Preflight:
     if upload.size == 0:
         return Preflight(False, "empty_upload", "The uploaded file is empty.")
-    if upload.stream_error:
-        return Preflight(False, "corrupt_compression", f"{upload.name}: {upload.stream_error}.")
+    if upload.stream_error:  # truncated/corrupt gzip, or a line / decompression limit of workers/fcr/reader.py
+        return Preflight(False, getattr(upload, "stream_error_code", None) or "corrupt_compression",
+                         f"{upload.name}: {upload.stream_error}.")
     head = upload.head
     if head[:4] == PARQUET_MAGIC:
         return _parquet(upload)

@@ -15,36 +15,96 @@ from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
 from django.core.files.uploadhandler import FileUploadHandler, StopUpload
 
+from workers.fcr.reader import ReadLimits, limits as read_limits
+
 MULTIPART_OVERHEAD = 64 * 1024
 HEAD_BYTES = 4 * 1024 * 1024  # decompressed prefix kept for the synchronous pre-flight check
 GZIP_MAGIC = b"\x1f\x8b"
 
 
-class GzipProbe:
-    """Decompresses a gzip stream as it arrives, keeping the first HEAD_BYTES and noticing truncation or
-    corruption (a truncated stream never reaches the end-of-stream marker). Handles multi-member files."""
+class StreamProbe:
+    """Follows an upload as it arrives — decompressing gzip (multi-member too) in steps of at most 1 MiB — keeping
+    the first HEAD_BYTES, noticing truncation or corruption (a truncated stream never reaches the end-of-stream
+    marker), and enforcing the engines' read limits (workers/fcr/reader.py): a line longer than the line cap or a
+    stream inflating past the ratio/size cap stops the probe with ``error`` and ``code``. Work and memory per chunk
+    are bounded whatever the compression ratio, and nothing more is inflated once a limit is hit."""
 
-    def __init__(self):
-        self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    STEP = 1 << 20
+
+    def __init__(self, compressed: bool, limits: ReadLimits | None = None):
+        self.limits = limits or read_limits()
+        self._d = zlib.decompressobj(16 + zlib.MAX_WBITS) if compressed else None
+        self.compressed = compressed
         self.head = b""
         self.error: str | None = None
+        self.code: str | None = None
+        self.consumed = 0  # compressed bytes fed to the decompressor
+        self.inflated = 0
+        self.lines = 0  # complete lines seen
+        self._line_len = 0  # bytes of the current, unterminated line
+
+    @property
+    def head_is_whole(self) -> bool:
+        return self.error is None and self.inflated <= HEAD_BYTES and len(self.head) == self.inflated
 
     def feed(self, data: bytes) -> None:
+        if self._d is None:
+            self.consumed += len(data)
+            self.inflated += len(data)
+            self._text(data)
+            return
         while data and self.error is None:
             try:
-                out = self._d.decompress(data)
+                out = self._d.decompress(data, self.STEP)
             except zlib.error as exc:
-                self.error = f"gzip stream is corrupt ({exc})"
+                self._fail(f"gzip stream is corrupt ({exc})", "corrupt_compression")
                 return
-            if len(self.head) < HEAD_BYTES:
-                self.head += out[: HEAD_BYTES - len(self.head)]
-            data = self._d.unused_data if self._d.eof else b""
-            if self._d.eof and data:
-                self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            rest = self._d.unconsumed_tail
+            if self._d.eof:
+                rest = self._d.unused_data
+                if rest:
+                    self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            self.consumed += len(data) - len(rest)
+            data = rest
+            self.inflated += len(out)
+            problem = self.limits.inflation_problem(self.inflated, self.consumed)
+            if problem:
+                self._fail(problem, "inflation_limit")
+                return
+            self._text(out)
+
+    def _text(self, out: bytes) -> None:
+        if self.error is not None:
+            return
+        if len(self.head) < HEAD_BYTES:
+            self.head += out[: HEAD_BYTES - len(self.head)]
+        cap = self.limits.max_line_bytes
+        first = out.find(b"\n")
+        if first < 0:
+            self._line_len += len(out)
+        else:
+            longest = self._line_len + first
+            if len(out) > cap:  # only then can a whole line inside this piece be over the cap
+                longest = max(longest, max(map(len, out[first + 1:].split(b"\n")[:-1]), default=0))
+            if longest > cap:
+                inner = out[first + 1:].split(b"\n")
+                at = 1 if self._line_len + first > cap else 2 + next(i for i, x in enumerate(inner) if len(x) > cap)
+                self._fail_line(self.lines + at)
+                return
+            self.lines += out.count(b"\n")
+            self._line_len = len(out) - out.rfind(b"\n") - 1
+        if self._line_len > cap:
+            self._fail_line(self.lines + 1)
+
+    def _fail_line(self, line: int) -> None:
+        self._fail(f"line {line}: {self.limits.line_problem()}", "line_too_long")
+
+    def _fail(self, message: str, code: str) -> None:
+        self.error, self.code = message, code
 
     def finish(self) -> None:
-        if self.error is None and not self._d.eof:
-            self.error = "gzip stream is truncated (no end-of-stream marker)"
+        if self.error is None and self._d is not None and not self._d.eof:
+            self._fail("gzip stream is truncated (no end-of-stream marker)", "corrupt_compression")
 
 
 def incoming_dir() -> Path:
@@ -57,14 +117,15 @@ class HashedUploadedFile(UploadedFile):
     """A completed upload on disk in the artifact store, with its digest and size."""
 
     def __init__(self, path: Path, name: str, content_type: str, size: int, sha256: str, *, compression: str,
-                 head: bytes, head_is_whole: bool, stream_error: str | None):
+                 head: bytes, head_is_whole: bool, stream_error: str | None, stream_error_code: str | None = None):
         super().__init__(open(path, "rb"), name=name, content_type=content_type, size=size)
         self.path = path
         self.sha256 = sha256
         self.compression = compression  # "gzip" or "none", from the magic bytes
         self.head = head  # first (decompressed) bytes, for the pre-flight check
         self.head_is_whole = head_is_whole  # the head holds the entire (decompressed) content
-        self.stream_error = stream_error  # truncated or corrupt compression, if any
+        self.stream_error = stream_error  # truncated or corrupt compression, or a read limit, if any
+        self.stream_error_code = stream_error_code  # corrupt_compression | inflation_limit | line_too_long
 
     def temporary_file_path(self) -> str:
         return str(self.path)
@@ -83,8 +144,7 @@ class HashingUploadHandler(FileUploadHandler):
         self.fh = open(self.path, "wb")
         self.digest = hashlib.sha256()
         self.size = 0
-        self.head = b""
-        self.gzip: GzipProbe | None = None
+        self.probe: StreamProbe | None = None
         self.request.upload_storage_full = False
 
     def receive_data_chunk(self, raw_data, start):
@@ -93,12 +153,9 @@ class HashingUploadHandler(FileUploadHandler):
             self.request.upload_too_large = True
             self._discard()
             raise StopUpload(connection_reset=True)
-        if self.size == len(raw_data) and raw_data[:2] == GZIP_MAGIC:
-            self.gzip = GzipProbe()
-        if self.gzip is not None:
-            self.gzip.feed(raw_data)
-        elif len(self.head) < HEAD_BYTES:
-            self.head += raw_data[: HEAD_BYTES - len(self.head)]
+        if self.probe is None:
+            self.probe = StreamProbe(compressed=raw_data[:2] == GZIP_MAGIC)
+        self.probe.feed(raw_data)
         self.digest.update(raw_data)
         try:
             self.fh.write(raw_data)
@@ -121,15 +178,8 @@ class HashingUploadHandler(FileUploadHandler):
             self._discard()
             return None
         self.fh.close()
-        if self.gzip is not None:
-            self.gzip.finish()
-            head, whole, error, compression = self.gzip.head, len(self.gzip.head) < HEAD_BYTES, self.gzip.error, "gzip"
-        else:
-            head, whole, error, compression = self.head, self.size <= HEAD_BYTES, None, "none"
-        return HashedUploadedFile(
-            self.path, self.file_name, self.content_type, self.size, self.digest.hexdigest(),
-            compression=compression, head=head, head_is_whole=whole, stream_error=error,
-        )
+        return _hashed(self.path, self.file_name, self.content_type, self.size, self.digest.hexdigest(),
+                       self.probe or StreamProbe(compressed=False))
 
     def upload_interrupted(self):
         self._discard()
@@ -143,23 +193,22 @@ class HashingUploadHandler(FileUploadHandler):
             Path(path).unlink(missing_ok=True)
 
 
+def _hashed(path, name, content_type, size, sha256, probe: StreamProbe) -> HashedUploadedFile:
+    probe.finish()
+    return HashedUploadedFile(path, name, content_type, size, sha256, compression="gzip" if probe.compressed else "none",
+                              head=probe.head, head_is_whole=probe.head_is_whole, stream_error=probe.error,
+                              stream_error_code=probe.code)
+
+
 def hashed_file_from_path(path: Path, content_type: str = "application/octet-stream") -> HashedUploadedFile:
     """Treat a file already in ``incoming/`` as an upload (the demo seeder and server-side imports use
     this, so they go through exactly the checks and storage of a browser or API upload)."""
-    digest, size, probe, head = hashlib.sha256(), 0, None, b""
+    digest, size, probe = hashlib.sha256(), 0, None
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
-            if size == 0 and chunk[:2] == GZIP_MAGIC:
-                probe = GzipProbe()
-            if probe is not None:
-                probe.feed(chunk)
-            elif len(head) < HEAD_BYTES:
-                head += chunk[: HEAD_BYTES - len(head)]
+            if probe is None:
+                probe = StreamProbe(compressed=chunk[:2] == GZIP_MAGIC)
+            probe.feed(chunk)
             digest.update(chunk)
             size += len(chunk)
-    if probe is not None:
-        probe.finish()
-        return HashedUploadedFile(path, path.name, content_type, size, digest.hexdigest(), compression="gzip",
-                                  head=probe.head, head_is_whole=len(probe.head) < HEAD_BYTES, stream_error=probe.error)
-    return HashedUploadedFile(path, path.name, content_type, size, digest.hexdigest(), compression="none",
-                              head=head, head_is_whole=size <= HEAD_BYTES, stream_error=None)
+    return _hashed(path, path.name, content_type, size, digest.hexdigest(), probe or StreamProbe(compressed=False))

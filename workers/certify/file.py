@@ -13,11 +13,8 @@ sequence with its line number, call_id and reason; no single bad record raises.
 """
 from __future__ import annotations
 
-import gzip
-import io
 import math
 import os
-import zlib
 from collections import defaultdict
 
 import numpy as np
@@ -32,6 +29,7 @@ from workers.certify.sequence import (DATA_ERROR, DEFAULT_THRESHOLDS, LENGTH_EDG
                                       VISITED_CAVEAT, decide, length_bucket)
 from workers.certify import parquet_rows
 from workers.certify.bounds import CONSTANTS, guard_threshold
+from workers.fcr.reader import FcrParseError, LineReader
 from workers.fcr.validate import check_logprobs, check_topk
 from workers.fcr.columnar import is_parquet  # noqa: I001 - fcr-parquet/1 intake
 
@@ -133,20 +131,18 @@ def _extract(rec):
 
 # ---- streaming ---------------------------------------------------------------------------------------------------
 def _lines(path, state):
-    """Yield ``(line_no, bytes)``; records a truncated/corrupt gzip in ``state['stream_error']`` instead of raising."""
-    raw = open(path, "rb")
+    """Yield ``(line_no, bytes)`` through the one bounded reader (workers/fcr/reader.py: line length and
+    decompression limits); a truncated or corrupt gzip stream or a limit is recorded in ``state['stream_error']``
+    (line, reason) instead of raising, after every complete line before it."""
+    raw = LineReader(path)
     try:
-        head = raw.peek(2)[:2]
-        fh = io.BufferedReader(gzip.GzipFile(fileobj=raw, mode="rb"), buffer_size=1 << 20) \
-            if head == GZIP_MAGIC else raw
-        state["raw"] = raw
-        line_no = 0
+        state["raw"] = raw.raw
         try:
-            for line_no, line in enumerate(fh, start=1):
+            for line_no, line in raw:
                 if line.strip():
                     yield line_no, line
-        except (EOFError, zlib.error, gzip.BadGzipFile, OSError) as exc:
-            state["stream_error"] = (line_no + 1, f"compressed stream is truncated or corrupt ({exc})")
+        except FcrParseError as exc:
+            state["stream_error"] = (exc.line, exc.reason)
     finally:
         raw.close()
 

@@ -1,20 +1,39 @@
-"""Streaming line reader for ``fcr/1`` JSONL files, plain or gzip (spec/fidelity.md §4.1).
+"""The one bounded line reader for ``fcr/1`` JSONL files, plain or gzip (spec/fidelity.md §4.1).
 
-Memory is bounded by one line: the file is never read whole. Gzip is detected from the magic bytes,
-not the file name, so an upload named ``run.jsonl`` that is really gzip still reads.
+Every engine that reads an uploaded file line by line — the upload validator, ``certify_file``, the fidelity audit,
+the importers, the portal's record lookup — reads it through :class:`LineReader`, so they share one policy:
+
+* **Bounded lines.** A line longer than ``max_line_bytes`` (``AUDIT_MAX_LINE_BYTES``, default 64 MiB) is refused
+  after reading at most that many bytes of it: :class:`FcrLimitError` names the line and the limit. Memory is one
+  line at most, never the file.
+* **Bounded decompression.** Gzip (detected from the magic bytes, not the name) is inflated in steps of at most
+  1 MiB; once more than ``ratio_floor_bytes`` (1 MiB) came out, the reader stops with :class:`FcrLimitError` when
+  the output exceeds ``max_inflate_ratio`` (``AUDIT_MAX_INFLATE_RATIO``, default 200; run logs compress 2–5×,
+  gzip's own maximum is about 1030×) times the compressed bytes read, or ``max_inflated_bytes`` in all
+  (``AUDIT_MAX_INFLATED_BYTES``, default 32 GiB). A gzip bomb costs the reader at most its ratio × what it read.
+* **Linear time.** Lines are cut by ``readline(max_line_bytes + 1)`` over a buffered stream: every byte is copied a
+  bounded number of times whatever the line lengths (no re-joining of a growing line per chunk).
+* **One policy for truncated or malformed input.** Every complete line before a problem is yielded first; then
+  :class:`FcrParseError` (truncated or corrupt compression) or :class:`FcrLimitError` (a limit) is raised with the
+  1-based number of the line where reading stopped. Callers turn that into their own error form and stop.
+* **Progress by bytes.** :attr:`LineReader.position` is the number of file (compressed) bytes consumed so far, and
+  ``on_bytes(position)`` is called after every compressed read, so progress moves even inside a long line.
 """
 from __future__ import annotations
 
-import gzip
 import io
+import os
 import zlib
-from collections.abc import Iterator
-from typing import BinaryIO
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
 
 import orjson
 
 GZIP_MAGIC = b"\x1f\x8b"
 READ_BUFFER = 1 << 20
+COMPRESSED_READ = 1 << 18
+MiB, GiB = 1 << 20, 1 << 30
 
 
 class FcrParseError(ValueError):
@@ -28,28 +47,218 @@ class FcrParseError(ValueError):
         super().__init__(f"{where}: {reason}")
 
 
-def open_binary(path) -> BinaryIO:
-    """Open ``path`` for binary reading, transparently decompressing gzip."""
-    raw = open(path, "rb")
-    head = raw.peek(2)[:2] if hasattr(raw, "peek") else b""
-    if head == GZIP_MAGIC:
-        return io.BufferedReader(gzip.GzipFile(fileobj=raw, mode="rb"), buffer_size=READ_BUFFER)
-    return raw
+class FcrLimitError(FcrParseError):
+    """Reading stopped at a configured limit (line length, decompression ratio or size); ``code`` says which."""
+
+    def __init__(self, line: int, reason: str, code: str):
+        super().__init__(line, reason)
+        self.code = code  # "line_too_long" | "inflation_limit"
 
 
-def iter_lines(path) -> Iterator[tuple[int, bytes]]:
-    """Yield ``(line_number, raw_line)`` for every non-blank line.
+def _env_int(env, name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        value = int(float(raw))
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a number") from None
+    if value <= 0:
+        raise ValueError(f"{name} must be positive, not {raw!r}")
+    return value
 
-    A truncated or corrupt gzip stream raises :class:`FcrParseError` naming the last line read.
-    """
-    line_no = 0
-    with open_binary(path) as fh:
+
+@dataclass(frozen=True)
+class ReadLimits:
+    max_line_bytes: int = 64 * MiB
+    max_inflate_ratio: int = 200
+    max_inflated_bytes: int = 32 * GiB
+    ratio_floor_bytes: int = 1 * MiB
+
+    @classmethod
+    def from_env(cls, env=None) -> "ReadLimits":
+        env = os.environ if env is None else env
+        d = cls()
+        return cls(max_line_bytes=_env_int(env, "AUDIT_MAX_LINE_BYTES", d.max_line_bytes),
+                   max_inflate_ratio=_env_int(env, "AUDIT_MAX_INFLATE_RATIO", d.max_inflate_ratio),
+                   max_inflated_bytes=_env_int(env, "AUDIT_MAX_INFLATED_BYTES", d.max_inflated_bytes),
+                   ratio_floor_bytes=d.ratio_floor_bytes)
+
+    def inflation_problem(self, inflated: int, compressed: int) -> str | None:
+        """Why ``inflated`` output bytes from ``compressed`` input bytes is past a limit, or None."""
+        if inflated > self.max_inflated_bytes:
+            return (f"decompressed data exceeds {human(self.max_inflated_bytes)} (AUDIT_MAX_INFLATED_BYTES); stopped "
+                    f"reading")
+        if inflated > self.ratio_floor_bytes and inflated > self.max_inflate_ratio * max(compressed, 1):
+            return (f"the gzip stream inflates more than {self.max_inflate_ratio}:1 ({human(inflated)} from "
+                    f"{human(compressed)}; AUDIT_MAX_INFLATE_RATIO): refused as a decompression bomb")
+        return None
+
+    def line_problem(self) -> str:
+        return f"the line is longer than {human(self.max_line_bytes)} (AUDIT_MAX_LINE_BYTES); stopped reading"
+
+
+def limits() -> ReadLimits:
+    """The limits from the environment (read each time: tests and deployments set them per process)."""
+    return ReadLimits.from_env()
+
+
+def human(n: int) -> str:
+    for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", 1024)):
+        if n >= size:
+            value = n / size
+            return f"{value:.0f} {unit}" if value == int(value) else f"{value:.1f} {unit}"
+    return f"{n} bytes"
+
+
+class _InflateError(Exception):
+    def __init__(self, reason: str, limit: bool):
+        super().__init__(reason)
+        self.reason, self.limit = reason, limit
+
+
+class _Inflater(io.RawIOBase):
+    """A raw stream of the decompressed bytes of a (multi-member) gzip file, at most ``len(buffer)`` bytes per
+    step, refusing past the limits."""
+
+    def __init__(self, raw, limits: ReadLimits, on_bytes):
+        self.raw = raw
+        self.limits = limits
+        self.on_bytes = on_bytes
+        self.consumed = 0  # file bytes read (progress)
+        self.fed = 0  # of which inflated so far (the ratio's denominator)
+        self.inflated = 0
+        self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self._pending = b""
+        self._between_members = True  # a clean end of input is only allowed here
+        self._finished = False
+
+    def readable(self):
+        return True
+
+    def readinto(self, buf) -> int:
+        while True:
+            if self._pending:
+                data, self._pending = self._pending, b""
+            else:
+                if self._finished:
+                    return 0
+                data = self.raw.read(COMPRESSED_READ)
+                self.consumed += len(data)
+                if self.on_bytes is not None:
+                    self.on_bytes(self.consumed)
+                if not data:
+                    if self._between_members:
+                        self._finished = True
+                        return 0
+                    raise _InflateError("compressed stream is truncated (no end-of-stream marker)", False)
+            self._between_members = False
+            try:
+                out = self._d.decompress(data, len(buf))
+            except zlib.error as exc:
+                raise _InflateError(f"compressed stream is corrupt ({exc})", False) from None
+            self._pending = self._d.unconsumed_tail
+            if self._d.eof:  # end of a member: what follows is another member (or trailing bytes: corrupt)
+                self._pending = self._d.unused_data
+                self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                self._between_members = True
+            self.fed += len(data) - len(self._pending)  # compressed bytes actually inflated (not the read-ahead)
+            self.inflated += len(out)
+            problem = self.limits.inflation_problem(self.inflated, self.fed)
+            if problem:
+                raise _InflateError(problem, True)
+            if out:
+                buf[:len(out)] = out
+                return len(out)
+
+
+class LineReader:
+    """``for line_no, line in LineReader(path): …`` — every line (blank ones too; each ends with ``\\n`` except
+    perhaps the last), bounded as the module docstring says. Use as a context manager or iterate to the end (the
+    file is closed when iteration ends or fails)."""
+
+    def __init__(self, path, *, limits: ReadLimits | None = None, on_bytes: Callable[[int], None] | None = None):
+        self.limits = limits or ReadLimits.from_env()
+        self.size = os.path.getsize(path)
+        self.raw = open(path, "rb")
+        self.compressed = self.raw.peek(2)[:2] == GZIP_MAGIC
+        self._inflater = None
+        if self.compressed:
+            self._inflater = _Inflater(self.raw, self.limits, on_bytes)
+            self._fh = io.BufferedReader(self._inflater, buffer_size=READ_BUFFER)
+        else:
+            self._fh = self.raw
+        self.line_no = 0
+        self.offset = 0  # byte offset of the next line in the (decompressed) stream
+
+    @property
+    def position(self) -> int:
+        """File bytes consumed so far (compressed bytes for gzip)."""
+        if self._inflater is not None:
+            return self._inflater.consumed
+        return self.raw.tell() if not self.raw.closed else self.size
+
+    @property
+    def inflated(self) -> int:
+        return self._inflater.inflated if self._inflater is not None else self.position
+
+    def close(self) -> None:
+        self.raw.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __iter__(self) -> Iterator[tuple[int, bytes]]:
+        cap = self.limits.max_line_bytes
         try:
-            for line_no, line in enumerate(fh, start=1):
-                if line.strip():
-                    yield line_no, line
-        except (EOFError, zlib.error, gzip.BadGzipFile, OSError) as exc:
-            raise FcrParseError(line_no + 1, f"compressed stream is truncated or corrupt ({exc})") from exc
+            for line in iter(partial(self._fh.readline, cap + 1), b""):
+                self.line_no += 1
+                if len(line) > cap and (len(line) > cap + 1 or not line.endswith(b"\n")):
+                    raise FcrLimitError(self.line_no, self.limits.line_problem(), "line_too_long")
+                self.offset += len(line)
+                yield self.line_no, line
+        except _InflateError as exc:
+            if exc.limit:
+                raise FcrLimitError(self.line_no + 1, exc.reason, "inflation_limit") from None
+            raise FcrParseError(self.line_no + 1, exc.reason) from None
+        except OSError as exc:
+            raise FcrParseError(self.line_no + 1, f"the file cannot be read ({exc})") from None
+        finally:
+            self.close()
+
+
+def open_binary(path):
+    """Open ``path`` for binary reading, transparently decompressing gzip — with the decompression limits (a bomb
+    raises :class:`FcrLimitError` from ``read``). Line-oriented readers use :class:`LineReader`."""
+    raw = open(path, "rb")
+    if raw.peek(2)[:2] != GZIP_MAGIC:
+        return raw
+    return io.BufferedReader(_LimitedInflater(raw, ReadLimits.from_env(), None), buffer_size=READ_BUFFER)
+
+
+class _LimitedInflater(_Inflater):
+    def readinto(self, buf):
+        try:
+            return super().readinto(buf)
+        except _InflateError as exc:
+            if exc.limit:
+                raise FcrLimitError(0, exc.reason, "inflation_limit") from None
+            raise EOFError(exc.reason) from None
+
+    def close(self):
+        self.raw.close()
+        super().close()
+
+
+def iter_lines(path, *, limits: ReadLimits | None = None) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(line_number, raw_line)`` for every non-blank line. Every complete line before a truncated or corrupt
+    gzip stream or a limit is yielded; then :class:`FcrParseError` / :class:`FcrLimitError` names the line."""
+    for line_no, line in LineReader(path, limits=limits):
+        if not line.isspace():
+            yield line_no, line
 
 
 def iter_records(path) -> Iterator[tuple[int, dict]]:

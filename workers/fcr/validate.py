@@ -18,9 +18,7 @@ worked example C of §7.4 omits ``response.text``).
 """
 from __future__ import annotations
 
-import gzip
 import hashlib
-import zlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from array import array
@@ -28,7 +26,7 @@ from itertools import chain
 
 import orjson
 
-from workers.fcr.reader import GZIP_MAGIC
+from workers.fcr.reader import FcrParseError, LineReader, iter_lines
 
 SCHEMA = "fcr/1"
 ROLES = frozenset({"policy", "background", "unknown"})
@@ -601,76 +599,13 @@ def positive_logprob_issues(rec, line: int) -> list[FcrIssue]:
 # --------------------------------------------------------------------------------------------- file
 
 _RUNS_CAP = 1000
-_GZ_CHUNK = 1 << 18
-_GZ_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile, OSError)
-
-
-def _gzip_lines(fileobj):
-    """Lines of a gzip stream, salvaging every complete line before a truncation or corruption (``read1`` returns
-    what one decompression step produced, where a buffered ``read`` would drop it on the error)."""
-    gz = gzip.GzipFile(fileobj=fileobj, mode="rb")
-    tail = b""
-    while True:
-        data = gz.read1(_GZ_CHUNK)
-        if not data:
-            if tail:
-                yield tail
-            return
-        parts = (tail + data).split(b"\n")
-        tail = parts.pop()
-        for part in parts:
-            yield part + b"\n"
 
 
 def iter_raw_lines(path):
-    """Yield ``(line_number, raw_line)`` for every non-blank line, plain or gzip (by magic). A truncated or corrupt
-    gzip stream yields every complete line first, then raises :class:`FcrParseError` on the next line number."""
-    from workers.fcr.reader import FcrParseError
-
-    with open(path, "rb") as raw:
-        gz = raw.peek(2)[:2] == GZIP_MAGIC
-        it = _gzip_lines(raw) if gz else iter(raw)
-        line_no = 0
-        while True:
-            try:
-                line = next(it)
-            except StopIteration:
-                return
-            except _GZ_ERRORS as exc:
-                raise FcrParseError(line_no + 1, f"compressed stream is truncated or corrupt ({exc})") from exc
-            line_no += 1
-            if not line.isspace():
-                yield line_no, line
-
-
-class _Counter:
-    """Counts raw (compressed) bytes consumed, for progress and ``bytes_read``."""
-
-    __slots__ = ("fh", "pos")
-
-    def __init__(self, fh):
-        self.fh = fh
-        self.pos = 0
-
-    def read(self, n=-1):
-        b = self.fh.read(n)
-        self.pos += len(b)
-        return b
-
-    def readinto(self, buf):  # used by io.BufferedReader
-        n = self.fh.readinto(buf)
-        self.pos += n or 0
-        return n
-
-    def readable(self):
-        return True
-
-    def close(self):
-        self.fh.close()
-
-    @property
-    def closed(self):
-        return self.fh.closed
+    """Yield ``(line_number, raw_line)`` for every non-blank line, plain or gzip (by magic), through the one bounded
+    reader (:mod:`workers.fcr.reader`): every complete line first, then :class:`FcrParseError` (truncated or corrupt
+    gzip) or :class:`FcrLimitError` (a line or decompression limit) naming the line where reading stopped."""
+    return iter_lines(path)
 
 
 def validate_file(
@@ -686,8 +621,9 @@ def validate_file(
     """Stream-validate an ``fcr/1`` JSONL file (plain or gzip by magic). Memory: one line plus a set of
     ``(run_id, call_id)`` hashes (for duplicate detection) and a capped set of run ids.
 
-    Never raises on bad content: unparseable lines, non-object lines and truncated gzip become errors with
-    their 1-based line number. ``progress(fraction, message)`` is called about every ``progress_every_bytes``
+    Never raises on bad content: unparseable lines, non-object lines, truncated gzip and a line or decompression
+    limit of the bounded reader (:mod:`workers.fcr.reader`; reading stops there) become errors with their 1-based
+    line number. ``progress(fraction, message)`` is called about every ``progress_every_bytes``
     of *compressed* input, with fraction = bytes consumed / file size, and once with 1.0 at the end.
     """
     import os
@@ -717,45 +653,42 @@ def validate_file(
             if len(warnings) < max_warnings:
                 warnings.append(issue.to_dict())
 
-    raw = open(path, "rb")
-    counter = _Counter(raw)
-    head = raw.peek(2)[:2]
-    gz_error: list = []
-
-    def _guarded(gen):  # turn a mid-stream gzip failure into an end of input plus a recorded error
-        try:
-            yield from gen
-        except _GZ_ERRORS as exc:
-            gz_error.append(exc)
-
-    if head == GZIP_MAGIC:
-        fh = None
-        it = _guarded(_gzip_lines(counter))
-    else:
-        fh = counter  # plain: iterate the raw buffered file directly (fast path)
-        it = raw
     line_no = 0
     next_report = progress_every_bytes
+
+    def report(pos):  # by file bytes consumed: for gzip also called while inside one long line
+        nonlocal next_report
+        if pos >= next_report:
+            next_report = pos + progress_every_bytes
+            progress(min(1.0, pos / size) if size else 1.0, f"line {reader.line_no + 1}")
+
+    from workers.fcr.columnar import RowReader, is_parquet
+
+    reader = (RowReader if is_parquet(path) else LineReader)(path, on_bytes=report if progress is not None else None)
     loads = orjson.loads
     JSONDecodeError = orjson.JSONDecodeError
     try:
-        for line in it:
-            line_no += 1
-            if progress is not None:
-                pos = raw.tell() if fh is counter else counter.pos
-                if pos >= next_report:
-                    next_report = pos + progress_every_bytes
-                    progress(min(1.0, pos / size) if size else 1.0, f"line {line_no}")
-            if line.isspace():
-                continue
-            records += 1
-            try:
-                rec = loads(line)
-            except JSONDecodeError as exc:
-                add(FcrIssue(line_no, None, "", f"not valid JSON ({exc})"))
-                continue
+        for line_no, line in reader:
+            if type(line) is not bytes:  # an fcr-parquet/1 row (workers/fcr/columnar.py): a record, or why it is not
+                records += 1
+                if isinstance(line, FcrParseError):
+                    add(FcrIssue(line_no, None, line.field or "", line.reason))
+                    continue
+                rec, no_bools = line, True  # typed columns: no JSON boolean can stand in for a number
+            else:
+                if progress is not None and not reader.compressed:
+                    report(reader.position)
+                if line.isspace():
+                    continue
+                records += 1
+                try:
+                    rec = loads(line)
+                except JSONDecodeError as exc:
+                    add(FcrIssue(line_no, None, "", f"not valid JSON ({exc})"))
+                    continue
+                no_bools = not array_bools_possible(line)
             issues = validate_record(
-                rec, line=line_no, check_hashes=check_hashes, lint=lint, no_array_bools=not array_bools_possible(line)
+                rec, line=line_no, check_hashes=check_hashes, lint=lint, no_array_bools=no_bools
             )
             bad = False
             for iss in issues:
@@ -796,11 +729,11 @@ def validate_file(
                 add(FcrIssue(line_no, rec["call_id"], "call_id", "duplicate call_id in run", "warning"))
             else:
                 seen.add(key)
-        if gz_error:
-            add(FcrIssue(line_no + 1, None, "", f"compressed stream is truncated or corrupt ({gz_error[0]})"))
+    except FcrParseError as exc:  # truncated/corrupt gzip, or a line or decompression limit: reading stops there
+        add(FcrIssue(exc.line, None, "", exc.reason))
     finally:
-        bytes_read = counter.pos if fh is not counter else raw.tell()
-        raw.close()
+        bytes_read = reader.position
+        reader.close()
     if progress is not None:
         progress(1.0, f"done: {line_no} lines")
     if records == 0 and n_err == 0:
@@ -815,7 +748,8 @@ def validate_file(
         "warning_count": n_warn,
         "bytes_read": bytes_read,
         "file_size": size,
-        "compressed": head == GZIP_MAGIC,
+        "compressed": reader.compressed,
+        "format": getattr(reader, "format", "fcr/1"),
         "runs": sorted(runs),
         "runs_truncated": runs_truncated,
         "steps": {"min": step_min, "max": step_max},

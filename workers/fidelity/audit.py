@@ -40,8 +40,9 @@ from contextlib import contextmanager
 import numpy as np
 import orjson
 
-from workers.fcr.reader import GZIP_MAGIC
-from workers.fcr.validate import _GZ_ERRORS, _gzip_lines, array_bools_possible, validate_record
+from workers.fcr.columnar import is_parquet, iter_records_or_errors
+from workers.fcr.reader import FcrParseError, LineReader
+from workers.fcr.validate import array_bools_possible, validate_record
 from workers.fidelity.coverage import Coverage, coverage_meta
 from workers.fidelity.masks_export import MaskWriter
 from workers.fidelity.rules import (BIT, AuditOptions, CallResult, Lineage, apply_lineage, evaluate_call, finalize,
@@ -63,32 +64,35 @@ class _Broken:
 
 def _file_source(path):
     """``() → iterator of (line number, raw line, byte offset | None, fraction of the file read)`` over every
-    non-blank line, plain or gzip (by magic; offsets only for plain files). A truncated or corrupt gzip stream yields
-    every complete line, then a :class:`_Broken` on the next line number."""
+    non-blank line, plain or gzip (by magic; offsets only for plain files), through the one bounded reader
+    (workers/fcr/reader.py). A truncated or corrupt gzip stream or a line/decompression limit yields every complete
+    line, then a :class:`_Broken` on the line where reading stopped."""
     size = max(os.path.getsize(path), 1)
+    if is_parquet(path):
+        return _parquet_source(path)
 
     def lines() -> Iterator[tuple]:
-        with open(path, "rb") as fh:
-            if fh.peek(2)[:2] == GZIP_MAGIC:
-                it, number = _gzip_lines(fh), 0
-                while True:
-                    try:
-                        raw = next(it)
-                    except StopIteration:
-                        return
-                    except _GZ_ERRORS as exc:
-                        yield number + 1, _Broken(f"compressed stream is truncated or corrupt ({exc})"), None, 1.0
-                        return
-                    number += 1
-                    if not raw.isspace():
-                        yield number, raw, None, fh.tell() / size
+        reader = LineReader(path)
+        offsets = not reader.compressed
+        try:
+            for number, raw in reader:
+                if not raw.isspace():
+                    yield number, raw, reader.offset - len(raw) if offsets else None, reader.position / size
+        except FcrParseError as exc:
+            yield exc.line, _Broken(exc.reason), None, 1.0
+    return lines
+
+
+def _parquet_source(path):
+    """:func:`_file_source` for ``fcr-parquet/1`` (workers/fcr/columnar.py): ``(row number, record, None, fraction)``,
+    one row group in memory at a time; a row that is not a record (or an unreadable file) is a :class:`_Broken`."""
+    def lines() -> Iterator[tuple]:
+        done = [0.0]
+        for number, rec in iter_records_or_errors(path, lambda pos, total: done.__setitem__(0, pos / max(total, 1))):
+            if isinstance(rec, FcrParseError):
+                yield number, _Broken(f"{rec.field + ': ' if rec.field else ''}{rec.reason}"), None, done[0]
             else:
-                pos = 0
-                for number, raw in enumerate(fh, start=1):
-                    end = pos + len(raw)
-                    if not raw.isspace():
-                        yield number, raw, pos, end / size
-                    pos = end
+                yield number, rec, None, done[0]
     return lines
 
 
@@ -512,6 +516,10 @@ def _run(source, *, mode, tokenizer, masks_out, masks_format, path_label, progre
                         "(§4.4) so background calls are declared or rejected")
     if coverage["template_change"]:
         warnings.append("policy calls use more than one chat-template hash (mid-run template change)")
+    unc = (coverage.get("certificates") or {}).get("trainer_list_uncovered_positions")
+    if unc:
+        warnings.append(f"trainer.top_k misses ids of rollout.top_k at {unc} position(s) sent for certificates: fcr/1 requires "
+                        "the trainer list to cover them; the certificates there are looser")
     if unregistered:
         warnings.append("records reference tokenizer hashes that are not registered; tokenizer-dependent checks "
                         "fail closed for them")
