@@ -105,6 +105,7 @@ class CertificateFigures(APIView):
             "bound_table": figures.bound_table(certificate, budget),
             "bound_tightness": figures.bound_tightness(certificate, budget),
             "steps": figures.step_series(certificate),
+            "step_metrics": figures.step_metrics(certificate),
             "distributions": figures.distributions(certificate),
             "token_status": figures.token_status(certificate),
             "acceptance_by_length": figures.acceptance_by_length(certificate),

@@ -215,3 +215,39 @@ def comparison(a, b, budget: float, names=("A", "B")) -> dict:
     eps.update_layout(**LAYOUT, title="ε̂ per sequence (max certified token TV)", barmode="overlay", bargap=0.05,
                       xaxis=dict(title="ε̂"), yaxis=dict(title="share of the run's sequences", tickformat=".0%"))
     return {"bounds": bounds.to_plotly_json(), "steps": steps.to_plotly_json(), "eps": eps.to_plotly_json()}
+
+
+# ---------------------------------------------------------------------------------------------- per-step metrics
+STEP_MISMATCH = [("abs_diff_mean", "|Δ log p| mean", "#2d5bd7"), ("abs_diff_p50", "|Δ log p| p50", "#5d8af0"),
+                 ("abs_diff_p99", "|Δ log p| p99", "#1b3a8c"), ("k1", "k1", "#7f8c8d"), ("k2", "k2", "#16a085"),
+                 ("k3", "k3", "#d68910"), ("chi2", "χ²", "#c0392b")]
+STEP_WEIGHTS = [("ppl_ratio", "PPL ratio (trainer / rollout)", "#8e44ad", "y"),
+                ("is_weight_mean", "IS weight mean", "#2d5bd7", "y"), ("is_weight_max", "IS weight max", "#1b3a8c", "y"),
+                ("tis_clip_rate", "TIS clip rate", "#d35400", "y2"), ("mis_mask_rate", "MIS mask rate (tokens)",
+                                                                       "#c0392b", "y2"),
+                ("mis_seq_mask_rate", "MIS mask rate (sequences)", "#7b241c", "y2")]
+
+
+def step_metrics(certificate) -> dict:
+    """The per-step mismatch metrics the engine computes (workers/certify/step_metrics.py), as two figures: the
+    log-prob mismatch (|Δ log p| mean/p50/p99, k1, k2, k3, χ²; log axis, absolute values) and the importance weights
+    (PPL ratio, IS weight mean/max; TIS clip and MIS mask rates on the right axis)."""
+    rows = [(r["step"], r["metrics"] or {}) for r in certificate.steps.order_by("step").values("step", "metrics")]
+    mismatch, weights = go.Figure(), go.Figure()
+    for key, name, colour in STEP_MISMATCH:
+        s = downsample([r[0] for r in rows], [abs(m[key]) if m.get(key) is not None else None for _, m in rows])
+        if s["x"]:
+            mismatch.add_trace(go.Scatter(x=s["x"], y=s["y"], name=name, line=dict(color=colour),
+                                          mode="lines+markers" if len(s["x"]) < 60 else "lines"))
+    for key, name, colour, axis in STEP_WEIGHTS:
+        s = downsample([r[0] for r in rows], [m.get(key) for _, m in rows])
+        if s["x"]:
+            weights.add_trace(go.Scatter(x=s["x"], y=s["y"], name=name, line=dict(color=colour), yaxis=axis,
+                                         mode="lines+markers" if len(s["x"]) < 60 else "lines"))
+    mismatch.update_layout(**LAYOUT, title="Log-prob mismatch over training steps", xaxis=dict(title="step"),
+                           yaxis=dict(title="per-token mean (absolute value)", type="log"))
+    weights.update_layout(**LAYOUT, title="Importance weights and masks over training steps",
+                          xaxis=dict(title="step"), yaxis=dict(title="ratio"),
+                          yaxis2=dict(title="share of tokens / sequences", overlaying="y", side="right",
+                                      tickformat=".1%", rangemode="tozero", showgrid=False))
+    return {"mismatch": mismatch.to_plotly_json(), "weights": weights.to_plotly_json()}

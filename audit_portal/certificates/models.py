@@ -59,6 +59,7 @@ class StepAggregate(models.Model):
     delta_hat = models.FloatField(null=True)
     mean_k3 = models.FloatField(null=True)
     status_counts = models.JSONField(default=dict)
+    metrics = models.JSONField(default=dict, blank=True)  # |Δ log p|, k1/k2/k3, χ², PPL, IS weights (step_metrics)
 
     class Meta:
         ordering = ["step"]

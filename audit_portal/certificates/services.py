@@ -83,7 +83,8 @@ def complete(certificate: RunCertificate, result: dict, histograms: Histograms |
         StepAggregate(certificate=certificate, step=s.get("step"), sequences=s["sequences"], tokens=s["tokens"],
                       accepted=s["accepted"], acceptance_rate=s.get("acceptance_rate"),
                       eps_hat_max=s.get("eps_hat_max"), eps_hat_mean=s.get("eps_hat_mean"),
-                      delta_hat=s.get("delta_hat"), mean_k3=s.get("mean_k3"), status_counts=s.get("status_counts") or {})
+                      delta_hat=s.get("delta_hat"), mean_k3=s.get("mean_k3"), status_counts=s.get("status_counts") or {},
+                      metrics=s.get("metrics") or {})
         for s in result.get("steps", [])
     ], batch_size=BATCH)
     certificate.summary = summary

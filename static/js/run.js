@@ -23,7 +23,8 @@
       fetch(opts.figures + "?budget=" + encodeURIComponent(budget), {credentials: "same-origin"})
         .then((r) => r.json()).then((f) => {
           if (f.error) { alert(f.error.message); return; }
-          draw("fig-bounds", f.bound_tightness); draw("fig-steps", f.steps); draw("fig-dist", f.distributions);
+          draw("fig-bounds", f.bound_tightness); draw("fig-steps", f.steps);
+          if (f.step_metrics) { draw("fig-step-mismatch", f.step_metrics.mismatch); draw("fig-step-weights", f.step_metrics.weights); } draw("fig-dist", f.distributions);
           draw("fig-status", f.token_status); draw("fig-length", f.acceptance_by_length); table(f.bound_table);
           document.body.dataset.figures = "ready";
         });

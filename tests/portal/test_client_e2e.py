@@ -118,8 +118,12 @@ def test_client_schema_is_the_engine_schema():
         assert arrow_schema(ft).equals(engine_schema(ft), check_metadata=True)
 
 
-def test_portal_down_mid_run_then_everything_uploaded_and_certified(live_server, project, submit_token, tmp_path):
+def test_portal_down_mid_run_then_everything_uploaded_and_certified(live_server, project, owner, submit_token, tmp_path,
+                                                                    client):
     import workers.tasks  # noqa: F401 - registers the tasks, as `celery -A` would
+
+    django_client = client
+    django_client.force_login(owner)
 
     proxy = Proxy(int(live_server.url.rsplit(":", 1)[1]))
     proxy.start()
@@ -149,6 +153,22 @@ def test_portal_down_mid_run_then_everything_uploaded_and_certified(live_server,
     assert cert.summary["records"] == calls and cert.data_errors == 0
     assert sorted(s.step for s in cert.steps.all()) == list(range(6))
     assert result.url.endswith(f"/p/{project.slug}/runs/{cert.run_id}/?certificate={cert.pk}")
+    # per-step metrics: computed by the engine from what the client logged (float32 log-probs under the mask)
+    b0 = step_batch(0)
+    m = b0["response_mask"].astype(bool)
+    d = (b0["trainer_logprobs"].astype(np.float32).astype(float) - b0["rollout_logprobs"].astype(np.float32)
+         .astype(float))[m]
+    step0 = cert.steps.get(step=0).metrics
+    assert step0["tokens"] == m.sum()
+    assert step0["k3"] == pytest.approx(np.mean(np.exp(d) - 1 - d), rel=1e-6)
+    assert step0["abs_diff_mean"] == pytest.approx(np.abs(d).mean(), rel=1e-6)
+    figs = client.get(f"/certificates/{cert.pk}/figures/")["step_metrics"]
+    assert {t["name"] for t in figs["mismatch"]["data"]} >= {"|Δ log p| mean", "|Δ log p| p99", "k3", "χ²"}
+    assert len(figs["mismatch"]["data"][0]["x"]) == 6
+    page = django_client.get(result.url[len(proxy.url):])
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert 'id="step-metrics"' in html and 'id="fig-step-mismatch"' in html and "Mismatch metrics" in html
     # the three segments are uploads of the same run too, each with its own certificate
     segs = Upload.objects.filter(project=project, run=cert.run).exclude(pk=cert.upload_id)
     assert segs.count() == 3 and sum(u.validation["records"] for u in segs) == calls

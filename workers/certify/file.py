@@ -25,6 +25,7 @@ from workers.certify.bounds import BOUND_IDS, KL_PARAMETERISED, budget_threshold
 from workers.certify.intervals import describe_errors, tv_interval_topk
 from workers.certify.robust import DATA_ERROR as T_DE, IN as T_IN, OUT as T_OUT, UNDETERMINED as T_UND
 from workers.certify.robust import UNIT_ROUNDOFF
+from workers.certify.step_metrics import StepMetrics
 from workers.certify.sequence import (DATA_ERROR, DEFAULT_THRESHOLDS, LENGTH_EDGES, MODES, SEQ_STATUS_NAMES,
                                       VISITED_CAVEAT, decide, length_bucket)
 from workers.certify import parquet_rows
@@ -198,6 +199,7 @@ class _Run:
         self.uncovered_first = None
         self.steps = {}
         self.buckets = {}
+        self.metrics = StepMetrics()
 
     def uncovered(self, meta, positions):
         if not self.uncovered_seqs:
@@ -350,6 +352,7 @@ def _process_chunk(run, items, opts):
         run.profile[:Lmax] += prof.numpy()
         run.T_ref = max(run.T_ref, Lmax)
     run.k3_sum += float(k3[okt].sum())
+    run.metrics.add([it[0]["step"] for it in items], lens, ok.numpy(), a, b)
     run.ok_tokens += int(okt.sum())
 
     out = []
@@ -546,6 +549,7 @@ def _summarise(run, opts, budget, threshold_source, T_ref_opt):
             "delta_hat": _js(s["delta_max"]) if s["eps_n"] else None,
             "mean_k3": s["k3_sum"] / s["ok_tokens"] if s["ok_tokens"] else None,
             "status_counts": s["status"],
+            "metrics": run.metrics.step(step),
         })
     order = [length_bucket(e) for e in LENGTH_EDGES] + [f">{LENGTH_EDGES[-1]}"]
     buckets = [{"bucket": k, "sequences": run.buckets[k][0], "accepted": run.buckets[k][1],
@@ -604,6 +608,7 @@ def _summarise(run, opts, budget, threshold_source, T_ref_opt):
             (delta_hat is not None and delta_hat <= opts["threshold"]) if opts["mode"] == "kl" else
             run.accepted == run.sequences),
         "data_errors": run.errors_total,
+        "metrics": run.metrics.run(), "metrics_options": StepMetrics.options(),
     }
     options = {k: v for k, v in opts.items()}
     options.update({"budget": budget, "T_ref": T_ref_opt})

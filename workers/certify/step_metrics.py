@@ -1,0 +1,156 @@
+"""Per-step mismatch metrics that trainers already log, computed by the certificate engine from the same tokens.
+
+Over the certified (non-DATA_ERROR) tokens of each step, with Δ = trainer − rollout log-prob of the sampled token and
+ρ = exp(clamp(Δ, ±20)) the token importance weight (π_train / π_rollout):
+
+* ``abs_diff_mean`` / ``_p50`` / ``_p99`` / ``_max``: |Δ| (verl's ``train_rollout_logprob_abs_diff`` is the mean);
+* ``k1`` = mean(−Δ) (verl ``rollout_corr/kl``), ``k2`` = mean(Δ²/2), ``k3`` = mean(ρ − 1 − Δ) (``rollout_corr/k3_kl``);
+* ``chi2`` = mean(ρ²) − 1 (``rollout_corr/chi2_token``);
+* ``training_ppl``, ``rollout_ppl``: mean over sequences of exp(−mean log-prob); ``ppl_ratio`` = mean over sequences
+  of exp(mean rollout − mean trainer log-prob) (``rollout_corr/ppl_ratio``);
+* ``is_weight_mean`` / ``_max`` / ``_min`` / ``_std``: ρ; ``tis_clip_rate``: share of tokens with ρ above the TIS cap
+  (truncated IS, weight min(ρ, C)); ``mis_mask_rate``: share of tokens with ρ outside [1/C, C] (masked IS / token
+  rejection sampling masks them), ``mis_seq_mask_rate``: share of sequences with at least one such token.
+
+Quantiles come from a per-step histogram of |Δ| with 40 log-spaced bins per decade over [1e-8, 1e2] (a bin spans a
+factor 1.06; the quantile is the smallest value with CDF ≥ q, reported as its bin's geometric centre, 0 below 1e-8), so memory per step is fixed
+(≈ 3 KB) whatever its size; means, maxima and rates are exact. No Django import.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+TIS_CAP = 2.0  # verl's default rollout_is_threshold
+MIS_BAND = (0.5, 2.0)  # token rejection band [1/C, C] with C = 2
+SAFETY = 20.0  # exp(±20), as verl's rollout correction
+LO_EXP, HI_EXP, PER_DECADE = -8, 2, 40
+N_BINS = (HI_EXP - LO_EXP) * PER_DECADE + 2  # + underflow (< 1e-8, incl. 0) and overflow (≥ 1e2)
+
+_SUMS = ("tokens", "abs", "k1", "k2", "k3", "rho", "rho2", "tis", "mis", "seqs", "seq_mis", "train_ppl", "roll_ppl",
+         "ppl_ratio")
+_MAXES = ("abs_max", "rho_max", "neg_rho_min")
+
+
+def _bin(x: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore"):
+        idx = np.floor((np.log10(np.maximum(x, 1e-300)) - LO_EXP) * PER_DECADE).astype(np.int64) + 1
+    idx[x < 10.0 ** LO_EXP] = 0
+    return np.clip(idx, 0, N_BINS - 1)
+
+
+def _centre(i: int) -> float:
+    if i == 0:
+        return 0.0
+    return 10.0 ** (LO_EXP + (i - 0.5) / PER_DECADE)
+
+
+class StepMetrics:
+    """Accumulates the metrics per step, chunk by chunk (bounded: O(#steps) arrays of fixed size)."""
+
+    def __init__(self):
+        self.sums: dict = {}
+        self.maxes: dict = {}
+        self.hist: dict = {}
+
+    def add(self, steps: list, lens: np.ndarray, ok: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+        """One chunk: ``steps`` (one per sequence), ``lens`` token counts, ``ok`` which sequences are certified,
+        ``a``/``b`` rollout/trainer log-probs of the sampled tokens, flat in sequence order."""
+        if not ok.any():
+            return
+        keys = list(dict.fromkeys(s for s, good in zip(steps, ok) if good))
+        local = {k: i for i, k in enumerate(keys)}
+        S = len(keys)
+        seq_step = np.array([local.get(s, -1) if good else -1 for s, good in zip(steps, ok)], np.int64)
+        seg = np.repeat(np.arange(len(lens)), lens)
+        tok_ok = ok[seg]
+        d = (b - a)[tok_ok]
+        aa, bb = a[tok_ok], b[tok_ok]
+        tstep = seq_step[seg][tok_ok]
+        tseg = seg[tok_ok]
+        dc = np.clip(d, -SAFETY, SAFETY)
+        rho = np.exp(dc)
+        absd = np.abs(d)
+        mis = (rho < MIS_BAND[0]) | (rho > MIS_BAND[1])
+
+        def per_step(w):
+            return np.bincount(tstep, weights=w, minlength=S)
+
+        # per sequence (certified ones): means of both sides, any MIS-masked token
+        nseq = len(lens)
+        n_tok = np.bincount(tseg, minlength=nseq).astype(np.float64)
+        mean_a = np.bincount(tseg, weights=aa, minlength=nseq)
+        mean_b = np.bincount(tseg, weights=bb, minlength=nseq)
+        seq_mis = np.bincount(tseg, weights=mis.astype(np.float64), minlength=nseq) > 0
+        good = ok & (n_tok > 0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mean_a, mean_b = mean_a / n_tok, mean_b / n_tok
+        sg = seq_step[good]
+
+        def per_seq_step(w):
+            return np.bincount(sg, weights=w, minlength=S)
+
+        chunk = np.stack([
+            per_step(np.ones_like(d)), per_step(absd), per_step(-d), per_step(0.5 * d * d),
+            per_step(rho - 1.0 - dc), per_step(rho), per_step(rho * rho), per_step((rho > TIS_CAP).astype(float)),
+            per_step(mis.astype(float)), per_seq_step(np.ones(good.sum())),
+            per_seq_step(seq_mis[good].astype(float)), per_seq_step(np.exp(np.minimum(-mean_b[good], 700))),
+            per_seq_step(np.exp(np.minimum(-mean_a[good], 700))),
+            per_seq_step(np.exp(np.clip(mean_a[good] - mean_b[good], -700, 700))),
+        ], axis=1)
+        mx = np.full((S, 3), -np.inf)
+        np.maximum.at(mx[:, 0], tstep, absd)
+        np.maximum.at(mx[:, 1], tstep, rho)
+        np.maximum.at(mx[:, 2], tstep, -rho)
+        hist = np.bincount(tstep * N_BINS + _bin(absd), minlength=S * N_BINS).reshape(S, N_BINS)
+        for i, k in enumerate(keys):
+            if k in self.sums:
+                self.sums[k] += chunk[i]
+                np.maximum(self.maxes[k], mx[i], out=self.maxes[k])
+                self.hist[k] += hist[i]
+            else:
+                self.sums[k], self.maxes[k], self.hist[k] = chunk[i].copy(), mx[i].copy(), hist[i].astype(np.int64)
+
+    @staticmethod
+    def _quantile(hist: np.ndarray, q: float) -> float:
+        c = np.cumsum(hist)
+        return _centre(int(np.searchsorted(c, q * c[-1], side="left")))
+
+    def _finish(self, s: np.ndarray, mx: np.ndarray, hist: np.ndarray) -> dict:
+        v = dict(zip(_SUMS, s.tolist()))
+        n, ns = v["tokens"], v["seqs"]
+        if not n:
+            return {}
+        mean_rho = v["rho"] / n
+        out = {
+            "abs_diff_mean": v["abs"] / n, "abs_diff_p50": self._quantile(hist, 0.5),
+            "abs_diff_p99": self._quantile(hist, 0.99), "abs_diff_max": float(mx[0]),
+            "k1": v["k1"] / n, "k2": v["k2"] / n, "k3": v["k3"] / n, "chi2": v["rho2"] / n - 1.0,
+            "training_ppl": v["train_ppl"] / ns if ns else None, "rollout_ppl": v["roll_ppl"] / ns if ns else None,
+            "ppl_ratio": v["ppl_ratio"] / ns if ns else None,
+            "is_weight_mean": mean_rho, "is_weight_max": float(mx[1]), "is_weight_min": float(-mx[2]),
+            "is_weight_std": math.sqrt(max(v["rho2"] / n - mean_rho * mean_rho, 0.0)),
+            "tis_clip_rate": v["tis"] / n, "mis_mask_rate": v["mis"] / n,
+            "mis_seq_mask_rate": v["seq_mis"] / ns if ns else None, "tokens": int(n),
+        }
+        return {k: (x if x is None or math.isfinite(x) else None) for k, x in out.items()}
+
+    def step(self, key) -> dict:
+        """The metrics of one step (empty when it has no certified token)."""
+        if key not in self.sums:
+            return {}
+        return self._finish(self.sums[key], self.maxes[key], self.hist[key])
+
+    def run(self) -> dict:
+        """The same metrics over every certified token of the run."""
+        if not self.sums:
+            return {}
+        s = sum(self.sums.values())
+        mx = np.max(np.stack(list(self.maxes.values())), axis=0)
+        return self._finish(s, mx, sum(self.hist.values()))
+
+    @staticmethod
+    def options() -> dict:
+        return {"tis_cap": TIS_CAP, "mis_band": list(MIS_BAND), "safety_clamp": SAFETY,
+                "quantile_bins_per_decade": PER_DECADE, "quantile_range": [10.0 ** LO_EXP, 10.0 ** HI_EXP]}
