@@ -96,8 +96,15 @@ class ByLinePagination(CursorPagination):
     max_page_size = 1000
 
 
+_MIN_COVERAGE = OpenApiParameter(
+    "min_coverage", float, description="CI gate: fill `coverage_gate` — met when the closed-failure verdict passed and "
+                                       "at least this fraction (0..1) of the policy tokens is verifiable")
+
+
+@extend_schema(parameters=[_MIN_COVERAGE])
 class ReportDetail(generics.RetrieveAPIView):
-    """A fidelity report: verdict, closed-failure violations, the §6.4 coverage report, tokenizers, mask export."""
+    """A fidelity report: coverage headline, verdict (and its label), closed-failure violations, the §6.4 coverage
+    report, tokenizers, mask export; ``?min_coverage=F`` adds a CI gate."""
 
     serializer_class = ReportSerializer
 
