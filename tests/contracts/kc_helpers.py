@@ -12,3 +12,23 @@ VIOL = "workers.contracts.impls.violating:"
 def hostile(name: str) -> str:
     return f"{HOSTILE}:{name}"
 
+
+
+def processes_with(marker: str) -> list[int]:
+    """Pids of live (not zombie) processes on this machine whose command line contains ``marker``."""
+    import os
+
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as fh:
+                cmd = fh.read()
+            with open(f"/proc/{d}/stat") as fh:
+                state = fh.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker.encode() in cmd and state != "Z":
+            found.append(int(d))
+    return found

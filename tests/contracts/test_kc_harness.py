@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from kc_helpers import REF, VIOL, hostile
+from kc_helpers import REF, VIOL, hostile, processes_with
 from workers.contracts import load_text, run_contract, run_suite
 from workers.contracts.harness import HIDDEN_KEY_ENV, seed_plan
 from workers.contracts.protocols.base import ftz_enabled
@@ -22,7 +22,8 @@ def test_never_writes_its_output_fails_on_poisoned_memory():
     assert v.verdict == "FAIL"
     assert v.signature["sentinel_survival"] == 1.0
     assert v.signature["order_mismatch"] > 0  # it "passes" only when the reference ran first
-    assert "input_insensitive" in _kinds(v)
+    # the destination's fill pattern differs per launch, so the untouched buffer is seen by the parent directly
+    assert "destination_unwritten" in _kinds(v)
 
 
 def test_mutating_an_input_fails_with_the_immutability_hash():
@@ -142,7 +143,9 @@ def test_trace_fingerprint_and_json(tmp_path):
     flags = v.environment["flags"]
     for key in ("allow_tf32_matmul", "ftz_daz", "deterministic_algorithms", "CUBLAS_WORKSPACE_CONFIG"):
         assert key in flags
-    assert v.environment["isolation"] == "process"
+    isolation = v.environment["isolation"]
+    assert isolation["mode"] == "bubblewrap" and isolation["network"] == "none"
+    assert {"pid", "net", "ipc", "mount"} <= set(isolation["namespaces"]) and isolation["sandbox_uid"] != 0
     assert len(v.impl_hash) == 64
     json.dumps(v.to_dict(), allow_nan=False)
 
@@ -218,24 +221,14 @@ def test_replay_reproduces_a_recorded_verdict(monkeypatch):
 
 
 def test_timeout_kills_processes_the_kernel_started():
-    import os
-    import tempfile
+    """The helper's command line carries a marker; after the timeout no process on this machine has it."""
     import time
 
-    pidfile = os.path.join(tempfile.gettempdir(), f"kc_hostile_helper.{os.getuid()}.pid")
-    if os.path.exists(pidfile):
-        os.remove(pidfile)
     v = run_contract("C-EXC-02", hostile("gather_hangs_with_a_helper"), seeds=PUBLIC, time_limit_s=4)
     assert v.verdict == "TIMEOUT"
-    pid = int(open(pidfile).read())
-    os.remove(pidfile)
     for _ in range(50):
-        try:
-            with open(f"/proc/{pid}/stat") as fh:  # a zombie awaiting its parent's reap counts as gone
-                if fh.read().split()[2] == "Z":
-                    break
-        except FileNotFoundError:
+        if not processes_with("kc-hostile-helper"):
             break
         time.sleep(0.1)
     else:
-        raise AssertionError(f"helper process {pid} survived the timeout")
+        raise AssertionError(f"helper processes survived the timeout: {processes_with('kc-hostile-helper')}")

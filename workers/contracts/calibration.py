@@ -11,11 +11,13 @@ For every contract and every fixture it lists:
 
 Contract runs use the public seeds only (explicit), so calibration is reproducible. The naive check runs the
 trusted fixtures in this process. ``calibrate_all`` runs contracts on a small thread pool (each contract run
-is its own sandboxed child process, so threads here only wait and measure).
+is a sandboxed child process, so threads here only wait and measure); each thread keeps its own sandboxes (one
+per fixture module) for all the contracts it calibrates, so the suite pays a few torch imports, not one per run.
 """
 from __future__ import annotations
 
 import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -23,7 +25,7 @@ import torch
 
 from . import protocols
 from .runner import get_contract, run_contract
-from .sandbox import load_impl
+from .sandbox import SessionPool, load_impl
 
 NAIVE_TRIALS = 5
 NAIVE_ATOL = NAIVE_RTOL = 1e-2
@@ -61,8 +63,12 @@ def _summary(v):
             "duration_s": v.duration_s}
 
 
-def calibrate(contract_id, *, device: str = "cpu") -> dict:
-    """Prove the three states for one contract. ``ok`` is False with ``problems`` listing every failure."""
+def calibrate(contract_id, *, device: str = "cpu", pool: SessionPool | None = None) -> dict:
+    """Prove the three states for one contract. ``ok`` is False with ``problems`` listing every failure.
+    A harness failure (the sandbox cannot run) raises; it is not a calibration result."""
+    if pool is None:
+        with SessionPool() as own:
+            return calibrate(contract_id, device=device, pool=own)
     t0 = time.monotonic()
     c = get_contract(contract_id)
     seeds = list(c.protocol_params["seeds"]["public"])
@@ -70,7 +76,7 @@ def calibrate(contract_id, *, device: str = "cpu") -> dict:
     for state in ("conforming", "violating", "baseline"):
         for entry in c.calibration.get(state) or []:
             ref, platform_dependent, note = _ref(entry)
-            v = run_contract(c, ref, device=device, seeds=seeds)
+            v = run_contract(c, ref, device=device, seeds=seeds, pool=pool)
             naive = naive_check(c, ref)
             row = {"impl": ref, "naive_pass": naive, **_summary(v)}
             if state == "conforming":
@@ -100,8 +106,21 @@ def calibrate_all(contracts=None, *, device: str = "cpu", workers: int | None = 
     ids = [get_contract(x).id for x in contracts] if contracts else [c.id for c in load_suite()]
     t0 = time.monotonic()
     workers = workers or min(len(ids), max(1, (os.cpu_count() or 2)))
-    with ThreadPoolExecutor(max_workers=workers) as ex:
-        results = list(ex.map(lambda i: calibrate(i, device=device), ids))
+    pools, local, lock = [], threading.local(), threading.Lock()
+
+    def one(contract_id):
+        if not hasattr(local, "pool"):
+            local.pool = SessionPool()
+            with lock:
+                pools.append(local.pool)
+        return calibrate(contract_id, device=device, pool=local.pool)
+
+    try:
+        with ThreadPoolExecutor(max_workers=workers) as ex:
+            results = list(ex.map(one, ids))
+    finally:
+        for pool in pools:
+            pool.close()
     return {"ok": all(r["ok"] for r in results), "contracts": results,
             "problems": [p for r in results for p in r["problems"]], "duration_s": round(time.monotonic() - t0, 2),
             "environment": {"torch": torch.__version__, "device": device, "threads": torch.get_num_threads()}}

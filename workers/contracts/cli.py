@@ -2,7 +2,8 @@
 
 ``check`` prints the verdict (JSON with ``--json``) and exits 0 only on PASS; 3 on QUALITY_WARNING (it passes
 but uses more than half its budget; ``--allow-quality-warning`` makes that 0), 1 on any other verdict, 2 on
-usage errors (unknown contract, malformed implementation reference)."""
+usage errors (unknown contract, malformed implementation reference), 4 when the harness itself could not run
+(the sandbox cannot be created here, docs/contracts.md "Isolation"): no verdict was measured."""
 from __future__ import annotations
 
 import argparse
@@ -32,6 +33,7 @@ def cmd_list(args) -> int:
 
 def cmd_check(args) -> int:
     from .runner import get_contract, run_contract
+    from .sandbox import HarnessFailure, SandboxUnavailable
 
     try:
         contract = get_contract(args.contract, args.specs)
@@ -50,6 +52,9 @@ def cmd_check(args) -> int:
     except (ValueError, TypeError) as exc:  # malformed --seeds / --flags
         _print({"error": "bad_arguments", "message": str(exc)}, args.json, f"error: {exc}")
         return 2
+    except (HarnessFailure, SandboxUnavailable) as exc:
+        _print({"error": "harness_failure", "message": str(exc)}, args.json, f"harness failure (no verdict): {exc}")
+        return 4
     d = v.to_dict(include_trace=args.with_trace)
     text = (f"{v.verdict}  {contract.id} v{contract.version}  {contract.statistic}={d['statistic']}  bound={d['bound']}  "
             f"margin={d['margin']}\n  {v.reason}\n  signature: {json.dumps(d['signature'])}")

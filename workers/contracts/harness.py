@@ -14,8 +14,9 @@ import os
 
 import torch
 
-from .protocols.base import Case, bitwise_equal
-from .sandbox import decode_tensor
+from .protocols.base import Case, bits, bitwise_equal
+from .sandbox import decode_tensor, tensor_hash
+from .sandbox_child import fill_tensor
 
 HIDDEN_KEY_ENV = "KC_HIDDEN_SEED_KEY"
 
@@ -58,15 +59,63 @@ def add_sensitivity_cases(protocol, cases: list[Case]) -> list[Case]:
     return cases + extra
 
 
-def decode_results(raw_results: list[dict]) -> dict:
+def decode_results(outcome: dict, cases: dict) -> dict:
+    """Per case key, what the protocols measure — computed here, in the parent, from the raw bytes the child
+    shipped: every launch's output (decoded), their hashes (replay and determinism), whether an input's bytes
+    changed (input immutability), and which destination positions still hold the fill pattern of every launch
+    (an output never written). Nothing of this is taken from the child's word."""
+    encoded = {c["key"]: c for c in outcome.get("encoded_cases") or []}
     out = {}
-    for r in raw_results:
-        r = dict(r)
-        r["outputs"] = [decode_tensor(o) for o in r.get("outputs") or []]
-        if r.get("configs"):
-            r["configs"] = [dict(c, outputs=[decode_tensor(o) for o in c["outputs"]]) for c in r["configs"]]
-        out[r["key"]] = r
+    for raw in outcome.get("results") or []:
+        key = raw.get("key")
+        case = cases.get(key)
+        if case is None or key in out:
+            continue  # a result for a case we never asked for, or a second one: ignored
+        fills = encoded[key]["fills"] if key in encoded else []
+        series, launch = [], 0
+        for s in raw.get("series") or []:
+            outputs = [decode_tensor(o) for o in s.get("outputs") or []]
+            series.append({"config": s.get("config") or "auto", "outputs": outputs, "hashes": [tensor_hash(o) for o in outputs],
+                           "first_launch": launch})
+            launch += len(outputs)
+        before = [a for a in case.args if isinstance(a, torch.Tensor)]
+        after = [decode_tensor(a) for a in raw.get("inputs_after") or []]
+        mutated = len(after) != len(before) or any(not bitwise_equal(a.contiguous(), b.contiguous())
+                                                   for a, b in zip(before, after))
+        first = series[0] if series else {"outputs": [], "hashes": []}
+        r = {"key": key, "outputs": first["outputs"], "hashes": first["hashes"],
+             "configs": series if case.all_configs else None,
+             "exception": raw.get("exception"), "bad_output": raw.get("bad_output"), "times": raw.get("times") or [],
+             "input_mutated": mutated,
+             "input_hash": hashlib.sha256("".join(tensor_hash(a) for a in before).encode()).hexdigest()[:16],
+             "unwritten_mask": _unwritten(case, series, fills)}
+        r["unwritten"] = int(r["unwritten_mask"].sum()) if r["unwritten_mask"] is not None else 0
+        out[key] = r
     return out
+
+
+def _unwritten(case: Case, series: list, fills: list):
+    """Mask of the destination-passing output's positions that equal the fill pattern bit for bit in every launch
+    that had a non-NaN pattern (patterns differ per launch, so a written position cannot match them all); None
+    when the case has no destination or no such launch."""
+    idx = case.out_index
+    if idx is None or not fills:
+        return None
+    shape, dtype = tuple(case.args[idx].shape), case.args[idx].dtype
+    if not dtype.is_floating_point:
+        return None
+    stuck, checked = None, 0
+    for s in series:
+        for j, o in enumerate(s["outputs"]):
+            n = s["first_launch"] + j
+            spec = fills[n % len(fills)]
+            if spec["pattern"] == "nan" or (case.order == "reference_first" and n == 0) or tuple(o.shape) != shape \
+                    or o.dtype != dtype:
+                continue
+            same = bits(o) == bits(fill_tensor(shape, dtype, spec))
+            stuck = same if stuck is None else stuck & same
+            checked += 1
+    return stuck if checked else None
 
 
 def generic_findings(contract, cases: dict, results: dict) -> list[dict]:
@@ -89,6 +138,10 @@ def generic_findings(contract, cases: dict, results: dict) -> list[dict]:
         if r.get("bad_output"):
             findings.append({"kind": "bad_output", "severity": "fail", "case": key, "detail": r["bad_output"]})
             continue
+        if r.get("unwritten"):
+            findings.append({"kind": "destination_unwritten", "severity": "fail", "case": key,
+                             "detail": f"{r['unwritten']} position(s) of the destination buffer still hold the "
+                                       "harness's fill pattern after every launch (never written)"})
         series = r["configs"] if r.get("configs") else [{"config": None, "outputs": r["outputs"], "hashes": r["hashes"]}]
         for s in series:
             for out in s["outputs"][:1]:

@@ -32,8 +32,9 @@ INCIDENTS = {
         "class": "C-CMP-01", "secondary": ["C-CMP-03"],
         "informal": "memory exploit in the eval code let it skip the correctness check",
         "emulations": [V + "no_write_rms_norm", V + "partial_rms_norm"],
-        "expected": "passes only when the reference runs first; NaN sentinel survives (1.00); zero input "
-                    "sensitivity; errors confined to unwritten rows for the partial kernel",
+        "expected": "passes only when the reference runs first; the harness's fill pattern survives in every "
+                    "position (1.00) and the destination is flagged unwritten; errors confined to unwritten rows for "
+                    "the partial kernel",
     },
     "amd_oob_silent_acceptance": {
         "title": "AMD: out-of-bounds buffer loads return zero instead of faulting",
@@ -71,9 +72,9 @@ def _sakana(seeds):
     out["no_write_rms_norm"] = {
         "naive_harness_pass (reference first, reused buffer)": naive, "verdict": v.verdict,
         "sentinel_survival": sig.get("sentinel_survival"), "order_mismatch": sig.get("order_mismatch"),
-        "input_insensitive": "input_insensitive" in kinds, "pattern": sig.get("pattern")}
+        "destination_unwritten": "destination_unwritten" in kinds, "pattern": sig.get("pattern")}
     ok &= naive and v.verdict == "FAIL" and sig.get("sentinel_survival") == 1.0 and sig.get("order_mismatch", 0) > 0 \
-        and "input_insensitive" in kinds
+        and "destination_unwritten" in kinds
     v2 = run_contract(c, V + "partial_rms_norm", seeds=seeds)
     out["partial_rms_norm"] = {"verdict": v2.verdict, "pattern": v2.signature.get("pattern"),
                                "sentinel_survival": v2.signature.get("sentinel_survival"),

@@ -136,15 +136,20 @@ def _margin(stat, bound) -> float:
 
 
 def run_contract(contract_id, impl, *, device="cpu", seeds=None, flags=None, time_limit_s=None,
-                 memory_limit_mb=None, trace_path=None, progress=None, directory=None) -> Verdict:
+                 memory_limit_mb=None, trace_path=None, progress=None, directory=None, pool=None) -> Verdict:
     """Run one contract against ``impl`` (callable, 'package.module:function', or '/path/file.py:function').
 
     ``seeds``: None = public + hidden seeds; a list = exactly those (replay / calibration). ``flags``:
     numeric environment for the run; defaults to the contract's ``precondition.env``, pass the deployment
-    flags to measure KC-A. ``progress(done, total)`` is called as cases finish in the child."""
+    flags to measure KC-A. ``progress(done, total)`` is called as cases finish in the child. ``pool``: a
+    :class:`~workers.contracts.sandbox.SessionPool` whose sandbox is reused across the contracts of one job.
+
+    Raises :class:`~workers.contracts.sandbox.HarnessFailure` (or ``SandboxUnavailable``) when the harness
+    itself cannot run: that is never a verdict about the implementation."""
     import torch
 
     from . import protocols
+    from .fingerprint import fingerprint
     from .harness import add_sensitivity_cases, decode_results, generic_findings, seed_plan
     from .sandbox import run_in_sandbox
 
@@ -190,11 +195,10 @@ def run_contract(contract_id, impl, *, device="cpu", seeds=None, flags=None, tim
     mem = memory_limit_mb if memory_limit_mb is not None else params.get("memory_limit_mb", DEFAULT_MEMORY_LIMIT_MB)
     reference = getattr(proto, "REVERSED_ORDER_REFERENCE", None)
     outcome = run_in_sandbox(impl, case_list, device=device, flags=env_flags, time_limit_s=limit,
-                             memory_limit_mb=mem, reference=reference, progress=progress)
+                             memory_limit_mb=mem, reference=reference, progress=progress, pool=pool)
     seeds_info = [{"seed": s if (c != "hidden" or not _hidden_key_set()) else None, "seed_class": c}
                   for s, c in plan]
-    environment = dict(outcome.get("fingerprint") or {"device": device})
-    environment["requested_flags"] = env_flags
+    environment = fingerprint(device, outcome, env_flags)
     common = dict(environment=environment, seeds=seeds_info, impl_hash=outcome.get("impl_hash"))
     kind = outcome.get("kind")
     if kind == "timeout":
@@ -206,7 +210,7 @@ def run_contract(contract_id, impl, *, device="cpu", seeds=None, flags=None, tim
         return done("CRASH", reason=f"could not load implementation: {e['type']}: {e['message']}", **common)
 
     try:
-        results = decode_results(outcome["results"])
+        results = decode_results(outcome, cases)
         findings = generic_findings(contract, cases, results)
     except Exception as exc:  # noqa: BLE001 - the channel is written by the candidate's process
         return done("CRASH", reason=f"malformed result from the sandbox: {type(exc).__name__}: {exc}", **common)
@@ -253,7 +257,8 @@ def run_contract(contract_id, impl, *, device="cpu", seeds=None, flags=None, tim
     signature["findings"] = sorted({f["kind"] for f in findings})
     hidden = any(c == "hidden" for _, c in plan)
     harness = {"invariants": list(contract.protocol_params["harness_invariants"]), "separate_process": True,
-               "hidden_seeds": hidden, "cases": len(cases), "child_wall_s": round(outcome.get("wall_s", 0), 3)}
+               "isolation": (outcome.get("isolation") or {}).get("mode"), "hidden_seeds": hidden, "cases": len(cases),
+               "child_wall_s": round(outcome.get("wall_s", 0), 3)}
     assurance = 3 if hidden else 1
     kw = dict(findings=findings, measurements=len(evaluated), signature=signature, trace=trace,
               harness=harness, assurance_level=assurance, **common)
@@ -337,6 +342,14 @@ def run_suite(impl_map_or_impl, *, device="cpu", seeds=None, progress=None, cont
     if contracts:
         all_contracts = [get_contract(c) for c in contracts]
     impls = resolve_impl_map(impl_map_or_impl, all_contracts)
+    from .sandbox import SessionPool
+
+    with SessionPool() as pool:
+        return _run_all(all_contracts, impls, pool, device=device, seeds=seeds, progress=progress, flags=flags,
+                        time_limit_s=time_limit_s, trace_path=trace_path)
+
+
+def _run_all(all_contracts, impls, pool, *, device, seeds, progress, flags, time_limit_s, trace_path):
     verdicts = []
     n = len(all_contracts)
     for i, c in enumerate(all_contracts):
@@ -348,7 +361,7 @@ def run_suite(impl_map_or_impl, *, device="cpu", seeds=None, progress=None, cont
                 progress((i + done / max(total, 1)) / n, f"{c.cls}: case {done}/{total}")
 
         v = run_contract(c, impls[c.id], device=device, seeds=seeds, flags=flags, time_limit_s=time_limit_s,
-                         trace_path=trace_path, progress=sub)
+                         trace_path=trace_path, progress=sub, pool=pool)
         verdicts.append(v)
         if progress:
             progress((i + 1) / n, f"{c.cls}: {v.verdict}")

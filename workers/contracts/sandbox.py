@@ -1,81 +1,74 @@
-"""Run an implementation under test in a separate process with a time and memory limit (spec §2, §11).
+"""Run an implementation under test inside the kernel sandbox and bring its raw results back (docs/contracts.md,
+"Isolation").
 
-One child process per contract run executes *all* of that run's candidate calls (starting torch costs
-~1-3 s, so one child per measurement would dominate). Children come from a ``forkserver`` that has
-preloaded torch but never run an op — forking it is fast and safe (no OpenMP pool, no CUDA context to
-inherit); ``KC_START_METHOD=spawn`` switches to plain spawn. The implementation itself — a
-``package.module:function`` or ``/path/file.py:function`` — is imported only inside the child.
+A :class:`SandboxSession` is one sandbox (bubblewrap, ``isolation.py``) holding a zygote that imported torch once
+(``sandbox_child.py``); every contract run forks a fresh child from it, so a suite pays for one torch import, not
+twelve, and each contract still starts from a process no candidate code has touched. A session serves one
+implementation file; :class:`SessionPool` keeps the sessions of one job and closes them at the end.
 
-Wire format: parent -> child is trusted (inputs the parent built). Child -> parent is *untrusted* (the
-candidate ran there and may have patched anything), so it carries only primitives — tensors travel as
-``(dtype, shape, stride, offset, raw bytes)`` — and the parent unpickles with an Unpickler that refuses
-every global. The oracle is never computed in the child.
+Trust: parent -> sandbox is trusted (cases the parent built). Sandbox -> parent is untrusted: only primitives,
+read by an unpickler that refuses every global, each message size-capped. The child computes no hash and no
+verdict: it ships every launch's output bytes and every input's bytes after the calls; the parent hashes, compares
+and measures (``harness.decode_results``). The environment is measured in the child *before* the candidate is
+loaded; the implementation's hash is taken here from the bytes that are staged into the sandbox.
 
-In the child, for every case: (1) poison the allocator and allocate destination buffers NaN-filled,
-(2) hash inputs, (3) call the candidate (first: no reference has run in this process), (4) synchronise
-all streams, (5) hash inputs again, (6) copy outputs to CPU, (7) repeat for replay. ``order ==
-"reference_first"`` cases run a trusted reference before the candidate (the reversed-order repeat).
+Failures of the harness itself — the sandbox cannot be created, the zygote does not start, the child dies before
+the candidate is loaded — raise :class:`HarnessFailure`; they are never a verdict about the candidate.
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import importlib
 import importlib.util
 import io
-import multiprocessing as mp
 import os
 import pickle
+import re
+import secrets
+import selectors
+import shutil
+import signal
+import subprocess
 import sys
+import tempfile
+import threading
 import time
-import traceback
 
-import torch
+from . import isolation
+from .isolation import SandboxUnavailable
+from .sandbox_child import DTYPES, U64, decode_tensor, encode_tensor, frame
 
-from .protocols.base import Case, Out
+__all__ = ["DTYPES", "HarnessFailure", "SandboxOutcome", "SandboxSession", "SandboxUnavailable", "SessionPool",
+           "decode_tensor", "describe_impl", "encode_case", "encode_tensor", "load_impl", "run_in_sandbox",
+           "split_ref", "tensor_hash"]
 
-DTYPES = {str(d).replace("torch.", ""): d for d in (
-    torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
-    torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128)}
-
-# -------------------------------------------------------------------------------------------- encoding
-
-
-def encode_tensor(t: torch.Tensor):
-    """Primitive-only encoding that keeps strides (non-contiguous inputs stay non-contiguous)."""
-    t = t.detach()
-    if t.device.type != "cpu":
-        t = t.cpu()
-    dt = str(t.dtype).replace("torch.", "")
-    if dt not in DTYPES:
-        raise TypeError(f"unsupported dtype {t.dtype}")
-    storage = t.untyped_storage()
-    raw = bytes(torch.empty(0, dtype=torch.uint8).set_(storage).numpy().tobytes()) if storage.nbytes() else b""
-    return ("__tensor__", dt, tuple(t.shape), tuple(t.stride()), int(t.storage_offset()), raw)
+PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_child.py")
+STARTUP_LIMIT_S = 180.0
+MAX_MESSAGE_BYTES = 512 * 2 ** 20
+STDERR_FORWARD_BYTES = 256 * 1024
+FILL_PATTERNS = ("bits", "normal", "nan", "const")
+_MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def decode_tensor(enc) -> torch.Tensor:
-    _, dt, shape, stride, offset, raw = enc
-    dtype = DTYPES[dt]
-    if not raw:
-        return torch.empty(shape, dtype=dtype)
-    base = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype)
-    return torch.as_strided(base, shape, stride, offset)
+class HarnessFailure(RuntimeError):
+    """The harness, not the candidate, failed: no verdict may be drawn from this run."""
 
 
-def tensor_hash(t: torch.Tensor) -> str:
-    t = t.detach()
-    if t.device.type != "cpu":
-        t = t.cpu()
-    c = t.contiguous()
-    h = hashlib.sha256(f"{c.dtype}{tuple(c.shape)}".encode())
-    if c.numel():
-        h.update(c.view(-1).view(torch.uint8).numpy().tobytes() if c.dtype != torch.bool else c.numpy().tobytes())
+class SandboxOutcome(dict):
+    """kind: result | load_error | child_error | timeout | crash; plus results, environment, isolation, ..."""
+
+
+# ------------------------------------------------------------------------------------------------ codec
+def tensor_hash(t) -> str:
+    t = t.detach().cpu().contiguous()
+    h = hashlib.sha256(f"{t.dtype}{tuple(t.shape)}".encode())
+    if t.numel():
+        h.update(t.view(-1).view(__import__("torch").uint8).numpy().tobytes() if t.dtype != DTYPES["bool"]
+                 else t.numpy().tobytes())
     return h.hexdigest()
 
 
 class _PrimitiveUnpickler(pickle.Unpickler):
-    """Child -> parent messages may only contain primitives: refuse every global lookup."""
+    """Messages from the sandbox may only contain primitives: refuse every global lookup."""
 
     def find_class(self, module, name):
         raise pickle.UnpicklingError(f"refused global {module}.{name} in a sandbox message")
@@ -85,9 +78,38 @@ def _loads_untrusted(data: bytes):
     return _PrimitiveUnpickler(io.BytesIO(data)).load()
 
 
+def encode_case(case, table: list | None = None, index: dict | None = None) -> dict:
+    """One case for the child. A tensor shared by several cases is encoded once into ``table`` (the child decodes
+    a fresh copy per case, so a mutation cannot leak into the next case). Every launch gets its own fill pattern
+    for the destination and for the memory freed before it (``fills``), chosen here at random."""
+    import torch
+
+    from .protocols.base import Out
+
+    args = []
+    for a in case.args:
+        if isinstance(a, torch.Tensor) and table is not None:
+            if id(a) not in index:
+                index[id(a)] = len(table)
+                table.append(encode_tensor(a))
+            args.append(("__ref__", index[id(a)]))
+        elif isinstance(a, torch.Tensor):
+            args.append(encode_tensor(a))
+        elif isinstance(a, Out):
+            args.append(("__out__", tuple(a.shape), str(a.dtype).replace("torch.", "")))
+        else:
+            args.append(a)
+    launches = case.repeat * (9 if case.all_configs else 1)  # the child cycles through them for extra configs
+    start = secrets.randbelow(len(FILL_PATTERNS))
+    fills = [{"pattern": FILL_PATTERNS[(start + i) % len(FILL_PATTERNS)], "seed": secrets.randbits(62),
+              "scale": float(10 ** (3 + secrets.randbelow(6)))} for i in range(launches)]
+    nbytes = 4 * int(torch.Size(case.expect_shape).numel()) if case.expect_shape is not None else 0
+    return {"key": case.key, "args": args, "kwargs": dict(case.kwargs), "repeat": case.repeat,
+            "interleave": case.interleave, "all_configs": case.all_configs, "order": case.order, "fills": fills,
+            "expect_nbytes": nbytes, "expect_shape": tuple(case.expect_shape) if case.expect_shape is not None else None}
+
+
 # ------------------------------------------------------------------------------------------ impl refs
-
-
 def describe_impl(impl) -> str:
     if isinstance(impl, str):
         return impl
@@ -107,528 +129,386 @@ def split_ref(ref: str):
 
 
 def load_impl(ref):
-    """Resolve an implementation reference (call only in the child, or for trusted fixtures)."""
+    """Import an implementation *in this process* — only for trusted code (the suite's own reference fixtures in
+    calibration's naive check); submitted code is only ever loaded inside the sandbox."""
     if callable(ref):
         return ref
     target, attr = split_ref(ref)
     if target.endswith(".py") or os.sep in target:
-        path = os.path.abspath(target)
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"implementation file {path} does not exist")
-        modname = "kc_impl_" + hashlib.sha256(path.encode()).hexdigest()[:12]
-        spec = importlib.util.spec_from_file_location(modname, path)
+        spec = importlib.util.spec_from_file_location("trusted_" + hashlib.sha256(target.encode()).hexdigest()[:8],
+                                                      os.path.abspath(target))
         module = importlib.util.module_from_spec(spec)
-        sys.modules[modname] = module
         spec.loader.exec_module(module)
     else:
         module = importlib.import_module(target)
     obj = module
     for part in attr.split("."):
         obj = getattr(obj, part)
-    if not callable(obj):
-        raise TypeError(f"{ref} is not callable")
     return obj
 
 
-def impl_source_hash(obj) -> str | None:
-    """sha256 of the source file that defines the implementation (what was actually run)."""
-    try:
-        import inspect
+class StagedImpl:
+    """Where the sandbox finds an implementation: a module of the bound Python environment, imported by name, or a
+    single file copied (bytes read once, hashed, staged) into the session's read-only library directory."""
 
-        path = inspect.getsourcefile(obj) or inspect.getfile(obj)
-        with open(path, "rb") as fh:
-            return hashlib.sha256(fh.read()).hexdigest()
-    except (TypeError, OSError):
-        return None
-
-
-# ----------------------------------------------------------------------------------------- environment
-
-
-def apply_flags(flags: dict, device: str):
-    """Set numeric-environment flags (contract precondition.env, or deployment flags for KC-A)."""
-    for k, v in (flags or {}).items():
-        if k == "allow_tf32":
-            torch.backends.cuda.matmul.allow_tf32 = bool(v)
-            torch.backends.cudnn.allow_tf32 = bool(v)
-        elif k == "float32_matmul_precision":
-            torch.set_float32_matmul_precision(str(v))
-        elif k == "flush_denormal":
-            torch.set_flush_denormal(bool(v))
-        elif k == "deterministic_algorithms":
-            torch.use_deterministic_algorithms(bool(v), warn_only=False)
-        elif k == "cudnn_benchmark":
-            torch.backends.cudnn.benchmark = bool(v)
-        elif k == "allow_fp16_reduced_precision_reduction":
-            torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = bool(v)
-        elif k == "allow_bf16_reduced_precision_reduction":
-            torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = bool(v)
-        elif k == "num_threads":
-            torch.set_num_threads(int(v))
-        elif k in ("allow_hf32",):
-            pass  # torch_npu only; recorded in the fingerprint as requested
-        else:
-            raise ValueError(f"unknown environment flag {k!r}")
-
-
-def fingerprint(device: str = "cpu", requested: dict | None = None) -> dict:
-    """Environment fingerprint for the trace (spec §2 item 8): versions, device, numeric flags."""
-    import platform
-
-    from .protocols.base import ftz_enabled
-
-    cpu = platform.processor() or ""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    fp = {
-        "python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform(),
-        "device": device, "cpu": cpu, "num_threads": torch.get_num_threads(),
-        "flags": {
-            "allow_tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
-            "allow_tf32_cudnn": torch.backends.cudnn.allow_tf32,
-            "float32_matmul_precision": torch.get_float32_matmul_precision(),
-            "allow_fp16_reduced_precision_reduction":
-                torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
-            "allow_bf16_reduced_precision_reduction":
-                torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
-            "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
-            "cudnn_benchmark": torch.backends.cudnn.benchmark,
-            "cudnn_deterministic": torch.backends.cudnn.deterministic,
-            "ftz_daz": ftz_enabled(),
-            "allow_hf32": (requested or {}).get("allow_hf32"),
-            "CUBLAS_WORKSPACE_CONFIG": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
-        },
-        "mkl": torch.backends.mkl.is_available(), "mkldnn": torch.backends.mkldnn.is_available(),
-    }
-    if device.startswith("cuda") and torch.cuda.is_available():
-        idx = torch.device(device).index or 0
-        props = torch.cuda.get_device_properties(idx)
-        fp["cuda"] = {"name": props.name, "capability": f"{props.major}.{props.minor}",
-                      "total_memory": props.total_memory, "cuda_runtime": torch.version.cuda,
-                      "cudnn": torch.backends.cudnn.version()}
-        try:
-            fp["cuda"]["driver"] = torch._C._cuda_getDriverVersion()  # noqa: SLF001 - best effort
-        except Exception:  # noqa: BLE001
-            fp["cuda"]["driver"] = None
-    return _prim(fp)
-
-
-def _prim(obj):
-    """Reduce to primitives (the message to the parent must unpickle without any global)."""
-    if isinstance(obj, dict):
-        return {str(k): _prim(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_prim(v) for v in obj]
-    if obj is None or type(obj) in (bool, int, float, str):
-        return obj
-    for base in (bool, int, float, str):  # subclasses such as TorchVersion (a str)
-        if isinstance(obj, base):
-            return base(obj)
-    return str(obj)
-
-
-# ----------------------------------------------------------------------------------------------- child
-
-_POISON = float("nan")
-
-
-def _poison_allocator(device: str, nbytes: int):
-    """Make stale memory NaN, so an output allocated with torch.empty and never written shows up.
-
-    CUDA: the caching allocator reuses freed blocks, so allocate, NaN-fill and free a block (it stays in
-    the cache) after emptying the cache. CPU: malloc reuses recently freed chunks of similar size, so do
-    the same a few times at the expected output size (allocator-dependent, best effort)."""
-    n = max(1, nbytes // 4)
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
-        blocks = [torch.full((n,), _POISON, device=device) for _ in range(2)]
-        big = torch.full((max(n, 1 << 24),), _POISON, device=device)
-        torch.cuda.synchronize()
-        del blocks, big
-    else:
-        blocks = [torch.full((n,), _POISON) for _ in range(3)]
-        del blocks
-
-
-def _sync(device):
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()  # all streams of the device
-
-
-def _materialise(case_args, device, table=()):
-    args, out_idx = [], None
-    for i, a in enumerate(case_args):
-        if isinstance(a, tuple) and a and a[0] == "__ref__":
-            a = table[a[1]]
-        if isinstance(a, tuple) and a and a[0] == "__tensor__":
-            args.append(decode_tensor(a).to(device) if device != "cpu" else decode_tensor(a))
-        elif isinstance(a, tuple) and a and a[0] == "__out__":
-            args.append(a)
-            out_idx = i
-        else:
-            args.append(a)
-    return args, out_idx
-
-
-def _exc_info(exc: BaseException) -> dict:
-    tb = traceback.extract_tb(exc.__traceback__)
-    where = f"{os.path.basename(tb[-1].filename)}:{tb[-1].lineno}" if tb else ""
-    return {"type": type(exc).__name__, "message": str(exc)[:500], "where": where}
-
-
-def _run_case(impl, case: dict, device: str, reference, table=()):
-    args, out_idx = _materialise(case["args"], device, table)
-    kwargs = dict(case["kwargs"])
-    res = {"key": case["key"], "outputs": [], "hashes": [], "exception": None, "input_mutated": False,
-           "bad_output": None, "times": [], "configs": None}
-    tensor_args = [a for a in args if isinstance(a, torch.Tensor)]
-    before = [tensor_hash(a) for a in tensor_args]
-
-    def one_call(extra_kwargs, stash):
-        call_args = list(args)
-        out_buf = None
-        # the reversed-order repeat emulates a naive harness: no poisoning after the reference ran, so a
-        # candidate that depends on the reference's leftovers shows up as an order dependence
-        poison = not stash.get("reference_ran")
-        if out_idx is not None:
-            _, shape, dt = args[out_idx]
-            if poison:
-                _poison_allocator(device, 4 * max(1, int(torch.Size(shape).numel())))
-            out_buf = torch.full(shape, _POISON, dtype=DTYPES[dt], device=device)
-            if stash.get("reuse") is not None:
-                out_buf = stash.pop("reuse")  # the naive harness: reference's own buffer
-            call_args[out_idx] = out_buf
-        elif case["expect_nbytes"] and poison:
-            _poison_allocator(device, case["expect_nbytes"])
-        t0 = time.perf_counter()
-        ret = impl(*call_args, **kwargs, **extra_kwargs)
-        _sync(device)
-        res["times"].append(time.perf_counter() - t0)
-        out = out_buf if out_idx is not None else ret
-        if not isinstance(out, torch.Tensor):
-            res["bad_output"] = f"returned {type(out).__name__}, expected a torch.Tensor"
-            return None
-        want = case.get("expect_shape")
-        if want is not None and out.numel() > 4 * int(torch.Size(want).numel()) + 1024:
-            # never ship a runaway output to the parent: report its shape only
-            res["bad_output"] = f"shape {tuple(out.shape)}, expected {tuple(want)}"
-            return None
-        out_cpu = out.detach().to("cpu", copy=True)
-        return out_cpu
-
-    def run_series(extra_kwargs):
-        outs, hashes = [], []
-        for r in range(case["repeat"]):
-            stash = {}
-            if case["order"] == "reference_first" and r == 0 and reference is not None:
-                stash["reference_ran"] = True
-                ref_args = list(args)
-                if out_idx is not None:
-                    _, shape, dt = args[out_idx]
-                    buf = torch.empty(shape, dtype=DTYPES[dt], device=device)
-                    ref_args[out_idx] = buf
-                    reference(*ref_args)
-                    stash["reuse"] = buf  # what a harness that recycles the reference's buffer would pass
-                else:
-                    tmp = reference(*ref_args)
-                    _sync(device)
-                    del tmp  # freed: a candidate that returns stale torch.empty memory may now "pass"
-            out = one_call(extra_kwargs, stash)
-            if out is None:
-                return outs, hashes
-            hashes.append(tensor_hash(out))
-            if r < 2:
-                outs.append(encode_tensor(out))
-            if case["interleave"]:  # unrelated work between launches, so scheduling/allocation changes
-                junk = torch.randn(int.from_bytes(os.urandom(2), "little") % 4096 + 64, device=device)
-                (junk * 2).sum().item()
-        return outs, hashes
-
-    try:
-        if case["all_configs"]:
-            configs = list(getattr(impl, "configs", None) or [])
-            res["configs"] = []
-            for cfg in [None] + configs:
-                outs, hashes = run_series({} if cfg is None else {"config": cfg})
-                res["configs"].append({"config": "auto" if cfg is None else repr(cfg), "outputs": outs,
-                                       "hashes": hashes})
-                if res["bad_output"]:
-                    break
-            res["outputs"] = res["configs"][0]["outputs"]
-            res["hashes"] = res["configs"][0]["hashes"]
-        else:
-            res["outputs"], res["hashes"] = run_series({})
-    except MemoryError as exc:
-        res["exception"] = {"type": "MemoryError", "message": f"memory limit exceeded: {exc}"[:500], "where": ""}
-    except Exception as exc:  # noqa: BLE001 - any failure of the candidate is data, not a crash of ours
-        res["exception"] = _exc_info(exc)
-    after = [tensor_hash(a) for a in tensor_args]
-    res["input_mutated"] = before != after
-    res["input_hash"] = hashlib.sha256("".join(before).encode()).hexdigest()[:16]
-    return res
-
-
-def _set_memory_limit(limit_mb, device):
-    if not limit_mb or device.startswith("cuda"):
-        return None  # RLIMIT_AS breaks CUDA's virtual reservations; the GPU side uses a memory fraction
-    try:
-        import resource
-
-        with open("/proc/self/status") as fh:
-            vm = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmSize:"))
-        cap = vm + int(limit_mb * 2 ** 20)
-        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-        return cap
-    except Exception:  # noqa: BLE001 - not Linux: run without the cap, recorded in the fingerprint
-        return None
-
-
-def _child_main(conn, payload_bytes: bytes):
-    """Entry point of the sandboxed child (trusted code; the candidate runs inside ``_run_case``)."""
-    try:
-        os.dup2(2, 1)  # the candidate's prints must not corrupt a parent's --json stdout
-    except OSError:
-        pass
-    try:
-        os.setsid()  # own process group: a timeout kills whatever the candidate started, too
-    except OSError:
-        pass
-
-    def send(obj, final=False):
-        if final:  # the parent kills this process group as soon as the last message arrives: print output first
-            for stream in (sys.stdout, sys.stderr):
-                try:
-                    stream.flush()
-                except Exception:  # noqa: BLE001 - the candidate may have replaced or closed them
-                    pass
-        conn.send_bytes(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
-
-    try:
-        send({"kind": "alive"})  # the time limit starts now, not while the forkserver was starting
-        p = pickle.loads(payload_bytes)
-        device = p["device"]
-        if device.startswith("cuda") and p.get("cuda_memory_fraction"):
-            torch.cuda.set_per_process_memory_fraction(p["cuda_memory_fraction"])
-        cap = _set_memory_limit(p.get("memory_limit_mb"), device)
-        apply_flags(p.get("flags"), device)
-        fp = fingerprint(device, p.get("flags"))
-        fp["memory_cap_bytes"] = cap
-        fp["isolation"] = "process"
-        try:
-            impl = load_impl(p["impl"])
-        except BaseException as exc:  # noqa: BLE001
-            send({"kind": "load_error", "error": _exc_info(exc), "fingerprint": fp}, final=True)
+    def __init__(self, ref):
+        ref = describe_impl(ref)
+        target, self.attr = split_ref(ref)
+        self.ref, self.data, self.module = ref, None, None
+        if target.endswith(".py") or os.sep in target:
+            path = os.path.abspath(target)
+            if not os.path.isfile(path):
+                raise FileNotFoundError(f"implementation file {path} does not exist")
+            stem = os.path.splitext(os.path.basename(path))[0]
+            self.module = stem if _MODULE_NAME.match(stem) and len(stem) <= 40 else "kernel"
+            with open(path, "rb") as fh:
+                self.data = fh.read()
             return
-        impl_hash = impl_source_hash(impl)
-        reference = load_impl(p["reference"]) if p.get("reference") else None
-        results = []
-        n = len(p["cases"])
-        for i, case in enumerate(p["cases"]):
-            results.append(_run_case(impl, case, device, reference, p.get("tensors") or ()))
-            send({"kind": "progress", "done": i + 1, "total": n})
-        # flags may have been changed by the candidate: record the state it left behind as well
-        fp["flags_after"] = fingerprint(device, p.get("flags"))["flags"]
-        send({"kind": "result", "results": results, "fingerprint": fp, "impl_hash": impl_hash}, final=True)
-    except BaseException as exc:  # noqa: BLE001
-        try:
-            send({"kind": "child_error", "error": _exc_info(exc)}, final=True)
-        except Exception:  # noqa: BLE001
-            pass
-    finally:
-        try:
-            conn.close()
-        except Exception:  # noqa: BLE001
-            pass
-
-
-# ---------------------------------------------------------------------------------------------- parent
-
-_CTX = None
-STARTUP_LIMIT_S = 180.0
-
-
-def _context():
-    global _CTX
-    if _CTX is None:
-        method = os.environ.get("KC_START_METHOD", "forkserver")
-        if method not in mp.get_all_start_methods():
-            method = "spawn"
-        _CTX = mp.get_context(method)
-        if method == "forkserver":
-            _CTX.set_forkserver_preload(["torch", "workers.contracts.sandbox"])
-    return _CTX
-
-
-def encode_case(case: Case, table: list | None = None, index: dict | None = None) -> dict:
-    """Encode one case. With ``table``/``index``, a tensor shared by several cases (the weight of every
-    row case of C-ORD-03) is encoded once and referenced; the child still decodes a fresh copy per case,
-    so a candidate that mutates an input cannot leak the mutation into the next case."""
-    args = []
-    nbytes = 0
-    for a in case.args:
-        if isinstance(a, torch.Tensor) and table is not None:
-            if id(a) not in index:
-                index[id(a)] = len(table)
-                table.append(encode_tensor(a))
-            args.append(("__ref__", index[id(a)]))
-        elif isinstance(a, torch.Tensor):
-            args.append(encode_tensor(a))
-        elif isinstance(a, Out):
-            args.append(("__out__", tuple(a.shape), str(a.dtype).replace("torch.", "")))
+        spec = importlib.util.find_spec(target)
+        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+            raise ModuleNotFoundError(f"no Python module {target!r} in this environment")
+        self.module = target
+        if not _inside_python_environment(spec.origin):  # e.g. a module of a checkout: staged as its single file
+            self.module = target.rsplit(".", 1)[-1]
+            with open(spec.origin, "rb") as fh:
+                self.data = fh.read()
         else:
-            args.append(a)
-    if case.expect_shape is not None:
-        nbytes = 4 * int(torch.Size(case.expect_shape).numel())
-    return {"key": case.key, "args": args, "kwargs": dict(case.kwargs), "repeat": case.repeat,
-            "interleave": case.interleave, "all_configs": case.all_configs, "order": case.order,
-            "expect_nbytes": nbytes, "expect_shape": tuple(case.expect_shape) if case.expect_shape is not None else None}
+            with open(spec.origin, "rb") as fh:
+                self.source_hash = hashlib.sha256(fh.read()).hexdigest()
+
+    @property
+    def sha256(self) -> str | None:
+        return hashlib.sha256(self.data).hexdigest() if self.data is not None else getattr(self, "source_hash", None)
+
+    def wire(self, lib_dir: str) -> dict:
+        file = f"{lib_dir}/{self.module}.py" if self.data is not None else None
+        return {"module": self.module, "file": file, "attr": self.attr}
+
+    @property
+    def source_key(self):
+        return ("file", self.module, self.sha256) if self.data is not None else ("module", self.module)
 
 
-class SandboxOutcome(dict):
-    """kind: result | load_error | child_error | timeout | crash; plus results, fingerprint, ..."""
+def _inside_python_environment(path: str) -> bool:
+    real = os.path.realpath(path)
+    return any(real.startswith(root.rstrip("/") + "/") for root in isolation._python_roots()) or \
+        real.startswith("/usr/")
 
 
-def run_in_sandbox(impl, cases: list[Case], *, device="cpu", flags=None, time_limit_s=60.0,
-                   memory_limit_mb=4096, reference=None, progress=None) -> SandboxOutcome:
-    """Run every case of one contract run in one fresh child. Never raises for candidate misbehaviour."""
-    if callable(impl) and not isinstance(impl, str):
-        try:
-            pickle.dumps(impl)
-        except Exception as exc:  # noqa: BLE001
-            raise TypeError(f"implementation {describe_impl(impl)} cannot be sent to the sandbox ({exc}); "
-                            "pass a module-level function or a 'package.module:function' string") from None
-    table, index = [], {}
-    payload = pickle.dumps({
-        "impl": impl, "device": device, "flags": flags or {}, "memory_limit_mb": memory_limit_mb,
-        "cases": [encode_case(c, table, index) for c in cases], "tensors": table, "reference": reference,
-        "cuda_memory_fraction": float(os.environ.get("KC_CUDA_MEMORY_FRACTION", "0") or 0) or None,
-    }, protocol=pickle.HIGHEST_PROTOCOL)
-    ctx = _context()
-    parent_conn, child_conn = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child_main, args=(child_conn, payload), daemon=True)
-    t0 = time.monotonic()
-    _start(proc)
-    child_conn.close()
-    # until the child says it is alive, allow for starting the forkserver (one torch import, slow on a loaded
-    # machine); from then on the contract's time limit applies to loading and running the candidate
-    deadline = t0 + max(STARTUP_LIMIT_S, float(time_limit_s))
-    started = False
-    outcome = None
-    try:
+# ------------------------------------------------------------------------------------------------ session
+class _StderrTail(threading.Thread):
+    """Forwards the sandbox's stderr (the candidate's prints) to ours, up to a cap, and keeps the tail for reasons."""
+
+    def __init__(self, stream):
+        super().__init__(daemon=True)
+        self.stream, self.tail, self.forwarded = stream, b"", 0
+
+    def run(self):
+        for chunk in iter(lambda: self.stream.read1(65536), b""):
+            self.tail = (self.tail + chunk)[-4096:]
+            if self.forwarded < STDERR_FORWARD_BYTES:
+                part = chunk[:STDERR_FORWARD_BYTES - self.forwarded]
+                self.forwarded += len(part)
+                try:
+                    sys.stderr.write(part.decode(errors="replace"))
+                    sys.stderr.flush()
+                except (OSError, ValueError):
+                    pass
+
+
+class SandboxSession:
+    """One sandbox for the given implementations (the candidate and, where a protocol needs it, the trusted
+    reference): started on first use, one fresh child per :meth:`run`, restarted if a run had to kill it."""
+
+    def __init__(self, impls: list[StagedImpl], device: str = "cpu"):
+        self.device, self.impls = device, impls
+        self.mode = isolation.policy()
+        self.proc = None
+        # staged copies, world-readable whatever the checkout's or the artifact store's permissions: the sandbox's
+        # uid must read them, and the bytes hashed are the bytes run
+        self._root = tempfile.mkdtemp(prefix="kc-stage-")
+        self._stage = os.path.join(self._root, "lib")
+        self._program = os.path.join(self._root, "main.py")
+        os.mkdir(self._stage)
+        shutil.copyfile(PROGRAM, self._program)
+        for path, mode in ((self._root, 0o755), (self._stage, 0o755), (self._program, 0o644)):
+            os.chmod(path, mode)
+        used = set()
+        for impl in impls:
+            if impl.data is None:
+                continue
+            name = impl.module
+            while name in used:
+                name = f"{impl.module}_{len(used)}"
+            impl.module = name
+            used.add(name)
+            path = os.path.join(self._stage, name + ".py")
+            with open(path, "wb") as fh:
+                fh.write(impl.data)
+            os.chmod(path, 0o644)
+        self.lib_dir = isolation.LIB_DIR if self.mode == "bubblewrap" else self._stage
+        self.isolation = isolation.describe(self.mode, device)
+
+    # -- lifecycle
+    def start(self):
+        if self.mode == "bubblewrap":
+            problem = isolation.probe(self.device)
+            if problem:
+                raise SandboxUnavailable(f"{problem}. Submitted kernels are not run unisolated unless the operator "
+                                         f"sets {isolation.POLICY_ENV}=none.")
+            argv, env = isolation.bubblewrap_argv(self._program, self._stage, self.device), {}
+        else:
+            self._scratch = tempfile.mkdtemp(prefix="kc-scratch-")
+            argv, env = isolation.unisolated_argv(self._program), isolation.unisolated_env(self._scratch)
+        t0 = time.monotonic()
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     env=env, start_new_session=True, close_fds=True)
+        self._err = _StderrTail(self.proc.stderr)
+        self._err.start()
+        self._sel = selectors.DefaultSelector()
+        self._sel.register(self.proc.stdout, selectors.EVENT_READ)
+        self._buf = bytearray()
+        kind, msg = self._next_frame(t0 + STARTUP_LIMIT_S)
+        if kind != "Z" or not isinstance(msg, dict) or msg.get("kind") != "ready":
+            detail = msg.get("message") if isinstance(msg, dict) else msg
+            self.kill()
+            raise HarnessFailure(f"the kernel sandbox did not start ({detail or 'no answer'}); "
+                                 f"stderr: {self._err.tail.decode(errors='replace').strip()[-500:]}")
+        self.isolation = dict(self.isolation, sandbox_uid=msg.get("uid"), startup_s=round(time.monotonic() - t0, 3))
+
+    def kill(self):
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            self.proc.kill()
+        if self.proc is not None:
+            self.proc.wait()
+            for stream in (self.proc.stdin, self.proc.stdout):
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+        self.proc = None
+
+    def close(self):
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                self.proc.stdin.write(frame(b"P", pickle.dumps({"kind": "quit"})))
+                self.proc.stdin.flush()
+                self.proc.wait(5)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self.kill()
+        shutil.rmtree(self._root, ignore_errors=True)
+        if getattr(self, "_scratch", None):
+            shutil.rmtree(self._scratch, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- framing
+    def _next_frame(self, deadline):
+        """The next (tag, message) from the zygote: ("Z", dict) or ("C", bytes); ("EOF", None) when it is gone,
+        ("TIMEOUT", None) past the deadline."""
         while True:
+            if len(self._buf) >= 9:
+                tag, size = bytes(self._buf[:1]), U64.unpack(self._buf[1:9])[0]
+                if size > MAX_MESSAGE_BYTES + 64:
+                    return "EOF", f"oversized frame ({size} bytes)"
+                if len(self._buf) >= 9 + size:
+                    body = bytes(self._buf[9:9 + size])
+                    del self._buf[:9 + size]
+                    if tag == b"Z":
+                        return "Z", pickle.loads(body)  # the zygote is trusted code that no candidate ran in
+                    return "C", body
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                msg = (f"no result within the time limit of {time_limit_s:g} s" if started else
-                       f"the sandbox process did not start within {STARTUP_LIMIT_S:g} s")
-                outcome = SandboxOutcome(kind="timeout", error={"type": "Timeout", "message": msg})
-                break
-            if parent_conn.poll(min(remaining, 0.5)):
-                try:
-                    msg = _loads_untrusted(parent_conn.recv_bytes())
-                except EOFError:
-                    proc.join(2)
-                    outcome = SandboxOutcome(kind="crash", error=_crash_error(proc))
-                    break
-                except pickle.UnpicklingError as exc:
-                    outcome = SandboxOutcome(kind="crash", error={"type": "ProtocolViolation", "message": str(exc)})
-                    break
-                if not isinstance(msg, dict):
-                    outcome = SandboxOutcome(kind="crash", error={"type": "ProtocolViolation",
-                                                                  "message": "malformed message from the sandbox"})
-                    break
-                if msg.get("kind") == "alive" and not started:
-                    started = True
-                    deadline = time.monotonic() + float(time_limit_s)
-                    continue
-                if msg.get("kind") == "progress":
-                    if progress:
-                        progress(msg["done"], msg["total"])
-                    continue
-                outcome = SandboxOutcome(msg)
-                break
-            if not proc.is_alive() and not parent_conn.poll(0):
-                proc.join(1)
-                outcome = SandboxOutcome(kind="crash", error=_crash_error(proc))
-                break
-    finally:
-        _kill_group(proc)
-        proc.join(5)
-        parent_conn.close()
-    outcome["wall_s"] = time.monotonic() - t0
-    return outcome
+                return "TIMEOUT", None
+            if self._sel.select(min(remaining, 0.5)):
+                data = os.read(self.proc.stdout.fileno(), 1 << 20)
+                if not data:
+                    return "EOF", None
+                self._buf += data
 
-
-def _start(proc):
-    """Start the child even from a daemonic worker process (Celery's prefork pool marks its workers daemonic
-    and multiprocessing refuses children there). Our child is always joined or killed by us, so lifting the
-    flag for the duration of start() does not leak processes."""
-    cur = mp.current_process()
-    was = cur._config.get("daemon")  # noqa: SLF001
-    if was:
-        cur._config["daemon"] = False  # noqa: SLF001
-    try:
-        with _child_environment():
-            proc.start()
-    finally:
-        if was:
-            cur._config["daemon"] = was  # noqa: SLF001
-
-
-# What a candidate's process may find in its environment: what Python, torch and the GPU stack read. Everything else
-# the worker has — database, broker and cache URLs, secret and signing keys, cloud credentials — is left out.
-CHILD_ENV_NAMES = {"PATH", "HOME", "USER", "LANG", "LANGUAGE", "TZ", "TMPDIR", "VIRTUAL_ENV", "LD_LIBRARY_PATH"}
-CHILD_ENV_PREFIXES = ("PYTHON", "LC_", "CUDA_", "NVIDIA_", "CUBLAS_", "CUDNN_", "NCCL_", "OMP_", "MKL_", "OPENBLAS_",
-                      "KMP_", "TORCH_", "PYTORCH_", "TORCHINDUCTOR_", "TRITON_", "HIP_", "ROCM_", "KC_")
-
-
-def _child_may_see(name: str) -> bool:
-    return name in CHILD_ENV_NAMES or name.startswith(CHILD_ENV_PREFIXES)
-
-
-@contextlib.contextmanager
-def _child_environment():
-    """While a sandbox process starts — spawned, or the forkserver every later child is forked from — the process
-    environment holds the allowlist only, so the candidate's ``os.environ`` and ``/proc/self/environ`` never had the
-    worker's credentials. (Other processes of the same user stay readable through /proc: run conformance workers
-    isolated, docs/security.md.)"""
-    hidden = {k: v for k, v in os.environ.items() if not _child_may_see(k)}
-    for name in hidden:
-        del os.environ[name]
-    try:
-        yield
-    finally:
-        os.environ.update(hidden)
-
-
-def _kill_group(proc):
-    """Kill the child's process group (set up by os.setsid in the child), then the child itself."""
-    import signal
-
-    # only while the child is unreaped (alive, or a zombie only we can reap) is its pid surely still ours
-    if proc.pid is None or not proc.is_alive():
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError, OSError):
-        pass
-    proc.kill()
-
-
-def _crash_error(proc) -> dict:
-    code = proc.exitcode
-    if code is not None and code < 0:
-        import signal
-
+    # -- one contract run
+    def run(self, impl: StagedImpl, cases: list, *, flags=None, time_limit_s=60.0, memory_limit_mb=4096,
+            reference: StagedImpl | None = None, progress=None) -> SandboxOutcome:
+        if self.proc is None or self.proc.poll() is not None:
+            self.start()
+        table, index = [], {}
+        encoded = [encode_case(c, table, index) for c in cases]
+        payload = {"kind": "run", "impl": impl.wire(self.lib_dir), "device": self.device, "flags": flags or {},
+                   "memory_limit_mb": memory_limit_mb, "cases": encoded, "tensors": table,
+                   "reference": reference.wire(self.lib_dir) if reference is not None else None,
+                   "max_files": 256, "max_processes": 256, "max_file_bytes": 64 * 2 ** 20,
+                   "cpu_seconds": int(4 * float(time_limit_s) * (os.cpu_count() or 1)) + 30,
+                   "cuda_memory_fraction": float(os.environ.get("KC_CUDA_MEMORY_FRACTION", "0") or 0) or None}
+        t0 = time.monotonic()
         try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = str(-code)
-        return {"type": "ProcessDied", "message": f"implementation process killed by signal {name}"}
-    return {"type": "ProcessDied", "message": f"implementation process exited with code {code} before reporting"}
+            self.proc.stdin.write(frame(b"P", pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)))
+            self.proc.stdin.flush()
+        except OSError as exc:
+            self.kill()
+            raise HarnessFailure(f"could not hand the cases to the kernel sandbox: {exc}") from exc
+        outcome = self._collect(encoded, time_limit_s, progress)
+        outcome["wall_s"] = time.monotonic() - t0
+        outcome["isolation"] = self.isolation
+        outcome["impl_hash"] = impl.sha256
+        outcome["encoded_cases"] = encoded
+        outcome["tensor_table"] = table
+        return outcome
+
+    def _collect(self, encoded, time_limit_s, progress) -> SandboxOutcome:
+        """Read the child's stream until the zygote reports the child's exit. Before the child's ``environment``
+        message no candidate code exists, so a failure there is the harness's; after it, everything the stream
+        says is the candidate's word and is checked as such."""
+        stream = bytearray()
+        got = {"alive": False, "environment": None, "results": [], "final": None}
+        deadline = time.monotonic() + STARTUP_LIMIT_S
+
+        def stderr_tail():
+            return self._err.tail.decode(errors="replace").strip()[-400:]
+
+        def crash(kind, message, error_type="ProcessDied"):
+            return SandboxOutcome(kind=kind, error={"type": error_type, "message": message},
+                                  results=got["results"], environment=got["environment"])
+
+        while True:
+            tag, msg = self._next_frame(deadline)
+            if tag == "TIMEOUT":
+                self.kill()
+                if not got["alive"]:
+                    raise HarnessFailure(f"the sandbox child did not start within {STARTUP_LIMIT_S:g} s")
+                return crash("timeout", f"no result within the time limit of {time_limit_s:g} s", "Timeout")
+            if tag == "EOF":
+                self.kill()
+                if got["environment"] is None:
+                    raise HarnessFailure(f"the kernel sandbox exited before the implementation was loaded"
+                                         f"{' (' + msg + ')' if msg else ''}; stderr: {stderr_tail()}")
+                return crash("crash", "the sandbox was torn down from inside while the implementation ran")
+            if tag == "Z":
+                if msg.get("kind") != "exit":
+                    continue
+                if got["environment"] is None:
+                    raise HarnessFailure(f"the sandbox child died before the implementation was loaded "
+                                         f"(exit {msg.get('exit_code')}, signal {msg.get('signal')}); "
+                                         f"stderr: {stderr_tail()}")
+                resources = {"maxrss_kb": msg.get("maxrss_kb"), "cpu_s": msg.get("cpu_s")}
+                final = got["final"]
+                if final is None:
+                    sig = msg.get("signal")
+                    reason = (f"implementation process killed by signal {_signal_name(sig)}" if sig else
+                              f"implementation process exited with code {msg.get('exit_code')} before reporting")
+                    return SandboxOutcome(crash("crash", reason), resources=resources)
+                out = SandboxOutcome(kind=final["kind"], results=got["results"], environment=got["environment"],
+                                     resources=resources)
+                if final["kind"] == "result":
+                    out["flags_after"] = final.get("flags_after")
+                else:
+                    out["error"] = _error_dict(final.get("error"))
+                return out
+            stream += msg
+            while len(stream) >= 8:
+                size = U64.unpack(stream[:8])[0]
+                if size > MAX_MESSAGE_BYTES:
+                    self.kill()
+                    return crash("crash", f"a message of {size} bytes from the sandbox exceeds the "
+                                          f"{MAX_MESSAGE_BYTES} byte cap", "ProtocolViolation")
+                if len(stream) < 8 + size:
+                    break
+                body = bytes(stream[8:8 + size])
+                del stream[:8 + size]
+                try:
+                    m = _loads_untrusted(body)
+                    if not isinstance(m, dict) or not isinstance(m.get("kind"), str):
+                        raise ValueError("not a message")
+                except Exception as exc:  # noqa: BLE001 - whatever the candidate wrote into the channel
+                    self.kill()
+                    return crash("crash", f"malformed message from the sandbox: {exc}", "ProtocolViolation")
+                kind = m["kind"]
+                if kind == "alive" and not got["alive"]:
+                    got["alive"] = True
+                    deadline = time.monotonic() + float(time_limit_s)
+                elif kind in ("environment", "harness_error") and got["environment"] is None:
+                    if kind == "harness_error":
+                        self.kill()
+                        raise HarnessFailure(f"the sandbox child could not prepare the run: "
+                                             f"{_error_dict(m.get('error'))['message']}")
+                    got["environment"] = {"flags": m.get("flags"), "memory_cap_bytes": m.get("memory_cap_bytes")}
+                elif got["environment"] is None:
+                    self.kill()
+                    return crash("crash", f"unexpected {kind!r} message before the run started", "ProtocolViolation")
+                elif kind == "case" and isinstance(m.get("result"), dict):
+                    got["results"].append(m["result"])
+                elif kind == "progress":
+                    if progress and isinstance(m.get("done"), int) and isinstance(m.get("total"), int):
+                        progress(min(m["done"], len(encoded)), len(encoded))
+                elif kind == "done" and got["final"] is None:
+                    got["final"] = {"kind": "result", "flags_after": m.get("flags_after")}
+                elif kind in ("load_error", "child_error") and got["final"] is None:
+                    got["final"] = {"kind": kind, "error": m.get("error")}
+
+
+def _error_dict(err) -> dict:
+    err = err if isinstance(err, dict) else {}
+    return {"type": str(err.get("type", "Error"))[:100], "message": str(err.get("message", ""))[:500],
+            "where": str(err.get("where", ""))[:200]}
+
+
+def _signal_name(sig) -> str:
+    try:
+        return signal.Signals(int(sig)).name
+    except (ValueError, TypeError):
+        return str(sig)
+
+
+class SessionPool:
+    """The sandboxes of one job, one per implementation file (and trusted reference), closed together."""
+
+    def __init__(self):
+        self._sessions = {}
+
+    def session(self, impl: StagedImpl, reference: StagedImpl | None, device: str) -> SandboxSession:
+        key = (impl.source_key, reference.source_key if reference is not None else None, device)
+        if key not in self._sessions:
+            self._sessions[key] = SandboxSession([impl] + ([reference] if reference is not None else []), device)
+        return self._sessions[key]
+
+    def close(self):
+        for s in self._sessions.values():
+            s.close()
+        self._sessions.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def run_in_sandbox(impl, cases: list, *, device="cpu", flags=None, time_limit_s=60.0, memory_limit_mb=4096,
+                   reference=None, progress=None, pool: SessionPool | None = None) -> SandboxOutcome:
+    """Run every case of one contract run in one fresh child of a sandbox. Never raises for candidate
+    misbehaviour (that is a timeout/crash/load_error outcome); raises :class:`HarnessFailure` (or
+    :class:`SandboxUnavailable`) when the harness itself cannot run."""
+    if callable(impl) and "<" in (getattr(impl, "__qualname__", "") or "<"):
+        raise TypeError(f"implementation {describe_impl(impl)} cannot be sent to the sandbox (not importable by "
+                        "name); pass a module-level function or a 'package.module:function' string")
+    try:
+        staged = impl if isinstance(impl, StagedImpl) else StagedImpl(impl)
+    except (OSError, ImportError, ValueError) as exc:
+        return SandboxOutcome(kind="load_error", error={"type": type(exc).__name__, "message": str(exc)[:500],
+                                                        "where": ""}, results=[], environment=None)
+    ref = None if reference is None else (reference if isinstance(reference, StagedImpl) else StagedImpl(reference))
+    if pool is not None:
+        return pool.session(staged, ref, device).run(staged, cases, flags=flags, time_limit_s=time_limit_s,
+                                                     memory_limit_mb=memory_limit_mb, reference=ref,
+                                                     progress=progress)
+    with SandboxSession([staged] + ([ref] if ref is not None else []), device) as session:
+        return session.run(staged, cases, flags=flags, time_limit_s=time_limit_s, memory_limit_mb=memory_limit_mb,
+                           reference=ref, progress=progress)

@@ -1,0 +1,125 @@
+"""Attacks a submitted kernel could try from inside the sandbox. The containment tests copy this file next to a
+header that names the host's canaries (``CANARY_FILES``, ``CANARY_TEXT``, ``HOST_PORT``, ``TEST_PID``,
+``WRITE_TARGET``) and submit it as a kernel; each probe returns True when the attack *worked*. The kernel raises
+with the names of the attacks that worked, so the verdict's reason carries them (an empty list: all contained)."""
+import os
+import socket
+import subprocess
+import sys
+
+import torch
+
+CANARY_FILES: list = []
+CANARY_TEXT = ""
+HOST_PORT = 0
+TEST_PID = 0
+WRITE_TARGET = ""
+MARKER = "kc-attack-daemon"
+
+
+def _reads_a_canary():
+    for path in CANARY_FILES:
+        try:
+            with open(path) as fh:
+                if CANARY_TEXT in fh.read():
+                    return True
+        except OSError:
+            pass
+    return False
+
+
+def _sees_secrets_in_environment():
+    names = ("DATABASE_URL", "AUDIT_SECRET_KEY", "AUDIT_SIGNING_KEY", "AUDIT_SIGNING_KEY_FILE", "CELERY_BROKER_URL",
+             "REDIS_URL", "KC_HIDDEN_SEED_KEY")
+    return any(n in os.environ for n in names) or any(k.startswith("KC_") for k in os.environ) or \
+        CANARY_TEXT in repr(dict(os.environ))
+
+
+def _snoops_proc():
+    leaked = False
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        for name in ("environ", "cmdline"):
+            try:
+                with open(f"/proc/{d}/{name}", "rb") as fh:
+                    leaked |= CANARY_TEXT.encode() in fh.read()
+            except OSError:
+                pass
+    return leaked or os.path.exists(f"/proc/{TEST_PID}/cmdline") and TEST_PID > 3
+
+
+def _connects(host, port):
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def _reaches_the_network():
+    unix = False
+    for path in ("/var/run/postgresql/.s.PGSQL.5432", "/run/postgresql/.s.PGSQL.5432"):
+        try:
+            s = socket.socket(socket.AF_UNIX)
+            s.settimeout(1)
+            s.connect(path)
+            unix = True
+        except OSError:
+            pass
+    return unix or any(_connects("127.0.0.1", p) for p in (HOST_PORT, 5432, 6379, 5672))
+
+
+def _writes_outside():
+    try:
+        with open(WRITE_TARGET, "w") as fh:
+            fh.write("pwned")
+        return True
+    except OSError:
+        return False
+
+
+def _signals_the_host():
+    try:
+        os.kill(TEST_PID, 0)  # only probes: a visible pid would already be a failure of the boundary
+        return True
+    except OSError:
+        return False
+
+
+def _is_privileged():
+    if os.getuid() == 0 or os.geteuid() == 0:
+        return True
+    try:
+        os.setuid(0)
+        return True
+    except OSError:
+        return False
+
+
+def _leaves_a_daemon():
+    """Start a detached sleeper with a marker; the test checks afterwards that nothing with the marker survives."""
+    subprocess.Popen([sys.executable, "-c", "import os, time; os.setsid(); time.sleep(120)", MARKER],
+                     start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return False
+
+
+def _sees_the_harness():
+    return any(m == "workers" or m.startswith(("workers.", "audit_portal")) for m in sys.modules)
+
+
+PROBES = [_reads_a_canary, _sees_secrets_in_environment, _snoops_proc, _reaches_the_network, _writes_outside,
+          _signals_the_host, _is_privileged, _leaves_a_daemon, _sees_the_harness]
+
+
+def gather_rows(data, idx):
+    worked = [p.__name__.lstrip("_") for p in PROBES if p()]
+    raise RuntimeError("ATTACKS " + ",".join(worked) + " END")
+
+
+def gather_then_kill_everything(data, idx):
+    """kill(-1): every process this uid can signal. Must end in a verdict, and harm nothing outside."""
+    import signal
+
+    os.kill(-1, signal.SIGKILL)
+    return torch.index_select(data, 0, idx)

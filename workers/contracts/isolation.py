@@ -1,0 +1,177 @@
+"""How a submitted kernel is contained: the bubblewrap command line, and the operator's policy when it cannot be built.
+
+The boundary is the operating system's, built with bubblewrap (Debian package ``bubblewrap``):
+
+* new pid, network, IPC, UTS and mount namespaces (and a user namespace when the worker is not root): no network
+  at all (only a loopback of its own), no view of other processes, no way to signal the worker;
+* a root filesystem made of read-only binds of ``/usr`` and the Python environment (``sys.prefix`` and
+  ``sys.base_prefix``), the sandbox program and the one staged implementation file — no artifact store, no
+  signing key, no project checkout, no ``/etc`` beyond the dynamic linker's cache;
+* a private, size-capped tmpfs for ``/tmp``, a minimal ``/dev``, a ``/proc`` of its own pid namespace;
+* an unprivileged uid (``AUDIT_SANDBOX_UID``, default 65534): a root worker drops to it with ``setpriv`` (no
+  capabilities, empty bounding set, no-new-privileges) after bubblewrap has built the mounts; a non-root worker
+  maps it in a user namespace;
+* an environment built from scratch (``--clearenv``): no database, broker or signing credentials, no
+  ``KC_*`` variables; only what Python and the numeric libraries read;
+* ``--die-with-parent``: if the worker dies, the sandbox dies; and when the pid namespace's first process exits
+  every descendant is killed by the kernel, so nothing survives a run.
+
+``AUDIT_KERNEL_ISOLATION`` is the operator's choice: ``bubblewrap`` (default) refuses to run submitted code when the
+sandbox cannot be created; ``none`` explicitly allows the unisolated mode (a plain subprocess with a cleared
+environment) and every verdict then records that it ran unisolated.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+POLICY_ENV = "AUDIT_KERNEL_ISOLATION"
+UID_ENV = "AUDIT_SANDBOX_UID"
+POLICIES = ("bubblewrap", "none")
+APP_PATH = "/opt/app/main.py"      # the sandbox program, as the candidate sees it
+LIB_DIR = "/opt/lib"               # the staged implementation module(s)
+TMP_BYTES = 256 * 2 ** 20
+# what Python and the numeric libraries may read; nothing else of the worker's environment enters the sandbox
+PASSED_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
+              "CUDA_VISIBLE_DEVICES", "CUBLAS_WORKSPACE_CONFIG", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
+              "LD_LIBRARY_PATH", "LANG", "LC_ALL")
+
+
+class SandboxUnavailable(RuntimeError):
+    """The sandbox cannot be created here and the operator has not allowed unisolated runs."""
+
+
+def policy() -> str:
+    value = os.environ.get(POLICY_ENV, "bubblewrap").strip().lower() or "bubblewrap"
+    if value not in POLICIES:
+        raise SandboxUnavailable(f"{POLICY_ENV}={value!r} is not one of {', '.join(POLICIES)}")
+    return value
+
+
+def sandbox_uid() -> int:
+    return int(os.environ.get(UID_ENV, "65534"))
+
+
+def _python_roots() -> list[str]:
+    """The directories the interpreter and its packages live in (bound read-only, each once)."""
+    roots = []
+    for p in (sys.prefix, sys.base_prefix, os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix),
+              os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))):
+        p = os.path.realpath(p) if os.path.islink(p) else p
+        if p and os.path.isdir(p) and not p.startswith("/usr/") and p != "/usr" and p not in roots:
+            roots.append(p)
+    # a root nested in another needs no bind of its own
+    return [p for p in roots if not any(p != q and p.startswith(q.rstrip("/") + "/") for q in roots)]
+
+
+def _system_dirs() -> list[str]:
+    args = ["--ro-bind", "/usr", "/usr"]
+    for d in ("/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"):
+        if os.path.islink(d):
+            args += ["--symlink", os.readlink(d), d]
+        elif os.path.isdir(d):
+            args += ["--ro-bind", d, d]
+    for f in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d"):
+        args += ["--ro-bind-try", f, f]
+    return args
+
+
+def _parents(path: str, made: set) -> list[str]:
+    """Directories above a bind target, created traversable (bubblewrap would create them 0700 as root, and the
+    sandbox's unprivileged uid could not reach what is bound below them)."""
+    args, parts = [], path.strip("/").split("/")[:-1]
+    for i in range(1, len(parts) + 1):
+        d = "/" + "/".join(parts[:i])
+        if d not in made:
+            made.add(d)
+            args += ["--perms", "0755", "--dir", d]
+    return args
+
+
+def _gpu_devices() -> list[str]:
+    args = []
+    for dev in sorted(Path("/dev").glob("nvidia*")):
+        args += ["--dev-bind-try", str(dev), str(dev)]
+    if args:
+        args += ["--ro-bind-try", "/sys", "/sys"]
+    return args
+
+
+def _env_args() -> list[str]:
+    args = ["--clearenv", "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp", "--setenv", "PATH", "/usr/bin:/bin",
+            "--setenv", "PYTHONDONTWRITEBYTECODE", "1"]
+    for name in PASSED_ENV:
+        if name in os.environ:
+            args += ["--setenv", name, os.environ[name]]
+    return args
+
+
+def bubblewrap_argv(program: str | None, lib_dir: str | None, device: str, command: list[str] | None = None) -> list[str]:
+    """The command that starts ``command`` (default: the sandbox program, bound at APP_PATH) under bubblewrap."""
+    bwrap = shutil.which("bwrap")
+    if not bwrap:
+        raise SandboxUnavailable("bubblewrap is not installed (Debian: apt-get install bubblewrap); set "
+                                 f"{POLICY_ENV}=none to run submitted kernels unisolated")
+    uid = sandbox_uid()
+    as_root = os.geteuid() == 0
+    argv = [bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net", "--unshare-ipc",
+            "--unshare-uts", "--unshare-cgroup-try"]
+    if not as_root:
+        argv += ["--unshare-user", "--uid", str(uid), "--gid", str(uid), "--cap-drop", "ALL"]
+    argv += _system_dirs()
+    made = set()
+    for root in _python_roots():
+        argv += _parents(root, made) + ["--ro-bind", root, root]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(TMP_BYTES), "--tmpfs", "/tmp"]
+    if program:
+        argv += _parents(APP_PATH, made) + ["--ro-bind", program, APP_PATH]
+    if lib_dir:
+        argv += _parents(LIB_DIR, made) + ["--ro-bind", lib_dir, LIB_DIR]
+    if device.startswith("cuda"):
+        argv += _gpu_devices()
+    argv += ["--chdir", "/tmp"] + _env_args() + ["--"]
+    if as_root:  # bubblewrap built the mounts as root; the program itself runs as an unprivileged uid
+        argv += [shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+                 "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs", "--"]
+    return argv + (command or [sys.executable, "-I", "-B", APP_PATH, "--pid-namespace"])
+
+
+def unisolated_argv(program: str) -> list[str]:
+    return [sys.executable, "-I", "-B", program]
+
+
+def unisolated_env(scratch: str) -> dict:
+    env = {"HOME": scratch, "TMPDIR": scratch, "PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"}
+    env.update({k: os.environ[k] for k in PASSED_ENV if k in os.environ})
+    return env
+
+
+@functools.lru_cache(maxsize=4)
+def probe(device: str = "cpu") -> str | None:
+    """None when bubblewrap can build this sandbox here (namespaces, binds, the uid drop), else why not; cached per
+    process."""
+    try:
+        argv = bubblewrap_argv(None, None, device, command=[sys.executable, "-I", "-c", "pass"])
+        done = subprocess.run(argv, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+    except SandboxUnavailable as exc:
+        return str(exc)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bubblewrap could not be started: {exc}"
+    if done.returncode != 0:
+        return f"bubblewrap cannot create the sandbox here: {done.stderr.decode(errors='replace').strip()[:300]}"
+    return None
+
+
+def describe(mode: str, device: str) -> dict:
+    """What a verdict records about the isolation it ran under."""
+    if mode == "none":
+        return {"mode": "none", "boundary": "none: operator allowed unisolated runs "
+                                            f"({POLICY_ENV}=none); the kernel ran with the worker's user and network"}
+    return {"mode": "bubblewrap", "uid": sandbox_uid(), "network": "none",
+            "namespaces": ["pid", "net", "ipc", "uts", "mount"] + ([] if os.geteuid() == 0 else ["user"]),
+            "filesystem": "read-only Python environment and the submitted module; private tmpfs",
+            "device": device}

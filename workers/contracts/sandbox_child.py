@@ -1,0 +1,482 @@
+"""The program that runs inside the kernel sandbox: a zygote that forks one child per contract run.
+
+This file is self-contained on purpose: inside the sandbox it is started as a plain script (``python -I main.py``)
+and imports only the standard library and torch — no module of this project, so a submitted kernel finds no
+harness package in ``sys.modules`` and no secret to read. The parent (``sandbox.py``) imports it as a module only
+for the codec and :func:`fill_tensor`, so both sides build the same bytes.
+
+Roles (docs/contracts.md, "Isolation"):
+
+* **zygote** — starts, imports torch (never runs an op: no thread pool, no CUDA context to inherit), marks itself
+  non-dumpable (a candidate running as the same uid cannot ptrace it), says ``ready`` and then, per run request
+  from the parent, forks a child, relays the child's byte stream to the parent, and when the child has exited
+  kills every other process of the sandbox (daemons a candidate left behind), empties the private /tmp and
+  reports the child's exit status.
+* **child** — closes the zygote's channels, sets its resource limits, applies the numeric flags, reports the
+  environment *before* any candidate code exists, loads the candidate, runs the cases and ships raw bytes back:
+  every launch's output and every input after the calls. It computes no hash and decides nothing; the parent
+  does all of that from the bytes.
+
+Wire: parent -> zygote frames are ``b"P" + u64 length + pickle`` (trusted: the parent built them). Zygote ->
+parent frames are ``b"Z" + u64 length + pickle`` (the zygote's own reports) or ``b"C" + u64 length + bytes``
+(a raw slice of the child's stream). The child's stream is a sequence of ``u64 length + pickle`` messages made
+of primitives only; the parent reads it as untrusted (restricted unpickler, size caps).
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import pickle
+import struct
+import sys
+import time
+
+import torch
+
+U64 = struct.Struct("<Q")
+DTYPES = {str(d).replace("torch.", ""): d for d in (
+    torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
+    torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128)}
+_INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64, 16: torch.int64}
+
+# Captured before any candidate code runs: a kernel that reassigns these attributes at import time does not
+# change what the child uses to copy bytes out or to talk to the zygote.
+_detach, _to, _contiguous = torch.Tensor.detach, torch.Tensor.to, torch.Tensor.contiguous
+_storage, _set, _numpy = torch.Tensor.untyped_storage, torch.Tensor.set_, torch.Tensor.numpy
+_stride, _offset = torch.Tensor.stride, torch.Tensor.storage_offset
+_empty, _frombuffer, _as_strided, _full = torch.empty, torch.frombuffer, torch.as_strided, torch.full
+_dumps, _loads, _write, _read = pickle.dumps, pickle.loads, os.write, os.read
+_Tensor, _perf = torch.Tensor, time.perf_counter
+
+
+# --------------------------------------------------------------------------------------------------- codec
+def encode_tensor(t) -> tuple:
+    """Primitive-only encoding that keeps strides: ``("__tensor__", dtype, shape, stride, offset, raw storage)``."""
+    t = _detach(t)
+    if t.device.type != "cpu":
+        t = _to(t, "cpu")
+    dt = str(t.dtype).replace("torch.", "")
+    if dt not in DTYPES:
+        raise TypeError(f"unsupported dtype {t.dtype}")
+    storage = _storage(t)
+    raw = bytes(_numpy(_set(_empty(0, dtype=torch.uint8), storage)).tobytes()) if storage.nbytes() else b""
+    return ("__tensor__", dt, tuple(t.shape), tuple(_stride(t)), int(_offset(t)), raw)
+
+
+def decode_tensor(enc):
+    _, dt, shape, stride, offset, raw = enc
+    dtype = DTYPES[dt]
+    if not raw:
+        return _empty(shape, dtype=dtype)
+    base = _frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype)
+    return _as_strided(base, shape, stride, offset)
+
+
+def fill_tensor(shape, dtype, spec: dict):
+    """The initial content of a destination buffer (and of freed memory before a call). The parent chooses a
+    different pattern per launch — NaN, random bit patterns (what uninitialised memory looks like), large random
+    values, a large constant — so an output that is never written, or written only in part, cannot look like a
+    result, and a kernel cannot recognise the harness by always finding NaN."""
+    n = 1
+    for s in shape:
+        n *= int(s)
+    pattern = spec.get("pattern", "nan")
+    g = torch.Generator().manual_seed(int(spec.get("seed", 0)))
+    if pattern == "bits" and dtype.is_floating_point:
+        width = torch.finfo(dtype).bits // 8
+        raw = torch.randint(0, 256, (n * width,), generator=g, dtype=torch.int64).to(torch.uint8)
+        return raw.view(_INT_VIEW[width]).view(dtype).reshape(shape).clone()
+    if pattern == "normal" and dtype.is_floating_point:
+        scale = float(spec.get("scale", 1e4))
+        return (torch.randn(n, generator=g, dtype=torch.float64) * scale).to(dtype).reshape(shape)
+    if pattern == "const" or not dtype.is_floating_point:
+        value = spec.get("value", -7.0e4) if dtype.is_floating_point else int(spec.get("int_value", -77))
+        if dtype == torch.bool:
+            value = True
+        return _full(shape, value, dtype=dtype)
+    return _full(shape, float("nan"), dtype=dtype)
+
+
+# ---------------------------------------------------------------------------------------------- framing
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = _write(fd, view)
+        view = view[n:]
+
+
+def read_exact(fd: int, n: int) -> bytes | None:
+    chunks, need = [], n
+    while need:
+        b = _read(fd, min(need, 1 << 20))
+        if not b:
+            return None
+        chunks.append(b)
+        need -= len(b)
+    return b"".join(chunks)
+
+
+def frame(tag: bytes, body: bytes) -> bytes:
+    return tag + U64.pack(len(body)) + body
+
+
+# ------------------------------------------------------------------------------------------------ child
+def _exc_info(exc: BaseException) -> dict:
+    import traceback
+
+    tb = traceback.extract_tb(exc.__traceback__)
+    where = f"{os.path.basename(tb[-1].filename)}:{tb[-1].lineno}" if tb else ""
+    return {"type": type(exc).__name__, "message": str(exc)[:500], "where": where}
+
+
+def apply_flags(flags: dict) -> None:
+    """Numeric-environment flags of the contract's precondition, or the deployment's (KC-A)."""
+    cuda = torch.backends.cuda.matmul
+    setters = {
+        "allow_tf32": lambda v: (setattr(cuda, "allow_tf32", bool(v)), setattr(torch.backends.cudnn, "allow_tf32", bool(v))),
+        "float32_matmul_precision": lambda v: torch.set_float32_matmul_precision(str(v)),
+        "flush_denormal": lambda v: torch.set_flush_denormal(bool(v)),
+        "deterministic_algorithms": lambda v: torch.use_deterministic_algorithms(bool(v), warn_only=False),
+        "cudnn_benchmark": lambda v: setattr(torch.backends.cudnn, "benchmark", bool(v)),
+        "allow_fp16_reduced_precision_reduction": lambda v: setattr(cuda, "allow_fp16_reduced_precision_reduction", bool(v)),
+        "allow_bf16_reduced_precision_reduction": lambda v: setattr(cuda, "allow_bf16_reduced_precision_reduction", bool(v)),
+        "num_threads": lambda v: torch.set_num_threads(int(v)),
+        "allow_hf32": lambda v: None,  # torch_npu only; recorded as requested
+    }
+    for k, v in (flags or {}).items():
+        if k not in setters:
+            raise ValueError(f"unknown environment flag {k!r}")
+        setters[k](v)
+
+
+def numeric_flags() -> dict:
+    x = torch.tensor([2.0 ** -140], dtype=torch.float32)
+    m = torch.backends.cuda.matmul
+    return {"allow_tf32_matmul": bool(m.allow_tf32), "allow_tf32_cudnn": bool(torch.backends.cudnn.allow_tf32),
+            "float32_matmul_precision": torch.get_float32_matmul_precision(),
+            "allow_fp16_reduced_precision_reduction": bool(m.allow_fp16_reduced_precision_reduction),
+            "allow_bf16_reduced_precision_reduction": bool(m.allow_bf16_reduced_precision_reduction),
+            "deterministic_algorithms": bool(torch.are_deterministic_algorithms_enabled()),
+            "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+            "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
+            "ftz_daz": float(x * torch.tensor([1.5], dtype=torch.float32)) == 0.0,
+            "num_threads": int(torch.get_num_threads()),
+            "CUBLAS_WORKSPACE_CONFIG": os.environ.get("CUBLAS_WORKSPACE_CONFIG")}
+
+
+def _set_limits(p: dict) -> int | None:
+    import resource
+
+    for name, value in (("RLIMIT_NOFILE", p.get("max_files")), ("RLIMIT_NPROC", p.get("max_processes")),
+                        ("RLIMIT_FSIZE", p.get("max_file_bytes")), ("RLIMIT_CORE", 0),
+                        ("RLIMIT_CPU", p.get("cpu_seconds"))):
+        if value is not None and hasattr(resource, name):
+            try:
+                soft, hard = resource.getrlimit(getattr(resource, name))
+                value = int(value) if hard == resource.RLIM_INFINITY else min(int(value), hard)
+                resource.setrlimit(getattr(resource, name), (value, value))
+            except (ValueError, OSError):
+                pass
+    limit_mb = p.get("memory_limit_mb")
+    if not limit_mb or p["device"].startswith("cuda"):
+        return None  # RLIMIT_AS breaks CUDA's virtual reservations; the GPU side uses a memory fraction
+    with open("/proc/self/status") as fh:
+        vm = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmSize:"))
+    cap = vm + int(limit_mb * 2 ** 20)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    return cap
+
+
+def load_callable(ref: dict):
+    """``{"module", "file" or None, "attr"}``: a staged single file, or a module of the Python environment."""
+    import importlib
+    import importlib.util
+
+    if ref.get("file"):
+        spec = importlib.util.spec_from_file_location(ref["module"], ref["file"])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[ref["module"]] = module
+        spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(ref["module"])
+    obj = module
+    for part in ref["attr"].split("."):
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise TypeError(f"{ref['module']}:{ref['attr']} is not callable")
+    return obj
+
+
+def _sync(device):
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()  # all streams of the device
+
+
+def _poison(device: str, nbytes: int, spec: dict) -> None:
+    """Fill memory the allocator is about to hand out again with this launch's pattern, so an output made with
+    ``torch.empty`` and never written carries it. CUDA: the caching allocator reuses a freed block; CPU: malloc
+    reuses recently freed chunks of similar size (best effort)."""
+    n = max(1, nbytes // 4)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        blocks = [fill_tensor((n,), torch.float32, spec).to(device) for _ in range(2)]
+        torch.cuda.synchronize()
+    else:
+        blocks = [fill_tensor((n,), torch.float32, spec) for _ in range(3)]
+    del blocks
+
+
+def _materialise(case_args, device, table):
+    args, out_idx = [], None
+    for i, a in enumerate(case_args):
+        if isinstance(a, tuple) and a and a[0] == "__ref__":
+            a = table[a[1]]
+        if isinstance(a, tuple) and a and a[0] == "__tensor__":
+            t = decode_tensor(a)
+            args.append(_to(t, device) if device != "cpu" else t)
+        elif isinstance(a, tuple) and a and a[0] == "__out__":
+            args.append(a)
+            out_idx = i
+        else:
+            args.append(a)
+    return args, out_idx
+
+
+def run_case(impl, case: dict, device: str, reference, table) -> dict:
+    """Every launch of one case: raw output bytes per launch, and the inputs' bytes after the last launch."""
+    args, out_idx = _materialise(case["args"], device, table)
+    kwargs = dict(case["kwargs"])
+    res = {"key": case["key"], "series": [], "exception": None, "bad_output": None, "times": [], "inputs_after": []}
+    fills = itertools.cycle(case["fills"])  # one pattern per launch, in order (the parent replays the same order)
+
+    def launch(extra, stash):
+        call_args = list(args)
+        spec = next(fills)
+        poison = not stash.get("reference_ran")  # the reversed-order repeat: a naive harness that does not poison
+        if out_idx is not None:
+            _, shape, dt = args[out_idx]
+            if poison:
+                _poison(device, 4 * max(1, int(torch.Size(shape).numel())), spec)
+            buf = stash.pop("reuse", None)
+            if buf is None:
+                buf = _to(fill_tensor(tuple(shape), DTYPES[dt], spec), device)
+            call_args[out_idx] = buf
+        elif case["expect_nbytes"] and poison:
+            _poison(device, case["expect_nbytes"], spec)
+        t0 = _perf()
+        ret = impl(*call_args, **kwargs, **extra)
+        _sync(device)
+        res["times"].append(_perf() - t0)
+        out = call_args[out_idx] if out_idx is not None else ret
+        if not isinstance(out, _Tensor):
+            res["bad_output"] = f"returned {type(out).__name__}, expected a torch.Tensor"
+            return None
+        want = case.get("expect_shape")
+        if want is not None and out.numel() > 4 * int(torch.Size(want).numel()) + 1024:
+            res["bad_output"] = f"shape {tuple(out.shape)}, expected {tuple(want)}"  # never ship a runaway output
+            return None
+        return encode_tensor(out)
+
+    def series(extra):
+        outs = []
+        for r in range(case["repeat"]):
+            stash = {}
+            if case["order"] == "reference_first" and r == 0 and reference is not None:
+                stash["reference_ran"] = True
+                ref_args = list(args)
+                if out_idx is not None:
+                    _, shape, dt = args[out_idx]
+                    buf = _empty(shape, dtype=DTYPES[dt], device=device)
+                    ref_args[out_idx] = buf
+                    reference(*ref_args)
+                    stash["reuse"] = buf  # what a harness that recycles the reference's buffer would pass
+                else:
+                    tmp = reference(*ref_args)
+                    _sync(device)
+                    del tmp  # freed: a candidate that returns stale torch.empty memory may now "pass"
+            enc = launch(extra, stash)
+            if enc is None:
+                break
+            outs.append(enc)
+            if case["interleave"]:  # unrelated work between launches, so scheduling and allocation change
+                junk = torch.randn(int.from_bytes(os.urandom(2), "little") % 4096 + 64, device=device)
+                (junk * 2).sum().item()
+        return outs
+
+    try:
+        configs = [None]
+        if case["all_configs"]:
+            configs += list(getattr(impl, "configs", None) or [])
+        for cfg in configs:
+            outs = series({} if cfg is None else {"config": cfg})
+            res["series"].append({"config": None if cfg is None else repr(cfg)[:200], "outputs": outs})
+            if res["bad_output"]:
+                break
+    except MemoryError as exc:
+        res["exception"] = {"type": "MemoryError", "message": f"memory limit exceeded: {exc}"[:500], "where": ""}
+    except Exception as exc:  # noqa: BLE001 - any failure of the candidate is data, not a crash of ours
+        res["exception"] = _exc_info(exc)
+    res["inputs_after"] = [encode_tensor(a) for a in args if isinstance(a, _Tensor)]
+    return res
+
+
+def child_main(out_fd: int, p: dict) -> None:
+    def send(obj):
+        body = _dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        write_all(out_fd, U64.pack(len(body)) + body)
+
+    device = p["device"]
+    send({"kind": "alive"})
+    try:
+        if device.startswith("cuda") and p.get("cuda_memory_fraction"):
+            torch.cuda.set_per_process_memory_fraction(p["cuda_memory_fraction"])
+        cap = _set_limits(p)
+        apply_flags(p.get("flags"))
+        # measured here, before any candidate code exists in this process
+        send({"kind": "environment", "flags": numeric_flags(), "memory_cap_bytes": cap})
+    except BaseException as exc:  # noqa: BLE001 - the harness's own failure, reported as such
+        send({"kind": "harness_error", "error": _exc_info(exc)})
+        return
+    try:
+        impl = load_callable(p["impl"])
+        reference = load_callable(p["reference"]) if p.get("reference") else None
+    except BaseException as exc:  # noqa: BLE001
+        send({"kind": "load_error", "error": _exc_info(exc)})
+        return
+    try:
+        n = len(p["cases"])
+        for i, case in enumerate(p["cases"]):
+            send({"kind": "case", "result": run_case(impl, case, device, reference, p.get("tensors") or ())})
+            send({"kind": "progress", "done": i + 1, "total": n})
+        send({"kind": "done", "flags_after": numeric_flags()})
+    except BaseException as exc:  # noqa: BLE001
+        send({"kind": "child_error", "error": _exc_info(exc)})
+    finally:
+        for stream in (sys.stdout, sys.stderr):  # the candidate's prints reach the log before we exit
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001 - the candidate may have replaced or closed them
+                pass
+
+
+# ----------------------------------------------------------------------------------------------- zygote
+def _set_dumpable(value: int) -> None:
+    """PR_SET_DUMPABLE: 0 on the zygote, so processes of the same uid (a candidate's) may not ptrace it or read
+    its memory."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(4, value, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+    except (OSError, AttributeError):
+        pass
+
+
+def _others_in_namespace() -> list[int]:
+    me = os.getpid()
+    return [int(d) for d in os.listdir("/proc") if d.isdigit() and int(d) not in (1, me)]
+
+
+def _clean_up_after(child_pid: int, alone: bool, scratch: str) -> None:
+    """Nothing the candidate started survives its run. In a pid namespace of our own, ``kill(-1)`` reaches every
+    process but pid 1 and ourselves; otherwise (operator-allowed unisolated mode) only the child's process group."""
+    import shutil
+    import signal
+
+    if alone:
+        deadline = time.monotonic() + 5
+        while _others_in_namespace() and time.monotonic() < deadline:
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except OSError:
+                pass
+            time.sleep(0.01)
+    else:
+        try:
+            os.killpg(child_pid, signal.SIGKILL)
+        except OSError:
+            pass
+    for name in os.listdir(scratch):
+        path = os.path.join(scratch, name)
+        try:
+            shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
+        except OSError:
+            pass
+
+
+def _relay(child_pid: int, r: int) -> int:
+    """Copy the child's stream to the parent until the child exits; return its wait status."""
+    import select
+
+    status = None
+    while status is None:
+        ready, _, _ = select.select([r], [], [], 0.05)
+        if ready:
+            data = os.read(r, 1 << 20)
+            if data:
+                write_all(1, frame(b"C", data))
+                continue
+        pid, st, usage = os.wait4(child_pid, os.WNOHANG)
+        if pid:
+            status = (st, usage.ru_maxrss, usage.ru_utime + usage.ru_stime)
+    return status
+
+
+def _drain(r: int) -> None:
+    """What the child wrote just before it exited. Its descendants are dead in a pid namespace, so EOF comes at
+    once; in unisolated mode a stray writer may hold the pipe open, so stop after a quiet moment."""
+    import select
+
+    while select.select([r], [], [], 0.2)[0]:
+        data = os.read(r, 1 << 20)
+        if not data:
+            return
+        write_all(1, frame(b"C", data))
+
+
+def zygote_main(argv: list[str]) -> None:
+    alone = "--pid-namespace" in argv
+    scratch = os.environ.get("TMPDIR") or "/tmp"
+    if alone and os.getpid() > 3:
+        # kill(-1) is only safe when this process is alone in its pid namespace; refuse rather than guess
+        write_all(1, frame(b"Z", _dumps({"kind": "fatal", "message": f"not in a pid namespace (pid {os.getpid()})"})))
+        return
+    _set_dumpable(0)
+    write_all(1, frame(b"Z", _dumps({"kind": "ready", "pid": os.getpid(), "uid": os.getuid(),
+                                     "torch": torch.__version__})))
+    while True:
+        header = read_exact(0, 9)
+        if header is None or header[:1] != b"P":
+            return
+        body = read_exact(0, U64.unpack(header[1:])[0])
+        if body is None:
+            return
+        payload = _loads(body)
+        if payload.get("kind") == "quit":
+            return
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: nothing of the zygote's channels stays open in it
+            try:
+                os.close(r)
+                devnull = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(devnull, 0)
+                os.dup2(2, 1)  # the candidate's prints go to stderr, never into a channel
+                os.setsid()
+                _set_dumpable(1)  # the child's own /proc files readable by itself again; the zygote stays closed
+                child_main(w, payload)
+            finally:
+                os._exit(0)
+        os.close(w)
+        status, maxrss_kb, cpu_s = _relay(pid, r)
+        _clean_up_after(pid, alone, scratch)
+        _drain(r)
+        os.close(r)
+        write_all(1, frame(b"Z", _dumps({
+            "kind": "exit", "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+            "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+            "maxrss_kb": int(maxrss_kb), "cpu_s": round(float(cpu_s), 3)})))
+
+
+if __name__ == "__main__":
+    zygote_main(sys.argv[1:])
