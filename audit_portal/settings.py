@@ -136,6 +136,9 @@ AUDIT_SIGNING_KEY = os.environ.get("AUDIT_SIGNING_KEY", "")
 AUDIT_SIGNING_KEY_FILE = os.environ.get("AUDIT_SIGNING_KEY_FILE", "")
 AUDIT_SIGNING_KEY_DIR = Path(os.environ.get("AUDIT_SIGNING_KEY_DIR", VAR_DIR / "keys"))
 AUDIT_LOG_ORIGIN = os.environ.get("AUDIT_LOG_ORIGIN", "audit-portal transparency log")
+# Signed checkpoints are also published here, append-only, outside the database (attestations/witness.py);
+# point it at storage the database's operators cannot rewrite. Empty: no witness.
+AUDIT_LOG_WITNESS_DIR = os.environ.get("AUDIT_LOG_WITNESS_DIR", str(VAR_DIR / "witness"))
 
 # --- queue and live progress -----------------------------------------------------------------------
 REDIS_URL = os.environ.get("REDIS_URL", "")

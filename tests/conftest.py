@@ -15,6 +15,8 @@ def _isolated_portal(request, settings, tmp_path):
     from django.test import TransactionTestCase
 
     is_django_testcase = request.cls is not None and issubclass(request.cls, TransactionTestCase)
+    if settings is not None:  # engine test folders override `settings` (no Django there)
+        settings.AUDIT_LOG_WITNESS_DIR = str(tmp_path / "witness")  # the log's append-only witness: per test, like the store
     if is_django_testcase or ("django_db_setup" not in request.fixturenames and not request.node.get_closest_marker("django_db")):
         yield  # Django TestCase classes (the browser tests) configure their own isolation at class level
         return

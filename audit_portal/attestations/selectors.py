@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
-from audit_portal.attestations import statements
+from audit_portal.attestations import statements, witness
 from audit_portal.attestations.keys import key_set
 from audit_portal.attestations.models import Checkpoint, LogEntry, SubjectKind
 from workers.verify import build_bundle, dsse, jcs, merkle, verify_bundle
@@ -67,6 +67,14 @@ def bundle(entry: LogEntry, tree_size: int | None = None, consistency_from: int 
     return out
 
 
+def vcheckpoint_size(envelope: dict) -> int | None:
+    """The tree size a checkpoint envelope states (unverified; the verifier checks its signature)."""
+    try:
+        return int(json.loads(dsse.parse(envelope)[1])["tree_size"])
+    except (dsse.EnvelopeError, ValueError, KeyError, TypeError):
+        return None
+
+
 def subject_object(kind: str, subject_id: int):
     from audit_portal.certificates.models import RunCertificate
     from audit_portal.fidelity.models import FidelityReport
@@ -108,8 +116,16 @@ def verify_entry(entry: LogEntry, *, rehash_files: bool = False) -> Report:
     if rehash_files:
         for name, path in audited_files(entry.subject_kind, obj).items():
             digests[name] = file_sha256(path) if path.is_file() else "missing from the artifact store"
-    # the server trusts the key set it publishes; a rewrite of it shows against the witnessed checkpoints
-    report = verify_bundle(b, file_digests=digests, keys=b["keys"], keys_source="the portal's published key set")
+    # the server trusts the key set it publishes, and checks the log against the latest witnessed checkpoint
+    since, wsize = witness.latest(), None
+    if since is not None:
+        wsize = vcheckpoint_size(since)
+        if wsize and wsize <= b["inclusion_proof"]["tree_size"]:
+            hashes = leaf_hashes(b["inclusion_proof"]["tree_size"])
+            b["consistency_proof"] = {"first": wsize, "second": len(hashes),
+                                      "hashes": [h.hex() for h in merkle.consistency_proof(wsize, hashes)]}
+    report = verify_bundle(b, file_digests=digests, keys=b["keys"], keys_source="the portal's published key set",
+                           since=since)
     if obj is None:
         report.add("record", SKIPPED, f"{entry.subject_kind} {entry.subject_id} is no longer stored "
                                       "(regenerated or deleted); the signed statement is all there is")
@@ -131,23 +147,30 @@ class LogVerification:
     tree_size: int = 0
     entries_checked: int = 0
     checkpoints_checked: int = 0
+    witnessed_checked: int = 0
     root_hash: str = ""
     problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     def problem(self, text: str) -> None:
         self.ok = False
         self.problems.append(text)
+
+    def warn(self, text: str) -> None:
+        self.warnings.append(text)
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
 def verify_log(max_problems: int = 100) -> LogVerification:
-    """Check the whole transparency log from the database: indices 0..n-1 without gaps; every stored envelope hashes
+    """Check the whole transparency log from the database, then against its witness (:mod:`.witness`): indices
+    0..n-1 without gaps; every stored envelope hashes
     to its recorded leaf hash (RFC 6962 ``SHA-256(0x00 || envelope)``), is canonical, carries a valid signature of a
     published key and an in-toto statement; every checkpoint is validly signed, says the tree size and root of its
     row, and that root is the Merkle root of the first ``tree_size`` stored leaves (so each checkpoint is a prefix
-    of the log: append-only); the latest checkpoint covers the whole log."""
+    of the log: append-only); the latest checkpoint covers the whole log; and the first ``m`` entries hash to the root of
+    every checkpoint of size ``m`` witnessed outside the database (the first mismatch names the rewritten entry)."""
     result = LogVerification()
     try:
         public = {kid: key for kid, (key, _) in parse_key_set(key_set()).items()}
@@ -195,4 +218,6 @@ def verify_log(max_problems: int = 100) -> LogVerification:
                            f"{head['tree_size']} log entries")
     if hashes and last_size != len(hashes):
         result.problem(f"the latest checkpoint covers {last_size} of {len(hashes)} entries")
+    # the checks above trust the database; the witness outside it catches a rewrite with re-signed checkpoints
+    result.witnessed_checked = witness.check(roots, key_set(), result.problem, result.warn)
     return result

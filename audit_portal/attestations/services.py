@@ -18,11 +18,12 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from audit_portal.attestations import keys, statements
+from audit_portal.attestations import keys, statements, witness
 from audit_portal.attestations.models import Checkpoint, LogEntry, SubjectKind
 from audit_portal.attestations.selectors import leaf_hashes, verify_log
 from workers.verify import checkpoint as vcheckpoint
 from workers.verify import jcs, merkle, sign_statement
+from workers.verify import keys as vkeys
 
 __all__ = ["AttestationError", "attest", "attest_fidelity_report", "attest_run_certificate", "attest_verdict",
            "lock_log", "rotate_signing_key", "verify_log"]  # verify_log: from selectors, for consistency checks
@@ -56,7 +57,11 @@ def _checkpoint(signer: keys.Signer) -> Checkpoint:
     root = merkle.root(hashes)
     env = vcheckpoint.sign(settings.AUDIT_LOG_ORIGIN, len(hashes), root,
                            timezone.now().strftime("%Y-%m-%dT%H:%M:%S.%fZ"), signer.private_key, signer.key_id)
-    return Checkpoint.objects.create(tree_size=len(hashes), root_hash=root.hex(), envelope=jcs.canonical(env).decode(),
+    envelope = jcs.canonical(env)
+    key_entry = vkeys.key_entry(signer.private_key.public_key())
+    # the witness copy is written once the append is committed (a rolled-back checkpoint is never witnessed)
+    transaction.on_commit(lambda: witness.publish(envelope, len(hashes), key_entry))
+    return Checkpoint.objects.create(tree_size=len(hashes), root_hash=root.hex(), envelope=envelope.decode(),
                                      key_id=signer.key_id)
 
 

@@ -307,6 +307,8 @@ def _check_transparency_log(report: Report) -> None:
     report.counts["transparency_log"] = 1
     for message in _log_problems(outcome):
         report.problem(f"transparency log: {message}")
+    for message in getattr(outcome, "warnings", None) or []:  # e.g. a witness that lags the log
+        report.warn(f"transparency log: {message}")
 
 
 def _log_problems(outcome) -> list[str]:

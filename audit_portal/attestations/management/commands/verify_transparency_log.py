@@ -17,6 +17,9 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(result.as_dict(), indent=2))
         else:
             self.stdout.write(f"tree size {result.tree_size}, root {result.root_hash}, {result.entries_checked} "
-                              f"entries and {result.checkpoints_checked} checkpoints checked")
+                              f"entries, {result.checkpoints_checked} checkpoints and {result.witnessed_checked} "
+                              f"witnessed checkpoints checked")
+            for text in result.warnings:
+                self.stdout.write(f"warning: {text}")
         if not result.ok:
             raise CommandError("transparency log verification failed:\n  " + "\n  ".join(result.problems))
