@@ -73,6 +73,9 @@ def _write_new_key(path: Path, *, replace: bool) -> None:
 
 
 def load_private_key():
+    if not settings.AUDIT_SIGNING_ENABLED:
+        raise SigningKeyError("this process's role holds no signing key (AUDIT_SIGNING_ENABLED=0: the kernels worker); "
+                              "signing is done by the cpu queue's workers")
     if settings.AUDIT_SIGNING_KEY:
         data = settings.AUDIT_SIGNING_KEY.encode()
         source = "AUDIT_SIGNING_KEY"

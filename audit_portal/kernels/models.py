@@ -125,7 +125,9 @@ class Device(models.TextChoices):
     CUDA = "cuda", "CUDA"
 
 
-QUEUE_FOR_DEVICE = {Device.CPU: "cpu", Device.CUDA: "gpu"}
+# Submitted code runs only on the kernels worker role (its own queues; no signing key, docs/security.md)
+QUEUE_FOR_DEVICE = {Device.CPU: "kernels", Device.CUDA: "kernels-gpu"}
+CALIBRATION_QUEUE = "kernels"
 
 
 class Submission(models.Model):

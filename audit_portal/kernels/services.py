@@ -20,10 +20,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit_portal.accounts.models import Project
-from audit_portal.attestations.services import attest_verdict
 from audit_portal.core.errors import PortalError, UploadTooLarge
 from audit_portal.jobs.services import create_job
 from audit_portal.kernels.models import (
+    CALIBRATION_QUEUE,
     QUEUE_FOR_DEVICE,
     CalibrationStatus,
     Contract,
@@ -39,6 +39,8 @@ from workers.contracts.deployment import parse_flags, parse_target
 
 CONFORMANCE_TASK = "workers.tasks.run_kernel_submission"
 CALIBRATION_TASK = "workers.tasks.calibrate_contracts"
+SIGNING_TASK = "workers.tasks.sign_kernel_submission"
+SIGNING_QUEUE = "cpu"  # a role that holds the signing key and never runs submitted code
 # Calibration concerns the shared suite, not a tenant's data, but every Job belongs to a project: its jobs
 # live in this member-less project (visible to superusers only), and the results on the contract pages.
 SUITE_PROJECT_SLUG = "kernel-contract-suite"
@@ -136,7 +138,7 @@ def queue_calibration(contracts, *, submitted_by: str = "system"):
         return None
     with transaction.atomic():
         job = create_job(project=suite_project(), kind="calibrate_contracts", task_name=CALIBRATION_TASK,
-                         queue="cpu", title=f"Calibrate {len(contracts)} contract version(s)",
+                         queue=CALIBRATION_QUEUE, title=f"Calibrate {len(contracts)} contract version(s)",
                          params={"contracts": [c.pk for c in contracts]}, subject_kind="contract_suite",
                          submitted_by=submitted_by)
         ContractCalibration.objects.bulk_create(
@@ -435,12 +437,26 @@ def record_verdict(submission: Submission, contract: Contract, detail: dict, *, 
     return verdict
 
 
+@transaction.atomic
 def finish_submission(submission: Submission, grade: dict) -> Submission:
+    """Store the grade and queue the signature. The kernels worker that measured the verdicts holds no signing
+    key: a job on the signing queue signs the stored rows and appends them to the transparency log."""
     submission.grade = grade
     submission.finished_at = timezone.now()
     submission.save(update_fields=["grade", "finished_at"])
-    attest_verdict(submission)  # signed + logged; a failure fails the job (the page then shows it unsigned)
+    create_job(project=submission.project, kind="kernel_signature", task_name=SIGNING_TASK, queue=SIGNING_QUEUE,
+               title=f"Sign conformance result of submission {submission.pk}", params={"submission": submission.pk},
+               subject_kind="kernel_signature", subject_id=submission.pk, submitted_by=submission.submitted_by)
     return submission
+
+
+def sign_submission(submission: Submission):
+    """Sign the finished submission's stored verdicts and grade (a failure fails the signing job, with the reason)."""
+    from audit_portal.attestations.services import attest_verdict
+
+    if submission.finished_at is None:
+        raise ValueError(f"submission {submission.pk} is not finished: nothing to sign")
+    return attest_verdict(submission)
 
 
 def publish_badge(implementation: Implementation) -> str:

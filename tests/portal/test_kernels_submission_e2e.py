@@ -1,21 +1,24 @@
-"""Conformance end to end through a real Celery worker (in-process, solo pool): API submission → job sent
-by name after commit → the engine runs each contract in its sandboxed child → verdicts stored one by one →
-graded. A kernel that raises gets a CRASH verdict and the worker carries on with the next job."""
+"""Conformance end to end through the worker roles as they ship (``scripts/worker``: prefork pool, the kernels
+role on its own queue without a signing key, the general role signing): API submission → job sent by name after
+commit → the kernels worker runs each contract in the bubblewrap sandbox → verdicts stored one by one → graded →
+a signing job on the cpu queue puts the result in the transparency log. A kernel that raises gets a CRASH verdict
+and the worker carries on with the next job; a calibration runs on the same role."""
 from __future__ import annotations
 
 import io
-import time
+import json
 from pathlib import Path
 
 import pytest
-from celery.contrib.testing.worker import start_worker
 from django.core.management import call_command
 
-from audit_portal.celery import app
+from audit_portal.attestations.models import LogEntry
 from audit_portal.jobs.models import Job
-from audit_portal.kernels.models import Submission, Verdict
+from audit_portal.kernels.models import ContractCalibration, Submission, Verdict
 
-pytestmark = pytest.mark.django_db(transaction=True)
+from .shipped_workers import shipped_workers, wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 # Two of the fastest contracts keep this test short; the engine's own tests cover every class.
 CONTRACTS = ["C-EXC-01", "C-PRC-03"]
@@ -37,47 +40,23 @@ def my_mul(x, w):
 '''
 
 
-def drop_producer_pools():
-    # forget, not close: kombu keeps pools in a registry keyed by connection, and a closed one would be handed
-    # back to the next user of the same broker
-    app._pool = None
-    app.amqp._producer_pool = None
-
-
-@pytest.fixture(autouse=True)
-def fresh_producer_pool():
-    """The root conftest points the app at the memory broker, but producer pools opened by an earlier test on
-    another broker (a browser test's filesystem broker, since deleted) would still be used: drop them, before
-    and after."""
-    drop_producer_pools()
-    yield
-    drop_producer_pools()
-
-
-def wait_for(predicate, timeout=90.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.2)
-    return False
-
-
 def finished(submission_id):
     return lambda: Job.objects.get(subject_kind="kernel_submission", subject_id=submission_id).is_terminal
 
 
-def test_reference_passes_and_a_crashing_upload_is_a_verdict_not_a_dead_worker(api, project, settings):
-    import workers.tasks  # noqa: F401 - registers the tasks with the app, as `celery -A` would
+def signed(submission_id):
+    return lambda: Job.objects.filter(kind="kernel_signature", subject_id=submission_id, state="succeeded").exists()
 
+
+def test_reference_passes_and_a_crashing_upload_is_a_verdict_not_a_dead_worker(api, project, settings, tmp_path):
     call_command("load_contracts", "--no-calibrate", stdout=io.StringIO())
     url = f"/api/v1/projects/{project.slug}/kernel-submissions/"
-    with start_worker(app, pool="solo", perform_ping_check=False, queues=["cpu"], shutdown_timeout=30):
+    with shipped_workers(settings, tmp_path):
         ok = api.post(url, {"impl": "workers.contracts.impls.reference", "contracts": CONTRACTS, "device": "cpu"},
                       format="json")
         assert ok.status_code == 201, ok.content
         ok_id = ok.json()["id"]
-        assert ok.json()["job"]["queue"] == "cpu"
+        assert ok.json()["job"]["queue"] == "kernels"
         assert [e["function"] for e in ok.json()["plan"]] == ["row_max", "mul"]  # spec §11 names by default
         assert wait_for(finished(ok_id)), Job.objects.get(subject_id=ok_id, subject_kind="kernel_submission").as_event()
 
@@ -88,6 +67,7 @@ def test_reference_passes_and_a_crashing_upload_is_a_verdict_not_a_dead_worker(a
         assert bad.status_code == 201, bad.content
         bad_id = bad.json()["id"]
         assert wait_for(finished(bad_id))
+        assert wait_for(signed(ok_id)) and wait_for(signed(bad_id))
 
     good = api.get(f"/api/v1/kernel-submissions/{ok_id}/").json()
     assert good["job"]["state"] == "succeeded" and good["job"]["progress"] == 1.0
@@ -110,6 +90,34 @@ def test_reference_passes_and_a_crashing_upload_is_a_verdict_not_a_dead_worker(a
 
     diff = api.get(f"/api/v1/kernel-submissions/diff/?a={ok_id}&b={bad_id}").json()
     assert diff["counts"]["regressed"] == 2 and diff["counts"]["unchanged"] == 0
+
+    # measured in the sandbox, signed elsewhere: the verdict records its isolation, the signing job (cpu queue)
+    # appended the result to the log, and the kernels worker never loaded the key
+    for v in Verdict.objects.filter(submission_id__in=[ok_id, bad_id]):
+        assert v.detail["environment"]["isolation"]["mode"] == "bubblewrap", v.detail["environment"]
+    for sid in (ok_id, bad_id):
+        entry = LogEntry.objects.get(subject_kind="kernel_submission", subject_id=sid)
+        assert entry.key_id and json.loads(entry.envelope)["signatures"]
+    signing = Job.objects.filter(kind="kernel_signature")
+    assert {j.queue for j in signing} == {"cpu"} and {j.state for j in signing} == {"succeeded"}
+    kernels_log = (tmp_path / "kernels-worker.log").read_text()
+    assert "sign_kernel_submission" not in kernels_log and "run_kernel_submission" in kernels_log
+    assert not (tmp_path / "worker-var" / "keys").exists()
+
+
+def test_calibration_runs_on_the_kernels_role(api, project, settings, tmp_path):
+    from audit_portal.kernels import services
+
+    call_command("load_contracts", "--no-calibrate", stdout=io.StringIO())
+    contracts = list(services.Contract.objects.filter(contract_class__in=["C-EXC-01", "C-ORD-02"]))
+    with shipped_workers(settings, tmp_path, roles=("kernels",)):
+        job = services.queue_calibration(contracts)
+        assert job.queue == "kernels"
+        assert wait_for(lambda: Job.objects.get(pk=job.pk).is_terminal, timeout=300)
+    job.refresh_from_db()
+    assert job.state == "succeeded", job.error
+    rows = ContractCalibration.objects.filter(job=job)
+    assert {r.status for r in rows} == {"calibrated"}, [(r.contract.contract_class, r.problems) for r in rows]
 
 
 def test_a_redelivered_job_resumes_after_the_verdicts_already_stored(project):

@@ -5,10 +5,10 @@ One module per domain; every task is registered under ``workers.tasks.<name>``.
 """
 from workers.tasks.certificates import certify_upload
 from workers.tasks.fidelity import fidelity_audit
-from workers.tasks.kernels import calibrate_contracts, run_kernel_submission
+from workers.tasks.kernels import calibrate_contracts, run_kernel_submission, sign_kernel_submission
 from workers.tasks.maintenance import reap_stale_jobs
 from workers.tasks.training import training_step_audit
 from workers.tasks.uploads import validate_upload
 
 __all__ = ["calibrate_contracts", "certify_upload", "fidelity_audit", "reap_stale_jobs", "run_kernel_submission",
-           "training_step_audit", "validate_upload"]
+           "sign_kernel_submission", "training_step_audit", "validate_upload"]

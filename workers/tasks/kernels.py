@@ -1,8 +1,13 @@
-"""Kernel conformance and contract calibration tasks (spec/contracts.md §7, §10, §11).
+"""Kernel conformance and contract calibration tasks (docs/contracts.md), and the signing of their results.
 
-The submitted kernel is loaded only by the engine, inside its sandboxed child process (time limit, memory
-cap, primitive-only channel back), never in this worker process. The contract that runs is the version
-stored in the database (parsed from its stored source text), not whatever file is on disk now.
+``run_kernel_submission`` and ``calibrate_contracts`` run on the kernels worker role (queues ``kernels`` /
+``kernels-gpu``): the submitted kernel is loaded only inside the engine's sandbox (bubblewrap: no network, no
+view of this worker's files or processes), never in this process, and this role holds no signing key.
+``sign_kernel_submission`` runs on the ``cpu`` queue, whose workers hold the key and never run submitted code.
+The contract that runs is the version stored in the database (parsed from its stored source text).
+
+A failure of the harness itself (the sandbox cannot be created, the sandbox program does not start) fails the
+job with the reason: it is never stored as a verdict about the kernel, and nothing is signed.
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ def run_kernel_submission(job_id: int) -> str:
 
     def work(job, progress):
         from workers.contracts.grading import affected_classes, grade
+        from workers.contracts.sandbox import SessionPool
 
         submission = Submission.objects.select_related("implementation").filter(pk=job.subject_id).first()
         if submission is None:
@@ -46,30 +52,9 @@ def run_kernel_submission(job_id: int) -> str:
         again = [(e, c) for e, c in zip(submission.plan, engine_contracts) if e["class"] in affected]
         measured = set(submission.verdicts.values_list("contract_id", flat=True))  # a retried job resumes where it stopped
         total = len(submission.plan) + len(again)
-        for i, (entry, contract) in enumerate(zip(submission.plan, engine_contracts)):
-            row = rows[entry["contract"]]
-            if row.pk in measured:
-                continue
-            progress(i / total, f"{row.contract_class}: starting", force=True)
-            trace_name = services.trace_storage_name(submission, row.contract_class)
-            trace_path = services.artifact_path(trace_name)
-            trace_path.parent.mkdir(parents=True, exist_ok=True)
-            trace_path.unlink(missing_ok=True)
-            detail, infinite = _measure(contract, row, services.impl_reference(submission, entry), submission.device,
-                                        _case_progress(progress, i, total, row.contract_class),
-                                        trace_path=str(trace_path))
-            services.record_verdict(submission, row, detail, margin_infinite=infinite,
-                                    trace_storage=trace_name if trace_path.exists() else "")
-            # a forced progress event makes the submission page fetch the new row at once
-            progress((i + 1) / total, f"{row.contract_class}: {detail['verdict']}", force=True)
-
-        under_flags = []
-        for j, (entry, contract) in enumerate(again, start=len(submission.plan)):
-            row = rows[entry["contract"]]
-            progress(j / total, f"{row.contract_class}: again under the deployment flags", force=True)
-            detail, _ = _measure(contract, row, services.impl_reference(submission, entry), submission.device,
-                                 _case_progress(progress, j, total, row.contract_class), flags=flags)
-            under_flags.append(detail)
+        with SessionPool() as pool:  # one sandbox for the submission's module, a fresh child per contract
+            under_flags = _measure_all(submission, rows, engine_contracts, again, measured, total, flags, pool,
+                                       progress)
         stored = [v.detail for v in submission.verdicts.all()]
         result = grade(stored, contracts=engine_contracts, deployment_flags=flags, deployment_verdicts=under_flags,
                        target=submission.target or None)
@@ -80,50 +65,83 @@ def run_kernel_submission(job_id: int) -> str:
     return run_job(job_id, work)
 
 
+def _measure_all(submission, rows, engine_contracts, again, measured, total, flags, pool, progress) -> list:
+    """Every planned contract (stored one by one as it lands), then the flag-affected ones again under the
+    deployment's flags (returned, for KC-A)."""
+    for i, (entry, contract) in enumerate(zip(submission.plan, engine_contracts)):
+        row = rows[entry["contract"]]
+        if row.pk in measured:
+            continue
+        progress(i / total, f"{row.contract_class}: starting", force=True)
+        trace_name = services.trace_storage_name(submission, row.contract_class)
+        trace_path = services.artifact_path(trace_name)
+        trace_path.parent.mkdir(parents=True, exist_ok=True)
+        trace_path.unlink(missing_ok=True)
+        detail, infinite = _measure(contract, services.impl_reference(submission, entry), submission.device,
+                                    _case_progress(progress, i, total, row.contract_class), pool,
+                                    trace_path=str(trace_path))
+        services.record_verdict(submission, row, detail, margin_infinite=infinite,
+                                trace_storage=trace_name if trace_path.exists() else "")
+        # a forced progress event makes the submission page fetch the new row at once
+        progress((i + 1) / total, f"{row.contract_class}: {detail['verdict']}", force=True)
+
+    under_flags = []
+    for j, (entry, contract) in enumerate(again, start=len(submission.plan)):
+        row = rows[entry["contract"]]
+        progress(j / total, f"{row.contract_class}: again under the deployment flags", force=True)
+        detail, _ = _measure(contract, services.impl_reference(submission, entry), submission.device,
+                             _case_progress(progress, j, total, row.contract_class), pool, flags=flags)
+        under_flags.append(detail)
+    return under_flags
+
+
 def _case_progress(progress, index: int, total: int, contract_class: str):
     def cases_done(n, of):
         progress((index + n / max(of, 1)) / total, f"{contract_class}: case {n}/{of}")
     return cases_done
 
 
-def _measure(contract, row: Contract, impl: str, device: str, cases_done, *, trace_path=None,
-             flags=None) -> tuple[dict, bool]:
-    """One contract's verdict as a JSON-safe dict, and whether its margin is infinite (JSON has no ∞); a harness
-    failure is this contract's result, not the job's."""
+def _measure(contract, impl: str, device: str, cases_done, pool, *, trace_path=None, flags=None) -> tuple[dict, bool]:
+    """One contract's verdict as a JSON-safe dict, and whether its margin is infinite (JSON has no ∞). A harness
+    failure raises (HarnessFailure / SandboxUnavailable) and fails the job: it is not a verdict."""
     from workers.contracts.runner import run_contract
 
-    try:
-        verdict = run_contract(contract, impl, device=device, trace_path=trace_path, progress=cases_done, flags=flags)
-        return verdict.to_dict(include_trace=False), verdict.margin is not None and math.isinf(verdict.margin)
-    except Exception as exc:  # noqa: BLE001
-        return {"verdict": "INCONCLUSIVE", "contract_id": row.contract_id, "contract_version": row.version,
-                "contract_class": row.contract_class, "family": row.family,
-                "reason": f"the harness could not run this contract: {type(exc).__name__}: {exc}"}, False
+    verdict = run_contract(contract, impl, device=device, trace_path=trace_path, progress=cases_done, flags=flags,
+                           pool=pool)
+    return verdict.to_dict(include_trace=False), verdict.margin is not None and math.isinf(verdict.margin)
 
 
 @shared_task(name="workers.tasks.calibrate_contracts", acks_late=True)
 def calibrate_contracts(job_id: int) -> str:
-    """Three-state calibration (baseline / violating / conforming) of the contract versions in job.params."""
+    """Three-state calibration (baseline / violating / conforming) of the contract versions in job.params. A
+    harness failure is recorded on every calibration it left unfinished and fails the job with the reason."""
 
     def work(job, progress):
         from workers.contracts.calibration import calibrate
+        from workers.contracts.sandbox import HarnessFailure, SandboxUnavailable, SessionPool
 
         ids = list(job.params.get("contracts") or [])
         rows = {c.pk: c for c in Contract.objects.filter(pk__in=ids)}
         summary = {}
-        for i, pk in enumerate(ids):
-            row = rows.get(pk)
-            if row is None:
-                continue
-            progress(i / max(len(ids), 1), f"calibrating {row.contract_class}", force=True)
-            calibration = services.begin_calibration(job, row)
-            try:
-                result = calibrate(_engine_contract(row), device="cpu")
-            except Exception as exc:  # noqa: BLE001 - recorded as this version's failed calibration
-                result = {"ok": False, "problems": [f"calibration could not run: {type(exc).__name__}: {exc}"],
-                          "states": {}}
-            services.record_calibration(calibration, result)
-            summary[f"{row.contract_class} v{row.version}"] = "calibrated" if result.get("ok") else "failed"
+        with SessionPool() as pool:
+            for i, pk in enumerate(ids):
+                row = rows.get(pk)
+                if row is None:
+                    continue
+                progress(i / max(len(ids), 1), f"calibrating {row.contract_class}", force=True)
+                calibration = services.begin_calibration(job, row)
+                try:
+                    result = calibrate(_engine_contract(row), device="cpu", pool=pool)
+                except (HarnessFailure, SandboxUnavailable) as exc:
+                    reason = f"the harness could not run: {exc}"
+                    ContractCalibration.objects.filter(job=job, status__in=["queued", "running"]).update(
+                        status="failed", problems=[reason])
+                    raise JobInputError(f"calibration stopped at {row.contract_class}: {reason}") from exc
+                except Exception as exc:  # noqa: BLE001 - recorded as this version's failed calibration
+                    result = {"ok": False, "problems": [f"calibration could not run: {type(exc).__name__}: {exc}"],
+                              "states": {}}
+                services.record_calibration(calibration, result)
+                summary[f"{row.contract_class} v{row.version}"] = "calibrated" if result.get("ok") else "failed"
         ContractCalibration.objects.filter(job=job, status__in=["queued", "running"]).update(
             status="failed", problems=["the contract version disappeared before calibration"])
         return {"calibrated": sum(1 for s in summary.values() if s == "calibrated"),
@@ -132,4 +150,19 @@ def calibrate_contracts(job_id: int) -> str:
     return run_job(job_id, work)
 
 
-__all__ = ["calibrate_contracts", "run_kernel_submission"]
+@shared_task(name="workers.tasks.sign_kernel_submission", acks_late=True)
+def sign_kernel_submission(job_id: int) -> str:
+    """Sign a finished submission's stored verdicts and grade into the transparency log (cpu queue: this role
+    holds the signing key and never runs submitted code)."""
+
+    def work(job, progress):
+        submission = Submission.objects.filter(pk=job.params.get("submission")).first()
+        if submission is None:
+            raise JobInputError(f"kernel submission {job.params.get('submission')} no longer exists")
+        entry = services.sign_submission(submission)
+        return {"submission": submission.pk, "log_index": entry.index}
+
+    return run_job(job_id, work)
+
+
+__all__ = ["calibrate_contracts", "run_kernel_submission", "sign_kernel_submission"]
