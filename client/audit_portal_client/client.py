@@ -275,7 +275,7 @@ class Run:
                            rollout_topk_logprobs=rollout_topk_logprobs, trainer_topk_ids=trainer_topk_ids,
                            trainer_topk_logprobs=trainer_topk_logprobs, trajectory_ids=trajectory_ids,
                            policy_version=step if policy_version is None else policy_version,
-                           float_type=self.float_type, call_prefix=f"{self.name}-")
+                           float_type=self.float_type, call_prefix=f"{self.name}-{self.steps_logged}-")
         if table.num_rows == 0:
             return 0
         if self._writer is None:

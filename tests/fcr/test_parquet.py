@@ -70,6 +70,19 @@ def test_certificate_is_the_same_as_on_the_jsonl(run_pair):
     assert certify_file(src, budget=0.5) == certify_file(dst, budget=0.5)
 
 
+def test_a_run_without_top_k_lists_certifies_like_its_jsonl(tmp_path):
+    recs = _records(trajectories=10)
+    for r in recs:
+        for side in ("rollout", "trainer"):
+            if isinstance(r.get(side), dict):
+                r[side].pop("top_k", None)
+    src = _write_jsonl(tmp_path / "run.jsonl", recs)
+    dst = tmp_path / "run.parquet"
+    columnar.jsonl_to_parquet(src, dst)
+    a, b = certify_file(src), certify_file(dst)
+    assert a == b and b["summary"]["sequences_certified"] > 0
+
+
 def test_float32_log_probs_certify_like_their_jsonl_export(tmp_path):
     src = _write_jsonl(tmp_path / "run.jsonl", _records(trajectories=12))
     p32 = tmp_path / "run32.parquet"

@@ -408,7 +408,7 @@ def topk_columns(ids: pa.Array, lps: pa.Array):
         lens = np.where(ok, n_i, 0)
         rows = np.repeat(np.arange(P), lens)
         starts_i = np.repeat(inner_i.offsets[:-1], lens)
-        col = np.arange(int(lens.sum())) - np.repeat(np.concatenate([[0], np.cumsum(lens)[:-1]]), lens)
+        col = np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens)
         id_mat[rows, col] = inner_i.values[starts_i + col]
         lp_mat[rows, col] = inner_l.values[np.repeat(inner_l.offsets[:-1], lens) + col]
     row_null = oi.row_null | ol.row_null
