@@ -69,6 +69,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "audit_portal.core.security.SecurityHeadersMiddleware",
+    "audit_portal.core.api_errors.ApiErrorMiddleware",  # JSON errors for everything under /api/, no orphan uploads
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -15,6 +15,7 @@ from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
 from django.core.files.uploadhandler import FileUploadHandler, StopUpload
 
+from audit_portal.core.api_errors import UPLOAD_PARTS_ATTR
 from workers.fcr.reader import ReadLimits, limits as read_limits
 
 MULTIPART_OVERHEAD = 64 * 1024
@@ -141,6 +142,12 @@ class HashingUploadHandler(FileUploadHandler):
     def new_file(self, *args, **kwargs):
         super().new_file(*args, **kwargs)
         self.path = incoming_dir() / f"{uuid.uuid4().hex}.part"
+        # removed at the end of the request if still here (core/api_errors.py): a parser error leaves no orphan
+        parts = getattr(self.request, UPLOAD_PARTS_ATTR, None)
+        if parts is None:
+            parts = []
+            setattr(self.request, UPLOAD_PARTS_ATTR, parts)
+        parts.append(self.path)
         self.fh = open(self.path, "wb")
         self.digest = hashlib.sha256()
         self.size = 0
