@@ -88,6 +88,8 @@ def kernel_submission(submission) -> dict:
                       "assurance_level": v.assurance_level, "measurements": v.measurements, "reason": v.reason}
                      for v in verdicts],
         "grade": submission.grade,
+        # how the candidate was contained while it was measured ("none": an operator allowed unisolated runs)
+        "isolation": submission.isolation,
     }
     return st.statement([subject], st.TEST_RESULT_PREDICATE, predicate)
 

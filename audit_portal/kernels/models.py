@@ -176,6 +176,15 @@ class Submission(models.Model):
         return ordered_vector((self.grade or {}).get("kc_a")) if self.deployment_flags else None
 
     @property
+    def isolation(self) -> list[str]:
+        """The isolation modes the verdicts were measured under ("bubblewrap"; "none" when an operator allowed
+        unisolated runs), from the verdicts' recorded environments."""
+        modes = set()
+        for detail in self.verdicts.values_list("detail", flat=True):
+            modes.add(((detail or {}).get("environment") or {}).get("isolation", {}).get("mode") or "unrecorded")
+        return sorted(modes)
+
+    @property
     def target_rows(self) -> list[dict]:
         """KC-T against what was achieved (KC-A; KC-C when no flags were declared), once graded."""
         if not self.target or not self.grade:

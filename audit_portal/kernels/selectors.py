@@ -269,7 +269,7 @@ def _status(implementation: Implementation, submission: Submission | None) -> di
     base = {"implementation": implementation.pk, "name": implementation.name, "reference": implementation.reference}
     if submission is None:
         return {**base, "state": "error", "description": "no conformance submission yet", "submission": None,
-                "kc_c": None, "kc_a": None, "kc_t": None, "meets_target": None, "counts": {}, "passed": 0, "total": 0,
+                "isolation": [], "kc_c": None, "kc_a": None, "kc_t": None, "meets_target": None, "counts": {}, "passed": 0, "total": 0,
                 "link": None}
     verdicts = list(verdicts_of(submission))
     counts = verdict_counts(verdicts)
@@ -294,7 +294,10 @@ def _status(implementation: Implementation, submission: Submission | None) -> di
     if unmet:
         description += "; below target: " + ", ".join(
             f"{r['family']} {'-' if r['achieved'] is None else r['achieved']} < {r['needed']}" for r in unmet)
-    return {**base, "state": state, "description": description, "submission": submission.pk,
+    isolation = submission.isolation if verdicts else []
+    if "none" in isolation:
+        description += "; measured UNISOLATED (operator setting)"
+    return {**base, "state": state, "description": description, "submission": submission.pk, "isolation": isolation,
             "device": submission.device, "kc_c": kc_c, "kc_a": submission.kc_a, "kc_t": submission.target or None,
             "meets_target": (not unmet) if submission.target_rows else None, "counts": counts, "passed": passed,
             "total": len(submission.plan), "link": f"/p/{submission.project.slug}/kernels/submissions/{submission.pk}/"}

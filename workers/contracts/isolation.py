@@ -114,8 +114,7 @@ def bubblewrap_argv(program: str | None, lib_dir: str | None, device: str, comma
     """The command that starts ``command`` (default: the sandbox program, bound at APP_PATH) under bubblewrap."""
     bwrap = shutil.which("bwrap")
     if not bwrap:
-        raise SandboxUnavailable("bubblewrap is not installed (Debian: apt-get install bubblewrap); set "
-                                 f"{POLICY_ENV}=none to run submitted kernels unisolated")
+        raise SandboxUnavailable("bubblewrap is not installed (Debian: apt-get install bubblewrap)")
     uid = sandbox_uid()
     as_root = os.geteuid() == 0
     argv = [bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net", "--unshare-ipc",

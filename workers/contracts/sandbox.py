@@ -255,7 +255,7 @@ class SandboxSession:
             problem = isolation.probe(self.device)
             if problem:
                 raise SandboxUnavailable(f"{problem}. Submitted kernels are not run unisolated unless the operator "
-                                         f"sets {isolation.POLICY_ENV}=none.")
+                                         f"sets {isolation.POLICY_ENV}=none (docs/contracts.md, 'Isolation').")
             argv, env = isolation.bubblewrap_argv(self._program, self._stage, self.device), {}
         else:
             self._scratch = tempfile.mkdtemp(prefix="kc-scratch-")

@@ -105,9 +105,13 @@ def _measure(contract, impl: str, device: str, cases_done, pool, *, trace_path=N
     """One contract's verdict as a JSON-safe dict, and whether its margin is infinite (JSON has no ∞). A harness
     failure raises (HarnessFailure / SandboxUnavailable) and fails the job: it is not a verdict."""
     from workers.contracts.runner import run_contract
+    from workers.contracts.sandbox import HarnessFailure, SandboxUnavailable
 
-    verdict = run_contract(contract, impl, device=device, trace_path=trace_path, progress=cases_done, flags=flags,
-                           pool=pool)
+    try:
+        verdict = run_contract(contract, impl, device=device, trace_path=trace_path, progress=cases_done, flags=flags,
+                               pool=pool)
+    except (HarnessFailure, SandboxUnavailable) as exc:
+        raise JobInputError(f"the kernel harness could not run {contract.cls} (no verdict was measured): {exc}") from exc
     return verdict.to_dict(include_trace=False), verdict.margin is not None and math.isinf(verdict.margin)
 
 
