@@ -8,6 +8,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 \
     AUDIT_DEBUG=0 AUDIT_VAR_DIR=/var/lib/audit-portal ARTIFACT_ROOT=/data/artifacts STATIC_ROOT=/app/staticfiles \
     NUMBA_CACHE_DIR=/var/lib/audit-portal/numba-cache
 WORKDIR /app
+# bubblewrap: the kernels worker role runs submitted kernels only inside it (docs/security.md)
+RUN apt-get update && apt-get install -y --no-install-recommends bubblewrap && rm -rf /var/lib/apt/lists/*
 COPY requirements.txt .
 RUN pip install --extra-index-url "${TORCH_INDEX}" -r requirements.txt
 COPY . .

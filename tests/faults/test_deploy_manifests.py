@@ -54,10 +54,28 @@ def test_deployments_select_their_own_pods_and_mount_what_they_name():
                 assert ("PersistentVolumeClaim", v["persistentVolumeClaim"]["claimName"]) in defined
 
 
-def test_workers_consume_the_cpu_and_gpu_queues_and_beat_is_single():
+def _worker_role(command: list, env: dict) -> tuple[str, str]:
+    """(role, queues) of a container that starts scripts/worker, with the defaults scripts/worker applies."""
+    assert command[0] == "scripts/worker", command
+    role = command[1]
+    defaults = {"general": ("WORKER_QUEUES", "cpu,gpu"), "kernels": ("KERNEL_WORKER_QUEUES", "kernels,kernels-gpu")}
+    name, default = defaults[role]
+    return role, env.get(name, default)
+
+
+def test_workers_start_their_roles_through_scripts_worker_and_beat_is_single():
+    roles = {}
+    for _, d in k8s_docs():
+        if d["kind"] == "Deployment" and d["metadata"]["name"].startswith("worker"):
+            c = containers(d)[0][-1]
+            roles[d["metadata"]["name"]] = _worker_role(c["command"], {e["name"]: e["value"] for e in c.get("env", [])})
+    assert roles["worker-cpu"] == ("general", "cpu") and roles["worker-gpu"] == ("general", "gpu")
+    assert roles["worker-kernels"] == ("kernels", "kernels")
+    kernels = next(d for _, d in k8s_docs() if d["kind"] == "Deployment" and d["metadata"]["name"] == "worker-kernels")
+    secret_refs = [r["secretRef"]["name"] for r in containers(kernels)[0][-1]["envFrom"] if "secretRef" in r]
+    kernels_secret = next(d for _, d in k8s_docs() if d["kind"] == "Secret" and d["metadata"]["name"] in secret_refs)
+    assert not any(k.startswith("AUDIT_SIGNING_KEY") for k in kernels_secret["stringData"])  # it cannot sign
     commands = {d["metadata"]["name"]: containers(d)[0][-1]["command"] for _, d in k8s_docs() if d["kind"] == "Deployment"}
-    assert commands["worker-cpu"][commands["worker-cpu"].index("-Q") + 1] == "cpu"
-    assert commands["worker-gpu"][commands["worker-gpu"].index("-Q") + 1] == "gpu"
     assert "beat" in commands["beat"]
     beat = next(d for _, d in k8s_docs() if d["kind"] == "Deployment" and d["metadata"]["name"] == "beat")
     assert beat["spec"]["replicas"] == 1 and beat["spec"]["strategy"]["type"] == "Recreate"
@@ -65,7 +83,7 @@ def test_workers_consume_the_cpu_and_gpu_queues_and_beat_is_single():
 
 def test_config_names_settings_the_portal_reads_and_a_settings_module_that_exists():
     config = next(d for _, d in k8s_docs() if d["kind"] == "ConfigMap")["data"]
-    secret = next(d for _, d in k8s_docs() if d["kind"] == "Secret")["stringData"]
+    secret = {k: v for _, d in k8s_docs() if d["kind"] == "Secret" for k, v in d["stringData"].items()}
     module = config["DJANGO_SETTINGS_MODULE"]
     assert (ROOT / (module.replace(".", "/") + ".py")).is_file(), module
     for key in [k for k in {**config, **secret} if k != "DJANGO_SETTINGS_MODULE"]:
@@ -75,14 +93,17 @@ def test_config_names_settings_the_portal_reads_and_a_settings_module_that_exist
 def test_compose_has_every_role_wired_to_postgres_redis_and_one_artifact_volume():
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     services = compose["services"]
-    assert {"web", "worker-cpu", "worker-gpu", "beat", "postgres", "redis"} <= services.keys()
-    for role in ("web", "worker-cpu", "worker-gpu", "beat"):
+    assert {"web", "worker-cpu", "worker-gpu", "worker-kernels", "beat", "postgres", "redis"} <= services.keys()
+    for role in ("web", "worker-cpu", "worker-gpu", "worker-kernels", "beat"):
         svc = services[role]
         assert "postgres:5432" in svc["environment"]["DATABASE_URL"] and "redis:6379" in svc["environment"]["REDIS_URL"]
         assert "artifacts:/data/artifacts" in svc["volumes"]
         assert set(svc["depends_on"]) == {"postgres", "redis"}
-    assert services["worker-cpu"]["command"][services["worker-cpu"]["command"].index("-Q") + 1] == "cpu"
-    assert services["worker-gpu"]["command"][services["worker-gpu"]["command"].index("-Q") + 1] == "gpu"
+    assert _worker_role(services["worker-cpu"]["command"], services["worker-cpu"]["environment"]) == ("general", "cpu")
+    assert _worker_role(services["worker-gpu"]["command"], services["worker-gpu"]["environment"]) == ("general", "gpu")
+    kernels = services["worker-kernels"]
+    assert _worker_role(kernels["command"], kernels["environment"]) == ("kernels", "kernels")
+    assert kernels["environment"]["AUDIT_SIGNING_ENABLED"] == "0" and "ports" not in kernels
     assert set(compose["volumes"]) >= {"artifacts", "pgdata"}
     env_example = (ROOT / "deploy" / "portal.env.example").read_text()
     for key in re.findall(r"^([A-Z_]+)=", env_example, re.M):
