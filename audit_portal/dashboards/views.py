@@ -1,14 +1,18 @@
 """Server-rendered pages. Reads go through the scoped selectors; writes through services."""
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count, Q, Sum
-from django.http import Http404
+from django.http import Http404, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from audit_portal.core.pages import page_context, paginate, require_in_project
+from audit_portal.dashboards import tables
 from audit_portal.accounts import selectors as account_selectors
 from audit_portal.accounts import services as account_services
 from audit_portal.accounts.models import Scope
@@ -93,7 +97,119 @@ def job_result(request, pk):
     return redirect(url)
 
 
+@login_required
+def glossary(request):
+    return render(request, "dashboards/glossary.html", page_context(request))
+
+
+RUNS_PER_PAGE = 25
+
+
+@login_required
+def runs_page(request, slug):
+    """The project's runs table: sort, range filters, search, pages; select runs to compare; CSV/JSON export of
+    every row the filters keep (``?format=csv|json``)."""
+    ctx = page_context(request, slug)
+    base = tables.runs_table(run_selectors.runs_for(ctx["principal"], ctx["project"]))
+    status = 200
+    try:
+        rows, applied = tables.filter_runs(base, request.GET)
+        fmt = request.GET.get("format")
+        if fmt:
+            return tables.export_rows(rows.iterator(chunk_size=500), ["id", "certificate_id", *tables.RUN_COLUMN_KEYS],
+                                      fmt, f"{ctx['project'].slug}-runs")
+    except tables.TableInputError as exc:
+        if request.GET.get("format"):
+            return JsonResponse({"error": {"code": "invalid_parameter", "message": str(exc)}}, status=400)
+        messages.error(request, f"Runs table: {exc}. Showing the runs without that filter.")
+        rows, applied, status = tables.filter_runs(base, {"sort": tables.DEFAULT_RUN_SORT})[0], {}, 400
+    ctx.update(paginate(request, rows, RUNS_PER_PAGE))
+    sort = applied.get("sort", tables.DEFAULT_RUN_SORT)
+    query = request.GET.copy()
+    for k in ("page", "format"):
+        query.pop(k, None)
+    range_fields = [{"col": col, **{f"{side}_{part}": (f"{side}_{col.key}" if part == "name" else
+                                                       applied.get(f"{side}_{col.key}", ""))
+                                    for side in ("min", "max") for part in ("name", "value")}}
+                    for col in tables.RANGE_COLUMNS]
+    ctx.update(runs=ctx["page_obj"].object_list, columns=tables.RUN_COLUMNS, range_fields=range_fields,
+               applied=applied, sort=sort, query=query.urlencode(), sort_links=_sort_links(query, sort))
+    return render(request, "dashboards/runs.html", ctx, status=status)
+
+
+def _sort_links(query, current: str) -> dict:
+    """Per column: the query string that sorts by it (ascending first, then descending on a second click)."""
+    links = {}
+    for col in tables.RUN_COLUMNS:
+        q = query.copy()
+        q["sort"] = f"-{col.key}" if current == col.key else col.key
+        links[col.key] = {"href": "?" + q.urlencode(), "state": "ascending" if current == col.key else
+                          "descending" if current == f"-{col.key}" else "none"}
+    return links
+
+
+SEQUENCES_PER_PAGE = 50
+
+
+@login_required
+def sequences_page(request, slug, pk):
+    """A certificate's sequences with the API's filters (status, step, accepted), paginated, each linked to its call
+    in the fidelity drill-down; ``?format=csv|json`` exports every row the filters keep."""
+    ctx = page_context(request, slug)
+    run = run_selectors.get_run(ctx["principal"], pk)
+    require_in_project(ctx, run.project_id)
+    certificate = _chosen_certificate(request, ctx["principal"], run)
+    if certificate is None:
+        raise Http404("This run has no certificate yet.")
+    status = 200
+    try:
+        filters = tables.sequence_filters(request.GET)
+    except tables.TableInputError as exc:
+        if request.GET.get("format"):
+            return JsonResponse({"error": {"code": "invalid_parameter", "message": str(exc)}}, status=400)
+        messages.error(request, f"Sequences: {exc}. Showing every sequence.")
+        filters, status = {}, 400
+    rows = certificate_selectors.sequences(certificate, **filters)
+    fmt = request.GET.get("format")
+    if fmt:
+        try:
+            return tables.export_rows(rows.values(*tables.SEQUENCE_COLUMNS).iterator(chunk_size=2000),
+                                      tables.SEQUENCE_COLUMNS, fmt, f"{run.name}-certificate-{certificate.pk}-sequences")
+        except tables.TableInputError as exc:
+            return JsonResponse({"error": {"code": "invalid_parameter", "message": str(exc)}}, status=400)
+    ctx.update(paginate(request, rows, SEQUENCES_PER_PAGE))
+    api_query = {k: ("true" if v is True else "false" if v is False else v) for k, v in filters.items()}
+    ctx.update(run=run, certificate=certificate, filters=filters, statuses=tables.SEQUENCE_STATUSES,
+               sequences=_with_call_links(certificate, ctx["page_obj"].object_list),
+               api_url=f"/api/v1/certificates/{certificate.pk}/sequences/" + (
+                   "?" + urlencode(api_query) if api_query else ""),
+               export_query=urlencode({"certificate": certificate.pk, **api_query}))
+    return render(request, "dashboards/sequences.html", ctx, status=status)
+
+
+def _chosen_certificate(request, principal, run):
+    certificates = certificate_selectors.certificates_for(principal).filter(run=run)
+    chosen = request.GET.get("certificate")
+    return (certificates.filter(pk=chosen).first() if chosen and chosen.isdigit() else None) or certificates.first()
+
+
+def _with_call_links(certificate, sequences) -> list:
+    """Each sequence with ``call_url``: its call in the fidelity drill-down (same upload, same line), when the upload's
+    fidelity audit is stored. One query for the page."""
+    from audit_portal.fidelity.models import FidelityCall
+
+    sequences = list(sequences)
+    calls = dict(FidelityCall.objects.filter(report__upload_id=certificate.upload_id, report__state="complete",
+                                             line__in=[q.line for q in sequences]).values_list("line", "id"))
+    slug = certificate.project.slug
+    for q in sequences:
+        call = calls.get(q.line)
+        q.call_url = reverse("fidelity:call", args=[slug, call]) if call else None
+    return sequences
+
+
 RUN_PAGE_ROWS = 100
+RUN_PAGE_SEQUENCES = 25
 
 
 @login_required
@@ -102,8 +218,7 @@ def run_page(request, slug, pk):
     run = run_selectors.get_run(ctx["principal"], pk)
     require_in_project(ctx, run.project_id)
     certificates = certificate_selectors.certificates_for(ctx["principal"]).filter(run=run)
-    chosen = request.GET.get("certificate")
-    certificate = (certificates.filter(pk=chosen).first() if chosen and chosen.isdigit() else None) or certificates.first()
+    certificate = _chosen_certificate(request, ctx["principal"], run)
     # A run gains an upload (and a certificate) per submission: the page shows the newest ones, each row from one
     # query (the rows' project, run and file name joined in), never every certificate's JSON.
     uploads = run.uploads.select_related("project", "run").order_by("-created_at", "-id")
@@ -113,15 +228,20 @@ def run_page(request, slug, pk):
                    kind="certify_upload", subject_kind="upload", subject_id__in=run.uploads.values("pk")).exclude(
                    state__in=["succeeded"])[:5])
     if certificate is not None:
-        ctx["flagged"] = certificate_selectors.sequences(certificate).exclude(status__in=["CERT_IN"])[:25]
+        ctx["best_bound_label"] = certificate_figures.BOUND_LABELS.get(certificate.best_bound_id, "")
+        flagged = certificate_selectors.sequences(certificate, accepted=False)
+        ctx.update(flagged=_with_call_links(certificate, flagged[:RUN_PAGE_SEQUENCES]), flagged_total=flagged.count())
     return render(request, "dashboards/run.html", ctx)
 
 
-# headline rows of the comparison: (field, label, which direction is better: +1 higher, −1 lower, 0 neither)
-COMPARISON_ROWS = [("eps_hat", "ε̂ (max certified token TV)", -1), ("delta_hat", "δ̂ (max token KL)", -1),
-                   ("acceptance_rate", "acceptance rate", +1), ("best_bound", "B* at T_ref", -1),
-                   ("data_errors", "sequences with data errors", -1), ("sequences", "sequences", 0),
-                   ("tokens", "tokens", 0)]
+# headline rows of the comparison: (field, label, glossary anchor, which direction is better: +1 higher, −1 lower,
+# 0 neither)
+COMPARISON_ROWS = [("eps_hat", "ε̂ largest certified token TV", "eps-hat", -1),
+                   ("delta_hat", "δ̂ largest token KL", "delta-hat", -1),
+                   ("acceptance_rate", "acceptance rate", "acceptance", +1),
+                   ("best_bound", "best bound B* at the reference length", "best-bound", -1),
+                   ("data_errors", "sequences with data errors", "statuses", -1), ("sequences", "sequences", "", 0),
+                   ("tokens", "tokens", "", 0)]
 
 
 def _number(value, signed=False) -> str:
@@ -131,35 +251,62 @@ def _number(value, signed=False) -> str:
     return f"{sign}{value:,}" if isinstance(value, int) else f"{sign}{value:.4g}"
 
 
-def _with_text(row: dict) -> dict:
-    return {**row, "a_text": _number(row["a"]), "b_text": _number(row["b"]), "diff_text": _number(row["diff"], True)}
+def _cell(first, value, better: int, is_first: bool) -> dict:
+    """One run's value in a comparison row, with its difference from the first run and which way that goes."""
+    diff = None if is_first or first is None or value is None else value - first
+    verdict = "" if is_first or diff is None else "same" if diff == 0 else "neutral" if better == 0 else (
+        "better" if diff * better > 0 else "worse")
+    return {"value": value, "text": _number(value), "diff": diff, "diff_text": "" if diff is None else _number(diff, True),
+            "verdict": verdict}
+
+
+def _compared_ids(request) -> list[str]:
+    """``?c=<id>&c=<id>…`` (the runs table's selection), or the older ``?a=&b=``."""
+    ids = request.GET.getlist("c") or [request.GET.get(k, "") for k in ("a", "b")]
+    return [i for i in ids if i != ""]
 
 
 @login_required
 def compare_page(request, slug):
-    """Two of the project's certificates side by side (``?a=&b=``: certificate ids); without both, the choice."""
+    """Two to eight of the project's certificates side by side (``?c=&c=…``, or ``?a=&b=``); each later run's
+    numbers with their difference from the first; legends use run names. Without two ids it is the choice form."""
     ctx = page_context(request, slug)
     mine = certificate_selectors.certificates_for(ctx["principal"], ctx["project"])
+    ids = _compared_ids(request)
     chosen = {k: request.GET.get(k, "") for k in ("a", "b")}
+    if not request.GET.get("a") and ids:
+        chosen["a"] = ids[0]
     ctx.update(choices=mine.filter(state="complete").select_related("run", "upload")[:200], chosen=chosen)
-    if not all(v.isdigit() for v in chosen.values()):
+    if len(ids) < 2 or not all(v.isdigit() for v in ids):
         return render(request, "dashboards/compare.html", ctx)
-    a, b = (mine.filter(pk=int(chosen[k]), state="complete").select_related("run", "upload").first() for k in "ab")
-    if a is None or b is None:
+    if len(ids) > certificate_figures.MAX_COMPARED:
+        messages.error(request, f"Compare at most {certificate_figures.MAX_COMPARED} certificates at once; "
+                                f"{len(ids)} were selected.")
+        return render(request, "dashboards/compare.html", ctx, status=400)
+    found = {c.pk: c for c in mine.filter(pk__in=[int(i) for i in ids], state="complete").select_related("run", "upload")}
+    if len(found) < len(set(ids)):
         raise Http404("No such certificate in this project.")
-    result = certificate_selectors.compare(a, b)
+    certs = [found[int(i)] for i in ids]
+    names = _legend_names(certs)
     rows = []
-    for key, label, better in COMPARISON_ROWS:
-        row = result["headline"][key]
-        change = row["diff"]
-        verdict = "same" if change == 0 else "neutral" if change is None or better == 0 else (
-            "better" if change * better > 0 else "worse")
-        rows.append(_with_text({"label": label, **row, "verdict": verdict}))
-    bound_rows = [_with_text({"label": certificate_figures.BOUND_LABELS[k], **result["bounds"][k]})
-                  for k in certificate_figures.BOUND_IDS if k in result["bounds"]]
-    ctx.update(a=a, b=b, rows=rows, bound_rows=bound_rows, caveat=result["caveat"],
-               figures=certificate_figures.comparison(a, b, float(a.budget.get("budget") or 0.1)))
+    for key, label, anchor, better in COMPARISON_ROWS:
+        values = [getattr(c, key) for c in certs]
+        rows.append({"key": key, "label": label, "anchor": anchor,
+                     "cells": [_cell(values[0], v, better, i == 0) for i, v in enumerate(values)]})
+    bound_ids = [k for k in certificate_figures.BOUND_IDS if any(c.bounds.get(k) is not None for c in certs)]
+    bound_rows = [{"label": certificate_figures.BOUND_LABELS[k],
+                   "cells": [_cell(certs[0].bounds.get(k), c.bounds.get(k), -1, i == 0) for i, c in enumerate(certs)]}
+                  for k in bound_ids]
+    ctx.update(compared=list(zip(certs, names)), rows=rows, bound_rows=bound_rows,
+               caveat=certificate_selectors.COMPARISON_CAVEAT, a=certs[0], b=certs[1],
+               figures=certificate_figures.comparison(certs, float(certs[0].budget.get("budget") or 0.1), names))
     return render(request, "dashboards/compare.html", ctx)
+
+
+def _legend_names(certs) -> list[str]:
+    """Run names for legends; a run compared with itself (two uploads) gets its certificate number too."""
+    names = [c.run.name if c.run else f"certificate {c.pk}" for c in certs]
+    return [f"{n} (#{c.pk})" if names.count(n) > 1 else n for n, c in zip(names, certs)]
 
 
 @login_required

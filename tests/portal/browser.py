@@ -30,6 +30,22 @@ browser_marks = [pytest.mark.browser,
                                     reason="system Chromium not installed (apt-get install chromium)")]
 
 
+_COLLECTED: dict[int, Path] = {}
+
+
+def collected_static() -> Path:
+    """``collectstatic`` once per test process into a folder of its own: the live servers serve what ships (hashed,
+    gzip-compressed, long-cached names through WhiteNoise), never whatever a development server left in var/."""
+    from django.core.management import call_command
+
+    if os.getpid() not in _COLLECTED:
+        root = Path(tempfile.mkdtemp(prefix="ap-static-"))
+        with override_settings(STATIC_ROOT=root):
+            call_command("collectstatic", interactive=False, verbosity=0)
+        _COLLECTED[os.getpid()] = root
+    return _COLLECTED[os.getpid()]
+
+
 def forget_producer_pools() -> None:
     """Forget (not close) the app's broker pools: kombu's registry would hand a pool closed by an earlier user,
     or one bound to a deleted broker folder, to the next sender."""
@@ -43,6 +59,7 @@ class BrowserTestCase(ChannelsLiveServerTestCase):
     (another process) sends, "memory" when jobs run synchronously in the test and nothing may reach a broker."""
 
     broker = "filesystem"
+    serve_static = False  # static files come from WhiteNoise (the middleware), as in production
     username = "alice"
     password = "alice-password-1"
     project_name = "Browser Lab"
@@ -67,6 +84,7 @@ class BrowserTestCase(ChannelsLiveServerTestCase):
         if settings.REDIS_URL:
             layers["default"]["CONFIG"]["prefix"] = f"{cls.__name__.lower()}-{os.getpid()}"
         cls._settings = override_settings(ARTIFACT_ROOT=cls.tmp / "artifacts", CHANNEL_LAYERS=layers,
+                                          STATIC_ROOT=collected_static(),
                                           PROGRESS_POLL_SECONDS=0 if settings.REDIS_URL else 0.5)
         cls._settings.enable()
         # the live server's process must open the test database, not the development one

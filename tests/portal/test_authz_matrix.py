@@ -332,7 +332,11 @@ ENDPOINTS: dict[tuple[str, str], Access] = {
     ("p/<slug:slug>/", "GET"): _page("read", lambda o: f"/p/{o.slug}/"),
     ("p/<slug:slug>/uploads/", "GET"): _page("read", lambda o: f"/p/{o.slug}/uploads/"),
     ("p/<slug:slug>/uploads/<int:pk>/", "GET"): _page("read", lambda o: f"/p/{o.slug}/uploads/{o.upload}/"),
+    ("p/<slug:slug>/runs/", "GET"): _page("read", lambda o: f"/p/{o.slug}/runs/"),
     ("p/<slug:slug>/runs/<int:pk>/", "GET"): _page("read", lambda o: f"/p/{o.slug}/runs/{o.run}/"),
+    ("p/<slug:slug>/runs/<int:pk>/sequences/", "GET"): _page(
+        "read", lambda o: f"/p/{o.slug}/runs/{o.run}/sequences/"),
+    ("glossary/", "GET"): _page("user", lambda o: "/glossary/"),
     ("p/<slug:slug>/compare/", "GET"): _page(
         "read", lambda o: f"/p/{o.slug}/compare/?a={o.certificate}&b={o.certificate}"),
     ("p/<slug:slug>/keys/", "GET"): _page("manage", lambda o: f"/p/{o.slug}/keys/"),

@@ -84,5 +84,5 @@ class BrowserUploadTest(BrowserTestCase):
             assert page.locator(f"#{fig} .main-svg").count() >= 1, fig
         assert page.locator("#headline tbody tr").count() == 7
         assert "visited" in page.inner_text("#compare-caveat")
-        assert page.get_attribute("#run-b", "href").endswith(f"?certificate={b.certificate.pk}")
+        assert page.get_attribute("#run-2", "href").endswith(f"?certificate={b.certificate.pk}")
         self.screenshot("compare-certificates.png")

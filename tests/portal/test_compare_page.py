@@ -29,19 +29,35 @@ def test_two_certificates_side_by_side(api, project, client, owner):
     b, _ = certified(api, project, records(trajectories=6, seed=2, spike_rate=0.08))
     client.force_login(owner)
     html = client.get(f"/p/{project.slug}/compare/?a={a.pk}&b={b.pk}").content.decode()
-    row = re.search(r'<tr data-row="ε̂ \(max certified token TV\)">(.*?)</tr>', html, re.S).group(1)
+    row = re.search(r'<tr data-row="eps_hat">(.*?)</tr>', html, re.S).group(1)
     assert _number(a.eps_hat) in row and _number(b.eps_hat) in row and _number(b.eps_hat - a.eps_hat, True) in row
     worse = b.eps_hat > a.eps_hat
-    assert ("B worse" if worse else "B better") in row  # a larger ε̂ is worse
+    assert (">worse<" if worse else ">better<") in row  # a larger ε̂ is worse
     tokens = re.search(r'<tr data-row="tokens">(.*?)</tr>', html, re.S).group(1)
     assert f"{a.tokens:,}" in tokens and "better" not in tokens and "worse" not in tokens  # size is neither
     assert "visited" in html and 'id="bounds"' in html
     figures = figures_of(html)
+    # both uploads belong to the run "demo-run": the legends name the run and tell the certificates apart
+    name_a, name_b = f"demo-run (#{a.pk})", f"demo-run (#{b.pk})"
     names = [t["name"] for t in figures["bounds"]["data"]]
-    assert "A: B* (min of all bounds)" in names and "B: B* (min of all bounds)" in names
-    assert [t["name"] for t in figures["steps"]["data"]] == ["A", "B"]
+    assert f"{name_a}: B* (min of all bounds)" in names and f"{name_b}: B* (min of all bounds)" in names
+    assert [t["name"] for t in figures["steps"]["data"]] == [name_a, name_b]
     for trace in figures["eps"]["data"]:  # shares of each run's sequences
         assert sum(trace["y"]) == pytest.approx(1.0)
+
+
+def test_three_runs_by_name_each_against_the_first(api, project, client, owner):
+    certs = [certified(api, project, records(trajectories=5, seed=s, run_id=f"run-{s}", spike_rate=0.02 * s))[0]
+             for s in (1, 2, 3)]
+    client.force_login(owner)
+    html = client.get(f"/p/{project.slug}/compare/", {"c": [c.pk for c in certs]}).content.decode()
+    assert [t["name"] for t in figures_of(html)["steps"]["data"]] == ["run-1", "run-2", "run-3"]
+    row = re.search(r'<tr data-row="eps_hat">(.*?)</tr>', html, re.S).group(1)
+    for c in certs[1:]:
+        assert _number(c.eps_hat - certs[0].eps_hat, True) in row
+    assert html.count('class="run-link"') == 3
+    too_many = client.get(f"/p/{project.slug}/compare/", {"c": [certs[0].pk] * 9})
+    assert too_many.status_code == 400 and "at most 8" in too_many.content.decode()
 
 
 def test_run_page_links_to_the_comparison_and_the_form_preselects_a(api, project, client, owner):

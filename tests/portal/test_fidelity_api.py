@@ -165,7 +165,7 @@ def test_pages_render_for_a_member(client, api, project, member_of, report):
     html = page.content.decode()
     assert page.status_code == 200 and 'id="verdict-value">FAIL<' in html and 'id="cf-count">1<' in html
     assert "none matched" in html and TOY_TOKENIZER_SHA[:12] in html
-    assert "/static/vendor/plotly.min.js" in html and 'id="fid-figures"' in html
+    assert "/static/vendor/plotly-basic.min" in html and 'id="fid-figures"' in html
     filtered = client.get(f"/p/{project.slug}/runs/{report.run_id}/fidelity/?verdict=excluded").content.decode()
     table = filtered[filtered.index('id="calls-table"'):]
     assert "tA-bg-1</a>" in table and "tD-0</a>" not in table and "tA-0</a>" not in table

@@ -32,6 +32,7 @@ class FidelityPageTest(BrowserTestCase):
         self.sign_in()
         page.goto(f"{self.live_server_url}/p/{self.project.slug}/runs/{upload.run_id}/")
         page.click("#fidelity-link")
+        page.wait_for_url("**/fidelity/")  # not the run page's own figures, which may be ready already
         page.wait_for_function("document.body.dataset.figures === 'ready'")
         assert page.inner_text("#verdict-value") == "FAIL"
         assert page.inner_text("#cf-count") == "1"

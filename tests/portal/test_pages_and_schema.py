@@ -1,4 +1,5 @@
 """Pages render for members, the OpenAPI schema describes the API, and the web tier stays torch-free."""
+import re
 import subprocess
 import sys
 
@@ -58,13 +59,17 @@ def test_api_docs_are_served_without_a_cdn(client):
     assert "cdn.jsdelivr" not in html and "unpkg.com" not in html
 
 
-def test_run_page_ships_plotly_from_static(client, project, owner):
-    from audit_portal.runs.models import Run
+def test_run_page_ships_plotlys_partial_bundle_from_static_deferred(api, client, project, owner):
+    from .conftest import records
+    from .test_certificates import certified
 
-    run = Run.objects.create(project=project, name="r1")
+    certificate, _ = certified(api, project, records(trajectories=4))
     client.force_login(owner)
-    html = client.get(f"/p/{project.slug}/runs/{run.pk}/").content.decode()
-    assert "/static/vendor/plotly.min.js" in html and "cdn.plot.ly" not in html
+    html = client.get(f"/p/{project.slug}/runs/{certificate.run_id}/").content.decode()
+    assert re.search(r'<script src="/static/vendor/plotly-basic\.min(\.[0-9a-f]{12})?\.js" defer>', html)
+    assert "plotly.min.js" not in html and "cdn.plot.ly" not in html
+    bare = client.get(f"/p/{project.slug}/runs/{certificate.run_id}/", {"certificate": "0"}).content.decode()
+    assert "plotly-basic" in bare  # an unknown certificate id falls back to the latest one
 
 
 def test_the_web_process_never_imports_torch():

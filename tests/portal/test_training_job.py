@@ -108,7 +108,7 @@ def test_the_page_carries_the_figures_data(client, project, owner, monkeypatch):
     audit, _ = run(project, monkeypatch=monkeypatch)
     client.force_login(owner)
     html = client.get(f"/p/{project.slug}/training/{audit.pk}/").content.decode()
-    assert "/static/vendor/plotly.min.js" in html and "cdn.plot.ly" not in html
+    assert "/static/vendor/plotly-basic.min" in html and "cdn.plot.ly" not in html
     figures = json.loads(re.search(r'<script id="training-figures" type="application/json">(.*?)</script>', html,
                                    re.S).group(1))
     assert set(figures) == {"tv_distribution", "tv_by_position", "interval_by_position", "bounds", "undetermined",

@@ -1,0 +1,173 @@
+"""Server-side tables for the portal's pages: the project's runs table (one row per run, its latest certificate's
+numbers and its latest fidelity audit's coverage; sortable, filterable by ranges, searchable, paginated, exportable)
+and the sequences of a certificate (the API's filters, paginated, exportable).
+
+Query parameters are checked here: a value that is not what its column takes is a :class:`TableInputError` naming
+the parameter, the value and what it takes; the pages show it (status 400) and exports answer it as JSON.
+Exports stream (CSV or a JSON array) row by row from a server-side cursor, so memory stays flat however many rows.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass
+
+import orjson
+from django.db.models import Count, F, OuterRef, Subquery
+from django.http import StreamingHttpResponse
+
+from audit_portal.certificates.models import RunCertificate, StepAggregate
+from audit_portal.fidelity.models import FidelityReport
+
+
+class TableInputError(ValueError):
+    """A query parameter a table cannot take; the message names it."""
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str
+    label: str
+    numeric: bool = True
+    glossary: str = ""  # anchor on the glossary page
+    help: str = ""  # one line, shown as the header's title and in the glossary
+    percent: bool = False
+
+
+RUN_COLUMNS = [
+    Column("name", "Run", numeric=False, help="the run's name (the run_id of its records)"),
+    Column("eps_hat", "ε̂ max token TV", glossary="eps-hat",
+           help="the largest certified per-token total-variation distance between rollout and trainer; lower is better"),
+    Column("delta_hat", "δ̂ max token KL", glossary="delta-hat",
+           help="the largest per-token KL divergence, when both distributions were logged; lower is better"),
+    Column("acceptance", "Acceptance", glossary="acceptance", percent=True,
+           help="share of sequences whose every token is certified inside the threshold; higher is better"),
+    Column("best_bound", "Best bound B*", glossary="best-bound",
+           help="the tightest of the surrogate-error bounds at the reference length; lower is better"),
+    Column("coverage", "Coverage", glossary="coverage", percent=True,
+           help="share of policy tokens the fidelity audit could verify; higher is better"),
+    Column("tokens", "Tokens", help="tokens certified"),
+    Column("steps", "Steps", help="training steps in the log"),
+    Column("created", "Created", numeric=False, help="when the run first appeared"),
+]
+RUN_COLUMN_KEYS = [c.key for c in RUN_COLUMNS]
+RANGE_COLUMNS = [c for c in RUN_COLUMNS if c.numeric]
+DEFAULT_RUN_SORT = "-created"
+
+
+def runs_table(runs_qs):
+    """``runs_qs`` (already scoped to what the caller may read) with each run's latest complete certificate and
+    latest complete fidelity report, as the columns' keys."""
+    latest = RunCertificate.objects.filter(run=OuterRef("pk"), state=RunCertificate.State.COMPLETE).order_by(
+        "-created_at", "-id")
+    cert = lambda field: Subquery(latest.values(field)[:1])  # noqa: E731 - one subquery per column
+    report = FidelityReport.objects.filter(run=OuterRef("pk"), state="complete").order_by("-created_at", "-id")
+    steps = (StepAggregate.objects.filter(certificate=OuterRef("certificate_id")).order_by()
+             .values("certificate").annotate(n=Count("id")).values("n"))
+    return (runs_qs.select_related(None).annotate(
+        certificate_id=cert("pk"), eps_hat=cert("eps_hat"), delta_hat=cert("delta_hat"),
+        acceptance=cert("acceptance_rate"), best_bound=cert("best_bound"), tokens=cert("tokens"),
+        coverage=Subquery(report.values("verifiable_fraction")[:1]), created=F("created_at"))
+        .annotate(steps=Subquery(steps[:1])))
+
+
+def _number(name: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise TableInputError(f"{name} must be a number, got {raw!r}") from None
+    if not math.isfinite(value):
+        raise TableInputError(f"{name} must be a finite number, got {raw!r}")
+    return value
+
+
+def filter_runs(qs, params) -> tuple[object, dict]:
+    """Apply ``q`` (name contains), ``min_<col>`` / ``max_<col>`` (inclusive ranges; percentages as fractions or
+    as ``12%``) and ``sort`` (a column key, ``-`` for descending; missing values last). Returns the queryset and
+    the filters as applied (for the form)."""
+    applied: dict = {"q": (params.get("q") or "").strip()[:200]}
+    if applied["q"]:
+        qs = qs.filter(name__icontains=applied["q"])
+    for col in RANGE_COLUMNS:
+        for side, lookup in (("min", "gte"), ("max", "lte")):
+            name = f"{side}_{col.key}"
+            raw = (params.get(name) or "").strip()
+            if not raw:
+                continue
+            value = _number(name, raw[:-1]) / 100 if raw.endswith("%") else _number(name, raw)
+            applied[name] = raw
+            qs = qs.filter(**{f"{col.key}__{lookup}": value})
+    sort = (params.get("sort") or DEFAULT_RUN_SORT).strip()
+    key = sort.lstrip("-")
+    if key not in RUN_COLUMN_KEYS:
+        raise TableInputError(f"sort must be one of {', '.join(RUN_COLUMN_KEYS)} (with - for descending), "
+                              f"got {sort!r}")
+    expr = F(key)
+    order = expr.desc(nulls_last=True) if sort.startswith("-") else expr.asc(nulls_last=True)
+    applied["sort"] = sort
+    return qs.order_by(order, "-id"), applied
+
+
+def export_rows(rows, columns: list[str], fmt: str, filename: str) -> StreamingHttpResponse:
+    """Stream ``rows`` (dicts or objects with the ``columns`` as keys/attributes) as CSV or a JSON array."""
+
+    def value(row, key):
+        v = row.get(key) if isinstance(row, dict) else getattr(row, key, None)
+        return v.isoformat() if hasattr(v, "isoformat") else v
+
+    if fmt == "csv":
+        def lines():
+            buf = io.StringIO()
+            writer = csv.writer(buf)
+            writer.writerow(columns)
+            for row in rows:
+                writer.writerow(["" if value(row, k) is None else value(row, k) for k in columns])
+                if buf.tell() > 64 * 1024:
+                    yield buf.getvalue()
+                    buf.seek(0)
+                    buf.truncate()
+            yield buf.getvalue()
+        response = StreamingHttpResponse(lines(), content_type="text/csv; charset=utf-8")
+    elif fmt == "json":
+        def chunks():
+            yield b"["
+            first = True
+            for row in rows:
+                yield (b"" if first else b",\n") + orjson.dumps({k: value(row, k) for k in columns})
+                first = False
+            yield b"]\n"
+        response = StreamingHttpResponse(chunks(), content_type="application/json")
+    else:
+        raise TableInputError(f"format must be csv or json, got {fmt!r}")
+    response["Content-Disposition"] = f'attachment; filename="{filename}.{fmt}"'
+    return response
+
+
+# --------------------------------------------------------------------------------------------- sequences
+SEQUENCE_STATUSES = ["CERT_IN", "CERT_OUT", "UNDETERMINED", "HEURISTIC", "DATA_ERROR"]
+SEQUENCE_COLUMNS = ["line", "call_id", "trajectory_id", "step", "length", "status", "accept", "eps_hat", "delta_hat",
+                    "a_y", "reason"]
+
+
+def sequence_filters(params) -> dict:
+    """The API's sequence filters (``status``, ``step``, ``accepted``), checked the same way: the page's query
+    string is the API's, so its "the same rows through the API" link returns the same rows."""
+    out: dict = {}
+    status = (params.get("status") or "").strip()
+    if status:
+        if status not in SEQUENCE_STATUSES:
+            raise TableInputError(f"status must be one of {', '.join(SEQUENCE_STATUSES)}, got {status!r}")
+        out["status"] = status
+    step = (params.get("step") or "").strip()
+    if step:
+        if not step.lstrip("-").isdigit():
+            raise TableInputError(f"step must be an integer, got {step!r}")
+        out["step"] = int(step)
+    accepted = (params.get("accepted") or "").strip()
+    if accepted:
+        if accepted not in ("true", "false"):
+            raise TableInputError(f"accepted must be true or false, got {accepted!r}")
+        out["accepted"] = accepted == "true"
+    return out
+
