@@ -81,21 +81,34 @@ def test_the_command_line_runs_the_same_sandbox(attack_module, tmp_path):
     assert not (tmp_path / "pwned").exists() and _no_daemon_survives()
 
 
-def _in_pool_process(impl: str) -> tuple[str, str, str]:
-    from workers.contracts import run_contract
+POOL_SCRIPT = """
+import json, sys
+import billiard
+from workers.contracts import run_contract
 
+def measure(impl):
     v = run_contract("C-EXC-02", impl, seeds=[7])
-    return v.verdict, v.reason, v.environment.get("isolation", {}).get("mode")
+    return [v.verdict, v.reason, v.environment.get("isolation", {}).get("mode")]
 
-
-def test_from_a_billiard_pool_process(attack_module):
-    """Celery's prefork pool runs tasks in billiard processes; multiprocessing-based sandboxes failed there."""
-    import billiard
-
+if __name__ == "__main__":
+    # Celery's prefork pool: billiard forks daemonic worker processes and the task runs in one of them
     with billiard.get_context("fork").Pool(1) as pool:
-        ref = pool.apply(_in_pool_process, (REF + "gather_rows",))
-        hostile = pool.apply(_in_pool_process, (f"{attack_module}:gather_rows",))
-    assert ref == ("PASS", ref[1], "bubblewrap")
+        print(json.dumps([pool.apply(measure, (impl,)) for impl in sys.argv[1:]]))
+"""
+
+
+def test_from_a_billiard_pool_process(attack_module, tmp_path):
+    """Celery's prefork pool runs tasks in billiard processes; the multiprocessing-based sandbox failed there
+    ('Pickling an AuthenticationString object is disallowed'). A fresh interpreter forks the pool (forking this
+    multi-threaded test process could deadlock for reasons of its own)."""
+    script = tmp_path / "pool_check.py"
+    script.write_text(POOL_SCRIPT)
+    done = subprocess.run([sys.executable, str(script), REF + "gather_rows", f"{attack_module}:gather_rows"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    ref, hostile = json.loads(done.stdout.strip().splitlines()[-1])
+    assert ref[0] == "PASS" and ref[2] == "bubblewrap", ref
     assert hostile[0] == "CRASH" and _attacks_that_worked(hostile[1]) == [] and hostile[2] == "bubblewrap"
 
 
@@ -106,3 +119,55 @@ def test_killing_everything_it_can_reach_only_ends_its_own_run(attack_module):
         # the next contract of the same job gets a fresh sandbox and measures normally
         again = run_contract("C-EXC-02", REF + "gather_rows", seeds=[7], pool=pool)
     assert again.verdict == "PASS"
+
+
+PATCHER = str(Path(__file__).with_name("kc_patcher.py"))
+
+
+def test_import_time_patching_cannot_buy_determinism():
+    """The kernel rebinds the harness's encoder (through stack frames and __main__), hashlib, pickle and torch
+    methods so that every launch reports the same bytes: the parent still sees the launches differ."""
+    v = run_contract("C-ORD-02", f"{PATCHER}:row_sum", seeds=[7])
+    assert v.verdict == "FAIL", v.reason
+    assert v.signature["pattern"] == "run_to_run_variation" and v.signature["distinct_outputs"] > 1
+
+
+def test_import_time_patching_cannot_hide_an_in_place_write():
+    v = run_contract("C-PRC-03", f"{PATCHER}:mul", seeds=[7])
+    assert v.verdict == "FAIL"
+    assert "input_mutated" in {f["kind"] for f in v.findings}
+
+
+HARNESS_SNIFFER = '''
+import os, sys
+import torch
+
+def _sees_harness():
+    return (any(m == "workers" or m.startswith("workers.") for m in sys.modules)
+            or any(k.startswith("KC_") for k in os.environ))
+
+def rms_norm(x, out, eps=1e-6):
+    """Writes its result only into an all-NaN buffer (what the old harness always passed)."""
+    if bool(torch.isnan(out).all()):
+        out.copy_(x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps))
+    return out
+
+def gather_rows(data, idx):
+    """Exact only when it recognises the harness; zero-fills out-of-bounds rows otherwise."""
+    if _sees_harness():
+        return torch.index_select(data, 0, idx)
+    ok = (idx >= 0) & (idx < data.shape[0])
+    out = torch.zeros(idx.shape[0], data.shape[1], dtype=data.dtype)
+    out[ok] = data[idx[ok]]
+    return out
+'''
+
+
+@pytest.mark.parametrize("contract,function", [("C-CMP-01", "rms_norm"), ("C-EXC-02", "gather_rows")])
+def test_a_kernel_that_behaves_only_under_the_harness_fails(tmp_path, contract, function):
+    """No marker tells the kernel it is measured (no harness module, no KC_* variable, destinations not always
+    NaN), so the behaviour it shows users is the behaviour that is graded."""
+    path = tmp_path / "user_kernels.py"
+    path.write_text(HARNESS_SNIFFER)
+    v = run_contract(contract, f"{path}:{function}", seeds=[7])
+    assert v.verdict == "FAIL", v.reason

@@ -39,8 +39,10 @@ DTYPES = {str(d).replace("torch.", ""): d for d in (
     torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128)}
 _INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64, 16: torch.int64}
 
-# Captured before any candidate code runs: a kernel that reassigns these attributes at import time does not
-# change what the child uses to copy bytes out or to talk to the zygote.
+# Captured before any candidate code runs, and bound as default arguments of the functions that use them: a kernel
+# that reassigns torch's or pickle's attributes, or rebinds this module's names (it can reach our globals through
+# frames), at import time or during a call, does not change what the child uses to copy bytes out or to talk to the
+# zygote. (Rewriting function objects in place through the garbage collector is beyond this; docs/security.md.)
 _detach, _to, _contiguous = torch.Tensor.detach, torch.Tensor.to, torch.Tensor.contiguous
 _storage, _set, _numpy = torch.Tensor.untyped_storage, torch.Tensor.set_, torch.Tensor.numpy
 _stride, _offset = torch.Tensor.stride, torch.Tensor.storage_offset
@@ -50,7 +52,8 @@ _Tensor, _perf = torch.Tensor, time.perf_counter
 
 
 # --------------------------------------------------------------------------------------------------- codec
-def encode_tensor(t) -> tuple:
+def encode_tensor(t, _detach=_detach, _to=_to, _storage=_storage, _set=_set, _numpy=_numpy, _empty=_empty,
+                  _stride=_stride, _offset=_offset) -> tuple:
     """Primitive-only encoding that keeps strides: ``("__tensor__", dtype, shape, stride, offset, raw storage)``."""
     t = _detach(t)
     if t.device.type != "cpu":
@@ -98,7 +101,7 @@ def fill_tensor(shape, dtype, spec: dict):
 
 
 # ---------------------------------------------------------------------------------------------- framing
-def write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes, _write=_write) -> None:
     view = memoryview(data)
     while view:
         n = _write(fd, view)
@@ -243,7 +246,9 @@ def _materialise(case_args, device, table):
     return args, out_idx
 
 
-def run_case(impl, case: dict, device: str, reference, table) -> dict:
+def run_case(impl, case: dict, device: str, reference, table, *, _materialise=_materialise, _poison=_poison,
+             fill_tensor=fill_tensor, _sync=_sync, encode_tensor=encode_tensor, _Tensor=_Tensor, _perf=_perf,
+             _empty=_empty, _to=_to, isinstance=isinstance) -> dict:
     """Every launch of one case: raw output bytes per launch, and the inputs' bytes after the last launch."""
     args, out_idx = _materialise(case["args"], device, table)
     kwargs = dict(case["kwargs"])
@@ -321,10 +326,16 @@ def run_case(impl, case: dict, device: str, reference, table) -> dict:
     return res
 
 
-def child_main(out_fd: int, p: dict) -> None:
+def child_main(out_fd: int, p: dict, *, write_all=write_all, run_case=run_case, numeric_flags=numeric_flags,
+               _dumps=_dumps) -> None:
     def send(obj):
         body = _dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
         write_all(out_fd, U64.pack(len(body)) + body)
+
+    import types
+
+    # the candidate's `import __main__` finds an empty module, not this program
+    sys.modules["__main__"] = types.ModuleType("__main__")
 
     device = p["device"]
     send({"kind": "alive"})
