@@ -19,6 +19,7 @@ PRODUCTS = {
     "certify_upload": "certificate",
     "fidelity_audit": "fidelity report",
     "kernel_conformance": "conformance results",
+    "kernel_signature": "signed conformance result",
     "training_step_audit": "training audit",
     "calibrate_contracts": "contract calibration",
 }
@@ -89,7 +90,7 @@ def product_url(job) -> str | None:
         report = FidelityReport.objects.filter(pk=result.get("report"), project_id=job.project_id).first()
         if report is not None and report.run_id:
             return reverse("fidelity:run", args=[slug, report.run_id]) + f"?report={report.pk}"
-    if job.kind == "kernel_conformance" and job.subject_id:
+    if job.kind in ("kernel_conformance", "kernel_signature") and job.subject_id:
         return reverse("kernels:submission", args=[slug, job.subject_id])
     if job.kind == "training_step_audit" and result.get("training_audit"):
         return reverse("training:detail", args=[slug, result["training_audit"]])
