@@ -171,3 +171,14 @@ def test_a_kernel_that_behaves_only_under_the_harness_fails(tmp_path, contract, 
     path.write_text(HARNESS_SNIFFER)
     v = run_contract(contract, f"{path}:{function}", seeds=[7])
     assert v.verdict == "FAIL", v.reason
+
+
+def test_a_kernel_file_named_like_the_reference_is_never_confused_with_it(tmp_path):
+    """C-CMP-01 stages the trusted reference module next to the candidate; a candidate file of the same name gets
+    its own name in the sandbox, in this run and in the next one that reuses the sandbox."""
+    path = tmp_path / "reference.py"
+    path.write_text("def rms_norm(x, out, eps=1e-6):\n    return out  # never writes\n")
+    with SessionPool() as pool:
+        for _ in range(2):
+            v = run_contract("C-CMP-01", f"{path}:rms_norm", seeds=[7], pool=pool)
+            assert v.verdict == "FAIL" and v.signature["sentinel_survival"] == 1.0

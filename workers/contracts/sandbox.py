@@ -180,13 +180,10 @@ class StagedImpl:
     def sha256(self) -> str | None:
         return hashlib.sha256(self.data).hexdigest() if self.data is not None else getattr(self, "source_hash", None)
 
-    def wire(self, lib_dir: str) -> dict:
-        file = f"{lib_dir}/{self.module}.py" if self.data is not None else None
-        return {"module": self.module, "file": file, "attr": self.attr}
-
     @property
-    def source_key(self):
-        return ("file", self.module, self.sha256) if self.data is not None else ("module", self.module)
+    def source_key(self) -> tuple:
+        """What identifies the code (never changes): the bytes of a staged file, or a module of the environment."""
+        return ("file", self.sha256) if self.data is not None else ("module", self.module)
 
 
 def _inside_python_environment(path: str) -> bool:
@@ -221,7 +218,7 @@ class SandboxSession:
     reference): started on first use, one fresh child per :meth:`run`, restarted if a run had to kill it."""
 
     def __init__(self, impls: list[StagedImpl], device: str = "cpu"):
-        self.device, self.impls = device, impls
+        self.device, self.impls, self._lock = device, impls, threading.Lock()
         self.mode = isolation.policy()
         self.proc = None
         # staged copies, world-readable whatever the checkout's or the artifact store's permissions: the sandbox's
@@ -233,15 +230,17 @@ class SandboxSession:
         shutil.copyfile(PROGRAM, self._program)
         for path, mode in ((self._root, 0o755), (self._stage, 0o755), (self._program, 0o644)):
             os.chmod(path, mode)
-        used = set()
+        self._names = {}  # source key -> module name of the staged file (None: imported by name)
         for impl in impls:
-            if impl.data is None:
+            if impl.source_key in self._names:
                 continue
-            name = impl.module
-            while name in used:
+            if impl.data is None:
+                self._names[impl.source_key] = None
+                continue
+            name, used = impl.module, set(self._names.values())
+            while name in used:  # two files with one stem (a candidate called reference.py): never confused
                 name = f"{impl.module}_{len(used)}"
-            impl.module = name
-            used.add(name)
+            self._names[impl.source_key] = name
             path = os.path.join(self._stage, name + ".py")
             with open(path, "wb") as fh:
                 fh.write(impl.data)
@@ -311,6 +310,15 @@ class SandboxSession:
     def __exit__(self, *exc):
         self.close()
 
+    def _wire(self, impl: StagedImpl) -> dict:
+        """How the sandbox loads ``impl``: by the name this session staged its bytes under, or by module name."""
+        if impl.source_key not in self._names:
+            raise HarnessFailure(f"{impl.ref} was not staged into this sandbox")
+        name = self._names[impl.source_key]
+        if name is None:
+            return {"module": impl.module, "file": None, "attr": impl.attr}
+        return {"module": name, "file": f"{self.lib_dir}/{name}.py", "attr": impl.attr}
+
     # -- framing
     def _next_frame(self, deadline):
         """The next (tag, message) from the zygote: ("Z", dict) or ("C", bytes); ("EOF", None) when it is gone,
@@ -338,13 +346,18 @@ class SandboxSession:
     # -- one contract run
     def run(self, impl: StagedImpl, cases: list, *, flags=None, time_limit_s=60.0, memory_limit_mb=4096,
             reference: StagedImpl | None = None, progress=None) -> SandboxOutcome:
+        with self._lock:  # one run at a time: the zygote serves one child
+            return self._run(impl, cases, flags=flags, time_limit_s=time_limit_s, memory_limit_mb=memory_limit_mb,
+                             reference=reference, progress=progress)
+
+    def _run(self, impl, cases, *, flags, time_limit_s, memory_limit_mb, reference, progress) -> SandboxOutcome:
         if self.proc is None or self.proc.poll() is not None:
             self.start()
         table, index = [], {}
         encoded = [encode_case(c, table, index) for c in cases]
-        payload = {"kind": "run", "impl": impl.wire(self.lib_dir), "device": self.device, "flags": flags or {},
+        payload = {"kind": "run", "impl": self._wire(impl), "device": self.device, "flags": flags or {},
                    "memory_limit_mb": memory_limit_mb, "cases": encoded, "tensors": table,
-                   "reference": reference.wire(self.lib_dir) if reference is not None else None,
+                   "reference": self._wire(reference) if reference is not None else None,
                    "max_files": 256, "max_processes": 256, "max_file_bytes": 64 * 2 ** 20,
                    "cpu_seconds": int(4 * float(time_limit_s) * (os.cpu_count() or 1)) + 30,
                    "cuda_memory_fraction": float(os.environ.get("KC_CUDA_MEMORY_FRACTION", "0") or 0) or None}
@@ -468,27 +481,49 @@ def _signal_name(sig) -> str:
 
 
 class SessionPool:
-    """The sandboxes of one job, one per implementation file (and trusted reference), closed together."""
+    """The sandboxes of one job, one per implementation file (and trusted reference), closed together. With
+    ``max_sessions``, the least recently used sandbox is closed when another is needed."""
 
-    def __init__(self):
-        self._sessions = {}
+    def __init__(self, max_sessions: int | None = None):
+        self._sessions, self._max, self._lock = {}, max_sessions, threading.Lock()
 
     def session(self, impl: StagedImpl, reference: StagedImpl | None, device: str) -> SandboxSession:
-        key = (impl.source_key, reference.source_key if reference is not None else None, device)
-        if key not in self._sessions:
-            self._sessions[key] = SandboxSession([impl] + ([reference] if reference is not None else []), device)
-        return self._sessions[key]
+        key = (impl.source_key, reference.source_key if reference is not None else None, device, isolation.policy())
+        with self._lock:
+            session = self._sessions.pop(key, None)
+            if session is None:
+                session = SandboxSession([impl] + ([reference] if reference is not None else []), device)
+            self._sessions[key] = session  # most recently used last
+            while self._max and len(self._sessions) > self._max:
+                self._sessions.pop(next(iter(self._sessions))).close()
+            return session
 
     def close(self):
-        for s in self._sessions.values():
-            s.close()
-        self._sessions.clear()
+        with self._lock:
+            for s in self._sessions.values():
+                s.close()
+            self._sessions.clear()
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.close()
+
+
+_DEFAULT_POOL: SessionPool | None = None
+
+
+def default_pool() -> SessionPool:
+    """For calls without a pool (the CLI, notebooks, tests): the last two implementations' sandboxes stay warm in
+    this process, so repeated runs of one implementation pay for torch's import once. Closed at exit."""
+    global _DEFAULT_POOL
+    if _DEFAULT_POOL is None:
+        import atexit
+
+        _DEFAULT_POOL = SessionPool(max_sessions=2)
+        atexit.register(_DEFAULT_POOL.close)
+    return _DEFAULT_POOL
 
 
 def run_in_sandbox(impl, cases: list, *, device="cpu", flags=None, time_limit_s=60.0, memory_limit_mb=4096,
@@ -505,10 +540,6 @@ def run_in_sandbox(impl, cases: list, *, device="cpu", flags=None, time_limit_s=
         return SandboxOutcome(kind="load_error", error={"type": type(exc).__name__, "message": str(exc)[:500],
                                                         "where": ""}, results=[], environment=None)
     ref = None if reference is None else (reference if isinstance(reference, StagedImpl) else StagedImpl(reference))
-    if pool is not None:
-        return pool.session(staged, ref, device).run(staged, cases, flags=flags, time_limit_s=time_limit_s,
-                                                     memory_limit_mb=memory_limit_mb, reference=ref,
-                                                     progress=progress)
-    with SandboxSession([staged] + ([ref] if ref is not None else []), device) as session:
-        return session.run(staged, cases, flags=flags, time_limit_s=time_limit_s, memory_limit_mb=memory_limit_mb,
-                           reference=ref, progress=progress)
+    session = (pool or default_pool()).session(staged, ref, device)
+    return session.run(staged, cases, flags=flags, time_limit_s=time_limit_s, memory_limit_mb=memory_limit_mb,
+                       reference=ref, progress=progress)
