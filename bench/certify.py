@@ -206,10 +206,16 @@ def bench_parquet(path, t_cert_jsonl):
     out = {}
     t_cert = best_of(lambda: out.setdefault("r", certify_file(pq_path)), 3)
     same = out["r"] == certify_file(path)
+    from workers.fcr.validate import validate_file
+
+    t_val_pq = best_of(lambda: validate_file(pq_path), 1)
+    t_val_js = best_of(lambda: validate_file(path), 1)
     print(f"[5] fcr-parquet/1 of the same run: {conv['bytes'] / 1e6:.0f} MB in {conv['row_groups']} row groups "
           f"(converted in {t_conv:.1f} s); certify_file {t_cert:.3f} s vs the JSONL {t_cert_jsonl:.2f} s -> "
           f"{t_cert_jsonl / t_cert:.1f}x faster (target >= 10x); vs reading its columns with pyarrow {t_read:.3f} s "
           f"-> ratio {t_cert / t_read:.2f}x (target <= 3x); certificates equal: {same}")
+    print(f"    upload validation (validate_file): Parquet {t_val_pq:.2f} s vs JSONL {t_val_js:.2f} s "
+          f"-> {t_val_pq / t_val_js:.2f}x the JSONL time (records rebuilt from the columns; no target)")
     os.remove(pq_path)
 
 

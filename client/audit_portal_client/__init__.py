@@ -9,8 +9,8 @@
 """
 from audit_portal_client.client import (BudgetExceeded, Client, FinishResult, PortalError, PortalUnavailable,
                                         Run)
-from audit_portal_client.fcr import arrow_schema, step_table
+from audit_portal_client.fcr import arrow_schema, pad_rows, step_table
 
 __all__ = ["BudgetExceeded", "Client", "FinishResult", "PortalError", "PortalUnavailable", "Run", "arrow_schema",
-           "step_table"]
+           "pad_rows", "step_table"]
 __version__ = "0.1.0"

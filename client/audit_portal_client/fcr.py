@@ -206,3 +206,16 @@ def _nested(rows: list[np.ndarray], vt) -> pa.Array:
     inner_offsets = (np.arange(positions.shape[0] + 1) * K).astype(np.int32)
     inner = pa.ListArray.from_arrays(pa.array(inner_offsets), pa.array(positions.reshape(-1).astype(vt.to_pandas_dtype())))
     return pa.ListArray.from_arrays(pa.array(_offsets(rows)), inner)
+
+
+def pad_rows(rows, fill=0, dtype=None):
+    """Per-sample lists (slime ``Sample.rollout_log_probs``, SkyRL ``GeneratorOutput.response_ids``, …) →
+    ``(array [B, T], mask [B, T])``, right-padded with ``fill``: the shapes :meth:`Run.log_step` takes."""
+    rows = [to_numpy(r, "row") for r in rows]
+    T = max((len(r) for r in rows), default=0)
+    out = np.full((len(rows), T), fill, dtype=dtype or (rows[0].dtype if rows else np.float64))
+    mask = np.zeros((len(rows), T), np.int8)
+    for i, r in enumerate(rows):
+        out[i, :len(r)] = r
+        mask[i, :len(r)] = 1
+    return out, mask

@@ -73,3 +73,13 @@ def test_masked_positions_may_hold_anything():
     t = step_table(META, 0, **b)
     assert [len(x) for x in t.column("rollout_logprobs").to_pylist()] == [5, 7, 7]
     assert isinstance(t.column("rollout_logprobs"), pa.ChunkedArray)
+
+
+def test_pad_rows_gives_the_shapes_log_step_takes():
+    from audit_portal_client import pad_rows
+
+    lps, mask = pad_rows([[-0.5, -1.0, -0.1], [-2.0]])
+    ids, _ = pad_rows([[4, 5, 6], [7]], dtype=np.int64)
+    assert lps.shape == (2, 3) and mask.tolist() == [[1, 1, 1], [1, 0, 0]]
+    t = step_table(META, 0, rollout_logprobs=lps, trainer_logprobs=lps, response_mask=mask, response_ids=ids)
+    assert t.column("response_token_ids").to_pylist() == [[4, 5, 6], [7]]

@@ -367,8 +367,11 @@ class ListColumn:
         self.offsets = arr.offsets.to_numpy().astype(np.int64)
         vals = arr.values
         self.value_null = vals.is_null().to_numpy(zero_copy_only=False) if vals.null_count else None
-        self.values = vals.fill_null(0).to_numpy(zero_copy_only=False).astype(dtype, copy=False) \
-            if not pa.types.is_list(vals.type) else vals
+        if pa.types.is_list(vals.type):
+            self.values = vals
+        else:  # no copy when there is no null to fill
+            self.values = (vals.fill_null(0) if vals.null_count else vals).to_numpy(zero_copy_only=False).astype(
+                dtype, copy=False)
         self.row_null = arr.is_null().to_numpy(zero_copy_only=False)
 
     def lengths(self) -> np.ndarray:
