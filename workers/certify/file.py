@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import os
+from array import array
 from collections import defaultdict
 
 import numpy as np
@@ -31,7 +32,7 @@ from workers.certify.sequence import (DATA_ERROR, DEFAULT_THRESHOLDS, LENGTH_EDG
 from workers.certify import parquet_rows
 from workers.certify.bounds import CONSTANTS, guard_threshold
 from workers.fcr.reader import FcrParseError, LineReader
-from workers.fcr.validate import check_logprobs, check_topk
+from workers.fcr.validate import array_bools_possible, check_logprobs, check_topk, topk_arrays, topk_checked
 from workers.fcr.columnar import is_parquet  # noqa: I001 - fcr-parquet/1 intake
 
 SENTINEL = -9999.0 + 1e-6  # spec/fidelity.md §4.3: values ≤ −9999 + 1e-6 are "not reported"
@@ -53,44 +54,49 @@ def _js(x):
 
 
 # ---- record → arrays ---------------------------------------------------------------------------------------------
-def _logprobs(values, name, T):
-    """A log-prob list: JSON numbers only (a boolean or a numeric string is refused, never read as 0.0 / −0.5)."""
+def _logprobs(values, name, T, no_bools=False):
+    """A log-prob list: JSON numbers only (a boolean or a numeric string is refused, never read as 0.0 / −0.5).
+    ``no_bools``: the raw line has no JSON boolean as an array element, so one ``array('d')`` pass converts and
+    checks together (it refuses null and strings; the slow path then names the entry)."""
     if not isinstance(values, list):
         raise RecordError(f"{name} missing or not a list")
-    bad = check_logprobs(values, T)
-    if bad is not None:
-        raise RecordError(f"misaligned arrays: response.token_ids has {T} entries, {name} has {len(values)}"
-                          if bad[0] == "" and len(values) != T else f"{name}{bad[0]}: {bad[1]}")
-    if None in values:
-        raise RecordError(f"{name}[{values.index(None)}] is null (not reported)")
-    arr = np.asarray(values, dtype=np.float64)
+    arr = None
+    if no_bools and len(values) == T:
+        try:
+            arr = np.frombuffer(array("d", values), dtype=np.float64) if T else np.zeros(0)
+        except (TypeError, OverflowError):
+            arr = None
+    if arr is None:
+        bad = check_logprobs(values, T)
+        if bad is not None:
+            raise RecordError(f"misaligned arrays: response.token_ids has {T} entries, {name} has {len(values)}"
+                              if bad[0] == "" and len(values) != T else f"{name}{bad[0]}: {bad[1]}")
+        if None in values:
+            raise RecordError(f"{name}[{values.index(None)}] is null (not reported)")
+        arr = np.asarray(values, dtype=np.float64)
     if (arr <= SENTINEL).any():
         i = int(np.flatnonzero(arr <= SENTINEL)[0])
         raise RecordError(f"{name}[{i}] is a sentinel value ({arr[i]})")
     return arr
 
 
-def _topk(top, name, T):
+def _topk(top, name, T, no_bools=False):
     """``[[id, lp], …]`` per position → (ids [T, K] int64 with −1 padding, lps [T, K] float64). Ids are ints ≥ 0
-    (−1 = a padded slot), log-probs JSON numbers; anything else is refused with the entry named."""
+    (−1 = a padded slot), log-probs JSON numbers; anything else is refused with the entry named. With ``no_bools``
+    the format module's one-pass conversion (``topk_checked``) does the checks; −1 padding or anything unusual takes
+    the checked slow path."""
     if not isinstance(top, list):
         raise RecordError(f"{name} is not a list")
     if len(top) != T:
         raise RecordError(f"misaligned arrays: response.token_ids has {T} entries, {name} has {len(top)}")
-    bad = check_topk(top, T, padding=True)
-    if bad is not None:
-        raise RecordError(f"{name}{bad[0]}: {bad[1]}")
-    K = max(map(len, top), default=0)
-    if K and min(map(len, top)) == K:
-        arr = np.asarray(top, dtype=np.float64).reshape(T, K, 2)
-    else:  # ragged K: pad position by position
-        arr = np.zeros((T, K, 2))
-        arr[:, :, 0] = -1.0
-        for t, row in enumerate(top):
-            if row:
-                arr[t, :len(row)] = row
-    ids = arr[:, :, 0].astype(np.int64)
-    lps = arr[:, :, 1]
+    fast = topk_checked(top, T) if no_bools else None
+    if fast is not None:
+        ids, lps, _ = fast
+    else:
+        bad = check_topk(top, T, padding=True)
+        if bad is not None:
+            raise RecordError(f"{name}{bad[0]}: {bad[1]}")
+        ids, lps, _ = topk_arrays(top, T)
     listed = ids >= 0
     if (lps[listed] <= SENTINEL).any():
         raise RecordError(f"{name} has a sentinel log-prob")
@@ -104,8 +110,8 @@ def _uncovered(p_top, q_top):
     return int((~hit.all(1)).sum())
 
 
-def _extract(rec):
-    """A policy record's arrays; raises RecordError with the reason."""
+def _extract(rec, no_bools=False):
+    """A policy record's arrays; raises RecordError with the reason. ``no_bools``: see :func:`_logprobs`."""
     resp = rec.get("response")
     ids = resp.get("token_ids") if isinstance(resp, dict) else None
     if not isinstance(ids, list):
@@ -123,10 +129,10 @@ def _extract(rec):
         raise RecordError("rollout.logprobs missing")
     if trn.get("logprobs") is None:
         raise RecordError("policy call without trainer.logprobs (nothing to compare the rollout with)")
-    a = _logprobs(roll["logprobs"], "rollout.logprobs", T)
-    b = _logprobs(trn["logprobs"], "trainer.logprobs", T)
-    p_top = _topk(roll["top_k"], "rollout.top_k", T) if roll.get("top_k") is not None else None
-    q_top = _topk(trn["top_k"], "trainer.top_k", T) if trn.get("top_k") is not None else None
+    a = _logprobs(roll["logprobs"], "rollout.logprobs", T, no_bools)
+    b = _logprobs(trn["logprobs"], "trainer.logprobs", T, no_bools)
+    p_top = _topk(roll["top_k"], "rollout.top_k", T, no_bools) if roll.get("top_k") is not None else None
+    q_top = _topk(trn["top_k"], "trainer.top_k", T, no_bools) if trn.get("top_k") is not None else None
     return y, a, b, p_top, q_top
 
 
@@ -158,10 +164,10 @@ def _source(path, state):
             yield line_no, line, None
 
 
-def _arrays(rec, pre):
+def _arrays(rec, pre, no_bools=False):
     """A policy record's arrays: ``pre`` when the columnar reader already has them (a string: why it cannot)."""
     if pre is None:
-        return _extract(rec)
+        return _extract(rec, no_bools)
     if isinstance(pre, str):
         raise RecordError(pre)
     return pre
@@ -478,7 +484,7 @@ def certify_file(path, *, threshold=None, budget=None, mode="tv", precision="fp3
         run.policy += 1
         meta = _meta(rec, line_no)
         try:
-            y, a, b, pt, qt = _arrays(rec, arrays)
+            y, a, b, pt, qt = _arrays(rec, arrays, type(line) is bytes and not array_bools_possible(line))
         except RecordError as exc:
             pending.append(_error_seq(run, meta, str(exc)))
             continue

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from array import array
 from itertools import chain
 
+import numpy as np
 import orjson
 
 from workers.fcr.reader import FcrParseError, LineReader, iter_lines
@@ -232,6 +233,70 @@ def _lp_warnings(a):
         i = _first(a, lambda x: x is None or x <= POSITIVE_CUT)
         out.append((f"[{i}]", "positive log-prob; the audit excludes such positions (R6/R8)"))
     return out
+
+
+# --------------------------------------------------------------------------------------------- arrays
+# Conversion of the per-token lists to numpy arrays, checking the structure in the same C-level passes: the audit
+# (workers.fidelity) and the certificate engine (workers.certify) read records through these.
+
+
+def topk_arrays(tk, n):
+    """Ragged ``[[id, lp], …]`` per position → (ids int64 [n, K] padded −1, lps float64 [n, K] padded NaN, lens)."""
+    lens = np.fromiter(map(len, tk), dtype=np.int64, count=n) if n else np.zeros(0, dtype=np.int64)
+    K = int(lens.max()) if n else 0
+    m = int(lens.sum())
+    if m == 0:
+        return np.full((n, K), -1, dtype=np.int64), np.full((n, K), np.nan), lens
+    flat = list(chain.from_iterable(chain.from_iterable(tk)))
+    if (lens == K).all():  # common case: one float64 conversion, then a reshape
+        a = np.asarray(flat, dtype=np.float64).reshape(n, K, 2)
+        if a[:, :, 0].max() < 2.0 ** 53:  # ids exact in float64
+            return a[:, :, 0].astype(np.int64), np.ascontiguousarray(a[:, :, 1]), lens
+    ids = np.full((n, K), -1, dtype=np.int64)
+    lps = np.full((n, K), np.nan)
+    rows = np.repeat(np.arange(n), lens)
+    cols = np.arange(m) - np.repeat(np.cumsum(lens) - lens, lens)
+    ids[rows, cols] = np.asarray(flat[0::2], dtype=np.int64)
+    lps[rows, cols] = np.asarray(flat[1::2], dtype=np.float64)
+    return ids, lps, lens
+
+
+def topk_checked(tk, n):
+    """A well-formed top-K list (§4.2: per position ``[[id:int≥0, lp:number], …]``, aligned to n) as
+    :func:`topk_arrays` returns it, checking the structure in the same C-level passes that convert it; ``None`` when
+    anything is unusual (then the validator names the problem and :func:`topk_arrays` converts).
+
+    The caller guarantees that no JSON boolean is an array element of the source line
+    (:func:`workers.fcr.validate.array_bools_possible`): ``array('q')``/``array('d')`` would take booleans as 0/1."""
+    if type(tk) is not list or len(tk) != n:
+        return None
+    if n == 0:
+        return np.zeros((0, 0), dtype=np.int64), np.zeros((0, 0)), np.zeros(0, dtype=np.int64)
+    try:
+        entries = list(chain.from_iterable(tk))
+        # every entry has length 2; a position or entry that is not a list (a JSON object or string) flattens to
+        # strings, which the typed arrays below refuse, and a number or null does not flatten at all — so this and
+        # the conversions are the validator's list/pair/int/number checks
+        if list(map(len, entries)).count(2) != len(entries):
+            return None
+        flat = list(chain.from_iterable(entries))
+        ids = np.frombuffer(array("q", flat[0::2]), dtype=np.int64)
+        lps = np.frombuffer(array("d", flat[1::2]), dtype=np.float64)
+    except (TypeError, OverflowError, ValueError):
+        return None
+    if len(ids) and ids.min() < 0:
+        return None
+    lens = np.fromiter(map(len, tk), dtype=np.int64, count=n)
+    K = int(lens.max())
+    if len(ids) == n * K:  # uniform K: a reshape
+        return ids.reshape(n, K), lps.reshape(n, K), lens
+    out_ids = np.full((n, K), -1, dtype=np.int64)
+    out_lps = np.full((n, K), np.nan)
+    rows = np.repeat(np.arange(n), lens)
+    cols = np.arange(len(ids)) - np.repeat(np.cumsum(lens) - lens, lens)
+    out_ids[rows, cols] = ids
+    out_lps[rows, cols] = lps
+    return out_ids, out_lps, lens
 
 
 def topk_uncovered(rollout_topk, trainer_topk):
