@@ -8,8 +8,11 @@ No Django import. Modules (each readable on its own):
 * :mod:`.coverage`      the §6.4 coverage report
 * :mod:`.audit`         ``audit_file`` / ``audit_records``: index, chain and evaluation passes
 * :mod:`.masks_export`  loss-mask export (JSONL and a compact binary form)
-* :mod:`.importers`     vLLM OpenAI-compatible logs (§5.1) and Agent Lightning spans (§5.2)
-* :mod:`.cli`           ``python -m workers.fidelity audit|import``
+* :mod:`.importers`     vLLM OpenAI-compatible logs (§5.1), SGLang ``/generate``, Agent Lightning spans (§5.2),
+                        events and triplets, verl / slime / SkyRL rollout outputs
+* :mod:`.join`          attach the trainer side (log-probs, loss masks, sample ids, task hashes) to an import
+* :mod:`.verdict`       how a verdict is worded: coverage headline, label, the ``min_coverage`` gate
+* :mod:`.cli`           ``python -m workers.fidelity audit|import|join|gateway``
 """
 from workers.fidelity.audit import audit_file, audit_records
 from workers.fidelity.masks_export import read_masks
