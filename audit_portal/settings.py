@@ -142,6 +142,9 @@ AUDIT_LOG_ORIGIN = os.environ.get("AUDIT_LOG_ORIGIN", "audit-portal transparency
 AUDIT_LOG_WITNESS_DIR = os.environ.get("AUDIT_LOG_WITNESS_DIR", str(VAR_DIR / "witness"))
 
 # --- queue and live progress -----------------------------------------------------------------------
+# One instance, one namespace: scripts/up and scripts/test set AUDIT_INSTANCE per checkout (scripts/services.sh);
+# it prefixes the broker's and the channel layer's keys on a shared Redis. Empty: no prefix.
+AUDIT_INSTANCE = os.environ.get("AUDIT_INSTANCE", "")
 REDIS_URL = os.environ.get("REDIS_URL", "")
 EMBEDDED_BROKER_DIR = VAR_DIR / "broker"
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or REDIS_URL or "filesystem://"
@@ -158,6 +161,10 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
 else:
     # A task whose worker dies is redelivered after this long (must exceed the longest job).
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 6 * 3600}
+    if AUDIT_INSTANCE and CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+        # every broker key (queues, unacked, control) under the instance's prefix: instances sharing a Redis
+        # never see each other's tasks
+        CELERY_BROKER_TRANSPORT_OPTIONS["global_keyprefix"] = f"{AUDIT_INSTANCE}:"
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -177,7 +184,8 @@ JOB_MAX_ATTEMPTS = 3
 if REDIS_URL:
     # redis-py 8 defaults to a 5 s socket timeout, which races channels_redis's 5 s BZPOPMIN: give it room.
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
-                                  "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30}]}}}
+                                  "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
+                                             "prefix": f"asgi-{AUDIT_INSTANCE}" if AUDIT_INSTANCE else "asgi"}}}
     PROGRESS_POLL_SECONDS = 0  # progress arrives through the channel layer
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}

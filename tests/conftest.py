@@ -32,6 +32,6 @@ def _isolated_portal(request, settings, tmp_path):
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     if settings.REDIS_URL:
         layer = copy.deepcopy(settings.CHANNEL_LAYERS["default"])
-        layer["CONFIG"]["prefix"] = f"test-{worker}"
+        layer["CONFIG"]["prefix"] = f"test-{os.environ.get('AUDIT_INSTANCE', '')}-{worker}"  # per checkout too
         settings.CHANNEL_LAYERS = {"default": layer}
     yield

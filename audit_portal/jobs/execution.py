@@ -9,6 +9,8 @@ import logging
 import time
 from collections.abc import Callable
 
+from django.db import connection
+
 from audit_portal.jobs import services
 from audit_portal.jobs.models import Job
 
@@ -53,6 +55,13 @@ class ProgressReporter:
 def run_job(job_id: int, work: Callable[[Job, ProgressReporter], dict | None]) -> str:
     job = services.start_job(job_id)
     if job is None:
+        if not Job.objects.filter(pk=job_id).exists():
+            # not a finished or claimed job of ours: a task sent by another instance sharing this broker (or for a
+            # database that was reset). Acknowledged, but said loudly: its sender's job will wait for its reaper.
+            log.error("task for job %s, which this worker's database (%s) does not know: another instance may share "
+                      "this broker; give each its own namespace (AUDIT_INSTANCE, set per checkout by scripts/up)",
+                      job_id, connection.settings_dict.get("NAME"))
+            return "unknown_job"
         return "skipped"
     reporter = ProgressReporter(job)
     try:

@@ -28,6 +28,8 @@ def _point_app_at(url: str) -> None:
 
     app.conf.broker_url = url
     app.conf.broker_transport_options = {"visibility_timeout": 3600}
+    if os.environ.get("AUDIT_INSTANCE"):  # the workers inherit it and prefix their broker keys (settings.py)
+        app.conf.broker_transport_options["global_keyprefix"] = f"{os.environ['AUDIT_INSTANCE']}:"
     app._pool = None
     app.amqp._producer_pool = None
     kombu.pools.reset()

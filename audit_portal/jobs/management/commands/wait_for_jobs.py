@@ -9,7 +9,8 @@ from audit_portal.jobs.models import TERMINAL_STATES, Job
 
 
 class Command(BaseCommand):
-    help = "Block until every job of a project is succeeded, failed or cancelled."
+    help = ("Block until every job of a project is succeeded, failed or cancelled; exit non-zero when one failed or "
+            "the timeout passed (naming the jobs and their states).")
 
     def add_arguments(self, parser):
         parser.add_argument("--project", required=True, help="project slug")
@@ -29,7 +30,9 @@ class Command(BaseCommand):
                 failed = [j for j in jobs if j.state == "failed"]
                 for j in failed:
                     self.stderr.write(f"  job #{j.pk} {j.kind} failed: {j.error}")
+                if failed:
+                    raise CommandError(f"{len(failed)} of {len(jobs)} job(s) failed")
                 return
             if time.monotonic() > deadline:
-                raise CommandError(f"timed out with {len(pending)} job(s) pending")
+                raise CommandError(f"timed out after {timeout:.0f} s with {len(pending)} job(s) pending: {line}")
             time.sleep(1)
