@@ -362,8 +362,8 @@ class ListColumn:
     __slots__ = ("offsets", "values", "row_null", "value_null")
 
     def __init__(self, arr: pa.Array, dtype):
-        if isinstance(arr, pa.ChunkedArray):
-            arr = arr.combine_chunks()
+        if isinstance(arr, pa.ChunkedArray):  # one chunk per row group read: take it as is (combining copies)
+            arr = arr.chunk(0) if arr.num_chunks == 1 else arr.combine_chunks()
         self.offsets = arr.offsets.to_numpy().astype(np.int64)
         vals = arr.values
         self.value_null = vals.is_null().to_numpy(zero_copy_only=False) if vals.null_count else None
