@@ -50,6 +50,11 @@ class Block(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
 
     def forward(self, x, attn="math"):
+        x = self.attend(x, attn)
+        return x + self.mlp(self.ln2(x))
+
+    def attend(self, x, attn="math"):
+        """The residual attention half of the block."""
         B, L, D = x.shape
         q, k, v = self.qkv(self.ln1(x)).reshape(B, L, 3, self.h, D // self.h).permute(2, 0, 3, 1, 4)
         if attn == "sdpa":
@@ -59,8 +64,7 @@ class Block(nn.Module):
             causal = torch.ones(L, L, dtype=torch.bool, device=x.device).tril()
             s = s.masked_fill(~causal, float("-inf"))
             o = torch.softmax(s.float(), -1).to(v.dtype) @ v
-        x = x + self.proj(o.transpose(1, 2).reshape(B, L, D))
-        return x + self.mlp(self.ln2(x))
+        return x + self.proj(o.transpose(1, 2).reshape(B, L, D))
 
 
 class TinyCausalLM(nn.Module):
@@ -98,32 +102,37 @@ def _device_type(device) -> str:
 
 
 def rollout_logits_fn(model: TinyCausalLM, numerics: str):
-    """A function ``tokens -> fp32 logits`` evaluating ``model`` under the rollout numerics (see module docstring)."""
+    """A function ``tokens -> fp32 logits`` evaluating ``model`` under the rollout numerics (see module docstring);
+    keyword arguments are passed on to the model's forward (e.g. ``routes_out`` of the MoE model)."""
     nx = parse_numerics(numerics)
     dev = next(model.parameters()).device
     if nx["precision"] == "bf16_weights":
         m = copy.deepcopy(model).to(torch.bfloat16)
 
-        def f(tokens):
-            return m(tokens, nx["attn"]).float()
+        def f(tokens, **kw):
+            return m(tokens, nx["attn"], **kw).float()
     elif nx["precision"] == "bf16_autocast":
-        def f(tokens):
+        def f(tokens, **kw):
             with torch.autocast(_device_type(dev), dtype=torch.bfloat16):
-                return model(tokens, nx["attn"]).float()
+                return model(tokens, nx["attn"], **kw).float()
     else:
-        def f(tokens):
-            return model(tokens, nx["attn"]).float()
+        def f(tokens, **kw):
+            return model(tokens, nx["attn"], **kw).float()
     return f, nx
 
 
 @torch.no_grad()
 def sample(model: TinyCausalLM, prompts: torch.Tensor, length: int, *, numerics: str = "bf16_autocast",
-           gen: torch.Generator | None = None, temperature: float = 1.0, logit_noise=None):
+           gen: torch.Generator | None = None, temperature: float = 1.0, logit_noise=None,
+           record_routes: bool = False):
     """Decode ``length`` tokens per prompt under rollout numerics.
 
     Returns ``(tokens [B, P+T], roll_logp [B, T, V] float64)`` — the rollout's full log-probs at every response
     position (the distribution each token was sampled from). ``logit_noise(step, logits) -> logits`` optionally
     injects a synthetic mismatch (bench). ``gen`` (a CPU generator) makes sampling reproducible on any device.
+    ``record_routes`` (MoE models, :mod:`.moe`): also return the experts chosen ``[B, P+T−1, layers, top_k]`` as an
+    engine with a KV cache records them — prompt positions from the first forward, each later position from the step
+    where it is the newest one.
     """
     f, nx = rollout_logits_fn(model, numerics)
     dev = prompts.device
@@ -134,8 +143,14 @@ def sample(model: TinyCausalLM, prompts: torch.Tensor, length: int, *, numerics:
         filler = torch.randint(0, model.cfg.vocab, prompts.shape, generator=g2).to(dev)
         toks = torch.cat([prompts, filler], 0)
     out = []
+    rec, routes = ([], []) if record_routes else (None, None)
     for t in range(length):
-        logits = f(toks)[:, -1, :].double() / temperature
+        logits = f(toks, **({} if rec is None else {"routes_out": rec}))[:, -1, :].double() / temperature
+        if rec is not None:
+            r = rec.pop()[:B]
+            routes.append(r[:, :-1] if t == 0 else r[:, -1:])
+            if t == 0:
+                routes.append(r[:, -1:])
         if logit_noise is not None:
             logits = logit_noise(t, logits)
         lp = torch.log_softmax(logits, -1)
@@ -143,18 +158,21 @@ def sample(model: TinyCausalLM, prompts: torch.Tensor, length: int, *, numerics:
         nxt = torch.multinomial(probs, 1, generator=gen).to(dev)
         toks = torch.cat([toks, nxt], 1)
         out.append(lp[:B].cpu())
+    if rec is not None:
+        return toks[:B], torch.stack(out, 1), torch.cat(routes, 1).cpu()
     return toks[:B], torch.stack(out, 1)
 
 
-def trainer_logits(model: TinyCausalLM, tokens: torch.Tensor, prompt_len: int, *, temperature: float = 1.0):
+def trainer_logits(model: TinyCausalLM, tokens: torch.Tensor, prompt_len: int, *, temperature: float = 1.0, **kw):
     """Trainer numerics: one fp32 forward over the whole sequence (explicit attention); fp32 logits ``[B, T, V]`` of
-    the response positions (position P+t−1 predicts token P+t)."""
-    return model(tokens[:, :-1], "math").float()[:, prompt_len - 1:, :] / temperature
+    the response positions (position P+t−1 predicts token P+t). ``kw`` goes to the forward (MoE: ``replay``,
+    ``routes_out``)."""
+    return model(tokens[:, :-1], "math", **kw).float()[:, prompt_len - 1:, :] / temperature
 
 
 def trainer_logp(model: TinyCausalLM, tokens: torch.Tensor, prompt_len: int, *, temperature: float = 1.0,
-                 dtype=torch.float32):
+                 dtype=torch.float32, **kw):
     """Differentiable log-probs ``[B, T, V]`` of the trainer (log-softmax in ``dtype``). For certificates use
     ``dtype=torch.float64``: an fp32 log-softmax is normalised only to ~1e-7, enough to push a certified lower end
     (which assumes Σ = 1) above the "exact" TV computed from the same values."""
-    return torch.log_softmax(trainer_logits(model, tokens, prompt_len, temperature=temperature).to(dtype), -1)
+    return torch.log_softmax(trainer_logits(model, tokens, prompt_len, temperature=temperature, **kw).to(dtype), -1)
