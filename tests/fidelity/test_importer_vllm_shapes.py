@@ -160,3 +160,14 @@ def test_streamed_n2_chat_interleaved_chunks(tmp_path, toy):
     assert all(r["prompt"]["token_ids"] == PROMPT_A and r["prompt"]["provenance"] == "engine" for r in recs)
     assert recs[1]["rollout"]["logprobs"] == [-0.1, -0.2, -0.30000000000000004]
     assert all(r["response"]["usage_completion_tokens"] is None for r in recs)
+
+
+def test_openai_compatible_log_of_another_engine(tmp_path, toy):
+    from workers.fidelity.importers import import_vllm
+
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(dumps([chat_exchange()]))
+    import_vllm(src, tmp_path / "o.jsonl", tokenizer=toy, engine="sglang")
+    assert orjson.loads((tmp_path / "o.jsonl").read_bytes())["engine"]["name"] == "sglang"
+    import_vllm(src, tmp_path / "v.jsonl", tokenizer=toy)
+    assert orjson.loads((tmp_path / "v.jsonl").read_bytes())["engine"]["name"] == "vllm"

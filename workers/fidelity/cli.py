@@ -60,7 +60,8 @@ def _parser():
     i.add_argument("--generation-config-source", default="unknown",
                    choices=["request_only", "hf_defaults", "unknown"])
     i.add_argument("--chat-template-sha256")
-    i.add_argument("--engine", help="verl/slime/skyrl: the inference engine behind the rollout (vllm, sglang)")
+    i.add_argument("--engine", help="the inference engine behind the log (engine.name): verl/slime/skyrl rollouts, "
+                                    "or an OpenAI-compatible log served by something other than vLLM (vllm importer)")
     i.add_argument("--ids-from", choices=["engine", "text"], default="engine",
                    help="verl/slime/skyrl: 'text' when the rollout rebuilt ids from text offline (never verifiable)")
     i.add_argument("--role", choices=["policy", "background"],
@@ -168,7 +169,7 @@ def main(argv=None) -> int:
                       chat_template_sha256=args.chat_template_sha256, role=args.role)
         try:
             if args.kind == "vllm":
-                stats = import_vllm(args.src, args.dst, step=args.step, **common)
+                stats = import_vllm(args.src, args.dst, step=args.step, engine=args.engine, **common)
             elif args.kind == "sglang":
                 from workers.fidelity.importers.sglang import import_sglang
 

@@ -179,7 +179,7 @@ def convert_exchange(obj: dict, *, line: int, ref: str, opts: dict, call_index: 
         rec["model"] = {"served_name": str(resp.get("model") or req.get("model") or "unknown"),
                         "policy_version": policy_version}
         rec["chat_template"] = ({"sha256": opts.get("chat_template_sha256") or "unknown"} if chat else None)
-        eng = {"name": "vllm", "api": api, "logprobs_mode": req.get("logprobs_mode", opts.get("logprobs_mode")),
+        eng = {"name": opts.get("engine") or "vllm", "api": api, "logprobs_mode": req.get("logprobs_mode", opts.get("logprobs_mode")),
                "generation_config_source": opts.get("generation_config_source", "unknown")}
         if isinstance(req.get("skip_special_tokens"), bool):
             eng["skip_special_tokens"] = req["skip_special_tokens"]
@@ -288,9 +288,10 @@ def convert_exchange(obj: dict, *, line: int, ref: str, opts: dict, call_index: 
 
 
 def import_vllm(in_path, out_path, *, run_id=None, step=None, steps=None, tokenizer=None, logprobs_mode=None,
-                generation_config_source="unknown", chat_template_sha256=None, role=None) -> dict:
-    """Convert a vLLM/AGL exchange log to ``fcr/1``. Returns counts. Two passes (retry marking)."""
-    opts = {"run_id": run_id, "step": step, "steps": steps or {}, "tokenizer": tokenizer,
+                generation_config_source="unknown", chat_template_sha256=None, role=None, engine=None) -> dict:
+    """Convert a vLLM/AGL exchange log to ``fcr/1``. Returns counts. Two passes (retry marking). ``engine``: the
+    server behind an OpenAI-compatible log when it is not vLLM (e.g. ``sglang``; ``engine.name``)."""
+    opts = {"run_id": run_id, "step": step, "steps": steps or {}, "tokenizer": tokenizer, "engine": engine,
             "logprobs_mode": logprobs_mode, "generation_config_source": generation_config_source,
             "chat_template_sha256": chat_template_sha256}
     last_of: dict = {}
