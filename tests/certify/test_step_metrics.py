@@ -62,5 +62,5 @@ def test_run_and_step_metrics_equal_the_definitions(run):
 def test_metrics_do_not_depend_on_chunking(run):
     path, _ = run
     a, b = certify_file(path, chunk_tokens=300), certify_file(path, chunk_tokens=1 << 16)
-    for k, v in a["summary"]["metrics"].items():
-        assert b["summary"]["metrics"][k] == pytest.approx(v, rel=1e-9), k
+    assert a["summary"]["metrics"] == b["summary"]["metrics"]  # bit for bit: sums are per sequence, in file order
+    assert [s["metrics"] for s in a["steps"]] == [s["metrics"] for s in b["steps"]]

@@ -56,61 +56,49 @@ class StepMetrics:
 
     def add(self, steps: list, lens: np.ndarray, ok: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
         """One chunk: ``steps`` (one per sequence), ``lens`` token counts, ``ok`` which sequences are certified,
-        ``a``/``b`` rollout/trainer log-probs of the sampled tokens, flat in sequence order."""
+        ``a``/``b`` rollout/trainer log-probs of the sampled tokens, flat in sequence order.
+
+        Sums are formed per sequence (a sequence never spans chunks), then added to their step one sequence at a time
+        in file order, so the result does not depend on where chunks end."""
         if not ok.any():
             return
-        keys = list(dict.fromkeys(s for s, good in zip(steps, ok) if good))
-        local = {k: i for i, k in enumerate(keys)}
-        S = len(keys)
-        seq_step = np.array([local.get(s, -1) if good else -1 for s, good in zip(steps, ok)], np.int64)
-        seg = np.repeat(np.arange(len(lens)), lens)
+        nseq = len(lens)
+        seg = np.repeat(np.arange(nseq), lens)
         tok_ok = ok[seg]
         d = (b - a)[tok_ok]
         aa, bb = a[tok_ok], b[tok_ok]
-        tstep = seq_step[seg][tok_ok]
         tseg = seg[tok_ok]
         dc = np.clip(d, -SAFETY, SAFETY)
         rho = np.exp(dc)
         absd = np.abs(d)
         mis = (rho < MIS_BAND[0]) | (rho > MIS_BAND[1])
 
-        def per_step(w):
-            return np.bincount(tstep, weights=w, minlength=S)
+        def per_seq(w):
+            return np.bincount(tseg, weights=w, minlength=nseq)
 
-        # per sequence (certified ones): means of both sides, any MIS-masked token
-        nseq = len(lens)
-        n_tok = np.bincount(tseg, minlength=nseq).astype(np.float64)
-        mean_a = np.bincount(tseg, weights=aa, minlength=nseq)
-        mean_b = np.bincount(tseg, weights=bb, minlength=nseq)
-        seq_mis = np.bincount(tseg, weights=mis.astype(np.float64), minlength=nseq) > 0
-        good = ok & (n_tok > 0)
+        n_tok = per_seq(np.ones_like(d))
         with np.errstate(divide="ignore", invalid="ignore"):
-            mean_a, mean_b = mean_a / n_tok, mean_b / n_tok
-        sg = seq_step[good]
-
-        def per_seq_step(w):
-            return np.bincount(sg, weights=w, minlength=S)
-
-        chunk = np.stack([
-            per_step(np.ones_like(d)), per_step(absd), per_step(-d), per_step(0.5 * d * d),
-            per_step(rho - 1.0 - dc), per_step(rho), per_step(rho * rho), per_step((rho > TIS_CAP).astype(float)),
-            per_step(mis.astype(float)), per_seq_step(np.ones(good.sum())),
-            per_seq_step(seq_mis[good].astype(float)), per_seq_step(np.exp(np.minimum(-mean_b[good], 700))),
-            per_seq_step(np.exp(np.minimum(-mean_a[good], 700))),
-            per_seq_step(np.exp(np.clip(mean_a[good] - mean_b[good], -700, 700))),
+            mean_a, mean_b = per_seq(aa) / n_tok, per_seq(bb) / n_tok
+        seq_mis = per_seq(mis.astype(np.float64))
+        rows = np.stack([
+            n_tok, per_seq(absd), per_seq(-d), per_seq(0.5 * d * d), per_seq(rho - 1.0 - dc), per_seq(rho),
+            per_seq(rho * rho), per_seq((rho > TIS_CAP).astype(np.float64)), seq_mis, np.ones(nseq),
+            (seq_mis > 0).astype(np.float64), np.exp(np.minimum(-mean_b, 700)), np.exp(np.minimum(-mean_a, 700)),
+            np.exp(np.clip(mean_a - mean_b, -700, 700)),
         ], axis=1)
-        mx = np.full((S, 3), -np.inf)
-        np.maximum.at(mx[:, 0], tstep, absd)
-        np.maximum.at(mx[:, 1], tstep, rho)
-        np.maximum.at(mx[:, 2], tstep, -rho)
-        hist = np.bincount(tstep * N_BINS + _bin(absd), minlength=S * N_BINS).reshape(S, N_BINS)
-        for i, k in enumerate(keys):
+        mx = np.full((nseq, 3), -np.inf)
+        np.maximum.at(mx[:, 0], tseg, absd)
+        np.maximum.at(mx[:, 1], tseg, rho)
+        np.maximum.at(mx[:, 2], tseg, -rho)
+        hist = np.bincount(tseg * N_BINS + _bin(absd), minlength=nseq * N_BINS).reshape(nseq, N_BINS)
+        for i in np.flatnonzero(ok & (n_tok > 0)).tolist():
+            k = steps[i]
             if k in self.sums:
-                self.sums[k] += chunk[i]
+                self.sums[k] += rows[i]
                 np.maximum(self.maxes[k], mx[i], out=self.maxes[k])
                 self.hist[k] += hist[i]
             else:
-                self.sums[k], self.maxes[k], self.hist[k] = chunk[i].copy(), mx[i].copy(), hist[i].astype(np.int64)
+                self.sums[k], self.maxes[k], self.hist[k] = rows[i].copy(), mx[i].copy(), hist[i].astype(np.int64)
 
     @staticmethod
     def _quantile(hist: np.ndarray, q: float) -> float:
