@@ -126,6 +126,9 @@ def verify_entry(entry: LogEntry, *, rehash_files: bool = False) -> Report:
                                       "hashes": [h.hex() for h in merkle.consistency_proof(wsize, hashes)]}
     report = verify_bundle(b, file_digests=digests, keys=b["keys"], keys_source="the portal's published key set",
                            since=since)
+    if since is None:  # the verifier's hint names its command-line options; on the server the witness is the pin
+        report.check("consistency").message = ("no witnessed checkpoint to compare the log with (AUDIT_LOG_WITNESS_DIR "
+                                               "is unset or nothing was published there yet)")
     if obj is None:
         report.add("record", SKIPPED, f"{entry.subject_kind} {entry.subject_id} is no longer stored "
                                       "(regenerated or deleted); the signed statement is all there is")
