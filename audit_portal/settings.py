@@ -136,6 +136,9 @@ UPLOAD_THROTTLE_RATE = os.environ.get("UPLOAD_THROTTLE_RATE", "120/min")
 AUDIT_SIGNING_KEY = os.environ.get("AUDIT_SIGNING_KEY", "")
 AUDIT_SIGNING_KEY_FILE = os.environ.get("AUDIT_SIGNING_KEY_FILE", "")
 AUDIT_SIGNING_KEY_DIR = Path(os.environ.get("AUDIT_SIGNING_KEY_DIR", VAR_DIR / "keys"))
+# 0 for a process that must never sign nor hold the key: the kernels worker role, which runs submitted code in
+# its sandbox (docs/security.md, "Worker roles"); conformance results are signed by a task on the cpu queue.
+AUDIT_SIGNING_ENABLED = os.environ.get("AUDIT_SIGNING_ENABLED", "1") not in ("0", "false", "no")
 AUDIT_LOG_ORIGIN = os.environ.get("AUDIT_LOG_ORIGIN", "audit-portal transparency log")
 # Signed checkpoints are also published here, append-only, outside the database (attestations/witness.py);
 # point it at storage the database's operators cannot rewrite. Empty: no witness.
