@@ -32,6 +32,11 @@ def arrow_schema(float_type: str = "float32") -> pa.Schema:
     for side in ("rollout", "trainer"):
         fields += [pa.field(f"{side}_topk_ids", pa.list_(pa.list_(i64))),
                    pa.field(f"{side}_topk_logprobs", pa.list_(pa.list_(ft)))]
+    # MoE routes, each a call's [tokens, layers, top_k] flattened row-major; layers and top_k in the last two
+    fields += [pa.field("rollout_routed_experts", pa.list_(pa.int16())),
+               pa.field("trainer_routed_experts", pa.list_(pa.int16())),
+               pa.field("rollout_router_topk_probs", pa.list_(pa.float32())),
+               pa.field("routes_layers", pa.int16()), pa.field("routes_top_k", pa.int16())]
     return pa.schema(fields, metadata={b"fcr.format": FORMAT.encode(), b"fcr.record_schema": b"fcr/1"})
 
 

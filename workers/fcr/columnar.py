@@ -48,6 +48,13 @@ LISTS = {
 # Top-K lists: side → (ids column, log-probs column); each list<list<…>>: position → entries
 TOPK = {"rollout": ("rollout_topk_ids", "rollout_topk_logprobs"),
         "trainer": ("trainer_topk_ids", "trainer_topk_logprobs")}
+# MoE routes (docs/routing.md): each list is the record's [tokens, layers, top_k] array flattened row-major; the
+# two int columns give layers and top_k (the token count follows from the length)
+ROUTES = {"rollout_routed_experts": ("rollout", "routed_experts"),
+          "trainer_routed_experts": ("trainer", "routed_experts"),
+          "rollout_router_topk_probs": ("rollout", "router_topk_probs")}
+ROUTE_SHAPE = ("routes_layers", "routes_top_k")
+EXPERT_ID_MAX = (1 << 15) - 1
 META = "meta_json"
 REQUIRED = [k for k, (_, req) in SCALARS.items() if req] + [META, "prompt_token_ids", "response_token_ids",
                                                              "rollout_logprobs"]
@@ -67,6 +74,9 @@ def arrow_schema(float_type: str = "float64") -> pa.Schema:
     for ids_col, lps_col in TOPK.values():
         fields.append(pa.field(ids_col, pa.list_(pa.list_(pa.int64()))))
         fields.append(pa.field(lps_col, pa.list_(pa.list_(ft))))
+    for col in ROUTES:
+        fields.append(pa.field(col, pa.list_(pa.float32() if col.endswith("probs") else pa.int16())))
+    fields += [pa.field(col, pa.int16()) for col in ROUTE_SHAPE]
     return pa.schema(fields, metadata={FORMAT_KEY: FORMAT.encode(), RECORD_SCHEMA_KEY: b"fcr/1"})
 
 
@@ -101,6 +111,8 @@ def expected_kinds() -> dict[str, str]:
     out.update({col: f"list<{kind}>" for col, (_, kind) in LISTS.items()})
     for ids_col, lps_col in TOPK.values():
         out[ids_col], out[lps_col] = "list<list<int>>", "list<list<float>>"
+    out.update({col: "list<float>" if col.endswith("probs") else "list<int>" for col in ROUTES})
+    out.update(dict.fromkeys(ROUTE_SHAPE, "int"))
     return out
 
 
@@ -178,7 +190,10 @@ def table_records(table: pa.Table, first_row: int) -> Iterator[tuple[int, dict |
     """``(row number (1-based), record)`` for every row of ``table``: the fcr/1 dict the row stands for (a row whose
     ``meta_json`` is not a JSON object gives an :class:`FcrParseError` in place of the record)."""
     names = table.column_names
-    cols = {n: table.column(n).to_pylist() for n in names if n not in sum(TOPK.values(), ())}
+    cols = {n: table.column(n).to_pylist() for n in names if n not in sum(TOPK.values(), ()) and n not in ROUTES}
+    routes = {c: table.column(c).to_numpy(zero_copy_only=False) if c in names else None
+              for c in ROUTES}  # numpy object arrays of per-row numpy arrays (None for null rows)
+    shape = {c: table.column(c).to_pylist() if c in names else [None] * table.num_rows for c in ROUTE_SHAPE}
     topk = {}
     for side, (ic, lc) in TOPK.items():
         if ic in names or lc in names:
@@ -215,7 +230,22 @@ def table_records(table: pa.Table, first_row: int) -> Iterator[tuple[int, dict |
             _set(rec, (side, "top_k"), [None if a is None else [[x, y] for x, y in zip(a, b)]
                                         for a, b in zip(i_row, l_row)])
         else:
-            yield row_no, rec
+            problem = _set_routes(rec, r, routes, shape)
+            yield row_no, (rec if problem is None else FcrParseError(row_no, problem[1], problem[0]))
+
+
+def _set_routes(rec, r, routes, shape):
+    """Put row ``r``'s route columns back as nested lists; ``(field, reason)`` when their shape does not add up."""
+    L, K = shape["routes_layers"][r], shape["routes_top_k"][r]
+    for col, path in ROUTES.items():
+        flat = None if routes[col] is None else routes[col][r]
+        if flat is None:
+            continue
+        if not L or not K or L < 1 or K < 1 or len(flat) % (L * K):
+            return ".".join(path), (f"{len(flat)} values do not make [tokens, {L}, {K}] "
+                                    f"(columns routes_layers, routes_top_k)")
+        _set(rec, path, np.asarray(flat).reshape(-1, L, K).tolist())
+    return None
 
 
 def iter_records(path, progress: Callable[[int, int], None] | None = None) -> Iterator[tuple[int, dict]]:
@@ -282,6 +312,11 @@ class Writer:
             if ids and max(ids) > ID_MAX:
                 raise FcrParseError(line or 0, f"{where}: {k}.token_ids has an id above 2^63-1; {FORMAT} stores "
                                     f"int64 ids", f"{k}.token_ids")
+        for col, path in ROUTES.items():
+            v = (rec.get(path[0]) or {}).get(path[1]) if not col.endswith("probs") else None
+            if v is not None and len(v) and np.asarray(v).max() > EXPERT_ID_MAX:
+                raise FcrParseError(line or 0, f"{where}: {'.'.join(path)} has an expert id above {EXPERT_ID_MAX}; "
+                                    f"{FORMAT} stores int16 expert ids", ".".join(path))
         self._recs.append(rec)
         self._tokens += len(rec["response"]["token_ids"])
         if self._tokens >= self.row_group_tokens or len(self._recs) >= self.row_group_rows:
@@ -320,6 +355,8 @@ class Writer:
             mask = pa.array(row_null, pa.bool_()) if any(row_null) else None
             cols[ic] = pa.ListArray.from_arrays(pa.array(pos_off, pa.int32()), inner_i, mask=mask)
             cols[lc] = pa.ListArray.from_arrays(pa.array(pos_off, pa.int32()), inner_l, mask=mask)
+        cols.update(route_columns([{col: (r.get(path[0]) or {}).get(path[1]) if isinstance(r.get(path[0]), dict)
+                                    else None for col, path in ROUTES.items()} for r in recs]))
         return pa.table(cols, schema=self.schema)
 
     def add_table(self, table: pa.Table) -> None:
@@ -351,7 +388,38 @@ class Writer:
         self.close()
 
 
-_ARRAY_PATHS = {path for path, _ in LISTS.values()} | {(side, "top_k") for side in TOPK}
+_ARRAY_PATHS = {path for path, _ in LISTS.values()} | {(side, "top_k") for side in TOPK} | set(ROUTES.values())
+
+
+def route_columns(rows: list[dict]) -> dict[str, pa.Array]:
+    """The route columns for ``rows`` (one dict per record: column → ``[T, L, K]`` array-like or None)."""
+    out: dict[str, pa.Array] = {}
+    shape: dict[str, list] = {c: [] for c in ROUTE_SHAPE}
+    for col in ROUTES:
+        dt, at = (np.float32, pa.float32()) if col.endswith("probs") else (np.int16, pa.int16())
+        offsets, parts, nulls = [0], [], []
+        for row in rows:
+            v = row.get(col)
+            if v is not None and not np.size(v):
+                v = None  # a zero-token response's routes: stored as absent
+            nulls.append(v is None)
+            if v is not None:
+                a = np.asarray(v, dtype=dt)
+                parts.append(a.reshape(-1))
+                offsets.append(offsets[-1] + a.size)
+            else:
+                offsets.append(offsets[-1])
+        values = pa.array(np.concatenate(parts) if parts else np.zeros(0, dt), at)
+        mask = pa.array(nulls, pa.bool_()) if any(nulls) else None
+        out[col] = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values, mask=mask)
+    for row in rows:
+        a = next((np.shape(row[c]) for c in ("rollout_routed_experts", "trainer_routed_experts")
+                  if row.get(c) is not None), None)
+        shape["routes_layers"].append(None if a is None else a[1])
+        shape["routes_top_k"].append(None if a is None else a[2])
+    for c in ROUTE_SHAPE:
+        out[c] = pa.array(shape[c], pa.int16())
+    return out
 
 
 # --------------------------------------------------------------------------------------------- columns as numpy

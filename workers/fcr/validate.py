@@ -28,6 +28,7 @@ import numpy as np
 import orjson
 
 from workers.fcr.reader import FcrParseError, LineReader, iter_lines
+from workers.fcr.routes import LayerCounts, has_routes, n_layers, routes_issues
 
 SCHEMA = "fcr/1"
 ROLES = frozenset({"policy", "background", "unknown"})
@@ -429,7 +430,10 @@ def validate_record(
     """
     fast = no_array_bools
     if not lint and not check_hashes and type(rec) is dict and _fast_valid(rec, fast):
-        return []
+        if not has_routes(rec):
+            return []
+        cid = rec["call_id"]
+        return [FcrIssue(line, cid, f, r) for f, r in routes_issues(rec, len(rec["response"]["token_ids"]))]
     issues: list[FcrIssue] = []
     if type(rec) is not dict:
         return [FcrIssue(line, None, "", f"expected a JSON object, got {type(rec).__name__}")]
@@ -637,6 +641,9 @@ def validate_record(
                 if count:
                     warn(f"trainer.top_k[{first}]", f"misses ids of rollout.top_k at {count} position(s); fcr/1 "
                          "requires the trainer list to cover them (the certificate there is looser)")
+    if n is not None and has_routes(rec):  # optional MoE routing fields (workers/fcr/routes.py)
+        for field, reason in routes_issues(rec, n):
+            err(field, reason)
     return issues
 
 
@@ -706,6 +713,8 @@ def validate_file(
     has_trainer_lp = has_topk = False
     seen: set[int] = set()
     dups = 0
+    layer_counts = LayerCounts()
+    routed_records = 0
 
     def add(issue: FcrIssue):
         nonlocal n_err, n_warn
@@ -760,6 +769,13 @@ def validate_file(
                 add(iss)
                 if iss.severity == "error":
                     bad = True
+            if not bad and has_routes(rec):
+                reason = layer_counts.check(rec, line_no)
+                if reason:
+                    add(FcrIssue(line_no, rec["call_id"], "rollout.routed_experts", reason))
+                    bad = True
+                elif n_layers(rec) is not None:
+                    routed_records += 1
             if bad:
                 continue
             if not lint:  # with lint the record's own warnings already include these
@@ -824,4 +840,5 @@ def validate_file(
         "has_trainer_logprobs": has_trainer_lp,
         "has_top_k": has_topk,
         "duplicate_call_ids": dups,
+        "records_with_routes": routed_records,
     }

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -131,3 +132,38 @@ def routing_experiment(cfg: MoEConfig = MoEConfig(), *, batch: int = 8, prompt_l
         "n_experts": cfg.n_experts,
     }
 
+
+
+def experiment_records(exp: dict, *, trainer_routes: str = "trainer_routes", replay: str | None = "none",
+                       run_id: str = "moe-ground-truth", step: int = 0, router_probs: bool = False) -> list[dict]:
+    """fcr/1 records (one policy call per sequence) of a :func:`routing_experiment`: tokens, both sides' log-probs
+    of the sampled tokens and both sides' routes (``trainer_routes`` names which trainer routes: ``trainer_routes``
+    or ``replayed_routes``, with the matching log-probs), the declared ``replay`` mode and ``model.num_experts``."""
+    from workers.fcr.synth import sha256_ids
+
+    lp_key = {"trainer_routes": "trainer_logp", "replayed_routes": "replay_logp"}[trainer_routes]
+    P = exp["prompt_len"]
+    out = []
+    for b, toks in enumerate(exp["tokens"].tolist()):
+        prompt, resp = toks[:P], toks[P:]
+        cid = f"{run_id}-s{step}-{b}"
+        rollout = {"logprobs": exp["rollout_logp"][b].tolist(), "routed_experts": exp["rollout_routes"][b].tolist()}
+        if router_probs:
+            rollout["router_topk_probs"] = np.full(exp["rollout_routes"][b].shape, 0.5).tolist()
+        out.append({
+            "schema": "fcr/1", "run_id": run_id, "trajectory_id": f"{run_id}-t{b}", "step": step, "call_id": cid,
+            "call_index": 0, "parent_call_id": None, "role": "policy", "role_source": "header",
+            "purpose": "main_loop", "model": {"served_name": "tiny-moe", "policy_version": step,
+                                              "num_experts": int(exp["n_experts"])},
+            "tokenizer": {"id": "tiny-moe@1", "sha256": "0" * 64}, "chat_template": None,
+            "engine": {"name": "tiny-moe-bf16", "api": "generate", "logprobs_mode": "raw_logprobs",
+                       "generation_config_source": "request_only"},
+            "sampling": {"temperature": 1.0}, "source": {"format": "synthetic", "ref": cid, "importer_version": "1"},
+            "prompt": {"token_ids": prompt, "provenance": "engine", "ids_sha256": sha256_ids(prompt)},
+            "response": {"token_ids": resp, "provenance": "engine", "ids_sha256": sha256_ids(resp)},
+            "rollout": rollout,
+            "trainer": {"policy_version": step, "logprobs": exp[lp_key][b].tolist(),
+                        "routed_experts": exp[trainer_routes][b].tolist(), "routing_replay": replay,
+                        "loss_mask_used": [1] * len(resp), "sample_id": cid},
+        })
+    return out

@@ -1,0 +1,3 @@
+from workers.routing.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,118 @@
+"""The routing audit of a whole run log (fcr/1 JSONL, plain or gzip, or fcr-parquet/1), streamed record by record.
+
+Every record must pass the fcr/1 format check (``workers.fcr.validate.validate_record``, which includes the routing
+fields of ``workers/fcr/routes.py``) and keep its model's layer count; the first one that does not stops the audit
+with a :class:`RoutingFileError` naming its line (row), call and field. Policy calls are audited (background calls
+are not trained on); per-token values for the attribution come from the same record:
+
+* ``abs_dlogp`` = |trainer − rollout| log-prob of the sampled token (where both are logged);
+* ``tv_lo``/``tv_hi``: the certificate's interval (``workers.certify.intervals.tv_interval_topk``, Theorem A at the
+  declared precision) when both top-K lists are logged, else what the sampled token alone proves:
+  |p(y) − q(y)| ≤ TV ≤ 1 − min(p(y), q(y));
+* ``accepted``: ``tv_hi`` ≤ the threshold (the certificate's TV-mode default unless given).
+
+No Django import.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from workers.fcr.reader import FcrParseError
+from workers.routing.audit import RoutingAudit, RoutingDataError, TokenMetrics
+
+DEFAULT_THRESHOLD = 0.15  # = workers.certify.sequence.DEFAULT_THRESHOLDS["tv"], the certificate's default
+
+
+class RoutingFileError(ValueError):
+    """A record the routing audit cannot read: ``line``, ``call_id``, ``field`` and ``reason``."""
+
+    def __init__(self, line: int, call_id, field: str, reason: str):
+        super().__init__(f"line {line} (call {call_id}): {field}: {reason}" if field else f"line {line}: {reason}")
+        self.line, self.call_id, self.field, self.reason = line, call_id, field, reason
+
+
+def iter_run_records(path):
+    """``(line or row number, record)`` of an fcr/1 JSONL or fcr-parquet/1 file."""
+    from workers.fcr.columnar import is_parquet, iter_records as iter_parquet
+    from workers.fcr.reader import iter_records as iter_jsonl
+
+    return iter_parquet(path) if is_parquet(path) else iter_jsonl(path)
+
+
+def _lp(values, n):
+    if values is None:
+        return None
+    return np.array([np.nan if v is None else v for v in values], dtype=np.float64) if None in values else \
+        np.asarray(values, dtype=np.float64).reshape(n)
+
+
+def token_metrics(rec: dict, *, threshold: float = DEFAULT_THRESHOLD, precision: str = "fp32") -> TokenMetrics | None:
+    """The per-token values of one well-formed record (None when the trainer's log-probs are absent)."""
+    n = len(rec["response"]["token_ids"])
+    tr = rec.get("trainer") or {}
+    a, b = _lp(rec["rollout"].get("logprobs"), n), _lp(tr.get("logprobs"), n)
+    if a is None or b is None or n == 0:
+        return None
+    p, q = np.exp(a), np.exp(b)
+    tv_lo, tv_hi = np.abs(p - q), 1.0 - np.minimum(p, q)
+    rt, tt = rec["rollout"].get("top_k"), tr.get("top_k")
+    if rt is not None and tt is not None and all(rt) and all(tt):
+        import torch
+
+        from workers.certify.intervals import tv_interval_topk
+        from workers.fcr.validate import topk_arrays
+
+        pi, pl, _ = topk_arrays(rt, n)
+        qi, ql, _ = topk_arrays(tt, n)
+        y = torch.as_tensor(np.asarray(rec["response"]["token_ids"], dtype=np.int64))
+        res = tv_interval_topk(torch.as_tensor(pi), torch.as_tensor(np.nan_to_num(pl, nan=-np.inf)),
+                               torch.as_tensor(qi), torch.as_tensor(np.nan_to_num(ql, nan=-np.inf)), y,
+                               torch.as_tensor(np.nan_to_num(a, nan=0.0)), torch.as_tensor(np.nan_to_num(b, nan=0.0)),
+                               precision=precision)
+        ok = (res.err.numpy() == 0) & np.isfinite(a) & np.isfinite(b)
+        tv_lo = np.where(ok, res.lo.numpy(), tv_lo)
+        tv_hi = np.where(ok, res.hi.numpy(), tv_hi)
+    bad = ~(np.isfinite(a) & np.isfinite(b))
+    tv_lo[bad] = tv_hi[bad] = np.nan
+    return TokenMetrics(tv_hi=tv_hi, tv_lo=tv_lo, abs_dlogp=np.abs(b - a), accepted=np.where(bad, False,
+                                                                                              tv_hi <= threshold))
+
+
+def audit_file(path, *, min_flipped_layers: int = 2, threshold: float = DEFAULT_THRESHOLD, precision: str = "fp32",
+               progress: Callable[[int], None] | None = None) -> dict:
+    """The routing audit of a run log (see :class:`workers.routing.audit.RoutingAudit` for the report's fields) plus
+    ``records``, ``policy_records``, ``seconds`` and the options used."""
+    from workers.fcr.validate import validate_record
+
+    audit = RoutingAudit(min_flipped_layers=min_flipped_layers)
+    t0 = time.perf_counter()
+    records = policy = 0
+    try:
+        for line, rec in iter_run_records(path):
+            records += 1
+            errs = [i for i in validate_record(rec, line=line, lint=False) if i.severity == "error"]
+            if errs:
+                e = errs[0]
+                raise RoutingFileError(line, e.call_id, e.field, e.reason)
+            if rec["role"] != "policy":
+                continue
+            policy += 1
+            ro, tr = rec["rollout"], rec.get("trainer") or {}
+            try:
+                audit.add_call(rec["call_id"], rollout=ro.get("routed_experts"), trainer=tr.get("routed_experts"),
+                               replay=tr.get("routing_replay"), n_experts=(rec.get("model") or {}).get("num_experts"),
+                               n_tokens=len(rec["response"]["token_ids"]),
+                               metrics=token_metrics(rec, threshold=threshold, precision=precision))
+            except RoutingDataError as e:
+                raise RoutingFileError(line, e.call_id, e.field, e.reason) from None
+            if progress is not None:
+                progress(records)
+    except FcrParseError as e:
+        raise RoutingFileError(e.line, None, e.field or "", e.reason) from None
+    out = audit.result()
+    out.update(records=records, policy_records=policy, seconds=time.perf_counter() - t0,
+               options={"min_flipped_layers": min_flipped_layers, "threshold": threshold, "precision": precision})
+    return out
