@@ -80,11 +80,20 @@ def _attrs(span) -> dict:
     return a if isinstance(a, dict) else {}
 
 
+def _sid(v):
+    """A span or response id as a string (ids in dumps are strings or ints); anything else is no id."""
+    return v if isinstance(v, str) and v else str(v) if type(v) is int else None
+
+
 def _parent(span):
     if span.get("parent_id"):
-        return span["parent_id"]
+        return _sid(span["parent_id"])
     p = span.get("parent")
-    return p.get("span_id") if isinstance(p, dict) else None
+    return _sid(p.get("span_id")) if isinstance(p, dict) else None
+
+
+def _response_id(attrs):
+    return _sid(_first(attrs, RESPONSE_ID_KEYS))
 
 
 def _first(attrs, keys):
@@ -154,7 +163,7 @@ def import_agl(in_path, out_path, *, run_id=None, agent_match=None, llm_match=DE
             lines[id(obj)] = line
         else:
             bad_lines.append((line, err or "not a JSON object"))
-    by_id = {s.get("span_id"): s for s in spans if s.get("span_id") is not None}
+    by_id = {_sid(s.get("span_id")): s for s in spans if _sid(s.get("span_id")) is not None}
     groups: dict = {}
     for s in spans:
         if isinstance(s.get("name"), str) and llm_re.search(s["name"]):
@@ -167,7 +176,8 @@ def import_agl(in_path, out_path, *, run_id=None, agent_match=None, llm_match=DE
         chosen, order, dups = {}, [], {}
         for s in group:
             a = _attrs(s)
-            rid = _first(a, RESPONSE_ID_KEYS) or f"span:{s.get('span_id')}"
+            sid = _sid(s.get("span_id"))
+            rid = _response_id(a) or (f"span:{sid}" if sid else f"line:{lines[id(s)]}")
             has_ids = response_ids(a) is not None
             dups.setdefault(rid, []).append(s)
             if rid not in chosen:
@@ -219,8 +229,8 @@ def _convert(s, rollout, attempt, call_index, by_id, agent_re, in_path, line, ru
         step = steps.get(rollout, steps.get(traj))
     if type(step) is not int:
         step = -1
-    rid = _first(a, RESPONSE_ID_KEYS)
-    call_id = str(rid) if rid is not None else f"{traj}:{s.get('span_id')}"
+    rid = _response_id(a)
+    call_id = rid if rid is not None else f"{traj}:{_sid(s.get('span_id')) or line}"
     rec = skeleton(run_id=run_id or "unknown", trajectory_id=traj, step=step, call_id=call_id,
                    call_index=call_index, source_format="agl_span", ref=f"{ref_of(in_path, line)} span "
                                                                           f"{s.get('span_id')}", tokenizer=tok)

@@ -28,6 +28,30 @@ def text_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+_META_STR = ("run_id", "trajectory_id", "call_id", "purpose", "task_prompt_sha256_declared", "context_source_call_id",
+             "model")
+_META_INT = ("step", "call_index", "policy_version", "status")
+_CONTEXT_EVENTS = ("compaction", "truncation", "retry")
+
+
+def meta_of(obj) -> dict:
+    """An exchange's ``meta`` block with only well-typed values kept (a log line is input, not trusted): ids and
+    hashes as non-empty strings, step / call_index / policy_version / status as ints, timestamp a number,
+    context_event one of compaction|truncation|retry, headers an object of string values."""
+    m = obj.get("meta") if isinstance(obj, dict) else None
+    if not isinstance(m, dict):
+        return {}
+    out = {k: m[k] for k in _META_STR if isinstance(m.get(k), str) and m[k]}
+    out.update({k: m[k] for k in _META_INT if type(m.get(k)) is int})
+    if type(m.get("timestamp")) in (int, float):
+        out["timestamp"] = m["timestamp"]
+    if m.get("context_event") in _CONTEXT_EVENTS:
+        out["context_event"] = m["context_event"]
+    if isinstance(m.get("headers"), dict):
+        out["headers"] = m["headers"]
+    return out
+
+
 def task_text(prompt):
     """The task text whose SHA-256 is ``task_prompt_sha256_observed`` (§4.2): the first user message of a message
     list (its text parts joined), or the prompt itself when it is a string; None otherwise."""

@@ -23,7 +23,7 @@ concatenated when the last chunk's ids are shorter than its log-probs. Sampling 
 from __future__ import annotations
 
 from workers.fidelity.importers.common import (
-    emit, ids_sha256, int_list, read_jsonl, ref_of, skeleton, text_sha256, topk_lists,
+    emit, ids_sha256, int_list, meta_of, read_jsonl, ref_of, skeleton, text_sha256, topk_lists,
 )
 from workers.fidelity.importers.vllm import ROLE_VALUES, error_text, failed_record, headers_of
 
@@ -80,7 +80,7 @@ def _entries(lst):
 def convert(obj, *, ref, opts, call_index) -> list[dict]:
     req = obj.get("request") if isinstance(obj.get("request"), dict) else {}
     resp = obj.get("response")
-    meta = obj.get("meta") if isinstance(obj.get("meta"), dict) else {}
+    meta = meta_of(obj)
     err = error_text(resp) if isinstance(resp, dict) else None
     if err is not None:
         raise ValueError(f"HTTP error body: {err}")
@@ -193,7 +193,7 @@ def import_sglang(in_path, out_path, *, run_id=None, step=None, tokenizer=None, 
         for line, obj, err in read_jsonl(in_path):
             stats["exchanges"] += 1
             ref = ref_of(in_path, line)
-            meta = obj.get("meta") if isinstance(obj, dict) and isinstance(obj.get("meta"), dict) else {}
+            meta = meta_of(obj)
             traj = str(meta.get("trajectory_id") or (headers_of(obj).get("x-fcr-trajectory") if isinstance(
                 obj, dict) else None) or "unknown")
             idx = counters.get(traj, 0)

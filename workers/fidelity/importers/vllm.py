@@ -24,7 +24,8 @@ import hashlib
 import orjson
 
 from workers.fidelity.importers.common import (
-    emit, ids_sha256, int_list, map_token, read_jsonl, ref_of, skeleton, task_text, text_sha256, token_id_of, topk_lists,
+    emit, ids_sha256, int_list, map_token, meta_of, read_jsonl, ref_of, skeleton, task_text, text_sha256,
+    token_id_of, topk_lists,
 )
 
 ROLE_VALUES = ("policy", "background", "unknown")
@@ -35,9 +36,10 @@ STRUCTURED_KEYS = ("guided_json", "guided_regex", "guided_choice", "guided_gramm
 
 def headers_of(obj) -> dict:
     h = {}
-    for src in ((obj.get("meta") or {}).get("headers"), obj.get("headers"), obj.get("request_headers")):
+    meta = meta_of(obj)
+    for src in (meta.get("headers"), obj.get("headers"), obj.get("request_headers")):
         if isinstance(src, dict):
-            h.update({str(k).lower(): v for k, v in src.items()})
+            h.update({str(k).lower(): v for k, v in src.items() if isinstance(v, str)})
     return h
 
 
@@ -124,7 +126,7 @@ def convert_exchange(obj: dict, *, line: int, ref: str, opts: dict, call_index: 
     data = obj["data"] if agl else obj
     req = data.get("request") if isinstance(data.get("request"), dict) else {}
     resp = data.get("response")
-    meta = obj.get("meta") if isinstance(obj.get("meta"), dict) else {}
+    meta = meta_of(obj)
     if isinstance(resp, list):
         resp = _merge_stream(resp)
     elif isinstance(obj.get("chunks"), list):
@@ -313,7 +315,7 @@ def import_vllm(in_path, out_path, *, run_id=None, step=None, steps=None, tokeni
             if isinstance(obj, dict):
                 traj, req = _traj_and_request(obj)
                 idx = counters.get(traj, 0)
-                meta = obj.get("meta") if isinstance(obj.get("meta"), dict) else {}
+                meta = meta_of(obj)
                 ci = meta.get("call_index", obj.get("sequence_id"))
                 ci = ci if type(ci) is int else idx
                 counters[traj] = idx + 1
@@ -352,7 +354,7 @@ def failed_record(obj, *, traj, call_index, ref, err, opts, source_format="vllm_
     """§5.4: a call that cannot be converted is a ``missing`` record — which keeps what the log does say about it:
     the declared role, purpose and parent (an error answer to a declared policy call is still a declared policy
     call, not an undeclared one), run, step, call id, and the error body's message."""
-    meta = obj.get("meta") if isinstance(obj.get("meta"), dict) else {}
+    meta = meta_of(obj)
     headers = headers_of(obj)
     data = obj["data"] if isinstance(obj.get("data"), dict) else obj
     step = meta.get("step")
@@ -387,7 +389,7 @@ def failed_record(obj, *, traj, call_index, ref, err, opts, source_format="vllm_
 def _traj_and_request(obj):
     agl = isinstance(obj.get("data"), dict)
     data = obj["data"] if agl else obj
-    meta = obj.get("meta") if isinstance(obj.get("meta"), dict) else {}
+    meta = meta_of(obj)
     traj = meta.get("trajectory_id") or headers_of(obj).get("x-fcr-trajectory") or (
         f"{obj.get('rollout_id')}:{obj.get('attempt_id')}" if agl else "unknown")
     req = data.get("request") if isinstance(data.get("request"), dict) else {}
