@@ -266,16 +266,22 @@ class Run:
     # ---- logging --------------------------------------------------------------------------------------------------
     def log_step(self, step: int, *, rollout_logprobs, trainer_logprobs, response_mask=None, response_ids=None,
                  prompt_ids=None, prompt_mask=None, rollout_topk_ids=None, rollout_topk_logprobs=None,
-                 trainer_topk_ids=None, trainer_topk_logprobs=None, trajectory_ids=None, policy_version=None) -> int:
+                 trainer_topk_ids=None, trainer_topk_logprobs=None, trajectory_ids=None, policy_version=None,
+                 rollout_routed_experts=None, trainer_routed_experts=None, routing_replay=None,
+                 num_experts=None) -> int:
         """Log one step's batch (torch tensors or numpy arrays, ``[B, T]`` / ``[B, T, K]``, padded with
-        ``response_mask``). Returns the number of policy calls written. Never touches the network."""
+        ``response_mask``; MoE routes ``[B, T, layers, top_k]`` with the declared ``routing_replay`` none/R2/R3).
+        Returns the number of policy calls written. Never touches the network."""
         table = step_table(self.meta, step, rollout_logprobs=rollout_logprobs, trainer_logprobs=trainer_logprobs,
                            response_mask=response_mask, response_ids=response_ids, prompt_ids=prompt_ids,
                            prompt_mask=prompt_mask, rollout_topk_ids=rollout_topk_ids,
                            rollout_topk_logprobs=rollout_topk_logprobs, trainer_topk_ids=trainer_topk_ids,
                            trainer_topk_logprobs=trainer_topk_logprobs, trajectory_ids=trajectory_ids,
                            policy_version=step if policy_version is None else policy_version,
-                           float_type=self.float_type, call_prefix=f"{self.name}-{self.steps_logged}-")
+                           float_type=self.float_type, call_prefix=f"{self.name}-{self.steps_logged}-",
+                           rollout_routed_experts=rollout_routed_experts,
+                           trainer_routed_experts=trainer_routed_experts, routing_replay=routing_replay,
+                           num_experts=num_experts)
         if table.num_rows == 0:
             return 0
         if self._writer is None:

@@ -90,10 +90,15 @@ def _check(name, arr, shape, ndim):
 def step_table(meta: RecordMeta, step: int, *, rollout_logprobs, trainer_logprobs, response_mask, response_ids,
                prompt_ids=None, prompt_mask=None, rollout_topk_ids=None, rollout_topk_logprobs=None,
                trainer_topk_ids=None, trainer_topk_logprobs=None, trajectory_ids=None, policy_version=None,
-               float_type: str = "float32", call_prefix: str = "") -> pa.Table:
+               float_type: str = "float32", call_prefix: str = "", rollout_routed_experts=None,
+               trainer_routed_experts=None, routing_replay: str | None = None, num_experts: int | None = None
+               ) -> pa.Table:
     """One training step's batch → an ``fcr-parquet/1`` table (one row per policy call). Shapes: ``[B, T]`` for
     log-probs, mask and response ids; ``[B, P]`` prompt ids (``prompt_mask`` marks real tokens, e.g. verl's left
-    padding); ``[B, T, K]`` top-K ids/log-probs. Refuses mismatched shapes and non-finite log-probs under the mask."""
+    padding); ``[B, T, K]`` top-K ids/log-probs; ``[B, T, layers, top_k]`` MoE routes (the experts chosen at the
+    position that produced each response token; −1 = not recorded), with the trainer's declared ``routing_replay``
+    (none / R2 / R3) and the model's ``num_experts``. Refuses mismatched shapes and non-finite log-probs under the
+    mask."""
     a = to_numpy(rollout_logprobs, "rollout_logprobs", np.float64)
     b = to_numpy(trainer_logprobs, "trainer_logprobs", np.float64)
     if a is None or b is None or a.ndim != 2:
@@ -133,6 +138,22 @@ def step_table(meta: RecordMeta, step: int, *, rollout_logprobs, trainer_logprob
     if (y[mask] < 0).any():
         r, t = (int(v[0]) for v in np.nonzero(mask & (y < 0)))
         raise ValueError(f"response_ids[{r}, {t}] is {y[r, t]} under the response mask (ids are >= 0)")
+    routes = {}
+    for side, value in (("rollout", rollout_routed_experts), ("trainer", trainer_routed_experts)):
+        arr = to_numpy(value, f"{side}_routed_experts")
+        if arr is None:
+            continue
+        if arr.ndim != 4 or arr.shape[:2] != (B, T) or not np.issubdtype(arr.dtype, np.integer):
+            raise ValueError(f"{side}_routed_experts: expected integer [B, T, layers, top_k] = [{B}, {T}, …], got "
+                             f"{arr.dtype} {list(arr.shape)}")
+        if arr.max(initial=-1) > 32767:
+            raise ValueError(f"{side}_routed_experts: expert id {int(arr.max())} above 32767 (stored as int16)")
+        routes[side] = arr
+    if len(routes) == 2 and routes["rollout"].shape != routes["trainer"].shape:
+        raise ValueError(f"trainer_routed_experts {list(routes['trainer'].shape)} and rollout_routed_experts "
+                         f"{list(routes['rollout'].shape)} differ in shape")
+    if routing_replay not in (None, "none", "R2", "R3"):
+        raise ValueError(f"routing_replay: expected none, R2, R3 or None, got {routing_replay!r}")
     p = to_numpy(prompt_ids, "prompt_ids")
     pm = to_numpy(prompt_mask, "prompt_mask")
     if p is not None:
@@ -146,6 +167,7 @@ def step_table(meta: RecordMeta, step: int, *, rollout_logprobs, trainer_logprob
                                              "meta_json", "prompt_token_ids", "response_token_ids",
                                              "rollout_logprobs", "trainer_logprobs", "trainer_loss_mask")}
     topk_rows = {side: ([], []) for side in tops}
+    route_rows = {side: [] for side in routes}
     for r in range(B):
         prompt = [] if p is None else (p[r][pm[r].astype(bool)] if pm is not None else p[r]).tolist()
         traj = str(trajectory_ids[r]) if trajectory_ids is not None else f"{call_prefix}s{step}-b{r}"
@@ -155,14 +177,16 @@ def step_table(meta: RecordMeta, step: int, *, rollout_logprobs, trainer_logprob
             cid = f"{traj}-c{k}"
             record_meta = {
                 "schema": "fcr/1", "role_source": "config", "parent_call_id": f"{traj}-c{k - 1}" if k else None,
-                "model": {"served_name": meta.model, "policy_version": policy_version},
+                "model": {"served_name": meta.model, "policy_version": policy_version,
+                          **({"num_experts": int(num_experts)} if num_experts is not None else {})},
                 "tokenizer": {"id": meta.tokenizer_id, "sha256": meta.tokenizer_sha256}, "chat_template": None,
                 "engine": {"name": meta.engine, "api": "generate", "logprobs_mode": meta.logprobs_mode,
                            "generation_config_source": "unknown"},
                 "sampling": {}, "source": {"kind": "audit-portal-client", **meta.extra},
                 "prompt": {"provenance": "engine_input", "ids_sha256": ids_sha256(ctx)},
                 "response": {"provenance": "engine", "ids_sha256": ids_sha256(resp)},
-                "rollout": {}, "trainer": {"policy_version": policy_version, "sample_id": cid},
+                "rollout": {}, "trainer": {"policy_version": policy_version, "sample_id": cid,
+                                           **({"routing_replay": routing_replay} if routing_replay else {})},
             }
             cols["run_id"].append(meta.run_id)
             cols["trajectory_id"].append(traj)
@@ -179,6 +203,8 @@ def step_table(meta: RecordMeta, step: int, *, rollout_logprobs, trainer_logprob
             for side, (ids, lps) in tops.items():
                 topk_rows[side][0].append(ids[r, s:e])
                 topk_rows[side][1].append(lps[r, s:e])
+            for side, arr in routes.items():
+                route_rows[side].append(arr[r, s:e])
     schema = arrow_schema(float_type)
     ft = schema.field("rollout_logprobs").type.value_type
     arrays = {}
@@ -190,6 +216,13 @@ def step_table(meta: RecordMeta, step: int, *, rollout_logprobs, trainer_logprob
     for side, (ids_rows, lps_rows) in topk_rows.items():
         arrays[f"{side}_topk_ids"] = _nested(ids_rows, pa.int64())
         arrays[f"{side}_topk_logprobs"] = _nested(lps_rows, ft)
+    if routes:
+        shape = next(iter(routes.values())).shape
+        for side, rows in route_rows.items():
+            arrays[f"{side}_routed_experts"] = _flat_list([x.reshape(-1) for x in rows], pa.int16())
+        n_rows = len(cols["run_id"])
+        arrays["routes_layers"] = pa.array([shape[2]] * n_rows, pa.int16())
+        arrays["routes_top_k"] = pa.array([shape[3]] * n_rows, pa.int16())
     n = len(cols["run_id"])
     return pa.Table.from_arrays([arrays[f.name] if f.name in arrays else pa.nulls(n, f.type) for f in schema],
                                 schema=schema)

@@ -186,9 +186,12 @@ def _set(rec: dict, path: tuple[str, str], value):
     parent[path[1]] = value
 
 
-def table_records(table: pa.Table, first_row: int) -> Iterator[tuple[int, dict | FcrParseError]]:
+def table_records(table: pa.Table, first_row: int, *, numpy_routes: bool = False
+                  ) -> Iterator[tuple[int, dict | FcrParseError]]:
     """``(row number (1-based), record)`` for every row of ``table``: the fcr/1 dict the row stands for (a row whose
-    ``meta_json`` is not a JSON object gives an :class:`FcrParseError` in place of the record)."""
+    ``meta_json`` is not a JSON object gives an :class:`FcrParseError` in place of the record). ``numpy_routes``: the
+    MoE route fields as numpy arrays ``[T, L, K]`` instead of nested lists (the routing audit; the format check
+    accepts both)."""
     names = table.column_names
     cols = {n: table.column(n).to_pylist() for n in names if n not in sum(TOPK.values(), ()) and n not in ROUTES}
     routes = {c: table.column(c).to_numpy(zero_copy_only=False) if c in names else None
@@ -230,11 +233,11 @@ def table_records(table: pa.Table, first_row: int) -> Iterator[tuple[int, dict |
             _set(rec, (side, "top_k"), [None if a is None else [[x, y] for x, y in zip(a, b)]
                                         for a, b in zip(i_row, l_row)])
         else:
-            problem = _set_routes(rec, r, routes, shape)
+            problem = _set_routes(rec, r, routes, shape, numpy_routes)
             yield row_no, (rec if problem is None else FcrParseError(row_no, problem[1], problem[0]))
 
 
-def _set_routes(rec, r, routes, shape):
+def _set_routes(rec, r, routes, shape, as_numpy=False):
     """Put row ``r``'s route columns back as nested lists; ``(field, reason)`` when their shape does not add up."""
     L, K = shape["routes_layers"][r], shape["routes_top_k"][r]
     for col, path in ROUTES.items():
@@ -244,20 +247,22 @@ def _set_routes(rec, r, routes, shape):
         if not L or not K or L < 1 or K < 1 or len(flat) % (L * K):
             return ".".join(path), (f"{len(flat)} values do not make [tokens, {L}, {K}] "
                                     f"(columns routes_layers, routes_top_k)")
-        _set(rec, path, np.asarray(flat).reshape(-1, L, K).tolist())
+        arr = np.asarray(flat).reshape(-1, L, K)
+        _set(rec, path, arr if as_numpy else arr.tolist())
     return None
 
 
-def iter_records(path, progress: Callable[[int, int], None] | None = None) -> Iterator[tuple[int, dict]]:
+def iter_records(path, progress: Callable[[int, int], None] | None = None, *, numpy_routes: bool = False
+                 ) -> Iterator[tuple[int, dict]]:
     """``(row number, record)`` for every row, one row group in memory at a time; raises :class:`FcrParseError`
     (naming the row) on an unreadable file or row. ``progress(compressed bytes read, file size)`` after each group."""
-    for row_no, rec in iter_records_or_errors(path, progress):
+    for row_no, rec in iter_records_or_errors(path, progress, numpy_routes=numpy_routes):
         if isinstance(rec, FcrParseError):
             raise rec
         yield row_no, rec
 
 
-def iter_records_or_errors(path, progress: Callable[[int, int], None] | None = None):
+def iter_records_or_errors(path, progress: Callable[[int, int], None] | None = None, *, numpy_routes: bool = False):
     """:func:`iter_records` that yields an :class:`FcrParseError` in place of a bad row (and, for a file that cannot
     be opened, once, with row 0) instead of raising, so a validator can go on and count."""
     try:
@@ -273,7 +278,7 @@ def iter_records_or_errors(path, progress: Callable[[int, int], None] | None = N
             except FcrParseError as exc:
                 yield exc.line, exc
                 return
-            yield from table_records(table, log.starts[i] + 1)
+            yield from table_records(table, log.starts[i] + 1, numpy_routes=numpy_routes)
             done += log.compressed[i]
             if progress is not None:
                 progress(done, sum(log.compressed))

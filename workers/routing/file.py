@@ -35,11 +35,11 @@ class RoutingFileError(ValueError):
 
 
 def iter_run_records(path):
-    """``(line or row number, record)`` of an fcr/1 JSONL or fcr-parquet/1 file."""
+    """``(line or row number, record)`` of an fcr/1 JSONL or fcr-parquet/1 file (Parquet routes stay numpy)."""
     from workers.fcr.columnar import is_parquet, iter_records as iter_parquet
     from workers.fcr.reader import iter_records as iter_jsonl
 
-    return iter_parquet(path) if is_parquet(path) else iter_jsonl(path)
+    return iter_parquet(path, numpy_routes=True) if is_parquet(path) else iter_jsonl(path)
 
 
 def _lp(values, n):
