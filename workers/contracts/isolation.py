@@ -56,16 +56,21 @@ def sandbox_uid() -> int:
     return int(os.environ.get(UID_ENV, "65534"))
 
 
-def _python_roots() -> list[str]:
-    """The directories the interpreter and its packages live in (bound read-only, each once)."""
-    roots = []
-    for p in (sys.prefix, sys.base_prefix, os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix),
-              os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))):
-        p = os.path.realpath(p) if os.path.islink(p) else p
-        if p and os.path.isdir(p) and not p.startswith("/usr/") and p != "/usr" and p not in roots:
-            roots.append(p)
-    # a root nested in another needs no bind of its own
-    return [p for p in roots if not any(p != q and p.startswith(q.rstrip("/") + "/") for q in roots)]
+def _python_roots() -> list[tuple[str, str]]:
+    """(source, target) binds for the interpreter and its packages: each directory at the path Python uses for it
+    (``sys.prefix`` may be a symlink, e.g. a virtualenv linked into a checkout) and at its real location (what
+    the venv's interpreter symlink points to); nested directories need no bind of their own."""
+    import itertools
+
+    paths = [sys.prefix, sys.base_prefix, os.path.dirname(os.path.dirname(sys.executable)),
+             os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))]
+    binds = {}
+    for p in itertools.chain(paths, (os.path.realpath(p) for p in paths)):
+        p = os.path.abspath(p)
+        if p and os.path.isdir(p) and p != "/usr" and not p.startswith("/usr/"):
+            binds.setdefault(p, os.path.realpath(p))
+    return [(src, dst) for dst, src in sorted(binds.items())
+            if not any(dst != q and dst.startswith(q.rstrip("/") + "/") for q in binds)]
 
 
 def _system_dirs() -> list[str]:
@@ -121,11 +126,12 @@ def bubblewrap_argv(program: str | None, lib_dir: str | None, device: str, comma
             "--unshare-uts", "--unshare-cgroup-try"]
     if not as_root:
         argv += ["--unshare-user", "--uid", str(uid), "--gid", str(uid), "--cap-drop", "ALL"]
-    argv += _system_dirs()
-    made = set()
-    for root in _python_roots():
-        argv += _parents(root, made) + ["--ro-bind", root, root]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(TMP_BYTES), "--tmpfs", "/tmp"]
+    # the tmpfs first: a Python environment that lives under /tmp is bound on top of it, not hidden by it
+    argv += ["--perms", "1777", "--size", str(TMP_BYTES), "--tmpfs", "/tmp"] + _system_dirs()
+    made = {"/tmp"}
+    for source, target in _python_roots():
+        argv += _parents(target, made) + ["--ro-bind", source, target]
+    argv += ["--proc", "/proc", "--dev", "/dev"]
     if program:
         argv += _parents(APP_PATH, made) + ["--ro-bind", program, APP_PATH]
     if lib_dir:

@@ -188,7 +188,7 @@ class StagedImpl:
 
 def _inside_python_environment(path: str) -> bool:
     real = os.path.realpath(path)
-    return any(real.startswith(root.rstrip("/") + "/") for root in isolation._python_roots()) or \
+    return any(real.startswith(source.rstrip("/") + "/") for source, _ in isolation._python_roots()) or \
         real.startswith("/usr/")
 
 

@@ -407,8 +407,15 @@ def _clean_up_after(child_pid: int, alone: bool, scratch: str) -> None:
             os.killpg(child_pid, signal.SIGKILL)
         except OSError:
             pass
+    try:  # bind mounts under the scratch directory (a Python environment under /tmp) are not the run's files
+        with open("/proc/self/mountinfo") as fh:
+            mounts = [line.split()[4] for line in fh]
+    except OSError:
+        mounts = []
     for name in os.listdir(scratch):
         path = os.path.join(scratch, name)
+        if any(m == path or m.startswith(path + "/") for m in mounts):
+            continue
         try:
             shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
         except OSError:
