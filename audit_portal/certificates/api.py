@@ -1,7 +1,7 @@
 """REST endpoints for run certificates."""
 from __future__ import annotations
 
-from django.core.cache import cache
+from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, generics, serializers
 from rest_framework.pagination import CursorPagination
@@ -94,34 +94,13 @@ def _budget(request) -> float:
     return budget
 
 
-FIGURES_VERSION = 2  # bump when the figures' content changes
-FIGURES_CACHE_SECONDS = 24 * 3600
-
-
 class CertificateFigures(APIView):
     """The run page's figures as Plotly JSON; ``budget`` sets the error budget line and thresholds."""
 
     @extend_schema(parameters=[OpenApiParameter("budget", float)], responses=dict)
     def get(self, request, pk):
         certificate = selectors.get_certificate(Principal.from_request(request), pk)
-        budget = _budget(request)
-        # A complete certificate never changes: its figures for a budget are built once per cache lifetime (the run
-        # page asks for the stored budget on every visit). The key carries the certificate's completion time.
-        key = f"certificate-figures:{FIGURES_VERSION}:{certificate.pk}:{certificate.completed_at}:{budget!r}"
-        payload = cache.get(key)
-        if payload is None:
-            payload = {
-                "budget": budget,
-                "bound_table": figures.bound_table(certificate, budget),
-                "bound_tightness": figures.bound_tightness(certificate, budget),
-                "steps": figures.step_series(certificate),
-                "step_metrics": figures.step_metrics(certificate),
-                "distributions": figures.distributions(certificate),
-                "token_status": figures.token_status(certificate),
-                "acceptance_by_length": figures.acceptance_by_length(certificate),
-            }
-            cache.set(key, payload, FIGURES_CACHE_SECONDS)
-        return Response(payload)
+        return HttpResponse(figures.page_figures_json(certificate, _budget(request)), content_type="application/json")
 
 
 class CertificateComparison(APIView):

@@ -6,8 +6,12 @@ as one of 100. Bound curves come from ``workers.certify.bounds`` (math/numpy onl
 from __future__ import annotations
 
 import math
+import os
+import tempfile
+from pathlib import Path
 
 import numpy as np
+import orjson
 import plotly.graph_objects as go
 
 from workers.certify.bounds import BOUND_IDS, KL_PARAMETERISED, budget_threshold, trm_bounds
@@ -260,3 +264,65 @@ def step_metrics(certificate) -> dict:
                           yaxis2=dict(title="share of tokens / sequences", overlaying="y", side="right",
                                       tickformat=".1%", rangemode="tozero", showgrid=False))
     return {"mismatch": mismatch.to_plotly_json(), "weights": weights.to_plotly_json()}
+
+
+# ---------------------------------------------------------------------------------------------- the run page's set
+FIGURES_VERSION = 3  # part of every stored or cached copy's name: bump when the figures change
+FIGURES_CACHE_SECONDS = 24 * 3600
+
+
+def page_figures(certificate, budget: float) -> dict:
+    """Everything the run page draws for ``budget``: the bound table and the figures."""
+    return {
+        "budget": budget,
+        "bound_table": bound_table(certificate, budget),
+        "bound_tightness": bound_tightness(certificate, budget),
+        "steps": step_series(certificate),
+        "step_metrics": step_metrics(certificate),
+        "distributions": distributions(certificate),
+        "token_status": token_status(certificate),
+        "acceptance_by_length": acceptance_by_length(certificate),
+    }
+
+
+def default_budget(certificate) -> float:
+    return float((certificate.budget or {}).get("budget") or 0.1)
+
+
+def stored_figures_path(certificate) -> Path:
+    from audit_portal.runs.services import artifact_path
+
+    return artifact_path(f"figures/certificate-{certificate.pk}-v{FIGURES_VERSION}.json")
+
+
+def store_page_figures(certificate) -> bytes:
+    """Build the run page's figures for the certificate's own budget and keep them in the artifact store (written
+    whole, then renamed: a reader never sees half a file). The certify job calls this, so the first visit to the run
+    page reads the figures instead of building them; a complete certificate never changes."""
+    data = orjson.dumps(page_figures(certificate, default_budget(certificate)), option=orjson.OPT_SERIALIZE_NUMPY)
+    path = stored_figures_path(certificate)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".figures-")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+    return data
+
+
+def page_figures_json(certificate, budget: float) -> bytes:
+    """The run page's figures as JSON bytes: the stored copy for the certificate's own budget (made now if the
+    certify job did not), other budgets built and kept in the cache for a day."""
+    from django.core.cache import cache
+
+    if budget == default_budget(certificate):
+        path = stored_figures_path(certificate)
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            return store_page_figures(certificate)
+    key = f"certificate-figures:{FIGURES_VERSION}:{certificate.pk}:{budget!r}"
+    data = cache.get(key)
+    if data is None:
+        data = orjson.dumps(page_figures(certificate, budget), option=orjson.OPT_SERIALIZE_NUMPY)
+        cache.set(key, data, FIGURES_CACHE_SECONDS)
+    return data

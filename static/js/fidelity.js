@@ -11,17 +11,24 @@
     const pending = [];
     document.querySelectorAll("[data-figure]").forEach((el) => {
       const fig = figures[el.dataset.figure];
-      if (fig) pending.push(Plotly.react(el, fig.data, fig.layout, config));
+      // PortalFigures (static/js/figures.js): a figure with nothing to show reads as a sentence, colours follow the theme
+      if (fig) pending.push(window.PortalFigures ? PortalFigures.draw(el, fig) : Plotly.react(el, fig.data, fig.layout, config));
     });
     Promise.all(pending).then(() => { document.body.dataset.figures = "ready"; });
   }
 
+  // A token's details on hover, and from the keyboard: the tokens form one tab stop (roving tabindex); arrow keys,
+  // Home and End move between them and the focused token's details are shown (and announced) as on hover.
   function tokens(containerId, detailId) {
     const box = document.getElementById(containerId), detail = document.getElementById(detailId);
     if (!box || !detail) return;
-    box.addEventListener("mouseover", (e) => {
-      const t = e.target.closest(".tok");
-      if (!t) return;
+    const all = Array.from(box.querySelectorAll(".tok"));
+    if (!all.length) return;
+    box.setAttribute("role", "group");
+    box.setAttribute("aria-label", "Response tokens: use the arrow keys to read each token's details");
+    detail.setAttribute("aria-live", "polite");
+    all.forEach((t, i) => { t.tabIndex = i === 0 ? 0 : -1; });
+    function show(t) {
       box.querySelectorAll(".tok.hover").forEach((x) => x.classList.remove("hover"));
       t.classList.add("hover");
       const reasons = t.dataset.reasons ? t.dataset.reasons.split(" ") : [];
@@ -31,6 +38,16 @@
         (t.dataset.used === "1" ? " · used in the loss" : t.dataset.used === "0" ? " · not used in the loss" : "");
       detail.classList.remove("muted");
       detail.dataset.pos = t.dataset.pos;
+    }
+    box.addEventListener("mouseover", (e) => { const t = e.target.closest(".tok"); if (t) show(t); });
+    box.addEventListener("focusin", (e) => { const t = e.target.closest(".tok"); if (t) show(t); });
+    box.addEventListener("keydown", (e) => {
+      const i = all.indexOf(document.activeElement);
+      if (i < 0) return;
+      const next = {ArrowRight: i + 1, ArrowDown: i + 1, ArrowLeft: i - 1, ArrowUp: i - 1, Home: 0, End: all.length - 1}[e.key];
+      if (next === undefined || next < 0 || next >= all.length) return;
+      e.preventDefault();
+      all[i].tabIndex = -1; all[next].tabIndex = 0; all[next].focus();
     });
   }
 

@@ -246,7 +246,6 @@ ENDPOINTS: dict[tuple[str, str], Access] = {
     ("healthz", "GET"): _page("public", lambda o: "/healthz"),
     ("api/schema/", "GET"): Access("public", lambda o: "/api/schema/"),
     ("api/docs/", "GET"): Access("public", lambda o: "/api/docs/"),
-    ("api/redoc/", "GET"): Access("public", lambda o: "/api/redoc/"),
     # --- API: projects, keys ---------------------------------------------------------------------------------
     ("api/v1/projects/", "GET"): Access("user", lambda o: "/api/v1/projects/"),
     (P, "GET"): Access("read", lambda o: f"/api/v1/projects/{o.slug}/"),
