@@ -134,3 +134,34 @@ def test_cli_join(tmp_path, toy, capsys):
     assert '"joined": 1' in capsys.readouterr().out
     assert main(["join", str(inf), str(write(tmp_path, [trainer_row(call_id="x")])), str(out)]) == 2
     assert "x matches no inference record" in capsys.readouterr().err
+
+
+def test_join_never_crashes_on_arbitrary_rows(tmp_path, toy):
+    from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+
+    _, _, inf = imported(tmp_path, toy)
+    json_value = st.recursive(st.none() | st.booleans() | st.integers(-3, 3) | st.floats(allow_nan=False)
+                              | st.text(max_size=4), lambda c: st.lists(c, max_size=3)
+                              | st.dictionaries(st.text(max_size=6), c, max_size=3), max_leaves=12)
+    keys = st.sampled_from(["call_id", "trajectory_id", "call_index", "logprobs", "top_k", "top_k_ids",
+                            "top_k_logprobs", "loss_mask_used", "response_mask", "sample_id", "policy_version",
+                            "task_prompt_sha256_declared", "response_token_ids", "role", "step", "trainer"])
+
+    @hsettings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.lists(st.dictionaries(keys, json_value, max_size=6), max_size=3), st.booleans())
+    def check(rows, good_first):
+        if good_first:
+            rows = [trainer_row()] + rows
+        (tmp_path / "fz.jsonl").write_bytes(dumps(rows))
+        out = tmp_path / "fz.out.jsonl"
+        out.unlink(missing_ok=True)
+        try:
+            join(inf, tmp_path / "fz.jsonl", out)
+        except JoinError as exc:
+            assert exc.problems and not out.exists()
+        else:
+            from workers.fcr import validate_file
+
+            assert validate_file(out)["valid"]
+
+    check()

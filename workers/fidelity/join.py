@@ -144,8 +144,12 @@ def join(inference_path, trainer_path, out_path, *, allow_untrained: bool = Fals
                 problem(str(exc))
                 continue
             label = row.get("call_id") or f"{row.get('trajectory_id')}#{row.get('call_index')}"
-            cur = db.execute("INSERT INTO row (line, label, payload) VALUES (?, ?, ?)",
-                             (line, str(label), orjson.dumps([block, extra])))
+            try:
+                payload = orjson.dumps([block, extra])
+            except TypeError as exc:  # e.g. a Parquet column of a type JSON has no form for
+                problem(f"{where}: a value is not JSON-representable ({exc})")
+                continue
+            cur = db.execute("INSERT INTO row (line, label, payload) VALUES (?, ?, ?)", (line, str(label), payload))
             for k in keys:
                 prior = db.execute("SELECT r.line FROM key JOIN row r ON r.id = key.row WHERE key.k = ?",
                                    (k,)).fetchone()
