@@ -67,6 +67,7 @@ def _parser():
     i.add_argument("--role", choices=["policy", "background"],
                    help="declare the role of every call whose log does not (role_source 'config'), e.g. a gateway "
                         "that serves only the trained agent")
+    i.add_argument("--moe-layers", type=int, help="sglang: MoE layer count, to reshape meta_info.routed_experts")
     i.add_argument("--json", action="store_true")
     j = sub.add_parser("join", help="attach the trainer side (log-probs, loss masks, sample ids, task hashes) to an "
                                     "imported inference log")
@@ -173,7 +174,7 @@ def main(argv=None) -> int:
             elif args.kind == "sglang":
                 from workers.fidelity.importers.sglang import import_sglang
 
-                stats = import_sglang(args.src, args.dst, step=args.step, **common)
+                stats = import_sglang(args.src, args.dst, step=args.step, moe_layers=args.moe_layers, **common)
             elif args.kind in ("verl", "slime", "skyrl"):
                 from workers.fidelity.importers.trajectories import import_trajectories
 

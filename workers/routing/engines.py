@@ -115,3 +115,23 @@ def sglang_response_routes(value, prompt_len: int, n_response: int, *, num_layer
     """fcr/1 ``rollout.routed_experts`` from SGLang's ``meta_info.routed_experts``."""
     arr = decode_sglang(value, num_layers=num_layers, prompt_len=prompt_len, n_response=n_response)
     return response_rows(arr, prompt_len, n_response).astype(np.int64).tolist()
+
+
+def attach_rollout_routes(rec: dict, decode) -> None:
+    """Set an imported record's ``rollout.routed_experts`` from ``decode(prompt_len, n_response)``. Routes that cannot
+    be aligned (prompt ids unknown, response retokenized) or decoded are left out, and why goes to
+    ``extra.routed_experts_unusable``: the routing audit then counts those tokens as unverifiable, never as agreeing."""
+    p, r = rec.get("prompt") or {}, rec.get("response") or {}
+    if p.get("provenance") not in ("engine", "engine_input"):
+        reason = "prompt token ids unknown: routes cannot be aligned with the response"
+    elif r.get("provenance") != "engine":
+        reason = f"response ids are {r.get('provenance')}, not the engine's: routes cannot be aligned"
+    else:
+        try:
+            rec["rollout"]["routed_experts"] = decode(len(p["token_ids"]), len(r["token_ids"]))
+            return
+        except EngineRoutesError as e:
+            reason = str(e)
+    if not isinstance(rec.get("extra"), dict):
+        rec["extra"] = {}
+    rec["extra"]["routed_experts_unusable"] = reason

@@ -26,6 +26,7 @@ from workers.fidelity.importers.common import (
     emit, ids_sha256, int_list, meta_of, read_jsonl, ref_of, skeleton, text_sha256, topk_lists,
 )
 from workers.fidelity.importers.vllm import ROLE_VALUES, error_text, failed_record, headers_of
+from workers.routing.engines import attach_rollout_routes, sglang_response_routes
 
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
                  "frequency_penalty")
@@ -178,15 +179,19 @@ def convert(obj, *, ref, opts, call_index) -> list[dict]:
                 extra["logprobs_unaligned"] = True
         if extra:
             rec["extra"] = extra
+        if mi.get("routed_experts") is not None:  # return_routed_experts (docs/routing.md)
+            attach_rollout_routes(rec, lambda P, T: sglang_response_routes(mi["routed_experts"], P, T,
+                                                                           num_layers=opts.get("moe_layers")))
         recs.append(rec)
     return recs
 
 
 def import_sglang(in_path, out_path, *, run_id=None, step=None, tokenizer=None, logprobs_mode=None,
-                  generation_config_source="unknown", role=None, **_ignored) -> dict:
-    """Convert an SGLang ``/generate`` exchange log to ``fcr/1``; returns counts."""
+                  generation_config_source="unknown", role=None, moe_layers=None, **_ignored) -> dict:
+    """Convert an SGLang ``/generate`` exchange log to ``fcr/1``; returns counts. ``moe_layers``: the model's MoE
+    layer count, needed to reshape ``meta_info.routed_experts`` (flat int32)."""
     opts = {"run_id": run_id, "step": step, "tokenizer": tokenizer, "logprobs_mode": logprobs_mode,
-            "generation_config_source": generation_config_source}
+            "generation_config_source": generation_config_source, "moe_layers": moe_layers}
     stats = {"exchanges": 0, "records": 0, "failed": 0}
     counters: dict = {}
     with open(out_path, "wb") as out:

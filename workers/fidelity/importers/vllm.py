@@ -27,6 +27,7 @@ from workers.fidelity.importers.common import (
     emit, ids_sha256, int_list, map_token, meta_of, read_jsonl, ref_of, skeleton, task_text, text_sha256,
     token_id_of, topk_lists,
 )
+from workers.routing.engines import attach_rollout_routes, vllm_response_routes
 
 ROLE_VALUES = ("policy", "background", "unknown")
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
@@ -285,6 +286,8 @@ def convert_exchange(obj: dict, *, line: int, ref: str, opts: dict, call_index: 
                 extra["logprobs_unaligned"] = True
         if extra:
             rec["extra"] = extra
+        if ch.get("routed_experts") is not None:  # --enable-return-routed-experts (docs/routing.md)
+            attach_rollout_routes(rec, lambda P, T: vllm_response_routes(ch["routed_experts"], P, T))
         out.append(rec)
     return out
 
