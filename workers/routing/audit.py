@@ -83,10 +83,15 @@ def compare_routes(rollout: np.ndarray, trainer: np.ndarray, call_id=None):
         raise RoutingDataError(call_id, "trainer.routed_experts", f"shape {list(trainer.shape)} differs from the "
                                                                   f"rollout's {list(rollout.shape)}")
     verified = (rollout[..., 0] >= 0) & (trainer[..., 0] >= 0)
-    # |R \ T| for small top_k: each rollout id looked up among the trainer's ids (O(K²) per pair, K ≤ 16 in practice)
-    present = (rollout[..., :, None] == trainer[..., None, :]).any(-1)
-    n_diff = np.where(verified, (~present).sum(-1), 0)
-    return (n_diff > 0), verified, n_diff
+    # sets compared as sorted rows; |R \ T| only where they differ (few pairs): each rollout id looked up among the
+    # trainer's ids, O(K²) per flipped pair
+    flipped = verified & (np.sort(rollout, -1) != np.sort(trainer, -1)).any(-1)
+    n_diff = np.zeros(flipped.shape, np.int64)
+    idx = np.nonzero(flipped)
+    if idx[0].size:
+        r, t = rollout[idx], trainer[idx]
+        n_diff[idx] = (~(r[:, :, None] == t[:, None, :]).any(-1)).sum(-1)
+    return flipped, verified, n_diff
 
 
 GRID_BINS = 18  # position bins of the layer × position grid; the last one holds every position from 2^16 on
@@ -211,18 +216,25 @@ class RoutingAudit:
 
     def add_call(self, call_id, *, rollout=None, trainer=None, replay: str | None = None,
                  n_experts: int | None = None, n_tokens: int | None = None,
-                 metrics: TokenMetrics | None = None) -> dict:
+                 metrics: TokenMetrics | None = None, checked: bool = False) -> dict:
         """Add one call. ``rollout``/``trainer``: routes ``[tokens, layers, top_k]`` or None (not recorded);
         ``replay``: the trainer's declared mode (None = undeclared); ``n_tokens``: the response length (checked
-        against the routes; required when neither side is given); ``metrics``: per-token values for attribution.
-        Returns the call's own summary (flipped pairs, flipped layers)."""
+        against the routes; required when neither side is given); ``metrics``: per-token values for attribution;
+        ``checked``: the routes already passed :func:`as_routes` (the fcr/1 format check calls it), so only their
+        shapes are looked at here. Returns the call's own summary (flipped pairs, flipped layers)."""
         if replay is not None and replay not in REPLAY_MODES:
             raise RoutingDataError(call_id, "trainer.routing_replay", f"unknown replay mode {replay!r}; use one of "
                                                                       f"{', '.join(REPLAY_MODES)}")
         self.calls += 1
         self.calls_by_mode[replay or "undeclared"] += 1
-        r = None if rollout is None else as_routes(rollout, call_id, "rollout.routed_experts", n_experts=n_experts)
-        t = None if trainer is None else as_routes(trainer, call_id, "trainer.routed_experts", n_experts=n_experts)
+        if checked:
+            r, t = (None if a is None or not np.size(a) else np.asarray(a, dtype=np.int64)
+                    for a in (rollout, trainer))  # a zero-token response's routes: nothing to compare
+        else:
+            r = None if rollout is None else as_routes(rollout, call_id, "rollout.routed_experts",
+                                                       n_experts=n_experts)
+            t = None if trainer is None else as_routes(trainer, call_id, "trainer.routed_experts",
+                                                       n_experts=n_experts)
         T = next((a.shape[0] for a in (r, t) if a is not None), n_tokens)
         if T is None:
             raise RoutingDataError(call_id, "response.token_ids", "response length unknown and no routes given")

@@ -105,7 +105,8 @@ def audit_file(path, *, min_flipped_layers: int = 2, threshold: float = DEFAULT_
                 audit.add_call(rec["call_id"], rollout=ro.get("routed_experts"), trainer=tr.get("routed_experts"),
                                replay=tr.get("routing_replay"), n_experts=(rec.get("model") or {}).get("num_experts"),
                                n_tokens=len(rec["response"]["token_ids"]),
-                               metrics=token_metrics(rec, threshold=threshold, precision=precision))
+                               metrics=token_metrics(rec, threshold=threshold, precision=precision),
+                               checked=True)
             except RoutingDataError as e:
                 raise RoutingFileError(line, e.call_id, e.field, e.reason) from None
             if progress is not None:
