@@ -24,6 +24,11 @@
     const el = typeof target === "string" ? document.getElementById(target) : target;
     if (!el || !fig) return Promise.resolve();
     el.querySelectorAll(".skeleton, .empty-state").forEach((x) => x.remove());
+    const title = ((fig.layout || {}).title || {}).text || (typeof (fig.layout || {}).title === "string" ? fig.layout.title : "");
+    if (!el.getAttribute("aria-label") && title) {  // a figure's accessible name: its title
+      if (el.tagName !== "FIGURE") el.setAttribute("role", "figure");
+      el.setAttribute("aria-label", title.replace(/<[^>]+>/g, ""));
+    }
     if (!hasData(fig)) {
       if (window.Plotly && el.classList.contains("js-plotly-plot")) Plotly.purge(el);
       const note = document.createElement("div");

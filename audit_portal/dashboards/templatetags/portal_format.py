@@ -1,6 +1,8 @@
 """Number formatting for the portal's tables: one way to show a cell, whatever page it is on."""
 from __future__ import annotations
 
+import re
+
 from django import template
 from django.utils import timezone
 
@@ -35,3 +37,13 @@ def cell(row, column) -> str:
 @register.filter
 def get_item(mapping, key):
     return mapping.get(key) if hasattr(mapping, "get") else None
+
+
+_SPEC_REFERENCE = re.compile(r"\s*\((?:see )?spec(?:/[\w.]+)? ?§[\d.]+(?:, ?§[\d.]+)*\)|\s*spec(?:/[\w.]+)? ?§[\d.]+")
+
+
+@register.filter
+def plain(text) -> str:
+    """Engine text for people: references to sections of a specification outside the portal are dropped (the
+    glossary and docs/ explain the terms)."""
+    return _SPEC_REFERENCE.sub("", str(text or ""))

@@ -24,3 +24,23 @@ def num(value, digits=4):
 @register.filter
 def get(mapping, key):
     return mapping.get(key) if hasattr(mapping, "get") else None
+
+
+# What each audit rule checks, in a few words (docs/fidelity.md has the full rules).
+RULE_NAMES = {
+    "R0": "the record is well formed",
+    "R1": "a policy call, not a background one",
+    "R2": "response ids are the engine's own",
+    "R3": "prompt ids are verified",
+    "R4": "text matches the token ids",
+    "R5": "the prompt is the original",
+    "R6": "rollout log-probs present and finite",
+    "R7": "log-probs' meaning declared, top-K consistent",
+    "R8": "trainer log-probs aligned and current",
+    "R9": "each turn extends the previous one",
+}
+
+
+@register.filter
+def rule_name(rule: str) -> str:
+    return RULE_NAMES.get(rule, "")
