@@ -165,3 +165,24 @@ def test_join_never_crashes_on_arbitrary_rows(tmp_path, toy):
             assert validate_file(out)["valid"]
 
     check()
+
+
+def test_join_reads_an_fcr_parquet_run_log_as_the_trainer_side(tmp_path, toy):
+    """The training-loop client library writes fcr-parquet/1 run logs: whole records whose trainer block is joined."""
+    import pytest as _pytest
+
+    _pytest.importorskip("pyarrow")
+    from workers.fcr.columnar import jsonl_to_parquet
+
+    _, recs, inf = imported(tmp_path, toy)
+    full = dict(recs[0], trainer={"logprobs": TRAINER_LPS, "loss_mask_used": [1, 1, 1], "sample_id": "s9",
+                                  "policy_version": 7})
+    full["prompt"] = dict(full["prompt"], task_prompt_sha256_declared=TASK_LIST_FILES)
+    (tmp_path / "full.jsonl").write_bytes(dumps([full]))
+    jsonl_to_parquet(tmp_path / "full.jsonl", tmp_path / "trainer.parquet")
+    out = tmp_path / "joined.jsonl"
+    assert join(inf, tmp_path / "trainer.parquet", out)["joined"] == 1
+    rec = orjson.loads(out.read_bytes())
+    assert rec["trainer"]["sample_id"] == "s9" and rec["trainer"]["logprobs"] == TRAINER_LPS
+    assert rec["prompt"]["task_prompt_sha256_declared"] == TASK_LIST_FILES
+    assert audit_file(out, tokenizer=toy)["headline"] == "100% of policy tokens verifiable (3 of 3)"

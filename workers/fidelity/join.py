@@ -19,7 +19,9 @@ with the same column names) — the *trainer side* (``fcr-trainer/1``):
 ``step`` *opt*                  trainer step; fills a record whose importer did not know it (step −1)
 =============================== =========================================================================
 
-A row may also be a whole ``fcr/1`` record (its ``trainer`` block and keys are used). Rules, each failure naming the
+A row may also be a whole ``fcr/1`` record (its ``trainer`` block and keys are used), and the trainer side may be an
+``fcr-parquet/1`` run log (docs/run-log-parquet.md; what the training-loop client library writes), read record by
+record through :mod:`workers.fcr.columnar`. Rules, each failure naming the
 trainer row (file:line) and the inference record (line, call id): a key given twice in the trainer side, a row that
 names no inference record, a row that names more than one (``trajectory_id``/``call_index`` shared by ``n > 1``
 choices), an inference record claimed by two rows, ids that differ, a step that conflicts, and a joined record the
@@ -63,11 +65,25 @@ def iter_rows(path):
         return
     import pyarrow.parquet as pq
 
+    from workers.fcr.columnar import FORMAT_KEY, iter_records_or_errors
+
+    pf = pq.ParquetFile(path)
+    if FORMAT_KEY in (pf.schema_arrow.metadata or {}):  # an fcr-parquet/1 run log (the client library writes them)
+        pf.close()
+        for row_no, rec in iter_records_or_errors(path):
+            if isinstance(rec, Exception):
+                yield row_no, None, str(rec)
+            else:
+                yield row_no, rec, None
+        return
     n = 0
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
-        for row in batch.to_pylist():
-            n += 1
-            yield n, row, None
+    try:
+        for batch in pf.iter_batches(batch_size=1024):
+            for row in batch.to_pylist():
+                n += 1
+                yield n, row, None
+    finally:
+        pf.close()
 
 
 def _trainer_block(row: dict, where: str) -> tuple[dict, dict]:
