@@ -19,6 +19,14 @@ engine's log-probs, ``["old_log_probs"]`` [B, R] the trainer's recompute, ``["re
 response part of ``attention_mask``, as ``compute_response_mask`` does), ``["prompts"]`` [B, P] left-padded with
 ``attention_mask[:, :P]``; ``meta_info["global_steps"]`` the step; ``non_tensor_batch["uid"]`` the prompt group.
 Top-K lists are not in a verl batch: the certificate then uses the sampled-token bound (its caveat says so).
+
+MoE routes (docs/routing.md): verl keeps them as ``batch["routed_experts"]`` [B, P + R, layers, top_k], aligned with
+``input_ids`` (row j routes the forward of token j). With ``actor.router_replay.mode = "R3"`` that key holds the
+rollout engine's routes; in ``"R2"`` mode the old-log-prob recompute writes the trainer's own routes there. Name what
+the keys hold: ``log_dataproto(run, data, rollout_routes_key="routed_experts", routing_replay="R3")`` logs the
+rollout's routes; the trainer's (``trainer_routes_key``) only when the trainer recorded the routes it actually used
+under a key of its own — verl's batch does not carry them in R3 mode, so such a run's replay audit says UNVERIFIABLE
+rather than assume the replay held.
 """
 from __future__ import annotations
 
@@ -32,8 +40,26 @@ def _get(batch, key):
         return None
 
 
-def log_dataproto(run, data, step: int | None = None) -> int:
-    """Log one verl ``DataProto`` (see the module docstring); returns the number of policy calls written."""
+def _response_routes(tensors, key, P, R):
+    """The response rows of a routes tensor aligned with ``input_ids`` [B, P + R, layers, top_k]: row P + t − 1
+    produced response token t."""
+    if key is None:
+        return None
+    routes = _get(tensors, key)
+    if routes is None:
+        raise ValueError(f"DataProto.batch lacks {key!r} (the routes key given)")
+    if routes.ndim != 4 or routes.shape[1] != P + R or P < 1:
+        raise ValueError(f"batch[{key!r}]: expected [B, prompt + response = {P + R}, layers, top_k], got "
+                         f"{list(routes.shape)}")
+    return routes[:, P - 1:P - 1 + R]
+
+
+def log_dataproto(run, data, step: int | None = None, *, rollout_routes_key: str | None = None,
+                  trainer_routes_key: str | None = None, routing_replay: str | None = None,
+                  num_experts: int | None = None) -> int:
+    """Log one verl ``DataProto`` (see the module docstring); returns the number of policy calls written.
+    ``rollout_routes_key`` / ``trainer_routes_key``: batch keys of routes aligned with ``input_ids``;
+    ``routing_replay``: the trainer's replay mode (none / R2 / R3)."""
     tensors = data.batch
     responses = _get(tensors, "responses")
     rollout = _get(tensors, "rollout_log_probs")
@@ -61,8 +87,14 @@ def log_dataproto(run, data, step: int | None = None) -> int:
     traj = None
     if uids is not None:
         traj = [f"{u}-{i}" for i, u in enumerate(np.asarray(uids).tolist())]
+    routes = {}
+    if rollout_routes_key or trainer_routes_key:
+        P = attention.shape[1] - R if attention is not None else (prompts.shape[1] if prompts is not None else 0)
+        routes = {"rollout_routed_experts": _response_routes(tensors, rollout_routes_key, P, R),
+                  "trainer_routed_experts": _response_routes(tensors, trainer_routes_key, P, R)}
     return run.log_step(step, rollout_logprobs=rollout, trainer_logprobs=old, response_mask=mask,
-                        response_ids=responses, prompt_ids=prompts, prompt_mask=prompt_mask, trajectory_ids=traj)
+                        response_ids=responses, prompt_ids=prompts, prompt_mask=prompt_mask, trajectory_ids=traj,
+                        routing_replay=routing_replay, num_experts=num_experts, **routes)
 
 
 def install(run):
