@@ -40,3 +40,10 @@ def test_engine_text_loses_its_section_references():
 
 def test_every_fidelity_rule_has_a_name():
     assert set(RULE_NAMES) == set(RULES) and all(RULE_NAMES.values())
+
+
+def test_each_contract_part_has_a_one_line_summary():
+    from audit_portal.dashboards.templatetags.portal_format import CONTRACT_PART_HELP
+    from workers.contracts.schema import EIGHT_PARTS
+
+    assert set(CONTRACT_PART_HELP) == set(EIGHT_PARTS) and all(CONTRACT_PART_HELP.values())

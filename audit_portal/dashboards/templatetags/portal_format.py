@@ -47,3 +47,21 @@ def plain(text) -> str:
     """Engine text for people: references to sections of a specification outside the portal are dropped (the
     glossary and docs/ explain the terms)."""
     return _SPEC_REFERENCE.sub("", str(text or ""))
+
+
+# What each of a kernel contract's eight parts states, in one line (shown above the part's details).
+CONTRACT_PART_HELP = {
+    "identifier": "Which operation this is and which version of the contract.",
+    "scope": "The inputs, shapes, dtypes and devices the contract covers; anything else is out of scope.",
+    "precondition": "What must hold of the inputs before the kernel is called.",
+    "postcondition": "What the kernel's output must satisfy for the contract to be met.",
+    "tolerance": "How far the output may be from the reference, and how that bound was derived.",
+    "reference_oracle": "The trusted computation the output is compared against (never shown to the kernel).",
+    "measurement_protocol": "How inputs are generated and the comparison is run: cases, seeds, repetitions.",
+    "violation_signature": "What a failure looks like, so a FAIL can be told from noise.",
+}
+
+
+@register.filter
+def part_help(key: str) -> str:
+    return CONTRACT_PART_HELP.get(key, "")
