@@ -44,6 +44,8 @@
       '<td class="right">' + (upload.size_bytes / 1024).toFixed(1) + " KB</td>" + '<td class="mono">' + esc(upload.sha256).slice(0, 12) + "</td>" +
       '<td><span class="muted">—</span></td><td class="muted">' + esc(upload.submitted_by) + '</td><td class="muted">just now</td>';
     body.prepend(row);
+    const total = document.getElementById("uploads-total");
+    if (total) total.textContent = String(Number(total.textContent) + 1);
     const empty = document.getElementById("uploads-empty"); if (empty) empty.remove();
   }
 

@@ -49,6 +49,8 @@ class LiveLoopsTest(BrowserTestCase):
         upload_id = page.get_attribute("#upload-ok", "data-upload-id")
         # the new upload is in the table at once, before any reload
         assert page.locator(f'#uploads-table tr[data-upload-id="{upload_id}"]').count() == 1
+        assert page.inner_text("#uploads-total") == "1"
+        assert not page.is_visible("#notify-ask")  # permission already granted: nothing to ask
         page.wait_for_selector('#upload-jobs li[data-kind="validate_upload"]')
         assert "queued" in page.inner_text('#upload-jobs li[data-kind="validate_upload"]')
         with start_worker(app, pool="solo", perform_ping_check=False, queues=["cpu"], shutdown_timeout=10):
