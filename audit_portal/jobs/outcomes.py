@@ -18,6 +18,7 @@ PRODUCTS = {
     "validate_upload": "validation report",
     "certify_upload": "certificate",
     "fidelity_audit": "fidelity report",
+    "routing_audit": "routing audit",
     "kernel_conformance": "conformance results",
     "kernel_signature": "signed conformance result",
     "training_step_audit": "training audit",
@@ -56,6 +57,10 @@ def outcome(kind: str, state: str, result: dict | None, error: str = "") -> dict
         passed = result["verdict"] == "PASS"
         return {"text": "finished: " + ("audit passed" if passed else "audit failed"),
                 "tone": "valid" if passed else "invalid"}
+    if kind == "routing_audit" and isinstance(result.get("replay"), dict):
+        state = result["replay"].get("state")
+        return {"text": f"finished: replay {state}" if state in ("PASS", "FAIL", "UNVERIFIABLE") else "finished",
+                "tone": {"PASS": "valid", "FAIL": "invalid", "UNVERIFIABLE": "duplicate"}.get(state, "valid")}
     if kind == "certify_upload" and result.get("data_errors"):
         return {"text": f"finished ({_plural(int(result['data_errors']), 'sequence')} with data errors)",
                 "tone": "duplicate"}

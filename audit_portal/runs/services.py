@@ -110,6 +110,7 @@ def begin_processing(upload_id: int) -> Upload:
 FOLLOW_UPS: list[tuple[str, str, str]] = [
     ("certify_upload", "workers.tasks.certify_upload", "cpu"),
     ("fidelity_audit", "workers.tasks.fidelity_audit", "cpu"),
+    ("routing_audit", "workers.tasks.routing_audit", "cpu"),  # only for logs with MoE routes (docs/routing.md)
 ]
 
 
@@ -126,6 +127,8 @@ def record_validation(upload: Upload, summary: dict) -> Upload:
         upload.run, _ = Run.objects.get_or_create(project=upload.project, name=run_name[:200])
         Run.objects.filter(pk=upload.run.pk).update(updated_at=timezone.now())
         for kind, task_name, queue in FOLLOW_UPS:
+            if kind == "routing_audit" and not summary.get("records_with_routes"):
+                continue
             create_job(project=upload.project, kind=kind, task_name=task_name, queue=queue,
                        title=f"{kind.replace('_', ' ').capitalize()}: {upload.original_name}",
                        subject_kind="upload", subject_id=upload.pk, submitted_by=upload.submitted_by)

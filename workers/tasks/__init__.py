@@ -7,8 +7,9 @@ from workers.tasks.certificates import certify_upload
 from workers.tasks.fidelity import fidelity_audit
 from workers.tasks.kernels import calibrate_contracts, run_kernel_submission, sign_kernel_submission
 from workers.tasks.maintenance import reap_stale_jobs
+from workers.tasks.routing import routing_audit
 from workers.tasks.training import training_step_audit
 from workers.tasks.uploads import validate_upload
 
-__all__ = ["calibrate_contracts", "certify_upload", "fidelity_audit", "reap_stale_jobs", "run_kernel_submission",
-           "sign_kernel_submission", "training_step_audit", "validate_upload"]
+__all__ = ["calibrate_contracts", "certify_upload", "fidelity_audit", "reap_stale_jobs", "routing_audit",
+           "run_kernel_submission", "sign_kernel_submission", "training_step_audit", "validate_upload"]
