@@ -129,9 +129,12 @@
     const ta = Date.parse(a.created || ""), tb = Date.parse(b.created || "");
     return ta !== tb ? ta > tb : Number(a.id) > Number(b.id);
   };
+  // ``data-subject-upload`` on the tbody: only that upload's jobs (the upload page).
   function feed(tbody, dot) {
     const jobUrl = tbody.dataset.jobUrl, limit = Number(tbody.dataset.limit || 15);
+    const upload = tbody.dataset.subjectUpload;
     onProjectJob((j) => {
+      if (upload && !(j.subject_kind === "upload" && String(j.subject_id) === upload)) return;
       let row = tbody.querySelector('tr[data-job-id="' + j.id + '"]');
       if (!row) {
         row = document.createElement("tr"); row.dataset.jobId = j.id; row.dataset.created = j.created_at || "";

@@ -53,11 +53,20 @@ class LiveLoopsTest(BrowserTestCase):
         assert not page.is_visible("#notify-ask")  # permission already granted: nothing to ask
         page.wait_for_selector('#upload-jobs li[data-kind="validate_upload"]')
         assert "queued" in page.inner_text('#upload-jobs li[data-kind="validate_upload"]')
+        # the upload's own page, open in a second tab, follows it too
+        detail = self.context.new_page()
+        detail.goto(f"{self.live_server_url}/p/{self.project.slug}/uploads/{upload_id}/")
+        detail.wait_for_function("document.getElementById('live-dot').classList.contains('on')")
+        assert detail.locator("#upload-job-rows tr").count() == 1
         with start_worker(app, pool="solo", perform_ping_check=False, queues=["cpu"], shutdown_timeout=10):
             page.wait_for_function("document.getElementById('upload-stage').textContent === 'valid'", timeout=60000)
             # the follow-up jobs appear in the banner and finish there, linked to what they made
             page.wait_for_selector("#upload-product-certify_upload", timeout=120000)
             page.wait_for_selector("#upload-product-fidelity_audit", timeout=120000)
+        assert detail.inner_text("h1 [data-field=stage]") == "valid"
+        detail.wait_for_function("document.querySelectorAll('#upload-job-rows tr').length === 3")
+        assert detail.inner_text("#upload-job-rows").count("finished") == 3
+        detail.close()
         row_badge = page.locator(f'#uploads-table tr[data-upload-id="{upload_id}"] [data-field=stage]')
         assert row_badge.inner_text() == "valid"
         banner = page.inner_text("#upload-jobs")
