@@ -28,7 +28,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["ExprError", "Expr", "parse", "evaluate", "FUNCTIONS"]
+__all__ = ["ExprError", "Expr", "clause_report", "parse", "evaluate", "FUNCTIONS"]
 
 
 class ExprError(ValueError):
@@ -330,6 +330,44 @@ class Expr:
 
     def is_predicate(self) -> bool:
         return self.tree[0] in ("cmp", "and", "or", "not")
+
+
+def _render(node) -> str:
+    tag = node[0]
+    if tag == "num":
+        v = node[1]
+        return repr(int(v)) if float(v).is_integer() and abs(v) < 1e15 else repr(v)
+    if tag == "name":
+        return node[1]
+    if tag == "neg":
+        return f"-{_render(node[1])}"
+    if tag == "not":
+        return f"not {_render(node[1])}"
+    if tag in ("and", "or"):
+        return f"({_render(node[1])} {tag} {_render(node[2])})"
+    if tag == "cmp":
+        return _render(node[1]) + "".join(f" {op} {_render(n)}" for op, n in node[2])
+    if tag == "call":
+        return f"{node[1]}({', '.join(_render(a) for a in node[2])})"
+    return f"({_render(node[1])} {tag} {_render(node[2])})"
+
+
+def clause_report(expr: "Expr", env: dict) -> list[dict]:
+    """The top-level ``and`` clauses of a relation, each with its text, whether it holds and, for a comparison
+    ``lhs op rhs``, the two sides' values: what a verdict names when a secondary clause fails."""
+    out, stack = [], [expr.tree]
+    while stack:
+        node = stack.pop(0)
+        if node[0] == "and":
+            stack[:0] = [node[1], node[2]]
+            continue
+        rec = {"clause": _render(node), "holds": _truth(_eval(node, env, expr.text))}
+        if node[0] == "cmp" and len(node[2]) == 1:
+            op, rhs = node[2][0]
+            rec.update(lhs=_render(node[1]), op=op, rhs=_render(rhs), lhs_value=_eval(node[1], env, expr.text),
+                       rhs_value=_eval(rhs, env, expr.text))
+        out.append(rec)
+    return out
 
 
 def parse(text) -> Expr:

@@ -328,12 +328,84 @@ def _load_text(text: str, source: str) -> Contract:
             err(f"protocol {ident['protocol']!r} has no sweep {sname!r} (sweeps: {', '.join(meta.get('sweeps', ()))})",
                 ("measurement_protocol", "sweeps", sname))
 
+    sweep = data["measurement_protocol"].get("sweep")
+    if sweep:
+        _check_sweep(sweep, meta, data, err)
+
     return Contract(
         id=ident["id"], cls=ident["class"], family=ident["family"], version=ident["version"],
         title=ident.get("title", ""), protocol=ident["protocol"], signature=ident["signature"],
         data=data, source_text=text, sha256=hashlib.sha256(text.encode()).hexdigest(), path=source,
         lines=lines, bound=bound, relation=relation,
     )
+
+
+POINT_KEYS = ("value", "layout")
+
+
+def _check_sweep(sweep: dict, meta: dict, data: dict, err) -> None:
+    """The sweep block names only dimensions and value generators the protocol knows, stays inside the declared
+    scope (``scope.shape_class.dims``) and, for fixed points, inside its own budget."""
+    base = ("measurement_protocol", "sweep")
+    dims = set(meta.get("sweeps", ()))
+    gen_names = {g["name"] for g in data["measurement_protocol"]["generators"]}
+    declared = data["scope"]["shape_class"].get("dims") or {}
+    budget = sweep["budget"]
+    for key in ("elements", "work"):
+        if budget.get(key) is None:
+            continue
+        unknown = _expr.parse(budget[key]).names - dims
+        if unknown:
+            err(f"budget expression uses {sorted(unknown)}; the protocol's dimensions are {sorted(dims)}",
+                base + ("budget", key))
+    if (budget.get("work") is None) != (budget.get("max_work") is None):
+        err("work and max_work go together", base + ("budget",))
+
+    def check_value(v, path):
+        if not isinstance(v, str) or v not in meta.get("values", ()) or v not in gen_names:
+            err(f"value generator {v!r} must be one the protocol implements ({', '.join(meta.get('values', ()))}) "
+                f"and listed in measurement_protocol.generators", path)
+
+    def check_dim(name, lo, hi, path):
+        if name in declared and len(declared[name]) == 2 and not (declared[name][0] <= lo and hi <= declared[name][1]):
+            err(f"{name} = {lo}..{hi} lies outside the declared scope {name} in {declared[name]}", path)
+
+    for i, point in enumerate(sweep.get("points") or []):
+        path = base + ("points", i)
+        for k, v in point.items():
+            if k in POINT_KEYS:
+                if k == "value":
+                    check_value(v, path + (k,))
+                continue
+            if k not in dims:
+                err(f"unknown dimension {k!r} (the protocol's: {', '.join(sorted(dims))}, plus value, layout)", path + (k,))
+            if isinstance(v, bool) or not isinstance(v, int):
+                err(f"a dimension is an integer, found {v!r}", path + (k,))
+            check_dim(k, v, v, path + (k,))
+        env = {k: float(v) for k, v in point.items() if k not in POINT_KEYS}
+        for key, mkey in (("elements", "max_elements"), ("work", "max_work")):
+            if budget.get(key) is None:
+                continue
+            expr = _expr.parse(budget[key])
+            missing = expr.names - set(env)
+            if missing:
+                err(f"point does not give {sorted(missing)}, needed by budget.{key}", path)
+            if expr.evaluate(env) > _num(budget[mkey]):
+                err(f"point exceeds the budget: {key} = {expr.evaluate(env):.4g} > {mkey} = {_num(budget[mkey]):.4g}",
+                    path)
+    draw = sweep.get("draw") or {}
+    for name, spec in (draw.get("dims") or {}).items():
+        path = base + ("draw", "dims", name)
+        if name not in dims:
+            err(f"unknown dimension {name!r} (the protocol's: {', '.join(sorted(dims))})", path)
+        rng = spec["range"]
+        if len(rng) != 2 or rng[0] > rng[1]:
+            err(f"range must be [low, high] with low <= high, found {rng}", path + ("range",))
+        check_dim(name, rng[0], rng[1], path + ("range",))
+    if draw and draw["count"] < 0:
+        err("count must be >= 0", base + ("draw", "count"))
+    for i, v in enumerate(draw.get("values") or []):
+        check_value(v, base + ("draw", "values", i))
 
 
 def load_file(path) -> Contract:

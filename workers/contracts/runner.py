@@ -66,6 +66,9 @@ class Verdict:
     seeds: list = field(default_factory=list)
     findings: list = field(default_factory=list)
     measurements: int = 0
+    passed_measurements: int = 0
+    failing_clause: dict = field(default_factory=dict)
+    coverage: dict = field(default_factory=dict)
     assurance_level: int = 0
     harness: dict = field(default_factory=dict)
     duration_s: float = 0.0
@@ -163,7 +166,10 @@ def run_contract(contract_id, impl, *, device="cpu", seeds=None, flags=None, tim
     base = _base(contract, impl, device)
 
     def done(verdict, **kw) -> Verdict:
-        v = Verdict(verdict=verdict, **base, **kw)
+        b = dict(base)
+        if "statistic_name" in kw:
+            b.pop("statistic_name")
+        v = Verdict(verdict=verdict, **b, **kw)
         v.duration_s = round(time.monotonic() - t0, 4)
         if trace_path and v.trace:
             v.write_trace(trace_path)
@@ -264,14 +270,23 @@ def run_contract(contract_id, impl, *, device="cpu", seeds=None, flags=None, tim
               harness=harness, assurance_level=assurance, **common)
 
     fails = [f for f in findings if f["severity"] == "fail"]
+    kw.update(passed_measurements=sum(1 for e in evaluated if e[4]),
+              coverage=coverage_statement(contract, [e[0] for e in evaluated], device, plan))
     if not evaluated:
         return done("INCONCLUSIVE", reason="no valid measurement", **kw)
     failing = [e for e in evaluated if not e[4]]
+    if failing:
+        # the failing clause's own statistic and bound (a secondary clause such as probe_mismatch == 0 may be the
+        # one that failed while the headline statistic is within its bound)
+        failing = [(m, *_clause_figures(contract, m, stat, bound), ok) for m, stat, bound, _, ok in failing]
     pool = failing or evaluated
     # worst = largest margin; among infinite margins (T0 bounds), the largest statistic
     worst = max(pool, key=lambda e: (e[3] if not math.isnan(e[3]) else math.inf,
                                      e[1] if not math.isnan(e[1]) else math.inf))
     m, stat, bound, margin, _ = worst
+    if failing:
+        kw.update(failing_clause=m.get("_clause") or {}, statistic_name=m.get("_clause", {}).get("statistic_name")
+                  or contract.statistic)
     kw.update(statistic=stat, bound=bound, margin=margin)
     harness_note = ""
     if fails:
@@ -290,6 +305,64 @@ def run_contract(contract_id, impl, *, device="cpu", seeds=None, flags=None, tim
     if bound > 0 and margin > contract.quality_warning_fraction:
         return done("QUALITY_WARNING", reason=f"passes but uses {margin:.0%} of the budget at {m.get('point')}", **kw)
     return done("PASS", reason=f"{len(evaluated)} measurements within bound; worst margin {margin:.3g}", **kw)
+
+
+def _clause_figures(contract, m, stat, bound):
+    """(statistic, bound, margin) of the first failing top-level clause of the relation at measurement ``m``;
+    the clause is recorded on ``m['_clause']``."""
+    from .expr import clause_report
+
+    names = dict(m["names"], bound=bound)
+    try:
+        report = clause_report(contract.relation, names)
+    except Exception:  # noqa: BLE001 - evaluated once already; keep the headline figures
+        return stat, bound, _margin(stat, bound)
+    bad = next((c for c in report if not c["holds"]), None)
+    if bad is None or "lhs_value" not in bad:
+        m["_clause"] = {"clause": bad["clause"] if bad else contract.data["postcondition"]["relation"]}
+        return stat, bound, _margin(stat, bound)
+    lhs, rhs = float(bad["lhs_value"]), float(bad["rhs_value"])
+    m["_clause"] = {"clause": bad["clause"], "statistic_name": bad["lhs"], "statistic": lhs, "op": bad["op"],
+                    "bound_expr": bad["rhs"], "bound": rhs, "point": m.get("point")}
+    return lhs, rhs, _margin(lhs, rhs) if bad["op"] in ("<=", "<", "==") else math.inf
+
+
+def coverage_statement(contract, measurements: list, device: str, plan) -> dict:
+    """What was measured, beside every grade: dtypes x shapes x values x layouts x modes x device, the range of
+    every swept dimension, how many points were fixed and how many drawn from the seeds."""
+    scope = contract.data["scope"]
+    dims: dict[str, set] = {}
+    values, layouts, points, drawn = set(), set(), set(), set()
+    skip = {"value", "layout", "drawn", "trial", "seed", "config", "probe", "R"}
+    for m in measurements:
+        p = m.get("point") or {}
+        key = tuple(sorted((k, v) for k, v in p.items() if k not in ("trial", "config") and isinstance(v, (int, float, str))))
+        points.add(key)
+        if p.get("drawn"):
+            drawn.add(key)
+        if p.get("value"):
+            values.add(str(p["value"]))
+        if p.get("layout"):
+            layouts.add(str(p["layout"]))
+        for k, v in p.items():
+            if k not in skip and isinstance(v, (int, float)) and not isinstance(v, bool):
+                dims.setdefault(k, set()).add(v)
+    dtypes = sorted(set(scope["dtypes"].get("inputs") or []) | {scope["dtypes"]["output"]})
+    modes = list(scope.get("modes") or ["forward"])
+    seeds = {"public": sum(1 for _, c in plan if c == "public"), "hidden": sum(1 for _, c in plan if c == "hidden"),
+             "explicit": sum(1 for _, c in plan if c == "explicit")}
+    ranges = {k: {"min": min(v), "max": max(v), "distinct": len(v)} for k, v in sorted(dims.items())}
+    sweep = contract.protocol_params.get("sweep") or {}
+    text = (f"{'/'.join(dtypes)} x {len(points)} points ({len(drawn)} drawn from seeds; "
+            + ", ".join(f"{k} {r['min']:g}..{r['max']:g}" for k, r in ranges.items())
+            + f") x values {'/'.join(sorted(values)) or '-'}"
+            + (f" x layouts {'/'.join(sorted(layouts))}" if layouts else "")
+            + f" x {'/'.join(modes)} x {device}; seeds {seeds['public']} public + {seeds['hidden']} hidden"
+            + (f" + {seeds['explicit']} explicit" if seeds["explicit"] else ""))
+    return {"dtypes": dtypes, "modes": modes, "device": device, "values": sorted(values), "layouts": sorted(layouts),
+            "dims": ranges, "declared_dims": scope["shape_class"].get("dims") or {}, "points": len(points),
+            "drawn_points": len(drawn), "seeds": seeds, "measurements": len(measurements),
+            "budget": sweep.get("budget"), "sampling": sweep.get("sampling"), "text": text}
 
 
 def replay(verdict, impl=None, **kwargs) -> Verdict:

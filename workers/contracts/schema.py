@@ -43,6 +43,7 @@ ENV_FLAGS = ("allow_tf32", "allow_hf32", "float32_matmul_precision", "flush_deno
              "cudnn_benchmark", "allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction",
              "num_threads")
 DTYPES = ("float64", "float32", "float16", "bfloat16", "tf32", "hf32", "int64", "int32", "bool")
+SIZE_KINDS = ("uniform", "log_uniform", "non_tile", "prime")
 SEMVER_RE = r"^\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?$"
 
 
@@ -127,6 +128,23 @@ CONTRACT = M({
                         required=True, nonempty=True),
         "directed_probes": L(S()),
         "sweeps": D(L(A())),
+        "sweep": M({
+            "points": L(D(A()), doc="fixed points measured under every seed: {dimension: int, value: generator, "
+                                    "layout: str}"),
+            "draw": M({
+                "count": I(required=True),
+                "dims": D(M({"range": L(I(), required=True), "kind": S(enum=SIZE_KINDS)}), required=True),
+                "values": L(S()),
+            }),
+            "budget": M({
+                "elements": E(required=True, doc="elements one case holds, over the dimensions"),
+                "max_elements": N(required=True),
+                "work": E(doc="arithmetic of one case, over the dimensions"),
+                "max_work": N(),
+                "seconds": N(doc="the wall time the whole contract run is budgeted (bench/contracts.py checks it)"),
+            }, required=True),
+            "sampling": S(doc="why sampled points still catch size-triggered bugs"),
+        }),
         "seeds": M({"public": L(I(), required=True, nonempty=True), "hidden_count": I(required=True)},
                    required=True),
         "trials": I(required=True),

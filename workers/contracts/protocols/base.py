@@ -115,3 +115,128 @@ def first_output(result):
     """The first replay's output tensor of a case result (None if the call failed)."""
     outs = result.get("outputs") or []
     return outs[0] if outs else None
+
+
+# ------------------------------------------------------------------------------------------------ sweeps
+# The sweep of a contract (``measurement_protocol.sweep``, contract files v0.2.0 on) is data: fixed points measured
+# under every seed (both ends of each declared dimension, tile boundaries), points drawn per seed inside declared
+# ranges (irregular, prime or non-tile sizes; a hidden seed draws sizes the submitter cannot know), the value
+# generator of each point, and a budget (elements and work per case, expressions over the dimensions) that every
+# point is brought within. ``sweep_points`` turns it into the points one seed measures.
+TILE = 8  # a "non_tile" size is not a multiple of 8 (so of no power-of-two tile of 8 or more)
+
+
+def _is_prime(n: int) -> bool:
+    if n < 2:
+        return False
+    if n % 2 == 0:
+        return n == 2
+    f = 3
+    while f * f <= n:
+        if n % f == 0:
+            return False
+        f += 2
+    return True
+
+
+def _draw_int(rng, lo: int, hi: int, kind: str) -> int:
+    """One size in [lo, hi]: ``uniform``; ``log_uniform`` (every decade equally likely); ``non_tile`` (log-uniform,
+    then moved off multiples of 8); ``prime`` (log-uniform, then the nearest prime not above hi)."""
+    import math
+    import random
+
+    assert isinstance(rng, random.Random)
+    if hi <= lo:
+        return lo
+    if kind == "uniform":
+        return rng.randint(lo, hi)
+    v = int(round(math.exp(rng.uniform(math.log(max(lo, 1)), math.log(max(hi, 1)))))) if hi > 0 else lo
+    v = min(max(v, lo), hi)
+    if kind == "non_tile" and v % TILE == 0:
+        v = v + rng.randint(1, TILE - 1) if v + TILE - 1 <= hi else v - rng.randint(1, min(TILE - 1, v - lo) or 1)
+        v = min(max(v, lo), hi)
+    elif kind == "prime":
+        down = v
+        while down >= max(lo, 2) and not _is_prime(down):
+            down -= 1
+        up = v
+        while up <= hi and not _is_prime(up):
+            up += 1
+        cands = [p for p in (down, up) if lo <= p <= hi and _is_prime(p)]
+        v = min(cands, key=lambda p: abs(p - v)) if cands else v
+    return v
+
+
+def _within_budget(point: dict, budget: dict) -> bool:
+    from ..expr import parse
+
+    env = {k: float(v) for k, v in point.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    for expr_key, max_key in (("elements", "max_elements"), ("work", "max_work")):
+        if budget.get(expr_key) is not None and budget.get(max_key) is not None:
+            if parse(budget[expr_key]).evaluate(env) > float(parse(budget[max_key]).evaluate({})):
+                return False
+    return True
+
+
+def _shrink(point: dict, budget: dict, dims: dict, rng) -> dict:
+    """Halve the largest drawn dimension (keeping its kind) until the point fits the budget."""
+    p = dict(point)
+    for _ in range(128):
+        if _within_budget(p, budget):
+            return p
+        name = max((d for d in dims if isinstance(p.get(d), int) and p[d] > int(dims[d]["range"][0])),
+                   key=lambda d: p[d], default=None)
+        if name is None:
+            break
+        lo = int(dims[name]["range"][0])
+        p[name] = _draw_int(rng, lo, max(lo, p[name] // 2), dims[name].get("kind", "log_uniform"))
+    return p
+
+
+def sweep_points(contract, seed, defaults: dict) -> list[dict]:
+    """The points one seed measures: the contract's fixed ``sweep.points`` then ``sweep.draw.count`` points drawn
+    from the seed. Every point has every key of ``defaults`` (dimensions, ``value``, ``layout``); drawn points
+    carry ``drawn: True``. A contract without a ``sweep`` block (v0.1.0 files) falls back to the old ``sweeps``
+    lists: the cross product of their values over ``defaults``."""
+    import itertools
+    import random
+
+    params = contract.protocol_params
+    sweep = params.get("sweep")
+    if not sweep:
+        old = params.get("sweeps") or {}
+        keys = [k for k in defaults if k in old]
+        out = []
+        for combo in itertools.product(*[list(old[k]) for k in keys]):
+            out.append(dict(defaults, **dict(zip(keys, combo))))
+        return out or [dict(defaults)]
+    budget = sweep.get("budget") or {}
+    out = [dict(defaults, **p) for p in sweep.get("points") or []]
+    draw = sweep.get("draw") or {}
+    if draw.get("count"):
+        h = hashlib.sha256(repr(("sweep", contract.cls, int(seed))).encode()).digest()
+        rng = random.Random(int.from_bytes(h[:8], "little"))
+        dims = draw.get("dims") or {}
+        values = list(draw.get("values") or [defaults.get("value")])
+        offset = rng.randrange(len(values))
+        for i in range(int(draw["count"])):
+            p = dict(defaults)
+            for name, spec in dims.items():
+                lo, hi = int(spec["range"][0]), int(spec["range"][1])
+                p[name] = _draw_int(rng, lo, hi, spec.get("kind", "log_uniform"))
+            p["value"] = values[(offset + i) % len(values)]
+            p = _shrink(p, budget, dims, rng)
+            p["drawn"] = True
+            out.append(p)
+    return out
+
+
+def point_label(point: dict) -> dict:
+    """The point as recorded in a measurement (the drawn flag and defaults kept, so coverage can say which)."""
+    return {k: v for k, v in point.items() if v is not None}
+
+
+def scaled_rows(x: torch.Tensor, g, low_exp: float, high_exp: float) -> torch.Tensor:
+    """Scale each row by 10**-e, e uniform in [low_exp, high_exp] (near-zero-norm rows)."""
+    e = torch.rand((x.shape[0], 1), generator=g, dtype=torch.float64) * (high_exp - low_exp) + low_exp
+    return (x.double() * 10.0 ** (-e)).to(x.dtype)

@@ -5,33 +5,33 @@ from __future__ import annotations
 
 import torch
 
-from .base import Case, Out, abs_err, fmax, generator, randn, seed_meta
+from .base import Case, Out, abs_err, fmax, generator, point_label, randn, scaled_rows, seed_meta, sweep_points
 
 REVERSED_ORDER_REFERENCE = "workers.contracts.impls.reference:rms_norm"
 DPS = True
 EPS = 1e-6
 
 
-def _p(contract, name, default):
-    return list((contract.protocol_params.get("sweeps") or {}).get(name, default))
-
-
 def cases(contract, seeds):
-    Ds, rows = _p(contract, "D", [1024]), _p(contract, "rows", [64])[0]
     trials = int(contract.protocol_params["trials"])
     reversed_order = "reversed_order_repeat" in contract.protocol_params["harness_invariants"]
     out = []
     for seed, klass in seeds:
-        for D in Ds:
+        for i, p in enumerate(sweep_points(contract, seed, {"D": 1024, "rows": 64, "value": "gauss3"})):
+            D, rows = p["D"], p["rows"]
             for t in range(trials):
-                g = generator("cmp01", seed, D, t)
+                g = generator("cmp01", seed, D, t) if (rows, p["value"]) == (64, "gauss3") else \
+                    generator("cmp01", seed, i, D, rows, t)
                 x = 3.0 * randn((rows, D), g)
-                meta = seed_meta(seed, klass, D=D, rows=rows, trial=t)
-                out.append(Case(f"s{seed}/D{D}/t{t}", [x, Out((rows, D))], expect_shape=(rows, D), meta=meta))
-                if reversed_order and t == 0:
-                    out.append(Case(f"s{seed}/D{D}/t{t}/reference_first", [x, Out((rows, D))], expect_shape=(rows, D),
+                if p["value"] == "near_zero_rows":  # rms between 1e-5 and 1e-2: where eps matters
+                    x = scaled_rows(x, g, 2.5, 5.5)
+                meta = seed_meta(seed, klass, **point_label(p), trial=t)
+                key = f"s{seed}/p{i}/D{D}x{rows}/t{t}"
+                out.append(Case(key, [x, Out((rows, D))], expect_shape=(rows, D), meta=meta))
+                if reversed_order and t == 0 and i == 0:
+                    out.append(Case(f"{key}/reference_first", [x, Out((rows, D))], expect_shape=(rows, D),
                                     order="reference_first", reference=REVERSED_ORDER_REFERENCE,
-                                    meta=dict(meta, order_of=f"s{seed}/D{D}/t{t}", no_sensitivity=True)))
+                                    meta=dict(meta, order_of=key, no_sensitivity=True)))
     return out
 
 

@@ -3,25 +3,21 @@
 steer a tuner to different choices (small and large M)."""
 from __future__ import annotations
 
-from .base import Case, generator, randn, seed_meta
+from .base import Case, generator, point_label, randn, seed_meta, sweep_points
 from .prc01 import rho
 
 
-def _p(contract, name, default):
-    return list((contract.protocol_params.get("sweeps") or {}).get(name, default))
-
-
 def cases(contract, seeds):
-    Ms, Ks, N = _p(contract, "M", [16, 128]), _p(contract, "K", [256, 1024]), _p(contract, "N", [64])[0]
     trials = int(contract.protocol_params["trials"])
     out = []
     for seed, klass in seeds:
-        for M in Ms:
-            for K in Ks:
-                for t in range(trials):
-                    g = generator("cmp02", seed, M, K, t)
-                    out.append(Case(f"s{seed}/M{M}/K{K}/t{t}", [randn((M, K), g), randn((K, N), g)],
-                                    expect_shape=(M, N), all_configs=True, meta=seed_meta(seed, klass, M=M, K=K, trial=t)))
+        for i, p in enumerate(sweep_points(contract, seed, {"M": 16, "K": 256, "N": 64, "value": "gauss"})):
+            M, K, N = p["M"], p["K"], p["N"]
+            for t in range(trials):
+                g = generator("cmp02", seed, M, K, t) if N == 64 else generator("cmp02", seed, i, M, K, N, t)
+                out.append(Case(f"s{seed}/p{i}/M{M}K{K}N{N}/t{t}", [randn((M, K), g), randn((K, N), g)],
+                                expect_shape=(M, N), all_configs=True,
+                                meta=seed_meta(seed, klass, **point_label(p), trial=t)))
     return out
 
 

@@ -5,30 +5,44 @@ from __future__ import annotations
 
 import torch
 
-from .base import Case, abs_err, fmax, generator, randn, seed_meta
+from .base import Case, abs_err, fmax, generator, point_label, randn, seed_meta, sweep_points
 
 
-def _p(contract, name, default):
-    return list((contract.protocol_params.get("sweeps") or {}).get(name, default))
+def _values(x, value, g):
+    """gauss2 as is; large_logits: logits of magnitude 100..1000 (exp overflows fp32 above ~88.7) with the
+    largest ones at positions drawn from the seed, and a negative-offset row (exp underflows without the max)."""
+    if value != "large_logits":
+        return x
+    rows, N = x.shape[-2], x.shape[-1]
+    scale = 10.0 ** (2 + torch.rand((rows, 1), generator=g, dtype=torch.float64))
+    x = (x.double() * 0.05 + 1.0) * scale
+    if rows > 1:
+        x[1::2] = -x[1::2]
+    return x.float()
 
 
 def cases(contract, seeds):
-    Ns = _p(contract, "N", [1, 7, 15, 16, 17, 127, 1000, 1023, 1024, 1025, 4099])
-    rows = _p(contract, "rows", [4])[0]
+    old_style = not contract.protocol_params.get("sweep")
     out = []
     for seed, klass in seeds:
-        for N in Ns:
-            g = generator("cmp03", seed, N)
-            x = 2.0 * randn((rows, N), g)
-            out.append(Case(f"s{seed}/N{N}", [x], expect_shape=(rows, N), meta=seed_meta(seed, klass, N=N, layout="contiguous")))
-            if N in (17, 1000, 1025):
-                xt = (2.0 * randn((N, rows), g)).t()  # non-contiguous view
-                out.append(Case(f"s{seed}/N{N}/transposed", [xt], expect_shape=(rows, N),
-                                meta=dict(seed_meta(seed, klass, N=N, layout="transposed"), no_sensitivity=True)))
+        for i, p in enumerate(sweep_points(contract, seed, {"N": 1000, "rows": 4, "value": "gauss2",
+                                                             "layout": "contiguous"})):
+            N, rows, value, layout = p["N"], p["rows"], p["value"], p["layout"]
+            g = generator("cmp03", seed, N) if old_style or (rows, value, layout) == (4, "gauss2", "contiguous") \
+                else generator("cmp03", seed, i, N, rows, value, layout)
+            x = _values(2.0 * randn((rows, N), g), value, g)
+            if old_style or layout == "contiguous":
+                out.append(Case(f"s{seed}/p{i}/N{N}x{rows}/{value}", [x], expect_shape=(rows, N),
+                                meta=seed_meta(seed, klass, **point_label(dict(p, layout="contiguous")))))
+            if (old_style and N in (17, 1000, 1025)) or layout == "transposed":
+                xt = _values(2.0 * randn((N, rows), g).t(), value, g).t().contiguous().t()  # non-contiguous view
+                out.append(Case(f"s{seed}/p{i}/N{N}x{rows}/{value}/transposed", [xt], expect_shape=(rows, N),
+                                meta=dict(seed_meta(seed, klass, **point_label(dict(p, layout="transposed"))),
+                                          no_sensitivity=True)))
         g = generator("cmp03-rank3", seed)
         x3 = 2.0 * randn((2, 3, 33), g)
         out.append(Case(f"s{seed}/rank3", [x3], expect_shape=(2, 3, 33),
-                        meta=dict(seed_meta(seed, klass, N=33, layout="rank3"), no_sensitivity=True)))
+                        meta=dict(seed_meta(seed, klass, N=33, layout="rank3", value="gauss2"), no_sensitivity=True)))
     return out
 
 

@@ -4,44 +4,45 @@ from __future__ import annotations
 
 import torch
 
-from .base import Case, generator, randn, seed_meta
-
-
-def _p(contract, name, default):
-    return (contract.protocol_params.get("sweeps") or {}).get(name, [default])[0]
+from .base import Case, generator, point_label, randn, seed_meta, sweep_points
 
 
 def _inject(x, g):
+    """Structured rows first (single NaN at start / middle / end, whole-row NaN, whole-row -inf, +inf, -inf single,
+    NaN next to +inf), then one NaN / +inf / -inf at a position drawn from the seed in every third row; a wide row
+    therefore carries its NaN anywhere, not only at a tile edge."""
     R, N = x.shape
     x = x.clone()
     nan, inf = float("nan"), float("inf")
-    # structured rows: single NaN at start / middle / end, whole-row NaN, whole-row -inf, +inf, -inf single,
-    # NaN next to +inf, and random positions in a band of rows
-    x[0, 0] = nan
-    x[1, N // 2] = nan
-    x[2, N - 1] = nan
-    x[3] = nan
-    x[4] = -inf
-    x[5, N // 3] = inf
-    x[6, 0] = -inf
-    x[7, 1 % N] = inf
-    x[7, 0] = nan
-    for r in range(8, R, 3):
+    structured = [
+        lambda r: x[r].__setitem__(0, nan), lambda r: x[r].__setitem__(N // 2, nan),
+        lambda r: x[r].__setitem__(N - 1, nan), lambda r: x[r].fill_(nan), lambda r: x[r].fill_(-inf),
+        lambda r: x[r].__setitem__(N // 3, inf), lambda r: x[r].__setitem__(0, -inf),
+        lambda r: (x[r].__setitem__(1 % N, inf), x[r].__setitem__(0, nan)),
+    ]
+    for r in range(min(R, len(structured))):
+        structured[r](r)
+    start = len(structured) if R > len(structured) else 0
+    for r in range(start, R, 3 if R > len(structured) else 1):
         pos = int(torch.randint(0, N, (1,), generator=g))
         kind = int(torch.randint(0, 3, (1,), generator=g))
+        if R <= len(structured) and r < len(structured):
+            kind = 0  # few rows: the structured row above plus a NaN at a drawn position
         x[r, pos] = (nan, inf, -inf)[kind]
     return x
 
 
 def cases(contract, seeds):
-    R, N = _p(contract, "R", 64), _p(contract, "N", 256)
     trials = int(contract.protocol_params["trials"])
     out = []
     for seed, klass in seeds:
-        for t in range(trials):
-            g = generator("exc01", seed, t)
-            x = _inject(randn((R, N), g), g)
-            out.append(Case(f"s{seed}/t{t}", [x], expect_shape=(R,), meta=seed_meta(seed, klass, R=R, N=N, trial=t)))
+        for i, p in enumerate(sweep_points(contract, seed, {"R": 64, "N": 256, "value": "nan_inf_any_position"})):
+            R, N = p["R"], p["N"]
+            for t in range(trials):
+                g = generator("exc01", seed, t) if (R, N) == (64, 256) else generator("exc01", seed, i, R, N, t)
+                x = _inject(randn((R, N), g), g)
+                out.append(Case(f"s{seed}/p{i}/R{R}N{N}/t{t}", [x], expect_shape=(R,),
+                                meta=seed_meta(seed, klass, **point_label(p), trial=t)))
     return out
 
 

@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from .base import Case, generator, randn, seed_meta
+from .base import Case, generator, point_label, randn, seed_meta, sweep_points
 
 PROBES = ("n", "n+7", "-1", "-n", "-n-1", "2**31-1", "-2**31", "2**40")
-
-
-def _p(contract, name, default):
-    return (contract.protocol_params.get("sweeps") or {}).get(name, [default])[0]
 
 
 def _probe_value(name, n):
@@ -23,20 +19,35 @@ def eval_probe(name, n):
     return parse(name).evaluate({"n": n})
 
 
+def _probes_for(seed, i, count):
+    import random
+
+    if count is None or count >= len(PROBES):
+        return list(PROBES)
+    rng = random.Random(f"exc02-probes|{seed}|{i}")
+    return ["n"] + rng.sample(PROBES[1:], max(0, count - 1))
+
+
 def cases(contract, seeds):
-    n, d, m = _p(contract, "n", 100), _p(contract, "d", 8), _p(contract, "m", 1000)
     out = []
     for seed, klass in seeds:
-        g = generator("exc02", seed)
-        data = randn((n, d), g)
-        idx = torch.randint(0, n, (m,), generator=g)
-        out.append(Case(f"s{seed}/inbound", [data, idx], expect_shape=(m, d), meta=seed_meta(seed, klass, probe="inbound")))
-        for p in PROBES:
-            bad = idx[:16].clone()
-            pos = int(torch.randint(0, 16, (1,), generator=g))
-            bad[pos] = _probe_value(p, n)
-            out.append(Case(f"s{seed}/oob/{p}", [data, bad], expect_shape=(16, d), expect_raise=True,
-                            meta=dict(seed_meta(seed, klass, probe=p), pos=pos, no_sensitivity=True)))
+        for i, p in enumerate(sweep_points(contract, seed, {"n": 100, "d": 8, "m": 1000, "value": "oob_any_position",
+                                                             "probes": None})):
+            n, d, m = p["n"], p["d"], max(1, p["m"])
+            g = generator("exc02", seed) if i == 0 else generator("exc02", seed, i, n, d, m)
+            data = randn((n, d), g)
+            idx = torch.randint(0, n, (m,), generator=g)
+            label = point_label(p)
+            tag = f"s{seed}/p{i}"
+            out.append(Case(f"{tag}/inbound", [data, idx], expect_shape=(m, d),
+                            meta=dict(seed_meta(seed, klass, probe="inbound", **label), group=tag)))
+            for pr in _probes_for(seed, i, p.get("probes")):
+                bad = idx.clone()
+                pos = int(torch.randint(0, m, (1,), generator=g))  # anywhere in the index set
+                bad[pos] = _probe_value(pr, n)
+                out.append(Case(f"{tag}/oob/{pr}", [data, bad], expect_shape=(m, d), expect_raise=True,
+                                meta=dict(seed_meta(seed, klass, probe=pr, **label), pos=pos, no_sensitivity=True,
+                                          group=tag)))
     return out
 
 
@@ -66,9 +77,10 @@ def measure(contract, cases, results):
         r = results[key]
         data, idx = c.args
         n = data.shape[0]
-        s = per_seed.setdefault(c.meta["seed"], {"seed_class": c.meta["seed_class"], "raise_deficit": 0,
-                                                 "inbound_mismatch": 0, "oob_mismatch": 0, "observed": {},
-                                                 "cases": [], "input_hash": r.get("input_hash")})
+        point = {k: v for k, v in c.meta["point"].items() if k != "probe"}
+        s = per_seed.setdefault(c.meta.get("group", c.meta["seed"]), {
+            "seed": c.meta["seed"], "seed_class": c.meta["seed_class"], "raise_deficit": 0, "inbound_mismatch": 0,
+            "oob_mismatch": 0, "observed": {}, "cases": [], "input_hash": r.get("input_hash"), "point": point})
         s["cases"].append(key)
         if c.meta.get("sensitivity_of"):
             continue
@@ -90,8 +102,8 @@ def measure(contract, cases, results):
             s["oob_mismatch"] += 1
         elif exp[0] == "zero" and (raised or out is None or bool((out[pos] != 0).any())):
             s["oob_mismatch"] += 1
-    for seed, s in per_seed.items():
-        ms.append({"point": {"probes": len(PROBES)}, "seed": seed, "seed_class": s["seed_class"],
+    for s in per_seed.values():
+        ms.append({"point": dict(s["point"], probes=len(s["observed"])), "seed": s["seed"], "seed_class": s["seed_class"],
                    "names": {k: s[k] for k in ("raise_deficit", "inbound_mismatch", "oob_mismatch")},
                    "cases": s["cases"], "input_hash": s["input_hash"], "observed": s["observed"]})
     return ms

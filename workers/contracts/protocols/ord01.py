@@ -2,23 +2,22 @@
 lambda = 6 (Higham-Mary: failure probability <= 2 exp(-lambda^2/2) ~ 3e-8). Any legal order passes."""
 from __future__ import annotations
 
-from .base import Case, abs_err, fmax, generator, randn, seed_meta
-
-
-def _p(contract, name, default):
-    return list((contract.protocol_params.get("sweeps") or {}).get(name, default))
+from .base import Case, abs_err, fmax, generator, point_label, randn, seed_meta, sweep_points
 
 
 def cases(contract, seeds):
-    Ns, rows = _p(contract, "N", [1024]), _p(contract, "rows", [256])[0]
     trials = int(contract.protocol_params["trials"])
     out = []
     for seed, klass in seeds:
-        for N in Ns:
+        for i, p in enumerate(sweep_points(contract, seed, {"N": 1024, "rows": 256, "value": "gauss"})):
+            N, rows = p["N"], p["rows"]
             for t in range(trials):
-                g = generator("ord01", seed, N, t)
-                out.append(Case(f"s{seed}/N{N}/t{t}", [randn((rows, N), g)], expect_shape=(rows,),
-                                meta=seed_meta(seed, klass, N=N, trial=t)))
+                g = generator("ord01", seed, N, t) if rows == 256 else generator("ord01", seed, i, N, rows, t)
+                x = randn((rows, N), g)
+                if p["value"] == "offset_gauss":
+                    x = x + 100.0
+                out.append(Case(f"s{seed}/p{i}/N{N}x{rows}/t{t}", [x], expect_shape=(rows,),
+                                meta=seed_meta(seed, klass, **point_label(p), trial=t)))
     return out
 
 

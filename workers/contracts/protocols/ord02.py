@@ -2,21 +2,18 @@
 unrelated work, give one bit pattern; accuracy within C-ORD-01's envelope for the sum."""
 from __future__ import annotations
 
-from .base import Case, abs_err, fmax, generator, randn, seed_meta
-
-
-def _p(contract, name, default):
-    return list((contract.protocol_params.get("sweeps") or {}).get(name, default))
+from .base import Case, abs_err, fmax, generator, point_label, randn, seed_meta, sweep_points
 
 
 def cases(contract, seeds):
-    N, rows = _p(contract, "N", [1024])[0], _p(contract, "rows", [64])[0]
     R = int(contract.protocol_params.get("repetitions") or 20)
     out = []
     for seed, klass in seeds:
-        g = generator("ord02", seed)
-        out.append(Case(f"s{seed}/R{R}", [randn((rows, N), g)], expect_shape=(rows,), repeat=R, interleave=True,
-                        meta=seed_meta(seed, klass, N=N, R=R)))
+        for i, p in enumerate(sweep_points(contract, seed, {"N": 1024, "rows": 64, "value": "gauss"})):
+            N, rows = p["N"], p["rows"]
+            g = generator("ord02", seed) if (N, rows) == (1024, 64) else generator("ord02", seed, i, N, rows)
+            out.append(Case(f"s{seed}/p{i}/N{N}x{rows}/R{R}", [randn((rows, N), g)], expect_shape=(rows,), repeat=R,
+                            interleave=True, meta=seed_meta(seed, klass, **point_label(p), R=R)))
     return out
 
 

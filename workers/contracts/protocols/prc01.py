@@ -6,21 +6,20 @@ import math
 
 import torch
 
-from .base import U32, Case, abs_err, fmax, generator, loglog_slope, randn, seed_meta
+from .base import U32, Case, abs_err, fmax, generator, loglog_slope, point_label, randn, seed_meta, sweep_points
 
 
-def _sweep(contract, name, default):
-    return list((contract.protocol_params.get("sweeps") or {}).get(name, default))
+PROBE_K = 64
 
 
 def cases(contract, seeds):
-    Ks, M, N = _sweep(contract, "K", [64, 256, 1024, 4096]), _sweep(contract, "M", [32])[0], _sweep(contract, "N", [32])[0]
     trials = int(contract.protocol_params["trials"])
     out = []
     for seed, klass in seeds:
         # directed probes: A @ I == A, I @ B == B (bit-exact under any order), entries 1 + k*2**-12
         g = generator("prc01-probe", seed)
-        K0 = Ks[0]
+        M = N = 32
+        K0 = PROBE_K
         a = randn((M, K0), g)
         b = randn((K0, N), g)
         k = torch.randint(1, 8, (M, K0), generator=g).float()
@@ -29,11 +28,12 @@ def cases(contract, seeds):
                                    ("A12@I", a12, torch.eye(K0), (M, K0))):
             out.append(Case(f"s{seed}/probe/{name}", [x, y], expect_shape=expect,
                             meta=dict(seed_meta(seed, klass, probe=name, K=K0), probe=name, no_sensitivity=True)))
-        for K in Ks:
+        for i, p in enumerate(sweep_points(contract, seed, {"M": 32, "K": 64, "N": 32, "value": "gauss"})):
+            M, K, N = p["M"], p["K"], p["N"]
             for t in range(trials):
-                g = generator("prc01", seed, K, t)
-                out.append(Case(f"s{seed}/K{K}/t{t}", [randn((M, K), g), randn((K, N), g)], expect_shape=(M, N),
-                                meta=seed_meta(seed, klass, K=K, M=M, N=N, trial=t)))
+                g = generator("prc01", seed, i, M, K, N, t)
+                out.append(Case(f"s{seed}/p{i}/M{M}K{K}N{N}/t{t}", [randn((M, K), g), randn((K, N), g)],
+                                expect_shape=(M, N), meta=seed_meta(seed, klass, **point_label(p), trial=t)))
     return out
 
 

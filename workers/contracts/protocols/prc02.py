@@ -4,25 +4,22 @@ from __future__ import annotations
 
 import torch
 
-from .base import Case, abs_err, fmax, generator, loglog_slope, randn, seed_meta
+from .base import Case, abs_err, fmax, generator, loglog_slope, point_label, randn, seed_meta, sweep_points
 
 EPS = 1e-5
 
 
-def _p(contract, name, default):
-    return list((contract.protocol_params.get("sweeps") or {}).get(name, default))
-
-
 def cases(contract, seeds):
-    cs, D, rows = _p(contract, "c", [0, 10, 100, 1000, 3000]), _p(contract, "D", [1024])[0], _p(contract, "rows", [32])[0]
     trials = int(contract.protocol_params["trials"])
     out = []
     for seed, klass in seeds:
-        for c in cs:
+        for i, p in enumerate(sweep_points(contract, seed, {"c": 0, "D": 1024, "rows": 32, "value": "offset_gauss"})):
+            c, D, rows = p["c"], p["D"], p["rows"]
             for t in range(trials):
-                g = generator("prc02", seed, c, t)
+                g = generator("prc02", seed, i, c, D, rows, t)
                 x = (float(c) + randn((rows, D), g, torch.float64)).float()
-                out.append(Case(f"s{seed}/c{c}/t{t}", [x], expect_shape=(rows, D), meta=seed_meta(seed, klass, c=c, D=D, trial=t)))
+                out.append(Case(f"s{seed}/p{i}/c{c}/D{D}x{rows}/t{t}", [x], expect_shape=(rows, D),
+                                meta=seed_meta(seed, klass, **point_label(p), trial=t)))
     return out
 
 
@@ -45,7 +42,7 @@ def measure(contract, cases, results):
             continue
         x = c.args[0]
         x64 = x.double()
-        kappa = float((1 + x64.mean(-1).abs() / x64.std(-1)).max())
+        kappa = float((1 + x64.mean(-1).abs() / x64.std(-1).clamp_min(1e-300)).max())
         names = {"err": fmax(abs_err(r["outputs"][0], oracle(x))), "kappa": kappa, "c": float(c.meta["point"]["c"]),
                  "D": x.shape[-1], "u": u}
         ms.append({"point": c.meta["point"], "seed": c.meta["seed"], "seed_class": c.meta["seed_class"],

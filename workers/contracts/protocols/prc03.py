@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import Case, bits, ftz_enabled, generator, seed_meta
+from .base import Case, bits, ftz_enabled, generator, point_label, seed_meta, sweep_points
 
 
 def _inputs(seed):
@@ -30,12 +30,42 @@ def _inputs(seed):
     return x, w, kinds
 
 
+def _scattered(seed, i, n):
+    """A large tensor of ordinary products with subnormal-producing pairs (normal x normal -> subnormal) and DAZ
+    probes (subnormal x 2**40) at positions drawn from the seed, so a kernel cannot guess where they are."""
+    g = generator("prc03-scattered", seed, i, n)
+    x = torch.randn(n, generator=g)
+    w = torch.randn(n, generator=g)
+    k = max(1, n // 64)
+    pos = torch.randint(0, n, (k,), generator=g)
+    a = ((1 + torch.rand(k, generator=g, dtype=torch.float64)) * 2.0 ** -64).float()
+    b = ((1 + torch.rand(k, generator=g, dtype=torch.float64)) * 2.0 ** (-70 - torch.randint(0, 14, (k,), generator=g))).float()
+    x[pos], w[pos] = a, b
+    kd = max(1, n // 1024)
+    dpos = torch.randint(0, n, (kd,), generator=g)
+    x[dpos] = (1.5 * 2.0 ** -140) * torch.ones(kd)
+    w[dpos] = 2.0 ** 40
+    kinds = torch.zeros(n, dtype=torch.int8)  # 0 normal, 1 normal_to_subnormal, 2 daz_probe
+    kinds[pos] = 1
+    kinds[dpos] = 2
+    return x, w, kinds
+
+
 def cases(contract, seeds):
     out = []
     for seed, klass in seeds:
         x, w, kinds = _inputs(seed)
         out.append(Case(f"s{seed}/ladder", [x, w], expect_shape=tuple(x.shape),
-                        meta=dict(seed_meta(seed, klass, probe="subnormal_ladder"), kinds=kinds)))
+                        meta=dict(seed_meta(seed, klass, probe="subnormal_ladder", value="subnormal_ladder",
+                                            n=int(x.numel())), kinds=kinds)))
+        if not contract.protocol_params.get("sweep"):
+            continue
+        for i, p in enumerate(sweep_points(contract, seed, {"n": 4096, "value": "scattered_subnormals"})):
+            if p["value"] != "scattered_subnormals":
+                continue
+            xs, ws, ks = _scattered(seed, i, int(p["n"]))
+            out.append(Case(f"s{seed}/p{i}/n{p['n']}", [xs, ws], expect_shape=(int(p["n"]),),
+                            meta=dict(seed_meta(seed, klass, **point_label(p)), kind_codes=ks, no_sensitivity=True)))
     return out
 
 
@@ -66,7 +96,10 @@ def measure(contract, cases, results):
         mism = int((bits(out) != bits(ref)).sum())
         flushed = int(((out == 0) & sub).sum())
         kinds = c.meta.get("kinds") or []
-        daz_mask = torch.tensor([k == "daz_probe" for k in kinds]) if kinds else torch.zeros_like(sub)
+        if c.meta.get("kind_codes") is not None:
+            daz_mask = c.meta["kind_codes"] == 2
+        else:
+            daz_mask = torch.tensor([k == "daz_probe" for k in kinds]) if kinds else torch.zeros_like(sub)
         names = {"mismatch": mism, "flush_ratio": flushed / max(int(sub.sum()), 1), "n_subnormal": int(sub.sum())}
         m = {"point": c.meta["point"], "seed": c.meta["seed"], "seed_class": c.meta["seed_class"], "names": names,
              "cases": [key], "input_hash": r.get("input_hash"),

@@ -6,15 +6,11 @@ import math
 
 import torch
 
-from .base import U32, Case, abs_err, bits, fmax, generator, randn, seed_meta
-
-
-def _p(contract, name, default):
-    return list((contract.protocol_params.get("sweeps") or {}).get(name, default))
+from .base import U32, Case, abs_err, bits, fmax, generator, point_label, randn, seed_meta, sweep_points
 
 
 def _xw(seed, t, M=128, K=64, N=128):
-    g = generator("prc04", seed, t)
+    g = generator("prc04", seed, t) if (M, K, N) == (128, 64, 128) else generator("prc04", seed, t, M, K, N)
     x = randn((M, K), g)
     bound = 1.0 / math.sqrt(K)  # nn.Linear initialisation
     w = ((torch.rand((K, N), generator=g, dtype=torch.float64) * 2 - 1) * bound).float()
@@ -22,18 +18,23 @@ def _xw(seed, t, M=128, K=64, N=128):
 
 
 def cases(contract, seeds):
-    ks = _p(contract, "k", [-24, -16, -8, 8, 16, 24])
     trials = int(contract.protocol_params["trials"])
     out = []
+    defaults = {"M": 128, "K": 64, "N": 128, "k": 8, "value": "linear_init"}
     for seed, klass in seeds:
+        points = sweep_points(contract, seed, defaults)
+        shapes = list(dict.fromkeys((p["M"], p["K"], p["N"]) for p in points))
         for t in range(trials):
-            x, w = _xw(seed, t)
-            base = f"s{seed}/t{t}"
-            out.append(Case(f"{base}/k0", [x, w], expect_shape=(x.shape[0], w.shape[1]),
-                            meta=seed_meta(seed, klass, k=0, trial=t)))
-            for k in ks:
-                out.append(Case(f"{base}/k{k}", [x * 2.0 ** k, w], expect_shape=(x.shape[0], w.shape[1]),
-                                meta=dict(seed_meta(seed, klass, k=k, trial=t), base=f"{base}/k0", no_sensitivity=True)))
+            for (M, K, N) in shapes:
+                x, w = _xw(seed, t, M, K, N)
+                base = f"s{seed}/t{t}/M{M}K{K}N{N}"
+                out.append(Case(f"{base}/k0", [x, w], expect_shape=(M, N),
+                                meta=seed_meta(seed, klass, M=M, K=K, N=N, k=0, value="linear_init", trial=t)))
+                for k in dict.fromkeys(p["k"] for p in points if (p["M"], p["K"], p["N"]) == (M, K, N)):
+                    p = next(p for p in points if (p["M"], p["K"], p["N"], p["k"]) == (M, K, N, k))
+                    out.append(Case(f"{base}/k{k}", [x * 2.0 ** k, w], expect_shape=(M, N),
+                                    meta=dict(seed_meta(seed, klass, **point_label(p), trial=t), base=f"{base}/k0",
+                                              no_sensitivity=True)))
     return out
 
 
