@@ -160,3 +160,24 @@ def test_failing_secondary_clause_reports_its_own_statistic(pool, shipped):
     assert v.verdict == "FAIL", v.reason
     assert v.statistic_name == "probe_mismatch" and v.statistic > 0 and v.bound == 0
     assert v.failing_clause["clause"] == "probe_mismatch == 0"
+
+
+def test_open_track_grades_against_the_declared_precision(pool, shipped):
+    """bf16 operands above K = 8192 fail the closed track; declared as bf16 (u = 2**-8) the same kernel is graded
+    against its declaration on the open track, and the grade says so."""
+    from workers.contracts.grading import grade
+    from workers.contracts.runner import run_contract
+
+    c = shipped["C-PRC-01"]
+    closed = run_contract(c, ST + "bf16_above_k_matmul", seeds=[7], pool=pool)
+    opened = run_contract(c, ST + "bf16_above_k_matmul", seeds=[7], pool=pool, declared_unit_roundoff="2**-8")
+    assert closed.verdict == "FAIL" and closed.track == "closed"
+    assert opened.verdict == "PASS" and opened.track == "open" and opened.declaration["unit_roundoff"] == 2 ** -8
+    assert opened.bound == pytest.approx(closed.bound * 2 ** 16, rel=1e-12) or opened.bound > closed.bound
+    g_closed, g_open = grade([closed]), grade([opened])
+    assert g_closed["track"] == "closed" and "open track" not in g_closed["summary"]
+    assert g_open["track"] == "open" and "open track" in g_open["summary"]
+    row = g_closed["contracts"][0]
+    assert row["passed"] < row["measured"] and row["clause"] == "rho <= bound" and row["coverage"]
+    with pytest.raises(ValueError, match="lower precision"):
+        run_contract(c, ST + "bf16_above_k_matmul", seeds=[7], pool=pool, declared_unit_roundoff="2**-30")

@@ -48,7 +48,8 @@ def cmd_check(args) -> int:
         seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
         flags = json.loads(args.flags) if args.flags else None
         v = run_contract(contract, args.impl, device=args.device, seeds=seeds, flags=flags,
-                         time_limit_s=args.time_limit, trace_path=args.trace)
+                         time_limit_s=args.time_limit, trace_path=args.trace,
+                         declared_unit_roundoff=args.declare_unit_roundoff)
     except (ValueError, TypeError) as exc:  # malformed --seeds / --flags
         _print({"error": "bad_arguments", "message": str(exc)}, args.json, f"error: {exc}")
         return 2
@@ -111,6 +112,8 @@ def main(argv=None) -> int:
     s.add_argument("--time-limit", type=float, default=None)
     s.add_argument("--trace", default=None, help="append the per-measurement trace (JSONL) to this file")
     s.add_argument("--with-trace", action="store_true", help="include the trace in the JSON output")
+    s.add_argument("--declare-unit-roundoff", default=None,
+                   help="open track: grade against a declared lower precision, e.g. '2**-8' (bounds scaled)")
     s.add_argument("--allow-quality-warning", action="store_true",
                    help="exit 0 on QUALITY_WARNING too (default: exit 3, so CI sees a used-up budget)")
     s.add_argument("--json", action="store_true")

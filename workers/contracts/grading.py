@@ -14,6 +14,9 @@
   contradict (e.g. ``allow_tf32: true`` against ``env: {allow_tf32: false}``, FTZ on against PRESERVE) is
   unmeasured under deployment and scores 0 — turning TF32/HF32/FTZ on lowers PRC-A even when PRC-C is high.
 * QUALITY_WARNING: passes using more than half the budget; listed, and still a pass.
+* Per contract (``contracts`` and each family row): measurements passed / measured, the worst margin and its
+  clause, the coverage statement and the track. A grade mixing open-track verdicts (graded against a declared
+  lower precision) is labelled ``track = "open"`` and must not be read next to closed-track grades as equal.
 """
 from __future__ import annotations
 
@@ -80,7 +83,7 @@ def _vector(verdicts: list[dict], attestations, voided: dict | None = None):
             worst = min(vs, key=lambda v: (_level_of(v, attestations), -(v.get("margin") or 0)))
             lvl = min(_level_of(v, attestations) for v in vs if v.get("verdict") != "NOT_APPLICABLE" or not v.get("reason"))
             rows[c] = {"verdict": worst.get("verdict"), "level": lvl, "margin": worst.get("margin"),
-                       "reason": worst.get("reason", "")}
+                       "reason": worst.get("reason", ""), **contract_figures(worst)}
             levels.append(lvl)
         level = min(levels) if levels else None  # None: every class of the family out of scope
         if level is not None:
@@ -89,6 +92,23 @@ def _vector(verdicts: list[dict], attestations, voided: dict | None = None):
         families[code] = {"level": level, "classes": rows, "limiting": limiting, "in_scope": in_scope,
                           "pass_rate": passed / in_scope if in_scope else None}
     return {code: f["level"] for code, f in families.items()}, families
+
+
+def contract_figures(v: dict) -> dict:
+    """What a person comparing two implementations reads beside a grade, for one verdict: measurements passed /
+    measured, the worst margin and the clause it came from (the failing clause's own statistic and bound),
+    QUALITY_WARNING, the coverage statement and the track (closed: the contract as written; open: graded against a
+    declared lower precision)."""
+    clause = v.get("failing_clause") or {}
+    cov = v.get("coverage") or {}
+    return {
+        "passed": v.get("passed_measurements"), "measured": v.get("measurements"),
+        "statistic_name": v.get("statistic_name"), "statistic": v.get("statistic"), "bound": v.get("bound"),
+        "clause": clause.get("clause") or (f"{v.get('statistic_name')} <= bound" if v.get("statistic_name") else None),
+        "clause_point": clause.get("point"),
+        "quality_warning": v.get("verdict") == "QUALITY_WARNING",
+        "coverage": cov.get("text"), "track": v.get("track") or "closed", "declaration": v.get("declaration") or {},
+    }
 
 
 def _voided_by_flags(deployment_flags: dict, contracts) -> dict:
@@ -151,11 +171,18 @@ def grade(verdicts, *, deployment_flags: dict | None = None, deployment_verdicts
     meets = None
     if target:
         meets = {k: (kc_a.get(k) or 0) >= int(t) for k, t in target.items()}
+    tracks = sorted({v.get("track") or "closed" for v in vs})
+    track = "open" if "open" in tracks else "closed"
     fmt = lambda vec: "(" + ", ".join(f"{k} {'-' if v is None else v}" for k, v in vec.items()) + ")"  # noqa: E731
     return {
         "kc_c": kc_c, "kc_a": kc_a, "kc_t": dict(target) if target else None, "meets_target": meets,
         "meets_all_targets": all(meets.values()) if meets else None,
-        "summary": f"KC-C = {fmt(kc_c)}; KC-A = {fmt(kc_a)}",
+        "summary": f"KC-C = {fmt(kc_c)}; KC-A = {fmt(kc_a)}" + (
+            " [open track: graded against declared precision]" if track == "open" else ""),
+        "track": track,
+        "declarations": {_class_of(v): v["declaration"] for v in vs if v.get("declaration")},
+        "contracts": [{"contract_id": v.get("contract_id"), "class": _class_of(v), "verdict": v.get("verdict"),
+                       "margin": v.get("margin"), **contract_figures(v)} for v in vs],
         "families": families, "families_under_deployment": fam_a,
         "deployment_flags": deployment_flags or {}, "voided_by_deployment": voided,
         "deployment_verdicts": [{"contract_id": v.get("contract_id"), "contract_class": _class_of(v),

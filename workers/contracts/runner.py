@@ -69,6 +69,8 @@ class Verdict:
     passed_measurements: int = 0
     failing_clause: dict = field(default_factory=dict)
     coverage: dict = field(default_factory=dict)
+    track: str = "closed"
+    declaration: dict = field(default_factory=dict)
     assurance_level: int = 0
     harness: dict = field(default_factory=dict)
     duration_s: float = 0.0
@@ -139,8 +141,14 @@ def _margin(stat, bound) -> float:
 
 
 def run_contract(contract_id, impl, *, device="cpu", seeds=None, flags=None, time_limit_s=None,
-                 memory_limit_mb=None, trace_path=None, progress=None, directory=None, pool=None) -> Verdict:
+                 memory_limit_mb=None, trace_path=None, progress=None, directory=None, pool=None,
+                 declared_unit_roundoff=None) -> Verdict:
     """Run one contract against ``impl`` (callable, 'package.module:function', or '/path/file.py:function').
+
+    ``declared_unit_roundoff``: the open track. An implementation that declares a lower precision (e.g. 2**-8
+    for bf16 arithmetic) is graded against its declaration: every positive bound is scaled by declared u /
+    contract u, and the verdict is labelled ``track = "open"`` with the declaration. Bitwise (T0) clauses keep
+    their bound of 0. ``None`` is the closed track: the contract as written.
 
     ``seeds``: None = public + hidden seeds; a list = exactly those (replay / calibration). ``flags``:
     numeric environment for the run; defaults to the contract's ``precondition.env``, pass the deployment
@@ -164,6 +172,18 @@ def run_contract(contract_id, impl, *, device="cpu", seeds=None, flags=None, tim
     t0 = time.monotonic()
     contract = get_contract(contract_id, directory)
     base = _base(contract, impl, device)
+    scale, open_track = 1.0, {}
+    if declared_unit_roundoff is not None:
+        from .expr import parse as _parse
+
+        u_decl = float(_parse(declared_unit_roundoff).evaluate({}))
+        if not (math.isfinite(u_decl) and contract.unit_roundoff <= u_decl < 1):
+            raise ValueError(f"declared unit roundoff {declared_unit_roundoff!r} must lie in "
+                             f"[{contract.unit_roundoff:g}, 1): the open track is for lower precision")
+        scale = u_decl / contract.unit_roundoff
+        open_track = {"track": "open", "declaration": {"unit_roundoff": u_decl, "bound_scale": scale,
+                                                       "contract_unit_roundoff": contract.unit_roundoff}}
+        base.update(open_track)
 
     def done(verdict, **kw) -> Verdict:
         b = dict(base)
@@ -236,8 +256,10 @@ def run_contract(contract_id, impl, *, device="cpu", seeds=None, flags=None, tim
     for m in measurements:
         names = dict(m["names"])
         try:
-            bound = float(contract.bound.evaluate(names))
+            bound = float(contract.bound.evaluate(names)) * scale
             names["bound"] = bound
+            if scale != 1.0:
+                names["u"] = names.get("u", contract.unit_roundoff) * scale
             ok = contract.relation.holds(names)
         except Exception as exc:  # noqa: BLE001
             return done("INCONCLUSIVE", reason=f"bound/relation could not be evaluated: {exc}", findings=findings,
