@@ -227,6 +227,13 @@ def run_page(request, slug, pk):
                certificates=choices[:RUN_PAGE_ROWS], certify_jobs=job_selectors.jobs_for(ctx["principal"], ctx["project"]).filter(
                    kind="certify_upload", subject_kind="upload", subject_id__in=run.uploads.values("pk")).exclude(
                    state__in=["succeeded"])[:5])
+    routing_job = job_selectors.jobs_for(ctx["principal"], ctx["project"]).filter(
+        kind="routing_audit", subject_kind="upload", subject_id__in=run.uploads.values("pk"),
+        state="succeeded").order_by("-id").first()
+    if routing_job is not None:  # logs with MoE routes (docs/routing.md)
+        from audit_portal.dashboards.routing import routing_panel
+
+        ctx.update(routing_job=routing_job, routing=routing_panel(routing_job.result or {}))
     if certificate is not None:
         ctx["best_bound_label"] = certificate_figures.BOUND_LABELS.get(certificate.best_bound_id, "")
         flagged = certificate_selectors.sequences(certificate, accepted=False)

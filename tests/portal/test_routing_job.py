@@ -59,3 +59,15 @@ def test_no_routing_job_for_a_log_without_routes(api, project):
     assert Upload.objects.get(pk=upload.pk).stage == "valid"
     assert not Job.objects.filter(subject_id=upload.pk, kind="routing_audit").exists()
     assert Job.objects.filter(subject_id=upload.pk, kind="fidelity_audit").exists()
+
+
+def test_run_page_shows_the_verdict_the_heatmap_and_the_split(api, project, client, owner):
+    upload = _upload(api, project, experiment_records(_exp(corrupt_layer=2), replay="R3"), "page.jsonl")
+    job = Job.objects.get(subject_id=upload.pk, kind="routing_audit")
+    assert routing_audit(job.pk) == "succeeded"
+    client.force_login(owner)
+    html = client.get(f"/p/{project.slug}/runs/{Upload.objects.get(pk=upload.pk).run_id}/").content.decode()
+    assert "Replay FAIL" in html and "moe-ground-truth-s0-2" in html and "at layer 2" in html
+    # layer 2, positions 4-7 of 4 calls: 16 pairs, the corrupted one flipped
+    assert 'id="routing-heatmap"' in html and 'title="1 of 16 flipped"' in html and ">0.063<" in html
+    assert 'id="routing-attribution"' in html and "flipped at ≥ 2 layers" in html
