@@ -40,6 +40,8 @@ def test_r3_run_with_a_corrupted_layer_fails_closed_through_the_api(api, project
     upload = _upload(api, project, experiment_records(_exp(corrupt_layer=1), replay="R3"), "moe.jsonl")
     job = Job.objects.get(subject_id=upload.pk, kind="routing_audit")  # queued: the log carries routes
     assert routing_audit(job.pk) == "succeeded", Job.objects.get(pk=job.pk).error
+    jobs = api.get(f"/api/v1/uploads/{upload.pk}/").json()["jobs"]  # how CI finds it (docs/routing.md)
+    assert [j["id"] for j in jobs if j["kind"] == "routing_audit"] == [job.pk]
     body = api.get(f"/api/v1/jobs/{job.pk}/").json()
     replay = body["result"]["replay"]
     assert replay["state"] == "FAIL" and replay["failed_layers"] == [1]
