@@ -9,6 +9,7 @@ from django.db.models import OuterRef, Subquery
 from django.http import Http404
 
 from audit_portal.accounts.principal import Principal
+from workers.contracts.loader import CLASS_ORDER  # torch-free
 from audit_portal.kernels.models import (
     FAMILY_CODES,
     PASSING_VERDICTS,
@@ -195,6 +196,41 @@ def matrix(principal: Principal, project) -> dict:
                             "specific_failures": summary["backend_specific_failures"].get(str(s.pk), 0)})
     return {"columns": column_info, "rows": rows, "interop_score": summary["interop_score"],
             "contracts": len(row_ids)}
+
+
+def implementation_history(principal: Principal, submission: Submission, limit: int = 12) -> dict:
+    """wpt.fyi-style history of one implementation on one platform: its last ``limit`` submissions (oldest first)
+    as columns, one row per contract class, each cell the verdict with passed/measured; a cell where a class that
+    passed in the previous submission no longer passes is marked as a regression."""
+    subs = list(submissions_for(principal, submission.project).filter(
+        implementation=submission.implementation, device=submission.device).order_by("-created_at", "-id")[:limit])
+    subs.reverse()
+    by_sub: dict[int, dict[str, Verdict]] = {s.pk: {} for s in subs}
+    for v in Verdict.objects.filter(submission__in=subs).select_related("contract"):
+        by_sub[v.submission_id][v.contract_class] = v
+    classes = sorted({c for cells in by_sub.values() for c in cells},
+                     key=lambda c: (CLASS_ORDER.get(c, 99), c))
+    rows, regressions = [], 0
+    for cls in classes:
+        cells, prev = [], None
+        for s in subs:
+            v = by_sub[s.pk].get(cls)
+            regression = bool(v is not None and prev is not None and prev.passed and not v.passed)
+            regressions += regression
+            cells.append({"verdict": v, "regression": regression,
+                          "version": v.contract.version if v is not None else None,
+                          "count": _count_text(v)})
+            prev = v if v is not None else prev
+        rows.append({"class": cls, "cells": cells})
+    return {"submissions": subs, "rows": rows, "regressions": regressions}
+
+
+def _count_text(v: Verdict | None) -> str:
+    if v is None:
+        return ""
+    d = v.detail or {}
+    passed, measured = d.get("passed_measurements"), d.get("measurements", v.measurements)
+    return f"{passed}/{measured}" if passed is not None and measured else ""
 
 
 # ------------------------------------------------------------------------------------------------ diff

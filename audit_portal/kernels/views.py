@@ -105,6 +105,7 @@ def submission_page(request, slug, pk):
     rows = [{"entry": e, "verdict": verdicts.get(e["contract"])} for e in submission.plan]
     others = selectors.submissions_for(ctx["principal"], ctx["project"]).exclude(pk=submission.pk)[:20]
     ctx.update(submission=submission, rows=rows, job=submission.job, others=others,
+               history=selectors.implementation_history(ctx["principal"], submission),
                status=selectors.ci_status(ctx["principal"], submission.implementation, submission.device),
                public_badge=public_badge_payload(request, submission.implementation))
     return render(request, "kernels/submission.html", ctx)

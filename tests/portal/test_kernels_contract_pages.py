@@ -24,7 +24,9 @@ def shipped_contracts():
 @pytest.fixture
 def suite(db):
     services.store_contracts(shipped_contracts())
-    return {c.contract_class: c for c in Contract.objects.all()}
+    from audit_portal.kernels.selectors import latest_contracts
+
+    return {c.contract_class: c for c in latest_contracts()}  # the latest version of each (0.1.0 ships too)
 
 
 def test_contract_pages_need_sign_in(client, suite):
@@ -72,12 +74,12 @@ def test_contract_detail_renders_the_eight_parts_derivation_calibration_and_vers
 
 def test_version_history_lists_every_version_and_old_versions_stay_readable(client, owner, suite, tmp_path):
     prc = suite["C-PRC-01"]
-    newer = prc.source_text.replace("  version: 0.1.0\n", "  version: 0.2.0\n")
-    (tmp_path / "C-PRC-01.v0.2.0.yaml").write_text(newer)
-    services.load_contract_files([tmp_path / "C-PRC-01.v0.2.0.yaml"])
+    newer = prc.source_text.replace("  version: 0.2.0\n", "  version: 0.3.0\n")
+    (tmp_path / "C-PRC-01.v0.3.0.yaml").write_text(newer)
+    services.load_contract_files([tmp_path / "C-PRC-01.v0.3.0.yaml"])
     client.force_login(owner)
     html = client.get(reverse("kernels:contract", args=["C-PRC-01"])).content.decode()
-    assert "version 0.2.0" in html and "?version=0.1.0" in html and "?version=0.2.0" in html
+    assert "version 0.3.0" in html and "?version=0.1.0" in html and "?version=0.2.0" in html and "?version=0.3.0" in html
     old = client.get(reverse("kernels:contract", args=[prc.contract_id]) + "?version=0.1.0").content.decode()
-    assert "version 0.1.0" in old and "not the latest (v0.2.0)" in old
+    assert "version 0.1.0" in old and "not the latest (v0.3.0)" in old
     assert client.get(reverse("kernels:contract", args=["C-XXX-99"])).status_code == 404

@@ -42,9 +42,11 @@ def bf16_stats_wide_layer_norm(x, eps: float = 1e-5):
 # ---------------------------------------------------------------- C-PRC-03
 def ftz_large_mul(x, w):
     """Tensors of 2**20 elements or more go through a path with FTZ/DAZ on (the CPU's real MXCSR switch)."""
-    from .violating import flush_denormal_mul
-
-    return torch.mul(x, w) if x.numel() < 2 ** 20 else flush_denormal_mul(x, w)
+    torch.set_flush_denormal(x.numel() >= 2 ** 20)
+    try:
+        return torch.mul(x, w)
+    finally:
+        torch.set_flush_denormal(False)
 
 
 # ---------------------------------------------------------------- C-PRC-04

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from .base import Case, bits, generator, randn, seed_meta, sweep_points
+from .base import Case, bits, generator, point_label, randn, seed_meta, sweep_points
 
 
 ROW_SAMPLE = 8
@@ -38,8 +38,9 @@ def cases(contract, seeds):
                                 meta=dict(seed_meta(seed, klass, row=i, K=K, N=N), no_sensitivity=True, row=i,
                                           group=tag)))
             for b in bs:
+                p = next(p for p in points if (p["b"], p["K"], p["N"]) == (b, K, N))
                 out.append(Case(f"{tag}/b{b}", [x[:b].clone(), w], expect_shape=(b, N),
-                                meta=dict(seed_meta(seed, klass, b=b, K=K, N=N, value="gauss"), b=b, group=tag)))
+                                meta=dict(seed_meta(seed, klass, **point_label(p)), b=b, group=tag)))
     return out
 
 
