@@ -104,19 +104,20 @@ def bound_tightness(certificate, budget: float) -> dict:
     measured = certificate.bounds
     if measured.get("best") is not None:
         fig.add_trace(go.Scatter(
-            x=[T_ref], y=[measured["best"]], mode="markers+text", name=f"B* at T_ref ({measured.get('argmin')})",
+            x=[T_ref], y=[measured["best"]], mode="markers+text", name=f"B* at the reference length ({BOUND_LABELS.get(measured.get('argmin'), measured.get('argmin'))})",
             text=[f"B* = {measured['best']:.3g}"], textposition="top right",
             marker=dict(size=12, color="#c0392b", symbol="star")))
     fig.add_hline(y=budget, line=dict(color="#1f8a4c", dash="dash"), annotation_text=f"budget {budget:g}")
     # On a log axis a shape takes the data value but an annotation takes log10 of it.
     fig.add_vline(x=T_ref, line=dict(color="#999", dash="dot"))
-    fig.add_annotation(x=math.log10(max(T_ref, 1)), y=1, yref="paper", text=f"T_ref = {T_ref}", showarrow=False,
+    fig.add_annotation(x=math.log10(max(T_ref, 1)), y=1, yref="paper", text=f"reference length {T_ref}", showarrow=False,
                        xanchor="left", yanchor="bottom")
     eps, delta = params["eps"], params["delta"]
-    title = f"Bounds vs T at ε̂ = {eps:.3g}" if eps is not None else "Bounds vs T"
+    title = f"Error bounds against sequence length at ε̂ = {eps:.3g}" if eps is not None else \
+        "Error bounds against sequence length"
     title += f", δ̂ = {delta:.3g}" if delta is not None else ", δ̂ unbounded (KL bounds unavailable)"
-    fig.update_layout(**{**LAYOUT, "height": 430}, title=title, xaxis=dict(type="log", title="sequence length T"),
-                      yaxis=dict(type="log", title="bound on |J(π_θ) − J(π_roll) − L(π_θ)|"))
+    fig.update_layout(**{**LAYOUT, "height": 430}, title=title, xaxis=dict(type="log", title="sequence length T (tokens)"),
+                      yaxis=dict(type="log", title="bound on the surrogate-objective error"))
     return fig.to_plotly_json()
 
 
@@ -267,7 +268,7 @@ def step_metrics(certificate) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- the run page's set
-FIGURES_VERSION = 3  # part of every stored or cached copy's name: bump when the figures change
+FIGURES_VERSION = 4  # part of every stored or cached copy's name: bump when the figures change
 FIGURES_CACHE_SECONDS = 24 * 3600
 
 
