@@ -8,9 +8,9 @@
     print(run.finish(budget=0.05).url)
 """
 from audit_portal_client.client import (BudgetExceeded, Client, FinishResult, PortalError, PortalUnavailable,
-                                        Run)
+                                        ReplayFailed, Run)
 from audit_portal_client.fcr import arrow_schema, pad_rows, step_table
 
-__all__ = ["BudgetExceeded", "Client", "FinishResult", "PortalError", "PortalUnavailable", "Run", "arrow_schema",
-           "pad_rows", "step_table"]
+__all__ = ["BudgetExceeded", "Client", "FinishResult", "PortalError", "PortalUnavailable", "ReplayFailed", "Run",
+           "arrow_schema", "pad_rows", "step_table"]
 __version__ = "0.1.0"

@@ -56,6 +56,18 @@ class BudgetExceeded(Exception):
         self.result, self.budget = result, budget
 
 
+class ReplayFailed(Exception):
+    """``require_replay``: the run's routing audit did not show that rollout routing replay held (its verdict is FAIL,
+    UNVERIFIABLE or NOT_DECLARED, or the run carries no MoE routes). ``replay`` is the audit's verdict object."""
+
+    def __init__(self, upload_id: int, replay: dict):
+        failed = "; ".join(f"call {c['call_id']} at layer(s) {', '.join(map(str, c['layers_flipped']))}"
+                           for c in (replay.get("failed") or [])[:3])
+        super().__init__(f"upload {upload_id}: routing replay {replay.get('state')}: {replay.get('reason')}"
+                         + (f" ({failed})" if failed else ""))
+        self.upload_id, self.replay = upload_id, replay
+
+
 @dataclass
 class FinishResult:
     upload_id: int
@@ -142,6 +154,29 @@ class Client:
                 on_job({"kind": "validate_upload", "state": up["stage"], "progress": None})
             if time.monotonic() > deadline:
                 raise PortalUnavailable(f"upload {upload_id}: no certificate after {timeout:.0f} s")
+            time.sleep(poll)
+
+    def wait_for_routing(self, upload_id: int, *, timeout: float = 900.0, poll: float = 1.0) -> dict:
+        """Poll an upload until its routing audit is done and return the report (the job's result; docs/routing.md).
+        An upload without MoE routes gets no routing job: its verdict is returned as ``NOT_DECLARED``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            up = self._poll(lambda: self.get(f"/uploads/{upload_id}/"), deadline)
+            if up["stage"] == "duplicate" and up.get("duplicate_of"):
+                upload_id = up["duplicate_of"]
+                continue
+            job = next((j for j in up.get("jobs", []) if j["kind"] == "routing_audit"), None)
+            if job is None and up["stage"] in ("valid", "invalid"):  # follow-ups are queued with the verdict
+                return {"replay": {"state": "NOT_DECLARED", "reason": "the run log carries no MoE routes"}}
+            if job is not None:
+                job = self._poll(lambda: self.get(f"/jobs/{job['id']}/"), deadline)
+                if job["state"] == "succeeded":
+                    return job.get("result") or {}
+                if job["state"] in ("failed", "cancelled"):
+                    raise PortalError(f"routing audit job {job['id']} {job['state']}: {job.get('error') or ''}", None,
+                                      job)
+            if time.monotonic() > deadline:
+                raise PortalUnavailable(f"upload {upload_id}: no routing audit after {timeout:.0f} s")
             time.sleep(poll)
 
     def _poll(self, fn, deadline):
@@ -360,13 +395,15 @@ class Run:
 
     # ---- finish ---------------------------------------------------------------------------------------------------
     def finish(self, *, budget: float | None = None, timeout: float = 900.0, wait: bool = True,
-               on_job=None) -> FinishResult | None:
+               on_job=None, require_replay: bool = False) -> FinishResult | None:
         """Close the log, upload what is left and the whole run as one file, and wait for its certificate.
 
         Returns a :class:`FinishResult` (``url`` is the run page); ``wait=False`` returns None after the uploads.
         Raises :class:`PortalUnavailable` when the portal stays unreachable for ``timeout`` seconds (the spool keeps
         everything: call ``finish`` again, or ``audit-portal upload`` the file it names), :class:`PortalError` when
         the portal refuses the run, and :class:`BudgetExceeded` when ``budget`` is given and B* is above it.
+        ``require_replay``: also wait for the routing audit and raise :class:`ReplayFailed` unless its replay verdict
+        is PASS (every R3 call trained on exactly the rollout's routes).
         """
         self._close_segment()
         self._stop.set()
@@ -394,6 +431,10 @@ class Run:
                                                   on_job=on_job)
         if budget is not None and (result.best_bound is None or result.best_bound > budget):
             raise BudgetExceeded(result, budget)
+        if require_replay:
+            report = self.client.wait_for_routing(result.upload_id, timeout=max(1.0, deadline - time.monotonic()))
+            if (report.get("replay") or {}).get("state") != "PASS":
+                raise ReplayFailed(result.upload_id, report.get("replay") or {})
         return result
 
     def _merge(self) -> Path | None:
