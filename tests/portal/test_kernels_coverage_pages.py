@@ -5,7 +5,6 @@ its sweep. From stored verdicts (the engine itself is tested in tests/contracts/
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 
 import pytest
 
@@ -13,21 +12,12 @@ from audit_portal.jobs import services as jobs
 from audit_portal.kernels import services
 from audit_portal.kernels.models import Contract
 from workers.contracts.grading import grade
-from workers.contracts.loader import SPECS_DIR
+
+from .test_kernels_results import suite  # noqa: F401 - the shipped suite stored for every test (autouse)
 
 pytestmark = pytest.mark.django_db
 
 COVERAGE = "float32 x 12 points (3 drawn from seeds; K 1..65536, M 1..65536, N 1..65536) x values gauss x forward x cpu"
-
-
-@lru_cache(maxsize=1)
-def shipped_contracts():
-    return services.parse_contract_files(SPECS_DIR.glob("*.yaml"))
-
-
-@pytest.fixture(autouse=True)
-def suite(db):
-    services.store_contracts(shipped_contracts())
 
 
 def submit(project, verdicts: dict, environment=None):
