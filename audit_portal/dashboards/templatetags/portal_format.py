@@ -42,11 +42,20 @@ def get_item(mapping, key):
 _SPEC_REFERENCE = re.compile(r"\s*\((?:see )?spec(?:/[\w.]+)? ?§[\d.]+(?:, ?§[\d.]+)*\)|\s*spec(?:/[\w.]+)? ?§[\d.]+")
 
 
+# engine options named in caveats, in words
+_ENGINE_WORDS = [("; pass caps=False if it is not.", "; if it is not, certify again with that assumption "
+                  "switched off (the certify option caps)."),
+                 ("pass caps=False if it is not", "if it is not, certify again with that assumption switched off")]
+
+
 @register.filter
 def plain(text) -> str:
     """Engine text for people: references to sections of a specification outside the portal are dropped (the
     glossary and docs/ explain the terms)."""
-    return _SPEC_REFERENCE.sub("", str(text or ""))
+    text = _SPEC_REFERENCE.sub("", str(text or ""))
+    for internal, words in _ENGINE_WORDS:
+        text = text.replace(internal, words)
+    return text
 
 
 # What each of a kernel contract's eight parts states, in one line (shown above the part's details).
