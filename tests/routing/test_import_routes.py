@@ -7,6 +7,7 @@ import io
 
 import numpy as np
 import orjson
+import pytest
 
 from workers.fidelity.cli import main
 from workers.routing.file import audit_file
@@ -98,3 +99,20 @@ def test_vllm_routes_of_the_wrong_length_are_kept_out_with_the_reason(tmp_path):
     (r,) = _import(tmp_path, "vllm", [_vllm_exchange(_npy_b64(_forwarded()[:3]))])
     assert "routed_experts" not in r["rollout"]
     assert "have 3 rows; expected prompt + response − 1 = 7" in r["extra"]["routed_experts_unusable"]
+
+
+def test_join_attaches_the_trainers_routes_and_refuses_bad_ones(tmp_path):
+    from workers.fidelity.join import JoinError, join
+
+    fw = _forwarded(2)
+    _import(tmp_path, "vllm", [_vllm_exchange(_npy_b64(fw))])
+    want = fw[len(PROMPT) - 1:].tolist()
+    row = {"call_id": "cmpl-r", "logprobs": [x - 0.01 for x in LPS], "routed_experts": want, "routing_replay": "R3"}
+    (tmp_path / "tr.jsonl").write_bytes(orjson.dumps(row) + b"\n")
+    join(tmp_path / "vllm.fcr.jsonl", tmp_path / "tr.jsonl", tmp_path / "j.jsonl")
+    res = audit_file(tmp_path / "j.jsonl")
+    assert res["replay"]["state"] == "PASS" and res["replay"]["verified_calls"] == 1
+    bad = dict(row, routed_experts=want[:-1])  # one token row short
+    (tmp_path / "bad.jsonl").write_bytes(orjson.dumps(bad) + b"\n")
+    with pytest.raises(JoinError, match="trainer.routed_experts: 3 token rows, but response.token_ids has 4 tokens"):
+        join(tmp_path / "vllm.fcr.jsonl", tmp_path / "bad.jsonl", tmp_path / "j2.jsonl")

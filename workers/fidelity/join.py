@@ -13,6 +13,8 @@ with the same column names) — the *trainer side* (``fcr-trainer/1``):
 ``loss_mask_used`` *opt*        0/1 per position, the mask actually applied (alias ``response_mask``)
 ``sample_id`` *opt*             merged-sequence id (calls packed into one sample share it)
 ``policy_version`` *opt*        weights version of the recompute
+``routed_experts`` *opt*        MoE experts the trainer used, ``[T][layers][top_k]`` (docs/routing.md)
+``routing_replay`` *opt*        the trainer's replay mode: ``none`` / ``R2`` / ``R3``
 ``task_prompt_sha256_declared`` *opt* SHA-256 of the trajectory's task text (root call), set at dispatch
 ``response_token_ids`` *opt*    the ids the trainer trained on; must equal the inference record's ids
 ``role`` *opt*                  ``policy`` / ``background``: the trainer's own declaration (``role_source: config``)
@@ -41,7 +43,8 @@ import orjson
 from workers.fcr.validate import validate_record
 from workers.fidelity.importers.common import dump, read_jsonl, ref_of
 
-TRAINER_FIELDS = ("logprobs", "top_k", "loss_mask_used", "sample_id", "policy_version")
+TRAINER_FIELDS = ("logprobs", "top_k", "loss_mask_used", "sample_id", "policy_version", "routed_experts",
+                  "routing_replay")
 MAX_ERRORS = 20
 PARQUET_MAGIC = b"PAR1"
 
