@@ -67,7 +67,7 @@ def check(*, rehash: bool = True, grace_seconds: float = 300.0, project=None) ->
 # ------------------------------------------------------------------------------------------ uploads
 def _check_uploads(report: Report, *, rehash: bool, project) -> None:
     from audit_portal.runs.models import Upload, UploadStage
-    from audit_portal.runs.services import FOLLOW_UPS, artifact_path
+    from audit_portal.runs.services import artifact_path, follow_ups_for
 
     uploads = Upload.objects.all() if project is None else Upload.objects.filter(project=project)
     for up in uploads.filter(duplicate_of__isnull=True).order_by("pk").iterator(chunk_size=500):
@@ -114,7 +114,7 @@ def _check_uploads(report: Report, *, rehash: bool, project) -> None:
                 report.problem(f"upload {up.pk} is still {up.stage} although its validation job {validate.pk} "
                                f"is {validate.state}")
         elif up.stage == UploadStage.VALID:
-            for kind, _task, _queue in FOLLOW_UPS:
+            for kind, _task, _queue in follow_ups_for(up.validation):
                 if kind not in jobs:
                     report.problem(f"upload {up.pk} is valid but its {kind} job was never created")
 

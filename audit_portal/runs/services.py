@@ -114,6 +114,12 @@ FOLLOW_UPS: list[tuple[str, str, str]] = [
 ]
 
 
+def follow_ups_for(summary: dict) -> list[tuple[str, str, str]]:
+    """The follow-up jobs a valid upload with this validation summary gets (the routing audit only when its records
+    carry MoE routes); the consistency check expects exactly these."""
+    return [f for f in FOLLOW_UPS if f[0] != "routing_audit" or (summary or {}).get("records_with_routes")]
+
+
 @transaction.atomic
 def record_validation(upload: Upload, summary: dict) -> Upload:
     """Store the validator's summary; a valid upload joins its run and its follow-up jobs are queued."""
@@ -126,9 +132,7 @@ def record_validation(upload: Upload, summary: dict) -> Upload:
         run_name = run_ids[0] if len(run_ids) == 1 else Path(upload.original_name).stem.split(".")[0] or "run"
         upload.run, _ = Run.objects.get_or_create(project=upload.project, name=run_name[:200])
         Run.objects.filter(pk=upload.run.pk).update(updated_at=timezone.now())
-        for kind, task_name, queue in FOLLOW_UPS:
-            if kind == "routing_audit" and not summary.get("records_with_routes"):
-                continue
+        for kind, task_name, queue in follow_ups_for(summary):
             create_job(project=upload.project, kind=kind, task_name=task_name, queue=queue,
                        title=f"{kind.replace('_', ' ').capitalize()}: {upload.original_name}",
                        subject_kind="upload", subject_id=upload.pk, submitted_by=upload.submitted_by)

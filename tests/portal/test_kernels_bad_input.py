@@ -131,7 +131,7 @@ def test_a_valid_upload_is_stored_once_by_its_hash_and_the_function_names_are_ch
     assert first.status_code == again.status_code == 201
     # no contract list: only the contracts whose spec §11 function the module defines
     assert sorted(e["class"] for e in first.json()["plan"]) == ["C-CMP-03", "C-EXC-01"]
-    assert first.json()["job"]["queue"] == "gpu"  # cuda submissions go to the GPU workers
+    assert first.json()["job"]["queue"] == "kernels-gpu"  # cuda submissions go to the GPU kernels workers
     assert first.json()["implementation"]["id"] == again.json()["implementation"]["id"]
     stored = list((Path(settings.ARTIFACT_ROOT) / "kernels").rglob("*.py"))
     assert len(stored) == 1 and stored[0].read_bytes() == source
