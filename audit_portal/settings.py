@@ -119,7 +119,8 @@ ARTIFACT_ROOT = Path(os.environ.get("ARTIFACT_ROOT", VAR_DIR / "artifacts"))
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": ARTIFACT_ROOT}},
     "artifacts": {"BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": ARTIFACT_ROOT}},
-    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+    # hashed, gzip-compressed names with a one-year immutable cache once collected (audit_portal/core/staticfiles.py)
+    "staticfiles": {"BACKEND": "audit_portal.core.staticfiles.HashedCompressedStaticFiles"},
 }
 
 # --- uploads ----------------------------------------------------------------------------------------
