@@ -47,7 +47,9 @@ def test_incidents_reproduced():
     assert by["sakana_reward_hacked_kernel"]["class"] == "C-CMP-01"
     assert by["amd_oob_silent_acceptance"]["class"] == "C-EXC-02"
     hf32 = by["ascend_silent_precision_coercion"]["measured"]["hf32_matmul"]["rho_max_by_K"]
-    vals = list(hf32.values())
-    assert max(vals) / min(vals) < 2  # flat in K: operand coercion, not accumulation
+    # flat in K (operand coercion, not accumulation: that grows 10-100x over this range). v0.2.0 also measures
+    # small and drawn shapes whose maximum runs over fewer entries, so the spread is wider than at fixed M = N = 32
+    vals = [v for k, v in hf32.items() if int(k) >= 64]
+    assert len(vals) >= 4 and max(vals) / min(vals) < 3
     assert by["amd_oob_silent_acceptance"]["measured"]["index_width_example"]["int32_offset_of_row_69999"] == \
         (69999 * 40000 + 2 ** 31) % 2 ** 32 - 2 ** 31

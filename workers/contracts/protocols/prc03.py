@@ -36,13 +36,13 @@ def _scattered(seed, i, n):
     g = generator("prc03-scattered", seed, i, n)
     x = torch.randn(n, generator=g)
     w = torch.randn(n, generator=g)
-    k = max(1, n // 64)
-    pos = torch.randint(0, n, (k,), generator=g)
+    pos = torch.unique(torch.randint(0, n, (max(1, n // 64),), generator=g))  # distinct: assignment order-free
+    k = pos.numel()
     a = ((1 + torch.rand(k, generator=g, dtype=torch.float64)) * 2.0 ** -64).float()
     b = ((1 + torch.rand(k, generator=g, dtype=torch.float64)) * 2.0 ** (-70 - torch.randint(0, 14, (k,), generator=g))).float()
     x[pos], w[pos] = a, b
-    kd = max(1, n // 1024)
-    dpos = torch.randint(0, n, (kd,), generator=g)
+    dpos = torch.unique(torch.randint(0, n, (max(1, n // 1024),), generator=g))
+    kd = dpos.numel()
     x[dpos] = (1.5 * 2.0 ** -140) * torch.ones(kd)
     w[dpos] = 2.0 ** 40
     kinds = torch.zeros(n, dtype=torch.int8)  # 0 normal, 1 normal_to_subnormal, 2 daz_probe
