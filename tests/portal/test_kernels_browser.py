@@ -132,3 +132,47 @@ class KernelsBrowserTest(BrowserTestCase):
         assert page.evaluate("window.__sameDocument") is True and page.inner_text("#job-pct") == "100%"
         page.wait_for_function("document.getElementById('ci-state').textContent === 'failure'")  # CI state follows
         self.screenshot("kernels-submission-live.png")
+
+    def test_counts_coverage_history_and_levels_in_the_browser(self):
+        """Issue #15: passed/measured, the worst clause, coverage and the regression history are on screen; the
+        contract page explains its levels and lists its sweep."""
+        coverage = "float32 x 15 points (3 drawn from seeds; K 1..65536) x values gauss x forward x cpu"
+
+        def submit(code, passed):
+            sub = services.submit_conformance(project=self.project, submitted_by="alice", device="cpu",
+                                              contracts=["C-PRC-01"], import_path="vendor.kernels")
+            jobs.start_job(sub.job_id)
+            entry = sub.plan[0]
+            detail = {"verdict": code, "contract_id": entry["contract_id"], "contract_class": "C-PRC-01",
+                      "statistic": 9e3 if code == "FAIL" else 5.0, "bound": 64.0, "margin": 140.0 if code == "FAIL" else 0.08,
+                      "assurance_level": 3, "reason": f"{code} (test)", "measurements": 64, "passed_measurements": passed,
+                      "statistic_name": "rho", "coverage": {"text": coverage},
+                      "failing_clause": {"clause": "rho <= bound", "point": {"K": 2949}} if code == "FAIL" else {}}
+            services.record_verdict(sub, Contract.objects.get(pk=entry["contract"]), detail, margin_infinite=False)
+            services.finish_submission(sub, grade([v.detail for v in sub.verdicts.all()]))
+            jobs.finish_job(sub.job, {"submission": sub.pk})
+            return sub
+
+        submit("PASS", 64)
+        second = submit("FAIL", 28)
+        page = self.page
+        self.sign_in()
+        page.goto(f"{self.live_server_url}/p/{self.project.slug}/kernels/submissions/{second.pk}/")
+        page.wait_for_selector("#history")
+        row = page.locator("#verdicts tbody tr").first
+        assert row.locator("[data-field=passed]").inner_text() == "28/64"
+        assert "rho <= bound" in row.locator("[data-field=clause]").inner_text()
+        assert "K 1..65536" in row.locator("[data-field=coverage]").inner_text()
+        assert page.locator("#history td.regression").count() == 1 and page.inner_text("#history-regressions") == "1"
+        assert page.locator("#history td.regression").is_visible()
+        self.screenshot("kernels-history.png")
+        page.goto(f"{self.live_server_url}/p/{self.project.slug}/kernels/")
+        page.wait_for_selector("#matrix")
+        cell = page.locator("td.cell.v-FAIL").first
+        assert cell.locator("[data-field=passed]").inner_text() == "28/64"
+        assert "measured: float32 x 15 points" in cell.get_attribute("title")
+        page.click("#matrix tbody tr:first-child td.contract a")
+        page.wait_for_selector("#levels-explained")
+        assert page.locator("#levels-explained").is_visible() and page.locator("#sweep-points tr").count() >= 9
+        assert "hidden seeds" in page.inner_text("#sweep-sampling")
+        self.screenshot("kernels-contract-levels.png")
