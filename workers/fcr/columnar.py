@@ -284,9 +284,11 @@ def record_slices(table: pa.Table) -> Iterator[tuple[int, int]]:
     yield start, table.num_rows - start
 
 
-def iter_records_or_errors(path, progress: Callable[[int, int], None] | None = None, *, numpy_routes: bool = False):
+def iter_records_or_errors(path, progress: Callable[[int, int], None] | None = None, *, numpy_routes: bool = False,
+                           groups: range | None = None):
     """:func:`iter_records` that yields an :class:`FcrParseError` in place of a bad row (and, for a file that cannot
-    be opened, once, with row 0) instead of raising, so a validator can go on and count."""
+    be opened, once, with row 0) instead of raising, so a validator can go on and count. ``groups``: only these row
+    groups (a chunk of :func:`workers.fcr.chunks.chunk_ranges`); row numbers stay those of the whole file."""
     try:
         log = RunLog(path)
     except FcrParseError as exc:
@@ -294,7 +296,7 @@ def iter_records_or_errors(path, progress: Callable[[int, int], None] | None = N
         return
     try:
         done = 0
-        for i in range(log.num_row_groups):
+        for i in range(log.num_row_groups) if groups is None else groups:
             try:
                 table = log.read(i)
             except FcrParseError as exc:
@@ -569,8 +571,8 @@ class RowReader:
     compressed = False
     format = FORMAT
 
-    def __init__(self, path, on_bytes: Callable[[int], None] | None = None):
-        self.path, self.on_bytes = path, on_bytes
+    def __init__(self, path, on_bytes: Callable[[int], None] | None = None, groups: range | None = None):
+        self.path, self.on_bytes, self.groups = path, on_bytes, groups
         self.position = 0
         self.line_no = 0
 
@@ -580,11 +582,17 @@ class RowReader:
             if self.on_bytes is not None:
                 self.on_bytes(done)
 
-        for self.line_no, rec in iter_records_or_errors(self.path, bytes_done):
+        for self.line_no, rec in iter_records_or_errors(self.path, bytes_done, groups=self.groups):
             yield self.line_no, rec
 
     def close(self):
         pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
 
 def read_row(path, row_no: int) -> dict | None:

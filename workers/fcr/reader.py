@@ -175,28 +175,43 @@ class _Inflater(io.RawIOBase):
 class LineReader:
     """``for line_no, line in LineReader(path): …`` — every line (blank ones too; each ends with ``\\n`` except
     perhaps the last), bounded as the module docstring says. Use as a context manager or iterate to the end (the
-    file is closed when iteration ends or fails)."""
+    file is closed when iteration ends or fails).
 
-    def __init__(self, path, *, limits: ReadLimits | None = None, on_bytes: Callable[[int], None] | None = None):
+    ``start``/``end``/``first_line`` read one byte range of a *plain* JSONL file: the lines that start in
+    ``[start, end)``, numbered from ``first_line``. ``start`` must be a line start (0 or just after a ``\\n``), as the
+    ranges of :func:`workers.fcr.chunks.chunk_ranges` are; a gzip stream cannot be entered in the middle, so for gzip
+    only the whole file (``start=0``, ``end`` None or the file size) is accepted."""
+
+    def __init__(self, path, *, limits: ReadLimits | None = None, on_bytes: Callable[[int], None] | None = None,
+                 start: int = 0, end: int | None = None, first_line: int = 1):
         self.limits = limits or ReadLimits.from_env()
         self.size = os.path.getsize(path)
         self.raw = open(path, "rb")
         self.compressed = self.raw.peek(2)[:2] == GZIP_MAGIC
+        self.end = self.size if end is None else min(end, self.size)
         self._inflater = None
         if self.compressed:
+            if start != 0 or self.end != self.size:
+                self.raw.close()
+                raise ValueError("a gzip file is read whole: a byte range needs a plain JSONL file")
             self._inflater = _Inflater(self.raw, self.limits, on_bytes)
             self._fh = io.BufferedReader(self._inflater, buffer_size=READ_BUFFER)
         else:
             self._fh = self.raw
-        self.line_no = 0
-        self.offset = 0  # byte offset of the next line in the (decompressed) stream
+            if start:
+                self.raw.seek(start - 1)
+                if self.raw.read(1) != b"\n":  # a range that starts mid-line would count a fragment as a line
+                    self.raw.close()
+                    raise ValueError(f"byte {start} is not the start of a line")
+        self.line_no = first_line - 1
+        self.offset = start  # byte offset of the next line in the (decompressed) stream
 
     @property
     def position(self) -> int:
         """File bytes consumed so far (compressed bytes for gzip)."""
         if self._inflater is not None:
             return self._inflater.consumed
-        return self.raw.tell() if not self.raw.closed else self.size
+        return self.raw.tell() if not self.raw.closed else self.end
 
     @property
     def inflated(self) -> int:
@@ -213,6 +228,7 @@ class LineReader:
 
     def __iter__(self) -> Iterator[tuple[int, bytes]]:
         cap = self.limits.max_line_bytes
+        stop = self.end if not self.compressed else float("inf")  # gzip: offsets are in the inflated stream
         try:
             for line in iter(partial(self._fh.readline, cap + 1), b""):
                 self.line_no += 1
@@ -220,6 +236,8 @@ class LineReader:
                     raise FcrLimitError(self.line_no, self.limits.line_problem(), "line_too_long")
                 self.offset += len(line)
                 yield self.line_no, line
+                if self.offset >= stop:  # the end of a byte range (a line that starts before it is read whole)
+                    break
         except _InflateError as exc:
             if exc.limit:
                 raise FcrLimitError(self.line_no + 1, exc.reason, "inflation_limit") from None
@@ -253,17 +271,21 @@ class _LimitedInflater(_Inflater):
         super().close()
 
 
-def iter_lines(path, *, limits: ReadLimits | None = None) -> Iterator[tuple[int, bytes]]:
-    """Yield ``(line_number, raw_line)`` for every non-blank line. Every complete line before a truncated or corrupt
-    gzip stream or a limit is yielded; then :class:`FcrParseError` / :class:`FcrLimitError` names the line."""
-    for line_no, line in LineReader(path, limits=limits):
+def iter_lines(path, *, limits: ReadLimits | None = None, start: int = 0, end: int | None = None,
+               first_line: int = 1) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(line_number, raw_line)`` for every non-blank line (of the byte range ``[start, end)``, see
+    :class:`LineReader`). Every complete line before a truncated or corrupt gzip stream or a limit is yielded; then
+    :class:`FcrParseError` / :class:`FcrLimitError` names the line."""
+    for line_no, line in LineReader(path, limits=limits, start=start, end=end, first_line=first_line):
         if not line.isspace():
             yield line_no, line
 
 
-def iter_records(path) -> Iterator[tuple[int, dict]]:
-    """Yield ``(line_number, record)`` parsed with orjson; a line that is not a JSON object raises."""
-    for line_no, line in iter_lines(path):
+def iter_records(path, *, start: int = 0, end: int | None = None, first_line: int = 1
+                 ) -> Iterator[tuple[int, dict]]:
+    """Yield ``(line_number, record)`` parsed with orjson; a line that is not a JSON object raises. ``start``,
+    ``end``, ``first_line``: one byte range of a plain JSONL file (:func:`workers.fcr.chunks.chunk_ranges`)."""
+    for line_no, line in iter_lines(path, start=start, end=end, first_line=first_line):
         try:
             record = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
