@@ -14,7 +14,7 @@ from rest_framework.exceptions import APIException
 
 from audit_portal.accounts.throttling import charge_work_budget
 from audit_portal.core.pages import page_context, require_in_project
-from audit_portal.kernels import selectors, services
+from audit_portal.kernels import contract_view, selectors, services
 from audit_portal.kernels.api import badge_response, public_badge_payload
 from audit_portal.kernels.models import Device
 from workers.contracts.deployment import BOOLEAN, DEPLOYMENT_FLAGS, FAMILIES, LEVELS
@@ -41,9 +41,10 @@ def contract_list(request):
 def contract_detail(request, contract_id):
     contract = selectors.get_contract(contract_id, request.GET.get("version") or None)
     spec = selectors.spec_in_source_order(contract)
-    parts = [(key, title, (spec.get("parts") or {}).get(key)) for key, title in PART_TITLES]
+    parts = contract_view.readable_parts(spec, PART_TITLES)
     state = selectors.calibration_state(contract)
-    ctx = page_context(request, contract=contract, spec=spec, parts=parts, calibration=state,
+    ctx = page_context(request, contract=contract, spec=spec, parts=parts, extras=contract_view.readable_extras(spec),
+                   calibration=state,
                    calibration_rows=selectors.calibration_rows(state["calibration"]),
                    versions=selectors.contract_versions(contract.contract_id),
                    latest=selectors.get_contract(contract.contract_id))
