@@ -73,6 +73,35 @@ def _raw(path, data):
     return path
 
 
+def _inflatable_prefix(blob: bytes) -> bytes:
+    """What zlib inflates of ``blob`` before the byte it refuses: fed one byte at a time, nothing is held back."""
+    d, out = zlib.decompressobj(16 + zlib.MAX_WBITS), bytearray()
+    for k in range(len(blob)):
+        try:
+            out += d.decompress(blob[k:k + 1])
+        except zlib.error:
+            break
+    return bytes(out)
+
+
+@pytest.mark.parametrize("where", [0.3, 0.9])
+def test_corrupt_gzip_yields_every_complete_line_before_the_bad_byte(tmp_path, where):
+    # zlib's decompress raises without returning what it inflated in the same call (a whole 256 KiB read step,
+    # thousands of lines here): the reader must still yield them, then name the next line
+    data = b"".join(b'{"n": %d, "pad": "%s"}\n' % (i, os.urandom(16).hex().encode()) for i in range(60000))
+    blob = bytearray(gzip.compress(data, 6))
+    at = int(len(blob) * where)
+    blob[at:at + 64] = b"\xff" * 64
+    prefix = _inflatable_prefix(bytes(blob))
+    assert 0 < prefix.count(b"\n") < data.count(b"\n")
+    seen = []
+    with pytest.raises(FcrParseError, match="corrupt") as err:
+        for n, line in LineReader(_raw(tmp_path / "c.gz", bytes(blob))):
+            seen.append(line)
+    assert len(seen) == prefix.count(b"\n") and b"".join(seen) == prefix[:prefix.rfind(b"\n") + 1]
+    assert err.value.line == len(seen) + 1
+
+
 @pytest.mark.parametrize("gz", [False, True])
 def test_a_line_over_the_cap_is_refused_naming_line_and_limit(tmp_path, gz):
     ok = b"x" * 1000 + b"\n"  # exactly the cap (the newline is not counted)

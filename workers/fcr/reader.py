@@ -132,11 +132,19 @@ class _Inflater(io.RawIOBase):
         self._pending = b""
         self._between_members = True  # a clean end of input is only allowed here
         self._finished = False
+        self._salvaged = b""  # output recovered before a corrupt byte, served before the error is raised
+        self._error: _InflateError | None = None
 
     def readable(self):
         return True
 
     def readinto(self, buf) -> int:
+        if self._salvaged:
+            n = min(len(buf), len(self._salvaged))
+            buf[:n], self._salvaged = self._salvaged[:n], self._salvaged[n:]
+            return n
+        if self._error is not None:
+            raise self._error
         while True:
             if self._pending:
                 data, self._pending = self._pending, b""
@@ -153,10 +161,13 @@ class _Inflater(io.RawIOBase):
                         return 0
                     raise _InflateError("compressed stream is truncated (no end-of-stream marker)", False)
             self._between_members = False
+            before = self._d.copy()  # 32 KiB of window: cheap beside inflating up to 1 MiB
             try:
                 out = self._d.decompress(data, len(buf))
             except zlib.error as exc:
-                raise _InflateError(f"compressed stream is corrupt ({exc})", False) from None
+                self._error = _InflateError(f"compressed stream is corrupt ({exc})", False)
+                self._salvaged = self._salvage(before, data)
+                return self.readinto(buf)
             self._pending = self._d.unconsumed_tail
             if self._d.eof:  # end of a member: what follows is another member (or trailing bytes: corrupt)
                 self._pending = self._d.unused_data
@@ -170,6 +181,26 @@ class _Inflater(io.RawIOBase):
             if out:
                 buf[:len(out)] = out
                 return len(out)
+
+    def _salvage(self, d, data: bytes) -> bytes:
+        """What ``data`` inflates to before the byte zlib refuses. ``decompress`` raises without returning what it
+        inflated of the same call (up to a whole read step, hundreds of complete lines), so the step is replayed
+        one byte at a time on the state from before it; only a corrupt file pays for this."""
+        out = bytearray()
+        for k in range(len(data)):
+            try:
+                if d.eof:  # a member ended inside this step: the next one starts in its unused bytes
+                    tail, d = d.unused_data, zlib.decompressobj(16 + zlib.MAX_WBITS)
+                    out += d.decompress(tail)
+                out += d.decompress(data[k:k + 1])
+            except zlib.error:
+                break
+            problem = self.limits.inflation_problem(self.inflated + len(out), self.fed + k + 1)
+            if problem:
+                self._error = _InflateError(problem, True)
+                break
+        self.inflated += len(out)
+        return bytes(out)
 
 
 class LineReader:
