@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 from django.db.models import Sum
 
 from audit_portal.certificates.figures import LAYOUT, downsample
+from audit_portal.fidelity.reasons import reason_sentence
 
 VERIFIABLE_COLOUR = "#1f8a4c"
 HIST_BINS = 20
@@ -41,7 +42,8 @@ def coverage_by_reason(report, codes: list[str]) -> dict:
     for code in present:
         fig.add_trace(go.Bar(y=labels, x=[excl.get(code, 0) for _, _, excl in rows], name=code, orientation="h",
                              marker_color=reason_colour(code, codes),
-                             hovertemplate=code + ": %{x:,} tokens<extra></extra>"))
+                             hovertext=[reason_sentence(code)] * len(labels),
+                             hovertemplate=code + ": %{x:,} tokens<br>%{hovertext}<extra></extra>"))
     fig.update_layout(**{**LAYOUT, "height": 280, "legend": dict(orientation="h", y=-0.35)}, barmode="stack",
                       title="Tokens by primary exclusion reason", xaxis=dict(title="tokens"))
     return fig.to_plotly_json()
@@ -52,7 +54,9 @@ def reasons_any(report, codes: list[str]) -> dict:
     excl = report.coverage.get("excluded_policy_tokens_by_any_reason") or {}
     order = [c for c in codes if c in excl] + sorted(set(excl) - set(codes))
     fig = go.Figure(go.Bar(x=order, y=[excl[c] for c in order], marker_color=[reason_colour(c, codes) for c in order],
-                           text=[f"{excl[c]:,}" for c in order], textposition="outside"))
+                           text=[f"{excl[c]:,}" for c in order], textposition="outside",
+                           hovertext=[reason_sentence(c) for c in order],
+                           hovertemplate="%{x}: %{y:,} tokens<br>%{hovertext}<extra></extra>"))
     fig.update_layout(**LAYOUT, title="Policy tokens by any reason (overlapping)", yaxis=dict(title="tokens"))
     return fig.to_plotly_json()
 

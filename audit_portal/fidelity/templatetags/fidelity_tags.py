@@ -1,5 +1,7 @@
 from django import template
 
+from audit_portal.fidelity.reasons import reason_sentence
+
 register = template.Library()
 
 
@@ -44,3 +46,9 @@ RULE_NAMES = {
 @register.filter
 def rule_name(rule: str) -> str:
     return RULE_NAMES.get(rule, "")
+
+
+@register.filter
+def reason_text(code) -> str:
+    """An exclusion reason code in one plain sentence (audit_portal/fidelity/reasons.py)."""
+    return reason_sentence(code)
