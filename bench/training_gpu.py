@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 from workers.training.audit import audit  # noqa: E402
-from workers.training.cli import _safe  # noqa: E402
+from workers.jsonsafe import json_safe  # noqa: E402
 from workers.training.model import ModelConfig  # noqa: E402
 
 CONFIGS = ("fp32", "bf16_autocast", "bf16_weights", "bf16_autocast,sdpa", "bf16_autocast,extra_batch",
@@ -82,7 +82,7 @@ def main(argv=None) -> int:
             errors[numerics] = "".join(traceback.format_exception(e))[-4000:]
             print(f"{numerics}: ERROR {e!r}", flush=True)
         with open(path, "w") as f:  # rewrite after each configuration so a timeout still leaves data
-            json.dump(_safe({"schema": "training-audit-gpu/1", "env": env, "results": results,
+            json.dump(json_safe({"schema": "training-audit-gpu/1", "env": env, "results": results,
                              "skipped": skipped, "errors": errors,
                              "wall_s": time.perf_counter() - t0}), f, indent=1)
     print(f"wrote {path} ({time.perf_counter() - t0:.0f}s)")

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from audit_portal.attestations import statements, witness
 from audit_portal.attestations.keys import key_set
 from audit_portal.attestations.models import Checkpoint, LogEntry, SubjectKind
+from audit_portal.core.storage import artifact_path
 from workers.verify import build_bundle, dsse, jcs, merkle, verify_bundle
 from workers.verify import checkpoint as vcheckpoint
 from workers.verify import statement as st
@@ -90,12 +91,8 @@ def audited_files(kind: str, obj) -> dict:
     if obj is None:
         return {}
     if kind == SubjectKind.KERNEL_SUBMISSION:
-        from audit_portal.kernels.services import artifact_path
-
         impl = obj.implementation
         return {impl.original_filename or "module.py": artifact_path(impl.storage_name)} if impl.storage_name else {}
-    from audit_portal.runs.services import artifact_path
-
     upload = obj.upload.original
     return {obj.upload.original_name or f"upload-{obj.upload.pk}": artifact_path(upload.storage_name)} \
         if upload.storage_name else {}

@@ -4,7 +4,6 @@ from __future__ import annotations
 from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, generics, serializers
-from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -12,6 +11,7 @@ from audit_portal.accounts.principal import Principal
 from audit_portal.certificates import figures, selectors
 from audit_portal.certificates.models import RunCertificate, SequenceSummary
 from audit_portal.core.errors import PortalError
+from audit_portal.core.pagination import ByLinePagination
 from audit_portal.runs.selectors import get_run
 
 
@@ -32,13 +32,6 @@ class SequenceSerializer(serializers.ModelSerializer):
         fields = ["id", "call_id", "trajectory_id", "step", "line", "length", "status", "accept", "eps_hat",
                   "delta_hat", "tv_lo_max", "mean_k3", "max_k2", "a_y", "reason"]
         read_only_fields = fields
-
-
-class ByLinePagination(CursorPagination):
-    ordering = ("line", "id")
-    page_size = 100
-    page_size_query_param = "page_size"
-    max_page_size = 1000
 
 
 class CertificateDetail(generics.RetrieveAPIView):

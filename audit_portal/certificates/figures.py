@@ -14,6 +14,7 @@ import numpy as np
 import orjson
 import plotly.graph_objects as go
 
+from audit_portal.core.storage import artifact_path
 from workers.certify.bounds import BOUND_IDS, KL_PARAMETERISED, budget_threshold, trm_bounds
 
 MAX_POINTS = 1000
@@ -291,8 +292,6 @@ def default_budget(certificate) -> float:
 
 
 def stored_figures_path(certificate) -> Path:
-    from audit_portal.runs.services import artifact_path
-
     return artifact_path(f"figures/certificate-{certificate.pk}-v{FIGURES_VERSION}.json")
 
 

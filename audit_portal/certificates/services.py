@@ -10,14 +10,11 @@ from django.utils import timezone
 
 from audit_portal.attestations.services import attest_run_certificate
 from audit_portal.certificates.models import RunCertificate, SequenceSummary, StepAggregate
+from workers.jsonsafe import finite_or_none
 
 BATCH = 5000
 EPS_BINS = 50  # ε̂ histogram over [0, 1]
 DELTA_DECADES = (-8, 1)  # δ̂ histogram over log10 in this range, 4 bins a decade
-
-
-def _finite(x):
-    return x if isinstance(x, (int, float)) and math.isfinite(x) else None
 
 
 class Histograms:
@@ -30,12 +27,12 @@ class Histograms:
         self.delta_unbounded = 0
 
     def add(self, row: dict) -> None:
-        eps = _finite(row.get("eps_hat"))
+        eps = finite_or_none(row.get("eps_hat"))
         if eps is not None:
             self.eps[min(EPS_BINS - 1, max(0, int(eps * EPS_BINS)))] += 1
         if row.get("status") == "DATA_ERROR":
             return
-        delta = _finite(row.get("delta_hat"))
+        delta = finite_or_none(row.get("delta_hat"))
         if delta is None:
             self.delta_unbounded += 1
         else:
@@ -67,9 +64,9 @@ def add_sequences(certificate: RunCertificate, rows: list[dict], histograms: His
             certificate=certificate, call_id=(row.get("call_id") or "")[:200],
             trajectory_id=(row.get("trajectory_id") or "")[:200], step=row.get("step"), line=row["line"],
             length=row.get("length"), status=row["status"], accept=bool(row.get("accept")),
-            eps_hat=_finite(row.get("eps_hat")), delta_hat=_finite(row.get("delta_hat")),
-            tv_lo_max=_finite(row.get("tv_lo_max")), mean_k3=_finite(row.get("mean_k3")),
-            max_k2=_finite(row.get("max_k2")), a_y=_finite(row.get("A_y")), reason=row.get("reason") or "",
+            eps_hat=finite_or_none(row.get("eps_hat")), delta_hat=finite_or_none(row.get("delta_hat")),
+            tv_lo_max=finite_or_none(row.get("tv_lo_max")), mean_k3=finite_or_none(row.get("mean_k3")),
+            max_k2=finite_or_none(row.get("max_k2")), a_y=finite_or_none(row.get("A_y")), reason=row.get("reason") or "",
         ))
     SequenceSummary.objects.bulk_create(objs, batch_size=BATCH)
 

@@ -7,3 +7,13 @@ class CreatedCursorPagination(CursorPagination):
     ordering = ("-created_at", "-id")
     page_size_query_param = "page_size"
     max_page_size = 500
+
+
+class ByLinePagination(CursorPagination):
+    """Rows of one result in input-line order (a certificate's sequences, a fidelity report's calls): a cursor
+    keeps paging stable while a job is still appending rows."""
+
+    ordering = ("line", "id")
+    page_size = 100
+    page_size_query_param = "page_size"
+    max_page_size = 1000

@@ -7,7 +7,6 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import exceptions, generics, serializers, status
 from rest_framework.negotiation import DefaultContentNegotiation
-from rest_framework.pagination import CursorPagination
 from rest_framework.parsers import MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -16,6 +15,7 @@ from audit_portal.accounts.principal import Principal
 from audit_portal.accounts.selectors import get_project
 from audit_portal.accounts.throttling import WorkBudgetMixin
 from audit_portal.core.errors import PortalError
+from audit_portal.core.pagination import ByLinePagination
 from audit_portal.fidelity import selectors, services, tokens
 from audit_portal.fidelity.models import FidelityCall, FidelityReport, RegisteredTokenizer
 from audit_portal.runs.selectors import get_run, get_upload
@@ -87,13 +87,6 @@ class TokenizerSerializer(serializers.ModelSerializer):
         model = RegisteredTokenizer
         fields = ["id", "project", "name", "sha256", "kind", "size_bytes", "vocab_size", "uploaded_by", "created_at"]
         read_only_fields = fields
-
-
-class ByLinePagination(CursorPagination):
-    ordering = ("line", "id")
-    page_size = 100
-    page_size_query_param = "page_size"
-    max_page_size = 1000
 
 
 _MIN_COVERAGE = OpenApiParameter(

@@ -10,7 +10,7 @@ from django.http import Http404
 from audit_portal.accounts.principal import Principal
 from audit_portal.core.errors import PortalError
 from audit_portal.fidelity.models import FidelityCall, FidelityReport, RegisteredTokenizer
-from audit_portal.runs.services import artifact_path
+from audit_portal.core.storage import artifact_path
 
 VERDICTS = ("verifiable", "partial", "excluded")
 

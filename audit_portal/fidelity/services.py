@@ -14,12 +14,12 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from audit_portal.attestations.services import attest_fidelity_report
 from audit_portal.core.errors import PortalError
+from audit_portal.core.storage import artifact_path
 from audit_portal.fidelity.models import FidelityCall, FidelityReport, RegisteredTokenizer
 
 BATCH = 5000
@@ -34,10 +34,6 @@ class InvalidTokenizer(PortalError):
 
 class ReportSuperseded(Exception):
     """The report this attempt writes into was replaced by a newer attempt of the audit (``begin``)."""
-
-
-def artifact_path(storage_name: str) -> Path:
-    return Path(settings.ARTIFACT_ROOT) / storage_name
 
 
 # ------------------------------------------------------------------------------------------- tokenizers

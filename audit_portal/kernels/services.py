@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from audit_portal.accounts.models import Project
 from audit_portal.core.errors import PortalError, UploadTooLarge
+from audit_portal.core.storage import artifact_path
 from audit_portal.jobs.services import create_job
 from audit_portal.kernels.models import (
     CALIBRATION_QUEUE,
@@ -36,6 +37,7 @@ from audit_portal.kernels.models import (
 )
 from audit_portal.kernels.selectors import latest_contracts
 from workers.contracts.deployment import parse_flags, parse_target
+from workers.jsonsafe import finite_or_none
 
 CONFORMANCE_TASK = "workers.tasks.run_kernel_submission"
 CALIBRATION_TASK = "workers.tasks.calibrate_contracts"
@@ -292,10 +294,6 @@ def kernel_storage_name(sha256: str) -> str:
     return f"kernels/{sha256[:2]}/{sha256}.py"
 
 
-def artifact_path(storage_name: str) -> Path:
-    return Path(settings.ARTIFACT_ROOT) / storage_name
-
-
 def _store_module(module: CheckedModule) -> str:
     name = kernel_storage_name(module.sha256)
     target = artifact_path(name)
@@ -419,13 +417,11 @@ def trace_storage_name(submission: Submission, contract_class: str) -> str:
 def record_verdict(submission: Submission, contract: Contract, detail: dict, *, margin_infinite: bool,
                    trace_storage: str = "") -> Verdict:
     """Store one contract's verdict (replacing one from an earlier, interrupted attempt)."""
-    def num(x):
-        return x if isinstance(x, (int, float)) and not isinstance(x, bool) else None
-
     values = dict(
         contract_class=contract.contract_class, verdict=str(detail.get("verdict"))[:20],
-        statistic_name=str(detail.get("statistic_name") or "")[:60], statistic=num(detail.get("statistic")),
-        bound=num(detail.get("bound")), margin=num(detail.get("margin")), margin_infinite=margin_infinite,
+        statistic_name=str(detail.get("statistic_name") or "")[:60],
+        statistic=finite_or_none(detail.get("statistic")), bound=finite_or_none(detail.get("bound")),
+        margin=finite_or_none(detail.get("margin")), margin_infinite=margin_infinite,
         reason=str(detail.get("reason") or ""), signature=detail.get("signature") or {},
         assurance_level=int(detail.get("assurance_level") or 0), measurements=int(detail.get("measurements") or 0),
         impl_hash=str(detail.get("impl_hash") or "")[:64], detail=detail, trace_storage=trace_storage,

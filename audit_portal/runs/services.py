@@ -5,11 +5,11 @@ import logging
 import os
 from pathlib import Path
 
-from django.conf import settings
 from django.db import DatabaseError, IntegrityError, transaction
 from django.utils import timezone
 
 from audit_portal.core.errors import PortalError, QueueUnavailable, UnsupportedUpload
+from audit_portal.core.storage import artifact_path  # noqa: F401  (tasks and tests reach it as runs.artifact_path)
 from audit_portal.jobs.services import create_job
 from audit_portal.runs.models import Run, Upload, UploadStage
 from audit_portal.runs.preflight import PARQUET_MAGIC, preflight
@@ -23,10 +23,6 @@ PARQUET_FORMAT = "fcr-parquet/1"  # workers/fcr/columnar.py; the web process nev
 
 class InvalidRunLog(PortalError):
     default_code = "invalid_run_log"
-
-
-def artifact_path(storage_name: str) -> Path:
-    return Path(settings.ARTIFACT_ROOT) / storage_name
 
 
 def _storage_name(sha256: str, compression: str, fmt: str = "fcr/1") -> str:

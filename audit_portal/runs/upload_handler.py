@@ -16,11 +16,10 @@ from django.core.files.uploadedfile import UploadedFile
 from django.core.files.uploadhandler import FileUploadHandler, StopUpload
 
 from audit_portal.core.api_errors import UPLOAD_PARTS_ATTR
-from workers.fcr.reader import ReadLimits, limits as read_limits
+from workers.fcr.reader import GZIP_MAGIC, ReadLimits, limits as read_limits
 
 MULTIPART_OVERHEAD = 64 * 1024
 HEAD_BYTES = 4 * 1024 * 1024  # decompressed prefix kept for the synchronous pre-flight check
-GZIP_MAGIC = b"\x1f\x8b"
 
 
 class StreamProbe:

@@ -13,7 +13,7 @@ from rest_framework.views import APIView
 from audit_portal.accounts.principal import Principal
 from audit_portal.accounts.selectors import get_project
 from audit_portal.accounts.throttling import WorkBudgetMixin
-from audit_portal.runs.services import artifact_path
+from audit_portal.core.storage import artifact_path
 from audit_portal.training import selectors, services
 from audit_portal.training.models import TrainingAudit
 from workers.training.config import DEVICES, LOSS_NAMES, OPTIMIZERS

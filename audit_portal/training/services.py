@@ -11,9 +11,9 @@ from django.utils import timezone
 
 from audit_portal.core.errors import PortalError
 from audit_portal.jobs import services as jobs
-from audit_portal.runs.services import artifact_path
+from audit_portal.core.storage import artifact_path
 from audit_portal.training.models import TrainingAudit
-from workers.training.cli import _safe  # non-finite floats → None (Postgres JSON has no NaN/∞); torch-free
+from workers.jsonsafe import json_safe  # non-finite floats → None (Postgres JSON has no NaN/∞)
 from workers.training.config import ConfigError, validate  # torch-free
 
 TASK_NAME = "workers.tasks.training_step_audit"
@@ -69,14 +69,14 @@ def _store_tokens(audit: TrainingAudit, arrays: dict) -> tuple[str, int]:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     with gzip.open(tmp, "wt", encoding="utf-8") as fh:
-        json.dump(_safe({"schema": "training-audit-tokens/1", "audit": audit.pk, **arrays}), fh)
+        json.dump(json_safe({"schema": "training-audit-tokens/1", "audit": audit.pk, **arrays}), fh)
     tmp.replace(path)
     return name, path.stat().st_size
 
 
 def complete(audit: TrainingAudit, result: dict) -> TrainingAudit:
     """Store the engine's result (rerunning a job overwrites the previous attempt's values)."""
-    result = _safe(result)
+    result = json_safe(result)
     arrays = result.pop("arrays", None)
     if arrays is not None:
         audit.tokens_storage, audit.tokens_bytes = _store_tokens(audit, arrays)

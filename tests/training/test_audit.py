@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from workers.training.audit import audit
-from workers.training.cli import _safe, main
+from workers.jsonsafe import json_safe
+from workers.training.cli import main
 from workers.training.model import ModelConfig, build_model, sample, trainer_logp
 from workers.training.task import copy_reward, group_advantages
 
@@ -50,7 +51,7 @@ def small_audit():
 
 def test_audit_json_safe_and_certificates_consistent(small_audit):
     res = small_audit
-    json.dumps(_safe(res), allow_nan=False)
+    json.dumps(json_safe(res), allow_nan=False)
     assert res["divergence"]["tv"]["max"] > 0
     for view in res["certificates"].values():
         assert view["topk"]["contains_exact"] == 1.0       # every exact TV inside its certified interval

@@ -26,6 +26,7 @@ from workers.certify.bounds import BOUND_IDS, KL_PARAMETERISED, budget_threshold
 from workers.certify.intervals import describe_errors, tv_interval_topk
 from workers.certify.robust import DATA_ERROR as T_DE, IN as T_IN, OUT as T_OUT, UNDETERMINED as T_UND
 from workers.certify.robust import UNIT_ROUNDOFF
+from workers.certify.partial import TOKEN_STATUS, Partial
 from workers.certify.step_metrics import StepMetrics
 from workers.certify.sequence import (DATA_ERROR, DEFAULT_THRESHOLDS, LENGTH_EDGES, MODES, SEQ_STATUS_NAMES,
                                       VISITED_CAVEAT, decide, length_bucket)
@@ -34,23 +35,13 @@ from workers.certify.bounds import CONSTANTS, guard_threshold
 from workers.fcr.reader import FcrParseError, LineReader
 from workers.fcr.validate import array_bools_possible, check_logprobs, check_topk, topk_arrays, topk_checked
 from workers.fcr.columnar import is_parquet  # noqa: I001 - fcr-parquet/1 intake
+from workers.jsonsafe import finite_or_none
 
 SENTINEL = -9999.0 + 1e-6  # spec/fidelity.md §4.3: values ≤ −9999 + 1e-6 are "not reported"
-GZIP_MAGIC = b"\x1f\x8b"
-TOKEN_STATUS = ("IN", "OUT", "UNDETERMINED", "DATA_ERROR")
-SEQ_STATUS = ("CERT_IN", "CERT_OUT", "UNDETERMINED", "HEURISTIC", "DATA_ERROR")
 
 
 class RecordError(Exception):
     """A policy record that cannot be certified (becomes a DATA_ERROR sequence)."""
-
-
-def _js(x):
-    """JSON-safe float: inf / NaN → None."""
-    if x is None:
-        return None
-    x = float(x)
-    return x if math.isfinite(x) else None
 
 
 # ---- record → arrays ---------------------------------------------------------------------------------------------
@@ -137,11 +128,14 @@ def _extract(rec, no_bools=False):
 
 
 # ---- streaming ---------------------------------------------------------------------------------------------------
-def _lines(path, state):
+def _lines(path, state, chunk=None):
     """Yield ``(line_no, bytes)`` through the one bounded reader (workers/fcr/reader.py: line length and
     decompression limits); a truncated or corrupt gzip stream or a limit is recorded in ``state['stream_error']``
     (line, reason) instead of raising, after every complete line before it."""
-    raw = LineReader(path)
+    if chunk is not None and chunk["kind"] == "lines":
+        raw = LineReader(path, start=chunk["start"], end=chunk["end"], first_line=chunk["first_line"])
+    else:
+        raw = LineReader(path)
     try:
         state["raw"] = raw.raw
         try:
@@ -154,13 +148,17 @@ def _lines(path, state):
         raw.close()
 
 
-def _source(path, state):
+def _source(path, state, chunk=None):
     """``(line or row number, raw line | record, arrays | None)``: JSONL lines, or the rows of an fcr-parquet/1 file
-    (workers/certify/parquet_rows.py: a clean row arrives as arrays, read from its columns)."""
+    (workers/certify/parquet_rows.py: a clean row arrives as arrays, read from its columns); ``chunk`` (a
+    workers.fcr.chunks.Chunk or its dict) restricts them to one piece: a byte range or a range of row groups."""
+    if chunk is not None and not isinstance(chunk, dict):
+        chunk = chunk.to_dict()
     if is_parquet(path):
-        yield from parquet_rows.rows(path, state)
+        groups = range(chunk["start"], chunk["end"]) if chunk is not None and chunk["kind"] == "row_groups" else None
+        yield from parquet_rows.rows(path, state, groups)
     else:
-        for line_no, line in _lines(path, state):
+        for line_no, line in _lines(path, state, chunk):
             yield line_no, line, None
 
 
@@ -171,65 +169,6 @@ def _arrays(rec, pre, no_bools=False):
     if isinstance(pre, str):
         raise RecordError(pre)
     return pre
-
-
-class _Run:
-    """Run-level accumulators (bounded: O(#steps + max length + max_errors))."""
-
-    def __init__(self, max_errors):
-        self.records = 0
-        self.policy = 0
-        self.skipped = defaultdict(int)
-        self.seq_counts = dict.fromkeys(SEQ_STATUS, 0)
-        self.tok_counts = dict.fromkeys(TOKEN_STATUS, 0)
-        self.tokens = 0
-        self.ok_tokens = 0
-        self.accepted = 0
-        self.sequences = 0
-        self.ok_sequences = 0
-        self.eps_max = 0.0
-        self.eps_sum = 0.0
-        self.delta_max = 0.0
-        self.tv_lo_max = 0.0
-        self.kl_seq_sum = 0.0
-        self.tv_seq_sum = 0.0
-        self.k3_sum = 0.0
-        self.A_sum = 0.0
-        self.T_ref = 0
-        self.profile = np.zeros(0)
-        self.has_topk_p = self.has_topk_q = False
-        self.max_errors = max_errors
-        self.errors = []
-        self.errors_total = 0
-        self.uncovered_seqs = self.uncovered_positions = 0
-        self.uncovered_first = None
-        self.steps = {}
-        self.buckets = {}
-        self.metrics = StepMetrics()
-
-    def uncovered(self, meta, positions):
-        if not self.uncovered_seqs:
-            self.uncovered_first = (meta["line"], meta["call_id"])
-        self.uncovered_seqs += 1
-        self.uncovered_positions += positions
-
-    def error(self, line, call_id, reason):
-        self.errors_total += 1
-        if len(self.errors) < self.max_errors:
-            self.errors.append({"line": line, "call_id": call_id, "reason": reason})
-
-    def step(self, step):
-        s = self.steps.get(step)
-        if s is None:
-            s = self.steps[step] = {"sequences": 0, "tokens": 0, "accepted": 0, "eps_max": 0.0, "eps_sum": 0.0,
-                                    "eps_n": 0, "delta_max": 0.0, "k3_sum": 0.0, "ok_tokens": 0,
-                                    "status": dict.fromkeys(SEQ_STATUS, 0)}
-        return s
-
-    def bucket(self, length, accept):
-        b = self.buckets.setdefault(length_bucket(length), [0, 0])
-        b[0] += 1
-        b[1] += int(accept)
 
 
 def _meta(rec, line):
@@ -308,7 +247,8 @@ def _process_chunk(run, items, opts):
     kl_seq = seg_sum(r.kl_hi)
     tv_sum = seg_sum(r.hi)
     tv_seq = torch.minimum(tv_sum.clamp(max=1.0), torch.sqrt(kl_seq / 2.0))
-    mean_k3, max_k2 = seg_sum(k3) / nL, seg_max(k2)
+    k3_sum = seg_sum(k3)
+    mean_k3, max_k2 = k3_sum / nL, seg_max(k2)
     # A(y) with the sequence's own ε̂, δ̂ and length (streaming: run-level values are known only at the end;
     # the run-level mean of A(y) is recomputed exactly from the position profile in the summary).
     rem = (L[seg] - pos).to(torch.float64)
@@ -347,17 +287,13 @@ def _process_chunk(run, items, opts):
         run.eps_max = max(run.eps_max, float(eps_hat[ok].max()))
         run.delta_max = max(run.delta_max, float(delta_hat[ok].max()))
         run.tv_lo_max = max(run.tv_lo_max, float(tv_lo_max[ok].max()))
-        run.kl_seq_sum += float(kl_seq[ok].sum())
-        run.tv_seq_sum += float(tv_seq[ok].sum())
-        run.eps_sum += float(eps_hat[ok].sum())
-        run.A_sum += float(A_y[ok].sum())
+        # exact sums of per-sequence terms (workers/certify/exact.py): the same bits however the file is cut
+        n_ok = int(ok.sum())
+        run.sums.add(np.repeat(np.arange(4), n_ok), torch.cat([eps_hat[ok], kl_seq[ok], tv_seq[ok], k3_sum[ok]]))
+        run.sums.add(4, A_y[ok])
         Lmax = int(L[ok].max())
-        if Lmax > run.profile.size:
-            run.profile = np.concatenate([run.profile, np.zeros(Lmax - run.profile.size)])
-        prof = torch.zeros(Lmax, dtype=torch.float64).index_add_(0, pos[okt] - 1, r.hi[okt])
-        run.profile[:Lmax] += prof.numpy()
+        run.profile.add((pos[okt] - 1).numpy(), r.hi[okt].numpy())
         run.T_ref = max(run.T_ref, Lmax)
-    run.k3_sum += float(k3[okt].sum())
     run.metrics.add([it[0]["step"] for it in items], lens, ok.numpy(), a, b)
     run.ok_tokens += int(okt.sum())
 
@@ -365,7 +301,8 @@ def _process_chunk(run, items, opts):
     acc_l, st_l = accept.tolist(), status.tolist()
     e_l, d_l, lo_l, k3_l, k2_l, A_l = (x.tolist() for x in (eps_hat, delta_hat, tv_lo_max, mean_k3, max_k2, A_y))
     fe_l = first_err.tolist()
-    k3_seq = seg_sum(k3).tolist()
+    k3_seq = k3_sum.tolist()
+    step_terms = defaultdict(list)  # step → per-sequence (ε̂, Σ k3) of its certified sequences, summed exactly below
     for i, (meta, *_rest) in enumerate(items):
         st_name = SEQ_STATUS_NAMES[st_l[i]]
         run.sequences += 1
@@ -385,17 +322,18 @@ def _process_chunk(run, items, opts):
         st["status"][st_name] += 1
         if st_name != "DATA_ERROR":
             st["eps_max"] = max(st["eps_max"], e_l[i])
-            st["eps_sum"] += e_l[i]
+            step_terms[meta["step"]] += (e_l[i], k3_seq[i])
             st["eps_n"] += 1
             st["delta_max"] = max(st["delta_max"], d_l[i])
-            st["k3_sum"] += k3_seq[i]
             st["ok_tokens"] += int(lens[i])
-        run.bucket(int(lens[i]), acc_l[i])
+        run.bucket(length_bucket(int(lens[i])), acc_l[i])
         bad = st_name == "DATA_ERROR"
         out.append({**meta, "length": int(lens[i]), "status": st_name, "accept": bool(acc_l[i]),
-                    "eps_hat": None if bad else _js(e_l[i]), "delta_hat": None if bad else _js(d_l[i]),
-                    "tv_lo_max": None if bad else _js(lo_l[i]), "mean_k3": _js(k3_l[i]),
-                    "max_k2": _js(k2_l[i]), "A_y": None if bad else _js(A_l[i]), "reason": reason})
+                    "eps_hat": None if bad else finite_or_none(e_l[i]), "delta_hat": None if bad else finite_or_none(d_l[i]),
+                    "tv_lo_max": None if bad else finite_or_none(lo_l[i]), "mean_k3": finite_or_none(k3_l[i]),
+                    "max_k2": finite_or_none(k2_l[i]), "A_y": None if bad else finite_or_none(A_l[i]), "reason": reason})
+    for step, terms in step_terms.items():
+        run.step(step)["sums"].add(np.tile([0, 1], len(terms) // 2), terms)
     return out
 
 
@@ -415,19 +353,30 @@ def _scan_T_ref(path):
     return T
 
 
-def certify_file(path, *, threshold=None, budget=None, mode="tv", precision="fp32", eta=None, constants="paper",
-                 reward_range=1.0, chunk_tokens=1 << 16, sequence_sink=None, progress=None, caps=True,
-                 avg_threshold=None, T_ref=None, max_errors=100) -> dict:
+def certify_file(path, *, chunk_tokens=1 << 16, sequence_sink=None, progress=None, **options) -> dict:
     """Certify a whole fcr/1 run log (spec/certificates.md §5; see the module docstring for the record rules).
 
-    Options: ``mode`` ∈ {tv, kl, k2max, k3mean} (the last two are verl-equivalent heuristics, status HEURISTIC);
-    ``threshold`` (per-token ε or δ) or ``budget`` (error budget E: the threshold is the largest one keeping some
-    TRM bound ≤ E at T_ref; without T_ref a pre-pass finds the longest response); neither ⇒ DEFAULT_THRESHOLDS.
-    ``precision`` (fp32/bf16/fp16/fp64/exact) or ``eta`` declares the storage error of the logged log-probs (§5.5).
-    ``caps`` assumes rollout.top_k is the engine's true top-K (the trainer list never gets a cap: fcr/1 only
-    requires it to cover the rollout's ids, spec/fidelity.md §4.2). Returns a JSON-safe dict (inf/NaN → None):
-    ``summary, bounds, bounds_simplified, budget, steps, length_buckets, errors, caveats, options``.
+    Options (:func:`plan_certificate`): ``mode`` ∈ {tv, kl, k2max, k3mean} (the last two are verl-equivalent
+    heuristics, status HEURISTIC); ``threshold`` (per-token ε or δ) or ``budget`` (error budget E: the threshold is
+    the largest one keeping some TRM bound ≤ E at T_ref; without T_ref a pre-pass finds the longest response);
+    neither ⇒ DEFAULT_THRESHOLDS. ``precision`` (fp32/bf16/fp16/fp64/exact) or ``eta`` declares the storage error of
+    the logged log-probs (§5.5). ``caps`` assumes rollout.top_k is the engine's true top-K (the trainer list never
+    gets a cap: fcr/1 only requires it to cover the rollout's ids, spec/fidelity.md §4.2). Returns a JSON-safe dict
+    (inf/NaN → None): ``summary, bounds, bounds_simplified, budget, steps, length_buckets, errors, caveats,
+    options``. The same as merging :func:`certify_part` over any cut of the file (workers/certify/partial.py).
     """
+    plan = plan_certificate(path, **options)
+    result = summarise(certify_part(path, plan, chunk_tokens=chunk_tokens, sequence_sink=sequence_sink,
+                                    progress=progress), plan)
+    if progress is not None:
+        progress(1.0, "done")
+    return result
+
+
+def plan_certificate(path, *, threshold=None, budget=None, mode="tv", precision="fp32", eta=None, constants="paper",
+                     reward_range=1.0, caps=True, avg_threshold=None, T_ref=None, max_errors=100) -> dict:
+    """The certify options resolved once for the whole file (JSON-safe; see :func:`certify_file`). A budget without
+    ``threshold``/``T_ref`` needs the longest policy response first: the one whole-file pass (``_scan_T_ref``)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}")
     precision = "fp32" if precision is None else precision
@@ -447,7 +396,21 @@ def certify_file(path, *, threshold=None, budget=None, mode="tv", precision="fp3
     opts = {"mode": mode, "threshold": float(threshold), "avg_threshold": avg_threshold, "precision": precision,
             "eta": eta, "caps": bool(caps), "constants": constants, "reward_range": float(reward_range),
             "token_threshold": float(threshold) if mode in ("tv", "kl") else DEFAULT_THRESHOLDS["tv"]}
-    run = _Run(max_errors)
+    return {"opts": opts, "budget": budget, "threshold_source": threshold_source, "T_ref": T_ref,
+            "max_errors": int(max_errors)}
+
+
+def summarise(part: Partial, plan: dict) -> dict:
+    """The run certificate of a (merged) partial under ``plan`` (:func:`plan_certificate`)."""
+    return _summarise(part, plan["opts"], plan["budget"], plan["threshold_source"], plan["T_ref"])
+
+
+def certify_part(path, plan: dict, chunk=None, *, chunk_tokens=1 << 16, sequence_sink=None,
+                 progress=None) -> Partial:
+    """Certify the records of one piece of ``path`` (a :class:`workers.fcr.chunks.Chunk` or its dict; None = the
+    whole file) into a :class:`~workers.certify.partial.Partial`; sequence rows go to ``sequence_sink``."""
+    opts = plan["opts"]
+    run = Partial(plan["max_errors"])
     size = os.path.getsize(path) or 1
     state: dict = {}
     items, pending, n_tok = [], [], 0
@@ -461,11 +424,11 @@ def certify_file(path, *, threshold=None, budget=None, mode="tv", precision="fp3
             sequence_sink(out)
         if progress is not None:
             raw = state.get("raw")
-            frac = min(1.0, raw.tell() / size) if raw is not None and not raw.closed else None
+            frac = min(1.0, raw.tell() / size) if raw is not None and not raw.closed and chunk is None else None
             progress(frac, f"{run.sequences} sequences, {run.tokens} tokens certified")
         items, pending, n_tok = [], [], 0
 
-    for line_no, line, arrays in _source(path, state):
+    for line_no, line, arrays in _source(path, state, chunk):
         run.records += 1
         try:
             rec = line if type(line) is dict else orjson.loads(line)
@@ -506,10 +469,7 @@ def certify_file(path, *, threshold=None, budget=None, mode="tv", precision="fp3
         out = [_error_seq(run, {"call_id": None, "trajectory_id": None, "step": None, "line": ln}, reason)]
         if sequence_sink is not None:
             sequence_sink(out)
-    result = _summarise(run, opts, budget, threshold_source, T_ref)
-    if progress is not None:
-        progress(1.0, "done")
-    return result
+    return run
 
 
 def _summarise(run, opts, budget, threshold_source, T_ref_opt):
@@ -520,9 +480,9 @@ def _summarise(run, opts, budget, threshold_source, T_ref_opt):
     bounds, simplified = {}, {}
     mean_A = None
     if n_ok:
-        prof = run.profile / n_ok
-        bounds = trm_bounds(T_ref, eps=eps_hat, delta=delta_hat, kl_seq=(run.kl_seq_sum / n_ok) if delta_hat is not None
-                            else None, tv_seq=run.tv_seq_sum / n_ok, tv_profile=prof, constants=opts["constants"],
+        prof = run.profile.values() / n_ok
+        bounds = trm_bounds(T_ref, eps=eps_hat, delta=delta_hat, kl_seq=(run.total("kl_seq") / n_ok) if delta_hat is not None
+                            else None, tv_seq=run.total("tv_seq") / n_ok, tv_profile=prof, constants=opts["constants"],
                             reward_range=opts["reward_range"])
         simplified = simplified_bounds(T_ref, eps=eps_hat, delta=delta_hat, constants=opts["constants"],
                                        reward_range=opts["reward_range"])
@@ -532,14 +492,14 @@ def _summarise(run, opts, budget, threshold_source, T_ref_opt):
         ths = {}
         for bid in BOUND_IDS:
             try:
-                ths[bid] = _js(budget_threshold(bid, max(T_ref, 1), budget, constants=opts["constants"],
+                ths[bid] = finite_or_none(budget_threshold(bid, max(T_ref, 1), budget, constants=opts["constants"],
                                                 reward_range=opts["reward_range"]))
             except ValueError:
                 ths[bid] = None
         budget_out = {
             "budget": float(budget), "T_ref": T_ref, "thresholds": ths,
             "parameter": {bid: ("delta" if bid in KL_PARAMETERISED else "eps") for bid in BOUND_IDS},
-            "measured_best": _js(bounds.get("best")), "measured_argmin": bounds.get("argmin"),
+            "measured_best": finite_or_none(bounds.get("best")), "measured_argmin": bounds.get("argmin"),
             "within_budget": bool(bounds) and bounds["best"] <= budget,
             "note": "thresholds: largest per-token eps (or delta) keeping each bound <= budget at T_ref, worst "
                     "case for everything not measured; null = no constraint needed (delta unbounded)",
@@ -551,9 +511,9 @@ def _summarise(run, opts, budget, threshold_source, T_ref_opt):
             "step": step, "sequences": s["sequences"], "tokens": s["tokens"], "accepted": s["accepted"],
             "acceptance_rate": s["accepted"] / s["sequences"] if s["sequences"] else None,
             "eps_hat_max": s["eps_max"] if s["eps_n"] else None,
-            "eps_hat_mean": s["eps_sum"] / s["eps_n"] if s["eps_n"] else None,
-            "delta_hat": _js(s["delta_max"]) if s["eps_n"] else None,
-            "mean_k3": s["k3_sum"] / s["ok_tokens"] if s["ok_tokens"] else None,
+            "eps_hat_mean": run.step_total(s, "eps") / s["eps_n"] if s["eps_n"] else None,
+            "delta_hat": finite_or_none(s["delta_max"]) if s["eps_n"] else None,
+            "mean_k3": run.step_total(s, "k3") / s["ok_tokens"] if s["ok_tokens"] else None,
             "status_counts": s["status"],
             "metrics": run.metrics.step(step),
         })
@@ -602,12 +562,12 @@ def _summarise(run, opts, budget, threshold_source, T_ref_opt):
         "status_counts": {"tokens": run.tok_counts, "sequences": run.seq_counts},
         "accepted": run.accepted,
         "acceptance_rate": run.accepted / run.sequences if run.sequences else None,
-        "eps_hat": _js(eps_hat), "eps_hat_mean": run.eps_sum / n_ok if n_ok else None,
-        "tv_lo_max": run.tv_lo_max if n_ok else None, "delta_hat": _js(delta_hat), "T_ref": T_ref,
-        "mean_A_y": _js(mean_A), "mean_A_y_own_weights": run.A_sum / n_ok if n_ok else None,
-        "kl_seq_mean": _js(run.kl_seq_sum / n_ok) if (n_ok and delta_hat is not None) else None,
-        "tv_seq_mean": run.tv_seq_sum / n_ok if n_ok else None,
-        "mean_k3": run.k3_sum / run.ok_tokens if run.ok_tokens else None,
+        "eps_hat": finite_or_none(eps_hat), "eps_hat_mean": run.total("eps") / n_ok if n_ok else None,
+        "tv_lo_max": run.tv_lo_max if n_ok else None, "delta_hat": finite_or_none(delta_hat), "T_ref": T_ref,
+        "mean_A_y": finite_or_none(mean_A), "mean_A_y_own_weights": run.total("A") / n_ok if n_ok else None,
+        "kl_seq_mean": finite_or_none(run.total("kl_seq") / n_ok) if (n_ok and delta_hat is not None) else None,
+        "tv_seq_mean": run.total("tv_seq") / n_ok if n_ok else None,
+        "mean_k3": run.total("k3") / run.ok_tokens if run.ok_tokens else None,
         "threshold": opts["threshold"], "threshold_source": threshold_source,
         "threshold_passed": bool(n_ok) and run.seq_counts["DATA_ERROR"] == 0 and eps_hat is not None and (
             (eps_hat <= opts["threshold"]) if opts["mode"] == "tv" else
@@ -620,12 +580,12 @@ def _summarise(run, opts, budget, threshold_source, T_ref_opt):
     options.update({"budget": budget, "T_ref": T_ref_opt})
     return {
         "summary": summary,
-        "bounds": {k: (_js(v) if k != "argmin" else v) for k, v in bounds.items()},
-        "bounds_simplified": {k: (_js(v) if k != "valid" else v) for k, v in simplified.items()},
+        "bounds": {k: (finite_or_none(v) if k != "argmin" else v) for k, v in bounds.items()},
+        "bounds_simplified": {k: (finite_or_none(v) if k != "valid" else v) for k, v in simplified.items()},
         "budget": budget_out,
         "steps": steps,
         "length_buckets": buckets,
-        "errors": sorted(run.errors, key=lambda e: e["line"]),
+        "errors": run.first_errors(),
         "caveats": caveats,
         "options": options,
     }

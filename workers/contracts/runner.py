@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 
 from . import SUITE_VERSION
 from .loader import Contract, load_suite
+from workers.jsonsafe import finite_or_none
 
 VERDICTS = ("PASS", "FAIL", "NOT_APPLICABLE", "NOT_DECLARED", "QUALITY_WARNING", "INCONCLUSIVE", "CRASH",
             "TIMEOUT")
@@ -23,14 +24,10 @@ DEFAULT_TIME_LIMIT_S = 120.0
 DEFAULT_MEMORY_LIMIT_MB = 4096
 
 
-def _json_num(x):
-    if x is None:
-        return None
-    x = float(x)
-    return x if math.isfinite(x) else None  # JSON has no inf/NaN: null, with the reason/signature saying why
-
-
 def _json_safe(obj):
+    """Signatures and traces keep an infinite error as "inf" (the finding itself; null would read as "not
+    measured"); the headline numbers go through :func:`workers.jsonsafe.finite_or_none` instead (the reason and
+    ``margin_infinite`` say why one is null)."""
     if isinstance(obj, dict):
         return {str(k): _json_safe(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -83,7 +80,7 @@ class Verdict:
     def to_dict(self, *, include_trace: bool = True) -> dict:
         d = asdict(self)
         for k in ("statistic", "bound", "margin"):
-            d[k] = _json_num(d[k])
+            d[k] = finite_or_none(d[k])
         if not include_trace:
             d.pop("trace")
         return _json_safe(d)

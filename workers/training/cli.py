@@ -3,18 +3,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 
-
-def _safe(x):
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _safe(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_safe(v) for v in x]
-    return x
+from workers.jsonsafe import json_safe
 
 
 def main(argv=None) -> int:
@@ -43,7 +34,7 @@ def main(argv=None) -> int:
         res = audit(device=args.device, batch=args.batch, length=args.length, topk=args.topk,
                     numerics=args.numerics, seed=args.seed,
                     losses=args.losses.split(",") if args.losses else None)
-        text = json.dumps(_safe(res), indent=1)
+        text = json.dumps(json_safe(res), indent=1)
         if args.out:
             with open(args.out, "w") as f:
                 f.write(text)
@@ -56,7 +47,7 @@ def main(argv=None) -> int:
     from workers.training.tightness import run
     res = run(args.out, V=args.V, T=args.T, reward=args.reward)
     if args.json:
-        print(json.dumps(_safe({c: {k: v for k, v in r.items()} for c, r in res.items()}), indent=1))
+        print(json.dumps(json_safe({c: {k: v for k, v in r.items()} for c, r in res.items()}), indent=1))
     else:
         for c, r in res.items():
             print(f"constants={c}: all bounds hold: {r['all_hold']}")
