@@ -63,6 +63,7 @@ INSTALLED_APPS = [
     "audit_portal.kernels",
     "audit_portal.attestations",
     "audit_portal.training",
+    "audit_portal.alerts",
     "audit_portal.dashboards",
 ]
 
@@ -195,6 +196,15 @@ else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     # The in-memory layer cannot hear a worker in another process; consumers poll the job rows instead.
     PROGRESS_POLL_SECONDS = 1.0
+
+# --- alerts (audit_portal/alerts, docs/alerts.md) ------------------------------------------------------
+# A webhook URL whose host resolves to a loopback, private, link-local (cloud metadata), CGNAT, unique-local or other
+# non-public address is refused, at save and at every delivery (SSRF): set 1 where the receivers are internal.
+ALERT_WEBHOOK_ALLOW_PRIVATE = env_bool("ALERT_WEBHOOK_ALLOW_PRIVATE", False)
+ALERT_WEBHOOK_TIMEOUT_SECONDS = float(os.environ.get("ALERT_WEBHOOK_TIMEOUT_SECONDS", 5))  # connect, and each read
+ALERT_WEBHOOK_MAX_ATTEMPTS = int(os.environ.get("ALERT_WEBHOOK_MAX_ATTEMPTS", 6))
+ALERT_WEBHOOK_BACKOFF_SECONDS = float(os.environ.get("ALERT_WEBHOOK_BACKOFF_SECONDS", 10))  # doubles per retry
+ALERT_WEBHOOK_MAX_PAYLOAD_BYTES = 16 * 1024
 
 # --- API ---------------------------------------------------------------------------------------------
 REST_FRAMEWORK = {

@@ -27,6 +27,7 @@ urlpatterns = [
     path("", include("audit_portal.kernels.urls")),
     path("", include("audit_portal.attestations.urls")),
     path("", include("audit_portal.training.urls")),
+    path("", include("audit_portal.alerts.urls")),
 ]
 
 handler404 = "audit_portal.core.views.not_found"

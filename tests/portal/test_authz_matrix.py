@@ -63,6 +63,7 @@ OWN_SLUG, FOREIGN_SLUG = "authz-own-k3q", "authz-foreign-z8w"
 TOY_VOCAB = b'{"0": "a", "1": "b", "2": "c"}'
 TOY_VOCAB_2 = b'{"0": "x", "1": "y", "2": "z"}'  # registered by the matrix's POSTs: new, so 201 when allowed
 CONTRACT_CLASS = "C-PRC-01"
+ALERT_RULE = {"name": "over budget", "kind": "budget", "threshold": 0.1}
 TRAINING_TINY = {"vocab": 16, "d_model": 16, "n_layers": 1, "n_heads": 2, "max_len": 16, "batch": 4, "group": 2,
                  "prompt_len": 3, "length": 4, "topk": 4, "losses": ["ppo"]}
 
@@ -86,6 +87,7 @@ class Objects:
     badge_token: str = ""
     victim_key: int = 0
     training_audit: int = 0
+    alert_rule: int = 0
 
 
 @dataclass
@@ -135,8 +137,11 @@ def _populate(project, owner) -> Objects:
 
     badge_token = kernel_services.publish_badge(subs[0].implementation)
     training = training_services.submit(project=project, data=TRAINING_TINY, submitted_by="authz")
+    from audit_portal.alerts import services as alert_services
+
+    rule = alert_services.create_rule(project=project, data=ALERT_RULE, created_by="authz")
     assert training_step_audit(training.job_id) == "succeeded", Job.objects.get(pk=training.job_id).error
-    return Objects(training_audit=training.pk, slug=project.slug, upload=upload.pk, run=upload.run_id, job=Job.objects.get(
+    return Objects(training_audit=training.pk, alert_rule=rule.pk, slug=project.slug, upload=upload.pk, run=upload.run_id, job=Job.objects.get(
         subject_id=upload.pk, kind="validate_upload").pk, queued_job=queued.pk, certificate=certificate.pk,
         report=report.pk, call=report.calls.order_by("line").first().pk, submission=subs[0].pk,
         submission_b=subs[1].pk, implementation=subs[0].implementation_id, badge_token=badge_token,
@@ -317,6 +322,20 @@ ENDPOINTS: dict[tuple[str, str], Access] = {
         "read", lambda o: f"/api/v1/training-audits/{o.training_audit}/"),
     ("api/v1/training-audits/<int:pk>/tokens/", "GET"): Access(
         "read", lambda o: f"/api/v1/training-audits/{o.training_audit}/tokens/"),
+    # --- API and page: alerts ----------------------------------------------------------------------------------------
+    (P + "alert-rules/", "GET"): Access("read", lambda o: f"/api/v1/projects/{o.slug}/alert-rules/"),
+    (P + "alert-rules/", "POST"): Access("submit", lambda o: f"/api/v1/projects/{o.slug}/alert-rules/", ok=(201,),
+                                         body=lambda: ALERT_RULE),
+    ("api/v1/alert-rules/<int:pk>/", "GET"): Access("read", lambda o: f"/api/v1/alert-rules/{o.alert_rule}/"),
+    ("api/v1/alert-rules/<int:pk>/", "DELETE"): Access("submit", lambda o: f"/api/v1/alert-rules/{o.alert_rule}/",
+                                                       ok=(204,)),
+    ("api/v1/runs/<int:pk>/alerts/", "GET"): Access("read", lambda o: f"/api/v1/runs/{o.run}/alerts/"),
+    ("p/<slug:slug>/alerts/", "GET"): _page("read", lambda o: f"/p/{o.slug}/alerts/"),
+    ("p/<slug:slug>/alerts/", "POST"): _page("submit", lambda o: f"/p/{o.slug}/alerts/", fmt="form",
+                                             body=lambda: ALERT_RULE),
+    ("p/<slug:slug>/alerts/<int:pk>/delete/", "POST"): _page(
+        "submit", lambda o: f"/p/{o.slug}/alerts/{o.alert_rule}/delete/", ok=(302,), fmt="form",
+        ok_location=f"/p/{OWN_SLUG}/alerts/"),
     # --- API: signed certificates and the transparency log (keys, checkpoints, proofs are public) -----------------
     ("api/v1/keys/", "GET"): Access("public", lambda o: "/api/v1/keys/"),
     ("api/v1/log/checkpoint/", "GET"): Access("public", lambda o: "/api/v1/log/checkpoint/"),

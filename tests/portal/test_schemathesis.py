@@ -34,7 +34,7 @@ PK_OBJECT = {"/api/v1/uploads/": "upload", "/api/v1/runs/": "run", "/api/v1/jobs
              "/api/v1/jobs/{id}/cancel/": "queued_job", "/api/v1/certificates/": "certificate",
              "/api/v1/fidelity/reports/": "report", "/api/v1/fidelity/calls/": "call",
              "/api/v1/kernel-submissions/": "submission", "/api/v1/implementations/": "implementation",
-             "/api/v1/projects/{slug}/api-keys/": "victim_key"}
+             "/api/v1/projects/{slug}/api-keys/": "victim_key", "/api/v1/alert-rules/": "alert_rule"}
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,53 @@
+"""Reads for alerts, scoped by the caller's readable projects (a foreign rule or run is a 404); and the run snapshot
+the evaluation reads (internal: called by the worker's task, never with a caller's input)."""
+from __future__ import annotations
+
+from django.http import Http404
+
+from audit_portal.accounts.principal import Principal
+from audit_portal.alerts.models import AlertEvent, AlertRule, AlertState, WebhookDelivery
+
+
+def rules_for(principal: Principal, project=None):
+    qs = AlertRule.objects.filter(project__in=principal.readable_projects()).select_related("project")
+    return qs.filter(project=project) if project is not None else qs
+
+
+def get_rule(principal: Principal, rule_id: int, project=None) -> AlertRule:
+    rule = rules_for(principal, project).filter(pk=rule_id).first()
+    if rule is None:
+        raise Http404("No such alert rule.")
+    return rule
+
+
+def states_of(rule: AlertRule, limit: int = 50):
+    """The rule's state per run, firing ones first, then the most recently evaluated."""
+    return rule.states.select_related("run").order_by("-firing", "-evaluated_at", "-id")[:limit]
+
+
+def states_for_run(run) -> dict[int, AlertState]:
+    return {s.rule_id: s for s in AlertState.objects.filter(run=run)}
+
+
+def events_for(project, limit: int = 50):
+    return AlertEvent.objects.filter(rule__project=project).select_related("rule", "run")[:limit]
+
+
+def deliveries_for(project, limit: int = 50):
+    return WebhookDelivery.objects.filter(event__rule__project=project).select_related(
+        "event__rule", "event__run")[:limit]
+
+
+def run_snapshot(run) -> dict:
+    """The run so far as rules.py reads it: the run's live aggregate when steps stream in (audit_portal/live), else
+    its newest complete certificate."""
+    from audit_portal.certificates.models import RunCertificate
+
+    certificate = RunCertificate.objects.filter(run=run, state=RunCertificate.State.COMPLETE).order_by(
+        "-created_at", "-id").first()
+    if certificate is None:
+        return {"certified": False, "best_bound": None, "steps": []}
+    steps = [{"step": s.step, "eps_hat_max": s.eps_hat_max, "abs_diff_mean": (s.metrics or {}).get("abs_diff_mean"),
+              "mis_mask_rate": (s.metrics or {}).get("mis_mask_rate")}
+             for s in certificate.steps.order_by("step").only("step", "eps_hat_max", "metrics")]
+    return {"certified": True, "best_bound": certificate.best_bound, "steps": steps}

@@ -1,0 +1,176 @@
+"""Writes for alerts: rules (checked, secret generated), evaluation of a run (one event per crossing) and the
+webhook deliveries' bookkeeping. The POST itself is webhooks.py, run by the Celery task workers/tasks/alerts.py."""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import secrets
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from audit_portal.alerts import events, rules, webhooks
+from audit_portal.alerts.models import AlertEvent, AlertRule, AlertState, WebhookDelivery
+from audit_portal.core.errors import PortalError
+
+log = logging.getLogger(__name__)
+DELIVER_TASK = "workers.tasks.deliver_alert_webhook"
+
+
+class InvalidAlertRule(PortalError):
+    default_code = "invalid_alert_rule"
+
+
+def _bad(field: str, message: str):
+    return InvalidAlertRule(f"{field}: {message}", extra={"field": field})
+
+
+def check_rule(data) -> dict:
+    """The fields of a new rule, checked (a 400 ``invalid_alert_rule`` naming the field otherwise)."""
+    if not isinstance(data, dict):
+        raise _bad("body", "send a JSON object")
+    name = data.get("name")
+    if not isinstance(name, str) or not name.strip() or len(name) > 100:
+        raise _bad("name", "1 to 100 characters")
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):  # NUL cannot be stored; the rest would garble pages
+        raise _bad("name", "no control characters")
+    kind = data.get("kind")
+    if kind not in rules.KINDS:
+        raise _bad("kind", f"one of {', '.join(rules.KINDS)}")
+    try:
+        threshold = float(data.get("threshold"))
+    except (TypeError, ValueError):
+        raise _bad("threshold", "a number") from None
+    if not math.isfinite(threshold) or isinstance(data.get("threshold"), bool):
+        raise _bad("threshold", "a finite number")
+    window = data.get("window")
+    window = 5 if window in (None, "") else window
+    try:
+        window = int(window)
+    except (TypeError, ValueError):
+        raise _bad("window", "a whole number of steps") from None
+    low = 2 if kind in (rules.EPS_RISING, rules.ABS_DIFF_RISING) else 1
+    if not low <= window <= rules.MAX_WINDOW:
+        raise _bad("window", f"from {low} to {rules.MAX_WINDOW} steps")
+    url = (data.get("webhook_url") or "").strip()
+    if url:
+        try:
+            webhooks.resolve(url, allow_private=settings.ALERT_WEBHOOK_ALLOW_PRIVATE)
+        except webhooks.UnsafeWebhookURL as exc:
+            raise _bad("webhook_url", str(exc)) from None
+    enabled = data.get("enabled", True)
+    return {"name": name.strip(), "kind": kind, "threshold": threshold, "window": window, "webhook_url": url,
+            "enabled": enabled not in (False, "false", "0", "off", "")}
+
+
+def create_rule(*, project, data, created_by: str) -> AlertRule:
+    """A new rule with a fresh signing secret (returned on the object once: ``rule.secret``)."""
+    fields = check_rule(data)
+    return AlertRule.objects.create(project=project, secret=secrets.token_urlsafe(32), created_by=created_by[:150],
+                                    **fields)
+
+
+def delete_rule(rule: AlertRule) -> None:
+    rule.delete()
+
+
+# --- evaluation ------------------------------------------------------------------------------------------------------
+def evaluate_run(run, snapshot: dict) -> list[AlertEvent]:
+    """Every enabled rule of the run's project against ``snapshot`` (rules.py). A rule whose answer flips from no to
+    yes raises a ``fired`` event (and a webhook delivery when it has a URL); yes to no re-arms it (a ``resolved``
+    event, no webhook). Unchanged answers raise nothing, so a rule fires once per crossing however often a run is
+    evaluated. Row locks make two evaluations of one run at once (two segments certified together) raise one event."""
+    raised: list[AlertEvent] = []
+    now = timezone.now()
+    with transaction.atomic():
+        for rule in AlertRule.objects.filter(project_id=run.project_id, enabled=True).order_by("pk"):
+            verdict = rules.evaluate(rule.kind, rule.threshold, rule.window, snapshot)
+            _, created = AlertState.objects.get_or_create(rule=rule, run=run)
+            state = AlertState.objects.select_for_update().get(rule=rule, run=run)
+            state.evaluated_at = now
+            if verdict.holds is not None or created:  # an undecidable moment keeps the last decided value
+                state.value, state.message = verdict.value, verdict.message[:500]
+            if verdict.holds is not None and verdict.holds != state.firing:
+                state.firing, state.changed_at = verdict.holds, now
+                state.fired_count += int(verdict.holds)
+                event = AlertEvent.objects.create(rule=rule, run=run, value=verdict.value, message=state.message,
+                                                  kind=AlertEvent.FIRED if verdict.holds else AlertEvent.RESOLVED)
+                if verdict.holds and rule.webhook_url:
+                    delivery = WebhookDelivery.objects.create(event=event, url=rule.webhook_url,
+                                                              payload=payload(event).decode())
+                    transaction.on_commit(lambda pk=delivery.pk: enqueue_delivery(pk))
+                raised.append(event)
+            state.save()
+        for event in raised:
+            transaction.on_commit(lambda e=event: events.publish_alert(e))
+    return raised
+
+
+def payload(event: AlertEvent) -> bytes:
+    """The webhook body: small by construction (every text field is cut to its column's limit) and refused above
+    ALERT_WEBHOOK_MAX_PAYLOAD_BYTES, so a receiver never gets an unbounded body."""
+    rule, run = event.rule, event.run
+    body = {"type": f"alert.{event.kind}", "event_id": event.pk, "created_at": event.created_at.isoformat(),
+            "project": rule.project.slug,
+            "rule": {"id": rule.pk, "name": rule.name, "kind": rule.kind, "threshold": rule.threshold,
+                     "window": rule.window},
+            "run": {"id": run.pk, "name": run.name, "page": f"/p/{rule.project.slug}/runs/{run.pk}/"},
+            "value": event.value if event.value is None or math.isfinite(event.value) else None,
+            "message": event.message}
+    data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    if len(data) > settings.ALERT_WEBHOOK_MAX_PAYLOAD_BYTES:
+        raise ValueError(f"webhook payload of {len(data)} bytes exceeds ALERT_WEBHOOK_MAX_PAYLOAD_BYTES")
+    return data
+
+
+# --- deliveries ------------------------------------------------------------------------------------------------------
+def enqueue_delivery(delivery_id: int, countdown: float = 0) -> bool:
+    """Send the delivery task by name (keyword argument: jobs/signals.py treats a positional int as a Job id)."""
+    from audit_portal.celery import app as celery_app
+
+    try:
+        celery_app.send_task(DELIVER_TASK, kwargs={"delivery_id": delivery_id}, queue="cpu", countdown=countdown,
+                             retry=False)
+        return True
+    except Exception as exc:  # noqa: BLE001 - the row stays pending, with the reason on the alerts page
+        log.error("could not enqueue webhook delivery %s: %s", delivery_id, exc)
+        WebhookDelivery.objects.filter(pk=delivery_id).update(last_error=f"queue unreachable: {exc}"[:500])
+        return False
+
+
+def backoff(attempt: int) -> float:
+    """Seconds before attempt ``attempt + 1``: doubling from ALERT_WEBHOOK_BACKOFF_SECONDS, capped at 15 minutes."""
+    return min(settings.ALERT_WEBHOOK_BACKOFF_SECONDS * 2 ** max(0, attempt - 1), 900.0)
+
+
+def attempt(delivery_id: int) -> tuple[str, float | None]:
+    """One delivery attempt, from the task: ``("delivered"|"failed"|"skipped", None)`` or ``("retry", seconds)``."""
+    with transaction.atomic():
+        delivery = WebhookDelivery.objects.select_for_update().filter(pk=delivery_id).select_related(
+            "event__rule").first()
+        if delivery is None or delivery.state != WebhookDelivery.PENDING:
+            return "skipped", None  # a redelivered task after the outcome was stored
+        delivery.attempts += 1
+        delivery.last_attempt_at = timezone.now()
+        delivery.save(update_fields=["attempts", "last_attempt_at"])
+    rule = delivery.event.rule
+    outcome = webhooks.post(delivery.url, delivery.payload.encode(), secret=rule.secret,
+                            event_id=str(delivery.event_id), timeout=settings.ALERT_WEBHOOK_TIMEOUT_SECONDS,
+                            allow_private=settings.ALERT_WEBHOOK_ALLOW_PRIVATE)
+    delivery.last_status, delivery.last_error = outcome.status, outcome.error[:500]
+    delivery.last_response, delivery.last_seconds = outcome.response[:2048], round(outcome.seconds, 4)
+    verdict, delay = "retry", None
+    if outcome.ok:
+        verdict = delivery.state = WebhookDelivery.DELIVERED
+    elif not outcome.retry or delivery.attempts >= settings.ALERT_WEBHOOK_MAX_ATTEMPTS:
+        verdict = delivery.state = WebhookDelivery.FAILED
+    else:
+        delay = backoff(delivery.attempts)
+        delivery.next_attempt_at = timezone.now() + timedelta(seconds=delay)
+    if verdict != "retry":
+        delivery.finished_at, delivery.next_attempt_at = timezone.now(), None
+    delivery.save()
+    return verdict, delay

@@ -1,0 +1,31 @@
+"""A certificate that completes queues the run's follow-up (workers/tasks/alerts.py: merge into the run's live view,
+evaluate the project's alert rules). A receiver rather than a call in the certify task: certificates are completed
+by more than one path (one pass, chunks merged), and the follow-up runs as its own task so that its failure can never
+fail the certificate's job."""
+from __future__ import annotations
+
+import logging
+
+from django.db import transaction
+from django.db.models.signals import post_save
+from django.dispatch import receiver
+
+from audit_portal.certificates.models import RunCertificate
+
+log = logging.getLogger(__name__)
+TASK = "workers.tasks.run_certificate_completed"
+
+
+def _send(certificate_id: int) -> None:
+    from audit_portal.celery import app as celery_app
+
+    try:  # keyword argument: jobs/signals.py reads a positional int as a Job id
+        celery_app.send_task(TASK, kwargs={"certificate_id": certificate_id}, queue="cpu", retry=False)
+    except Exception as exc:  # noqa: BLE001 - alerts lag until the run's next certificate; the certificate stands
+        log.error("could not queue the follow-up of certificate %s: %s", certificate_id, exc)
+
+
+@receiver(post_save, sender=RunCertificate, dispatch_uid="audit_portal.alerts.certificate_completed")
+def certificate_completed(sender, instance: RunCertificate, **kwargs) -> None:
+    if instance.state == RunCertificate.State.COMPLETE and instance.run_id is not None:
+        transaction.on_commit(lambda pk=instance.pk: _send(pk))

@@ -1,0 +1,10 @@
+"""Pages of the alerts app (mounted at the site root by audit_portal/urls.py)."""
+from django.urls import path
+
+from audit_portal.alerts import views
+
+app_name = "alerts"
+urlpatterns = [
+    path("p/<slug:slug>/alerts/", views.alerts_page, name="page"),
+    path("p/<slug:slug>/alerts/<int:pk>/delete/", views.delete_rule, name="delete"),
+]
