@@ -8,6 +8,8 @@ class AttestationsConfig(AppConfig):
     verbose_name = "Signed certificates and the transparency log"
 
     def ready(self):
+        from audit_portal.attestations import consistency  # noqa: F401  (registers the log's consistency check)
+
         _let_sqlite_flush_empty_the_log()
 
 

@@ -160,35 +160,54 @@ def test_a_stray_file_is_a_half_stored_upload_once_the_grace_period_passed(proce
     assert not ok and "stray file uploads/ab/" in out and "half-stored" in out
 
 
-def test_the_transparency_log_is_verified_when_the_app_is_installed(processed, monkeypatch):
-    monkeypatch.setattr(consistency.apps, "is_installed", lambda name: True)
+def test_the_transparency_log_check_is_registered_by_its_app_and_reports_what_verify_log_finds(processed, monkeypatch):
+    from audit_portal.attestations import consistency as log_check
+    from audit_portal.attestations.selectors import LogVerification
+
     calls = []
 
     def verify_log():
         calls.append(1)
-        return {"ok": False, "problems": ["entry 3: hash chain broken"]}
+        outcome = LogVerification()
+        outcome.problem("entry 3: hash chain broken")
+        outcome.warn("the witness lags the log by 2 entries")
+        return outcome
 
-    monkeypatch.setattr(consistency, "_find_verify_log", lambda: verify_log)
-    ok, out = run_check()
-    assert calls and not ok and "transparency log: entry 3: hash chain broken" in out
+    monkeypatch.setattr(log_check.selectors, "verify_log", verify_log)
+    report = consistency.check(rehash=False)
+    assert calls == [1] and not report.ok
+    assert "transparency log: entry 3: hash chain broken" in report.problems
+    assert "transparency log: the witness lags the log by 2 entries" in report.warnings
 
-    monkeypatch.setattr(consistency, "_find_verify_log", lambda: (lambda: True))
+    monkeypatch.setattr(log_check.selectors, "verify_log", LogVerification)  # a log with nothing wrong
     ok, out = run_check()
     assert ok and "transparency_log=1" in out
 
     def raising():
         raise ValueError("signature mismatch at index 7")
 
-    monkeypatch.setattr(consistency, "_find_verify_log", lambda: raising)
+    monkeypatch.setattr(log_check.selectors, "verify_log", raising)
     ok, out = run_check()
     assert not ok and "signature mismatch at index 7" in out
 
 
-def test_the_real_transparency_log_is_verified_and_a_forged_entry_is_caught(processed):
-    from django.apps import apps
+def test_jobs_runs_the_checks_each_app_registered_without_importing_the_apps():
+    """The registry is filled by the apps' ready(): every domain app's checks are there, and jobs.consistency
+    itself names no app above it (its source imports only jobs and Django)."""
+    import inspect
 
-    if not apps.is_installed(consistency.ATTESTATIONS_APP):
-        pytest.skip("the attestations app is not installed")
+    kinds = set(consistency._JOB_CHECKS)
+    assert {"validate_upload", "certify_upload", "fidelity_audit", "run_kernel_submission",
+            "calibrate_contracts"} <= kinds
+    owners = {fn.__module__ for fn in consistency._CHECKS} | {fn.__module__ for fn in consistency._JOB_CHECKS.values()}
+    assert {"audit_portal.runs.consistency", "audit_portal.certificates.consistency", "audit_portal.fidelity.consistency",
+            "audit_portal.kernels.consistency", "audit_portal.attestations.consistency"} <= owners
+    source = inspect.getsource(consistency)
+    for app in ("runs", "certificates", "fidelity", "kernels", "attestations", "training"):
+        assert f"audit_portal.{app}" not in source.split('"""', 2)[2], app
+
+
+def test_the_real_transparency_log_is_verified_and_a_forged_entry_is_caught(processed):
     from audit_portal.attestations.models import LogEntry
 
     ok, out = run_check()
