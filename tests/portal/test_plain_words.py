@@ -36,6 +36,9 @@ def test_engine_text_loses_its_section_references():
     assert plain("no finite token KL can be certified (spec §5.3); delta_hat is null") == \
         "no finite token KL can be certified; delta_hat is null"
     assert plain("trusted (spec/fidelity.md §4.3, §6.1): it") == "trusted: it"
+    assert plain("no finite token KL can be certified (docs/intervals.md#kl-bounds); delta_hat is null") == \
+        "no finite token KL can be certified; delta_hat is null"
+    assert plain("trusted (docs/fcr.md#conventions, docs/fidelity-rules.md#definitions): it") == "trusted: it"
     assert "caps=False" not in plain("Top-K caps assume rollout.top_k is the engine's true top-K (descending); pass "
                                      "caps=False if it is not. trainer.top_k is treated as an arbitrary subset")
 

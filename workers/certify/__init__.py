@@ -1,17 +1,17 @@
-"""Divergence certificates for RL training runs (spec/certificates.md §5).
+"""Divergence certificates for RL training runs (docs/certify.md#what-is-certified).
 
 Importing this package is cheap: the torch-based parts load on first use (module ``__getattr__``), so
 ``import workers.certify.bounds`` — used by the web process for bound-vs-T curves — never imports torch.
 
 Modules (each readable on its own):
 
-* :mod:`.bounds`      TRM bounds, B*, budget inversion (no torch)                        §1.5, §5.6, §5.7
-* :mod:`.estimators`  per-token estimators from sampled-token log-probs                  §5.1
-* :mod:`.robust`      storage-precision error model η and token statuses                 §5.5
-* :mod:`.intervals`   two-sided TV intervals from top-K lists / full q, KL bounds         §5.2, §5.3
-* :mod:`.adaptive`    adaptive-K envelopes, tolerance and decision rules                 §5.4
-* :mod:`.sequence`    sequence certificates, TRM masks, batch statistics                 §5.6
-* :mod:`.masks`       training masks: DPPO, C-DPPO, verl heuristic rejection             §3.2, §2.2
+* :mod:`.bounds`      TRM bounds, B*, budget inversion (no torch)           docs/bounds.md#the-bounds
+* :mod:`.estimators`  per-token estimators from sampled-token log-probs     docs/intervals.md#per-token-estimators
+* :mod:`.robust`      storage-precision error model η and token statuses    docs/intervals.md#error-robust-widening
+* :mod:`.intervals`   two-sided TV intervals from top-K lists / full q, KL  docs/intervals.md#tv-interval-from-top-k-lists
+* :mod:`.adaptive`    adaptive-K envelopes, tolerance and decision rules    docs/intervals.md#adaptive-k
+* :mod:`.sequence`    sequence certificates, TRM masks, batch statistics    docs/bounds.md#sequence-certificate
+* :mod:`.masks`       training masks: DPPO, C-DPPO, verl heuristic rejection  docs/masks.md
 * :mod:`.file`        ``certify_file``: streaming over fcr/1 JSONL / gzip
 * :mod:`.cli`         ``python -m workers.certify``
 """

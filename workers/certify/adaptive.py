@@ -1,4 +1,4 @@
-"""Adaptive K (spec/certificates.md §5.4): intervals for every list prefix K = 0..K_max and their running envelopes.
+"""Adaptive K (docs/intervals.md#adaptive-k): intervals for every list prefix K = 0..K_max and their running envelopes.
 
 lo(K), hi(K) use the first K entries of each side's list plus the sampled token (Theorem A with caps: a prefix of a
 top-K list is a top-K' list). Every lo(K) and hi(K) is a valid bound, hence so are the envelopes
@@ -45,7 +45,7 @@ def interval_envelopes(p_ids, p_lp, q_ids, q_lp, sampled_id, logp_roll_y, logp_t
 
 def adaptive_k(p_ids, p_lp, q_ids, q_lp, sampled_id, logp_roll_y, logp_train_y, *, tol=None, threshold=None,
                K_max=None, caps: bool = True, precision="exact", eta=None):
-    """Adaptive-K rule (§5.4). Returns ``(K, lo, hi, status)`` per position.
+    """Adaptive-K rule (docs/intervals.md#adaptive-k). Returns ``(K, lo, hi, status)`` per position.
 
     * Decision rule (``threshold`` θ given): the first K with HI(K) ≤ θ (status IN) or LO(K) > θ (OUT);
       otherwise UNDETERMINED with the K_max envelope.

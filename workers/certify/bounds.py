@@ -1,13 +1,13 @@
-"""TRM surrogate-error bounds and their budget inversion (spec/certificates.md §1.5, §5.6, §5.7).
+"""TRM surrogate-error bounds and their budget inversion (docs/bounds.md#the-bounds, docs/bounds.md#budget-inversion).
 
 This module imports **no torch** (math and numpy only): the web process imports it to draw bound-vs-T curves.
 
-Notation (§1.3): ``eps`` = ε = max token TV, ``delta`` = δ = max token KL(π_roll‖π_θ), ``kl_seq`` = D_KL^seq,
-``tv_seq`` = D_TV^seq, ``tv_profile`` = D̄_t (expected TV at position t = 1..T). Positions are 1-based; the
+Notation (docs/bounds.md#setup-and-notation): ``eps`` = ε = max token TV, ``delta`` = δ = max token
+KL(π_roll‖π_θ), ``kl_seq`` = D_KL^seq, ``tv_seq`` = D_TV^seq, ``tv_profile`` = D̄_t (expected TV at position t = 1..T). Positions are 1-based; the
 Pinsker-Marginal and Coupling sums run over k = t−1 = 0..T−1; the Adaptive weights use T−t = T−1..0.
 
-Constants (§5.7): ``"paper"`` uses the papers' factor 4 (default, reproduces their tables); ``"tight"`` halves every
-bound (valid for R ∈ [0, 1] because ‖g_t‖∞ ≤ min(1, ε, √(δ/2)) and Error is invariant under R → R − ½).
+Constants (docs/bounds.md#tight-constants): ``"paper"`` uses the papers' factor 4 (default, reproduces their
+tables); ``"tight"`` halves every bound (valid for R ∈ [0, 1] because ‖g_t‖∞ ≤ min(1, ε, √(δ/2)) and Error is invariant under R → R − ½).
 Every bound is multiplied by ``reward_range`` = r_max − r_min.
 """
 from __future__ import annotations
@@ -21,7 +21,8 @@ BOUND_IDS = (
     "classical_tv", "classical_kl", "pm_kl", "pm_tv", "mix_kl", "mix_tv",
     "coup", "adap_kl", "adap_tv", "adap_star", "linear",
 )
-#: Bounds whose budget inversion returns a KL threshold δ; all others return a TV threshold ε (ARCHITECTURE §5).
+#: Bounds whose budget inversion returns a KL threshold δ; all others return a TV threshold ε
+#: (docs/bounds.md#budget-inversion).
 KL_PARAMETERISED = ("classical_kl", "pm_kl", "mix_kl", "adap_kl")
 CONSTANTS = {"paper": 4.0, "tight": 2.0}
 
@@ -40,9 +41,9 @@ def _check_nonneg(name, x):
 
 
 def sum_sqrt_capped(T: int, delta: float) -> float:
-    """S_√(T, δ) = Σ_{k=0}^{T−1} min(1, √(kδ/2)) (§1.5).
+    """S_√(T, δ) = Σ_{k=0}^{T−1} min(1, √(kδ/2)) (docs/bounds.md#the-bounds).
 
-    Closed form of §5.6: √(δ/2)·Σ_{k=0}^{m} √k + (T−1−m) with m = min(T−1, ⌊2/δ⌋). The boundary term is 1 on either
+    Closed form: √(δ/2)·Σ_{k=0}^{m} √k + (T−1−m) with m = min(T−1, ⌊2/δ⌋). The boundary term is 1 on either
     side of the cap, so rounding of ⌊2/δ⌋ does not matter.
     """
     if T <= 1 or delta == 0:
@@ -56,7 +57,8 @@ def sum_sqrt_capped(T: int, delta: float) -> float:
 
 
 def sum_lin_capped(T: int, eps: float) -> float:
-    """S_lin(T, ε) = Σ_{k=0}^{T−1} min(1, kε) = ε·m'(m'+1)/2 + (T−1−m'), m' = min(T−1, ⌊1/ε⌋) (§1.5, §5.6)."""
+    """S_lin(T, ε) = Σ_{k=0}^{T−1} min(1, kε) = ε·m'(m'+1)/2 + (T−1−m'), m' = min(T−1, ⌊1/ε⌋)
+    (docs/bounds.md#the-bounds)."""
     if T <= 1 or eps == 0:
         return 0.0
     m = T - 1 if 1.0 / eps >= T - 1 else int(math.floor(1.0 / eps))
@@ -67,7 +69,7 @@ def _profile(T: int, tv_profile, eps):
     """D̄_t as a float64 array of length T.
 
     A profile shorter than T is padded with zeros: positions after EOS are an absorbing state with zero divergence
-    (§5.6 "Variable lengths"). Without a profile but with ε, the worst case D̄_t ≡ ε is used (valid since D̄_t ≤ ε).
+    (docs/bounds.md#sequence-certificate). Without a profile but with ε, the worst case D̄_t ≡ ε is used (valid since D̄_t ≤ ε).
     """
     if tv_profile is None:
         if eps is None:
@@ -85,7 +87,8 @@ def _profile(T: int, tv_profile, eps):
 
 def trm_bounds(T: int, *, eps=None, delta=None, kl_seq=None, tv_seq=None, tv_profile=None,
                constants: str = "paper", reward_range: float = 1.0) -> dict:
-    """All TRM bounds on |J(π_θ) − J(π_roll) − L(π_θ)| that the given inputs allow (§5.6 table).
+    """All TRM bounds on |J(π_θ) − J(π_roll) − L(π_θ)| that the given inputs allow
+    (the table of docs/bounds.md#the-bounds).
 
     =============  ================================================  ==========
     id             formula (paper constants, reward range 1)         needs
@@ -105,8 +108,10 @@ def trm_bounds(T: int, *, eps=None, delta=None, kl_seq=None, tv_seq=None, tv_pro
 
     A key whose inputs are missing (or δ = +∞, "unbounded") is absent. If ``tv_profile`` is omitted but ``eps`` is
     given, the worst-case profile D̄_t ≡ ε is used (a valid upper bound, since D̄_t ≤ ε). ``best`` is the minimum of
-    the present bounds (B*, §1.5 item 6; the classical rows are dominated but reported) and ``argmin`` its id.
-    ``constants="tight"`` halves every bound (§5.7); all values are multiplied by ``reward_range``.
+    the present bounds (B*, docs/bounds.md#unified-bound-b; the classical rows are dominated but reported) and ``argmin``
+    its id.
+    ``constants="tight"`` halves every bound (docs/bounds.md#tight-constants); all values are multiplied by
+    ``reward_range``.
     """
     T = int(T)
     if T < 0:
@@ -120,7 +125,7 @@ def trm_bounds(T: int, *, eps=None, delta=None, kl_seq=None, tv_seq=None, tv_pro
     c = CONSTANTS[constants] * float(reward_range)
     out: dict = {}
     if delta is not None and not math.isfinite(delta):
-        delta = None  # unbounded KL: every KL row is unavailable (§5.6 "rows needing δ = +∞ are skipped")
+        delta = None  # unbounded KL: every KL row is unavailable (docs/bounds.md#the-bounds)
     if kl_seq is not None and not math.isfinite(kl_seq):
         kl_seq = None
     if eps is not None:
@@ -157,7 +162,7 @@ def trm_bounds(T: int, *, eps=None, delta=None, kl_seq=None, tv_seq=None, tv_pro
 
 
 def simplified_bounds(T: int, *, eps=None, delta=None, constants: str = "paper", reward_range: float = 1.0) -> dict:
-    """Paper-simplified Pinsker-Marginal forms (§1.5 item 2): (4/3)T^{3/2}δ and (8/3)T^{3/2}ε√(δ/2).
+    """Paper-simplified Pinsker-Marginal forms (docs/bounds.md#the-bounds): (4/3)T^{3/2}δ and (8/3)T^{3/2}ε√(δ/2).
 
     They upper-bound the exact sums only in the small-divergence regime δ ≤ 2/T; ``valid`` says whether it holds.
     """
@@ -174,7 +179,7 @@ def simplified_bounds(T: int, *, eps=None, delta=None, constants: str = "paper",
 def _bound_at(bound_id: str, T: int, x: float, fixed: dict) -> float:
     """Evaluate one bound with its free parameter (δ or ε) set to ``x``; worst cases for what is not fixed.
 
-    Worst cases (§5.6 "Budget-aware threshold"): D_KL^seq ≤ Tδ (chain rule), D_TV^seq ≤ min(1, Tε) (coupling),
+    Worst cases (docs/bounds.md#budget-inversion): D_KL^seq ≤ Tδ (chain rule), D_TV^seq ≤ min(1, Tε) (coupling),
     D̄_t ≤ ε (or ≤ min(1, √(δ/2)) by Pinsker for adap_kl), δ unknown ⇒ +∞ (the caps saturate). A fixed profile is
     clipped at ε: under the threshold, D̄_t ≤ ε holds by definition.
     """
@@ -220,7 +225,7 @@ def _bound_at(bound_id: str, T: int, x: float, fixed: dict) -> float:
 
 
 def budget_threshold(bound_id: str, T: int, budget: float, **fixed) -> float:
-    """Largest per-token threshold keeping ``bound_id`` ≤ ``budget`` at horizon ``T`` (§5.6).
+    """Largest per-token threshold keeping ``bound_id`` ≤ ``budget`` at horizon ``T`` (docs/bounds.md#budget-inversion).
 
     Returns δ for the KL-parameterised bounds (classical_kl, pm_kl, mix_kl, adap_kl) and ε for the others. Every
     bound is non-decreasing in its parameter, so the inversion is a bisection on [0, 2] (δ) or [0, 1] (ε); above
@@ -255,7 +260,7 @@ def budget_threshold(bound_id: str, T: int, budget: float, **fixed) -> float:
     return lo
 
 
-invert_budget = budget_threshold  # §5.8 name
+invert_budget = budget_threshold  # the name the first API draft used
 
 
 def guard_threshold(mode: str, T: int, budget: float, **fixed) -> tuple[float, str]:

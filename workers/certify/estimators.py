@@ -1,4 +1,4 @@
-"""Per-token estimators from the sampled token's two log-probs (spec/certificates.md §5.1 (i)).
+"""Per-token estimators from the sampled token's two log-probs (docs/intervals.md#per-token-estimators).
 
 a = log p(y) (rollout / engine), b = log q(y) (trainer), log ρ = b − a, ρ = π_θ/π_roll.
 Only ``bin_tv`` / ``tv_lo``, ``bin_kl`` and ``tv_hi`` are certificates; k1/k2/k3/TV-hat are single-sample
@@ -17,7 +17,8 @@ def _f64(x):
 
 
 def bernoulli_kl(p: torch.Tensor, q: torch.Tensor, log_p=None, log_q=None) -> torch.Tensor:
-    """KL(Bern(p) ‖ Bern(q)) = p·log(p/q) + (1−p)·log((1−p)/(1−q)), with 0·log 0 = 0 (DPPO Binary-KL, §3.3)."""
+    """KL(Bern(p) ‖ Bern(q)) = p·log(p/q) + (1−p)·log((1−p)/(1−q)), with 0·log 0 = 0
+    (DPPO Binary-KL, docs/masks.md#dppo)."""
     log_p = torch.log(p) if log_p is None else log_p
     log_q = torch.log(q) if log_q is None else log_q
     p1, q1 = 1.0 - p, 1.0 - q
@@ -27,11 +28,13 @@ def bernoulli_kl(p: torch.Tensor, q: torch.Tensor, log_p=None, log_q=None) -> to
 
 
 def sampled_estimates(logp_roll, logp_train, eta_roll=0.0, eta_train=0.0) -> dict:
-    """All §5.1 (i) quantities from the sampled-token log-probs (any shape; float64).
+    """All the quantities of docs/intervals.md#per-token-estimators from the sampled-token log-probs (any shape;
+    float64).
 
     Returns ``k1 = −log ρ``, ``k2 = ½(log ρ)²``, ``k3 = ρ − 1 − log ρ``, ``abslog = |log ρ|``, ``tv_hat = ½|ρ − 1|``,
     ``rev_kl = ρ log ρ − ρ + 1`` (unbiased for KL(q‖p)), ``bin_tv = |p_y − q_y|``, ``bin_kl = KL(Bern(p_y)‖Bern(q_y))``,
-    and the robust certificates (§5.5, with per-value log-space errors η): ``tv_lo = max(0, p⁻−q⁺, q⁻−p⁺)``,
+    and the robust certificates (docs/intervals.md#error-robust-widening, with per-value log-space errors η):
+    ``tv_lo = max(0, p⁻−q⁺, q⁻−p⁺)``,
     ``tv_hi = 1 − min(p⁻, q⁻)``, ``abslog_hi = |b − a| + η_a + η_b``, ``k2_hi = ½·abslog_hi²``.
     With η = 0, ``tv_lo`` = Binary-TV (a certified lower bound) and ``tv_hi`` the "TV upper" of the table.
     """
@@ -66,7 +69,8 @@ _CHUNK = 1 << 15  # elements per pass of the sampled-only certificate: its two t
 
 def sampled_certificate(logp_roll: torch.Tensor, logp_train: torch.Tensor):
     """The cheapest certificate (hot path for sampled-only data): ``(lo, hi)`` with lo = |p_y − q_y| and
-    hi = 1 − min(p_y, q_y) (§5.2 Corollary with S_p = S_q = {y}); η = 0 — use :func:`sampled_estimates` for η > 0.
+    hi = 1 − min(p_y, q_y) (S_p = S_q = {y} in docs/intervals.md#special-cases-dppos-approximations-are-lower-ends);
+    η = 0 — use :func:`sampled_estimates` for η > 0.
 
     One fused pass in cache-sized chunks: p = e^a, q = e^b (float64, numpy's vectorised exp), then
     lo = |p − q| and hi = 1 − min(p, q) straight into the outputs. The outputs are one numpy allocation (large

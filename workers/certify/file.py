@@ -37,7 +37,7 @@ from workers.fcr.validate import array_bools_possible, check_logprobs, check_top
 from workers.fcr.columnar import is_parquet  # noqa: I001 - fcr-parquet/1 intake
 from workers.jsonsafe import finite_or_none
 
-SENTINEL = -9999.0 + 1e-6  # spec/fidelity.md §4.3: values ≤ −9999 + 1e-6 are "not reported"
+SENTINEL = -9999.0 + 1e-6  # docs/fcr.md#conventions: values ≤ −9999 + 1e-6 are "not reported"
 
 
 class RecordError(Exception):
@@ -215,9 +215,11 @@ def _process_chunk(run, items, opts):
     run.has_topk_p |= Kp > 0
     run.has_topk_q |= Kq > 0
     ta, tb = torch.from_numpy(a), torch.from_numpy(b)
-    # fcr/1 (spec/fidelity.md §4.2): rollout.top_k is the engine's own top-K (descending) — caps apply if requested;
+    # fcr/1 (docs/fcr.md#rollout-and-trainer): rollout.top_k is the engine's own top-K (descending) — caps apply if
+    # requested;
     # trainer.top_k is the trainer's values on ids that must cover the rollout's (it may add more), not the trainer's
-    # own top-K, so it is an arbitrary subset: no trainer cap, no order requirement (§5.2 caps need a true top-K).
+    # own top-K, so it is an arbitrary subset: no trainer cap, no order requirement (caps need a true top-K,
+    # docs/intervals.md#top-k-caps).
     r = tv_interval_topk(torch.from_numpy(p_ids), torch.from_numpy(p_lp), torch.from_numpy(q_ids),
                          torch.from_numpy(q_lp), torch.from_numpy(y), ta, tb, caps=(opts["caps"], False),
                          precision=opts["precision"], eta=opts["eta"])
@@ -354,14 +356,15 @@ def _scan_T_ref(path):
 
 
 def certify_file(path, *, chunk_tokens=1 << 16, sequence_sink=None, progress=None, **options) -> dict:
-    """Certify a whole fcr/1 run log (spec/certificates.md §5; see the module docstring for the record rules).
+    """Certify a whole fcr/1 run log (docs/certify.md#what-is-certified; see the module docstring for the record rules).
 
     Options (:func:`plan_certificate`): ``mode`` ∈ {tv, kl, k2max, k3mean} (the last two are verl-equivalent
     heuristics, status HEURISTIC); ``threshold`` (per-token ε or δ) or ``budget`` (error budget E: the threshold is
     the largest one keeping some TRM bound ≤ E at T_ref; without T_ref a pre-pass finds the longest response);
     neither ⇒ DEFAULT_THRESHOLDS. ``precision`` (fp32/bf16/fp16/fp64/exact) or ``eta`` declares the storage error of
-    the logged log-probs (§5.5). ``caps`` assumes rollout.top_k is the engine's true top-K (the trainer list never
-    gets a cap: fcr/1 only requires it to cover the rollout's ids, spec/fidelity.md §4.2). Returns a JSON-safe dict
+    the logged log-probs (docs/intervals.md#error-robust-widening). ``caps`` assumes rollout.top_k is the engine's
+    true top-K (the trainer list never gets a cap: fcr/1 only requires it to cover the rollout's ids,
+    docs/fcr.md#rollout-and-trainer). Returns a JSON-safe dict
     (inf/NaN → None): ``summary, bounds, bounds_simplified, budget, steps, length_buckets, errors, caveats,
     options``. The same as merging :func:`certify_part` over any cut of the file (workers/certify/partial.py).
     """
@@ -526,8 +529,8 @@ def _summarise(run, opts, budget, threshold_source, T_ref_opt):
                        "or budget counts as failed).")
     if n_ok and delta_hat is None:
         caveats.append("KL unbounded: " + ("trainer top-K only" if run.has_topk_q else "sampled-token log-probs only")
-                       + " — no finite token KL can be certified (spec §5.3); delta_hat is null and every KL-based "
-                         "bound (classical_kl, pm_*, mix_kl, adap_kl, adap_star) is absent.")
+                       + " — no finite token KL can be certified (docs/intervals.md#kl-bounds); delta_hat is null and "
+                         "every KL-based bound (classical_kl, pm_*, mix_kl, adap_kl, adap_star) is absent.")
     if n_ok and not (run.has_topk_p or run.has_topk_q):
         caveats.append("No top-K lists: token TV is certified only as [|p_y - q_y|, 1 - min(p_y, q_y)]; small TV is "
                        "certifiable only where the sampled token dominates both sides.")
@@ -537,8 +540,9 @@ def _summarise(run, opts, budget, threshold_source, T_ref_opt):
                        "the rollout's ids, possibly more), so no trainer cap is assumed.")
     caveats.append(f"Logged log-probs are assumed accurate to the declared storage precision "
                    f"({'eta=' + str(opts['eta']) if opts['eta'] is not None else opts['precision']}); intervals are "
-                   f"widened accordingly (spec §5.5); values no distribution within that precision can produce "
-                   f"(listed mass above 1, two readings of one token that disagree) are DATA_ERROR, never certified.")
+                   f"widened accordingly (docs/intervals.md#error-robust-widening); values no distribution within "
+                   f"that precision can produce (listed mass above 1, two readings of one token that disagree) "
+                   f"are DATA_ERROR, never certified.")
     if run.uncovered_seqs:
         line, cid = run.uncovered_first
         caveats.append(f"{run.uncovered_seqs} sequence(s) (first: line {line}, call {cid}) have a trainer.top_k that "
@@ -555,7 +559,8 @@ def _summarise(run, opts, budget, threshold_source, T_ref_opt):
         caveats.append("Skipped without certification: " + ", ".join(f"{v} {k}" for k, v in
                                                                       sorted(run.skipped.items())) + ".")
     if bounds and bounds.get("best", 0) >= 1.0:
-        caveats.append("B* >= 1: with rewards in [0, 1] the bound cannot certify improvement (spec §1.8).")
+        caveats.append("B* >= 1: with rewards in [0, 1] the bound cannot certify improvement "
+                       "(docs/bounds.md#unified-bound-b).")
     summary = {
         "records": run.records, "policy_records": run.policy, "skipped": dict(run.skipped),
         "sequences": run.sequences, "sequences_certified": n_ok, "tokens": run.tokens,

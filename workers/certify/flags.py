@@ -1,4 +1,5 @@
-"""Data-error flags and input tolerances of the token-interval engine (spec/certificates.md §5.5: fail closed).
+"""Data-error flags and input tolerances of the token-interval engine (fail closed:
+docs/intervals.md#error-robust-widening).
 
 Any non-zero flag makes a position fail closed: TV ∈ [0, 1], KL ≤ +∞, status DATA_ERROR. The flags are int32 bits so
 one position can carry several reasons; :func:`describe_errors` turns a mask into words for error messages.

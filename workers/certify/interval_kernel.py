@@ -1,5 +1,6 @@
-"""Compiled per-position kernel of Theorem A with η-robust widening and the KL bounds (spec/certificates.md §5.2,
-§5.3, §5.5). Called through :func:`workers.certify.intervals.tv_interval_topk`, which documents the inputs.
+"""Compiled per-position kernel of Theorem A with η-robust widening and the KL bounds
+(docs/intervals.md#tv-interval-from-top-k-lists, docs/intervals.md#kl-bounds, docs/intervals.md#error-robust-widening).
+Called through :func:`workers.certify.intervals.tv_interval_topk`, which documents the inputs.
 
 numba compiles :func:`interval_rows` to machine code: one pass over each position's two lists, nothing allocated per
 position, results written straight into the caller's output arrays. (The numpy formulation it replaced made ~150
@@ -179,7 +180,8 @@ def _find(slot_id, stamp, row, shift, i):
 
 @_jit
 def _cap(ids, X, L, E, active):
-    """Top-K cap of one side (§5.2): τ = the smallest listed probability, its box upper end, and the widest box
+    """Top-K cap of one side (docs/intervals.md#top-k-caps): τ = the smallest listed probability, its box upper
+    end, and the widest box
     (Δτ). A side without caps, or with an empty list, has τ = +∞ (no cap) and Δτ = 0."""
     tau, tau_hi, dtau = math.inf, math.inf, 0.0
     if active:
@@ -194,7 +196,7 @@ def _cap(ids, X, L, E, active):
 
 @_jit
 def _wmin_exact(aP, bQ, tp, tq, CP, CQ, Xmax, Zmax):
-    """Exact capped minimum of the W-part (§5.2, Theorem A "with caps"):
+    """Exact capped minimum of the W-part (Theorem A with caps, docs/intervals.md#top-k-caps):
 
         min_{X∈[0,X_max], Z∈[0,Z_max]}  a − X + 2(X − C_P)₊ + b − Z + 2(Z − C_Q)₊ + |t_p − t_q + X − Z|
 
@@ -399,7 +401,8 @@ def interval_rows(P_I, P_R, P_X, Q_I, Q_R, Q_X, Y, A, B, caps_p, caps_q, k_eta, 
             lo = max(lo_closed, 0.5 * (d_B + max(wmin - slack, 0.0)))
         lo = min(max(lo, 0.0), hi)   # the min only ever lowers lo (widens), never narrows
 
-        # ---- KL(p‖q) (§5.3): coarsening lower bound over B ∪ {y} ∪ {W}, each cell minimised over its box ----------
+        # ---- KL(p‖q) (docs/intervals.md#kl-bounds): coarsening lower bound over B ∪ {y} ∪ {W}, each cell minimised
+        # over its box --------------------------------------------------------------------------------------------
         kl_coarse = _hmin_box(pa_lo, pa_hi, a, ea, qb_hi, _log_box_hi(qb_hi, b, eb)) + hB + _hmin(pW_lo, pW_hi, qW_hi)
         kl_lo = max(max(kl_coarse, 2.0 * lo * lo), 0.0)
         kl_hi = math.inf

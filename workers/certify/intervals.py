@@ -1,17 +1,20 @@
-"""Two-sided token-TV intervals and KL bounds from partial information (spec/certificates.md §5.2, §5.3, §5.5).
+"""Two-sided token-TV intervals and KL bounds from partial information (docs/intervals.md: TV interval from top-K
+lists, KL bounds, error-robust widening).
 
 p = π_roll (rollout / engine, the distribution the token was sampled from), q = π_θ (trainer).
 Inputs per position: each side's top-K list (ids, log-probs, descending, K may be 0 and may differ) and the
 sampled token y with both log-probs a = log p(y), b = log q(y).
 
-Sets (§5.2): S_p = engine list ∪ {y}, S_q = trainer list ∪ {y}, B = S_p ∩ S_q (always ∋ y), W = V \\ B,
+Sets (docs/intervals.md#tv-interval-from-top-k-lists): S_p = engine list ∪ {y}, S_q = trainer list ∪ {y},
+B = S_p ∩ S_q (always ∋ y), W = V \\ B,
 P = S_p \\ B, Q = S_q \\ B. D_B = Σ_B|p_i − q_i|, p_W = 1 − Σ_B p_i, a_P = Σ_P p_i, b_Q = Σ_Q q_j,
 t_p = 1 − Σ_{S_p} p_i, t_q likewise; top-K caps c_p = min(τ_p, t_p), c_q = min(τ_q, t_q) (τ = the K-th listed value).
 
 Theorem A:  TV ∈ [½(D_B + max(|p_W − q_W|, ℓ_P + ℓ_Q, exact capped W-minimum)),  1 − Σ_B min(p_i, q_i)].
 
-Caps (§5.2) need a list to be that side's true top-K; ``caps`` is a bool for both sides or a pair (roll, train):
-fcr/1 trainer lists are the trainer's values on ids covering the rollout's (spec/fidelity.md §4.2), not its top-K.
+Caps (docs/intervals.md#top-k-caps) need a list to be that side's true top-K; ``caps`` is a bool for both sides or
+a pair (roll, train): fcr/1 trainer lists are the trainer's values on ids covering the rollout's
+(docs/fcr.md#rollout-and-trainer), not its top-K.
 
 Tensor layout: lists are ``[..., K]`` with id ``-1`` marking an absent (padding) entry; padding must be trailing.
 Everything is float64. ``tv_interval_topk`` runs the compiled kernel of :mod:`workers.certify.interval_kernel`
@@ -110,7 +113,7 @@ def _prepare(p_ids, p_lp, q_ids, q_lp, y, a, b):
 def _caps_pair(caps):
     """``caps`` → (engine side, trainer side). A bool applies to both lists; a pair ``(roll, train)`` declares each
     side separately (e.g. ``(True, False)`` for fcr/1 files, whose trainer list is the trainer's values on a superset
-    of the rollout's ids, not the trainer's own top-K: spec/fidelity.md §4.2)."""
+    of the rollout's ids, not the trainer's own top-K: docs/fcr.md#rollout-and-trainer)."""
     if isinstance(caps, (tuple, list)):
         if len(caps) != 2:
             raise ValueError("caps must be a bool or a pair (roll, train)")
@@ -120,7 +123,8 @@ def _caps_pair(caps):
 
 def tv_interval_topk(p_ids, p_lp, q_ids, q_lp, sampled_id, logp_roll_y, logp_train_y, *, caps: bool = True,
                      precision: str | None = "exact", eta=None) -> IntervalResult:
-    """Certified TV interval, KL bounds and data-error flags over ``[..., K]`` lists (§5.2 Theorem A, §5.3, §5.5).
+    """Certified TV interval, KL bounds and data-error flags over ``[..., K]`` lists (Theorem A, KL bounds and
+    widening: docs/intervals.md#tv-interval-from-top-k-lists).
 
     ``precision`` ∈ {"exact", "fp64", "fp32", "fp16", "bf16"} or an explicit ``eta`` (log-space error per logged
     value) widens the interval so it contains the TV of every pair consistent with the logged values up to η
@@ -187,7 +191,8 @@ def _as_list_tensors(ids, lps):
 
 def tv_interval(p_topk_ids, p_topk_logprobs, q_topk_ids, q_topk_logprobs, sampled_id, p_sampled_logprob,
                 q_sampled_logprob, *, topk_caps: bool = True) -> tuple[float, float]:
-    """Certified interval ``(lo, hi)`` for the token TV at one position (§5.2 Theorem A, exact arithmetic).
+    """Certified interval ``(lo, hi)`` for the token TV at one position (Theorem A,
+    docs/intervals.md#tv-interval-from-top-k-lists; exact arithmetic).
 
     p = rollout, q = trainer. Each list is that side's K most likely tokens, descending (K may be 0 and differ);
     the sampled token's two log-probs are passed separately (where it is listed, the values must agree).
@@ -207,7 +212,8 @@ def tv_interval(p_topk_ids, p_topk_logprobs, q_topk_ids, q_topk_logprobs, sample
 
 def kl_bounds(p_ids, p_lp, q_ids, q_lp, sampled_id, logp_roll_y, logp_train_y, *, q_full_logp=None,
               caps: bool = True, precision: str | None = "exact", eta=None):
-    """Certified ``(kl_lo, kl_hi)`` for KL(p‖q) (§5.3). Lower: max(coarsened KL over B ∪ {W}, Pinsker 2·TV_lo²).
+    """Certified ``(kl_lo, kl_hi)`` for KL(p‖q) (docs/intervals.md#kl-bounds). Lower: max(coarsened KL over B ∪ {W},
+    Pinsker 2·TV_lo²).
     Upper: +∞ from top-K lists (no finite bound exists without assumptions); with the trainer's full log-probs
     ``q_full_logp`` ``[..., V]`` the finite Theorem-B vertex bound of :func:`tv_interval_fullq` (η = 0 only)."""
     if q_full_logp is not None:
@@ -220,7 +226,8 @@ def kl_bounds(p_ids, p_lp, q_ids, q_lp, sampled_id, logp_roll_y, logp_train_y, *
 
 def tv_interval_fullq(roll_ids, roll_logp, train_logp, sampled_id, logp_roll_y, *, caps: bool = True,
                       exact_hi: bool = False) -> dict:
-    """Theorem B (§5.2): the trainer's full distribution q (log-probs ``[..., V]``) and the engine's top-K only.
+    """Theorem B (docs/intervals.md#trainer-distribution-known): the trainer's full distribution q (log-probs
+    ``[..., V]``) and the engine's top-K only.
 
     B = S_p = engine list ∪ {y}, W = V \\ S_p, t_p = p_W, c = min(τ_p, t_p) (caps) or t_p:
 
@@ -228,7 +235,8 @@ def tv_interval_fullq(roll_ids, roll_logp, train_logp, sampled_id, logp_roll_y, 
         TV_hi = ½[D_B + t_p + q_W − 2·O_min]  (``exact_hi``: O_min from pouring t_p, ≤ c per id, onto W in
                 increasing q; otherwise O_min = 0, i.e. 1 − Σ_B min(p_i, q_i), conservative and sort-free)
         KL_lo = max(Σ_B p log(p/q) + t_p log(t_p/q_W), 2·TV_lo²),
-        KL_hi = Σ_B p log(p/q) + Σ_k x_k log(x_k/q_(k)) with the same greedy pour (convex max at a vertex, §5.3).
+        KL_hi = Σ_B p log(p/q) + Σ_k x_k log(x_k/q_(k)) with the same greedy pour (convex max at a vertex,
+        docs/intervals.md#kl-bounds).
 
     Returns a dict of ``lo, hi, kl_lo, kl_hi, err`` (exact arithmetic, η = 0). O(V log V) per position for the
     KL upper bound and ``exact_hi`` — meant for training-step audits, not the file path.
@@ -301,7 +309,8 @@ def tv_interval_fullq(roll_ids, roll_logp, train_logp, sampled_id, logp_roll_y, 
 
 
 def exact_tv_kl(p_logp, q_logp):
-    """Exact ``(TV, KL(p‖q))`` from full log-probs ``[..., V]`` (§5.1 (iii)): TV = ½Σ|p − q|, KL = Σ p(log p − log q)."""
+    """Exact ``(TV, KL(p‖q))`` from full log-probs ``[..., V]`` (docs/intervals.md#trainer-distribution-known): TV = ½Σ|p − q|,
+    KL = Σ p(log p − log q)."""
     p_logp, q_logp = _f64(p_logp), _f64(q_logp)
     p, q = torch.exp(p_logp), torch.exp(q_logp)
     tv = 0.5 * (p - q).abs().sum(-1)

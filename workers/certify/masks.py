@@ -1,8 +1,8 @@
-"""Training masks as pure functions over ``[B, T]`` / ``[B, T, K]`` tensors (spec/certificates.md §3.2, §2.2, §5.5).
+"""Training masks as pure functions over ``[B, T]`` / ``[B, T, K]`` tensors (docs/masks.md).
 
 Every function returns a **keep** mask (``True`` = the token's gradient is kept). Advantages may be per sequence
-``[B]`` or per token ``[B, T]``. Direction rule (DPPO §3.2): a token is blocked only if the update would move the
-sampled token's probability further away — ``A > 0 and r > 1`` or ``A < 0 and r < 1`` (r = π_θ/π_roll) — and its
+``[B]`` or per token ``[B, T]``. Direction rule (DPPO, docs/masks.md#dppo): a token is blocked only if the update would move
+the sampled token's probability further away — ``A > 0 and r > 1`` or ``A < 0 and r < 1`` (r = π_θ/π_roll) — and its
 divergence exceeds the threshold; moves back towards 1 are never blocked.
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ def _away(logp_roll, logp_train, advantages):
 
 def dppo_divergence(logp_roll, logp_train, divergence="binary_tv", *, roll_ids=None, roll_topk_logp=None,
                     train_logp_at_roll_ids=None, sampled_id=None):
-    """DPPO's divergence D_t (§3.3), a certified **lower** bound on the true divergence.
+    """DPPO's divergence D_t (docs/masks.md#dppo), a certified **lower** bound on the true divergence.
 
     ``binary_tv`` |μ(a) − π(a)|, ``binary_kl`` KL(Bern(μ(a))‖Bern(π(a))); ``topk_tv`` / ``topk_kl`` on the reduced
     alphabet TopK(μ) ∪ {a} ∪ {other} with the trainer evaluated at the engine's ids (``train_logp_at_roll_ids``
@@ -55,7 +55,8 @@ def dppo_divergence(logp_roll, logp_train, divergence="binary_tv", *, roll_ids=N
 
 
 def _coarse_kl(ids, p_lp, q_lp, y, a, b):
-    """Σ_{A'} p log(p/q) + p_other log(p_other/q_other) over A' = listed ids ∪ {y} (DPPO Top-K KL, §3.3)."""
+    """Σ_{A'} p log(p/q) + p_other log(p_other/q_other) over A' = listed ids ∪ {y}
+    (DPPO Top-K KL, docs/masks.md#dppo)."""
     ids = torch.as_tensor(ids)
     p_lp = torch.as_tensor(p_lp, dtype=torch.float64)
     q_lp = torch.as_tensor(q_lp, dtype=torch.float64)
@@ -71,7 +72,8 @@ def _coarse_kl(ids, p_lp, q_lp, y, a, b):
 
 def dppo_mask(logp_roll, logp_train, advantages, threshold, *, divergence="binary_tv", response_mask=None,
               **topk):
-    """DPPO keep mask (§3.2): M_t = 0 iff (Â>0 ∧ r>1 ∧ D>δ) or (Â<0 ∧ r<1 ∧ D>δ). Thresholds: TV 0.15–0.2, KL 0.05."""
+    """DPPO keep mask (docs/masks.md#dppo): M_t = 0 iff (Â>0 ∧ r>1 ∧ D>δ) or (Â<0 ∧ r<1 ∧ D>δ). Thresholds: TV 0.15–0.2,
+    KL 0.05."""
     D = dppo_divergence(logp_roll, logp_train, divergence, **topk)
     keep = ~(_away(logp_roll, logp_train, advantages) & (D > threshold))
     if response_mask is not None:
@@ -84,10 +86,12 @@ def cdppo_mask(p_ids, p_lp, q_ids, q_lp, sampled_id, logp_roll, logp_train, adva
                constants="paper", reward_range=1.0, return_info=False):
     """Certified DPPO (C-DPPO) keep mask over ``[B, T, K]`` lists.
 
-    * certified two-sided TV interval with error-robust widening (``precision`` / ``eta``, §5.5);
+    * certified two-sided TV interval with error-robust widening (``precision`` / ``eta``,
+      docs/intervals.md#error-robust-widening);
     * the **upper** end decides: a direction-unsafe token is kept only if its status is IN (hi ≤ θ);
       UNDETERMINED counts as outside (fail closed); DATA_ERROR tokens are always dropped;
-    * ``adaptive=True`` uses the running envelopes over K = 0..K_max (§5.4): they can only tighten the interval
+    * ``adaptive=True`` uses the running envelopes over K = 0..K_max (docs/intervals.md#adaptive-k): they can only tighten the
+      interval
       (and report the K that decided each token) but cost K_max + 1 interval evaluations, hence off by default;
     * ``budget``: the budget-aware sequence guard drops every token of a sequence whose certified ε̂ exceeds the
       largest ε keeping some TRM bound ≤ budget at horizon ``T_ref`` (default: the batch's max length).
@@ -124,7 +128,7 @@ def cdppo_mask(p_ids, p_lp, q_ids, q_lp, sampled_id, logp_roll, logp_train, adva
     return keep
 
 
-# ---- verl rollout-correction rejection sampling (heuristic, §2.2) ------------------------------------------------
+# ---- verl rollout-correction rejection sampling (heuristic, docs/masks.md#verl-rejection-sampling) ---------------
 SAFETY_BOUND = 20.0
 
 
@@ -139,7 +143,8 @@ def _parse_k1(spec):
 
 
 def verl_rs_mask(logp_roll, logp_train, response_mask, option, threshold):
-    """verl-compatible rejection mask (PR #4544 semantics, §2.2) — **heuristic, not a certificate**.
+    """verl-compatible rejection mask (PR #4544 semantics, docs/masks.md#verl-rejection-sampling) — **heuristic, not a
+    certificate**.
 
     ``option`` is a comma-chained list of ``token_k{1,2,3}``, ``seq_sum_k{1,2,3}``, ``seq_mean_k{1,2,3}``,
     ``seq_max_k{2,3}`` (logical AND); ``threshold`` one spec per option or one broadcast to all (string

@@ -1,4 +1,4 @@
-"""Error-robust (fail-closed) widening and token statuses (spec/certificates.md §5.5).
+"""Error-robust (fail-closed) widening and token statuses (docs/intervals.md#error-robust-widening).
 
 Error model: every logged log-prob ℓ̃ satisfies |ℓ̃ − ℓ| ≤ η. For storage rounding with unit roundoff u
 (fp32 2⁻²⁴, bf16 2⁻⁸, fp16 2⁻¹¹) η = u·|ℓ̃|/(1−u), plus the normalisation slack ν of a floating-point
@@ -24,7 +24,7 @@ STATUS_NAMES = {IN: "IN", OUT: "OUT", UNDETERMINED: "UNDETERMINED", DATA_ERROR: 
 
 
 def eta_from_precision(logp: torch.Tensor, precision: str | None = "exact", eta=None) -> torch.Tensor:
-    """Per-value log-space error bound η for the logged values ``logp`` (§5.5).
+    """Per-value log-space error bound η for the logged values ``logp`` (docs/intervals.md#error-robust-widening).
 
     ``eta`` (a number or tensor broadcastable to ``logp``) overrides ``precision``; otherwise
     η = u·|ℓ̃|/(1−u) + ν with u the unit roundoff of ``precision`` and ν its normalisation slack
@@ -48,7 +48,8 @@ def eta_from_precision(logp: torch.Tensor, precision: str | None = "exact", eta=
 
 
 def token_status(lo: torch.Tensor, hi: torch.Tensor, threshold: float, err: torch.Tensor | None = None):
-    """Three-valued token status against a threshold θ (§5.5): IN if hi ≤ θ, OUT if lo > θ, else UNDETERMINED;
+    """Three-valued token status against a threshold θ (docs/intervals.md#token-status): IN if hi ≤ θ, OUT if lo > θ, else
+    UNDETERMINED;
     DATA_ERROR wherever ``err`` is non-zero (fail closed)."""
     status = torch.full(lo.shape, UNDETERMINED, dtype=torch.int8)
     status[hi <= threshold] = IN

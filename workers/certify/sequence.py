@@ -1,7 +1,8 @@
-"""Sequence-level certificates, TRM masks and batch statistics (spec/certificates.md §5.6, §1.7).
+"""Sequence-level certificates, TRM masks and batch statistics (docs/bounds.md#sequence-certificate,
+docs/bounds.md#trm-masks).
 
 Inputs are per-position ``[B, T]`` tensors (``response_mask`` marks valid positions; positions after EOS are an
-absorbing state with zero divergence). Per-sequence plug-ins (§5.6):
+absorbing state with zero divergence). Per-sequence plug-ins (docs/bounds.md#sequence-certificate):
 
 * ε̂ = max_t tv_hi[t], δ̂ = max_t kl_hi[t] (+∞ if any is unknown) — certified on the **visited** contexts only;
 * D_KL^seq ← Σ_t kl_hi[t];  D_TV^seq ← min(1, Σ_t tv_hi[t], √(D_KL^seq/2));
@@ -24,7 +25,7 @@ CERT_IN, CERT_OUT, UNDETERMINED, HEURISTIC, DATA_ERROR = 0, 1, 2, 3, 4
 SEQ_STATUS_NAMES = {CERT_IN: "CERT_IN", CERT_OUT: "CERT_OUT", UNDETERMINED: "UNDETERMINED",
                     HEURISTIC: "HEURISTIC", DATA_ERROR: "DATA_ERROR"}
 #: Thresholds used when neither a threshold nor a budget is given: DPPO's TV threshold / TRM-Max δ (k2) /
-#: TRM-Avg δ (k3) — see spec §3.4 and §1.7.
+#: TRM-Avg δ (k3) — docs/bounds.md#sequence-certificate.
 DEFAULT_THRESHOLDS = {"tv": 0.15, "kl": 0.05, "k2max": 0.05, "k3mean": 0.001}
 MODES = tuple(DEFAULT_THRESHOLDS)
 VISITED_CAVEAT = ("Certified on visited contexts only: per-sequence statuses and the run's eps_hat/delta_hat bound "
@@ -46,7 +47,7 @@ def _masked_max(x, m, empty=0.0):
 
 def adaptive_weights(T_ref, eps, delta, length: int):
     """w_t = min(1, (T_ref−t)ε, √((T_ref−t)δ/2)) for t = 1..length (broadcast over a leading batch dim when
-    ``T_ref``/``eps``/``delta`` are ``[B]`` tensors). δ = +∞ drops the √ term (§5.6 A(y))."""
+    ``T_ref``/``eps``/``delta`` are ``[B]`` tensors). δ = +∞ drops the √ term (A(y) in docs/bounds.md#sequence-certificate)."""
     t = torch.arange(1, length + 1, dtype=torch.float64)
     T_ref = torch.as_tensor(T_ref, dtype=torch.float64)
     eps = torch.as_tensor(eps, dtype=torch.float64)
@@ -63,7 +64,7 @@ def adaptive_weights(T_ref, eps, delta, length: int):
 
 def decide(mode, threshold, *, eps_hat, tv_lo_max, delta_hat, kl_lo_max, mean_hi=None, mean_lo=None,
            heuristic_stat=None, avg_threshold=None):
-    """Sequence accept decision and status from per-sequence statistics ``[B]`` (§5.6 "Mask decision").
+    """Sequence accept decision and status from per-sequence statistics ``[B]`` (docs/bounds.md#sequence-certificate).
 
     tv: accept iff ε̂ ≤ θ (CERT_IN); CERT_OUT iff max_t tv_lo > θ; else UNDETERMINED (rejected). kl: the same with
     δ̂ and kl_lo. ``avg_threshold`` adds the average criterion on ``mean_hi`` / ``mean_lo``. Heuristic modes accept
@@ -91,7 +92,7 @@ def decide(mode, threshold, *, eps_hat, tv_lo_max, delta_hat, kl_lo_max, mean_hi
 def sequence_certificate(tv_lo, tv_hi, kl_hi=None, response_mask=None, *, kl_lo=None, err=None, mode="tv",
                          threshold=None, avg_threshold=None, budget=None, T_ref=None, constants="paper",
                          reward_range=1.0, heuristic=None, weights_from="batch") -> dict:
-    """Per-sequence certificate and accept decision over ``[B, T]`` inputs (§5.6).
+    """Per-sequence certificate and accept decision over ``[B, T]`` inputs (docs/bounds.md#sequence-certificate).
 
     ``mode``: ``"tv"`` (accept iff ε̂ ≤ θ with robust tv_hi), ``"kl"`` (TRM-Max: accept iff δ̂ ≤ θ; +∞ never passes),
     or the heuristic verl-equivalent ``"k2max"`` (max_t k2 ≤ θ) / ``"k3mean"`` (mean_t k3 ≤ θ) which need
@@ -185,7 +186,8 @@ def sequence_certificate(tv_lo, tv_hi, kl_hi=None, response_mask=None, *, kl_lo=
 
 def trm_mask(tv_lo=None, tv_hi=None, kl_lo=None, kl_hi=None, response_mask=None, *, mode="kl", threshold=None,
              avg_threshold=None, err=None, logp_roll=None, logp_train=None):
-    """TRM sequence mask (§1.7, §5.6): ``(accept [B] bool, status [B] int8)``.
+    """TRM sequence mask (docs/bounds.md#trm-masks, docs/bounds.md#sequence-certificate): ``(accept [B] bool,
+    status [B] int8)``.
 
     ``mode="kl"`` TRM-Max with certified ``kl_hi`` (+ optional average criterion), ``"tv"`` its TV analogue; the
     heuristic verl-equivalent modes ``"k2max"`` (seq_max_k2) and ``"k3mean"`` (seq_mean_k3) take the sampled
@@ -216,7 +218,7 @@ def length_bucket(length: int, edges=LENGTH_EDGES) -> str:
 
 
 def acceptance_by_length(accept, lengths, edges=LENGTH_EDGES) -> list[dict]:
-    """Acceptance rate by length bucket (TRM's length-bias diagnostic, §1.7): list of
+    """Acceptance rate by length bucket (TRM's length-bias diagnostic, docs/bounds.md#trm-masks): list of
     ``{bucket, sequences, accepted, acceptance_rate}`` in bucket order (empty buckets omitted)."""
     accept = torch.as_tensor(accept).to(torch.bool).tolist()
     lengths = torch.as_tensor(lengths).tolist()

@@ -1,5 +1,6 @@
 """Training engine (no Django): losses in one gradient form, a small causal transformer, the training-step audit,
-the exact bound-tightness study (spec/certificates.md §1.7, §2–§5). Masks come from :mod:`workers.certify`.
+the exact bound-tightness study (docs/masks.md, docs/bounds.md, docs/training.md). Masks come from
+:mod:`workers.certify`.
 
 * :mod:`.losses`     PPO/GRPO clip, TIS, Seq-TIS/MIS, IcePop, CISPO, DPPO, TRM, C-DPPO as M·w·Â·∇log π
 * :mod:`.model`      a seeded tiny causal transformer (no downloads) and sampling under rollout numerics

@@ -1,4 +1,5 @@
-"""Training-step audit (spec/certificates.md §5.1 (iii), §5.2, §5.6; ARCHITECTURE "training-step audits").
+"""Training-step audit (docs/training.md#2-training-step-audit-workerstrainingmodelpy-auditpy; the mathematics:
+docs/intervals.md#trainer-distribution-known, docs/bounds.md#sequence-certificate).
 
 Given a batch of prompts: sample rollouts under rollout numerics (:mod:`.model`), recompute under trainer numerics
 (fp32), then report
@@ -8,7 +9,8 @@ Given a batch of prompts: sample rollouts under rollout numerics (:mod:`.model`)
 2. the certificate from the exact values (tv_lo = tv_hi = TV, kl = KL; TRM-Max KL and TV modes) next to the
    certificate from the **top-K-only view of the same data** (Theorem A intervals with caps, adaptive K): interval
    widths, containment of the exact value, UNDETERMINED share at several thresholds, and the bounds B* each view
-   certifies (the top-K view has no KL upper bound, §5.3, so every KL row disappears);
+   certifies (the top-K view has no KL upper bound, docs/intervals.md#kl-bounds,
+   so every KL row disappears);
 3. one optimiser step per loss from the same start, recording what each loss masks (tokens, sequences), its
    gradient norm and the post-step exact divergence to the rollout policy.
 

@@ -1,10 +1,10 @@
-"""Policy-gradient losses in one gradient form (spec/certificates.md §1.7, §2.4, §3.2–§3.5, §4).
+"""Policy-gradient losses in one gradient form (docs/masks.md, docs/bounds.md#trm-masks).
 
 Every loss here is written as
 
     loss = −(1/Z) · Σ_{i,t} M_{i,t} · sg(w_{i,t}) · Â_{i,t} · log π_θ(y_{i,t} | c_{i,t})
 
-so that its gradient is exactly the unified form of DPPO §3.4,
+so that its gradient is exactly the unified form of DPPO (docs/masks.md#dppo),
 
     ∇loss = −(1/Z) · Σ_{i,t} M_{i,t} · w_{i,t} · Â_{i,t} · ∇log π_θ(y_{i,t} | c_{i,t}),
 
@@ -12,10 +12,12 @@ with a keep mask ``M`` ∈ {0, 1} (bool), a non-negative weight ``w`` (stop-grad
 
 * ``"token"``  Z = Σ_{i,t} m_{i,t} (valid tokens; DAPO / token mean),
 * ``"seq"``    per-sequence token mean, then the mean over sequences (GRPO),
-* ``"batch"``  Z = N, the number of sequences, with rejected sequences contributing zero (TRM §1.7).
+* ``"batch"``  Z = N, the number of sequences, with rejected sequences contributing zero (TRM,
+  docs/bounds.md#trm-masks).
 
-Ratios (bypass mode, the only anchor is the behaviour policy μ = π_roll, as DPPO §3.2 requires):
-``r = π_θ(y)/π_roll(y)`` from the log-probs. The decoupled corrections (TIS, IcePop, Seq-TIS/MIS; §2.4, §4) also
+Ratios (bypass mode, the only anchor is the behaviour policy μ = π_roll, as DPPO requires, docs/masks.md#dppo):
+``r = π_θ(y)/π_roll(y)`` from the log-probs. The decoupled corrections (TIS, IcePop, Seq-TIS/MIS;
+docs/masks.md#importance-weights-and-related-corrections) also
 accept ``logp_old`` (the trainer's recompute at θ_old): then ``k = π_old/π_roll`` is the mismatch ratio and
 ``r_old = π_θ/π_old`` the policy-drift ratio whose PPO clip multiplies in; without ``logp_old`` (bypass) π_old = π_θ
 (detached), r_old ≡ 1 and the PPO factor is inert.
@@ -71,14 +73,15 @@ def _adv(advantages, like):
 
 
 def log_ratio(logp_num, logp_den):
-    """log(π_num/π_den) clamped to ±20 (§2.2 SAFETY_BOUND)."""
+    """log(π_num/π_den) clamped to ±20 (verl's SAFETY_BOUND, docs/masks.md#verl-rejection-sampling)."""
     return torch.clamp(logp_num - logp_den, -LOG_CLAMP, LOG_CLAMP)
 
 
 def normaliser(m: torch.Tensor, norm: str) -> torch.Tensor:
     """Per-token normalisation weights ν_{i,t} with loss = −Σ ν·M·w·Â·log π (see module docstring).
 
-    ``token``: 1/Σm; ``seq``: 1/(N·|o_i|) (GRPO); ``batch``: 1/N (TRM §1.7, rejected sequences still count in N).
+    ``token``: 1/Σm; ``seq``: 1/(N·|o_i|) (GRPO); ``batch``: 1/N (TRM,
+    docs/bounds.md#trm-masks: rejected sequences still count in N).
     """
     mf = m.to(torch.float64)
     N = max(m.shape[0], 1)
@@ -92,7 +95,8 @@ def normaliser(m: torch.Tensor, norm: str) -> torch.Tensor:
 
 
 def unified_loss(logp, keep, weight, advantages, response_mask=None, *, norm="token", info=None) -> LossOut:
-    """loss = −Σ ν·M·sg(w)·Â·log π_θ (module docstring); gradient M·w·Â·∇log π_θ normalised by ν (DPPO §3.4)."""
+    """loss = −Σ ν·M·sg(w)·Â·log π_θ (module docstring); gradient M·w·Â·∇log π_θ normalised by ν
+    (docs/masks.md#dppo)."""
     m = _mask(response_mask, logp)
     keep = keep.to(torch.bool) & m
     w = torch.as_tensor(weight, device=logp.device).detach().to(torch.float64)
@@ -113,10 +117,10 @@ def unified_loss(logp, keep, weight, advantages, response_mask=None, *, norm="to
 
 
 def ppo_keep(ratio, advantages, eps_low=0.2, eps_high=0.28):
-    """PPO/GRPO clip as a keep mask (§3.2): M = 0 iff (Â>0 ∧ r>1+ε_high) or (Â<0 ∧ r<1−ε_low).
+    """PPO/GRPO clip as a keep mask (docs/masks.md#ppo-clip): M = 0 iff (Â>0 ∧ r>1+ε_high) or (Â<0 ∧ r<1−ε_low).
 
     For min(r·Â, clip(r, 1−ε_l, 1+ε_h)·Â) this is exactly where the clipped (constant) branch is active; elsewhere
-    the gradient is r·Â·∇log π. Note the leak of §1.6: Â<0 with r ≫ 1 is *not* clipped.
+    the gradient is r·Â·∇log π. Note the leak of docs/masks.md#ppo-clip: Â<0 with r ≫ 1 is *not* clipped.
     """
     r = torch.as_tensor(ratio, dtype=torch.float64)
     adv = _adv(advantages, r)
@@ -143,7 +147,8 @@ def _ratios(logp, logp_roll, logp_old):
 
 # ---- token-level clipping / reweighting ---------------------------------------------------------------------------
 def ppo_clip_loss(logp, logp_roll, advantages, response_mask=None, *, eps_low=0.2, eps_high=0.28, norm="token"):
-    """PPO / GRPO clipped surrogate anchored at the rollout policy (§3.2, §4): M = PPO(r), w = r, r = π_θ/π_roll.
+    """PPO / GRPO clipped surrogate anchored at the rollout policy (docs/masks.md#ppo-clip): M = PPO(r), w = r,
+    r = π_θ/π_roll.
 
     Gradient equals that of −ν·min(r·Â, clip(r, 1−ε_low, 1+ε_high)·Â). Defaults: DAPO/GRPO range [0.8, 1.28].
     """
@@ -153,13 +158,15 @@ def ppo_clip_loss(logp, logp_roll, advantages, response_mask=None, *, eps_low=0.
 
 
 def grpo_clip_loss(logp, logp_roll, advantages, response_mask=None, *, eps_low=0.2, eps_high=0.28, norm="seq"):
-    """GRPO: the PPO clip with per-sequence token means (``norm="seq"``), ε_low 0.2 / ε_high 0.28 (§3.4)."""
+    """GRPO: the PPO clip with per-sequence token means (``norm="seq"``), ε_low 0.2 / ε_high 0.28
+    (docs/masks.md#ppo-clip)."""
     return ppo_clip_loss(logp, logp_roll, advantages, response_mask, eps_low=eps_low, eps_high=eps_high, norm=norm)
 
 
 def tis_loss(logp, logp_roll, advantages, response_mask=None, *, C=2.0, logp_old=None, eps_low=0.2, eps_high=0.28,
              norm="token"):
-    """Token TIS (§2.4, §4 "TIS"): w = min(k, C)·r_old, M = PPO(r_old); k = π_old/π_roll, r_old = π_θ/π_old.
+    """Token TIS (docs/masks.md#importance-weights-and-related-corrections): w = min(k, C)·r_old, M = PPO(r_old);
+    k = π_old/π_roll, r_old = π_θ/π_old.
 
     Bypass (``logp_old=None``): k = π_θ/π_roll, r_old ≡ 1 — DPPO's "PG-TIS": M = 1, w = min(r, C). verl default C = 2.
     """
@@ -180,7 +187,8 @@ def _seq_log_k(logp, logp_roll, logp_old, response_mask):
 
 def seq_tis_loss(logp, logp_roll, advantages, response_mask=None, *, C=2.0, logp_old=None, eps_low=0.2,
                  eps_high=0.28, norm="token"):
-    """Sequence TIS (§2.4, §4 MIS paper): w = min(Π_t k_t, C)·r_old broadcast over the sequence, M = PPO(r_old);
+    """Sequence TIS (docs/masks.md#importance-weights-and-related-corrections): w = min(Π_t k_t, C)·r_old broadcast
+    over the sequence, M = PPO(r_old);
     Π_t k_t = exp(clamp(Σ_t log k_t, ±20))."""
     _, _, r_old = _ratios(logp, logp_roll, logp_old)
     lk, m = _seq_log_k(logp, logp_roll, logp_old, response_mask)
@@ -191,7 +199,8 @@ def seq_tis_loss(logp, logp_roll, advantages, response_mask=None, *, C=2.0, logp
 
 def seq_mis_loss(logp, logp_roll, advantages, response_mask=None, *, C=2.0, logp_old=None, eps_low=0.2,
                  eps_high=0.28, norm="token"):
-    """Sequence MIS (§4 "MIS"): ρ(y)·1[ρ(y) ≤ C] — M = PPO(r_old) ∧ Π_t k_t ≤ C, w = Π_t k_t·r_old."""
+    """Sequence MIS (docs/masks.md#importance-weights-and-related-corrections): ρ(y)·1[ρ(y) ≤ C] —
+    M = PPO(r_old) ∧ Π_t k_t ≤ C, w = Π_t k_t·r_old."""
     _, _, r_old = _ratios(logp, logp_roll, logp_old)
     lk, m = _seq_log_k(logp, logp_roll, logp_old, response_mask)
     rho = torch.exp(lk)
@@ -203,7 +212,8 @@ def seq_mis_loss(logp, logp_roll, advantages, response_mask=None, *, C=2.0, logp
 
 def icepop_loss(logp, logp_roll, advantages, response_mask=None, *, alpha=0.5, beta=5.0, logp_old=None,
                 eps_low=0.2, eps_high=0.28, norm="token"):
-    """IcePop (§4, Ring-1T α = 0.5, β = 5): M = PPO(r_old) ∧ α ≤ k ≤ β, w = k·r_old (weights outside are zeroed)."""
+    """IcePop (Ring-1T α = 0.5, β = 5; docs/masks.md#importance-weights-and-related-corrections):
+    M = PPO(r_old) ∧ α ≤ k ≤ β, w = k·r_old (weights outside are zeroed)."""
     _, k, r_old = _ratios(logp, logp_roll, logp_old)
     keep = ppo_keep(r_old, advantages, eps_low, eps_high) & (k >= alpha) & (k <= beta)
     return unified_loss(logp, keep, k * r_old, advantages, response_mask, norm=norm)
@@ -211,8 +221,8 @@ def icepop_loss(logp, logp_roll, advantages, response_mask=None, *, alpha=0.5, b
 
 def cispo_loss(logp, logp_roll, advantages, response_mask=None, *, eps_high_is=2.0, ppo_mask=False, eps_low=0.2,
                eps_high=0.28, norm="token"):
-    """CISPO (§4): keep every token, clip the stop-gradient weight: w = min(r, 1+ε_high^IS), M = 1 (or the PPO mask
-    with ``ppo_mask=True``, the "general form"). Default 1+ε_high^IS = 3 is DPPO's "PG-TIS (CISPO)" C = 3 (§3.4)."""
+    """CISPO (docs/masks.md#importance-weights-and-related-corrections): keep every token, clip the stop-gradient
+    weight: w = min(r, 1+ε_high^IS), M = 1 (or the PPO mask with ``ppo_mask=True``, the "general form"). Default 1+ε_high^IS = 3 is DPPO's "PG-TIS (CISPO)" C = 3."""
     r, _, _ = _ratios(logp, logp_roll, None)
     keep = ppo_keep(r, advantages, eps_low, eps_high) if ppo_mask else torch.ones_like(r, dtype=torch.bool)
     return unified_loss(logp, keep, torch.clamp(r, max=1.0 + eps_high_is), advantages, response_mask, norm=norm)
@@ -221,7 +231,7 @@ def cispo_loss(logp, logp_roll, advantages, response_mask=None, *, eps_high_is=2
 # ---- DPPO / C-DPPO / TRM (masks from workers.certify) -------------------------------------------------------------
 def dppo_loss(logp, logp_roll, advantages, response_mask=None, *, threshold=0.15, divergence="binary_tv", C=math.inf,
               topk=None, norm="token"):
-    """DPPO (§3.2–§3.5): M from :func:`workers.certify.masks.dppo_mask` — M = 0 iff (Â>0 ∧ r>1 ∧ D>δ) or
+    """DPPO (docs/masks.md#dppo): M from :func:`workers.certify.masks.dppo_mask` — M = 0 iff (Â>0 ∧ r>1 ∧ D>δ) or
     (Â<0 ∧ r<1 ∧ D>δ) — and w = min(r, C).
 
     ``divergence`` ∈ {binary_tv, binary_kl, topk_tv, topk_kl}; thresholds TV 0.15–0.2, KL 0.05. Top-K needs
@@ -239,7 +249,7 @@ def dppo_loss(logp, logp_roll, advantages, response_mask=None, *, threshold=0.15
 def cdppo_loss(logp, logp_roll, advantages, response_mask=None, *, lists, threshold=0.15, C=math.inf,
                precision="fp32", eta=None, adaptive=True, budget=None, T_ref=None, constants="paper", caps=True,
                norm="token"):
-    """C-DPPO: DPPO's direction rule on the **certified** two-sided TV interval (abstract; spec §5.2–§5.6).
+    """C-DPPO: DPPO's direction rule on the **certified** two-sided TV interval (docs/masks.md#c-dppo).
 
     M from :func:`workers.certify.masks.cdppo_mask`: a direction-unsafe token is kept only if its robust TV upper
     end is ≤ θ (status IN; UNDETERMINED fails closed), DATA_ERROR drops, adaptive K tightens the interval, and the
@@ -269,7 +279,8 @@ def cdppo_loss(logp, logp_roll, advantages, response_mask=None, *, lists, thresh
 
 def trm_loss(logp, logp_roll, advantages, response_mask=None, *, mode="kl", threshold=0.05, avg_threshold=None,
              tv=None, kl=None, tv_lo=None, kl_lo=None, norm="batch"):
-    """TRM (§1.7): whole-sequence mask M_i from :func:`workers.certify.sequence.trm_mask`, w = ρ_t = π_θ/π_roll,
+    """TRM (docs/bounds.md#trm-masks): whole-sequence mask M_i from :func:`workers.certify.sequence.trm_mask`,
+    w = ρ_t = π_θ/π_roll,
     gradient (1/N)·Σ_i M_i·Â_i·Σ_t ρ_t·∇log π_θ (normalised by the **total** N, ``norm="batch"``).
 
     ``mode="kl"`` TRM-Max with the exact per-token ``kl`` (= KL(π_roll‖π_θ) over the full vocabulary; optional

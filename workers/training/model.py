@@ -1,5 +1,6 @@
 """A small causal transformer defined here, initialised from a fixed seed (no downloads), and sampling under
-"rollout numerics" vs recomputation under "trainer numerics" (the training/inference mismatch of spec §0, §4).
+"rollout numerics" vs recomputation under "trainer numerics" (the training/inference
+mismatch, docs/bounds.md#setup-and-notation).
 
 Rollout numerics (a comma-separated string, e.g. ``"bf16_autocast,sdpa,extra_batch"``):
 

@@ -1,5 +1,6 @@
-"""Exact bound tightness: J(π_θ) − J(π_roll) − L'(π_θ) by enumerating every sequence (spec/certificates.md §1.2–§1.5,
-§5.6, §5.7).
+"""Exact bound tightness: J(π_θ) − J(π_roll) − L'(π_θ) by enumerating every sequence
+(docs/bounds.md#the-bounds, docs/bounds.md#tight-constants; results in
+docs/training.md#3-exact-bound-tightness-workerstrainingtightnesspy).
 
 A tiny autoregressive policy over a vocabulary of V tokens and horizon T is a table of logits per context:
 level t (t = 1..T) holds ``[V^{t−1}, V]`` logits, one row per prefix y_<t (row-major index). With softmax policies
@@ -7,14 +8,14 @@ every context is reachable, so the maxima over "all reachable contexts" are maxi
 
 Exact quantities (float64, vectorised per level — the only Python loop is over t ≤ T):
 
-* ``TV(c) = ½Σ_v|π_θ(v|c) − π_roll(v|c)|``, ``KL(c) = Σ_v π_roll log(π_roll/π_θ)`` (§1.3);
+* ``TV(c) = ½Σ_v|π_θ(v|c) − π_roll(v|c)|``, ``KL(c) = Σ_v π_roll log(π_roll/π_θ)`` (docs/bounds.md#setup-and-notation);
   ε = max_c TV(c), δ = max_c KL(c) over all contexts;
 * ``d_t^roll(c)`` = probability of prefix c under π_roll; ``D̄_t = Σ_c d_t^roll(c)·TV(c)``;
   ``D_KL^seq = Σ_t Σ_c d_t^roll(c)·KL(c)`` (= KL(P^roll‖P^θ) by the chain rule); ``D_TV^seq = ½Σ_y|P^θ(y) − P^roll(y)|``;
-* ``J(π) = Σ_y P^π(y)R(y)``, ``L'(π_θ) = Σ_y P^roll(y)·R(y)·Σ_t(ρ_t(y) − 1)`` (§1.2 remark; equals L with the
+* ``J(π) = Σ_y P^π(y)R(y)``, ``L'(π_θ) = Σ_y P^roll(y)·R(y)·Σ_t(ρ_t(y) − 1)`` (docs/bounds.md#setup-and-notation; equals L with the
   baseline b = J(π_roll)), ``Error = J(π_θ) − J(π_roll) − L'``.
 
-Each TRM bound comes from :func:`workers.certify.bounds.trm_bounds` with these exact inputs. The §5.7 triangle bound
+Each TRM bound comes from :func:`workers.certify.bounds.trm_bounds` with these exact inputs. The triangle bound of docs/bounds.md#tight-constants
 ``2Σ_t D̄_t`` is reported as ``triangle`` (not part of trm_bounds). Every bound must be ≥ |Error|.
 """
 from __future__ import annotations
@@ -36,7 +37,8 @@ def random_policy(V: int, T: int, *, gen: torch.Generator, scale: float = 2.0) -
 def perturb(logits: list[torch.Tensor], kind: str, size: float, *, gen: torch.Generator, frac: float = 0.1):
     """π_θ from π_roll by a logit perturbation.
 
-    ``uniform``: every logit + size·N(0,1) (divergence spread over all contexts — Pinsker is tight here, §1.3);
+    ``uniform``: every logit + size·N(0,1) (divergence spread over all contexts — Pinsker is tight here,
+    docs/bounds.md#setup-and-notation);
     ``spike``: on a random fraction ``frac`` of contexts one random token's logit + size, elsewhere unchanged
     (MoE-like routing flips: large divergence concentrated on few contexts).
     """
@@ -114,7 +116,8 @@ def exact_pair(roll_logits, theta_logits, R=None, *, reward="random", gen=None) 
 
 
 def bounds_for(stats: dict, constants: str = "paper") -> dict:
-    """:func:`trm_bounds` at the pair's exact ε, δ, D_KL^seq, D_TV^seq, D̄_t, plus the §5.7 triangle bound 2Σ D̄_t
+    """:func:`trm_bounds` at the pair's exact ε, δ, D_KL^seq, D_TV^seq, D̄_t, plus the triangle bound 2Σ D̄_t
+    (docs/bounds.md#tight-constants)
     (only with ``constants="tight"``, where it is derived)."""
     b = trm_bounds(stats["T"], eps=stats["eps"], delta=stats["delta"], kl_seq=stats["kl_seq"],
                    tv_seq=stats["tv_seq"], tv_profile=stats["tv_profile"], constants=constants)

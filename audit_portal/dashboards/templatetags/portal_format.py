@@ -39,7 +39,10 @@ def get_item(mapping, key):
     return mapping.get(key) if hasattr(mapping, "get") else None
 
 
-_SPEC_REFERENCE = re.compile(r"\s*\((?:see )?spec(?:/[\w.]+)? ?§[\d.]+(?:, ?§[\d.]+)*\)|\s*spec(?:/[\w.]+)? ?§[\d.]+")
+# Section references in engine text: "(docs/intervals.md#kl-bounds)" now, "(spec §5.3)" in messages stored before the
+# mathematics moved into docs/ — both are for readers of the JSON, not of a page.
+_SPEC_REFERENCE = re.compile(r"\s*\((?:see )?spec(?:/[\w.]+)? ?§[\d.]+(?:, ?§[\d.]+)*\)|\s*spec(?:/[\w.]+)? ?§[\d.]+"
+                             r"|\s*\(docs/[\w./-]+\.md(?:#[\w-]+)?(?:, ?docs/[\w./-]+\.md(?:#[\w-]+)?)*\)")
 
 
 # engine options named in caveats, in words
@@ -50,8 +53,8 @@ _ENGINE_WORDS = [("; pass caps=False if it is not.", "; if it is not, certify ag
 
 @register.filter
 def plain(text) -> str:
-    """Engine text for people: references to sections of a specification outside the portal are dropped (the
-    glossary and docs/ explain the terms)."""
+    """Engine text for people: references to documentation sections are dropped (the glossary explains the
+    terms)."""
     text = _SPEC_REFERENCE.sub("", str(text or ""))
     for internal, words in _ENGINE_WORDS:
         text = text.replace(internal, words)
