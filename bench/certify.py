@@ -77,7 +77,8 @@ def gen_block(n_tok, K, seq_len, rng):
 
 
 def verl_sequence_stats(a, b, mask):
-    """Straightforward torch version of verl's rollout-correction statistics (rollout_corr_helper, §2.2)."""
+    """Straightforward torch version of verl's rollout-correction statistics (rollout_corr_helper,
+    docs/masks.md#verl-rejection-sampling)."""
     log_r = torch.clamp(b - a, -20.0, 20.0)
     k1 = -log_r
     k2 = 0.5 * log_r * log_r

@@ -13,8 +13,8 @@ Each measurement runs in a fresh subprocess, so that its peak RSS (``ru_maxrss``
                    collector while it runs (``workers.fidelity.audit``); both ratios are reported
 * ``validate``     ``workers.fcr.validate_file``
 * ``audit``        ``audit_file`` without certificates
-* ``audit+cert``   ``audit_file`` with the §6.3 certificates (through ``workers.certify``; torch is imported before
-                   the clock starts)
+* ``audit+cert``   ``audit_file`` with the certificates of docs/fidelity-rules.md#certificate-checks (through
+                   ``workers.certify``; torch is imported before the clock starts)
 
 Times are CPU seconds of the measured process (user + system, all threads) — on a shared machine wall-clock time
 mostly measures the neighbours; wall seconds are reported too.

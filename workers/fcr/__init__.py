@@ -1,4 +1,4 @@
-"""The ``fcr/1`` run-log format (spec/fidelity.md §4): the one bounded line reader and the validator.
+"""The ``fcr/1`` run-log format (docs/fcr.md): the one bounded line reader and the validator.
 
 No Django import: used by the upload validator, the certificate engine, the fidelity audit and the importers.
 """

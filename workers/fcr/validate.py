@@ -1,4 +1,5 @@
-"""Structural validation of ``fcr/1`` records and files (spec/fidelity.md §4.2, §4.3; audit rule R0).
+"""Structural validation of ``fcr/1`` records and files (docs/fcr.md#record-fields, docs/fcr.md#conventions; audit
+rule R0).
 
 What this checks is the *upload format*: required fields present with the right JSON types, ``schema ==
 "fcr/1"``, the role / provenance enums, and that every per-token array under ``rollout``/``trainer`` is aligned
@@ -14,7 +15,7 @@ are C-level passes (``set(map(type, xs))``, ``min``, ``len``) and a Python loop 
 the first offending index.
 
 Missing *nullable* fields (``response.text``, ``prompt.task_prompt_sha256_*``) are treated as null (the
-worked example C of §7.4 omits ``response.text``).
+worked example docs/fcr.md#example-c-a-background-call omits ``response.text``).
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ CONTEXT_EVENTS = frozenset({None, "compaction", "truncation", "retry"})
 LOGPROBS_MODES = frozenset({"raw_logprobs", "processed_logprobs", "raw_logits", "processed_logits", None})
 GENERATION_CONFIG_SOURCES = frozenset({"request_only", "hf_defaults", "unknown"})
 ENGINE_APIS = frozenset({"chat.completions", "completions", "generate", "responses", "messages"})
-SENTINEL = -9999.0  # §4.3: values ≤ −9999 + 1e-6 are sentinels
+SENTINEL = -9999.0  # docs/fcr.md#conventions: values ≤ −9999 + 1e-6 are sentinels
 SENTINEL_CUT = SENTINEL + 1e-6
 POSITIVE_CUT = 1e-6  # R6: a log-prob above this is not a log-probability
 
@@ -263,7 +264,8 @@ def topk_arrays(tk, n):
 
 
 def topk_checked(tk, n):
-    """A well-formed top-K list (§4.2: per position ``[[id:int≥0, lp:number], …]``, aligned to n) as
+    """A well-formed top-K list (per position ``[[id:int≥0, lp:number], …]``, aligned to n;
+    docs/fcr.md#rollout-and-trainer) as
     :func:`topk_arrays` returns it, checking the structure in the same C-level passes that convert it; ``None`` when
     anything is unusual (then the validator names the problem and :func:`topk_arrays` converts).
 
@@ -330,7 +332,7 @@ def array_bools_possible(line: bytes) -> bool:
 
 
 def ids_sha256(ids) -> str:
-    """§4.3: SHA-256 of the ids joined by ',' (no spaces)."""
+    """SHA-256 of the ids joined by ',' (no spaces; docs/fcr.md#conventions)."""
     return hashlib.sha256(",".join(map(str, ids)).encode("ascii")).hexdigest()
 
 
@@ -544,7 +546,7 @@ def validate_record(
         if type(prompt.get("ids_sha256")) is not str:
             err("prompt.ids_sha256", "missing" if "ids_sha256" not in prompt else "expected a hex string")
         elif check_hashes and r is None and prompt["ids_sha256"] != ids_sha256(prompt["token_ids"]):
-            warn("prompt.ids_sha256", "does not match the token ids (§4.3)")
+            warn("prompt.ids_sha256", "does not match the token ids (docs/fcr.md#conventions)")
         for k in ("task_prompt_sha256_declared", "task_prompt_sha256_observed", "context_source_call_id"):
             v = prompt.get(k)
             if v is not None and type(v) is not str:
@@ -570,7 +572,7 @@ def validate_record(
         if type(resp.get("ids_sha256")) is not str:
             err("response.ids_sha256", "missing" if "ids_sha256" not in resp else "expected a hex string")
         elif check_hashes and r is None and resp["ids_sha256"] != ids_sha256(ids):
-            warn("response.ids_sha256", "does not match the token ids (§4.3)")
+            warn("response.ids_sha256", "does not match the token ids (docs/fcr.md#conventions)")
         v = resp.get("text")
         if v is not None and type(v) is not str:
             err("response.text", "expected a string or null")

@@ -1,9 +1,12 @@
-"""The fidelity audit of spec/fidelity.md §6 over a whole ``fcr/1`` file (``audit_file``) or a list (``audit_records``).
+"""The fidelity audit (docs/fidelity-rules.md) over a whole ``fcr/1`` file (``audit_file``) or a list
+(``audit_records``).
 
-One parse per record (§4.1 says records may come in any order, so the context rules wait for the whole file):
+One parse per record (records may come in any order, docs/fcr.md#principles, so the context rules wait for the
+whole file):
 
 1. **Evaluation pass** — one streaming read; each record is parsed and validated once and gets every rule that
-   depends on it alone (R0–R4, R6–R8, :mod:`.rules`), its §6.3 certificate intervals (batched across calls,
+   depends on it alone (R0–R4, R6–R8, :mod:`.rules`), its certificate intervals
+   (docs/fidelity-rules.md#certificate-checks; batched across calls,
    :mod:`.certificates`) and its alignment distributions. The same pass builds the **index**: per call
    ``(run_id, call_id) → first line`` (duplicates — the first occurrence is always read first — and R5 context
    sources), per trajectory the root policy call (lowest ``call_index``: prompt length + 16-byte digest), per policy
@@ -12,7 +15,8 @@ One parse per record (§4.1 says records may come in any order, so the context r
    The result waits in a temporary spill file (compact: bit words, the per-call entry, certificate intervals; never
    the record), so memory is O(calls) small tuples, never O(tokens).
 2. **Fix-up pass** — only if the file is out of order: re-reads just the records whose root or predecessor changed
-   after they were read and recomputes those prefix digests (§6.2 R5, R9; TITO §1.2).
+   after they were read and recomputes those prefix digests (R5, R9:
+   docs/fidelity-rules.md#rules-r0r9; TITO: docs/fidelity-rules.md#the-prefix-invariant-tito).
 3. **Verdict pass** — reads the spill in file order: R5 (lineage) and R9 (merge chain) — both fail a whole call —
    then the verdict, spans, certificate counts (only if the call still has verifiable positions), coverage
    (:mod:`.coverage`), the loss-mask export (:mod:`.masks_export`) and ``call_sink`` batches.
@@ -334,7 +338,8 @@ class _Index:
                 self.final[line][1 if check == "root" else 2] = ok
 
     def finish(self):
-        """Mark the first break of every merged sample and every later call of that sample (§6.2 R9)."""
+        """Mark the first break of every merged sample and every later call of that sample (R9,
+        docs/fidelity-rules.md#rules-r0r9)."""
         for key, members in self.samples.items():
             broken = False
             for m in members[1:]:
@@ -513,7 +518,7 @@ def _run(source, *, mode, tokenizer, masks_out, masks_format, path_label, progre
                         "the trainer side with `python -m workers.fidelity join`)")
     if coverage["calls"]["spurious_call_rate"]:
         warnings.append("calls with undeclared role (role 'unknown') reached the log: use the negotiated protocol "
-                        "(§4.4) so background calls are declared or rejected")
+                        "(docs/fcr.md#negotiated-protocol) so background calls are declared or rejected")
     if coverage["template_change"]:
         warnings.append("policy calls use more than one chat-template hash (mid-run template change)")
     unc = (coverage.get("certificates") or {}).get("trainer_list_uncovered_positions")
@@ -547,7 +552,8 @@ def _run(source, *, mode, tokenizer, masks_out, masks_format, path_label, progre
 
 
 def _evaluate(rec, raw, line, index, registry, unregistered, opts) -> CallResult:
-    """Everything of §6.2 that depends on this record alone; R5/R9 wait for the whole index (``lineage_input``)."""
+    """Every rule of docs/fidelity-rules.md#rules-r0r9 that depends on this record alone; R5/R9 wait for the whole
+    index (``lineage_input``)."""
     issues, topk = _issues(rec, raw)
     if line in index.malformed and not _critical(issues):
         issues.append(_Unauditable(ValueError("index pass rejected it")))

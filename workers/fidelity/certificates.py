@@ -1,4 +1,5 @@
-"""Certificate checks of spec/fidelity.md §6.3, computed by :mod:`workers.certify` (one implementation, not two).
+"""Certificate checks of docs/fidelity-rules.md#certificate-checks, computed by :mod:`workers.certify` (one
+implementation, not two).
 
 Per verifiable position t with sampled token a, the rollout list ``rollout.top_k[t]`` and the trainer list
 ``trainer.top_k[t]`` (either may be absent: K = 0, i.e. S = {a}) go to
@@ -146,7 +147,8 @@ class CertificateSection:
         if threads != 1:
             torch.set_num_threads(1)
         try:
-            # fidelity §4.2: rollout.top_k is the engine's own top-K (capped); trainer.top_k only has to cover the
+            # docs/fcr.md#rollout-and-trainer: rollout.top_k is the engine's own top-K (capped); trainer.top_k only has
+            # to cover the
             # rollout's ids, in any order, so no cap may be assumed for it
             lo, hi, err = tv_interval_batch(t(P_ids), t(P_lp), t(Q_ids), t(Q_lp), t(Y), t(A), t(B),
                                             topk_caps=(True, False), return_status=True)
@@ -166,7 +168,8 @@ class CertificateSection:
         self.pending_positions = 0
 
     def record(self, res):
-        """Count a call's certificate (§6.3) once its verdict is final. Positions are the verifiable ones; a call
+        """Count a call's certificate (docs/fidelity-rules.md#certificate-checks) once its verdict is final.
+        Positions are the verifiable ones; a call
         that R5/R9 excluded afterwards has none (its raw intervals are dropped, as if never computed)."""
         raw, res.cert_raw = res.cert_raw, None
         if raw is None:

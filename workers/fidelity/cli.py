@@ -1,4 +1,4 @@
-"""``python -m workers.fidelity`` — audit and import commands (spec/fidelity.md §5, §6).
+"""``python -m workers.fidelity`` — audit and import commands (docs/fidelity-rules.md, docs/fidelity.md#cli).
 
     python -m workers.fidelity audit RUN.jsonl [--mode merged] [--tokenizer tokenizer.json] [--toy-vocab VOCAB.json]
                                     [--masks-out PATH [--masks-format jsonl|bin]] [--tau-align X]
@@ -32,7 +32,7 @@ def _parser():
     a.add_argument("path")
     a.add_argument("--mode", choices=["transition", "merged"], default="transition")
     a.add_argument("--tokenizer", action="append", default=[], help="tokenizer.json to register (repeatable)")
-    a.add_argument("--toy-vocab", action="append", default=[], help="id→string vocabulary JSON of a §7.1 toy tokenizer")
+    a.add_argument("--toy-vocab", action="append", default=[], help="id→string vocabulary JSON of a toy tokenizer (docs/fcr.md#toy-tokenizer)")
     a.add_argument("--masks-out")
     a.add_argument("--masks-format", choices=["jsonl", "bin"], default="jsonl")
     a.add_argument("--tau-align", type=float, default=1.0)
@@ -77,7 +77,7 @@ def _parser():
     j.add_argument("--allow-untrained", action="store_true",
                    help="keep policy calls that have no trainer row (the audit excludes them) instead of refusing")
     j.add_argument("--json", action="store_true")
-    g = sub.add_parser("gateway", help="negotiated-protocol proxy (spec §4.4)")
+    g = sub.add_parser("gateway", help="negotiated-protocol proxy (docs/fcr.md#negotiated-protocol)")
     g.add_argument("--upstream", required=True)
     g.add_argument("--host", default="127.0.0.1")
     g.add_argument("--port", type=int, default=8089)

@@ -1,4 +1,5 @@
-"""Coverage report of spec/fidelity.md §6.4, accumulated call by call (memory: O(trajectories + breakdown keys)).
+"""The coverage report (docs/fidelity-rules.md#coverage-report), accumulated call by call (memory: O(trajectories +
+breakdown keys)).
 
 Token-level distributions (alignment |Δ|, binary TV, certificate bounds) are exact up to ``EXACT_LIMIT`` values and
 then continue on a log-binned histogram (bin width 0.5 % of a decade ≈ 1.2 % relative), so quantiles of very large
@@ -144,8 +145,9 @@ class Coverage:
 
     # ------------------------------------------------------------------ accumulate
     def add_alignment(self, res: CallResult):
-        """§6.4.7 distributions (|trainer − rollout|, binary TV): R5/R9 do not change them, so they are taken when
-        the call is evaluated and its arrays released before the call waits for its lineage."""
+        """Alignment distributions (|trainer − rollout|, binary TV; docs/fidelity-rules.md#coverage-report): R5/R9
+        do not change them, so they are taken when the call is evaluated and its arrays released before the call
+        waits for its lineage."""
         self.align.add(res.align_diff)
         self.btv.add(res.binary_tv)
         res.align_diff = res.binary_tv = None
@@ -198,7 +200,7 @@ class Coverage:
             self.tito[1] += int(not e["tito_prefix_ok"])
         if "TRAINER_MISALIGNED" in e["reasons"]:
             self.misaligned_calls += 1
-        # closed-failure check (§6.1)
+        # closed-failure check (docs/fidelity-rules.md#definitions)
         viol = e["closed_failure_violations"]
         if res.loss_mask_used is not None:
             self.mask_calls += 1
@@ -213,7 +215,7 @@ class Coverage:
             self.cf_calls_n += 1
             if len(self.cf_calls) < 100:
                 self.cf_calls.append({"call_id": e["call_id"], "line": e["line"], "violations": viol})
-        # breakdowns (§6.4.10)
+        # breakdowns (docs/fidelity-rules.md#coverage-report)
         if meta:
             for k, v in (("step", e["step"]), ("harness_version", meta["harness_version"]),
                          ("environment_image", meta["environment_image"]),

@@ -1,4 +1,4 @@
-"""Negotiated-protocol gateway (spec/fidelity.md §2.3, §4.4): an OpenAI-compatible proxy that writes ``fcr/1``.
+"""Negotiated-protocol gateway (docs/fcr.md#negotiated-protocol): an OpenAI-compatible proxy that writes ``fcr/1``.
 
     python -m workers.fidelity gateway --upstream http://127.0.0.1:8000 --log run.fcr.jsonl \\
         [--undeclared reject|route_frozen --frozen-upstream URL] [--run-id R] [--step N] [--top-logprobs K]
@@ -14,7 +14,8 @@
   setting (``--logprobs-mode``; unset ⇒ null ⇒ R7 fails closed) unless ``request_logprobs_mode`` is on, in which
   case ``logprobs_mode: "processed_logprobs"`` is sent per request (engines that accept it). The upstream is always
   called without streaming (a streaming client gets one SSE chunk plus ``[DONE]``).
-* Each answered call is appended to the log as one ``fcr/1`` record (the §5.1 importer mapping, so the two paths
+* Each answered call is appended to the log as one ``fcr/1`` record (the vLLM importer's
+  mapping, docs/fidelity-rules.md#vllm-openai-compatible-logs, so the two paths
   cannot disagree); the response carries ``X-FCR-Call-Id``.
 
 Standard library only (``http.server`` / ``http.client``); binds 127.0.0.1 unless told otherwise.

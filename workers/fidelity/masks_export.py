@@ -1,4 +1,4 @@
-"""Loss-mask export (spec/fidelity.md §6.1): per call, mask[t] = verifiable[t] ∧ policy response token.
+"""Loss-mask export (docs/fidelity-rules.md#definitions): per call, mask[t] = verifiable[t] ∧ policy response token.
 
 Every audited record with a ``call_id`` gets an entry (excluded calls: all zeros), in file order. Two formats:
 

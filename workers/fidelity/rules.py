@@ -1,17 +1,18 @@
-"""The audit rules R0–R9 of spec/fidelity.md §6.2, evaluated on one call.
+"""The audit rules R0–R9 of docs/fidelity-rules.md#rules-r0r9, evaluated on one call.
 
 Every reason code owns one bit of a ``uint32`` per response position; the bits are allocated in rule order, so the
 *primary* reason of a call is its lowest set bit and the reasons of a span are listed in rule order. Call-level
 failures set their bit on every position; token-level failures only where they occur. A position is *verifiable*
-iff its word is 0 (§6.1). Spans are maximal runs of equal words.
+iff its word is 0 (docs/fidelity-rules.md#definitions). Spans are maximal runs of equal words.
 
-Evaluation order and the §6.2 short-circuits:
+Evaluation order and the docs/fidelity-rules.md#rules-r0r9 short-circuits:
 
 * R0 ``MALFORMED`` (structure, alignment, vocabulary) — nothing else can be trusted: later rules ``n/a``.
 * R1 role — a call failing R1 is not evaluated further (later rules ``n/a``).
 * R2–R9 are all evaluated so that every failure is listed.
 
-Closed failure (§6.1): a rule that cannot be evaluated fails with ``<RULE>_NOT_EVALUABLE`` (R2 without the
+Closed failure (docs/fidelity-rules.md#definitions): a rule that cannot be evaluated fails with
+``<RULE>_NOT_EVALUABLE`` (R2 without the
 tokenizer for ``engine_token_strings``; R4 when ``response.text`` is present but the tokenizer is not registered;
 R8 when a staleness bound is configured but a policy version is missing).
 
@@ -72,7 +73,8 @@ RULES = ["R0", "R1", "R2", "R3", "R4", "R5", "R6", "R7", "R8", "R9"]
 assert len(CODES) <= 32
 
 
-# R0 (§6.2: "parses; arrays aligned; ids within vocab size"): the record object, its version, its identity and the
+# R0 ("parses; arrays aligned; ids within vocab size", docs/fidelity-rules.md#rules-r0r9): the record object, its
+# version, its identity and the
 # per-token arrays. Any other validator error (e.g. a missing ``source``) does not make the call MALFORMED.
 _CRITICAL_EXACT = frozenset({"", "schema", "call_id", "prompt", "response", "rollout", "trainer"})
 _CRITICAL_ARRAYS = ("prompt.token_ids", "response.token_ids", "response.token_strings", "rollout.logprobs",
@@ -95,8 +97,8 @@ def codes_of(word: int) -> list[str]:
 # ------------------------------------------------------------------------------------------- options
 @dataclass
 class AuditOptions:
-    """§6.4 defaults: mode transition, τ_align 1.0 nat, sentinel −9999, top-K tolerance 1e-4, δ 0.15, staleness off,
-    inferred roles not accepted."""
+    """The defaults of docs/fidelity-rules.md#coverage-report: mode transition, τ_align 1.0 nat, sentinel −9999,
+    top-K tolerance 1e-4, δ 0.15, staleness off, inferred roles not accepted."""
 
     mode: str = "transition"  # or "merged" (enforce R9)
     tau_align: float = 1.0
@@ -196,7 +198,8 @@ def _obj(rec, key) -> dict:
 
 
 def _untransformed(sampling: dict) -> bool:
-    """§6.2 R7: raw log-probs equal processed ones only if sampling does not transform the distribution."""
+    """R7 (docs/fidelity-rules.md#rules-r0r9): raw log-probs equal processed ones only if sampling does not
+    transform the distribution."""
     g = sampling.get
 
     def eq(key, ok, default_ok=True):
@@ -260,8 +263,9 @@ def _finish(result: CallResult, opts: AuditOptions, skip_from=None) -> CallResul
 
 
 def apply_lineage(result: CallResult, lineage: Lineage, opts: AuditOptions) -> CallResult:
-    """The context-dependent part of §6.2 for a call that passed R0 and R1: R5 (original prompt / lineage), R9
-    (merge chain, merged mode) and the TITO diagnostic (§1.2). Both rules fail the whole call (every position),
+    """The context-dependent rules (docs/fidelity-rules.md#rules-r0r9) for a call that passed R0 and R1: R5
+    (original prompt / lineage), R9 (merge chain, merged mode) and the TITO diagnostic
+    (docs/fidelity-rules.md#the-prefix-invariant-tito). Both rules fail the whole call (every position),
     so they can be applied after the token-level rules and the certificates; then the call is finalised."""
     li, entry = result.lineage_input, result.entry
     result.lineage_input = None
@@ -436,7 +440,7 @@ def evaluate_call(rec: dict, *, line: int, issues: list, tokenizer, lineage: Lin
             if not any(tokenizer.decode(ids, skip_special_tokens=p) == text for p in policies):
                 fail_all("TEXT_ID_MISMATCH")
 
-    # ---- drift diagnostic (§6.2): engine-sourced ids only
+    # ---- drift diagnostic (docs/fidelity-rules.md#rules-r0r9): engine-sourced ids only
     if opts.drift and tokenizer is not None and prov == "engine" and n:
         entry["drift_if_retokenized"] = tokenizer.drift_if_retokenized(ids)
     else:

@@ -1,4 +1,5 @@
-"""Synthetic ``fcr/1`` records for tests and benchmarks (spec/fidelity.md §4.2, §7.1 toy conventions).
+"""Synthetic ``fcr/1`` records for tests and benchmarks (docs/fcr.md#record-fields, the toy
+conventions of docs/fcr.md#toy-tokenizer).
 
 Deterministic given the seed; records are well-formed and, unless told otherwise, fully verifiable.
 """
@@ -19,7 +20,8 @@ def ids_sha256(ids) -> str:
 
 
 def base_record(**over) -> dict:
-    """The shared fields of spec §7.1 (run-toy, step 7, toy tokenizer/template, processed logprobs)."""
+    """The shared fields of the examples in docs/fcr.md#toy-tokenizer (run-toy, step 7, toy tokenizer/template,
+    processed logprobs)."""
     rec = {
         "schema": "fcr/1",
         "run_id": "run-toy",

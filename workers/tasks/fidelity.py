@@ -45,7 +45,7 @@ def _project_registry(project):
 
 @shared_task(name="workers.tasks.fidelity_audit", acks_late=True)
 def fidelity_audit(job_id: int) -> str:
-    """Audit a valid upload (spec/fidelity.md §6): the report, per-call summaries (bulk-inserted as the engine streams
+    """Audit a valid upload (docs/fidelity-rules.md): the report, per-call summaries (bulk-inserted as the engine streams
     them), the loss-mask export; progress is the engine's (fraction of the upload read, then verdicts stored)."""
     from workers.fidelity import audit_file  # pulls torch (certificates) lazily: workers only
 

@@ -1,4 +1,4 @@
-"""Importers to ``fcr/1`` (spec/fidelity.md §5): vLLM OpenAI-compatible logs and Agent Lightning spans."""
+"""Importers to ``fcr/1`` (docs/fidelity-rules.md#importers): vLLM OpenAI-compatible logs and Agent Lightning spans."""
 from workers.fidelity.importers.agl import import_agl
 from workers.fidelity.importers.agl_events import import_agl_events
 from workers.fidelity.importers.common import safe_literal

@@ -1,4 +1,4 @@
-"""Importer for Agent Lightning spans (LightningStore v0.2/v0.3 dumps; spec/fidelity.md §5.2).
+"""Importer for Agent Lightning spans (LightningStore v0.2/v0.3 dumps; docs/fidelity-rules.md#agent-lightning-spans).
 
 Input: JSONL, one span per line, with the LightningStore span fields ``rollout_id, attempt_id, sequence_id, span_id,
 parent_id`` (or ``parent.span_id``), ``name``, ``attributes`` (flattened OpenTelemetry keys), ``start_time``.
@@ -207,7 +207,7 @@ def import_agl(in_path, out_path, *, run_id=None, agent_match=None, llm_match=DE
             if role is not None and rec["role_source"] == "default":
                 rec["role"], rec["role_source"] = role, "config"
             out_records.append(rec)
-    for line, err in bad_lines:  # §5.4: a parse failure is a record, never a dropped call
+    for line, err in bad_lines:  # docs/fidelity-rules.md#importers: a parse failure is a record, never a dropped call
         rec = skeleton(run_id=run_id or "unknown", trajectory_id="unknown", step=-1, call_id=ref_of(in_path, line),
                        call_index=line, source_format="agl_span", ref=ref_of(in_path, line), tokenizer=tokenizer)
         rec["extra"] = {"import_error": err}
@@ -234,7 +234,8 @@ def _convert(s, rollout, attempt, call_index, by_id, agent_re, in_path, line, ru
     rec = skeleton(run_id=run_id or "unknown", trajectory_id=traj, step=step, call_id=call_id,
                    call_index=call_index, source_format="agl_span", ref=f"{ref_of(in_path, line)} span "
                                                                           f"{s.get('span_id')}", tokenizer=tok)
-    # role from the nearest enclosing agent (§5.2.5), named as Agent Lightning names agents; an LLM call under a
+    # role from the nearest enclosing agent (docs/fidelity-rules.md#agent-lightning-spans), named as Agent Lightning
+    # names agents; an LLM call under a
     # reward span (an LLM judge) is never the trained agent's
     if agent_re is not None:
         seen, p, agent, in_reward = set(), _parent(s), None, False

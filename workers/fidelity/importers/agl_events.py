@@ -4,7 +4,8 @@ Input: JSONL, one item per line, any mix of
 
 * **events** as the server stores them (``GET /rollouts/{id}/events``): ``{event_type, rollout_id, attempt_id,
   timestamp, data}``. ``model_request`` events carry ``data.request`` / ``data.response`` (the gateway's exchange with
-  the model server: converted by the vLLM importer's mapping, §5.1) and ``data.server.{model, endpoint, version}``.
+  the model server: converted by the vLLM importer's mapping, docs/fidelity-rules.md#vllm-openai-compatible-logs)
+  and ``data.server.{model, endpoint, version}``.
   With ``?format=triplet`` the server trims them to ``data.{prompt_token_ids, response_token_ids,
   response_log_probs, server.{model, version}}`` (plus ``error`` / ``http_status`` when the call failed) — ids the
   engine returned, so provenance ``engine``; no top-K, no sampling parameters. Every other event type (``reward``,

@@ -1,8 +1,8 @@
-"""Shared pieces of the importers (spec/fidelity.md §5): record skeleton, hashing, safe literal parsing, output.
+"""Shared pieces of the importers (docs/fidelity-rules.md#importers): record skeleton, hashing, safe literal parsing, output.
 
-§5.4 invariants the importers keep: idempotent (same input → byte-identical output: sorted keys, no import-time
-values), one record per (call, choice), never fabricate log-probs or trainer fields (absent values stay ``null``
-and no ``trainer`` block is written), source pointers preserved (``source.ref`` = ``file:line``), and a parse
+The invariants the importers keep (docs/fidelity-rules.md#importers): idempotent (same input → byte-identical
+output: sorted keys, no import-time values), one record per (call, choice), never fabricate log-probs or trainer
+fields (absent values stay ``null`` and no ``trainer`` block is written), source pointers preserved (``source.ref`` = ``file:line``), and a parse
 failure yields a record with ``provenance: "missing"`` instead of a dropped call.
 """
 from __future__ import annotations
@@ -53,7 +53,8 @@ def meta_of(obj) -> dict:
 
 
 def task_text(prompt):
-    """The task text whose SHA-256 is ``task_prompt_sha256_observed`` (§4.2): the first user message of a message
+    """The task text whose SHA-256 is ``task_prompt_sha256_observed`` (docs/fcr.md#prompt): the first user message
+    of a message
     list (its text parts joined), or the prompt itself when it is a string; None otherwise."""
     if isinstance(prompt, str):
         return prompt
@@ -183,7 +184,8 @@ def tokenizer_block(tokenizer) -> dict:
 
 
 def skeleton(*, run_id, trajectory_id, step, call_id, call_index, source_format, ref, tokenizer=None) -> dict:
-    """A structurally valid record with every id array ``missing`` — the parse-failure fallback (§5.4)."""
+    """A structurally valid record with every id array ``missing`` — the parse-failure fallback
+    (docs/fidelity-rules.md#importers)."""
     return {
         "schema": "fcr/1",
         "run_id": run_id,

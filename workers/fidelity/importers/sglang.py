@@ -8,7 +8,7 @@ HTTP error body. Field names are those of SGLang's tokenizer manager: ``meta_inf
 completion_tokens, cached_tokens, weight_version, input_token_logprobs, output_token_logprobs,
 output_top_logprobs}``, each log-prob entry ``[logprob, token_id, text | null]``.
 
-Mapping (fidelity §5.3): response ids = ``output_ids`` (``engine``; checked against the ids inside
+Mapping (docs/fidelity-rules.md#sglang-generate): response ids = ``output_ids`` (``engine``; checked against the ids inside
 ``output_token_logprobs``, which are used when ``output_ids`` is absent); rollout log-probs = element 0 of
 ``output_token_logprobs``; top-K from ``output_top_logprobs`` (SGLang computes it from the distribution, not around
 the sampled token: sorted and deduplicated, nothing dropped); prompt ids = request ``input_ids`` (``engine_input``),

@@ -148,7 +148,7 @@ def _rows(obj, fmt):
 def import_trajectories(in_path, out_path, *, fmt, run_id=None, step=None, tokenizer=None, engine=None,
                         logprobs_mode=None, generation_config_source="unknown", ids_from="engine", **_ignored) -> dict:
     """Convert verl / slime / SkyRL rollout outputs (``fmt``) to ``fcr/1``; returns counts. A line that cannot be
-    read becomes a ``missing`` record (§5.4)."""
+    read becomes a ``missing`` record (docs/fidelity-rules.md#importers)."""
     if fmt not in ("verl", "slime", "skyrl"):
         raise ValueError(f"unknown trajectory format {fmt!r}")
     if ids_from not in ("engine", "text"):

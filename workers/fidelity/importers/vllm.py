@@ -1,4 +1,5 @@
-"""Importer for vLLM OpenAI-compatible logs (spec/fidelity.md §5.1): chat + completions, streaming chunks, and
+"""Importer for vLLM OpenAI-compatible logs (docs/fidelity-rules.md#vllm-openai-compatible-logs): chat + completions,
+streaming chunks, and
 Agent Lightning ≥ 1.0 ``model_request`` events.
 
 Input: JSONL, one exchange per line, either ``{"request": {...}, "response": {...} | [chunk, …], "meta": {...}}`` or
@@ -9,13 +10,14 @@ task_prompt_sha256_declared, context_event, context_source_call_id``; request he
 ``logprobs.content[].{token, logprob, bytes, top_logprobs}``, completions ``logprobs.{tokens, token_logprobs,
 top_logprobs}``).
 
-Mapping (§5.1): prompt ids ``response.prompt_token_ids`` / ``choices[i].prompt_token_ids`` → ``engine``; an int-list
+Mapping (docs/fidelity-rules.md#vllm-openai-compatible-logs): prompt ids ``response.prompt_token_ids`` /
+``choices[i].prompt_token_ids`` → ``engine``; an int-list
 ``request.prompt`` → ``engine_input``; else ``missing``. Response ids ``choices[i].token_ids`` → ``engine``; else all
 ``"token_id:N"`` token strings → ``engine``; else per-token strings mapped uniquely through the tokenizer →
 ``engine_token_strings``; else the text encoded → ``retokenized``; else ``missing``. Top-K ids from ``"token_id:N"``
 or a unique vocabulary match; a position with an unmappable entry gets an empty list and is listed in
 ``extra.top_k_dropped_positions``. Retries (identical request body later in the same trajectory) are kept, the
-earlier attempts marked ``purpose: "retry"`` (§5.1.6) — this needs a first pass over the input.
+earlier attempts marked ``purpose: "retry"`` — this needs a first pass over the input.
 """
 from __future__ import annotations
 
@@ -50,7 +52,7 @@ def _request_key(traj, req) -> bytes:
 
 
 def _merge_stream(chunks: list) -> dict:
-    """§5.1.4: concatenate ``token_ids`` deltas and ``logprobs.content``; prompt ids from the first chunk."""
+    """Streaming: concatenate ``token_ids`` deltas and ``logprobs.content``; prompt ids from the first chunk."""
     out = {"choices": []}
     by_index: dict[int, dict] = {}
     for ch in chunks:
@@ -189,7 +191,7 @@ def convert_exchange(obj: dict, *, line: int, ref: str, opts: dict, call_index: 
         rec["engine"] = eng
         rec["sampling"] = _sampling(req)
 
-        # prompt ids (§5.1.1)
+        # prompt ids
         p = rec["prompt"]
         pids = int_list(resp.get("prompt_token_ids")) if chat else None
         if pids is None:
@@ -239,7 +241,7 @@ def convert_exchange(obj: dict, *, line: int, ref: str, opts: dict, call_index: 
                 tok_strings, tok_lps = tok_strings[echo_cut:], tok_lps[echo_cut:]
                 tops = tops[echo_cut:] if has_top and len(tops) >= echo_cut else tops
 
-        # response ids (§5.1.2)
+        # response ids
         r = rec["response"]
         text = ch.get("text") if not chat else ((ch.get("message") or {}).get("content"))
         if not chat and req.get("echo") is True and isinstance(text, str):
@@ -267,7 +269,7 @@ def convert_exchange(obj: dict, *, line: int, ref: str, opts: dict, call_index: 
         if ch.get("finish_reason") is not None:
             r["finish_reason"] = str(ch["finish_reason"])
 
-        # log-probs (§5.1.3): only when they align with the ids; never fabricated
+        # log-probs: only when they align with the ids; never fabricated
         extra = {}
         if tok_lps is not None and len(tok_lps) == n and r["provenance"] != "retokenized":
             rec["rollout"] = {"logprobs": [v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
@@ -354,7 +356,8 @@ def error_text(resp) -> str | None:
 
 
 def failed_record(obj, *, traj, call_index, ref, err, opts, source_format="vllm_openai") -> dict:
-    """§5.4: a call that cannot be converted is a ``missing`` record — which keeps what the log does say about it:
+    """A call that cannot be converted is a ``missing`` record (docs/fidelity-rules.md#importers) — which keeps what
+    the log does say about it:
     the declared role, purpose and parent (an error answer to a declared policy call is still a declared policy
     call, not an undeclared one), run, step, call id, and the error body's message."""
     meta = meta_of(obj)
