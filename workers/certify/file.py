@@ -562,7 +562,7 @@ def _summarise(run, opts, budget, threshold_source, T_ref_opt):
         caveats.append("B* >= 1: with rewards in [0, 1] the bound cannot certify improvement "
                        "(docs/bounds.md#unified-bound-b).")
     summary = {
-        "records": run.records, "policy_records": run.policy, "skipped": dict(run.skipped),
+        "records": run.records, "policy_records": run.policy, "skipped": dict(sorted(run.skipped.items())),
         "sequences": run.sequences, "sequences_certified": n_ok, "tokens": run.tokens,
         "status_counts": {"tokens": run.tok_counts, "sequences": run.seq_counts},
         "accepted": run.accepted,

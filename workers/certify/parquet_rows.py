@@ -58,10 +58,11 @@ def _topk_side(table, side, T, rows):
     return (pos_off, ids, lps), row_null, bad
 
 
-def rows(path, state):
+def rows(path, state, groups=None):
     """``(row number, record, arrays | None)`` for every row of an ``fcr-parquet/1`` file (see the module docstring).
     An unreadable file or row group is recorded in ``state['stream_error']`` as ``(row, reason)`` and ends the rows
-    (certify_file reports it as a DATA_ERROR, the way it reports a truncated gzip stream)."""
+    (certify_file reports it as a DATA_ERROR, the way it reports a truncated gzip stream). ``groups``: only these row
+    groups (a piece of workers.fcr.chunks.chunk_ranges); row numbers stay those of the whole file."""
     position = _Position()
     state["raw"] = position
     try:
@@ -70,7 +71,7 @@ def rows(path, state):
         state["stream_error"] = (exc.line, str(exc))
         return
     try:
-        for g in range(log.num_row_groups):
+        for g in range(log.num_row_groups) if groups is None else groups:
             try:
                 table = log.read(g, COLUMNS)
             except FcrParseError as exc:

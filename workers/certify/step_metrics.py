@@ -15,12 +15,17 @@ Over the certified (non-DATA_ERROR) tokens of each step, with Δ = trainer − r
 Quantiles come from a per-step histogram of |Δ| with 40 log-spaced bins per decade over [1e-8, 1e2] (a bin spans a
 factor 1.06; the quantile is the smallest value with CDF ≥ q, reported as its bin's geometric centre, 0 below 1e-8), so memory per step is fixed
 (≈ 3 KB) whatever its size; means, maxima and rates are exact. No Django import.
+
+Sums are exact (workers/certify/exact.py) and :meth:`StepMetrics.merge` adds two accumulators (sums, maxima and
+histogram counts), so metrics merged from pieces of a file equal one pass over it, bit for bit.
 """
 from __future__ import annotations
 
 import math
 
 import numpy as np
+
+from workers.certify.exact import ExactSums, decode_float, encode_float
 
 TIS_CAP = 2.0  # verl's default rollout_is_threshold
 MIS_BAND = (0.5, 2.0)  # token rejection band [1/C, C] with C = 2
@@ -58,8 +63,8 @@ class StepMetrics:
         """One chunk: ``steps`` (one per sequence), ``lens`` token counts, ``ok`` which sequences are certified,
         ``a``/``b`` rollout/trainer log-probs of the sampled tokens, flat in sequence order.
 
-        Sums are formed per sequence (a sequence never spans chunks), then added to their step one sequence at a time
-        in file order, so the result does not depend on where chunks end."""
+        Sums are formed per sequence (a sequence never spans chunks) and added to their step exactly, so the result
+        does not depend on where chunks end or in which order they are merged."""
         if not ok.any():
             return
         nseq = len(lens)
@@ -91,14 +96,43 @@ class StepMetrics:
         np.maximum.at(mx[:, 1], tseg, rho)
         np.maximum.at(mx[:, 2], tseg, -rho)
         hist = np.bincount(tseg * N_BINS + _bin(absd), minlength=nseq * N_BINS).reshape(nseq, N_BINS)
+        groups: dict = {}
         for i in np.flatnonzero(ok & (n_tok > 0)).tolist():
-            k = steps[i]
+            groups.setdefault(steps[i], []).append(i)
+        slots = np.arange(len(_SUMS))
+        for k, idx in groups.items():
+            if k not in self.sums:
+                self.sums[k] = ExactSums(len(_SUMS))
+                self.maxes[k] = np.full(len(_MAXES), -np.inf)
+                self.hist[k] = np.zeros(N_BINS, np.int64)
+            self.sums[k].add(np.tile(slots, len(idx)), rows[idx])
+            np.maximum(self.maxes[k], mx[idx].max(0), out=self.maxes[k])
+            self.hist[k] += hist[idx].sum(0)
+
+    def merge(self, other: "StepMetrics") -> "StepMetrics":
+        """Add ``other``'s steps into this one (in place): exact sums, maxima, histogram counts."""
+        for k in other.sums:
             if k in self.sums:
-                self.sums[k] += rows[i]
-                np.maximum(self.maxes[k], mx[i], out=self.maxes[k])
-                self.hist[k] += hist[i]
+                self.sums[k].merge(other.sums[k])
+                np.maximum(self.maxes[k], other.maxes[k], out=self.maxes[k])
+                self.hist[k] += other.hist[k]
             else:
-                self.sums[k], self.maxes[k], self.hist[k] = rows[i].copy(), mx[i].copy(), hist[i].astype(np.int64)
+                self.sums[k] = ExactSums().merge(other.sums[k])
+                self.maxes[k], self.hist[k] = other.maxes[k].copy(), other.hist[k].copy()
+        return self
+
+    def to_json(self) -> list:
+        return [[k, self.sums[k].to_json(), [encode_float(x) for x in self.maxes[k].tolist()],
+                 self.hist[k].tolist()] for k in self.sums]
+
+    @classmethod
+    def from_json(cls, doc: list) -> "StepMetrics":
+        self = cls()
+        for k, sums, maxes, hist in doc:
+            self.sums[k] = ExactSums.from_json(sums)
+            self.maxes[k] = np.array([decode_float(x) for x in maxes])
+            self.hist[k] = np.asarray(hist, np.int64)
+        return self
 
     @staticmethod
     def _quantile(hist: np.ndarray, q: float) -> float:
@@ -128,15 +162,17 @@ class StepMetrics:
         """The metrics of one step (empty when it has no certified token)."""
         if key not in self.sums:
             return {}
-        return self._finish(self.sums[key], self.maxes[key], self.hist[key])
+        return self._finish(self.sums[key].values(), self.maxes[key], self.hist[key])
 
     def run(self) -> dict:
         """The same metrics over every certified token of the run."""
         if not self.sums:
             return {}
-        s = sum(self.sums.values())
+        s = ExactSums()
+        for part in self.sums.values():
+            s.merge(part)
         mx = np.max(np.stack(list(self.maxes.values())), axis=0)
-        return self._finish(s, mx, sum(self.hist.values()))
+        return self._finish(s.values(), mx, sum(self.hist.values()))
 
     @staticmethod
     def options() -> dict:
