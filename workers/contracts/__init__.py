@@ -1,9 +1,9 @@
-"""Kernel contracts engine (spec/contracts.md): contract language, the twelve classes, the harnessed runner,
-three-state calibration, incidents and grades. No Django imports; torch is imported lazily so the portal
+"""Kernel contracts engine (docs/contract-language.md, docs/contracts.md): contract language, the twelve classes,
+the harnessed runner, three-state calibration, incidents and grades. No Django imports; torch is imported lazily so the portal
 can load and list contracts without it.
 
-Public API (ARCHITECTURE §5): ``suite()``, ``run_contract(contract_id, impl, *, device="cpu", seeds=None)``,
-``calibrate(contract_id)``, plus ``run_suite``, ``grade``, ``run_incidents``, ``load_file``/``load_text``.
+Public API (docs/contracts.md#api-and-command-line): ``suite()``, ``run_contract(contract_id, impl, *, device="cpu",
+seeds=None)``, ``calibrate(contract_id)``, plus ``run_suite``, ``grade``, ``run_incidents``, ``load_file``/``load_text``.
 """
 SUITE_VERSION = "0.1.0"
 

@@ -1,9 +1,11 @@
-"""Three-state calibration (spec §7.1 ``calibration``; the grader is itself graded).
+"""Three-state calibration (the ``calibration`` part, docs/contract-language.md#three-state-calibration;
+the grader is itself graded).
 
 For every contract and every fixture it lists:
 
 * **baseline** — must *fail* the naive functional check (5 trials of allclose(atol=1e-2, rtol=1e-2) against
-  the fp32 reference at one benchmark shape, spec §8 preamble) and must not PASS the contract;
+  the fp32 reference at one benchmark shape, docs/contract-language.md#why-contracts) and must not PASS the
+  contract;
 * **violating** — must *pass* the naive check and *FAIL* the contract (the contract catches what allclose
   misses). A fixture marked ``platform_dependent`` (stock torch.mm for C-ORD-03) is reported, not required;
 * **conforming** — must PASS the contract (not QUALITY_WARNING: a reference using more than half its budget

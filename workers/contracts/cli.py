@@ -1,4 +1,5 @@
-"""Command line (ARCHITECTURE §5): ``python -m workers.contracts {list,check,calibrate,incidents,grade}``.
+"""Command line (docs/contracts.md#api-and-command-line): ``python -m workers.contracts
+{list,check,calibrate,incidents,grade}``.
 
 ``check`` prints the verdict (JSON with ``--json``) and exits 0 only on PASS; 3 on QUALITY_WARNING (it passes
 but uses more than half its budget; ``--allow-quality-warning`` makes that 0), 1 on any other verdict, 2 on
@@ -124,11 +125,11 @@ def main(argv=None) -> int:
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_calibrate)
 
-    s = sub.add_parser("incidents", help="reproduce the three incidents of spec §9")
+    s = sub.add_parser("incidents", help="reproduce the three incidents (docs/contract-language.md#incidents-each-class-explains)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_incidents)
 
-    s = sub.add_parser("grade", help="grade a JSON list of verdicts (spec §10)")
+    s = sub.add_parser("grade", help="grade a JSON list of verdicts (docs/contract-language.md#grades)")
     s.add_argument("verdicts")
     s.add_argument("--deployment-flags", default=None)
     s.add_argument("--json", action="store_true")

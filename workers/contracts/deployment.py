@@ -1,5 +1,5 @@
-"""Deployment flags and targets for KC-A / KC-T (spec/contracts.md §10), validated without torch (the portal's web
-process reads them from submissions).
+"""Deployment flags and targets for KC-A / KC-T (docs/contract-language.md#grades), validated without torch (the
+portal's web process reads them from submissions).
 
 KC-A is the capability vector *as deployed*: the classes a deployment flag can change (grading.RISKY_FLAGS, and a
 contract whose precondition.env the flag contradicts) are measured again with the flags applied in the sandbox

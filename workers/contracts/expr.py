@@ -1,4 +1,6 @@
-"""A small, safe expression language for postconditions and tolerance bounds (spec §7.1 item 2, §7.2).
+"""A small, safe expression language for postconditions and tolerance bounds
+(the ``postcondition`` and
+``tolerance`` parts of docs/contract-language.md#the-parts-of-a-contract).
 
 Contract files carry formulas such as ``4*sqrt(K)`` (a bound) or ``probe_mismatch == 0 and rho <= bound``
 (a relation). They come from files that may be uploaded by users, so they are never handed to ``eval``:

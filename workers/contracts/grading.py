@@ -1,4 +1,5 @@
-"""Conformance grades (spec §10, modelled on IEC 62443 / ISASecure). Pure functions over verdicts; no torch.
+"""Conformance grades (docs/contract-language.md#grades, modelled on IEC 62443 / ISASecure). Pure functions over
+verdicts; no torch.
 
 * **KC-C** = (PRC, ORD, CMP, EXC), each 0-4. A family earns level L only if *every* in-scope class of the
   family passes at L (no cherry-picking): a class with no verdict counts as failing, several verdicts for a
@@ -7,8 +8,8 @@
   public seeds and directed probes only; 3 when hidden seeds ran with the full harness (separate process,
   candidate first on poisoned memory, input hashes, sensitivity, replay, config enumeration). Level 4 needs
   attestations this engine cannot produce (third-party execution, signed traces, cross-SKU replication).
-  NOT_DECLARED caps the family at 0 (§10: level 1 requires every policy declared; §7.1's wording "failing at
-  level >= 2" is the weaker reading — we apply the stricter table).
+  NOT_DECLARED caps the family at 0 (docs/contract-language.md#grades: level 1 requires every policy declared; the
+  verdict list's wording "failing at level >= 2" is the weaker reading — we apply the stricter table).
 * **KC-A**: the same vector under the deployment's flags. Verdicts measured under those flags
   (``deployment_verdicts``) are used when given; otherwise any class whose contract precondition the flags
   contradict (e.g. ``allow_tf32: true`` against ``env: {allow_tf32: false}``, FTZ on against PRESERVE) is
@@ -147,7 +148,7 @@ def grade(verdicts, *, deployment_flags: dict | None = None, deployment_verdicts
     vs = [_as_dict(v) for v in verdicts]
     kc_c, families = _vector(vs, attestations)
     not_declared = sorted({_class_of(v) for v in vs if v.get("verdict") == "NOT_DECLARED"})
-    for cls in not_declared:  # §10: level 1 requires every policy declared
+    for cls in not_declared:  # docs/contract-language.md#grades: level 1 requires every policy declared
         code = FAMILY_CODE[FAMILY_OF_CLASS[cls]]
         kc_c[code] = 0 if kc_c[code] is not None else None
         families[code]["level"] = kc_c[code]

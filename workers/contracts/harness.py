@@ -1,9 +1,9 @@
-"""Harness invariants shared by every protocol (spec §2), on the parent side.
+"""Harness invariants shared by every protocol (docs/contract-language.md#harness-invariants), on the parent side.
 
 The child (sandbox.py) does what must happen around the call: poisoned outputs, candidate first, input
 hashes, stream synchronisation, replay. This module does the rest: the seed plan (public and hidden seeds,
-§2 item 5), the input-sensitivity partners (§2 item 4), decoding child results, and the generic findings
-every contract inherits — unexpected exceptions, wrong shape / dtype / type, mutated inputs, insensitivity,
+invariant 5 of docs/contract-language.md#harness-invariants), the input-sensitivity partners (invariant 4), decoding
+child results, and the generic findings every contract inherits — unexpected exceptions, wrong shape / dtype / type, mutated inputs, insensitivity,
 replay disagreement. Protocol-specific statistics live in protocols/*.py.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""The three incidents of spec §9 as named, runnable scenarios, each mapped to its class with its measured
-signature: silent precision coercion (Huawei Ascend) -> C-PRC-01, reward-hacked kernel (Sakana AI CUDA
-Engineer) -> C-CMP-01, out-of-bounds silent acceptance (AMD) -> C-EXC-02.
+"""The three incidents of docs/contract-language.md#incidents-each-class-explains as named, runnable scenarios, each
+mapped to its class with its measured signature: silent precision coercion (Huawei Ascend) -> C-PRC-01, reward-hacked
+kernel (Sakana AI CUDA Engineer) -> C-CMP-01, out-of-bounds silent acceptance (AMD) -> C-EXC-02.
 
 Each scenario runs the naive check a benchmark would have run (it passes) and the contract (it fails), and
 reports the discriminating measurements. ``reproduced`` is True only if all of that was observed.

@@ -1,4 +1,5 @@
-"""Load and validate contract files (spec §7.2); name the faulty field *and* its line on any error.
+"""Load and validate contract files (docs/contract-language.md#the-parts-of-a-contract); name the faulty field *and*
+its line on any error.
 
 YAML is composed to a node tree first (``yaml.compose``) so every value keeps its source mark; the tree is
 converted to plain Python while a ``path -> line`` map is recorded, then the document is checked against

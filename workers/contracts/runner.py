@@ -1,4 +1,5 @@
-"""run_contract / run_suite: one contract against one implementation, to a :class:`Verdict` (spec §7.1).
+"""run_contract / run_suite: one contract against one implementation, to a :class:`Verdict`
+(docs/contract-language.md#verdicts).
 
 Flow of one run: resolve the contract -> NOT_DECLARED / NOT_APPLICABLE checks -> seed plan -> the
 protocol builds its cases (+ sensitivity partners) in this process -> one sandboxed child runs them all
@@ -86,7 +87,8 @@ class Verdict:
         return _json_safe(d)
 
     def write_trace(self, path) -> None:
-        """Append the per-measurement trace as JSON lines (spec §7.2 trace record)."""
+        """Append the per-measurement trace as JSON lines (the trace record of
+        docs/contract-language.md#the-parts-of-a-contract)."""
         with open(path, "a", encoding="utf-8") as fh:
             for rec in self.trace:
                 fh.write(json.dumps(_json_safe(rec), sort_keys=True) + "\n")
@@ -114,7 +116,8 @@ def get_contract(contract_id, directory=None) -> Contract:
 
 
 def default_function_name(contract: Contract) -> str:
-    """The function name of the spec §11 signature, e.g. 'matmul' for 'matmul(a[M,K], b[K,N]) -> [M,N]'."""
+    """The function name of the signature (docs/contract-language.md#the-twelve-classes), e.g. 'matmul' for
+    'matmul(a[M,K], b[K,N]) -> [M,N]'."""
     return contract.signature.split("(", 1)[0].strip()
 
 
@@ -414,7 +417,8 @@ def _hidden_key_set() -> bool:
 
 def resolve_impl_map(impl_map_or_impl, contracts) -> dict:
     """{contract id: impl ref or None}. A dict maps ids or classes; a bare module ('pkg.mod') or file
-    ('/path/k.py') maps each contract to the function named by its spec §11 signature."""
+    ('/path/k.py') maps each contract to the function named by its signature
+    (docs/contract-language.md#the-twelve-classes)."""
     out = {}
     for c in contracts:
         if isinstance(impl_map_or_impl, dict):

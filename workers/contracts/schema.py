@@ -1,4 +1,5 @@
-"""The contract-file schema of spec §7.2 (``schema_version: "kc/0.1"``), written as data.
+"""The contract-file schema of docs/contract-language.md#the-parts-of-a-contract (``schema_version: "kc/0.1"``),
+written as data.
 
 Each field is a :class:`F`: its kind, whether it is required, an enum of allowed values, the sub-fields of
 a closed mapping, or the item spec of a list / open mapping. ``loader.py`` walks a parsed YAML document
@@ -6,7 +7,7 @@ against :data:`CONTRACT` and reports the first problems with the dotted field pa
 
 The eight mandatory parts of the paper are ``identifier, scope, precondition, postcondition, tolerance,
 reference_oracle, measurement_protocol, violation_signature``; ``calibration, derivation, provenance,
-evidence`` are the project's extensions (spec §7.1 item 1) and ``policies`` carries the policy vocabulary
+evidence`` are the project's extensions (docs/contract-language.md#the-parts-of-a-contract) and ``policies`` carries the policy vocabulary
 of the exceptional / determinism classes.
 """
 from __future__ import annotations
@@ -78,7 +79,7 @@ CONTRACT = M({
         "version": S(required=True, pattern=SEMVER_RE),
         "title": S(),
         "protocol": S(required=True, doc="name of the measurement protocol module (workers/contracts/protocols)"),
-        "signature": S(required=True, doc="the implementation signature of spec §11"),
+        "signature": S(required=True, doc="the implementation signature of docs/contract-language.md#the-twelve-classes"),
     }, required=True),
     "scope": M({
         "ops": L(S(), required=True, nonempty=True),

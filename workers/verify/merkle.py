@@ -65,7 +65,7 @@ def prefix_roots(leaf_hashes) -> list[bytes]:
     """``[MTH(D[1]), MTH(D[2]), …, MTH(D[n])]`` in O(n) node hashes amortised plus O(log n) per size.
 
     After ``i`` leaves the tree is a sequence of perfect subtrees whose sizes are the binary digits of ``i``
-    (largest first); by the §2.1 split, ``MTH(D[i])`` folds them right to left: ``node(P_1, node(P_2, … P_last))``."""
+    (largest first); by the RFC 6962 §2.1 split, ``MTH(D[i])`` folds them right to left: ``node(P_1, node(P_2, … P_last))``."""
     stack: list[tuple[int, bytes]] = []  # (height, root of a perfect subtree)
     out = []
     for h in leaf_hashes:

@@ -1,4 +1,4 @@
-"""in-toto Attestation Framework: Statement v1 (https://github.com/in-toto/attestation, spec/v1/statement.md).
+"""in-toto Attestation Framework: Statement v1 (https://github.com/in-toto/attestation/blob/main/spec/v1/statement.md).
 
 A Statement binds *subjects* — the artifacts it speaks about, each a ResourceDescriptor with a name and a
 ``digest`` map (here always ``sha256``) — to a typed *predicate*::

@@ -1,4 +1,4 @@
-"""Conforming implementations, one per class (spec §8 "Conforming", signatures of §11)."""
+"""Conforming implementations, one per class, with the signatures of docs/contract-language.md#the-twelve-classes."""
 from __future__ import annotations
 
 import torch

@@ -1,6 +1,7 @@
-"""Violating implementations (spec §8 "Violating"): each passes the naive allclose(1e-2, 1e-2) check on
-random inputs and fails its contract. They are CPU emulations of real defects, except ``flush_denormal_mul``
-(a real FTZ/DAZ switch) and ``torch_mm_linear`` (stock torch.mm, batch-variant on many BLAS builds)."""
+"""Violating implementations (docs/contract-language.md#three-state-calibration): each passes the naive
+allclose(1e-2, 1e-2) check on random inputs and fails its contract. They are CPU emulations of real defects, except
+``flush_denormal_mul`` (a real FTZ/DAZ switch) and ``torch_mm_linear`` (stock torch.mm, batch-variant on many BLAS
+builds)."""
 from __future__ import annotations
 
 import os

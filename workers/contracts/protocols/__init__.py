@@ -1,4 +1,4 @@
-"""Measurement protocols, one module per contract class (spec §8).
+"""Measurement protocols, one module per contract class (docs/contract-language.md#the-twelve-classes).
 
 ``PROTOCOL_META`` is a torch-free registry (the loader checks contract expressions against it without
 importing torch): for each protocol, the class it measures, the ``names`` it binds for ``tolerance.bound``
@@ -102,7 +102,8 @@ def get(name: str):
     """The protocol module for ``name`` (imports torch)."""
     return importlib.import_module(f"{__name__}.{PROTOCOL_META[name]['module']}")
 
-# Policy fields a class needs declared before it can be measured (spec §7.1: NOT_DECLARED otherwise).
+# Policy fields a class needs declared before it can be measured (NOT_DECLARED otherwise,
+# docs/contract-language.md#verdicts).
 REQUIRED_POLICIES = {
     "C-PRC-03": ("denormal",),
     "C-ORD-02": ("determinism",),

@@ -6,11 +6,13 @@ A protocol module defines (see any of ``prc01.py`` … ``exc02.py``):
 * ``cases(contract, seeds) -> list[Case]`` — every candidate call, built in the *parent* from the seeds;
 * ``measure(contract, cases, results) -> list[dict]`` — one measurement per point: ``{"point", "seed",
   "seed_class", "names", "cases"}``, where ``names`` binds the protocol's names (protocols/__init__.py)
-  and the oracle is computed here, in fp64 on CPU, on the parent's own copies (spec §2 item 2);
+  and the oracle is computed here, in fp64 on CPU, on the parent's own copies (harness invariant 2,
+  docs/contract-language.md#harness-invariants);
 * ``signature(contract, measurements) -> dict`` — the measured violation signature (``pattern`` is one of
   the protocol's patterns, or None);
-* ``naive_args(contract, trial) -> tuple`` — inputs of the T4 "naive" functional check (spec §8 preamble);
-* ``perturb(case) -> Case`` — the input-sensitivity partner of a case (spec §2 item 4).
+* ``naive_args(contract, trial) -> tuple`` — inputs of the T4 "naive" functional check
+  (docs/contract-language.md#why-contracts);
+* ``perturb(case) -> Case`` — the input-sensitivity partner of a case (harness invariant 4).
 """
 from __future__ import annotations
 
@@ -38,10 +40,10 @@ class Case:
     expect_shape: tuple | None = None
     expect_dtype: torch.dtype | None = torch.float32
     expect_raise: bool = False        # an OOB probe: raising is recorded, not a CRASH
-    repeat: int = 2                   # replay (spec §2 item 7); ORD-02 asks for R launches
+    repeat: int = 2                   # replay (harness invariant 7); ORD-02 asks for R launches
     interleave: bool = False          # run unrelated work between repeats (ORD-02)
     all_configs: bool = False         # CMP-02: force every config in impl.configs
-    order: str = "candidate_first"    # or "reference_first" (the reversed-order repeat, spec §2 item 2)
+    order: str = "candidate_first"    # or "reference_first" (the reversed-order repeat, harness invariant 2)
     reference: str | None = None      # trusted reference run first when order == "reference_first"
     meta: dict = field(default_factory=dict)  # point, seed, seed_class, sensitivity_of, ...
 

@@ -1,5 +1,5 @@
-"""C-CMP-01 — fused / transformed-operation equivalence (spec §8): relative error against the fp64
-*unfused* RMSNorm within 8*u*sqrt(D), output fully written on freshly poisoned memory (sentinel
+"""C-CMP-01 — fused / transformed-operation equivalence (docs/contract-language.md#the-twelve-classes): relative error
+against the fp64 *unfused* RMSNorm within 8*u*sqrt(D), output fully written on freshly poisoned memory (sentinel
 survival 0), no dependence on whether the reference ran first (reversed-order repeat), input sensitivity."""
 from __future__ import annotations
 

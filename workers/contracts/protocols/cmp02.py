@@ -1,6 +1,6 @@
-"""C-CMP-02 — autotune / schedule invariance (spec §8): every config the implementation exposes in
-``impl.configs`` (forced one by one) and its own automatic choice satisfy C-PRC-01's bound, at shapes that
-steer a tuner to different choices (small and large M)."""
+"""C-CMP-02 — autotune / schedule invariance (docs/contract-language.md#the-twelve-classes): every config the
+implementation exposes in ``impl.configs`` (forced one by one) and its own automatic choice satisfy C-PRC-01's bound,
+at shapes that steer a tuner to different choices (small and large M)."""
 from __future__ import annotations
 
 from .base import Case, generator, point_label, randn, seed_meta, sweep_points

@@ -1,6 +1,6 @@
-"""C-CMP-03 — shape-polymorphism preservation (spec §8): softmax error <= 1e-6 against fp64 for every
-shape in a boundary sweep (1, 7, 15, 16, 17, 127, 1000, 1023, 1024, 1025, 4099), non-contiguous inputs
-and a rank-3 shape."""
+"""C-CMP-03 — shape-polymorphism preservation (docs/contract-language.md#the-twelve-classes): softmax error <= 1e-6
+against fp64 for every shape in a boundary sweep (1, 7, 15, 16, 17, 127, 1000, 1023, 1024, 1025, 4099), non-contiguous
+inputs and a rank-3 shape."""
 from __future__ import annotations
 
 import torch

@@ -1,5 +1,5 @@
-"""C-EXC-01 — NaN/Inf propagation (spec §8), IEEE_PROPAGATE for a row max: the output NaN mask equals
-"any NaN in the row", +Inf and -Inf masks match separately, finite maxima are exact (T0)."""
+"""C-EXC-01 — NaN/Inf propagation (docs/contract-language.md#the-twelve-classes), IEEE_PROPAGATE for a row max: the
+output NaN mask equals "any NaN in the row", +Inf and -Inf masks match separately, finite maxima are exact (T0)."""
 from __future__ import annotations
 
 import torch

@@ -1,5 +1,5 @@
-"""C-EXC-02 — out-of-bounds access semantics (spec §8): the declared ``oob`` / ``negative_index`` policy
-holds on every OOB probe (RAISE: an exception), in-bound positions are exact (T0)."""
+"""C-EXC-02 — out-of-bounds access semantics (docs/contract-language.md#the-twelve-classes): the declared ``oob`` /
+``negative_index`` policy holds on every OOB probe (RAISE: an exception), in-bound positions are exact (T0)."""
 from __future__ import annotations
 
 import torch

@@ -1,5 +1,6 @@
-"""C-ORD-01 — reduction-order tolerance (spec §8): e = |s - s64| / (u * mean|x|) <= lambda*sqrt(N) + 1 with
-lambda = 6 (Higham-Mary: failure probability <= 2 exp(-lambda^2/2) ~ 3e-8). Any legal order passes."""
+"""C-ORD-01 — reduction-order tolerance (docs/contract-language.md#the-twelve-classes): e = |s - s64| / (u * mean|x|)
+<= lambda*sqrt(N) + 1 with lambda = 6 (Higham-Mary: failure probability <= 2 exp(-lambda^2/2) ~ 3e-8). Any legal order
+passes."""
 from __future__ import annotations
 
 from .base import Case, abs_err, fmax, generator, point_label, randn, seed_meta, sweep_points

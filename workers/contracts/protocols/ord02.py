@@ -1,5 +1,6 @@
-"""C-ORD-02 — atomic determinism class (spec §8), BITWISE: R launches on identical inputs, interleaved with
-unrelated work, give one bit pattern; accuracy within C-ORD-01's envelope for the sum."""
+"""C-ORD-02 — atomic determinism class (docs/contract-language.md#the-twelve-classes), BITWISE: R launches on
+identical inputs, interleaved with unrelated work, give one bit pattern; accuracy within C-ORD-01's envelope for the
+sum."""
 from __future__ import annotations
 
 from .base import Case, abs_err, fmax, generator, point_label, randn, seed_meta, sweep_points

@@ -1,5 +1,6 @@
-"""C-ORD-03 — partition (batch) invariance (spec §8): f(X)[i] == f(x_i) bit-exactly for every batch size b
-in the sweep and every position; the oracle is the implementation's own batch-1 evaluation."""
+"""C-ORD-03 — partition (batch) invariance (docs/contract-language.md#the-twelve-classes): f(X)[i] == f(x_i)
+bit-exactly for every batch size b in the sweep and every position; the oracle is the implementation's own batch-1
+evaluation."""
 from __future__ import annotations
 
 import math

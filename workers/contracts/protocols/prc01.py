@@ -1,5 +1,6 @@
-"""C-PRC-01 — accumulator and operand precision (spec §8): identity probes bit-exact, and
-rho_ij = |C - C64|_ij / (u32 * ||a_i o b_j||_2) within the bound (4*sqrt(K) in the shipped contract)."""
+"""C-PRC-01 — accumulator and operand precision (docs/contract-language.md#the-twelve-classes): identity probes
+bit-exact, and rho_ij = |C - C64|_ij / (u32 * ||a_i o b_j||_2) within the bound (4*sqrt(K) in the shipped
+contract)."""
 from __future__ import annotations
 
 import math

@@ -1,5 +1,5 @@
-"""C-PRC-02 — cancellation avoidance (spec §8): LayerNorm forward error within u*(8*kappa + 2*sqrt(D)),
-kappa = 1 + |mean|/std per row, on inputs with a large offset c + N(0, 1)."""
+"""C-PRC-02 — cancellation avoidance (docs/contract-language.md#the-twelve-classes): LayerNorm forward error within
+u*(8*kappa + 2*sqrt(D)), kappa = 1 + |mean|/std per row, on inputs with a large offset c + N(0, 1)."""
 from __future__ import annotations
 
 import torch

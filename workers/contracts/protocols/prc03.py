@@ -1,6 +1,6 @@
-"""C-PRC-03 — denormal declaration (spec §8), PRESERVE: an elementwise fp32 product equals fl(x*w) computed
-in fp64 and rounded to fp32 with gradual underflow, bit for bit, on a subnormal ladder and on normal x
-normal products that land in the subnormal range."""
+"""C-PRC-03 — denormal declaration (docs/contract-language.md#the-twelve-classes), PRESERVE: an elementwise fp32
+product equals fl(x*w) computed in fp64 and rounded to fp32 with gradual underflow, bit for bit, on a subnormal ladder
+and on normal x normal products that land in the subnormal range."""
 from __future__ import annotations
 
 import torch

@@ -1,5 +1,5 @@
-"""C-PRC-04 — mixed-precision scaling invariance (spec §8): f(s*x)/s == f(x) bit-exactly for s = 2**k,
-and the error against the fp64 oracle within C-PRC-01's bound at every scale."""
+"""C-PRC-04 — mixed-precision scaling invariance (docs/contract-language.md#the-twelve-classes): f(s*x)/s == f(x)
+bit-exactly for s = 2**k, and the error against the fp64 oracle within C-PRC-01's bound at every scale."""
 from __future__ import annotations
 
 import math
