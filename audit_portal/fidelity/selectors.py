@@ -97,8 +97,7 @@ class RecordUnavailable(Exception):
 def read_record(call: FidelityCall) -> dict:
     """The call's ``fcr/1`` record, read from the uploaded file in the artifact store (token-level data never sits
     in Postgres). Uncompressed uploads: one seek; gzip: streamed up to the line."""
-    from workers.fcr.reader import FcrParseError, limits
-    from workers.fcr.validate import iter_raw_lines
+    from workers.fcr.reader import FcrParseError, LineReader
     from workers.fcr.columnar import is_parquet, read_row
 
     path = artifact_path(call.report.upload.storage_name)
@@ -111,17 +110,15 @@ def read_record(call: FidelityCall) -> dict:
         except FcrParseError as exc:
             raise RecordUnavailable(f"row {call.line} cannot be read: {exc}") from None
         raw = None if record is None else orjson.dumps(record)
-    elif call.byte_offset is not None:
-        with open(path, "rb") as fh:
-            fh.seek(call.byte_offset)
-            raw = fh.readline(limits().max_line_bytes + 1)  # the bounded reader's cap: never more than one line
-    else:
+    else:  # plain: the one line at its offset; gzip: streamed up to the line (the one bounded reader either way)
+        start = call.byte_offset if call.byte_offset is not None else 0
         try:
-            for number, line in iter_raw_lines(path):
-                if number == call.line:
-                    raw = line
-                    break
-        except FcrParseError as exc:
+            with LineReader(path, start=start, first_line=call.line if start else 1) as reader:
+                for number, line in reader:
+                    if number == call.line:
+                        raw = line
+                        break
+        except (FcrParseError, ValueError) as exc:  # ValueError: the offset is not a line start
             raise RecordUnavailable(f"line {call.line} cannot be read: {exc}") from None
     if raw is None:
         raise RecordUnavailable(f"line {call.line} is not in the uploaded file")

@@ -8,7 +8,6 @@ import errno
 import hashlib
 import os
 import uuid
-import zlib
 from pathlib import Path
 
 from django.conf import settings
@@ -16,62 +15,58 @@ from django.core.files.uploadedfile import UploadedFile
 from django.core.files.uploadhandler import FileUploadHandler, StopUpload
 
 from audit_portal.core.api_errors import UPLOAD_PARTS_ATTR
-from workers.fcr.reader import GZIP_MAGIC, ReadLimits, limits as read_limits
+from workers.fcr.reader import GZIP_MAGIC, FcrParseError, PushInflater, ReadLimits, limits as read_limits
 
 MULTIPART_OVERHEAD = 64 * 1024
 HEAD_BYTES = 4 * 1024 * 1024  # decompressed prefix kept for the synchronous pre-flight check
 
 
 class StreamProbe:
-    """Follows an upload as it arrives — decompressing gzip (multi-member too) in steps of at most 1 MiB — keeping
-    the first HEAD_BYTES, noticing truncation or corruption (a truncated stream never reaches the end-of-stream
-    marker), and enforcing the engines' read limits (workers/fcr/reader.py): a line longer than the line cap or a
-    stream inflating past the ratio/size cap stops the probe with ``error`` and ``code``. Work and memory per chunk
-    are bounded whatever the compression ratio, and nothing more is inflated once a limit is hit."""
+    """Follows an upload as it arrives — decompressing gzip (multi-member too) through the engines' own bounded
+    inflation (:class:`workers.fcr.reader.PushInflater`, steps of at most 1 MiB) — keeping the first HEAD_BYTES,
+    counting lines, and stopping at the first problem the engines would stop at, on the same line: a truncated or
+    corrupt stream (after the complete lines before it), a stream inflating past the ratio/size cap, or a line longer
+    than the line cap; ``error`` is ``"line N: reason"`` and ``code`` says which. Work and memory per chunk are
+    bounded whatever the compression ratio, and nothing more is inflated once a limit is hit."""
 
     STEP = 1 << 20
 
     def __init__(self, compressed: bool, limits: ReadLimits | None = None):
         self.limits = limits or read_limits()
-        self._d = zlib.decompressobj(16 + zlib.MAX_WBITS) if compressed else None
+        self._inflate = PushInflater(self.limits, self.STEP) if compressed else None
         self.compressed = compressed
         self.head = b""
         self.error: str | None = None
         self.code: str | None = None
-        self.consumed = 0  # compressed bytes fed to the decompressor
-        self.inflated = 0
+        self._plain = 0  # bytes of a plain upload
         self.lines = 0  # complete lines seen
         self._line_len = 0  # bytes of the current, unterminated line
+
+    @property
+    def inflated(self) -> int:
+        return self._inflate.inflated if self._inflate is not None else self._plain
 
     @property
     def head_is_whole(self) -> bool:
         return self.error is None and self.inflated <= HEAD_BYTES and len(self.head) == self.inflated
 
     def feed(self, data: bytes) -> None:
-        if self._d is None:
-            self.consumed += len(data)
-            self.inflated += len(data)
+        if self.error is not None:
+            return
+        if self._inflate is None:
+            self._plain += len(data)
             self._text(data)
             return
-        while data and self.error is None:
-            try:
-                out = self._d.decompress(data, self.STEP)
-            except zlib.error as exc:
-                self._fail(f"gzip stream is corrupt ({exc})", "corrupt_compression")
-                return
-            rest = self._d.unconsumed_tail
-            if self._d.eof:
-                rest = self._d.unused_data
-                if rest:
-                    self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            self.consumed += len(data) - len(rest)
-            data = rest
-            self.inflated += len(out)
-            problem = self.limits.inflation_problem(self.inflated, self.consumed)
-            if problem:
-                self._fail(problem, "inflation_limit")
-                return
-            self._text(out)
+        self._take(self._inflate.feed(data))
+
+    def _take(self, pieces) -> None:
+        try:
+            for out in pieces:
+                self._text(out)
+                if self.error is not None:
+                    return
+        except FcrParseError as exc:  # the engines' reason, on the line where they stop
+            self._fail(f"line {self.lines + 1}: {exc.reason}", getattr(exc, "code", "corrupt_compression"))
 
     def _text(self, out: bytes) -> None:
         if self.error is not None:
@@ -103,8 +98,8 @@ class StreamProbe:
         self.error, self.code = message, code
 
     def finish(self) -> None:
-        if self.error is None and self._d is not None and not self._d.eof:
-            self._fail("gzip stream is truncated (no end-of-stream marker)", "corrupt_compression")
+        if self.error is None and self._inflate is not None:
+            self._take(self._inflate.finish())
 
 
 def incoming_dir() -> Path:

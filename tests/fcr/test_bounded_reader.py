@@ -15,6 +15,7 @@ import orjson
 import pytest
 from hypothesis import given, settings, strategies as hs
 
+from tests.fcr.gzip_reference import inflatable_prefix
 from workers.fcr.reader import FcrLimitError, FcrParseError, LineReader, ReadLimits, iter_lines, open_binary
 from workers.fcr.synth import SynthConfig, iter_run
 
@@ -73,17 +74,6 @@ def _raw(path, data):
     return path
 
 
-def _inflatable_prefix(blob: bytes) -> bytes:
-    """What zlib inflates of ``blob`` before the byte it refuses: fed one byte at a time, nothing is held back."""
-    d, out = zlib.decompressobj(16 + zlib.MAX_WBITS), bytearray()
-    for k in range(len(blob)):
-        try:
-            out += d.decompress(blob[k:k + 1])
-        except zlib.error:
-            break
-    return bytes(out)
-
-
 @pytest.mark.parametrize("where", [0.3, 0.9])
 def test_corrupt_gzip_yields_every_complete_line_before_the_bad_byte(tmp_path, where):
     # zlib's decompress raises without returning what it inflated in the same call (a whole 256 KiB read step,
@@ -92,7 +82,7 @@ def test_corrupt_gzip_yields_every_complete_line_before_the_bad_byte(tmp_path, w
     blob = bytearray(gzip.compress(data, 6))
     at = int(len(blob) * where)
     blob[at:at + 64] = b"\xff" * 64
-    prefix = _inflatable_prefix(bytes(blob))
+    prefix = inflatable_prefix(bytes(blob))
     assert 0 < prefix.count(b"\n") < data.count(b"\n")
     seen = []
     with pytest.raises(FcrParseError, match="corrupt") as err:

@@ -116,6 +116,10 @@ class _InflateError(Exception):
         super().__init__(reason)
         self.reason, self.limit = reason, limit
 
+    def typed(self, line: int) -> FcrParseError:
+        """The error callers see, on the line where reading stopped."""
+        return FcrLimitError(line, self.reason, "inflation_limit") if self.limit else FcrParseError(line, self.reason)
+
 
 class _Inflater(io.RawIOBase):
     """A raw stream of the decompressed bytes of a (multi-member) gzip file, at most ``len(buffer)`` bytes per
@@ -270,9 +274,7 @@ class LineReader:
                 if self.offset >= stop:  # the end of a byte range (a line that starts before it is read whole)
                     break
         except _InflateError as exc:
-            if exc.limit:
-                raise FcrLimitError(self.line_no + 1, exc.reason, "inflation_limit") from None
-            raise FcrParseError(self.line_no + 1, exc.reason) from None
+            raise exc.typed(self.line_no + 1) from None
         except OSError as exc:
             raise FcrParseError(self.line_no + 1, f"the file cannot be read ({exc})") from None
         finally:
@@ -294,7 +296,7 @@ class _LimitedInflater(_Inflater):
             return super().readinto(buf)
         except _InflateError as exc:
             if exc.limit:
-                raise FcrLimitError(0, exc.reason, "inflation_limit") from None
+                raise exc.typed(0) from None
             raise EOFError(exc.reason) from None
 
     def close(self):
@@ -324,3 +326,66 @@ def iter_records(path, *, start: int = 0, end: int | None = None, first_line: in
         if not isinstance(record, dict):
             raise FcrParseError(line_no, f"expected a JSON object, got {type(record).__name__}")
         yield line_no, record
+
+
+class _Starved(Exception):
+    """The pushed bytes ran out before the end of the input: wait for the next :meth:`PushInflater.feed`."""
+
+
+class _Pushed:
+    """The compressed bytes pushed so far, read by the pull inflater; only the unread rest is kept."""
+
+    def __init__(self):
+        self.data, self.pos, self.ended = b"", 0, False
+
+    def push(self, data: bytes) -> None:
+        self.data, self.pos = self.data[self.pos:] + data, 0
+
+    def read(self, n: int) -> bytes:
+        if self.pos >= len(self.data):
+            if self.ended:
+                return b""
+            raise _Starved
+        out = self.data[self.pos:self.pos + n]
+        self.pos += len(out)
+        return out
+
+
+class PushInflater:
+    """The same bounded gzip inflation as :class:`LineReader` (limits, multi-member, the lines before a corrupt byte,
+    truncation), driven by pushed chunks: an upload is inflated as it arrives, without a second pass over the stored
+    file. ``feed(data)`` and, at the end, ``finish()`` yield the inflated bytes (at most ``step`` at a time), then
+    raise :class:`FcrParseError` / :class:`FcrLimitError` with line 0: the caller, who counts lines, names it."""
+
+    def __init__(self, limits: ReadLimits | None = None, step: int = READ_BUFFER):
+        self._input = _Pushed()
+        self._inflater = _Inflater(self._input, limits or ReadLimits.from_env(), None)
+        self._buf = memoryview(bytearray(step))
+
+    @property
+    def consumed(self) -> int:
+        return self._inflater.consumed
+
+    @property
+    def inflated(self) -> int:
+        return self._inflater.inflated
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        self._input.push(data)
+        return self._drain()
+
+    def finish(self) -> Iterator[bytes]:
+        self._input.ended = True
+        return self._drain()
+
+    def _drain(self) -> Iterator[bytes]:
+        while True:
+            try:
+                n = self._inflater.readinto(self._buf)
+            except _Starved:
+                return
+            except _InflateError as exc:
+                raise exc.typed(0) from None
+            if not n:
+                return
+            yield bytes(self._buf[:n])
