@@ -96,7 +96,8 @@ _MIN_COVERAGE = OpenApiParameter(
 
 @extend_schema(parameters=[_MIN_COVERAGE])
 class ReportDetail(generics.RetrieveAPIView):
-    """A fidelity report: coverage headline, verdict (and its label), closed-failure violations, the §6.4 coverage
+    """A fidelity report: coverage headline, verdict (and its label), closed-failure violations, the coverage
+    (docs/fidelity-rules.md#coverage-report)
     report, tokenizers, mask export; ``?min_coverage=F`` adds a CI gate."""
 
     serializer_class = ReportSerializer
@@ -209,7 +210,8 @@ class MaskDownload(APIView):
 
 class TokenizerListCreate(WorkBudgetMixin, generics.ListAPIView):
     """List the project's registered tokenizers, or register one (multipart ``file``: a Hugging Face
-    ``tokenizer.json`` or a §7.1 vocabulary; optional ``name``). The same tokenizer again returns the first (200)."""
+    ``tokenizer.json`` or a toy vocabulary, docs/fcr.md#toy-tokenizer; optional ``name``). The same tokenizer again
+    returns the first (200)."""
 
     serializer_class = TokenizerSerializer
     parser_classes = [MultiPartParser]

@@ -1,6 +1,6 @@
 """Plotly figures for the fidelity page, built server-side as JSON (the page loads plotly.js from static/).
 
-Report-level figures read the stored §6.4 coverage report; the per-trajectory and per-call distributions aggregate
+Report-level figures read the stored coverage report (docs/fidelity-rules.md#coverage-report); the per-trajectory and per-call distributions aggregate
 the stored call summaries in the database. Long series go through the certificates app's ``downsample``.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""Fidelity audits (spec/fidelity.md §6): one report per valid upload, per-call summaries, registered tokenizers.
+"""Fidelity audits (docs/fidelity-rules.md): one report per valid upload, per-call summaries, registered tokenizers.
 
 Never per-token rows: a call row holds its spans (maximal runs of equal status, usually a handful) and counts; the
-token ids, log-probs and the loss-mask export stay in the artifact store (ARCHITECTURE §4).
+token ids, log-probs and the loss-mask export stay in the artifact store (docs/deploy.md#artifact-storage).
 """
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ from audit_portal.runs.models import Run, Upload
 class RegisteredTokenizer(models.Model):
     """A tokenizer a project trusts for its audits, keyed by the SHA-256 its records declare (``tokenizer.sha256``).
 
-    ``kind`` ``hf``: a Hugging Face ``tokenizer.json``, sha256 of the file bytes (§4.3). ``toy_vocab``: a §7.1
-    id→string vocabulary, sha256 of its canonical JSON (stored in canonical form, so file and key agree)."""
+    ``kind`` ``hf``: a Hugging Face ``tokenizer.json``, sha256 of the file bytes (docs/fcr.md#conventions).
+    ``toy_vocab``: a toy id→string vocabulary (docs/fcr.md#toy-tokenizer), sha256 of its canonical JSON (stored in canonical form, so file and key agree)."""
 
     class Kind(models.TextChoices):
         HF = "hf", "Hugging Face tokenizer.json"
-        TOY_VOCAB = "toy_vocab", "Toy vocabulary (spec §7.1)"
+        TOY_VOCAB = "toy_vocab", "Toy id→string vocabulary"
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="fidelity_tokenizers")
     name = models.CharField(max_length=200)
@@ -53,7 +53,7 @@ class FidelityReport(models.Model):
     verdict = models.CharField(max_length=4, blank=True)  # PASS | FAIL
     verdict_reasons = models.JSONField(default=list)
     closed_failure_violations = models.BigIntegerField(default=0)
-    coverage = models.JSONField(default=dict)  # §6.4, as the engine reports it
+    coverage = models.JSONField(default=dict)  # docs/fidelity-rules.md#coverage-report, as the engine reports it
     protocol_warnings = models.JSONField(default=list)
     options = models.JSONField(default=dict)
     # {"used": [{"id", "name", "sha256", "kind"}], "unmatched": [sha256, …]} — which registered tokenizer the

@@ -1,4 +1,4 @@
-"""Kernel contracts and conformance (spec/contracts.md §7, §10, §11).
+"""Kernel contracts and conformance (docs/contract-language.md, docs/contracts.md).
 
 * ``Contract``: one row per (contract id, version), parsed spec + the exact source text. Never edited in
   place: a changed text is a new version, a new row (``load_contracts`` refuses anything else).
@@ -54,7 +54,8 @@ class Contract(models.Model):
 
     @property
     def default_function(self) -> str:
-        """The function name of the spec §11 signature, e.g. 'matmul' for 'matmul(a[M,K], b[K,N]) -> [M,N]'."""
+        """The function name of the signature (docs/contract-language.md#the-twelve-classes), e.g. 'matmul' for
+        'matmul(a[M,K], b[K,N]) -> [M,N]'."""
         return self.signature.split("(", 1)[0].strip()
 
 
@@ -141,7 +142,8 @@ class Submission(models.Model):
     plan = models.JSONField(default=list)
     grade = models.JSONField(default=dict, blank=True)  # engine's grade() output, when finished
     environment = models.JSONField(default=dict, blank=True)  # fingerprint of the worker that ran it
-    # KC-A / KC-T (spec §10): the flags the deployment runs with (the classes they can change are measured again
+    # KC-A / KC-T (docs/contract-language.md#grades): the flags the deployment runs with (the classes they can change
+    # are measured again
     # under them) and the level per family it needs, e.g. {"ORD": 3}; both optional
     deployment_flags = models.JSONField(default=dict, blank=True)
     target = models.JSONField(default=dict, blank=True)
@@ -195,7 +197,7 @@ class Submission(models.Model):
 
 
 class Verdict(models.Model):
-    """One contract's verdict in one submission (spec §7.1 verdict codes). ``margin`` = statistic / bound;
+    """One contract's verdict in one submission (verdict codes: docs/contract-language.md#verdicts). ``margin`` = statistic / bound;
     a missed T0 bound (bound 0) has an infinite margin, stored as ``margin_infinite`` since JSON and
     Postgres floats in the API should stay finite."""
 

@@ -323,7 +323,8 @@ def submit_conformance(*, project: Project, submitted_by: str, device: str, cont
     """Validate a conformance submission, record the implementation and queue one job for it.
 
     Exactly one of ``import_path`` and ``module``. ``function`` (one name for every contract) and
-    ``functions`` ({contract id or class: name}) choose the callables; otherwise each contract's spec §11
+    ``functions`` ({contract id or class: name}) choose the callables; otherwise each contract's signature
+    (docs/contract-language.md#the-twelve-classes)
     function name is used (for an uploaded module without an explicit contract list: only the contracts
     whose function the module defines). ``deployment_flags`` (KC-A) and ``target`` (KC-T): see
     :mod:`workers.contracts.deployment`."""

@@ -70,7 +70,7 @@ def interval_by_position(audit) -> dict:
 
 def certificate_bounds(audit) -> dict:
     """B* (the best TRM bound) each view certifies, per top-K view; log scale. The exact certificate is the same
-    for every K (the data are the same); the top-K view has no KL rows (§5.3)."""
+    for every K (the data are the same); the top-K view has no KL rows (docs/intervals.md#kl-bounds)."""
     fig = go.Figure()
     views = list((audit.certificates or {}).items())
     for key, label in BOUND_VIEWS:

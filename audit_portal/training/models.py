@@ -1,7 +1,7 @@
 """Training-step audits (ISSUE 7): one row per job with its configuration and the compact results.
 
 Never per-token rows: the row keeps the engine's summaries, per-position series (downsampled) and a histogram; the
-per-token exact TV/KL and top-K interval ends are one gzipped JSON file in the artifact store (ARCHITECTURE §4).
+per-token exact TV/KL and top-K interval ends are one gzipped JSON file in the artifact store (docs/deploy.md#artifact-storage).
 """
 from __future__ import annotations
 

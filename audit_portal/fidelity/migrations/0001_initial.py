@@ -86,7 +86,7 @@ class Migration(migrations.Migration):
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('name', models.CharField(max_length=200)),
                 ('sha256', models.CharField(max_length=64)),
-                ('kind', models.CharField(choices=[('hf', 'Hugging Face tokenizer.json'), ('toy_vocab', 'Toy vocabulary (spec §7.1)')], default='hf', max_length=12)),
+                ('kind', models.CharField(choices=[('hf', 'Hugging Face tokenizer.json'), ('toy_vocab', 'Toy id→string vocabulary')], default='hf', max_length=12)),
                 ('size_bytes', models.BigIntegerField()),
                 ('vocab_size', models.IntegerField()),
                 ('storage_name', models.CharField(max_length=300)),
