@@ -64,6 +64,7 @@ INSTALLED_APPS = [
     "audit_portal.attestations",
     "audit_portal.training",
     "audit_portal.alerts",
+    "audit_portal.live",
     "audit_portal.dashboards",
 ]
 

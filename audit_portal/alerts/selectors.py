@@ -39,8 +39,8 @@ def deliveries_for(project, limit: int = 50):
 
 
 def run_snapshot(run) -> dict:
-    """The run so far as rules.py reads it: the run's live aggregate when steps stream in (audit_portal/live), else
-    its newest complete certificate."""
+    """A run's newest complete certificate as rules.py reads it (a run that streams steps is read from its live view
+    instead: audit_portal/live/services.alerts_snapshot)."""
     from audit_portal.certificates.models import RunCertificate
 
     certificate = RunCertificate.objects.filter(run=run, state=RunCertificate.State.COMPLETE).order_by(

@@ -5,9 +5,10 @@ row group in the run's current *segment* file in an on-disk spool; a closed segm
 and a background thread uploads it, retrying with capped exponential backoff for as long as the portal is down or
 overloaded (connection errors, 5xx, 408, 429). Nothing is deleted before the portal has accepted it, and a new
 :class:`Run` on the same spool directory picks up what an earlier process left (a crash loses at most the open
-segment's steps). :meth:`Run.finish` closes the last segment, waits for the uploads, uploads the whole run as one
-file, waits for its certificate and returns it — and, given a ``budget``, raises :class:`BudgetExceeded` when the
-certified best bound B* is above it.
+segment's steps). Each segment is sent with its step range, so the portal merges it into the run's live view while
+training goes on (certificate, mismatch metrics and alerts over the steps so far). :meth:`Run.finish` closes the
+last segment, waits for the uploads, uploads the whole run as one file, waits for its certificate and returns it —
+and, given a ``budget``, raises :class:`BudgetExceeded` when the certified best bound B* is above it.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import requests
 
@@ -113,12 +115,15 @@ class Client:
     def get(self, path: str) -> dict:
         return self._request("GET", path)
 
-    def upload(self, project: str, path, progress=None) -> dict:
+    def upload(self, project: str, path, progress=None, steps: tuple[int, int] | None = None) -> dict:
         """POST one run-log file (JSONL, .jsonl.gz or .parquet) to the project; returns the upload object (201 new,
-        200 the same bytes were uploaded before). ``progress(bytes_sent, total)`` while the body streams."""
+        200 the same bytes were uploaded before). ``progress(bytes_sent, total)`` while the body streams. ``steps``
+        ``(first, last)`` declares the file as those steps of a run that grows while it trains: the portal merges
+        them into the run's live view (docs/client.md, "Streaming steps")."""
         path = Path(path)
+        fields = {"steps": f"{steps[0]}-{steps[1]}"} if steps is not None else {}
         with open(path, "rb") as fh:
-            body = _Multipart(fh, path.name, os.path.getsize(path), progress)
+            body = _Multipart(fh, path.name, os.path.getsize(path), progress, fields)
             return self._request("POST", f"/projects/{project}/uploads/", data=body,
                                  headers={"Content-Type": body.content_type, "Content-Length": str(len(body))})
 
@@ -199,12 +204,15 @@ class Client:
 class _Multipart:
     """A ``multipart/form-data`` body with one file field, streamed from disk (``read(n)``) with a known length."""
 
-    def __init__(self, fh, filename: str, size: int, progress=None):
+    def __init__(self, fh, filename: str, size: int, progress=None, fields: dict | None = None):
         boundary = f"audit-portal-{random.getrandbits(64):016x}"
         self.content_type = f"multipart/form-data; boundary={boundary}"
         safe = filename.replace('"', "_").replace("\r", "_").replace("\n", "_")
-        self.head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{safe}\"\r\n"
-                     f"Content-Type: application/octet-stream\r\n\r\n").encode()
+        # plain fields first (values are ours: step ranges, no quoting needed), then the file
+        head = "".join(f"--{boundary}\r\nContent-Disposition: form-data; name=\"{k}\"\r\n\r\n{v}\r\n"
+                       for k, v in (fields or {}).items())
+        self.head = (head + f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; "
+                     f"filename=\"{safe}\"\r\nContent-Type: application/octet-stream\r\n\r\n").encode()
         self.tail = f"\r\n--{boundary}--\r\n".encode()
         self.fh, self.size, self.progress = fh, size, progress
         self.sent = 0
@@ -341,8 +349,9 @@ class Run:
     # ---- background upload ----------------------------------------------------------------------------------------
     def _upload_one(self, seg: Path) -> bool:
         """True when the segment is done with (accepted or refused for good); False to retry later."""
+        steps = pq.read_table(seg, columns=["step"]).column("step")  # the segment's steps, for the live view
         try:
-            up = self.client.upload(self.project, seg)
+            up = self.client.upload(self.project, seg, steps=(pc.min(steps).as_py(), pc.max(steps).as_py()))
         except PortalUnavailable as exc:
             self.last_error = str(exc)
             return False

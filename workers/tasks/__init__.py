@@ -3,10 +3,11 @@ and reports progress. The web tier sends these by name only (it never imports th
 
 One module per domain; every task is registered under ``workers.tasks.<name>``.
 """
-from workers.tasks.alerts import deliver_alert_webhook, run_certificate_completed
+from workers.tasks.alerts import deliver_alert_webhook
 from workers.tasks.certificates import certify_upload
 from workers.tasks.fidelity import fidelity_audit
 from workers.tasks.kernels import calibrate_contracts, run_kernel_submission, sign_kernel_submission
+from workers.tasks.live import run_certificate_completed
 from workers.tasks.maintenance import reap_stale_jobs
 from workers.tasks.routing import routing_audit
 from workers.tasks.training import training_step_audit

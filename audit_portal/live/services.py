@@ -1,0 +1,126 @@
+"""Writes for live runs: merge a new segment's partial certificate into the run's, under a row lock; and the JSON
+the run page and its websocket show. The engine calls (certify the segment, merge, summarise) come from the task
+as ``combine``, so this module never imports an engine."""
+from __future__ import annotations
+
+import re
+
+from django.db import transaction
+from django.utils import timezone
+
+from audit_portal.alerts.events import publish, run_group
+from audit_portal.core.errors import PortalError
+from audit_portal.live.models import LiveRun, LiveSegment
+
+SKIPPED_KEPT = 20
+SERIES = (("eps_hat_max", None), ("acceptance_rate", None), ("abs_diff_mean", "metrics"),
+          ("abs_diff_p99", "metrics"), ("mis_mask_rate", "metrics"), ("k3", "metrics"))
+
+
+STEP_RANGE = re.compile(r"^\s*(\d{1,12})\s*(?:-\s*(\d{1,12}))?\s*$")
+
+
+def parse_step_range(text) -> tuple[int, int] | None:
+    """``"A-B"`` or ``"A"`` (0 ≤ A ≤ B) from an upload's ``steps`` field; None when absent; a 400 otherwise."""
+    if text in (None, ""):
+        return None
+    m = STEP_RANGE.match(text) if isinstance(text, str) else None
+    if m is None or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
+        raise PortalError("steps: a step number or a range A-B of step numbers (A ≤ B), e.g. 16-23",
+                          code="invalid_step_range", extra={"field": "steps"})
+    first = int(m.group(1))
+    return first, int(m.group(2) or first)
+
+
+def tag_segment(upload, step_range: tuple[int, int]) -> None:
+    """Declare ``upload`` a segment of its growing run (the first declaration of the same bytes stands)."""
+    LiveSegment.objects.get_or_create(upload=upload, defaults={"first_step": step_range[0],
+                                                               "last_step": step_range[1]})
+
+
+def refusal(live: LiveRun | None, upload_id: int, steps: list, declared: tuple[int, int] | None = None) -> str | None:
+    """Why an upload is not merged into the live view, or None. An upload whose steps are already there (the whole
+    run uploaded again at ``finish``, a segment certified twice) would count them twice, so it is left out."""
+    if live is not None and upload_id in live.uploads:
+        return "already merged"
+    if not steps:
+        return "no step numbers: records without a step cannot be placed in the run's timeline"
+    if any(s is None for s in steps):
+        return "some records carry no step number"
+    if declared is not None and not declared[0] <= min(steps) <= max(steps) <= declared[1]:
+        return f"steps {min(steps)}–{max(steps)} lie outside the declared range {declared[0]}–{declared[1]}"
+    if live is not None:
+        overlap = sorted(set(steps) & set(live.steps))
+        if overlap:
+            return (f"steps {overlap[0]}–{overlap[-1]} are already in the live view ({len(overlap)} of this upload's "
+                    f"{len(steps)}): not merged again")
+    return None
+
+
+def add_segment(run, upload_id: int, steps: list, plan: dict, part: dict, combine,
+                declared: tuple[int, int] | None = None) -> LiveRun | None:
+    """Merge one upload's partial (``part``, certified under ``plan``) into the run's live view. ``combine(merged
+    partial JSON or None, part) -> (partial JSON, certificate dict)`` does the engine's merge and summary. Returns
+    the updated view, or None when the upload was not merged (its reason is kept in ``skipped``)."""
+    with transaction.atomic():
+        live, _ = LiveRun.objects.get_or_create(run=run, defaults={"plan": plan})
+        live = LiveRun.objects.select_for_update().get(pk=live.pk)
+        reason = refusal(live, upload_id, steps, declared)
+        if reason is None and live.uploads and live.plan != plan:
+            reason = "certified under other options than the run's first segment"
+        if reason is not None:
+            if reason != "already merged":
+                live.skipped = ([{"upload": upload_id, "reason": reason}] + live.skipped)[:SKIPPED_KEPT]
+                live.save(update_fields=["skipped"])
+            return None
+        live.partial, live.certificate = combine(live.partial or None, part)
+        live.plan = plan
+        live.steps = sorted(set(live.steps) | set(steps))
+        live.uploads = [*live.uploads, upload_id]
+        live.updated_at = timezone.now()
+        live.save()
+        transaction.on_commit(lambda: publish_live(live))
+    return live
+
+
+def budget_verdicts(live: LiveRun) -> list[dict]:
+    """The run so far against every budget of its project's enabled budget rules (the alerts page sets them)."""
+    from audit_portal.alerts.models import AlertRule
+    from audit_portal.alerts.rules import BUDGET
+
+    best = (live.certificate.get("bounds") or {}).get("best")
+    out = []
+    for rule in AlertRule.objects.filter(project_id=live.run.project_id, kind=BUDGET, enabled=True).order_by("pk"):
+        meets = best is not None and best <= rule.threshold
+        out.append({"rule": rule.pk, "name": rule.name, "budget": rule.threshold, "meets": meets})
+    return out
+
+
+def live_json(live: LiveRun) -> dict:
+    """What the run page draws and its websocket pushes: headline numbers, per-step series, budget verdicts."""
+    cert = live.certificate or {}
+    s, bounds = cert.get("summary") or {}, cert.get("bounds") or {}
+    rows = [r for r in cert.get("steps") or [] if r.get("step") is not None]
+    series = {"step": [r["step"] for r in rows]}
+    for key, under in SERIES:
+        series[key] = [((r.get(under) or {}) if under else r).get(key) for r in rows]
+    return {"run": live.run_id, "steps": len(live.steps), "first_step": live.steps[0] if live.steps else None,
+            "last_step": live.steps[-1] if live.steps else None, "uploads": len(live.uploads),
+            "summary": {k: s.get(k) for k in ("sequences", "tokens", "accepted", "acceptance_rate", "eps_hat",
+                                              "delta_hat", "T_ref", "threshold", "data_errors")},
+            "best_bound": bounds.get("best"), "best_bound_id": bounds.get("argmin"), "series": series,
+            "budgets": budget_verdicts(live), "skipped": live.skipped[:5], "updated_at": live.updated_at.isoformat()}
+
+
+def alerts_snapshot(live: LiveRun) -> dict:
+    """The live view in the shape alert rules read (audit_portal/alerts/rules.py)."""
+    cert = live.certificate or {}
+    steps = [{"step": r["step"], "eps_hat_max": r.get("eps_hat_max"),
+              "abs_diff_mean": (r.get("metrics") or {}).get("abs_diff_mean"),
+              "mis_mask_rate": (r.get("metrics") or {}).get("mis_mask_rate")}
+             for r in cert.get("steps") or [] if r.get("step") is not None]
+    return {"certified": bool(cert), "best_bound": (cert.get("bounds") or {}).get("best"), "steps": steps}
+
+
+def publish_live(live: LiveRun) -> None:
+    publish(run_group(live.run_id), {"type": "run.live", "live": live_json(live)})

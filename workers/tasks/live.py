@@ -1,0 +1,53 @@
+"""The follow-up of every completed certificate of a run (queued by audit_portal/alerts/signals.py): an upload declared
+as a segment (a step range) is merged into the run's live view when its steps are new — certified once more under the
+run's plan into a partial of this upload only, merged, earlier steps untouched — then the project's alert rules are
+evaluated on the run so far (the live view when there is one, else the newest certificate).
+
+Keyword arguments only: jobs/signals.py reads a positional int of a failed ``workers.tasks.*`` task as a Job id."""
+import logging
+
+from celery import shared_task
+
+from audit_portal.alerts import selectors as alert_selectors
+from audit_portal.alerts import services as alerts
+from audit_portal.certificates.models import RunCertificate
+from audit_portal.core.storage import artifact_path
+from audit_portal.live import services as live
+from audit_portal.live.models import LiveRun, LiveSegment
+
+log = logging.getLogger(__name__)
+
+
+def _combine(merged: dict | None, part: dict):
+    from workers.certify.file import summarise
+    from workers.certify.partial import Partial
+
+    plan, part = part["plan"], Partial.from_json(part["partial"])
+    total = part if merged is None else Partial.from_json(merged).merge(part)
+    return total.to_json(), summarise(total, plan)
+
+
+@shared_task(name="workers.tasks.run_certificate_completed", acks_late=True)
+def run_certificate_completed(certificate_id: int | None = None) -> str:
+    certificate = RunCertificate.objects.select_related("run", "upload").filter(
+        pk=certificate_id, state=RunCertificate.State.COMPLETE).first()
+    if certificate is None or certificate.run is None:
+        return "skipped"
+    run, upload = certificate.run, certificate.upload
+    segment = LiveSegment.objects.filter(upload=upload).first()
+    view = LiveRun.objects.filter(run=run).first()
+    if segment is not None:  # a declared step range: grow the run's live view
+        declared = (segment.first_step, segment.last_step)
+        steps = sorted(set(certificate.steps.values_list("step", flat=True)), key=lambda s: (s is None, s or 0))
+        part, plan = {}, view.plan if view is not None and view.plan else None
+        if live.refusal(view, upload.pk, steps, declared) is None:
+            from workers.certify.file import certify_part, plan_certificate  # torch: imported by workers only
+
+            path = artifact_path(upload.storage_name)
+            plan = plan or plan_certificate(path)
+            part = {"plan": plan, "partial": certify_part(path, plan).to_json()}  # this upload's steps only
+        view = live.add_segment(run, upload.pk, steps, plan or {}, part, _combine, declared) or LiveRun.objects.filter(
+            run=run).first()
+    snapshot = live.alerts_snapshot(view) if view is not None else alert_selectors.run_snapshot(run)
+    raised = alerts.evaluate_run(run, snapshot)
+    return f"{len(raised)} alert event(s)"
