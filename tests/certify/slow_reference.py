@@ -1,5 +1,5 @@
-"""A slow, obvious, position-by-position version of ``tv_interval_topk`` (spec/certificates.md §5.2 Theorem A,
-§5.3 KL bounds, §5.5 η-robust widening), written with Python loops, dicts and ``math`` only, to check the
+"""A slow, obvious, position-by-position version of ``tv_interval_topk`` (Theorem A, KL bounds and η-robust widening
+of docs/intervals.md#tv-interval-from-top-k-lists), written with Python loops, dicts and ``math`` only, to check the
 vectorised engine against (tests/certify/test_kernel_equivalence.py). No numpy, no torch.
 
 One position: the engine list ``p_list`` and the trainer list ``q_list`` are ``[(id, logp), …]`` in logged order
@@ -14,7 +14,7 @@ from workers.certify.robust import NORM_SLACK, UNIT_ROUNDOFF
 
 
 def eta_of(x, precision, eta):
-    """§5.5: explicit η, or u·|ℓ|/(1 − u) + ν for a declared precision (non-finite values: ν)."""
+    """Error model (docs/intervals.md#error-robust-widening): explicit η, or u·|ℓ|/(1 − u) + ν for a declared precision (non-finite values: ν)."""
     if eta is not None:
         return float(eta)
     u = UNIT_ROUNDOFF[precision]
@@ -75,7 +75,7 @@ def list_flags(lst, etas, sorted_required):
 
 
 def wmin_exact(aP, bQ, tp, tq, CP, CQ, Xmax, Zmax):
-    """min over the candidate set of g_P(X) + g_Q(Z) + |t_p − t_q + X − Z| (§5.2, exact capped minimum)."""
+    """min over the candidate set of g_P(X) + g_Q(Z) + |t_p − t_q + X − Z| (docs/intervals.md#top-k-caps, exact capped minimum)."""
     def clip(v, hi):
         return min(max(v, 0.0), hi)
 

@@ -1,5 +1,5 @@
-"""§5.4 adaptive K: envelopes are valid at every K and monotone; the tolerance and decision rules stop at the
-first K a brute-force scan over prefixes finds."""
+"""Adaptive K (docs/intervals.md#adaptive-k): envelopes are valid at every K and monotone; the tolerance and decision
+rules stop at the first K a brute-force scan over prefixes finds."""
 import math
 
 import numpy as np

@@ -1,5 +1,5 @@
-"""Budget inversion (§5.6): closed forms in the small-divergence regime, monotonicity in T, vacuous budgets,
-and the bound evaluated at the returned threshold sits exactly at the budget."""
+"""Budget inversion (docs/bounds.md#budget-inversion): closed forms in the small-divergence regime, monotonicity in T,
+vacuous budgets, and the bound evaluated at the returned threshold sits exactly at the budget."""
 import math
 
 import pytest
@@ -27,7 +27,7 @@ def test_closed_forms(T, E):
 
 
 def test_spec_remark_T4096_budget_01():
-    # §1.8: at T = 4096 and budget 0.1 a guarantee needs δ ≲ 2.9e-7
+    # docs/bounds.md#budget-inversion: at T = 4096 and budget 0.1 a guarantee needs δ ≲ 2.9e-7
     assert budget_threshold("pm_kl", 4096, 0.1) == pytest.approx(2.86e-7, rel=5e-3)
 
 

@@ -1,5 +1,6 @@
-"""certify_file on fcr/1 files: spec/fidelity.md §7.2 Example A, agreement with the position-level API, chunking
-and gzip invariance, per-step and length-bucket aggregates, JSON safety, sink and progress callbacks."""
+"""certify_file on fcr/1 files: Example A (docs/fcr.md#example-a-a-fully-verifiable-policy-call), agreement with the
+position-level API, chunking and gzip invariance, per-step and length-bucket aggregates, JSON safety, sink and
+progress callbacks."""
 import gzip
 import json
 import math
@@ -37,7 +38,7 @@ def test_example_a_token_statuses_and_background_skip(tmp_path):
     cert = certify_file(write(tmp_path / "a.jsonl", [EXAMPLE_A, BACKGROUND]), threshold=0.15, precision="exact",
                         sequence_sink=sink.extend)
     s = cert["summary"]
-    # fidelity §7.2: L = [0.02, 0.10, 0.001], U = [0.07, 0.20, 0.005] ⇒ inside, undecided, inside at δ = 0.15
+    # Example A (docs/fcr.md): L = [0.02, 0.10, 0.001], U = [0.07, 0.20, 0.005] ⇒ inside, undecided, inside at δ = 0.15
     assert s["status_counts"]["tokens"] == {"IN": 2, "OUT": 0, "UNDETERMINED": 1, "DATA_ERROR": 0}
     assert s["eps_hat"] == pytest.approx(0.20, abs=2e-6) and s["tv_lo_max"] == pytest.approx(0.10, abs=2e-6)
     assert s["skipped"] == {"role background": 1} and s["records"] == 2
@@ -67,7 +68,7 @@ def random_records(rng, n, with_topk=True):
             ids.append(y); a.append(math.log(p[y])); b.append(math.log(q[y]))
             ptop.append([[i_, l_] for i_, l_ in zip(pi, pl)])
             qtop.append([[i_, l_] for i_, l_ in zip(qi, ql)])
-            # fcr/1 trainer lists are arbitrary subsets (spec/fidelity.md §4.2): certify_file caps the engine side only
+            # fcr/1 trainer lists are arbitrary subsets (docs/fcr.md#rollout-and-trainer): certify_file caps the engine side only
             seq_hi.append(tv_interval(pi, pl, qi, ql, y, a[-1], b[-1], topk_caps=(True, False)))
         r = {"step": i % 3, "call_id": f"c{i}", "trajectory_id": f"t{i}", "role": "policy",
              "response": {"token_ids": ids}, "rollout": {"logprobs": a}, "trainer": {"logprobs": b}}

@@ -1,7 +1,8 @@
-"""Exact enumeration oracle (§1.2–§1.5, §5.7): for tiny policy pairs (vocabulary ≤ 4, T ≤ 6) compute the surrogate
-error J(π_θ) − J(π_roll) − L'(π_θ), L' = E_roll[R·Σ_t(ρ_t − 1)], by enumerating every sequence, and check that every
-bound returned by trm_bounds — fed with the exact population quantities ε, δ (max over all reachable contexts),
-D_KL^seq, D_TV^seq, D̄_t — holds, with paper and tight constants. Also: the budget inversion is consistent."""
+"""Exact enumeration oracle (docs/bounds.md#the-bounds): for tiny policy pairs (vocabulary ≤ 4, T ≤ 6) compute the
+surrogate error J(π_θ) − J(π_roll) − L'(π_θ), L' = E_roll[R·Σ_t(ρ_t − 1)], by enumerating every sequence, and check
+that every bound returned by trm_bounds — fed with the exact population quantities ε, δ (max over all reachable
+contexts), D_KL^seq, D_TV^seq, D̄_t — holds, with paper and tight constants. Also: the budget inversion is
+consistent."""
 import itertools
 import math
 
@@ -65,7 +66,7 @@ def test_every_bound_holds_on_enumerated_policies(V, T, scale, seed):
     roll, theta = make_policy_pair(rng, V, T, scale)
     R = {y: rng.uniform() for y in itertools.product(range(V), repeat=T)}
     error, q = exact_quantities(roll, theta, R, V, T)
-    assert q["tv_seq"] <= min(1.0, q["tv_profile"].sum(), math.sqrt(q["kl_seq"] / 2)) + 1e-12  # §5.6 [OWN] relations
+    assert q["tv_seq"] <= min(1.0, q["tv_profile"].sum(), math.sqrt(q["kl_seq"] / 2)) + 1e-12  # docs/bounds.md#sequence-certificate
     for constants in ("paper", "tight"):
         b = trm_bounds(T, **q, constants=constants)
         assert set(b) >= {"classical_tv", "classical_kl", "pm_kl", "pm_tv", "mix_kl", "mix_tv", "coup", "adap_kl",

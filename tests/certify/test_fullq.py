@@ -1,6 +1,6 @@
-"""Theorem B (§5.2) and the full-q KL bounds (§5.3): the trainer's whole distribution known, the engine's top-K only.
-Oracles: the true TV/KL of random pairs, an LP for the exact lower end, and brute force over the unknown p-mass
-placements for the exact upper end on tiny vocabularies."""
+"""Theorem B and the full-q KL bounds (docs/intervals.md#trainer-distribution-known): the trainer's whole distribution
+known, the engine's top-K only. Oracles: the true TV/KL of random pairs, an LP for the exact lower end, and brute
+force over the unknown p-mass placements for the exact upper end on tiny vocabularies."""
 import itertools
 import math
 

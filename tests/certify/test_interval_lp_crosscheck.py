@@ -1,6 +1,6 @@
 """The lower end against an LP over all completions consistent with the lists (scipy.optimize.linprog).
 
-Without caps and with |R| ≥ 2 the lower end is the exact minimum (§5.2 "Tightness"); with caps the exact capped
+Without caps and with |R| ≥ 2 the lower end is the exact minimum (docs/intervals.md#tv-interval-from-top-k-lists); with caps the exact capped
 minimum assumes a large R, so we give the LP a vocabulary with many unlisted ids and ask for equality too.
 The lower end must never exceed the LP minimum (validity), on any vocabulary size."""
 import math

@@ -1,5 +1,6 @@
-"""Hypothesis: the certified interval contains the true TV for random distribution pairs and random lists,
-lo ≤ hi, and the batch path agrees with the single-position path (spec §5.2 Theorem A)."""
+"""Hypothesis: the certified interval contains the true TV for random distribution pairs and random lists, lo ≤ hi,
+and the batch path agrees with the single-position path (Theorem A,
+docs/intervals.md#tv-interval-from-top-k-lists)."""
 import math
 
 import numpy as np

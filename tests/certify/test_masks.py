@@ -1,5 +1,6 @@
-"""Training masks (§3.2, §2.2, C-DPPO): DPPO's direction rule on the spec's example rows, Top-K divergences equal
-the certified lower ends, C-DPPO decides by the upper end and fails closed, verl options behave as documented."""
+"""Training masks (docs/masks.md: DPPO, verl, C-DPPO): DPPO's direction rule on the example rows, Top-K divergences
+equal the certified lower ends, C-DPPO decides by the upper end and fails closed, verl options behave as
+documented."""
 import math
 
 import numpy as np
@@ -17,7 +18,7 @@ def t(x, d=torch.float64):
 
 
 def test_dppo_example2_rows():
-    # rows of §7.2: (p_y, q_y) = (0.99, 0.80) with A < 0 and (1e-4, 1e-2) with A > 0
+    # rows of docs/intervals.md#worked-example-sampled-token-data-only: (p_y, q_y) = (0.99, 0.80) with A < 0 and (1e-4, 1e-2) with A > 0
     a = t([[L(0.99), L(1e-4)]])
     b = t([[L(0.80), L(1e-2)]])
     adv = t([[-1.0, 1.0]])
@@ -54,7 +55,7 @@ def test_dppo_binary_kl_and_topk_equal_certified_lower_ends():
 
 
 def example_a_lists():
-    """spec/fidelity.md §7.2 Example A as [1, 3, 2] tensors."""
+    """Example A (docs/fcr.md#example-a-a-fully-verifiable-policy-call) as [1, 3, 2] tensors."""
     p_ids = torch.tensor([[[20, 24], [21, 24], [3, 22]]])
     p_lp = t([[[-0.105361, -2.995732], [-0.510826, -1.203973], [-0.01005, -5.298317]]])
     q_ids = p_ids.clone()

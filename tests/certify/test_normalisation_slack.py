@@ -1,7 +1,7 @@
-"""fp32 normalisation slack (§5.5): log-probs from an fp32 log_softmax are off by a common offset (the rounding of
-the log-sum-exp), so listed probabilities can sum slightly above 1 and a dominant token's value is off by much more
-than u·|ℓ|. With ``precision="fp32"`` this is covered by the widening: no DATA_ERROR, and the interval contains the
-TV of the exact (float64) softmax of the same fp32 logits."""
+"""fp32 normalisation slack (docs/intervals.md#error-robust-widening): log-probs from an fp32 log_softmax are off by a
+common offset (the rounding of the log-sum-exp), so listed probabilities can sum slightly above 1 and a dominant
+token's value is off by much more than u·|ℓ|. With ``precision="fp32"`` this is covered by the widening: no
+DATA_ERROR, and the interval contains the TV of the exact (float64) softmax of the same fp32 logits."""
 import numpy as np
 import torch
 from hypothesis import HealthCheck, given, settings

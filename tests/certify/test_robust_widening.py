@@ -1,5 +1,6 @@
-"""§5.5 error-robust widening: robust intervals contain the naive ones, and contain the true TV when every logged
-log-prob is off by at most η (explicit η, or real bf16 / fp16 rounding with the declared precision)."""
+"""Error-robust widening (docs/intervals.md#error-robust-widening): robust intervals contain the naive ones, and
+contain the true TV when every logged log-prob is off by at most η (explicit η, or real bf16 / fp16 rounding with the
+declared precision)."""
 import math
 
 import numpy as np

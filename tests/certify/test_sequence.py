@@ -1,5 +1,6 @@
-"""Sequence certificates (§5.6): plug-ins, A(y) by hand (Example 5 weights), statuses against a brute-force
-decision, DATA_ERROR propagation, batch bounds, heuristic TRM modes, length buckets."""
+"""Sequence certificates (docs/bounds.md#sequence-certificate): plug-ins, A(y) by hand (the four-token example's
+weights), statuses against a brute-force decision, DATA_ERROR propagation, batch bounds, heuristic TRM modes, length
+buckets."""
 import math
 
 import numpy as np

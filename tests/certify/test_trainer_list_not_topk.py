@@ -1,5 +1,6 @@
-"""A trainer list that is not the trainer's own top-K (spec/fidelity.md §4.2: trainer.top_k only has to cover the
-rollout's ids) is not a data error and gets a sound interval: caps (§5.2) are only assumed for the rollout list.
+"""A trainer list that is not the trainer's own top-K (docs/fcr.md#rollout-and-trainer: trainer.top_k only has to
+cover the rollout's ids) is not a data error and gets a sound interval: caps (docs/intervals.md#top-k-caps) are only
+assumed for the rollout list.
 
 Checked against the truth (the TV of the generating pair), against an LP over every completion consistent with the
 data (validity on the real vocabulary, equality on a large one: the capped minimum is exact), and in certify_file

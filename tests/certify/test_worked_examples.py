@@ -1,4 +1,5 @@
-"""spec/certificates.md §7: worked examples 1, 2, 3 and 5 (1e-9 relative), plus the §1.5/§8 paper numbers."""
+"""The worked examples of docs/intervals.md (five-token vocabulary, sampled-token rows) and docs/bounds.md (the paper's
+table, four tokens by hand) at 1e-9 relative, plus the numbers printed in the TRM paper."""
 import math
 
 import pytest
@@ -68,7 +69,7 @@ def test_example1d_trainer_fully_known():
     assert float(r["kl_lo"][0]) <= exact_kl <= float(r["kl_hi"][0])
 
 
-EX2 = [  # p_y, q_y, rho, log rho, k1, k2, k3, ½|ρ−1|, bin-TV, TV upper, bin-KL (§7.2; 6 significant digits)
+EX2 = [  # p_y, q_y, rho, log rho, k1, k2, k3, ½|ρ−1|, bin-TV, TV upper, bin-KL (docs/intervals.md#worked-example-sampled-token-data-only; 6 significant digits)
     (0.10, 0.09, 0.9, -0.105361, 0.105361, 0.005550, 0.005361, 0.05, 0.01, 0.91, 0.000591),
     (0.99, 0.80, 0.808081, -0.213093, 0.213093, 0.022704, 0.021174, 0.095960, 0.19, 0.20, 0.181005),
     (1e-4, 1e-2, 100, 4.605170, -4.605170, 10.603796, 94.394830, 49.5, 0.0099, 0.9999, 0.009489),
@@ -103,7 +104,7 @@ def test_example2_k_table_and_decisions():
 
 KL_ONLY = dict(eps=math.sqrt(1e-4 / 2), delta=1e-4, kl_seq=0.01, tv_seq=math.sqrt(0.005))
 KL_TV = dict(eps=5e-3, delta=1e-4, kl_seq=0.01, tv_seq=0.05)
-TABLE = {  # §7.3, exact sums, paper constants (4-decimal print ⇒ compared at 5e-9 absolute on 4-decimal values)
+TABLE = {  # docs/bounds.md#worked-example-the-papers-table: exact sums, paper constants (4-decimal print ⇒ compared at 5e-9 absolute on 4-decimal values)
     "classical_tv": (1677.3120, 838.6560), "classical_kl": (1677.3120, 1677.3120),
     "coup": (113.8382, 79.9100), "pm_kl": (34.9461, 34.9461), "pm_tv": (34.9461, 24.7106),
     "mix_kl": (8.1920, 8.1920), "mix_tv": (8.1920, 4.0960), "adap_star": (34.9461, 24.7106),
@@ -175,7 +176,7 @@ def test_tight_constants_halve_every_bound_and_reward_range_scales():
     for k in paper:
         if k != "argmin":
             assert close(tight[k], paper[k] / 2) and close(scaled[k], 3 * paper[k]), k
-    # §5.6: linear-in-δ thresholds double, quadratic-in-ε thresholds grow by √2
+    # docs/bounds.md#budget-inversion: linear-in-δ thresholds double, quadratic-in-ε thresholds grow by √2
     assert close(budget_threshold("classical_kl", T, 0.1, constants="tight"),
                  2 * budget_threshold("classical_kl", T, 0.1), rel=1e-9)
     assert close(budget_threshold("classical_tv", T, 0.1, constants="tight"),

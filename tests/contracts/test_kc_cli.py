@@ -1,4 +1,5 @@
-"""The command line (ARCHITECTURE §5) through a real subprocess: JSON on stdout, exit codes for CI."""
+"""The command line (docs/contracts.md#api-and-command-line) through a real subprocess: JSON on stdout, exit codes for
+CI."""
 import json
 import os
 import subprocess

@@ -1,5 +1,5 @@
-"""Grades (spec §10): KC-C per family with the no-cherry-picking rule, KC-A under deployment flags,
-quality warnings, targets, interop."""
+"""Grades (docs/contract-language.md#grades): KC-C per family with the no-cherry-picking rule, KC-A under deployment
+flags, quality warnings, targets, interop."""
 from workers.contracts.grading import grade, interop
 from workers.contracts.schema import CLASSES
 

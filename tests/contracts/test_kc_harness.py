@@ -1,5 +1,6 @@
-"""Harness invariants (spec §2) exercised by hostile implementations, each with the verdict it must get
-(spec §11: CRASH, TIMEOUT or FAIL with a reason, never a traceback in place of a verdict)."""
+"""Harness invariants (docs/contract-language.md#harness-invariants) exercised by hostile implementations, each with
+the verdict it must get (docs/contract-language.md#the-twelve-classes: CRASH, TIMEOUT or FAIL with a reason, never a
+traceback in place of a verdict)."""
 import json
 
 import pytest

@@ -1,4 +1,5 @@
-"""Contract files (spec §7.2): the shipped suite loads; every validation error names the field and the line."""
+"""Contract files (docs/contract-language.md#the-parts-of-a-contract): the shipped suite loads; every validation error
+names the field and the line."""
 import json
 from pathlib import Path
 

@@ -1,4 +1,5 @@
-"""Fixtures for the fcr/1 validator tests: spec/fidelity.md §7.2 Example A as a record, and file writers."""
+"""Fixtures for the fcr/1 validator tests: Example A
+(docs/fcr.md#example-a-a-fully-verifiable-policy-call) as a record, and file writers."""
 from __future__ import annotations
 
 import copy

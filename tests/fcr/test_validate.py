@@ -1,4 +1,4 @@
-"""spec/fidelity.md §4.2/§4.3 structural validation (R0) of fcr/1 records and files."""
+"""Structural validation (R0; docs/fcr.md#record-fields, docs/fcr.md#conventions) of fcr/1 records and files."""
 from __future__ import annotations
 
 import copy
@@ -30,7 +30,7 @@ def set_path(rec, path, value):
 def test_example_a_is_valid(rec):
     assert validate_record(rec) == []
     assert validate_record(rec, no_array_bools=True) == []
-    # the §4.3 hash convention holds for the spec's own numbers
+    # the hash convention of docs/fcr.md#conventions holds for the documented example's numbers
     assert ids_sha256(rec["prompt"]["token_ids"]) == rec["prompt"]["ids_sha256"]
     assert ids_sha256(rec["response"]["token_ids"]) == rec["response"]["ids_sha256"]
     assert validate_record(rec, check_hashes=True) == []

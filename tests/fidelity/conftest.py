@@ -1,4 +1,4 @@
-"""Spec oracle records (spec/fidelity.md §7) and the §7.1 toy tokenizer."""
+"""The worked example records and the toy tokenizer of docs/fcr.md#toy-tokenizer."""
 from __future__ import annotations
 
 import copy
@@ -36,7 +36,8 @@ def ids_sha(ids):
 
 
 def record(**fields):
-    """SHARED + fields; ``trainer.policy_version`` 7 when a trainer block is given (§7.1)."""
+    """SHARED + fields; ``trainer.policy_version`` 7 when a trainer block is given (the shared fields of
+    docs/fcr.md#toy-tokenizer)."""
     r = copy.deepcopy(SHARED)
     r.update(copy.deepcopy(fields))
     if "trainer" in r:

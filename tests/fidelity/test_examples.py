@@ -1,4 +1,4 @@
-"""spec/fidelity.md §7 oracle examples A, C (and C′), D — exact expected values from the spec."""
+"""The worked examples A, C (and C′), D of docs/fcr.md — the exact expected values documented there."""
 from __future__ import annotations
 
 import pytest

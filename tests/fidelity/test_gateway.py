@@ -1,4 +1,5 @@
-"""The §4.4 gateway end to end on loopback, against a tiny OpenAI-compatible fake engine (toy tokenizer)."""
+"""The negotiated-protocol gateway (docs/fcr.md#negotiated-protocol) end to end on loopback, against a tiny
+OpenAI-compatible fake engine (toy tokenizer)."""
 from __future__ import annotations
 
 import http.client
@@ -17,7 +18,7 @@ from .conftest import TASK_LIST_FILES
 
 
 class FakeEngine:
-    """Renders messages with the §7.1 template, answers 'ls -la<|end|>' with ids, log-probs and top-K."""
+    """Renders messages with the toy template (docs/fcr.md#toy-tokenizer), answers 'ls -la<|end|>' with ids, log-probs and top-K."""
 
     def __init__(self, toy, model):
         self.toy, self.model, self.requests = toy, model, []

@@ -1,6 +1,6 @@
-"""Importers (spec/fidelity.md §5.1 vLLM, §5.2 Agent Lightning) on samples built from the documented field names,
-and the §5.4 invariants: idempotent, one record per (call, choice), never fabricated log-probs or trainer fields,
-source pointers preserved, parse failures become ``missing`` records."""
+"""Importers (vLLM and Agent Lightning, docs/fidelity-rules.md#importers) on samples built from the documented field
+names, and the importer invariants: idempotent, one record per (call, choice), never fabricated log-probs or trainer
+fields, source pointers preserved, parse failures become ``missing`` records."""
 from __future__ import annotations
 
 import copy
@@ -64,7 +64,7 @@ def test_vllm_chat_record(tmp_path, toy):
     assert stats["records"] == 1 and validate_file(dst)["valid"]
     r = recs[0]
     assert r["prompt"]["provenance"] == "engine" and r["prompt"]["token_ids"] == PROMPT_A
-    assert r["prompt"]["task_prompt_sha256_observed"] == TASK_LIST_FILES  # sha256("List files") per §7.1
+    assert r["prompt"]["task_prompt_sha256_observed"] == TASK_LIST_FILES  # sha256("List files"), docs/fcr.md#conventions
     assert r["response"] == {"token_ids": [20, 21, 3], "provenance": "engine", "text": None,
                              "ids_sha256": "3a9b0683f5348d240de8f728cf9bd28fdbf69408947e2a46b1700db6c1d95566",
                              "usage_completion_tokens": 3, "finish_reason": "stop"}

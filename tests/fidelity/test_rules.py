@@ -1,4 +1,4 @@
-"""Every rule and reason code of spec/fidelity.md §6.2, one behaviour per test."""
+"""Every rule and reason code of docs/fidelity-rules.md#rules-r0r9, one behaviour per test."""
 from __future__ import annotations
 
 import math
@@ -317,7 +317,7 @@ def test_certificate_requirements(A, D):
 
 
 def test_trainer_list_need_only_cover_the_rollout_ids(A):
-    """fidelity §4.2: trainer.top_k must contain the rollout's ids and may add more, in any order; it is not the
+    """trainer.top_k (docs/fcr.md#rollout-and-trainer) must contain the rollout's ids and may add more, in any order; it is not the
     trainer's own top-K, so no cap or order check applies to it (the rollout list keeps both, test above)."""
     rec = variant(A)
     rec["trainer"]["top_k"] = [[[24, -2.813411], [20, -0.127833], [25, -4.5]],  # unsorted, one extra id
@@ -329,7 +329,7 @@ def test_trainer_list_need_only_cover_the_rollout_ids(A):
 
 # ---------------------------------------------------------------------------------------------- R0 scope
 def test_r0_is_structure_only_other_gaps_fail_closed_per_rule(A, toy):
-    """§6.2 R0 = parses, arrays aligned, ids in the vocabulary. A missing field that no rule needs is a format
+    """R0 (docs/fidelity-rules.md#rules-r0r9) = parses, arrays aligned, ids in the vocabulary. A missing field that no rule needs is a format
     issue, not MALFORMED; a missing field a rule needs fails that rule (<RULE>_NOT_EVALUABLE / unverified)."""
     rec = variant(A, source=KeyError, chat_template=KeyError, **{"prompt.ids_sha256": KeyError,
                                                                  "model.served_name": KeyError})
@@ -353,7 +353,7 @@ def test_r0_is_structure_only_other_gaps_fail_closed_per_rule(A, toy):
 
 def test_tito_chain_diagnostic_any_mode(A, toy):
     """Turn 2 re-encodes turn 1's answer (H|AV|ING sampled, HAV|ING re-tokenized): not a failure in transition
-    mode (R5 only needs the root prefix), but the TITO chain diagnostic and drift report it (§1.2, §6.4.6)."""
+    mode (R5 only needs the root prefix), but the TITO chain diagnostic and drift report it (docs/fidelity-rules.md#the-prefix-invariant-tito)."""
     t1 = variant(A, **{"response.token_ids": [10, 11, 12, 3], "response.usage_completion_tokens": 4,
                        "rollout.logprobs": [-0.1] * 4, "rollout.top_k": KeyError, "trainer.top_k": KeyError,
                        "trainer.logprobs": [-0.1] * 4, "trainer.loss_mask_used": [1] * 4})

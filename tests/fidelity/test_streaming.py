@@ -16,7 +16,7 @@ from .helpers import variant
 
 
 def chained_run(trajectories=6, calls=4, seed=0, k=3):
-    """Multi-call trajectories whose prompts extend the previous call (§1.2 TITO, §6.2 R5/R9), merged samples per
+    """Multi-call trajectories whose prompts extend the previous call (TITO, R5/R9: docs/fidelity-rules.md), merged samples per
     trajectory, with a few deliberate breaks: a non-extending prompt, a declared compaction, a background call."""
     rng = random.Random(seed)
     out = []

@@ -1,4 +1,5 @@
-"""Tokenizer registry (spec/fidelity.md §4.3 hashing) and the §7.1 toy tokenizer as a real ``tokenizers`` pipeline."""
+"""Tokenizer registry (hashing: docs/fcr.md#conventions) and the toy tokenizer (docs/fcr.md#toy-tokenizer) as a real
+``tokenizers`` pipeline."""
 from __future__ import annotations
 
 import hashlib
@@ -14,7 +15,7 @@ STRINGS = list(TOY_VOCAB.values())
 
 
 def greedy_reference(text: str) -> list[int] | None:
-    """§7.1 literally: greedy longest match from the left over the whole vocabulary (special tokens included)."""
+    """The toy tokenizer literally (docs/fcr.md#toy-tokenizer): greedy longest match from the left over the whole vocabulary (special tokens included)."""
     inv = {s: int(i) for i, s in TOY_VOCAB.items()}
     out, i = [], 0
     while i < len(text):

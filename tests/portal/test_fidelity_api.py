@@ -70,7 +70,7 @@ def test_call_detail_with_spans_and_tokens(api, project, report):
     assert with_tokens["tokenizer"] is None and with_tokens["tokens"][0]["text"] is None  # ids only
     register_toy(api, project)
     decoded = api.get(f"/api/v1/fidelity/calls/{d.pk}/?tokens=true").json()["tokens"]
-    assert "".join(t["text"] for t in decoded["tokens"]) == "ls -l\n<|end|>"  # §7.1 vocabulary
+    assert "".join(t["text"] for t in decoded["tokens"]) == "ls -l\n<|end|>"  # docs/fcr.md#toy-tokenizer vocabulary
     assert api.get(f"/api/v1/fidelity/calls/{d.pk}/?tokens=maybe").status_code == 400
 
 
@@ -83,7 +83,7 @@ def test_mask_download(api, report, tmp_path):
     path = tmp_path / "m.bin"
     path.write_bytes(b"".join(binary.streaming_content))
     assert path.read_bytes().startswith(b"FCRMASK1")
-    assert {c: m.astype(int).tolist() for c, m in read_masks(path)}["tD-0"] == [1, 1, 0, 1]  # §7.5: position 2 off
+    assert {c: m.astype(int).tolist() for c, m in read_masks(path)}["tD-0"] == [1, 1, 0, 1]  # Example D (docs/fcr.md): position 2 off
     bad = api.get(url + "?format=parquet")
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_parameter"
 
@@ -135,7 +135,7 @@ def test_tokenizer_upload_and_list(api, project):
     created = api.post(url, {"file": as_file(hf_bytes, "tokenizer.json"), "name": "toy-hf"}, format="multipart")
     assert created.status_code == 201, created.content
     body = created.json()
-    assert body["kind"] == "hf" and body["sha256"] == hashlib.sha256(hf_bytes).hexdigest()  # §4.3: the file bytes
+    assert body["kind"] == "hf" and body["sha256"] == hashlib.sha256(hf_bytes).hexdigest()  # docs/fcr.md#conventions: the file bytes
     again = api.post(url, {"file": as_file(hf_bytes, "copy.json")}, format="multipart")
     assert again.status_code == 200 and again.json()["id"] == body["id"]
     toy = register_toy(api, project)

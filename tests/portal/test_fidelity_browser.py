@@ -1,6 +1,7 @@
 """A person in the system Chromium opens a run's fidelity audit from the run page (the spec's worked examples A, C, D
 as the upload), sees the FAIL verdict and the one closed-failure violation, the figures drawn, then drills into the
-violating call: tokens decoded with the registered §7.1 tokenizer, the sentinel position coloured and explained."""
+violating call: tokens decoded with the registered toy tokenizer (docs/fcr.md#toy-tokenizer), the sentinel position
+coloured and explained."""
 from __future__ import annotations
 
 import threading
@@ -21,7 +22,7 @@ class FidelityPageTest(BrowserTestCase):
     def audited_upload(self):
         from audit_portal.fidelity.services import register_tokenizer
 
-        register_tokenizer(project=self.project, data=TOY_VOCAB_TEXT.encode(), name="toy §7.1", uploaded_by="fiona")
+        register_tokenizer(project=self.project, data=TOY_VOCAB_TEXT.encode(), name="toy vocabulary", uploaded_by="fiona")
         upload, outcomes = self.processed_upload("examples.jsonl", jsonl(examples()), ("validate_upload", "fidelity_audit"))
         assert outcomes["fidelity_audit"] == "succeeded"
         return upload
@@ -40,14 +41,14 @@ class FidelityPageTest(BrowserTestCase):
                     "fig-provenance", "fig-certificates"):
             assert page.locator(f"#{fig} .main-svg").count() >= 1, fig
         assert "SENTINEL_LOGPROB" in page.inner_text("#fig-coverage")  # a stacked segment per exclusion reason
-        assert "toy §7.1" in page.inner_text("#tokenizer-card")
+        assert "toy vocabulary" in page.inner_text("#tokenizer-card")
         assert "background:title" in page.inner_text("#ledger-table")
         self.screenshot("fidelity-run.png")
 
         page.click("#calls-table >> text=tD-0")
         page.wait_for_selector("#tokens")
         assert page.inner_text("#call-verdict") == "partial"
-        assert "toy §7.1" in page.inner_text("#tokenizer-note")
+        assert "toy vocabulary" in page.inner_text("#tokenizer-note")
         tokens = page.locator("#tokens .tok")
         assert tokens.count() == 4
         assert [tokens.nth(i).inner_text() for i in range(4)] == ["ls", " -l", "↵\n", "<|end|>"]

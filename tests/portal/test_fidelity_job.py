@@ -1,4 +1,4 @@
-"""The fidelity-audit job on real uploads: the spec's worked examples (spec/fidelity.md §7.2, §7.4, §7.5) as an
+"""The fidelity-audit job on real uploads: the worked examples A, C and D of docs/fcr.md as an
 uploaded file are the oracle; reruns replace rather than duplicate; the project's registered tokenizer is used when
 a record declares its hash; the loss-mask export lands in the artifact store in both formats."""
 from __future__ import annotations
@@ -17,7 +17,7 @@ from .conftest import as_file, gz, jsonl, records, upload_url
 
 pytestmark = pytest.mark.django_db
 
-# ---------------------------------------------------------------------------------------------- spec §7 oracle
+# ---------------------------------------------------------------------------------- worked examples of docs/fcr.md
 TOY_VOCAB_TEXT = ('{"0":"<|system|>","1":"<|user|>","10":"H","11":"AV","12":"ING","13":"HAV","2":"<|assistant|>",'
                   '"20":"ls","21":" -la","22":"\\n","24":" -l","3":"<|end|>","33":"Title","34":":","35":" Listing",'
                   '"40":"You","41":" are","42":" an","43":" agent","44":"List","45":" files","46":".","47":"Say",'
@@ -75,7 +75,7 @@ def example_c() -> dict:
 
 
 def example_d() -> dict:
-    """§7.5 in prose: Example A's prompt (root, task hashes match), response [20,24,22,3], a sentinel at 2."""
+    """Example D (docs/fcr.md) in prose: Example A's prompt (root, task hashes match), response [20,24,22,3], a sentinel at 2."""
     a = json.loads(EXAMPLE_A)
     return _record({
         "trajectory_id": "tD", "call_id": "tD-0", "call_index": 0, "role": "policy", "role_source": "header",
@@ -93,14 +93,14 @@ def examples() -> list[dict]:
 
 
 def ids_sha256(ids) -> str:
-    """§4.3: SHA-256 of the ids joined by ","."""
+    """SHA-256 of the ids joined by "," (docs/fcr.md#conventions)."""
     import hashlib
 
     return hashlib.sha256(",".join(map(str, ids)).encode("ascii")).hexdigest()
 
 
 def example_drift() -> dict:
-    """§7.1: the engine sampled [10,11,12,3] while encode("HAVING<|end|>") = [13,12,3]; the text is logged, so R4
+    """The toy tokenizer (docs/fcr.md#toy-tokenizer): the engine sampled [10,11,12,3] while encode("HAVING<|end|>") = [13,12,3]; the text is logged, so R4
     needs the tokenizer (closed failure without one) and the drift diagnostic fires with it."""
     rec = _record(EXAMPLE_A, trajectory_id="tH", call_id="tH-0")
     rec["response"] = {"token_ids": [10, 11, 12, 3], "provenance": "engine", "ids_sha256": ids_sha256([10, 11, 12, 3]),
@@ -138,13 +138,13 @@ def test_worked_examples_give_the_spec_verdicts(api, project):
     by_id = {c.call_id: c for c in FidelityCall.objects.filter(report=report)}
     assert set(by_id) == {"tA-0", "tA-bg-1", "tD-0"}
     a, c, d = by_id["tA-0"], by_id["tA-bg-1"], by_id["tD-0"]
-    # §7.2: fully verifiable, one span, lineage root-ok, alignment median |Δ| = 0.022472
+    # Example A: fully verifiable, one span, lineage root-ok, alignment median |Δ| = 0.022472
     assert a.verdict == "verifiable" and a.span_dicts() == [{"start": 0, "end": 3, "verifiable": True, "reasons": []}]
     assert a.lineage == "root-ok" and a.alignment["median_abs_diff"] == pytest.approx(0.022472, abs=1e-6)
-    # §7.4: excluded 2/2, BACKGROUND_CALL, not in the policy-token denominator, no violation
+    # Example C: excluded 2/2, BACKGROUND_CALL, not in the policy-token denominator, no violation
     assert (c.verdict, c.primary_reason, c.verifiable_tokens, c.n_tokens) == ("excluded", "BACKGROUND_CALL", 0, 2)
     assert c.closed_failure_violations == 0
-    # §7.5: partial, spans [0,2) ok, [2,3) SENTINEL_LOGPROB, [3,4) ok; median |Δ| = 0.01; one violation
+    # Example D: partial, spans [0,2) ok, [2,3) SENTINEL_LOGPROB, [3,4) ok; median |Δ| = 0.01; one violation
     assert d.verdict == "partial"
     assert d.span_dicts() == [{"start": 0, "end": 2, "verifiable": True, "reasons": []},
                               {"start": 2, "end": 3, "verifiable": False, "reasons": ["SENTINEL_LOGPROB"]},
@@ -166,7 +166,7 @@ def test_mask_export_in_both_formats(api, project, settings):
     from workers.fidelity import read_masks
 
     report, _ = audited(api, project, examples())
-    expected = {"tA-0": [1, 1, 1], "tA-bg-1": [0, 0], "tD-0": [1, 1, 0, 1]}  # verifiable ∧ policy (§6.1)
+    expected = {"tA-0": [1, 1, 1], "tA-bg-1": [0, 0], "tD-0": [1, 1, 0, 1]}  # verifiable ∧ policy (docs/fidelity-rules.md#definitions)
     for fmt in ("jsonl", "bin"):
         path = settings.ARTIFACT_ROOT / report.mask_export["files"][fmt]["storage_name"]
         assert str(path).startswith(str(settings.ARTIFACT_ROOT / "fidelity"))
@@ -190,7 +190,7 @@ def test_rerun_replaces_rather_than_duplicates(api, project, settings):
 
 def test_registered_tokenizer_is_used_for_drift_and_the_text_rule(api, project):
     body = register_toy(api, project)
-    assert body["sha256"] == TOY_TOKENIZER_SHA and body["kind"] == "toy_vocab"  # §7.1's published hash
+    assert body["sha256"] == TOY_TOKENIZER_SHA and body["kind"] == "toy_vocab"  # the toy tokenizer's documented hash (docs/fcr.md#toy-tokenizer)
     report, _ = audited(api, project, examples() + [example_drift()], name="with-tokenizer.jsonl")
     assert [t["sha256"] for t in report.tokenizers["used"]] == [TOY_TOKENIZER_SHA]
     assert report.tokenizers["unmatched"] == []
@@ -255,7 +255,7 @@ def test_drill_down_says_when_the_upload_is_gone(client, api, project, owner, se
 
 
 def test_variant_c_prime_undeclared_role_is_spurious(api, project):
-    """§7.4 C′: the same request without the header → role unknown/default, inferred_purpose title →
+    """Example C′ (docs/fcr.md#example-c-a-background-call): the same request without the header → role unknown/default, inferred_purpose title →
     ROLE_UNVERIFIED, spurious-call rate > 0, protocol warning."""
     c_prime = example_c()
     c_prime.update(role="unknown", role_source="default", inferred_purpose="title")

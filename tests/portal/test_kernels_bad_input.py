@@ -129,7 +129,7 @@ def test_a_valid_upload_is_stored_once_by_its_hash_and_the_function_names_are_ch
     first = api.post(url(project), {"module": upload(source), "device": "cuda"}, format="multipart")
     again = api.post(url(project), {"module": upload(source, "renamed.py"), "device": "cuda"}, format="multipart")
     assert first.status_code == again.status_code == 201
-    # no contract list: only the contracts whose spec §11 function the module defines
+    # no contract list: only the contracts whose signature function the module defines
     assert sorted(e["class"] for e in first.json()["plan"]) == ["C-CMP-03", "C-EXC-01"]
     assert first.json()["job"]["queue"] == "kernels-gpu"  # cuda submissions go to the GPU kernels workers
     assert first.json()["implementation"]["id"] == again.json()["implementation"]["id"]

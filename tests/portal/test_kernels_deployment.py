@@ -1,7 +1,7 @@
-"""KC-A and KC-T through the portal (spec/contracts.md §10): a submission declares the flags its deployment runs with
-and the levels it needs; the worker measures the classes those flags can change a second time with the flags applied;
-the grade, the submission page and the CI status show KC-A next to KC-C and whether the target is met. Bad flags or
-targets are refused naming the field, and nothing is stored."""
+"""KC-A and KC-T through the portal (docs/contract-language.md#grades): a submission declares the flags its deployment
+runs with and the levels it needs; the worker measures the classes those flags can change a second time with the flags
+applied; the grade, the submission page and the CI status show KC-A next to KC-C and whether the target is met. Bad
+flags or targets are refused naming the field, and nothing is stored."""
 from __future__ import annotations
 
 import pytest

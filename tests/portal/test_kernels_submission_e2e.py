@@ -57,7 +57,7 @@ def test_reference_passes_and_a_crashing_upload_is_a_verdict_not_a_dead_worker(a
         assert ok.status_code == 201, ok.content
         ok_id = ok.json()["id"]
         assert ok.json()["job"]["queue"] == "kernels"
-        assert [e["function"] for e in ok.json()["plan"]] == ["row_max", "mul"]  # spec §11 names by default
+        assert [e["function"] for e in ok.json()["plan"]] == ["row_max", "mul"]  # signature names by default
         assert wait_for(finished(ok_id)), Job.objects.get(subject_id=ok_id, subject_kind="kernel_submission").as_event()
 
         module = io.BytesIO(CRASHING_MODULE)

@@ -56,7 +56,7 @@ def test_audit_json_safe_and_certificates_consistent(small_audit):
     for view in res["certificates"].values():
         assert view["topk"]["contains_exact"] == 1.0       # every exact TV inside its certified interval
         assert view["topk"]["data_errors"] == 0
-        assert view["topk"]["kl_upper_finite_share"] == 0.0  # §5.3: no KL upper bound from top-K lists
+        assert view["topk"]["kl_upper_finite_share"] == 0.0  # docs/intervals.md#kl-bounds: no KL upper bound from top-K lists
         seq = view["sequence"]
         b_ex, b_tk = seq["exact_kl_mode"]["bounds"], seq["topk_tv_mode"]["bounds"]
         assert "pm_kl" in b_ex and "pm_kl" not in b_tk

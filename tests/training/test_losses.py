@@ -1,5 +1,6 @@
 """Losses: gradients against autograd of each method's own objective and finite differences; masks against the spec's
-tables (§7.1, §7.2) and against independent restatements of the rules; TRM normalisation by the total N."""
+tables (the worked examples of docs/intervals.md) and against independent restatements of the rules; TRM normalisation
+by the total N."""
 import math
 
 import numpy as np
@@ -88,7 +89,7 @@ def test_grpo_uses_per_sequence_means():
 
 
 def dppo_rule_binary_tv(p_y, q_y, A, delta):
-    """Independent restatement of §3.2 with Binary-TV: drop iff (A>0, r>1, |p−q|>δ) or (A<0, r<1, |p−q|>δ)."""
+    """Independent restatement of docs/masks.md#dppo with Binary-TV: drop iff (A>0, r>1, |p−q|>δ) or (A<0, r<1, |p−q|>δ)."""
     D = (p_y - q_y).abs()
     return ~(((A > 0) & (q_y > p_y) & (D > delta)) | ((A < 0) & (q_y < p_y) & (D > delta)))
 
@@ -101,7 +102,7 @@ def test_dppo_gradient_is_masked_is_gradient(seed):
     M = dppo_rule_binary_tv(lp_roll.exp(), lp.exp(), A, 0.15) & mask
     assert (~M & mask).any() or seed  # something is masked in most draws
 
-    def ref():  # L^DPPO = E[Σ_t M_t·r_t·Â_t] (§3.2), M held fixed
+    def ref():  # L^DPPO = E[Σ_t M_t·r_t·Â_t] (docs/masks.md#dppo), M held fixed
         r = torch.exp(logp_of(train, y) - lp_roll)
         return -torch.where(M, r * A, torch.zeros_like(r)).sum() / mask.sum()
 
@@ -171,7 +172,7 @@ def test_trm_mask_and_normalisation_by_total_N():
     roll, train, y, adv, mask, lp_roll = case(9, B=4, scale=0.4)
     kl = exact_kl(roll, train)
     delta = float(torch.where(mask, kl, torch.zeros_like(kl)).amax(-1).median())
-    M = torch.where(mask, kl, torch.zeros_like(kl)).amax(-1) <= delta  # §1.7 max criterion, restated
+    M = torch.where(mask, kl, torch.zeros_like(kl)).amax(-1) <= delta  # docs/bounds.md#trm-masks max criterion, restated
     assert 0 < int(M.sum()) < 4
 
     def ref():  # (1/N)Σ_i M_i·A_i·Σ_t ρ_t  (∇ = (1/N)Σ M A Σ ρ ∇log π)
@@ -205,7 +206,7 @@ def test_trm_combined_criterion_and_heuristic_modes():
 
 
 # ---- spec tables ------------------------------------------------------------------------------------------------
-ROWS = [(0.10, 0.09), (0.99, 0.80), (1e-4, 1e-2), (0.90, 0.001)]  # §7.2 (p_y roll, q_y train)
+ROWS = [(0.10, 0.09), (0.99, 0.80), (1e-4, 1e-2), (0.90, 0.001)]  # (p_y roll, q_y train): docs/intervals.md#worked-example-sampled-token-data-only
 
 
 def row_tensors(i, adv):
@@ -239,7 +240,7 @@ def test_spec_7_2_row3_ppo_clips_dppo_does_not():
     assert L.dppo_loss(logp, lp_roll, A, threshold=0.15).keep.all()  # 0.0099 < 0.15
     assert L.dppo_loss(logp, lp_roll, A, threshold=0.05, divergence="binary_kl").keep.all()  # 0.009489
     assert not L.trm_loss(logp, lp_roll, A, mode="k2max", threshold=0.05).keep.any()  # k2 = 10.6
-    # the PPO leak (§1.6): r = 100 with A < 0 is not clipped
+    # the PPO leak (docs/masks.md#ppo-clip): r = 100 with A < 0 is not clipped
     assert L.ppo_clip_loss(logp, lp_roll, -A).keep.all()
 
 

@@ -39,11 +39,11 @@ def test_enumeration_matches_brute_force_and_identities():
     assert math.isclose(st_["J_roll"], J_r, rel_tol=1e-12)
     assert math.isclose(st_["J_theta"], J_t, rel_tol=1e-12)
     assert math.isclose(st_["surrogate"], L, rel_tol=1e-10, abs_tol=1e-14)
-    # PDI / telescoping identity (§1.5 item 5, §3.1): J(π_θ) − J(π_roll) = L' − Δ
+    # PDI / telescoping identity (docs/bounds.md#the-bounds): J(π_θ) − J(π_roll) = L' − Δ
     assert math.isclose(J_t - J_r, L - Delta, rel_tol=1e-9, abs_tol=1e-14)
     # chain rule: Σ_t E_{d_t}[KL(c_t)] = KL(P^roll ‖ P^θ) over whole sequences
     assert math.isclose(st_["kl_seq"], st_["kl_seq_direct"], rel_tol=1e-10)
-    # plug-in relations of §1.3 / §5.6: D̄_t ≤ ε, D_TV^seq ≤ Σ_t D̄_t (coupling), D_TV^seq ≤ √(D_KL^seq/2) (Pinsker)
+    # plug-in relations (docs/bounds.md#sequence-certificate): D̄_t ≤ ε, D_TV^seq ≤ Σ_t D̄_t (coupling), D_TV^seq ≤ √(D_KL^seq/2) (Pinsker)
     assert max(st_["tv_profile"]) <= st_["eps"] + 1e-15
     assert st_["tv_seq"] <= sum(st_["tv_profile"]) + 1e-12
     assert st_["tv_seq"] <= math.sqrt(st_["kl_seq"] / 2) + 1e-12
