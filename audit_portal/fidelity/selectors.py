@@ -49,8 +49,8 @@ def calls(report: FidelityReport, *, verdict: str | None = None, reason: str | N
         qs = qs.filter(verdict=verdict)
     for name, value in (("reason", reason), ("primary_reason", primary_reason)):
         if value and value not in reason_codes():
-            raise PortalError(f"{name} must be a reason code of spec/fidelity.md §6.2 (e.g. SENTINEL_LOGPROB, "
-                              f"BACKGROUND_CALL); got {value!r}", code="invalid_parameter")
+            raise PortalError(f"{name} must be a reason code of the fidelity rules (docs/fidelity-rules.md#rules-r0r9; "
+                              f"e.g. SENTINEL_LOGPROB, BACKGROUND_CALL); got {value!r}", code="invalid_parameter")
     if reason:
         qs = qs.filter(reasons_flat__contains=f"|{reason}|")
     if primary_reason:

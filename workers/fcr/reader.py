@@ -1,4 +1,4 @@
-"""The one bounded line reader for ``fcr/1`` JSONL files, plain or gzip (spec/fidelity.md §4.1).
+"""The one bounded line reader for ``fcr/1`` JSONL files, plain or gzip (docs/fcr.md#principles).
 
 Every engine that reads an uploaded file line by line — the upload validator, ``certify_file``, the fidelity audit,
 the importers, the portal's record lookup — reads it through :class:`LineReader`, so they share one policy:
