@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from audit_portal.attestations import statements, witness
 from audit_portal.attestations.keys import key_set
 from audit_portal.attestations.models import Checkpoint, LogEntry, SubjectKind
-from audit_portal.core.storage import artifact_path
+from audit_portal.attestations.subjects import audited_files, subject_object  # noqa: F401  (read here by pages)
 from workers.verify import build_bundle, dsse, jcs, merkle, verify_bundle
 from workers.verify import checkpoint as vcheckpoint
 from workers.verify import statement as st
@@ -74,28 +74,6 @@ def vcheckpoint_size(envelope: dict) -> int | None:
         return int(json.loads(dsse.parse(envelope)[1])["tree_size"])
     except (dsse.EnvelopeError, ValueError, KeyError, TypeError):
         return None
-
-
-def subject_object(kind: str, subject_id: int):
-    from audit_portal.certificates.models import RunCertificate
-    from audit_portal.fidelity.models import FidelityReport
-    from audit_portal.kernels.models import Submission
-
-    model = {SubjectKind.RUN_CERTIFICATE: RunCertificate, SubjectKind.FIDELITY_REPORT: FidelityReport,
-             SubjectKind.KERNEL_SUBMISSION: Submission}[kind]
-    return model.objects.filter(pk=subject_id).first()
-
-
-def audited_files(kind: str, obj) -> dict:
-    """name → path in the artifact store of what the certificate's subjects are (the files that were audited)."""
-    if obj is None:
-        return {}
-    if kind == SubjectKind.KERNEL_SUBMISSION:
-        impl = obj.implementation
-        return {impl.original_filename or "module.py": artifact_path(impl.storage_name)} if impl.storage_name else {}
-    upload = obj.upload.original
-    return {obj.upload.original_name or f"upload-{obj.upload.pk}": artifact_path(upload.storage_name)} \
-        if upload.storage_name else {}
 
 
 def verify_entry(entry: LogEntry, *, rehash_files: bool = False) -> Report:

@@ -45,8 +45,7 @@ def _is_toy_vocab(obj) -> bool:
 def parse_tokenizer(data: bytes) -> dict:
     """Check an uploaded tokenizer and say what it is: ``{kind, sha256, content, vocab_size}`` (``content`` = the
     bytes to store). Raises :class:`InvalidTokenizer` naming the problem."""
-    from tokenizers import Tokenizer
-
+    # the one place the web process loads HF tokenizers (a request that registers one); never at import time
     from workers.fidelity.tokenizer import FidelityTokenizer, canonical_vocab_json
 
     if not data.strip():
@@ -62,13 +61,12 @@ def parse_tokenizer(data: bytes) -> dict:
         raise InvalidTokenizer(f"The tokenizer file is not valid JSON: {exc.msg} at line {exc.lineno} column "
                                f"{exc.colno}.", code="invalid_tokenizer_json") from None
     if isinstance(obj, dict) and "model" in obj:
+        sha = hashlib.sha256(data).hexdigest()
         try:
-            hf = Tokenizer.from_str(text)
+            tok = FidelityTokenizer.from_json(text, sha256=sha)
         except Exception as exc:  # the tokenizers library raises plain Exceptions with a parse message
             raise InvalidTokenizer(f"Not a usable Hugging Face tokenizer.json: {exc}.") from None
-        sha = hashlib.sha256(data).hexdigest()
-        return {"kind": RegisteredTokenizer.Kind.HF, "sha256": sha, "content": data,
-                "vocab_size": FidelityTokenizer(hf, sha256=sha).vocab_size}
+        return {"kind": RegisteredTokenizer.Kind.HF, "sha256": sha, "content": data, "vocab_size": tok.vocab_size}
     if _is_toy_vocab(obj):
         canonical = canonical_vocab_json(obj).encode("utf-8")
         try:
@@ -78,7 +76,7 @@ def parse_tokenizer(data: bytes) -> dict:
         return {"kind": RegisteredTokenizer.Kind.TOY_VOCAB, "sha256": tok.sha256, "content": canonical,
                 "vocab_size": tok.vocab_size}
     raise InvalidTokenizer("Expected a Hugging Face tokenizer.json (a JSON object with a 'model' section) or a "
-                           "toy vocabulary (a JSON object mapping token ids to strings; docs/fcr.md#toy-tokenizer).")
+                           "spec §7.1 vocabulary (a JSON object mapping token ids to strings).")
 
 
 def register_tokenizer(*, project, data: bytes, name: str, uploaded_by: str) -> tuple[RegisteredTokenizer, bool]:
@@ -122,7 +120,7 @@ def register_uploaded_tokenizer(*, project, uploaded, name, uploaded_by) -> tupl
 
 @lru_cache(maxsize=8)
 def _load(storage_name: str, kind: str, name: str):
-    from workers.fidelity.tokenizer import FidelityTokenizer
+    from workers.fidelity.tokenizer import FidelityTokenizer  # a drill-down page decodes with it; lazily
 
     path = artifact_path(storage_name)
     if kind == RegisteredTokenizer.Kind.TOY_VOCAB:

@@ -5,11 +5,14 @@ log): the state says the work finished, the outcome says what came of it. ``outc
 turns (kind, state, result) into plain words and a badge colour; the pages, the websocket events and the REST API
 all use it, so the same job never reads "succeeded" in one place and "invalid" in another.
 
-``product_url(principal, job)`` resolves what a finished job made (a certificate, a fidelity report, a kernel
-submission's results, a training audit, the upload it validated) to the page that shows it; ``/jobs/<id>/result/``
-redirects there, so a live event needs only the job's id to link to its result.
+``product_url(job)`` resolves what a finished job made (a certificate, a fidelity report, a kernel submission's
+results, a training audit, the upload it validated) to the page that shows it, through the resolvers each app
+registers (:func:`register_product_page`); ``/jobs/<id>/result/`` redirects there, so a live event needs only the
+job's id to link to its result.
 """
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from django.urls import reverse
 
@@ -75,34 +78,32 @@ def job_outcome(job) -> dict:
     return out
 
 
+ProductPage = Callable[[object], "str | None"]
+_PRODUCT_PAGES: dict[str, ProductPage] = {}
+_SUBJECT_PAGES: dict[str, ProductPage] = {}
+
+
+def register_product_page(*kinds: str, subject_kind: str | None = None):
+    """Decorator for ``fn(job) -> url | None``: the page showing what a succeeded job of these kinds made, or
+    (``subject_kind``) the page of its subject when its own product has none. The app that owns the product
+    registers it from its ``AppConfig.ready``, so this module never imports the apps above it."""
+    def decorate(fn: ProductPage) -> ProductPage:
+        for kind in kinds:
+            _PRODUCT_PAGES[kind] = fn
+        if subject_kind is not None:
+            _SUBJECT_PAGES[subject_kind] = fn
+        return fn
+    return decorate
+
+
 def product_url(job) -> str | None:
     """The page showing what ``job`` produced, or None (not finished, or nothing to show). The caller has already
-    checked that the principal may read the job; every object named here belongs to the job's project."""
-    from audit_portal.certificates.models import RunCertificate
-    from audit_portal.fidelity.models import FidelityReport
-    from audit_portal.runs.models import Upload
-
+    checked that the principal may read the job; every resolver names only objects of the job's project."""
     if job.state != "succeeded":
         return None
-    slug, result = job.project.slug, job.result or {}
-    if job.kind == "validate_upload" and job.subject_id:
-        return reverse("dashboards:upload", args=[slug, job.subject_id])
-    if job.kind == "certify_upload":
-        cert = RunCertificate.objects.filter(pk=result.get("certificate"), project_id=job.project_id).first()
-        if cert is not None and cert.run_id:
-            return reverse("dashboards:run", args=[slug, cert.run_id]) + f"?certificate={cert.pk}"
-    if job.kind == "fidelity_audit":
-        report = FidelityReport.objects.filter(pk=result.get("report"), project_id=job.project_id).first()
-        if report is not None and report.run_id:
-            return reverse("fidelity:run", args=[slug, report.run_id]) + f"?report={report.pk}"
-    if job.kind in ("kernel_conformance", "kernel_signature") and job.subject_id:
-        return reverse("kernels:submission", args=[slug, job.subject_id])
-    if job.kind == "training_step_audit" and result.get("training_audit"):
-        return reverse("training:detail", args=[slug, result["training_audit"]])
-    if job.kind == "calibrate_contracts":
-        return reverse("kernels:contracts")
-    if job.subject_kind == "upload" and job.subject_id:
-        upload = Upload.objects.filter(pk=job.subject_id, project_id=job.project_id).first()
-        if upload is not None:
-            return reverse("dashboards:upload", args=[slug, upload.pk])
+    for pages, key in ((_PRODUCT_PAGES, job.kind), (_SUBJECT_PAGES, job.subject_kind)):
+        page = pages.get(key)
+        url = page(job) if page is not None else None
+        if url is not None:
+            return url
     return None

@@ -1,8 +1,8 @@
 """Tokenizers the audit can trust: registered from a Hugging Face ``tokenizer.json`` and keyed by hash.
 
-``tokenizer.sha256`` = SHA-256 of the ``tokenizer.json`` bytes (for the toy tokenizer: of its canonical vocabulary
-JSON; docs/fcr.md#conventions, docs/fcr.md#toy-tokenizer). A record whose ``tokenizer.sha256`` is not registered gets no tokenizer: the rules
-that need one fail closed (``R2_NOT_EVALUABLE``, ``R4_NOT_EVALUABLE``, docs/fidelity-rules.md#definitions) and the vocabulary check of R0 and the
+spec/fidelity.md §4.3: ``tokenizer.sha256`` = SHA-256 of the ``tokenizer.json`` bytes (for the toy tokenizer of §7.1:
+of its canonical vocabulary JSON). A record whose ``tokenizer.sha256`` is not registered gets no tokenizer: the rules
+that need one fail closed (``R2_NOT_EVALUABLE``, ``R4_NOT_EVALUABLE``, §6.1) and the vocabulary check of R0 and the
 drift diagnostic are skipped (reported as ``null``).
 
 The toy tokenizer (greedy longest match from the left, special tokens included; decoding concatenates strings) is
@@ -24,12 +24,12 @@ REPLACEMENT_CHAR = "\ufffd"
 
 
 def canonical_vocab_json(vocab: Mapping) -> str:
-    """The toy tokenizer's canonical JSON of the id→string vocabulary (string keys, sorted, no spaces)."""
+    """§7.1: canonical JSON of the id→string vocabulary (string keys, sorted, no spaces)."""
     return json.dumps({str(k): v for k, v in vocab.items()}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def toy_tokenizer_json(vocab: Mapping, *, special_prefix: str = "<|") -> str:
-    """A ``tokenizer.json`` implementing the toy tokenizer (docs/fcr.md#toy-tokenizer) for an id→string vocabulary."""
+    """A ``tokenizer.json`` implementing the §7.1 toy tokenizer for an id→string vocabulary."""
     v = {s: int(i) for i, s in vocab.items()}
     unk = "[UNK]"
     while unk in v:
@@ -73,14 +73,20 @@ class FidelityTokenizer:
 
     # ------------------------------------------------------------------ construction
     @classmethod
+    def from_json(cls, text: str, *, sha256: str, id: str = "") -> FidelityTokenizer:
+        """A Hugging Face ``tokenizer.json`` given as text (``sha256`` of its bytes); the library's parse error
+        (a plain Exception) propagates."""
+        return cls(Tokenizer.from_str(text), sha256=sha256, id=id)
+
+    @classmethod
     def from_file(cls, path, *, id: str = "") -> FidelityTokenizer:
         data = open(path, "rb").read()
-        return cls(Tokenizer.from_str(data.decode("utf-8")), sha256=hashlib.sha256(data).hexdigest(),
-                   id=id or os.path.basename(os.fspath(path)))
+        return cls.from_json(data.decode("utf-8"), sha256=hashlib.sha256(data).hexdigest(),
+                             id=id or os.path.basename(os.fspath(path)))
 
     @classmethod
     def toy(cls, vocab: Mapping, *, id: str = "toy") -> FidelityTokenizer:
-        """The toy tokenizer (docs/fcr.md#toy-tokenizer); ``sha256`` = SHA-256 of the canonical vocabulary JSON."""
+        """§7.1 toy tokenizer; ``sha256`` = SHA-256 of the canonical vocabulary JSON."""
         sha = hashlib.sha256(canonical_vocab_json(vocab).encode("utf-8")).hexdigest()
         return cls(Tokenizer.from_str(toy_tokenizer_json(vocab)), sha256=sha, id=id,
                    vocab_ids=[int(k) for k in vocab])
@@ -114,8 +120,7 @@ class FidelityTokenizer:
         return [raw] if raw is not None else []
 
     def drift_if_retokenized(self, ids) -> bool:
-        """The drift diagnostic (docs/fidelity-rules.md#rules-r0r9): would an offline decode→encode pipeline change these
-        ids?"""
+        """§6.2 drift diagnostic: would an offline decode→encode pipeline change these ids?"""
         return self.encode(self.decode(ids)) != list(ids)
 
 

@@ -23,57 +23,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from workers.certify.step_metrics import N_BINS, StepMetrics, _bin
+from workers.fcr.routes import RoutingDataError, as_routes  # the record's route rules live with the format
 
 REPLAY_MODES = ("none", "R2", "R3")
 MAX_NAMED = 50  # failing calls listed in full; the count is always exact
 POS_CAP = 1 << 16  # exact per-position counts up to this position; later positions share the last entry
-
-
-class RoutingDataError(ValueError):
-    """Routes that cannot be compared: ``call_id`` and ``field`` name the record and the array, the message says why."""
-
-    def __init__(self, call_id, field: str, reason: str):
-        super().__init__(f"call {call_id!r}: {field}: {reason}")
-        self.call_id, self.field, self.reason = call_id, field, reason
-
-
-def as_routes(x, call_id, field: str, *, n_experts: int | None = None) -> np.ndarray:
-    """``x`` as an int64 array ``[tokens, layers, top_k]`` after checking its shape, that ids are below
-    ``n_experts`` (when known) and that no expert appears twice in one selection. Negative ids mean not recorded;
-    a selection must be recorded whole or not at all."""
-    try:
-        a = np.asarray(x)
-    except (ValueError, TypeError) as e:  # ragged nested lists
-        raise RoutingDataError(call_id, field, f"not a rectangular [tokens, layers, top_k] array ({e})") from None
-    if a.ndim != 3:
-        raise RoutingDataError(call_id, field, f"expected [tokens, layers, top_k], got {a.ndim} dimension(s) "
-                                               f"{list(a.shape)}")
-    if a.size and not np.issubdtype(a.dtype, np.integer):
-        raise RoutingDataError(call_id, field, f"expert ids must be integers, got {a.dtype}")
-    if a.shape[1] < 1 or a.shape[2] < 1:
-        raise RoutingDataError(call_id, field, f"needs at least one layer and one expert per token, got "
-                                               f"{list(a.shape)}")
-    a = a.astype(np.int64, copy=False)
-    if not a.size:
-        return a
-    if n_experts is not None and a.max() >= n_experts:
-        t, l, _ = np.argwhere(a >= n_experts)[0]
-        raise RoutingDataError(call_id, f"{field}[{t}][{l}]", f"expert id {int(a[t, l].max())} out of range: the "
-                                                              f"model has {n_experts} experts")
-    neg = a < 0
-    part = neg.any(-1) & ~neg.all(-1)
-    if part.any():
-        t, l = np.argwhere(part)[0]
-        raise RoutingDataError(call_id, f"{field}[{t}][{l}]", "partly recorded selection (some ids negative); "
-                                                              "record all top_k ids or none")
-    if a.shape[2] > 1:
-        s = np.sort(a, -1)
-        dup = ((s[..., 1:] == s[..., :-1]) & (s[..., 1:] >= 0)).any(-1)
-        if dup.any():
-            t, l = np.argwhere(dup)[0]
-            raise RoutingDataError(call_id, f"{field}[{t}][{l}]",
-                                   f"the same expert is selected twice: {a[t, l].tolist()}")
-    return a
 
 
 def compare_routes(rollout: np.ndarray, trainer: np.ndarray, call_id=None):

@@ -1,0 +1,1 @@
+"""Architecture checks run by ``lint-imports`` (config: ``.importlinter``; docs/architecture.md)."""
