@@ -131,6 +131,9 @@ FILE_UPLOAD_HANDLERS = ["audit_portal.runs.upload_handler.HashingUploadHandler"]
 FILE_UPLOAD_TEMP_DIR = None  # the hashing handler writes straight into ARTIFACT_ROOT/incoming
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 UPLOAD_VALIDATION_MAX_ERRORS = 20
+# An upload larger than this is certified in chunks of about this size by any number of cpu workers and merged
+# (workers/tasks/certificates.py, docs/deploy.md "One run, many workers"); 0 = always one task per upload.
+CERTIFY_CHUNK_BYTES = int(float(os.environ.get("CERTIFY_CHUNK_BYTES", 64 * 1024**2)))
 UPLOAD_THROTTLE_RATE = os.environ.get("UPLOAD_THROTTLE_RATE", "120/min")
 
 # --- signed certificates and the transparency log (docs/verify.md) ---------------------------------

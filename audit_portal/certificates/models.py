@@ -91,3 +91,24 @@ class SequenceSummary(models.Model):
             models.Index(fields=["certificate", "status", "line"]),
             models.Index(fields=["certificate", "step", "line"]),
         ]
+
+
+class CertificateChunk(models.Model):
+    """One piece of an upload certified by one worker (issue #18): the engine's partial certificate
+    (workers/certify/partial.py) and the ε̂/δ̂ histogram counts of its sequences. Unique per (job, index), and
+    written in the same transaction as the piece's sequence rows, so a piece retried after its worker died is
+    stored once: nothing is counted twice."""
+
+    job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="certificate_chunks")
+    certificate = models.ForeignKey(RunCertificate, on_delete=models.CASCADE, related_name="chunks")
+    index = models.IntegerField()
+    partial = models.JSONField()
+    histograms = models.JSONField(default=dict)
+    sequences = models.IntegerField(default=0)
+    tokens = models.BigIntegerField(default=0)
+    worker = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["index"]
+        constraints = [models.UniqueConstraint(fields=["job", "index"], name="certificate_chunk_once")]

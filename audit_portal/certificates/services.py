@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import math
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from audit_portal.attestations.services import attest_run_certificate
-from audit_portal.certificates.models import RunCertificate, SequenceSummary, StepAggregate
+from audit_portal.certificates.models import CertificateChunk, RunCertificate, SequenceSummary, StepAggregate
 from workers.jsonsafe import finite_or_none
 
 BATCH = 5000
@@ -39,6 +39,14 @@ class Histograms:
             lo, hi = DELTA_DECADES
             pos = (math.log10(max(delta, 10.0**lo)) - lo) * 4
             self.delta[min(len(self.delta) - 1, max(0, int(pos)))] += 1
+
+    def merge(self, counts: dict) -> "Histograms":
+        """Add the counts of another accumulator's ``as_dict()`` (a certified chunk's, CertificateChunk)."""
+        if counts:
+            self.eps = [a + b for a, b in zip(self.eps, counts["eps"]["counts"])]
+            self.delta = [a + b for a, b in zip(self.delta, counts["delta"]["counts"])]
+            self.delta_unbounded += counts["delta"]["unbounded"]
+        return self
 
     def as_dict(self) -> dict:
         lo, hi = DELTA_DECADES
@@ -105,3 +113,39 @@ def complete(certificate: RunCertificate, result: dict, histograms: Histograms |
     certificate.save()
     attest_run_certificate(certificate)  # signed + logged in this transaction; a failure rolls it back, fails the job
     return certificate
+
+# ---- one upload certified in chunks by several workers (issue #18; workers/tasks/certificates.py) --------------
+def begin_chunked(upload, options: dict, job) -> RunCertificate:
+    """The certificate the chunks of ``job`` fill: the one its stored chunks already belong to when the job is
+    retried (their work is kept), else a fresh one (:func:`begin`)."""
+    done = CertificateChunk.objects.filter(job=job).select_related("certificate").first()
+    if done is not None:
+        return done.certificate
+    return begin(upload, options)
+
+
+def chunks_done(job) -> set[int]:
+    return set(CertificateChunk.objects.filter(job=job).values_list("index", flat=True))
+
+
+def store_chunk(job, certificate: RunCertificate, index: int, partial: dict, rows: list[dict],
+                worker: str = "") -> bool:
+    """Store one certified chunk and its sequence rows in one transaction; False (and nothing written) when this
+    chunk is already stored — a redelivered or duplicated task — so no sequence is ever counted twice."""
+    histograms = Histograms()
+    for row in rows:
+        histograms.add(row)
+    try:
+        with transaction.atomic():
+            # the unique row first: a concurrent duplicate waits here and then fails before inserting its rows
+            CertificateChunk.objects.create(job=job, certificate=certificate, index=index, partial=partial,
+                                            histograms=histograms.as_dict(), sequences=len(rows),
+                                            tokens=partial.get("tokens", 0), worker=worker[:200])
+            add_sequences(certificate, rows)
+    except IntegrityError:
+        return False
+    return True
+
+
+def stored_chunks(job) -> list[CertificateChunk]:
+    return list(CertificateChunk.objects.filter(job=job).order_by("index"))

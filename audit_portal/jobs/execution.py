@@ -52,6 +52,11 @@ class ProgressReporter:
         return child
 
 
+#: Returned by a ``work`` that handed the job to other tasks (chunks certified by several workers): the job stays
+#: running, its pieces report progress (the heartbeat) and the last one finishes it.
+STILL_RUNNING = object()
+
+
 def run_job(job_id: int, work: Callable[[Job, ProgressReporter], dict | None]) -> str:
     job = services.start_job(job_id)
     if job is None:
@@ -63,17 +68,36 @@ def run_job(job_id: int, work: Callable[[Job, ProgressReporter], dict | None]) -
                       job_id, connection.settings_dict.get("NAME"))
             return "unknown_job"
         return "skipped"
-    reporter = ProgressReporter(job)
-    try:
-        result = work(job, reporter)
-    except JobCancelled:
-        return "cancelled"
-    except JobInputError as exc:
-        services.fail_job(job, str(exc))
-        return "failed"
-    except Exception as exc:  # noqa: BLE001 - report every failure on the job, keep the worker alive
-        log.exception("job %s failed", job_id)
-        services.fail_job(job, f"internal error: {type(exc).__name__}: {exc}")
-        return "failed"
+    outcome, result = _guarded(job, work)
+    if outcome != "ok":
+        return outcome
+    if result is STILL_RUNNING:
+        return "dispatched"
     services.finish_job(job, result or {})
     return "succeeded"
+
+
+def run_job_piece(job_id: int, work: Callable[[Job, ProgressReporter], dict | None]) -> str:
+    """One piece of a job that :func:`run_job` left running (``STILL_RUNNING``): runs only while the job is running
+    (not cancelled, failed or finished), without claiming it, since its pieces run at once on several workers. A
+    failure fails the whole job with its reason; the piece that completes the job finishes it itself."""
+    job = Job.objects.filter(pk=job_id).first()
+    if job is None or job.is_terminal:
+        return "skipped"
+    outcome, _ = _guarded(job, work)
+    return "done" if outcome == "ok" else outcome
+
+
+def _guarded(job: Job, work) -> tuple[str, object]:
+    """Run ``work(job, progress)``: ("ok", its result), or ("cancelled" | "failed", None) with the job failed with
+    the reason — an exception never crashes the worker."""
+    try:
+        return "ok", work(job, ProgressReporter(job))
+    except JobCancelled:
+        return "cancelled", None
+    except JobInputError as exc:
+        services.fail_job(job, str(exc))
+    except Exception as exc:  # noqa: BLE001 - report every failure on the job, keep the worker alive
+        log.exception("job %s failed", job.pk)
+        services.fail_job(job, f"internal error: {type(exc).__name__}: {exc}")
+    return "failed", None

@@ -54,8 +54,8 @@ def shipped_workers(settings, tmp_path, roles=("general", "kernels")):
     _point_app_at(url)
     procs, logs = [], []
     try:
-        for role in roles:
-            log = tmp_path / f"{role}-worker.log"
+        for i, role in enumerate(roles):  # a role started twice (two worker processes) logs to a second file
+            log = tmp_path / (f"{role}-worker.log" if role not in roles[:i] else f"{role}-{i}-worker.log")
             logs.append(log)
             procs.append(subprocess.Popen(["scripts/worker", role, "-l", "info", "--logfile", str(log)], cwd=ROOT,
                                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
