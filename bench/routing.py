@@ -4,12 +4,15 @@
     .venv/bin/python bench/routing.py --tokens 5000 --layers 24 --experts 64 --top-k 4
 
 1. bytes per response token of fcr-parquet/1 (zstd) for the same run without routes, with the rollout's routes, with
-   the trainer's too and with the router's probabilities, for two route distributions: uniform random experts (the
-   incompressible worst case) and skewed experts (Zipf-like popularity per layer, as trained routers show); the fcr/1
-   JSONL size of the routes next to it;
+   the trainer's too — as a difference from the rollout's (column trainer_routes_delta, what the writer does) and,
+   for comparison in the same process, stored whole as before — at 1 % flipped selections and with replay (0 %), and
+   with the router's probabilities, for two route distributions: uniform random experts (the incompressible worst
+   case) and skewed experts (Zipf-like popularity per layer, as trained routers show); the fcr/1 JSONL size of the
+   routes next to it;
 2. the routes of the tiny MoE model of workers/training/moe.py (4 layers, 8 experts, top-2, bf16 vs fp32);
 3. speed: ``python -m workers.routing audit`` (workers.routing.file.audit_file) against the certificate alone
-   (workers.certify.file.certify_file) on the same Parquet file, best of --repeat.
+   (workers.certify.file.certify_file) on the same Parquet file, best of --repeat, and against the audit of the same
+   run written with the trainer's routes whole (the cost of decoding the difference).
 """
 from __future__ import annotations
 
@@ -76,10 +79,20 @@ def _records(rng, T_total, L, E, K, skew, *, rollout=True, trainer=False, probs=
     return recs, t
 
 
-def parquet_bytes(recs, path):
-    with Writer(path, float_type="float32") as w:
-        for r in recs:
-            w.add(r)
+def parquet_bytes(recs, path, whole_trainer_routes=False):
+    """File size; ``whole_trainer_routes``: the trainer's routes in a column of their own, the encoding before
+    trainer_routes_delta (the writer's difference step switched off for this file only)."""
+    from workers.fcr import columnar
+
+    saved = columnar._delta_row
+    if whole_trainer_routes:
+        columnar._delta_row = lambda row: row
+    try:
+        with Writer(path, float_type="float32") as w:
+            for r in recs:
+                w.add(r)
+    finally:
+        columnar._delta_row = saved
     return os.path.getsize(path)
 
 
@@ -96,15 +109,26 @@ def main(argv=None):
     tmp = tempfile.mkdtemp()
     print(f"1. bytes per response token, fcr-parquet/1 float32 zstd, {a.tokens} tokens, L={L} E={E} top-{K}")
     for skew in (False, True):
-        base = None
-        for label, kw in (("no routes", dict(rollout=False)), ("rollout routes", {}),
-                          ("+ trainer routes (1% flips)", dict(trainer=True)),
-                          ("+ router probs", dict(trainer=True, probs=True))):
+        base = rollout_only = None
+        trainer_side = {}
+        for label, whole, kw in (("no routes", False, dict(rollout=False)), ("rollout routes", False, {}),
+                                 ("+ trainer, 1% flips, whole", True, dict(trainer=True)),
+                                 ("+ trainer, 1% flips, delta", False, dict(trainer=True)),
+                                 ("+ trainer, replayed, whole", True, dict(trainer=True, flip=0.0)),
+                                 ("+ trainer, replayed, delta", False, dict(trainer=True, flip=0.0)),
+                                 ("+ router probs (delta)", False, dict(trainer=True, probs=True))):
             recs, T = _records(np.random.default_rng(1), a.tokens, L, E, K, skew, **kw)
-            b = parquet_bytes(recs, os.path.join(tmp, "x.parquet"))
+            b = parquet_bytes(recs, os.path.join(tmp, "x.parquet"), whole_trainer_routes=whole)
             base = b if base is None else base
+            rollout_only = b if label == "rollout routes" else rollout_only
+            if label.startswith("+ trainer"):
+                trainer_side[label] = (b - rollout_only) / T
             extra = "" if b == base else f"  (routes: {(b - base) / T:.1f} B/token, {(b - base) / T / L:.2f} B per layer)"
             print(f"   {'skewed' if skew else 'uniform'} experts, {label:<30} {b / T:8.1f} B/token{extra}")
+        for flips in ("1% flips", "replayed"):
+            w, d = trainer_side[f"+ trainer, {flips}, whole"], trainer_side[f"+ trainer, {flips}, delta"]
+            print(f"   {'skewed' if skew else 'uniform'} experts, trainer routes ({flips}): {w:.1f} B/token whole, "
+                  f"{d:.2f} B/token as a difference ({w / d:.0f}x smaller)")
         js = sum(len(orjson.dumps(r["rollout"]["routed_experts"].tolist())) for r in recs) / T
         print(f"   {'skewed' if skew else 'uniform'} experts, rollout routes as fcr/1 JSON text: {js:.1f} B/token")
 
@@ -153,10 +177,15 @@ def main(argv=None):
             ts.append(time.perf_counter() - t0)
         return min(ts)
 
+    whole = os.path.join(tmp, "w.parquet")
+    parquet_bytes(recs, whole, whole_trainer_routes=True)
     tc = best(lambda: certify_file(path))
     ta = best(lambda: audit_file(path))
+    tw = best(lambda: audit_file(whole))
     print(f"   certify_file {tc:.3f} s, routing audit_file {ta:.3f} s ({ta / tc:.1f}x the certificate); "
           f"{T * L / ta / 1e6:.2f} M (token, layer) pairs/s")
+    print(f"   the same run with the trainer's routes stored whole: audit_file {tw:.3f} s (difference decoding: "
+          f"{ta / tw:.2f}x of that)")
 
 
 if __name__ == "__main__":

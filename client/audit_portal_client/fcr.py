@@ -36,6 +36,7 @@ def arrow_schema(float_type: str = "float32") -> pa.Schema:
     fields += [pa.field("rollout_routed_experts", pa.list_(pa.int16())),
                pa.field("trainer_routed_experts", pa.list_(pa.int16())),
                pa.field("rollout_router_topk_probs", pa.list_(pa.float32())),
+               pa.field("trainer_routes_delta", pa.list_(pa.int16())),  # the trainer's routes, as a difference
                pa.field("routes_layers", pa.int16()), pa.field("routes_top_k", pa.int16())]
     return pa.schema(fields, metadata={b"fcr.format": FORMAT.encode(), b"fcr.record_schema": b"fcr/1"})
 
@@ -218,14 +219,28 @@ def step_table(meta: RecordMeta, step: int, *, rollout_logprobs, trainer_logprob
         arrays[f"{side}_topk_logprobs"] = _nested(lps_rows, ft)
     if routes:
         shape = next(iter(routes.values())).shape
+        if len(route_rows) == 2:  # the trainer's routes as their difference from the rollout's (route_delta below)
+            route_rows["trainer_delta"] = [route_delta(r, t) for r, t in zip(route_rows["rollout"],
+                                                                            route_rows.pop("trainer"))]
         for side, rows in route_rows.items():
-            arrays[f"{side}_routed_experts"] = _flat_list([x.reshape(-1) for x in rows], pa.int16())
+            name = "trainer_routes_delta" if side == "trainer_delta" else f"{side}_routed_experts"
+            arrays[name] = _flat_list([x.reshape(-1) for x in rows], pa.int16())
         n_rows = len(cols["run_id"])
         arrays["routes_layers"] = pa.array([shape[2]] * n_rows, pa.int16())
         arrays["routes_top_k"] = pa.array([shape[3]] * n_rows, pa.int16())
     n = len(cols["run_id"])
     return pa.Table.from_arrays([arrays[f.name] if f.name in arrays else pa.nulls(n, f.type) for f in schema],
                                 schema=schema)
+
+
+ROUTES_SAME = -32768  # in trainer_routes_delta: "the rollout's id" (never an expert id, never −1)
+
+
+def route_delta(rollout: np.ndarray, trainer: np.ndarray) -> np.ndarray:
+    """The trainer's routes as the portal stores them (workers/fcr/route_delta.py, the same encoding; tested against
+    its decoder): ROUTES_SAME where the trainer's id equals the rollout's, else the trainer's id (negative: −1, "not
+    recorded"). Mostly one value, so the column costs almost nothing when the trainer replays or agrees."""
+    return np.where(trainer == rollout, ROUTES_SAME, np.where(trainer < 0, -1, trainer)).astype(np.int16)
 
 
 def _offsets(rows) -> np.ndarray:

@@ -6,7 +6,7 @@ import pytest
 from audit_portal_client.integrations.nemo_rl import log_train_data
 
 from nemo_rl_batch import E, K, L, S, train_batch  # noqa: E402
-from test_verl import new_run, spool_table  # noqa: E402
+from test_verl import new_run, spool_table, trainer_routes  # noqa: E402
 
 
 def test_calls_per_assistant_turn_with_the_route_that_produced_each_token(tmp_path):
@@ -47,7 +47,7 @@ def test_missing_routes_stay_missing_and_trainer_routes_are_read_when_named(tmp_
     log_train_data(run2, data2, 0)
     turn = np.asarray(spool_table(run2).to_pylist()[1]["rollout_routed_experts"]).reshape(-1, L, K)
     assert (turn[2] == -1).all() and (turn[:2] >= 0).all()
-    trainer = np.asarray(rows[0]["trainer_routed_experts"]).reshape(-1, L, K)
+    trainer = trainer_routes(rows[0], L, K)
     rollout = np.asarray(rows[0]["rollout_routed_experts"]).reshape(-1, L, K)
     assert (trainer != rollout).any(axis=2).sum() == 1 and (trainer[2, 1] != rollout[2, 1]).any()
 

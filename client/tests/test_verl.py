@@ -47,6 +47,15 @@ def check(t, tensors):
     assert t.column("trajectory_id").to_pylist() == ["q0-0", "q0-1", "q1-2", "q1-3"]
 
 
+def trainer_routes(row: dict, L: int, K: int) -> np.ndarray:
+    """A spooled row's trainer routes [T, L, K], decoded from trainer_routes_delta (ROUTES_SAME: the rollout's)."""
+    from audit_portal_client.fcr import ROUTES_SAME
+
+    rollout, delta = np.asarray(row["rollout_routed_experts"]), np.asarray(row["trainer_routes_delta"])
+    assert row["trainer_routed_experts"] is None  # written as a difference whenever both sides are there
+    return np.where(delta == ROUTES_SAME, rollout, delta).reshape(-1, L, K)
+
+
 def new_run(tmp_path):
     return Client("http://127.0.0.1:9", "unused").run("p", "verl", spool_dir=tmp_path / "s", live=False)
 

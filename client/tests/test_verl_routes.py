@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 
 from audit_portal_client.integrations.verl import log_dataproto  # noqa: E402
 
-from test_verl import new_run, spool_table, verl_batch  # noqa: E402
+from test_verl import new_run, spool_table, trainer_routes, verl_batch  # noqa: E402
 
 L, K, E = 3, 2, 8
 
@@ -35,7 +35,7 @@ def test_routes_aligned_with_input_ids_become_response_rows(tmp_path):
     want = tensors["routed_experts"][1, P - 1:P + 2].numpy()
     assert np.array_equal(np.asarray(flat[1]).reshape(-1, L, K), want)
     want_t = tensors["trainer_routes"][3, P - 1:P].numpy()
-    assert np.array_equal(np.asarray(t.column("trainer_routed_experts").to_pylist()[3]).reshape(-1, L, K), want_t)
+    assert np.array_equal(trainer_routes(t.to_pylist()[3], L, K), want_t)
     assert t.column("routes_layers").to_pylist() == [L] * 4 and t.column("routes_top_k").to_pylist() == [K] * 4
     assert '"routing_replay":"R3"' in t.column("meta_json").to_pylist()[0]
 

@@ -21,6 +21,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from workers.fcr import route_delta
 from workers.fcr.reader import FcrParseError
 
 FORMAT = "fcr-parquet/1"
@@ -76,6 +77,7 @@ def arrow_schema(float_type: str = "float64") -> pa.Schema:
         fields.append(pa.field(lps_col, pa.list_(pa.list_(ft))))
     for col in ROUTES:
         fields.append(pa.field(col, pa.list_(pa.float32() if col.endswith("probs") else pa.int16())))
+    fields.append(pa.field(route_delta.COLUMN, pa.list_(pa.int16())))  # the trainer's routes as a difference
     fields += [pa.field(col, pa.int16()) for col in ROUTE_SHAPE]
     return pa.schema(fields, metadata={FORMAT_KEY: FORMAT.encode(), RECORD_SCHEMA_KEY: b"fcr/1"})
 
@@ -112,6 +114,7 @@ def expected_kinds() -> dict[str, str]:
     for ids_col, lps_col in TOPK.values():
         out[ids_col], out[lps_col] = "list<list<int>>", "list<list<float>>"
     out.update({col: "list<float>" if col.endswith("probs") else "list<int>" for col in ROUTES})
+    out[route_delta.COLUMN] = "list<int>"
     out.update(dict.fromkeys(ROUTE_SHAPE, "int"))
     return out
 
@@ -193,9 +196,10 @@ def table_records(table: pa.Table, first_row: int, *, numpy_routes: bool = False
     MoE route fields as numpy arrays ``[T, L, K]`` instead of nested lists (the routing audit; the format check
     accepts both)."""
     names = table.column_names
-    cols = {n: table.column(n).to_pylist() for n in names if n not in sum(TOPK.values(), ()) and n not in ROUTES}
+    cols = {n: table.column(n).to_pylist() for n in names if n not in sum(TOPK.values(), ()) and n not in ROUTES
+            and n != route_delta.COLUMN}
     routes = {c: table.column(c).to_numpy(zero_copy_only=False) if c in names else None
-              for c in ROUTES}  # numpy object arrays of per-row numpy arrays (None for null rows)
+              for c in (*ROUTES, route_delta.COLUMN)}  # numpy object arrays of per-row numpy arrays (None: null)
     shape = {c: table.column(c).to_pylist() if c in names else [None] * table.num_rows for c in ROUTE_SHAPE}
     topk = {}
     for side, (ic, lc) in TOPK.items():
@@ -249,6 +253,16 @@ def _set_routes(rec, r, routes, shape, as_numpy=False):
                                     f"(columns routes_layers, routes_top_k)")
         arr = np.asarray(flat).reshape(-1, L, K)
         _set(rec, path, arr if as_numpy else arr.tolist())
+    delta = None if routes[route_delta.COLUMN] is None else routes[route_delta.COLUMN][r]
+    if delta is not None:
+        if routes["trainer_routed_experts"] is not None and routes["trainer_routed_experts"][r] is not None:
+            return "trainer.routed_experts", f"given both whole and as {route_delta.COLUMN}"
+        rollout = None if routes["rollout_routed_experts"] is None else routes["rollout_routed_experts"][r]
+        trainer, problem = route_delta.decode(rollout, delta)
+        if problem:
+            return "trainer.routed_experts", problem
+        arr = trainer.reshape(-1, L, K)
+        _set(rec, ("trainer", "routed_experts"), arr if as_numpy else arr.tolist())
     return None
 
 
@@ -425,7 +439,8 @@ def route_columns(rows: list[dict]) -> dict[str, pa.Array]:
     """The route columns for ``rows`` (one dict per record: column → ``[T, L, K]`` array-like or None)."""
     out: dict[str, pa.Array] = {}
     shape: dict[str, list] = {c: [] for c in ROUTE_SHAPE}
-    for col in ROUTES:
+    rows = [_delta_row(row) for row in rows]
+    for col in (*ROUTES, route_delta.COLUMN):
         dt, at = (np.float32, pa.float32()) if col.endswith("probs") else (np.int16, pa.int16())
         offsets, parts, nulls = [0], [], []
         for row in rows:
@@ -450,6 +465,15 @@ def route_columns(rows: list[dict]) -> dict[str, pa.Array]:
     for c in ROUTE_SHAPE:
         out[c] = pa.array(shape[c], pa.int16())
     return out
+
+
+def _delta_row(row: dict) -> dict:
+    """The trainer's routes as their difference from the rollout's when both are there with one shape (the column
+    then holds null); else as given."""
+    delta = route_delta.encode(row.get("rollout_routed_experts"), row.get("trainer_routed_experts"))
+    if delta is None:
+        return row
+    return {**row, "trainer_routed_experts": None, route_delta.COLUMN: delta}
 
 
 # --------------------------------------------------------------------------------------------- columns as numpy

@@ -1,0 +1,73 @@
+"""The client's CI gate on replay integrity against a running portal: ``Run.finish(require_replay=True)`` uploads the
+run to pytest-django's live server, a real Celery worker validates, certifies and runs the routing audit, and the
+client reads the verdict through the API — PASS returns the certificate, one corrupted replayed selection raises
+``ReplayFailed`` naming the call and the layer, and a run without routes raises with NOT_DECLARED. The trainer routes
+travel as a difference from the rollout's (trainer_routes_delta), so this also checks the delta end to end."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from celery.contrib.testing.worker import start_worker
+
+from audit_portal.celery import app
+from audit_portal.jobs.models import Job
+
+from .test_client_e2e import step_batch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "client"))
+
+from audit_portal_client import Client, ReplayFailed  # noqa: E402
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+B, T, L, K, E = 4, 24, 3, 2, 8
+
+
+def routed_step(step, corrupt=None):
+    """step_batch with R3 routes: the trainer replays the rollout's, except ``corrupt`` = (row, token, layer)."""
+    batch = step_batch(step, B=B, T=T)
+    rng = np.random.default_rng(100 + step)
+    r = np.stack([[[rng.permutation(E)[:K] for _ in range(L)] for _ in range(T)] for _ in range(B)])
+    t = r.copy()
+    if corrupt is not None:
+        b, tok, layer = corrupt
+        t[b, tok, layer, 0] = next(x for x in range(E) if x not in r[b, tok, layer])
+    return dict(batch, rollout_routed_experts=r, trainer_routed_experts=t, routing_replay="R3", num_experts=E)
+
+
+def test_finish_require_replay_against_the_running_portal(live_server, project, submit_token, tmp_path):
+    import workers.tasks  # noqa: F401 - registers the tasks, as `celery -A` would
+
+    client = Client(live_server.url, submit_token, timeout=10)
+
+    def run(name, steps):
+        r = client.run(project.slug, name, spool_dir=tmp_path / name, live=False)
+        for step, batch in enumerate(steps):
+            r.log_step(step, **batch)
+        return r
+
+    held = run("r3-held", [routed_step(0), routed_step(1)])
+    corrupted = run("r3-corrupted", [routed_step(0), routed_step(1, corrupt=(2, 1, 2))])
+    plain = run("no-routes", [step_batch(0)])
+    with start_worker(app, pool="solo", perform_ping_check=False, queues=["cpu"], shutdown_timeout=30):
+        result = held.finish(timeout=240, require_replay=True)
+        assert result.certificate_id and result.certificate["sequences"] == B * 2
+        with pytest.raises(ReplayFailed) as failed:
+            corrupted.finish(timeout=240, require_replay=True)
+        with pytest.raises(ReplayFailed) as undeclared:
+            plain.finish(timeout=240, require_replay=True)
+    replay = failed.value.replay
+    assert replay["state"] == "FAIL" and replay["failed_layers"] == [2] and replay["failed_calls"] == 1
+    (call,) = replay["failed"]
+    assert call["layers_flipped"] == [2] and call["pairs_flipped"] == 1 and call["call_id"].endswith("s1-b2-c0")
+    assert f"call {call['call_id']} at layer(s) 2" in str(failed.value)  # what a CI log shows
+    assert undeclared.value.replay["state"] == "NOT_DECLARED"
+    jobs = Job.objects.filter(project=project, kind="routing_audit")
+    assert jobs.count() == 2 and all(j.state == "succeeded" for j in jobs)  # the plain run got none
+    held_job = jobs.get(subject_id=result.upload_id)
+    assert held_job.result["replay"]["state"] == "PASS"
+    tokens = sum(int(step_batch(s, B=B, T=T)["response_mask"].sum()) for s in (0, 1))
+    assert held_job.result["pairs_verified"] == held_job.result["pairs"] == tokens * L
