@@ -76,7 +76,7 @@ def parse_tokenizer(data: bytes) -> dict:
         return {"kind": RegisteredTokenizer.Kind.TOY_VOCAB, "sha256": tok.sha256, "content": canonical,
                 "vocab_size": tok.vocab_size}
     raise InvalidTokenizer("Expected a Hugging Face tokenizer.json (a JSON object with a 'model' section) or a "
-                           "spec §7.1 vocabulary (a JSON object mapping token ids to strings).")
+                           "toy vocabulary (a JSON object mapping token ids to strings; docs/fcr.md#toy-tokenizer).")
 
 
 def register_tokenizer(*, project, data: bytes, name: str, uploaded_by: str) -> tuple[RegisteredTokenizer, bool]:

@@ -169,7 +169,7 @@ class Submission(models.Model):
 
     @property
     def kc_c(self) -> dict | None:
-        """The KC-C vector in the spec's order (PRC, ORD, CMP, EXC); jsonb does not keep key order."""
+        """The KC-C vector in its documented order (PRC, ORD, CMP, EXC; docs/contract-language.md#grades); jsonb does not keep key order."""
         return ordered_vector((self.grade or {}).get("kc_c"))
 
     @property

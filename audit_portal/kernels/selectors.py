@@ -40,7 +40,7 @@ def latest_contracts() -> list[Contract]:
 
 
 def contract_order(contract: Contract):
-    """The spec's order: families PRC, ORD, CMP, EXC, then class number, then id."""
+    """The documented order (docs/contract-language.md#grades): families PRC, ORD, CMP, EXC, then class number, then id."""
     families = [family for family, _ in FAMILY_CODES]
     family = families.index(contract.family) if contract.family in families else len(families)
     return (family, contract.contract_class, contract.contract_id)

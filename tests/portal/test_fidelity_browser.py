@@ -1,5 +1,5 @@
-"""A person in the system Chromium opens a run's fidelity audit from the run page (the spec's worked examples A, C, D
-as the upload), sees the FAIL verdict and the one closed-failure violation, the figures drawn, then drills into the
+"""A person in the system Chromium opens a run's fidelity audit from the run page (the worked examples A, C, D of
+docs/fcr.md as the upload), sees the FAIL verdict and the one closed-failure violation, the figures drawn, then drills into the
 violating call: tokens decoded with the registered toy tokenizer (docs/fcr.md#toy-tokenizer), the sentinel position
 coloured and explained."""
 from __future__ import annotations

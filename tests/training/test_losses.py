@@ -1,5 +1,5 @@
-"""Losses: gradients against autograd of each method's own objective and finite differences; masks against the spec's
-tables (the worked examples of docs/intervals.md) and against independent restatements of the rules; TRM normalisation
+"""Losses: gradients against autograd of each method's own objective and finite differences; masks against the
+worked examples of docs/intervals.md and against independent restatements of the rules; TRM normalisation
 by the total N."""
 import math
 
@@ -205,7 +205,7 @@ def test_trm_combined_criterion_and_heuristic_modes():
     assert torch.equal(h.keep[:, 0], k2max <= float(k2max.median()))
 
 
-# ---- spec tables ------------------------------------------------------------------------------------------------
+# ---- worked examples--------------------------------------------------------------------------------------------
 ROWS = [(0.10, 0.09), (0.99, 0.80), (1e-4, 1e-2), (0.90, 0.001)]  # (p_y roll, q_y train): docs/intervals.md#worked-example-sampled-token-data-only
 
 

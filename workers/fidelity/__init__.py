@@ -1,14 +1,14 @@
-"""Token and control fidelity audit of ``fcr/1`` run logs (spec/fidelity.md §4–§6).
+"""Token and control fidelity audit of ``fcr/1`` run logs (docs/fidelity-rules.md, docs/fcr.md).
 
 No Django import. Modules (each readable on its own):
 
-* :mod:`.tokenizer`     registered tokenizers (HF ``tokenizer.json``, hashed; the §7.1 toy tokenizer)
-* :mod:`.rules`         R0–R9 on one call, reason codes, spans                                  §6.1, §6.2
-* :mod:`.certificates`  §6.3 certificate checks via :mod:`workers.certify`
-* :mod:`.coverage`      the §6.4 coverage report
+* :mod:`.tokenizer`     registered tokenizers (HF ``tokenizer.json``, hashed; the toy tokenizer)
+* :mod:`.rules`         R0–R9 on one call, reason codes, spans (docs/fidelity-rules.md#rules-r0r9)
+* :mod:`.certificates`  certificate checks via :mod:`workers.certify`
+* :mod:`.coverage`      the coverage report
 * :mod:`.audit`         ``audit_file`` / ``audit_records``: index, chain and evaluation passes
 * :mod:`.masks_export`  loss-mask export (JSONL and a compact binary form)
-* :mod:`.importers`     vLLM OpenAI-compatible logs (§5.1), SGLang ``/generate``, Agent Lightning spans (§5.2),
+* :mod:`.importers`     vLLM OpenAI-compatible logs, SGLang ``/generate``, Agent Lightning spans,
                         events and triplets, verl / slime / SkyRL rollout outputs
 * :mod:`.join`          attach the trainer side (log-probs, loss masks, sample ids, task hashes) to an import
 * :mod:`.verdict`       how a verdict is worded: coverage headline, label, the ``min_coverage`` gate

@@ -16,7 +16,7 @@ Closed failure (docs/fidelity-rules.md#definitions): a rule that cannot be evalu
 tokenizer for ``engine_token_strings``; R4 when ``response.text`` is present but the tokenizer is not registered;
 R8 when a staleness bound is configured but a policy version is missing).
 
-Choices the spec leaves open (documented in docs/fidelity.md):
+Choices the rules leave open (docs/fidelity.md#audit--workersfidelity):
 
 * A *positive* log-prob (> 1e-6) is reported as ``LOGPROB_NONFINITE`` / ``TRAINER_LOGPROB_NONFINITE`` (the code for
   "not a valid log-probability"; R8 lists no other code for it).

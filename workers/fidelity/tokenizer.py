@@ -1,8 +1,8 @@
 """Tokenizers the audit can trust: registered from a Hugging Face ``tokenizer.json`` and keyed by hash.
 
-spec/fidelity.md §4.3: ``tokenizer.sha256`` = SHA-256 of the ``tokenizer.json`` bytes (for the toy tokenizer of §7.1:
-of its canonical vocabulary JSON). A record whose ``tokenizer.sha256`` is not registered gets no tokenizer: the rules
-that need one fail closed (``R2_NOT_EVALUABLE``, ``R4_NOT_EVALUABLE``, §6.1) and the vocabulary check of R0 and the
+``tokenizer.sha256`` = SHA-256 of the ``tokenizer.json`` bytes (for the toy tokenizer: of its canonical vocabulary
+JSON; docs/fcr.md#conventions, docs/fcr.md#toy-tokenizer). A record whose ``tokenizer.sha256`` is not registered gets no tokenizer: the rules
+that need one fail closed (``R2_NOT_EVALUABLE``, ``R4_NOT_EVALUABLE``, docs/fidelity-rules.md#definitions) and the vocabulary check of R0 and the
 drift diagnostic are skipped (reported as ``null``).
 
 The toy tokenizer (greedy longest match from the left, special tokens included; decoding concatenates strings) is
@@ -24,12 +24,12 @@ REPLACEMENT_CHAR = "\ufffd"
 
 
 def canonical_vocab_json(vocab: Mapping) -> str:
-    """§7.1: canonical JSON of the id→string vocabulary (string keys, sorted, no spaces)."""
+    """The toy tokenizer's canonical JSON of the id→string vocabulary (string keys, sorted, no spaces)."""
     return json.dumps({str(k): v for k, v in vocab.items()}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def toy_tokenizer_json(vocab: Mapping, *, special_prefix: str = "<|") -> str:
-    """A ``tokenizer.json`` implementing the §7.1 toy tokenizer for an id→string vocabulary."""
+    """A ``tokenizer.json`` implementing the toy tokenizer (docs/fcr.md#toy-tokenizer) for an id→string vocabulary."""
     v = {s: int(i) for i, s in vocab.items()}
     unk = "[UNK]"
     while unk in v:
@@ -86,7 +86,7 @@ class FidelityTokenizer:
 
     @classmethod
     def toy(cls, vocab: Mapping, *, id: str = "toy") -> FidelityTokenizer:
-        """§7.1 toy tokenizer; ``sha256`` = SHA-256 of the canonical vocabulary JSON."""
+        """The toy tokenizer (docs/fcr.md#toy-tokenizer); ``sha256`` = SHA-256 of the canonical vocabulary JSON."""
         sha = hashlib.sha256(canonical_vocab_json(vocab).encode("utf-8")).hexdigest()
         return cls(Tokenizer.from_str(toy_tokenizer_json(vocab)), sha256=sha, id=id,
                    vocab_ids=[int(k) for k in vocab])
@@ -120,7 +120,8 @@ class FidelityTokenizer:
         return [raw] if raw is not None else []
 
     def drift_if_retokenized(self, ids) -> bool:
-        """§6.2 drift diagnostic: would an offline decode→encode pipeline change these ids?"""
+        """The drift diagnostic (docs/fidelity-rules.md#rules-r0r9): would an offline decode→encode pipeline change these
+        ids?"""
         return self.encode(self.decode(ids)) != list(ids)
 
 
