@@ -28,4 +28,5 @@ urlpatterns = [
     path("", include("audit_portal.attestations.api_urls")),
     path("", include("audit_portal.training.api_urls")),
     path("", include("audit_portal.alerts.api_urls")),
+    path("", include("audit_portal.live.api_urls")),
 ]

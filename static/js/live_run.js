@@ -37,7 +37,7 @@
     set("live-tref", sm.T_ref == null ? "—" : sm.T_ref);
     const b = (live.budgets || [])[0], box = document.getElementById("live-budget");
     if (b && box) {
-      box.innerHTML = '<span class="badge ' + (b.meets ? "PASS" : "FAIL") + '" data-meets="' + b.meets + '">' + (b.meets ? "meets " : "over ") + esc(b.budget) + "</span>";
+      box.innerHTML = '<span class="badge ' + (b.meets ? "PASS" : "FAIL") + '" data-meets="' + b.meets + '">' + (b.meets ? "meets " : "over ") + esc(Number(b.budget).toPrecision(4)) + "</span>";
       set("live-budget-note", b.name + ": B* of the whole run so far against the budget");
     }
     draw(live);

@@ -123,6 +123,11 @@ def _populate(project, owner) -> Objects:
         assert task(job.pk) == "succeeded", Job.objects.get(pk=job.pk).error
     upload.refresh_from_db()
     certificate = RunCertificate.objects.get(upload=upload, state=RunCertificate.State.COMPLETE)
+    from audit_portal.live.services import tag_segment
+    from workers.tasks import run_certificate_completed
+
+    tag_segment(upload, (0, 10**9))  # the run's steps, streamed: its live view (/api/v1/runs/<id>/live/)
+    run_certificate_completed(certificate_id=certificate.pk)
     report = FidelityReport.objects.get(upload=upload, state=FidelityReport.State.COMPLETE)
     assert (report.mask_export.get("files") or {}).get("jsonl"), "the audit should export masks"
     response = api.post(f"/api/v1/projects/{project.slug}/tokenizers/",
@@ -330,6 +335,7 @@ ENDPOINTS: dict[tuple[str, str], Access] = {
     ("api/v1/alert-rules/<int:pk>/", "DELETE"): Access("submit", lambda o: f"/api/v1/alert-rules/{o.alert_rule}/",
                                                        ok=(204,)),
     ("api/v1/runs/<int:pk>/alerts/", "GET"): Access("read", lambda o: f"/api/v1/runs/{o.run}/alerts/"),
+    ("api/v1/runs/<int:pk>/live/", "GET"): Access("read", lambda o: f"/api/v1/runs/{o.run}/live/"),
     ("p/<slug:slug>/alerts/", "GET"): _page("read", lambda o: f"/p/{o.slug}/alerts/"),
     ("p/<slug:slug>/alerts/", "POST"): _page("submit", lambda o: f"/p/{o.slug}/alerts/", fmt="form",
                                              body=lambda: ALERT_RULE),

@@ -104,7 +104,14 @@ def test_segments_merge_into_the_one_pass_certificate_without_reading_earlier_st
 
 def test_a_whole_run_upload_and_repeated_steps_are_not_counted_twice(api, project, tmp_path):
     first = post(api, project, write_steps(tmp_path / "a.parquet", "grow", [0, 1]), steps="0-1").json()["id"]
-    process(first)
+    import workers.tasks as tasks
+
+    tasks.validate_upload(Job.objects.get(subject_id=first, kind="validate_upload").pk)
+    run_id = Upload.objects.get(pk=first).run_id
+    assert api.get(f"/api/v1/runs/{run_id}/live/").status_code == 404  # nothing streamed yet
+    process(first, validate=False)
+    got = api.get(f"/api/v1/runs/{run_id}/live/").json()
+    assert got["steps"] == 2 and got["series"]["step"] == [0, 1] and got["summary"]["sequences"] == 8
     # the whole run, as Run.finish uploads it: no step range declared, so the live view leaves it alone
     whole = post(api, project, write_steps(tmp_path / "w.parquet", "grow", [0, 1, 2])).json()["id"]
     process(whole)
@@ -120,8 +127,7 @@ def test_a_whole_run_upload_and_repeated_steps_are_not_counted_twice(api, projec
     reasons = {s["upload"]: s["reason"] for s in live.skipped}
     assert whole not in reasons and "already in the live view" in reasons[again]
     assert "outside the declared range 9–9" in reasons[liar]
-    import workers.tasks as tasks
-
+    assert {s["upload"] for s in api.get(f"/api/v1/runs/{run_id}/live/").json()["skipped"]} == {again, liar}
     tasks.run_certificate_completed(certificate_id=RunCertificate.objects.get(upload_id=first).pk)  # redelivered
     assert LiveRun.objects.get(pk=live.pk).uploads == [first]
 
