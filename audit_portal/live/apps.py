@@ -4,3 +4,9 @@ from django.apps import AppConfig
 class LiveConfig(AppConfig):
     name = "audit_portal.live"
     label = "live"
+
+    def ready(self):
+        from audit_portal.live import services
+        from audit_portal.runs import extras
+
+        extras.register("steps", services.parse_step_range, services.tag_segment)  # a segment's step range

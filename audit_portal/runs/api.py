@@ -11,8 +11,7 @@ from audit_portal.accounts.selectors import get_project
 from audit_portal.accounts.throttling import WorkBudgetMixin
 from audit_portal.core.errors import PortalError, StorageFull, UploadTooLarge
 from audit_portal.jobs.selectors import jobs_for
-from audit_portal.live import services as live_services
-from audit_portal.runs import selectors, services
+from audit_portal.runs import extras, selectors, services
 from audit_portal.runs.models import Run, Upload
 from audit_portal.runs.upload_handler import MULTIPART_OVERHEAD
 
@@ -83,6 +82,7 @@ class UploadListCreate(WorkBudgetMixin, generics.ListAPIView):
     @extend_schema(
         request={"multipart/form-data": inline_serializer("UploadRequest", {
             "file": serializers.FileField(),
+            # registered by audit_portal/live (runs/extras.py)
             "steps": serializers.CharField(required=False, help_text="A-B: the file holds steps A to B of a run that "
                                                                      "grows while it trains (docs/client.md)")})},
         responses={201: UploadSerializer, 200: OpenApiResponse(UploadSerializer, description="same bytes uploaded before: the first upload")},
@@ -105,10 +105,9 @@ class UploadListCreate(WorkBudgetMixin, generics.ListAPIView):
         try:
             if uploaded is None:
                 raise PortalError("Send the run log as multipart/form-data in a field named 'file'.", code="file_missing")
-            step_range = live_services.parse_step_range(request.data.get("steps"))  # refused before storing
+            fields = extras.checked(request.data)  # e.g. live's "steps": a bad value is refused before storing
             upload, created = services.receive_upload(project=project, uploaded=uploaded, submitted_by=principal.label)
-            if step_range is not None:
-                live_services.tag_segment(upload, step_range)
+            extras.store(upload, fields)
         finally:
             for extra in received:  # receive_upload disposes of the one it was given
                 if extra is not uploaded:

@@ -1,0 +1,28 @@
+"""Extra form fields an upload may carry, declared by the apps above ``runs`` (which runs must not import): each
+registers ``check(raw) -> value or None`` (raises a PortalError for a bad value, before anything is stored) and
+``store(upload, value)`` (after the upload is received). audit_portal/live registers ``steps``, the step range of a
+segment of a growing run."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+_FIELDS: dict[str, tuple[Callable, Callable]] = {}
+
+
+def register(name: str, check: Callable, store: Callable) -> None:
+    _FIELDS[name] = (check, store)
+
+
+def checked(data) -> dict:
+    """The registered fields present in the request, checked (raises on a bad one)."""
+    out = {}
+    for name, (check, _) in _FIELDS.items():
+        value = check(data.get(name))
+        if value is not None:
+            out[name] = value
+    return out
+
+
+def store(upload, values: dict) -> None:
+    for name, value in values.items():
+        _FIELDS[name][1](upload, value)
