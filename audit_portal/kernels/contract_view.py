@@ -106,7 +106,8 @@ def _unit_roundoff(text):
 def _range(r):
     if isinstance(r, list) and len(r) == 2:
         lo, hi = r
-        fmt = (lambda v: f"{v:,}" if isinstance(v, int) else str(v))
+        fmt = (lambda v: f"{v:,}" if isinstance(v, int) and not isinstance(v, bool)
+               else f"{v:g}" if isinstance(v, float) else str(v))  # 1e+15, not 1000000000000000.0
         return f"{fmt(lo)} to {fmt(hi)}"
     return None
 

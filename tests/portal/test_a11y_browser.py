@@ -23,19 +23,33 @@ class AccessibilityTest(BrowserTestCase):
                                                ("validate_upload", "certify_upload", "fidelity_audit"))
 
     def pages(self) -> list[str]:
+        from django.urls import reverse
+        from django.utils import timezone
+
         from audit_portal.fidelity.models import FidelityCall
         from audit_portal.jobs.models import Job
+        from audit_portal.training.models import TrainingAudit
+
+        from .test_kernels_contract_pages import shipped_contracts
 
         slug, up = self.project.slug, self.upload
         job = Job.objects.filter(subject_id=up.pk, kind="certify_upload").first()
         call = FidelityCall.objects.filter(report__upload=up).order_by("line").first()
         cert = up.certificate.pk
+        from audit_portal.kernels import services as kernel_services
+        from audit_portal.kernels.selectors import latest_contracts
+
+        kernel_services.store_contracts(shipped_contracts())  # the contract pages with the shipped suite
+        contract = next(c for c in latest_contracts() if c.contract_class == "C-PRC-01")
+        # a finished training audit's page (stored numbers empty: its figures become empty states)
+        audit = TrainingAudit.objects.create(project=self.project, rollout_numerics="bf16", completed_at=timezone.now())
         return [f"/p/{slug}/", f"/p/{slug}/uploads/", f"/p/{slug}/uploads/{up.pk}/", f"/p/{slug}/runs/",
                 f"/p/{slug}/runs/{up.run_id}/", f"/p/{slug}/runs/{up.run_id}/sequences/",
                 f"/p/{slug}/compare/?c={cert}&c={cert}", f"/p/{slug}/compare/", f"/jobs/{job.pk}/", "/glossary/",
                 f"/p/{slug}/keys/", f"/p/{slug}/runs/{up.run_id}/fidelity/", f"/p/{slug}/fidelity/calls/{call.pk}/",
                 f"/p/{slug}/fidelity/tokenizers/", f"/p/{slug}/training/", f"/p/{slug}/kernels/",
-                f"/p/{slug}/kernels/submit/", "/contracts/"]
+                f"/p/{slug}/kernels/submit/", "/contracts/", reverse("kernels:contract", args=[contract.contract_id]),
+                f"/p/{slug}/training/{audit.pk}/"]
 
     def axe(self, page) -> list[dict]:
         page.add_script_tag(content=AXE)
@@ -46,7 +60,8 @@ class AccessibilityTest(BrowserTestCase):
 
     def settle(self, page):
         page.wait_for_load_state("networkidle")
-        if page.evaluate("!!document.getElementById('run-figures') || !!document.getElementById('compare-figures')"):
+        if page.evaluate("!!document.getElementById('run-figures') || !!document.getElementById('compare-figures')"
+                         " || !!document.querySelector('[data-figure]')"):  # fidelity and training pages
             page.wait_for_function("document.body.dataset.figures === 'ready'")
 
     def test_no_serious_violations_on_any_page_light_and_dark(self):
@@ -61,6 +76,8 @@ class AccessibilityTest(BrowserTestCase):
                 assert response.status == 200, path
                 self.settle(page)
                 found[f"{path} ({scheme})"] = self.axe(page)
+                if path.startswith("/contracts/C-"):  # the contract read as a document, kept to look at
+                    self.screenshot(f"contract-page-{scheme}.png")
         bad = {k: v for k, v in found.items() if v}
         (ARTIFACTS / "axe-violations.json").write_text(json.dumps(found, indent=1))
         assert not bad, bad

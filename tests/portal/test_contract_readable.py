@@ -38,6 +38,8 @@ def test_tolerance_reads_with_its_level_statistic_unit_and_unit_roundoff():
     assert "accumulates in float32" in str(scope["Data types"])
     assert "K</span> from 1 to 65,536" in str(scope["Shapes"])
     assert readable_extras(spec)["sweep_points"][0] == "M = 32, K = 64, N = 32"
+    pre = dict(readable_part("precondition", spec["parts"]["precondition"])["rows"])
+    assert str(pre["Magnitudes"]) == "|x| from 1e-15 to 1e+15"
 
 
 def test_contract_text_is_escaped_and_unknown_fields_are_kept():
