@@ -165,6 +165,13 @@ def record_calibration(calibration: ContractCalibration, result: dict) -> Contra
     return calibration
 
 
+def fail_pending_calibrations(job, reason: str) -> int:
+    """Mark the job's unfinished calibrations failed with the reason (the harness failed, a version went away)."""
+    return ContractCalibration.objects.filter(
+        job=job, status__in=[CalibrationStatus.QUEUED, CalibrationStatus.RUNNING]).update(
+        status=CalibrationStatus.FAILED, problems=[reason])
+
+
 # ------------------------------------------------------------------------------------ submission input
 def parse_import_path(text: str) -> tuple[str, str | None]:
     """'package.module:function' -> ('package.module', 'function'); 'package.module' -> (module, None).
