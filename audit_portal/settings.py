@@ -185,6 +185,8 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE = {
     "reap-stale-jobs": {"task": "workers.tasks.reap_stale_jobs", "schedule": 60.0, "options": {"queue": "cpu"}},
+    # lost messages of alerts and growing runs: deliveries and follow-ups resent (workers/tasks/alerts.py)
+    "sweep-alerts": {"task": "workers.tasks.sweep_alerts", "schedule": 60.0, "options": {"queue": "cpu"}},
 }
 # A running job whose worker has not reported for this long is retried, then failed with a reason.
 JOB_HEARTBEAT_TIMEOUT_SECONDS = int(os.environ.get("JOB_HEARTBEAT_TIMEOUT_SECONDS", 600))

@@ -10,6 +10,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from audit_portal.alerts import events, rules, webhooks
@@ -139,6 +140,23 @@ def enqueue_delivery(delivery_id: int, countdown: float = 0) -> bool:
         log.error("could not enqueue webhook delivery %s: %s", delivery_id, exc)
         WebhookDelivery.objects.filter(pk=delivery_id).update(last_error=f"queue unreachable: {exc}"[:500])
         return False
+
+
+def resend_stale(now=None, after_seconds: float = 300.0) -> list[int]:
+    """Pending deliveries whose task was lost (the broker was down when it was sent, or restarted without its
+    messages) sent again by the periodic sweep: none attempted and created, or due, more than ``after_seconds`` ago.
+    Each is marked due now, so it is resent at most once per ``after_seconds``; a task that was only late meets a
+    delivery already done and sends nothing, or posts once more (receivers de-duplicate by X-Audit-Portal-Event)."""
+    now = now or timezone.now()
+    cut = now - timedelta(seconds=after_seconds)
+    stale = WebhookDelivery.objects.filter(state=WebhookDelivery.PENDING).filter(
+        Q(next_attempt_at__lt=cut) | Q(next_attempt_at__isnull=True, created_at__lt=cut))
+    resent = []
+    for pk in stale.order_by("pk").values_list("pk", flat=True)[:500]:
+        WebhookDelivery.objects.filter(pk=pk).update(next_attempt_at=now)
+        if enqueue_delivery(pk):
+            resent.append(pk)
+    return resent
 
 
 def backoff(attempt: int) -> float:

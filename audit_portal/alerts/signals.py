@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 TASK = "workers.tasks.run_certificate_completed"
 
 
-def _send(certificate_id: int) -> None:
+def send_follow_up(certificate_id: int) -> None:
     from audit_portal.celery import app as celery_app
 
     try:  # keyword argument: jobs/signals.py reads a positional int as a Job id
@@ -28,4 +28,4 @@ def _send(certificate_id: int) -> None:
 @receiver(post_save, sender=RunCertificate, dispatch_uid="audit_portal.alerts.certificate_completed")
 def certificate_completed(sender, instance: RunCertificate, **kwargs) -> None:
     if instance.state == RunCertificate.State.COMPLETE and instance.run_id is not None:
-        transaction.on_commit(lambda pk=instance.pk: _send(pk))
+        transaction.on_commit(lambda pk=instance.pk: send_follow_up(pk))

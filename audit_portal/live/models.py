@@ -35,3 +35,4 @@ class LiveSegment(models.Model):
     first_step = models.BigIntegerField()
     last_step = models.BigIntegerField()
     created_at = models.DateTimeField(default=timezone.now)
+    processed_at = models.DateTimeField(null=True)  # merged or left out by the follow-up (None: not yet)

@@ -83,6 +83,23 @@ def add_segment(run, upload_id: int, steps: list, plan: dict, part: dict, combin
     return live
 
 
+def mark_processed(upload_id: int) -> None:
+    LiveSegment.objects.filter(upload_id=upload_id, processed_at__isnull=True).update(processed_at=timezone.now())
+
+
+def lost_segments(now=None, after_seconds: float = 300.0) -> list[int]:
+    """Certificates of segments whose follow-up never ran (its message lost), completed over ``after_seconds`` ago:
+    the periodic sweep queues their follow-up again (a repeat merges nothing twice)."""
+    from datetime import timedelta
+
+    from audit_portal.certificates.models import RunCertificate
+
+    cut = (now or timezone.now()) - timedelta(seconds=after_seconds)
+    return list(RunCertificate.objects.filter(
+        upload__live_segment__processed_at__isnull=True, state=RunCertificate.State.COMPLETE,
+        completed_at__lt=cut).order_by("pk").values_list("pk", flat=True)[:500])
+
+
 def budget_verdicts(live: LiveRun) -> list[dict]:
     """The run so far against every budget of its project's enabled budget rules (the alerts page sets them)."""
     from audit_portal.alerts.models import AlertRule

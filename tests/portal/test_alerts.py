@@ -278,3 +278,26 @@ def test_page_adds_a_rule_shows_its_secret_once_and_lists_events_and_deliveries(
     stranger = get_user_model().objects.create_user("mallory", password="pw-mallory-1")
     client.force_login(stranger)
     assert client.get(page).status_code == 404
+
+
+def test_the_sweep_resends_deliveries_whose_task_was_lost_once_per_period(project, run, settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    settings.ALERT_WEBHOOK_ALLOW_PRIVATE = True
+    services.create_rule(project=project, created_by="t", data={"name": "b", "kind": "budget", "threshold": 0.05,
+                                                                 "webhook_url": "http://127.0.0.1:9/hook"})
+    sent = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(services, "enqueue_delivery", lambda pk, countdown=0: sent.append(pk) or True)
+        (event,) = services.evaluate_run(run, snap(best=0.2))
+        delivery = WebhookDelivery.objects.get(event=event)
+        assert services.resend_stale() == []  # just created: its task may still be on its way
+        later = timezone.now() + timedelta(seconds=301)
+        assert services.resend_stale(now=later) == [delivery.pk]
+        assert services.resend_stale(now=later + timedelta(seconds=60)) == []  # resent once per period
+        assert services.resend_stale(now=later + timedelta(seconds=302)) == [delivery.pk]
+        WebhookDelivery.objects.filter(pk=delivery.pk).update(state="delivered")
+        assert services.resend_stale(now=later + timedelta(seconds=1000)) == []
+    assert sent == [delivery.pk, delivery.pk]

@@ -170,3 +170,23 @@ def test_the_run_socket_sends_the_view_then_each_merge_and_each_alert(api, proje
         await com.disconnect()
 
     async_to_sync(scenario)()
+
+
+def test_the_sweep_finds_segments_whose_follow_up_never_ran(api, project, tmp_path):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    import workers.tasks as tasks
+
+    seg = post(api, project, write_steps(tmp_path / "a.parquet", "grow", [0]), steps="0").json()["id"]
+    tasks.validate_upload(Job.objects.get(subject_id=seg, kind="validate_upload").pk)
+    tasks.certify_upload(Job.objects.get(subject_id=seg, kind="certify_upload").pk)  # its follow-up "lost"
+    certificate = RunCertificate.objects.get(upload_id=seg)
+    later = timezone.now() + timedelta(seconds=301)
+    assert live_services.lost_segments() == []  # not overdue yet
+    assert live_services.lost_segments(now=later) == [certificate.pk]
+    tasks.run_certificate_completed(certificate_id=certificate.pk)  # what the sweep queues
+    assert live_services.lost_segments(now=later) == []
+    assert LiveRun.objects.get(run__name="grow").steps == [0]
+    assert tasks.sweep_alerts() == {"deliveries": [], "follow_ups": []}  # the beat task itself: nothing overdue

@@ -3,7 +3,7 @@ and reports progress. The web tier sends these by name only (it never imports th
 
 One module per domain; every task is registered under ``workers.tasks.<name>``.
 """
-from workers.tasks.alerts import deliver_alert_webhook
+from workers.tasks.alerts import deliver_alert_webhook, sweep_alerts
 from workers.tasks.certificates import certify_upload
 from workers.tasks.fidelity import fidelity_audit
 from workers.tasks.kernels import calibrate_contracts, run_kernel_submission, sign_kernel_submission
@@ -15,4 +15,4 @@ from workers.tasks.uploads import validate_upload
 
 __all__ = ["calibrate_contracts", "certify_upload", "deliver_alert_webhook", "fidelity_audit", "reap_stale_jobs",
            "routing_audit", "run_certificate_completed", "run_kernel_submission", "sign_kernel_submission",
-           "training_step_audit", "validate_upload"]
+           "sweep_alerts", "training_step_audit", "validate_upload"]

@@ -18,3 +18,16 @@ def deliver_alert_webhook(self, delivery_id: int | None = None) -> str:
     if verdict == "retry":  # the attempt count lives on the row; Celery's retry only schedules the next one
         raise self.retry(countdown=delay)
     return verdict
+
+
+@shared_task(name="workers.tasks.sweep_alerts")
+def sweep_alerts() -> dict:
+    """Every minute (beat): resend what a lost message left behind — webhook deliveries never attempted or overdue,
+    and the follow-up of segment certificates that was never run."""
+    from audit_portal.alerts.signals import send_follow_up
+    from audit_portal.live.services import lost_segments
+
+    certificates = lost_segments()
+    for pk in certificates:
+        send_follow_up(pk)
+    return {"deliveries": services.resend_stale(), "follow_ups": certificates}

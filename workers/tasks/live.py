@@ -32,6 +32,8 @@ def run_certificate_completed(certificate_id: int | None = None) -> str:
     certificate = RunCertificate.objects.select_related("run", "upload").filter(
         pk=certificate_id, state=RunCertificate.State.COMPLETE).first()
     if certificate is None or certificate.run is None:
+        if certificate is not None:
+            live.mark_processed(certificate.upload_id)  # nothing to grow: the sweep need not come back
         return "skipped"
     run, upload = certificate.run, certificate.upload
     segment = LiveSegment.objects.filter(upload=upload).first()
@@ -48,6 +50,7 @@ def run_certificate_completed(certificate_id: int | None = None) -> str:
             part = {"plan": plan, "partial": certify_part(path, plan).to_json()}  # this upload's steps only
         view = live.add_segment(run, upload.pk, steps, plan or {}, part, _combine, declared) or LiveRun.objects.filter(
             run=run).first()
+        live.mark_processed(upload.pk)
     snapshot = live.alerts_snapshot(view) if view is not None else alert_selectors.run_snapshot(run)
     raised = alerts.evaluate_run(run, snapshot)
     return f"{len(raised)} alert event(s)"
