@@ -8,6 +8,8 @@ Connection: ``--url`` / ``AUDIT_PORTAL_URL``, ``--api-key`` / ``AUDIT_PORTAL_API
     2  certified, but B* is above --budget (or nothing could be certified)
     3  the portal could not be reached in time (nothing is lost: run the command again)
     4  status: still processing
+    5  --require-replay: the routing audit did not show that rollout routing replay held (FAIL, UNVERIFIABLE, or no
+       R3 routes in the log; the message names the failing calls and layers)
     64 usage error
 """
 from __future__ import annotations
@@ -18,9 +20,9 @@ import sys
 
 from tqdm import tqdm
 
-from audit_portal_client.client import BudgetExceeded, Client, PortalError, PortalUnavailable
+from audit_portal_client.client import BudgetExceeded, Client, PortalError, PortalUnavailable, ReplayFailed
 
-EXIT_OK, EXIT_REFUSED, EXIT_BUDGET, EXIT_UNREACHABLE, EXIT_PENDING, EXIT_USAGE = 0, 1, 2, 3, 4, 64
+EXIT_OK, EXIT_REFUSED, EXIT_BUDGET, EXIT_UNREACHABLE, EXIT_PENDING, EXIT_REPLAY, EXIT_USAGE = 0, 1, 2, 3, 4, 5, 64
 
 
 def _client(args) -> Client:
@@ -74,7 +76,7 @@ def cmd_upload(args) -> int:
         if code is not None:
             return code
     print(f"upload {up['id']} ({up['stage']}{', same bytes as before' if up.get('stage') == 'duplicate' else ''})")
-    if not args.wait and args.budget is None:
+    if not args.wait and args.budget is None and not args.require_replay:
         return EXIT_OK
     with tqdm(total=1.0, desc="certify", disable=quiet, file=sys.stderr,
               bar_format="{desc}: {percentage:3.0f}%|{bar}| {postfix}") as bar:
@@ -91,6 +93,15 @@ def cmd_upload(args) -> int:
     if args.budget is not None and (result.best_bound is None or result.best_bound > args.budget):
         print(f"audit-portal: {BudgetExceeded(result, args.budget)}", file=sys.stderr)
         return EXIT_BUDGET
+    if args.require_replay:  # the same gate as Run.finish(require_replay=True)
+        report, code = _call(lambda: client.wait_for_routing(result.upload_id, timeout=args.timeout))
+        if code is not None:
+            return code
+        replay = report.get("replay") or {}
+        print(f"routing replay {replay.get('state')}: {replay.get('reason')}")
+        if replay.get("state") != "PASS":
+            print(f"audit-portal: {ReplayFailed(result.upload_id, replay)}", file=sys.stderr)
+            return EXIT_REPLAY
     return EXIT_OK
 
 
@@ -143,6 +154,8 @@ def main(argv=None) -> int:
     u.add_argument("--project")
     u.add_argument("--wait", action="store_true", help="wait for the certificate")
     u.add_argument("--budget", type=float, help="exit 2 when the certified B* is above this (implies --wait)")
+    u.add_argument("--require-replay", action="store_true",
+                   help="exit 5 unless the routing audit shows R3 replay held (implies --wait)")
     u.add_argument("--timeout", type=float, default=900.0, help="seconds to keep trying / waiting")
     u.add_argument("--quiet", action="store_true")
     u.add_argument("--progress", action="store_true", help="progress bars even when stderr is not a terminal")
