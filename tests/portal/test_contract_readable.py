@@ -67,6 +67,10 @@ def test_contract_page_shows_parts_in_words_with_glossary_links_and_no_dumps(cli
         assert parts.count("<dt>") >= sum(1 for k, _ in PART_TITLES if FIELDS[k]), cls
         linked = set(re.findall(r'href="/glossary/#([\w-]+)"', html))
         assert {"contract-class", "contract-family", "tolerance-level"} <= linked <= entries, linked - entries
+    listing = client.get("/contracts/").content.decode()
+    anchors = set(re.findall(r'id="([^"]+)"', glossary))
+    assert set(re.findall(r'href="/glossary/#([\w-]+)"', listing)) == {"kernel-contracts", "contract-family"} <= anchors
+    assert "spec " not in listing  # the contract language by name, not as a specification reference
     prc = client.get(reverse("kernels:contract", args=[suite["C-PRC-01"].contract_id])).content.decode()
     assert "finite values only (no NaN or ±Inf)" in prc and "every stream" not in prc
     assert "inputs are hashed before and after" in prc and "public 7; 3 hidden seeds" in prc
