@@ -19,6 +19,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 
+from audit_portal.core.api_errors import error_body  # noqa: E402
 from audit_portal.routing import websocket_urlpatterns  # noqa: E402
 from audit_portal.runs.upload_handler import MULTIPART_OVERHEAD  # noqa: E402
 
@@ -28,8 +29,8 @@ def refuse_oversize_uploads(app):
         if scope["type"] == "http" and scope.get("method") == "POST":
             length = dict(scope.get("headers") or []).get(b"content-length")
             if length and length.isdigit() and int(length) > settings.UPLOAD_MAX_BYTES + MULTIPART_OVERHEAD:
-                body = orjson.dumps({"error": {"code": "upload_too_large",
-                                               "message": f"The request body exceeds the upload limit of {settings.UPLOAD_MAX_BYTES} bytes."}})
+                body = orjson.dumps(error_body("upload_too_large", "The request body exceeds the upload limit of "
+                                                                   f"{settings.UPLOAD_MAX_BYTES} bytes."))
                 await send({"type": "http.response.start", "status": 413,
                             "headers": [(b"content-type", b"application/json"), (b"connection", b"close")]})
                 await send({"type": "http.response.body", "body": body})

@@ -36,11 +36,16 @@ CODES_BY_STATUS = {400: "bad_request", 401: "not_authenticated", 403: "permissio
                    500: "server_error", 502: "bad_gateway", 503: "service_unavailable", 504: "gateway_timeout"}
 
 
-def json_error(code: str, message: str, status: int, **detail) -> JsonResponse:
+def error_body(code: str, message: str, **detail) -> dict:
+    """The one error envelope of every JSON error: ``{"error": {"code", "message"[, "detail"]}}``."""
     body = {"error": {"code": code, "message": message}}
     if detail:
         body["error"]["detail"] = detail
-    return JsonResponse(body, status=status)
+    return body
+
+
+def json_error(code: str, message: str, status: int, **detail) -> JsonResponse:
+    return JsonResponse(error_body(code, message, **detail), status=status)
 
 
 def _nul_in_request(request) -> str | None:

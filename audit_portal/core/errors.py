@@ -13,6 +13,8 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
+from audit_portal.core.api_errors import error_body
+
 log = logging.getLogger(__name__)
 
 
@@ -109,12 +111,9 @@ def api_exception_handler(exc, context):
     response = exception_handler(exc, context)  # Http404 / PermissionDenied from Django
     if response is not None:
         code = "not_found" if response.status_code == 404 else "permission_denied"
-        response.data = {"error": {"code": code, "message": str(response.data.get("detail", ""))}}
+        response.data = error_body(code, str(response.data.get("detail", "")))
     return response
 
 
 def error_response(code: str, message: str, http_status: int, **detail) -> Response:
-    body = {"error": {"code": code, "message": message}}
-    if detail:
-        body["error"]["detail"] = detail
-    return Response(body, status=http_status)
+    return Response(error_body(code, message, **detail), status=http_status)

@@ -6,11 +6,12 @@ from urllib.parse import urlencode
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count, Q, Sum
-from django.http import Http404, JsonResponse
+from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from audit_portal.core.api_errors import json_error
 from audit_portal.core.pages import page_context, paginate, require_in_project
 from audit_portal.dashboards import tables
 from audit_portal.accounts import selectors as account_selectors
@@ -121,7 +122,7 @@ def runs_page(request, slug):
                                       fmt, f"{ctx['project'].slug}-runs")
     except tables.TableInputError as exc:
         if request.GET.get("format"):
-            return JsonResponse({"error": {"code": "invalid_parameter", "message": str(exc)}}, status=400)
+            return json_error("invalid_parameter", str(exc), 400)
         messages.error(request, f"Runs table: {exc}. Showing the runs without that filter.")
         rows, applied, status = tables.filter_runs(base, {"sort": tables.DEFAULT_RUN_SORT})[0], {}, 400
     ctx.update(paginate(request, rows, RUNS_PER_PAGE))
@@ -167,7 +168,7 @@ def sequences_page(request, slug, pk):
         filters = tables.sequence_filters(request.GET)
     except tables.TableInputError as exc:
         if request.GET.get("format"):
-            return JsonResponse({"error": {"code": "invalid_parameter", "message": str(exc)}}, status=400)
+            return json_error("invalid_parameter", str(exc), 400)
         messages.error(request, f"Sequences: {exc}. Showing every sequence.")
         filters, status = {}, 400
     rows = certificate_selectors.sequences(certificate, **filters)
@@ -177,7 +178,7 @@ def sequences_page(request, slug, pk):
             return tables.export_rows(rows.values(*tables.SEQUENCE_COLUMNS).iterator(chunk_size=2000),
                                       tables.SEQUENCE_COLUMNS, fmt, f"{run.name}-certificate-{certificate.pk}-sequences")
         except tables.TableInputError as exc:
-            return JsonResponse({"error": {"code": "invalid_parameter", "message": str(exc)}}, status=400)
+            return json_error("invalid_parameter", str(exc), 400)
     ctx.update(paginate(request, rows, SEQUENCES_PER_PAGE))
     api_query = {k: ("true" if v is True else "false" if v is False else v) for k, v in filters.items()}
     ctx.update(run=run, certificate=certificate, filters=filters, statuses=tables.SEQUENCE_STATUSES,
