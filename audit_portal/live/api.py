@@ -23,6 +23,8 @@ LIVE_VIEW = inline_serializer("RunLiveView", {
                                               "abs_diff_p99, mis_mask_rate, k3"),
     "budgets": serializers.ListField(child=serializers.DictField(), help_text="per enabled budget rule: rule, name, "
                                                                               "budget, meets"),
+    "firing": serializers.ListField(child=serializers.DictField(), help_text="rules firing for the run now: rule, "
+                                                                             "name, value, message, since"),
     "skipped": serializers.ListField(child=serializers.DictField(), help_text="uploads left out, with the reason"),
     "updated_at": serializers.DateTimeField(),
 })

@@ -406,7 +406,8 @@ ENDPOINTS: dict[tuple[str, str], Access] = {
 # (tests/portal/test_consumers.py::test_strangers_and_anonymous_users_are_refused). Both are listed so that a new
 # route there is a decision too.
 ADMIN_PREFIX = "admin/"
-WEBSOCKETS = {"ws/jobs/<int:job_id>/", "ws/projects/<slug:slug>/feed/", "ws/runs/<int:run_id>/live/"}
+WEBSOCKETS = {"ws/jobs/<int:job_id>/", "ws/projects/<slug:slug>/feed/", "ws/runs/<int:run_id>/live/",
+              "ws/projects/<slug:slug>/alerts/"}
 METHODS = ("get", "post", "put", "patch", "delete")
 
 

@@ -190,3 +190,31 @@ def test_the_sweep_finds_segments_whose_follow_up_never_ran(api, project, tmp_pa
     assert live_services.lost_segments(now=later) == []
     assert LiveRun.objects.get(run__name="grow").steps == [0]
     assert tasks.sweep_alerts() == {"deliveries": [], "follow_ups": []}  # the beat task itself: nothing overdue
+
+
+def test_the_alerts_page_socket_hears_the_projects_events_and_refuses_strangers(project, owner, other_project,
+                                                                                 member_of, settings):
+    from audit_portal.runs.models import Run
+
+    settings.PROGRESS_POLL_SECONDS = 0
+    run = Run.objects.create(project=project, name="r")
+    stranger = member_of(other_project, Role.OWNER, username="stranger")
+    alert_services.create_rule(project=project, created_by="t", data={"name": "b", "kind": "budget",
+                                                                       "threshold": 0.05})
+
+    async def scenario():
+        for user, code in ((stranger, 4404), (AnonymousUser(), 4401)):
+            com = communicator(f"/ws/projects/{project.slug}/alerts/", user)
+            assert (await com.connect()) == (False, code)
+            await com.disconnect()
+        com = communicator(f"/ws/projects/{project.slug}/alerts/", owner)
+        assert (await com.connect())[0]
+        snap = {"certified": True, "best_bound": 0.2, "steps": []}
+        await database_sync_to_async(alert_services.evaluate_run)(run, snap)
+        msg = await com.receive_json_from(timeout=10)
+        assert msg["type"] == "alert" and msg["alert"]["kind"] == "fired" and msg["alert"]["run_name"] == "r"
+        await database_sync_to_async(alert_services.evaluate_run)(run, snap)  # unchanged: nothing new
+        assert await com.receive_nothing(timeout=0.5)
+        await com.disconnect()
+
+    async_to_sync(scenario)()

@@ -1,7 +1,8 @@
 """Issue 18, done when: steps of a run streamed through the client library reach the portal while it "trains"; the run
 page, open in the system Chromium, follows them over the websocket (the run so far: steps, ε̂, B*, the budget verdict,
-the figure over steps) without a reload; and a budget rule fires once when the run's B* crosses it — on the page and
-as a webhook a local receiver gets and verifies (HMAC signature with the rule's secret)."""
+the figure over steps) without a reload; and a budget rule fires once when the run's B* crosses it — on the run page,
+on the alerts page open in another tab, and as a webhook a local receiver gets and verifies (HMAC signature with the
+rule's secret)."""
 from __future__ import annotations
 
 import json
@@ -58,6 +59,9 @@ class LiveRunBrowserTest(BrowserTestCase):
             page.wait_for_function("document.getElementById('run-live-dot').classList.contains('on')")
             assert "no budget rule" not in page.inner_text("#live-run")
             assert page.get_attribute("#live-budget .badge", "data-meets") == "true"
+            alerts = self.context.new_page()  # the project's alerts page, open in a second tab
+            alerts.goto(f"{self.live_server_url}/p/{self.project.slug}/alerts/")
+            alerts.wait_for_function("document.getElementById('alerts-page').dataset.live === 'on'")
 
             for step in (2, 3):  # responses 4x longer, larger mismatch: B* (it grows with the length) passes the budget
                 run.log_step(step, **step_batch(step, noise=0.1, T=96))
@@ -70,6 +74,9 @@ class LiveRunBrowserTest(BrowserTestCase):
             assert page.evaluate("document.getElementById('fig-live').data[0].x.length") == 4
             self.screenshot("live-run-budget-crossed.png")
             assert rx.got.wait(60), "the webhook never arrived"
+            alerts.wait_for_selector("#event-table tr[data-event-id]")
+            assert "fired" in alerts.inner_text("#event-table") and "stream" in alerts.inner_text("#event-table")
+            assert alerts.inner_text(f'#rule-table tr[data-rule-id="{rule.pk}"] [data-field=state]') == "firing"
 
             for step in (4, 5):  # still over the budget: no second event, no second webhook
                 run.log_step(step, **step_batch(step, noise=0.1, T=96))
