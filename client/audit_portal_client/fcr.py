@@ -149,7 +149,7 @@ def step_table(meta: RecordMeta, step: int, *, rollout_logprobs, trainer_logprob
                              f"{arr.dtype} {list(arr.shape)}")
         if arr.max(initial=-1) > 32767:
             raise ValueError(f"{side}_routed_experts: expert id {int(arr.max())} above 32767 (stored as int16)")
-        routes[side] = arr
+        routes[side] = np.where(arr < 0, -1, arr)  # "not recorded" as −1: int16 would wrap −40000 into an expert id
     if len(routes) == 2 and routes["rollout"].shape != routes["trainer"].shape:
         raise ValueError(f"trainer_routed_experts {list(routes['trainer'].shape)} and rollout_routed_experts "
                          f"{list(routes['rollout'].shape)} differ in shape")

@@ -126,3 +126,23 @@ def test_the_difference_is_much_smaller_than_a_whole_trainer_column(tmp_path):
 
     whole, diff = size(t), size(delta)
     assert diff * 10 < whole, (diff, whole)
+
+
+def test_ids_below_int16_stay_not_recorded_on_both_sides(tmp_path, records):
+    """−40000 on both sides must not wrap into the same int16 expert id (25536) and read as agreement."""
+    from workers.routing.file import audit_file
+
+    rec = copy.deepcopy(records[0])
+    rec["rollout"]["routed_experts"][0][0] = [-40000] * K
+    rec["trainer"]["routed_experts"][0][0] = [-40000] * K
+    path = write(tmp_path / "run.parquet", [rec])
+    (back,) = [r for _, r in iter_records(path)]
+    assert back["rollout"]["routed_experts"][0][0] == [-1] * K == back["trainer"]["routed_experts"][0][0]
+    res = audit_file(path)
+    assert res["pairs_verified"] == T * L - 1  # that (token, layer) is unverifiable, not "agreeing"
+    lp = -np.ones((1, 2))
+    r = np.array([[[[-40000, -40000]], [[1, 2]]]])
+    table = step_table(RecordMeta(run_id="r"), 0, rollout_logprobs=lp, trainer_logprobs=lp,
+                       response_mask=np.ones((1, 2)), response_ids=np.array([[3, 4]]), rollout_routed_experts=r,
+                       trainer_routed_experts=r)
+    assert table.column("rollout_routed_experts").to_pylist() == [[-1, -1, 1, 2]]

@@ -449,7 +449,10 @@ def route_columns(rows: list[dict]) -> dict[str, pa.Array]:
                 v = None  # a zero-token response's routes: stored as absent
             nulls.append(v is None)
             if v is not None:
-                a = np.asarray(v, dtype=dt)
+                a = np.asarray(v)
+                if col in ROUTES and dt is np.int16 and a.size and a.min() < -1:  # every negative id means "not
+                    a = np.where(a < 0, -1, a)  # recorded": as −1, never wrapped by int16 into an expert id
+                a = a.astype(dt)
                 parts.append(a.reshape(-1))
                 offsets.append(offsets[-1] + a.size)
             else:
