@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from workers.jsonsafe import finite_or_none
+
 BUDGET, EPS_RISING, ABS_DIFF_RISING, MASK_RATE = "budget", "eps_rising", "abs_diff_rising", "mask_rate"
 KINDS = {
     BUDGET: "best bound B* of the run so far above the budget",
@@ -30,10 +32,6 @@ class Verdict:
     message: str
 
 
-def _finite(x) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
-
-
 def slope(points: list[tuple[float, float]]) -> float:
     """Least-squares slope of value against step: a rise per step that one noisy step cannot fake the way
     "last minus first" can."""
@@ -45,7 +43,8 @@ def slope(points: list[tuple[float, float]]) -> float:
 
 
 def _last(snapshot: dict, key: str, window: int) -> list[tuple[float, float]]:
-    points = [(float(s["step"]), _finite(s.get(key))) for s in snapshot.get("steps") or [] if s.get("step") is not None]
+    points = [(float(s["step"]), finite_or_none(s.get(key)))
+              for s in snapshot.get("steps") or [] if s.get("step") is not None]
     return [(x, y) for x, y in points if y is not None][-window:]
 
 
@@ -53,7 +52,7 @@ def evaluate(kind: str, threshold: float, window: int, snapshot: dict) -> Verdic
     if kind == BUDGET:
         if not snapshot.get("certified"):
             return Verdict(None, None, "nothing certified yet")
-        best = _finite(snapshot.get("best_bound"))
+        best = finite_or_none(snapshot.get("best_bound"))
         if best is None:  # as the client's budget gate: a run that certifies no bound does not meet any budget
             return Verdict(True, None, f"no bound could be certified for the run so far (budget {threshold:g})")
         return Verdict(best > threshold, best, f"B* = {best:.4g} {'>' if best > threshold else '≤'} budget "

@@ -15,6 +15,7 @@ import orjson
 import plotly.graph_objects as go
 
 from audit_portal.core.storage import artifact_path
+from workers.jsonsafe import finite_or_none
 from workers.certify.bounds import BOUND_IDS, KL_PARAMETERISED, budget_threshold, trm_bounds
 
 MAX_POINTS = 1000
@@ -80,7 +81,7 @@ def bound_table(certificate, budget: float) -> list[dict]:
         value = at_T.get(bid)
         rows.append({"id": bid, "label": BOUND_LABELS[bid], "value": value,
                      "parameter": "δ" if bid in KL_PARAMETERISED else "ε",
-                     "threshold": threshold if threshold is None or math.isfinite(threshold) else None,
+                     "threshold": finite_or_none(threshold),
                      "best": bid == at_T.get("argmin"), "within_budget": value is not None and value <= budget})
     return rows
 

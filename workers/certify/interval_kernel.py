@@ -38,7 +38,7 @@ LOG_TINY = math.log(1e-300)
 NOT_LISTED, SAMPLED, PADDING = -1, -2, -3   # codes in ``match`` besides a trainer index ≥ 0
 
 
-def _jit(function):
+def compiled_kernel(function):
     """Compile with numba, caching the machine code on disk (beside the module, in ``NUMBA_CACHE_DIR``, or in the
     user's cache directory) so later processes load it in ≈ 0.3 s instead of compiling for ≈ 3 s. Where none of
     those is writable (a read-only install run by a user without a home) numba refuses to cache at all: then
@@ -49,7 +49,7 @@ def _jit(function):
         return njit(cache=False, nogil=True, error_model="numpy")(function)
 
 
-@_jit
+@compiled_kernel
 def _eta(x, k_eta, nu):
     """η = k·|ℓ| + ν for a declared precision (k = u/(1−u)); a non-finite value gets ν (it is a data error)."""
     if not math.isfinite(x):
@@ -57,7 +57,7 @@ def _eta(x, k_eta, nu):
     return abs(x) * k_eta + nu
 
 
-@_jit
+@compiled_kernel
 def _clean(x):
     """NaN → 0, −∞ → ZERO_LOG, positive → 0: flagged values only have to be harmless until the row fails closed."""
     if math.isnan(x):
@@ -67,7 +67,7 @@ def _clean(x):
     return min(x, 0.0)
 
 
-@_jit
+@compiled_kernel
 def _box_lo(p, L, e):
     """Lower end of e^{[L−η, L+η]} given p = e^L: p(1 − η) for η ≤ 1 (e^{−η} ≥ 1 − η), else e^{L−η}."""
     if e > 1.0:
@@ -75,7 +75,7 @@ def _box_lo(p, L, e):
     return (1.0 - e) * p
 
 
-@_jit
+@compiled_kernel
 def _box_hi(p, L, e):
     """Upper end, capped at 1: p(1 + η + η²) for η ≤ 1 (e^{η} ≤ 1 + η + η²), else e^{L+η}."""
     if e > 1.0:
@@ -83,7 +83,7 @@ def _box_hi(p, L, e):
     return min((e * e + e + 1.0) * p, 1.0)
 
 
-@_jit
+@compiled_kernel
 def _log1p(x):
     """log(1 + x): five terms of the series for |x| ≤ 2⁻¹² (the rest is below double rounding), else libm.
     The η of fp32 storage is ~1e-5, so the certificate's logarithms of box ends cost a few multiplies."""
@@ -92,7 +92,7 @@ def _log1p(x):
     return math.log1p(x)
 
 
-@_jit
+@compiled_kernel
 def _log_box_lo(L, e):
     """log of :func:`_box_lo` (−∞ where the box reaches 0)."""
     if e > 1.0:
@@ -100,7 +100,7 @@ def _log_box_lo(L, e):
     return L + _log1p(-e)
 
 
-@_jit
+@compiled_kernel
 def _log_box_hi(hi, L, e):
     """log of :func:`_box_hi` ``hi`` (0 where capped at 1)."""
     if hi >= 1.0:
@@ -110,7 +110,7 @@ def _log_box_hi(hi, L, e):
     return L + _log1p(e * e + e)
 
 
-@_jit
+@compiled_kernel
 def _hmin_box(p_lo, p_hi, L, e, q_hi, lq_hi):
     """:func:`_hmin` for the box of a logged value L ± η, with the logarithms of the box ends taken from L and η
     (``lq_hi`` = log q_hi) instead of calling log on each end."""
@@ -126,7 +126,7 @@ def _hmin_box(p_lo, p_hi, L, e, q_hi, lq_hi):
     return p * (max(lp, LOG_TINY) - max(lq_hi, LOG_TINY))
 
 
-@_jit
+@compiled_kernel
 def _hmin(p_lo, p_hi, q_hi):
     """min of h(p, q) = p·log(p/q) over p ∈ [p_lo, p_hi] at q = q_hi (h is convex in p with its minimum at q/e)."""
     p = min(max(q_hi / math.e, p_lo), p_hi)
@@ -135,14 +135,14 @@ def _hmin(p_lo, p_hi, q_hi):
     return p * (math.log(max(p, 1e-300)) - math.log(max(q_hi, 1e-300)))
 
 
-@_jit
+@compiled_kernel
 def _hmax(p_lo, p_hi, q_lo):
     """max of h over the box: at an end of the p-interval with q = q_lo."""
     lq = math.log(max(q_lo, 1e-300))
     return max(p_lo * (math.log(max(p_lo, 1e-300)) - lq), p_hi * (math.log(max(p_hi, 1e-300)) - lq))
 
 
-@_jit
+@compiled_kernel
 def _list_flags(ids, R, E, sorted_required):
     """Flags of one logged list: padding (id < 0) only at the end, finite non-positive values, descending up to the
     values' η when the list claims to be a top-K (storage rounding is monotone). Duplicates: see :func:`_find`."""
@@ -165,7 +165,7 @@ def _list_flags(ids, R, E, sorted_required):
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)   # Fibonacci hashing: the top bits of id·2⁶⁴/φ spread consecutive ids
 
 
-@_jit
+@compiled_kernel
 def _find(slot_id, stamp, row, shift, i):
     """Slot of id ``i`` in this row's open-addressing table (linear probing), and whether it is already there.
     ``stamp[s] == row`` marks slots filled for this row, so the table is never cleared between rows."""
@@ -178,7 +178,7 @@ def _find(slot_id, stamp, row, shift, i):
     return s, False
 
 
-@_jit
+@compiled_kernel
 def _cap(ids, X, L, E, active):
     """Top-K cap of one side (docs/intervals.md#top-k-caps): τ = the smallest listed probability, its box upper
     end, and the widest box
@@ -194,7 +194,7 @@ def _cap(ids, X, L, E, active):
     return tau, tau_hi, dtau
 
 
-@_jit
+@compiled_kernel
 def _wmin_exact(aP, bQ, tp, tq, CP, CQ, Xmax, Zmax):
     """Exact capped minimum of the W-part (Theorem A with caps, docs/intervals.md#top-k-caps):
 
@@ -220,7 +220,7 @@ def _wmin_exact(aP, bQ, tp, tq, CP, CQ, Xmax, Zmax):
     return best
 
 
-@_jit
+@compiled_kernel
 def interval_rows(P_I, P_R, P_X, Q_I, Q_R, Q_X, Y, A, B, caps_p, caps_q, k_eta, nu, explicit, E_P, E_Q, E_A, E_B,
                   lo_out, hi_out, err_out, kl_lo_out, kl_hi_out):
     """Fill ``lo_out, hi_out, err_out, kl_lo_out, kl_hi_out`` ``[n]`` for lists ``[n, K]`` (id < 0 = padding).

@@ -38,7 +38,9 @@ _SUMS = ("tokens", "abs", "k1", "k2", "k3", "rho", "rho2", "tis", "mis", "seqs",
 _MAXES = ("abs_max", "rho_max", "neg_rho_min")
 
 
-def _bin(x: np.ndarray) -> np.ndarray:
+def log_bin(x: np.ndarray) -> np.ndarray:
+    """The histogram bin of each |Δ log p| (log-spaced, ``PER_DECADE`` a decade from 10**LO_EXP; bin 0 below it);
+    the routing audit bins its values the same way."""
     with np.errstate(divide="ignore"):
         idx = np.floor((np.log10(np.maximum(x, 1e-300)) - LO_EXP) * PER_DECADE).astype(np.int64) + 1
     idx[x < 10.0 ** LO_EXP] = 0
@@ -95,7 +97,7 @@ class StepMetrics:
         np.maximum.at(mx[:, 0], tseg, absd)
         np.maximum.at(mx[:, 1], tseg, rho)
         np.maximum.at(mx[:, 2], tseg, -rho)
-        hist = np.bincount(tseg * N_BINS + _bin(absd), minlength=nseq * N_BINS).reshape(nseq, N_BINS)
+        hist = np.bincount(tseg * N_BINS + log_bin(absd), minlength=nseq * N_BINS).reshape(nseq, N_BINS)
         groups: dict = {}
         for i in np.flatnonzero(ok & (n_tok > 0)).tolist():
             groups.setdefault(steps[i], []).append(i)

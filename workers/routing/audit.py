@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from workers.certify.step_metrics import N_BINS, StepMetrics, _bin
+from workers.certify.step_metrics import N_BINS, StepMetrics, log_bin
 from workers.fcr.routes import RoutingDataError, as_routes  # the record's route rules live with the format
 
 REPLAY_MODES = ("none", "R2", "R3")
@@ -97,7 +97,7 @@ class _Group:
                 self.n[k] += v.size
                 self.max[k] = max(self.max[k], float(v.max()))
                 if k == "abs_dlogp":
-                    self.hist += np.bincount(_bin(v), minlength=N_BINS)
+                    self.hist += np.bincount(log_bin(v), minlength=N_BINS)
         if m.accepted is not None:
             a = m.accepted[sel]
             self.accepted += int(np.count_nonzero(a))
