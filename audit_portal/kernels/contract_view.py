@@ -10,7 +10,7 @@ from __future__ import annotations
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
-from audit_portal.kernels.templatetags.kernels_tags import spec_value
+from audit_portal.kernels.templatetags.kernels_tags import point_text, spec_value
 
 GLOSSARY = "/glossary/#"
 
@@ -311,7 +311,7 @@ def readable_extras(spec: dict) -> dict:
             "policies": [(str(k).replace("_", " "), _mono(v)) for k, v in (spec.get("policies") or {}).items()]
             if isinstance(spec.get("policies"), dict) else None,
             "provenance": readable_part("provenance", spec.get("provenance")),
-            "sweep_points": [_point(p) for p in _sweep_of(spec).get("points") or []]}
+            "sweep_points": [point_text(p) for p in _sweep_of(spec).get("points") or []]}
 
 
 def _sweep_of(spec: dict) -> dict:
@@ -319,10 +319,3 @@ def _sweep_of(spec: dict) -> dict:
     sweep = protocol.get("sweep") if isinstance(protocol, dict) else None
     return sweep if isinstance(sweep, dict) else {}
 
-
-def _point(p) -> str:
-    """A sweep point ``{M: 32, K: 64}`` as "M = 32, K = 64"."""
-    if not isinstance(p, dict):
-        return str(p)
-    return ", ".join(f"{k} = {v:,}" if isinstance(v, int) and not isinstance(v, bool) else f"{k} = {v}"
-                     for k, v in p.items())

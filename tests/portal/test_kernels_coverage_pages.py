@@ -52,7 +52,10 @@ def test_submission_page_counts_clause_coverage_history_and_regression(client, o
     client.force_login(owner)
     html = client.get(f"/p/{project.slug}/kernels/submissions/{second.pk}/").content.decode()
     assert "35/80" in html and "72/72" in html
-    assert "rho &lt;= bound" in html and "2949" in html
+    clause = html[html.index('data-field="clause">rho'):]
+    clause = clause[:clause.index("</td>")]
+    assert "rho &lt;= bound at " in clause and "K = 2,949" in clause and "M = 32" in clause  # the point in words
+    assert "<dl" not in clause  # not a key/value dump
     assert COVERAGE.split(" (")[0] in html and "K 1..65536" in html
     assert "open track" in html and "uses 0.7 of its bound" in html
     hist = html[html.index('id="history"'):]

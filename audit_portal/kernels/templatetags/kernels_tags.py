@@ -40,6 +40,15 @@ def spec_value(value, depth: int = 0):
 
 
 @register.filter
+def point_text(p) -> str:
+    """A measured point ``{M: 32, K: 2949}`` as "M = 32, K = 2,949" (a failing clause's point, a sweep point)."""
+    if not isinstance(p, dict):
+        return str(p)
+    return ", ".join(f"{k} = {v:,}" if isinstance(v, int) and not isinstance(v, bool) else f"{k} = {v}"
+                     for k, v in p.items())
+
+
+@register.filter
 def margin_text(verdict):
     return verdict.margin_text if verdict is not None else ""
 
