@@ -2,6 +2,12 @@
 identity and role, model / tokenizer / engine / sampling, prompt, response, rollout, trainer. Each reports into a
 :class:`Findings` in the record's field order; :func:`workers.fcr.validate.validate_record` runs them in turn.
 
+Beside each section check stands its *fast* form (``…_ok``): one chained expression that is True exactly when the
+section check would find nothing (with ``lint=False, check_hashes=False``), and may raise KeyError / TypeError /
+AttributeError on a surprise (the caller then takes the detailed path). Most records are well-formed, so the
+validator tries the fast forms first; the two forms of a section must accept the same records
+(tests/fcr/test_validate_fuzz.py holds them to it).
+
 An *error* is a format problem (a missing field, a wrong JSON type, an unknown role or provenance, a per-token list
 not aligned with ``response.token_ids``). A *warning* is something the audit judges (an unknown engine enum, a
 sentinel or positive log-prob, a hash mismatch, a trainer top-K that misses rollout ids): a faithful log of a bad
@@ -11,9 +17,9 @@ run must still upload so that the audit can say why it is bad. Missing *nullable
 """
 from __future__ import annotations
 
-from workers.fcr.schema import (CONTEXT_EVENTS, ENGINE_APIS, GENERATION_CONFIG_SOURCES, LOGPROBS_MODES,
-                                PROMPT_PROVENANCE, RESPONSE_PROVENANCE, ROLE_SOURCES, ROLES, SCHEMA, T_STR, FcrIssue,
-                                first_bad, ids_sha256, is_num, member)
+from workers.fcr.schema import (CONTEXT_EVENTS, DICT_OR_NULL, ENGINE_APIS, GENERATION_CONFIG_SOURCES, INT_OR_NULL,
+                                LOGPROBS_MODES, NUM_OR_NULL, PROMPT_PROVENANCE, RESPONSE_PROVENANCE, ROLE_SOURCES,
+                                ROLES, SCHEMA, STR_OR_NULL, T_STR, FcrIssue, first_bad, ids_sha256, is_num, member)
 from workers.fcr.tokens import check_ids, check_ints_aligned, check_logprobs, check_mask, logprob_warnings
 from workers.fcr.topk import check_topk, topk_uncovered
 
@@ -80,6 +86,17 @@ def identity(rec: dict, f: Findings) -> None:
             f.err(k, "expected a string")
 
 
+def identity_ok(rec: dict) -> bool:
+    return (rec["schema"] == SCHEMA
+            and type(rec["run_id"]) is str and rec["run_id"] and type(rec["trajectory_id"]) is str
+            and rec["trajectory_id"] and type(rec["call_id"]) is str and rec["call_id"]
+            and type(rec["step"]) is int and type(rec["call_index"]) is int
+            and type(rec["role"]) is str and rec["role"] in ROLES
+            and type(rec["role_source"]) is str and rec["role_source"] in ROLE_SOURCES
+            and type(rec.get("parent_call_id")) in STR_OR_NULL and type(rec.get("timestamp")) in NUM_OR_NULL
+            and type(rec.get("purpose")) in STR_OR_NULL and type(rec.get("inferred_purpose")) in STR_OR_NULL)
+
+
 # ------------------------------------------------------------------------- model, tokenizer, engine, sampling
 def model_and_engine(rec: dict, f: Findings) -> None:
     """docs/fcr.md#model-tokenizer-engine-sampling, and the record's own provenance objects."""
@@ -115,6 +132,22 @@ def model_and_engine(rec: dict, f: Findings) -> None:
         v = rec.get(k)
         if v is not None and type(v) is not dict:
             f.err(k, "expected an object")
+
+
+def model_and_engine_ok(rec: dict) -> bool:
+    g = rec.get
+    model, tok, eng, ct = g("model"), g("tokenizer"), g("engine"), rec["chat_template"]
+    return (type(model) is dict and type(model.get("served_name")) is str
+            and type(model.get("policy_version")) in INT_OR_NULL
+            and type(tok) is dict and type(tok.get("id")) is str and type(tok.get("sha256")) is str
+            and (ct is None or (type(ct) is dict and type(ct.get("sha256")) is str))
+            and type(eng) is dict and type(eng.get("name")) is str
+            and type(eng.get("api")) is str and eng["api"] in ENGINE_APIS
+            and type(eng.get("logprobs_mode")) in STR_OR_NULL and eng.get("logprobs_mode") in LOGPROBS_MODES
+            and type(eng.get("generation_config_source")) is str
+            and eng["generation_config_source"] in GENERATION_CONFIG_SOURCES
+            and type(g("sampling")) is dict and type(g("source")) is dict
+            and type(g("harness")) in DICT_OR_NULL and type(g("extra")) in DICT_OR_NULL)
 
 
 def _engine(eng, f: Findings) -> None:
@@ -154,6 +187,16 @@ def prompt(rec: dict, f: Findings) -> None:
             f.err(f"prompt.{k}", "expected a string or null")
     if not member(p.get("context_event"), CONTEXT_EVENTS):
         f.err("prompt.context_event", f"expected null|compaction|truncation|retry, got {p.get('context_event')!r}")
+
+
+def prompt_ok(p: dict, fast: bool) -> bool:
+    return (type(p) is dict and type(p["provenance"]) is str and p["provenance"] in PROMPT_PROVENANCE
+            and type(p["ids_sha256"]) is str
+            and type(p.get("task_prompt_sha256_declared")) in STR_OR_NULL
+            and type(p.get("task_prompt_sha256_observed")) in STR_OR_NULL
+            and type(p.get("context_source_call_id")) in STR_OR_NULL
+            and type(p.get("context_event")) in STR_OR_NULL and p.get("context_event") in CONTEXT_EVENTS
+            and type(p["token_ids"]) is list and check_ids(p["token_ids"], fast) is None)
 
 
 def _token_ids(block: dict, name: str, f: Findings) -> bool:
@@ -201,6 +244,21 @@ def response(rec: dict, f: Findings) -> int | None:
     return n
 
 
+def response_ok(resp: dict, fast: bool) -> int | None:
+    """n when the response section is fine, else None."""
+    if not (type(resp) is dict and type(resp["provenance"]) is str and resp["provenance"] in RESPONSE_PROVENANCE
+            and type(resp["ids_sha256"]) is str and type(resp.get("text")) in STR_OR_NULL
+            and type(resp.get("usage_completion_tokens")) in INT_OR_NULL
+            and type(resp.get("finish_reason")) in STR_OR_NULL
+            and type(resp["token_ids"]) is list and check_ids(resp["token_ids"], fast) is None):
+        return None
+    n = len(resp["token_ids"])
+    ts = resp.get("token_strings")
+    if ts is not None and not (type(ts) is list and len(ts) == n and (not ts or set(map(type, ts)) <= T_STR)):
+        return None
+    return n
+
+
 # ------------------------------------------------------------------------------------- rollout and trainer
 def rollout(rec: dict, n: int | None, f: Findings) -> None:
     """docs/fcr.md#rollout-and-trainer: the sampler's log-probs (required), top-K and per-token policy versions."""
@@ -218,6 +276,13 @@ def rollout(rec: dict, n: int | None, f: Findings) -> None:
     if ro.get("token_policy_versions") is not None:
         f.check("rollout.token_policy_versions",
                 check_ints_aligned(ro["token_policy_versions"], n, "policy version"))
+
+
+def rollout_ok(ro: dict, n: int, fast: bool) -> bool:
+    v, w = ro.get("top_k"), ro.get("token_policy_versions")
+    return (type(ro) is dict and check_logprobs(ro["logprobs"], n) is None
+            and (v is None or check_topk(v, n, fast) is None)
+            and (w is None or check_ints_aligned(w, n, "") is None))
 
 
 def trainer(rec: dict, n: int | None, f: Findings) -> None:
@@ -244,6 +309,17 @@ def trainer(rec: dict, n: int | None, f: Findings) -> None:
     if tr.get("loss_mask_used") is not None:
         f.check("trainer.loss_mask_used", check_mask(tr["loss_mask_used"], n, f.fast))
     _coverage_lint(rec.get("rollout"), tr, f)
+
+
+def trainer_ok(tr, n: int, fast: bool) -> bool:
+    if tr is None:
+        return True
+    lps, tk, mask = tr.get("logprobs"), tr.get("top_k"), tr.get("loss_mask_used")
+    return (type(tr) is dict and type(tr.get("policy_version")) in INT_OR_NULL
+            and type(tr.get("sample_id")) in STR_OR_NULL
+            and (lps is None or check_logprobs(lps, n) is None)
+            and (tk is None or check_topk(tk, n, fast) is None)
+            and (mask is None or check_mask(mask, n, fast) is None))
 
 
 def _logprob_lint(side: str, lps, f: Findings) -> None:

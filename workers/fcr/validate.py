@@ -8,9 +8,9 @@ fields of each section), :mod:`workers.fcr.tokens` (per-token lists), :mod:`work
 :mod:`workers.fcr.routes` (MoE routes); the vocabulary is :mod:`workers.fcr.schema`. What the *audit* judges
 (sentinel or positive log-probs, hash mismatches, unknown engine enums) is a ``warning`` at most.
 
-Speed: the portal validates uploads within 2× a plain ``orjson`` parse. A record is first tried on one chained
-pass (:func:`_fast_valid`) that accepts exactly the records the section checks find nothing in; only a record it
-does not accept goes through the sections, which name every problem.
+Speed: the portal validates uploads within 2× a plain ``orjson`` parse. A record is first tried on the fast form of
+each section (:func:`_fast_valid`), which accepts exactly the records the section checks find nothing in; only a
+record it does not accept goes through the sections, which name every problem.
 """
 from __future__ import annotations
 
@@ -23,11 +23,8 @@ from workers.fcr import sections
 from workers.fcr.chunks import open_reader
 from workers.fcr.reader import FcrParseError
 from workers.fcr.routes import LayerCounts, has_routes, n_layers, routes_issues
-from workers.fcr.schema import (CONTEXT_EVENTS, DICT_OR_NULL, ENGINE_APIS, GENERATION_CONFIG_SOURCES, INT_OR_NULL,
-                                LOGPROBS_MODES, NUM_OR_NULL, PROMPT_PROVENANCE, RESPONSE_PROVENANCE, ROLE_SOURCES,
-                                ROLES, SCHEMA, STR_OR_NULL, T_STR, FcrIssue, ids_sha256)
-from workers.fcr.tokens import (array_bools_possible, check_ids, check_ints_aligned, check_logprobs, check_mask,
-                                positive_logprob_issues)
+from workers.fcr.schema import FcrIssue, ids_sha256
+from workers.fcr.tokens import array_bools_possible, check_logprobs, positive_logprob_issues
 from workers.fcr.topk import check_topk, topk_arrays, topk_checked, topk_uncovered
 
 # Other engines' intake (workers.certify, workers.fidelity, workers.routing) imports these from here
@@ -39,74 +36,16 @@ __all__ = ["FcrIssue", "array_bools_possible", "check_logprobs", "check_topk", "
 
 
 def _fast_valid(rec, fast) -> bool:
-    """One chained pass that accepts exactly the records :func:`validate_record` finds no issue in (with
-    ``lint=False, check_hashes=False``); anything else (or any surprise) goes to the detailed path, which names
-    the problem. Keeps the per-record fixed cost low for small records."""
+    """True exactly when :func:`validate_record` (``lint=False, check_hashes=False``) finds no issue: the fast form
+    of each section (:mod:`workers.fcr.sections`), chained; anything else (or any surprise) goes to the detailed
+    path, which names the problem. Keeps the per-record fixed cost low for small records."""
     try:
-        g = rec.get
-        model, tok, eng, prompt, resp, ro = g("model"), g("tokenizer"), g("engine"), rec["prompt"], rec["response"], \
-            rec["rollout"]
-        ct = rec["chat_template"]
-        if not (rec["schema"] == SCHEMA
-                and type(rec["run_id"]) is str and rec["run_id"] and type(rec["trajectory_id"]) is str
-                and rec["trajectory_id"] and type(rec["call_id"]) is str and rec["call_id"]
-                and type(rec["step"]) is int and type(rec["call_index"]) is int
-                and type(rec["role"]) is str and rec["role"] in ROLES
-                and type(rec["role_source"]) is str and rec["role_source"] in ROLE_SOURCES
-                and type(g("parent_call_id")) in STR_OR_NULL and type(g("timestamp")) in NUM_OR_NULL
-                and type(g("purpose")) in STR_OR_NULL and type(g("inferred_purpose")) in STR_OR_NULL
-                and type(model) is dict and type(model.get("served_name")) is str
-                and type(model.get("policy_version")) in INT_OR_NULL
-                and type(tok) is dict and type(tok.get("id")) is str and type(tok.get("sha256")) is str
-                and (ct is None or (type(ct) is dict and type(ct.get("sha256")) is str))
-                and type(eng) is dict and type(eng.get("name")) is str
-                and type(eng.get("api")) is str and eng["api"] in ENGINE_APIS
-                and type(eng.get("logprobs_mode")) in STR_OR_NULL and eng.get("logprobs_mode") in LOGPROBS_MODES
-                and type(eng.get("generation_config_source")) is str
-                and eng["generation_config_source"] in GENERATION_CONFIG_SOURCES
-                and type(g("sampling")) is dict and type(g("source")) is dict
-                and type(g("harness")) in DICT_OR_NULL and type(g("extra")) in DICT_OR_NULL
-                and type(prompt) is dict and type(resp) is dict and type(ro) is dict):
+        if not (sections.identity_ok(rec) and sections.model_and_engine_ok(rec)
+                and sections.prompt_ok(rec["prompt"], fast)):
             return False
-        pids, ids = prompt["token_ids"], resp["token_ids"]
-        if not (type(prompt["provenance"]) is str and prompt["provenance"] in PROMPT_PROVENANCE
-                and type(prompt["ids_sha256"]) is str
-                and type(prompt.get("task_prompt_sha256_declared")) in STR_OR_NULL
-                and type(prompt.get("task_prompt_sha256_observed")) in STR_OR_NULL
-                and type(prompt.get("context_source_call_id")) in STR_OR_NULL
-                and type(prompt.get("context_event")) in STR_OR_NULL and prompt.get("context_event") in CONTEXT_EVENTS
-                and type(resp["provenance"]) is str and resp["provenance"] in RESPONSE_PROVENANCE
-                and type(resp["ids_sha256"]) is str and type(resp.get("text")) in STR_OR_NULL
-                and type(resp.get("usage_completion_tokens")) in INT_OR_NULL and type(resp.get("finish_reason")) in STR_OR_NULL
-                and type(pids) is list and type(ids) is list
-                and check_ids(pids, fast) is None and check_ids(ids, fast) is None):
-            return False
-        n = len(ids)
-        ts = resp.get("token_strings")
-        if ts is not None and not (type(ts) is list and len(ts) == n and (not ts or set(map(type, ts)) <= T_STR)):
-            return False
-        if check_logprobs(ro["logprobs"], n) is not None:
-            return False
-        v = ro.get("top_k")
-        if v is not None and check_topk(v, n, fast) is not None:
-            return False
-        v = ro.get("token_policy_versions")
-        if v is not None and check_ints_aligned(v, n, "") is not None:
-            return False
-        tr = g("trainer")
-        if tr is not None:
-            if not (type(tr) is dict and type(tr.get("policy_version")) in INT_OR_NULL and type(tr.get("sample_id")) in STR_OR_NULL):
-                return False
-            v = tr.get("logprobs")
-            if v is not None and check_logprobs(v, n) is not None:
-                return False
-            v = tr.get("top_k")
-            if v is not None and check_topk(v, n, fast) is not None:
-                return False
-            v = tr.get("loss_mask_used")
-            if v is not None and check_mask(v, n, fast) is not None:
-                return False
-        return True
+        n = sections.response_ok(rec["response"], fast)
+        return (n is not None and sections.rollout_ok(rec["rollout"], n, fast)
+                and sections.trainer_ok(rec.get("trainer"), n, fast))
     except (KeyError, TypeError, AttributeError):
         return False
 
