@@ -41,6 +41,10 @@ BAD = [
     ("str-topk-id", "trainer.top_k", [[["1", -0.011]], [[2, -0.02]]], "trainer.top_k[0][0]", "int"),
     ("neg-id", "trainer.top_k", [[[1, -0.011], [-5, -3.0]], [[2, -0.02]]], "trainer.top_k[0][1]", "-5"),
     ("bool-id", "rollout.top_k", [[[True, -0.01]], [[2, -0.02]]], "rollout.top_k[0][0]", "int"),
+    # response ids go through the format's own id check: a JSON true or 1.0 is not token 1
+    ("bool-token", "response.token_ids", [True, 2], "response.token_ids[0]", "bool"),
+    ("float-token", "response.token_ids", [1, 2.0], "response.token_ids[1]", "float"),
+    ("neg-token", "response.token_ids", [1, -2], "response.token_ids[1]", "-2"),
 ]
 
 

@@ -34,6 +34,7 @@ from workers.certify import parquet_rows
 from workers.certify.bounds import CONSTANTS, guard_threshold
 from workers.fcr.reader import FcrParseError, LineReader
 from workers.fcr.validate import array_bools_possible, check_logprobs, check_topk, topk_arrays, topk_checked
+from workers.fcr.tokens import ids_array
 from workers.fcr.columnar import is_parquet  # noqa: I001 - fcr-parquet/1 intake
 from workers.jsonsafe import finite_or_none
 
@@ -108,12 +109,9 @@ def _extract(rec, no_bools=False):
     if not isinstance(ids, list):
         raise RecordError("response.token_ids missing or not a list")
     T = len(ids)
-    try:
-        y = np.asarray(ids, dtype=np.int64) if T else np.zeros(0, np.int64)
-    except (TypeError, ValueError, OverflowError):
-        raise RecordError("response.token_ids has a non-integer id") from None
-    if y.ndim != 1 or (y < 0).any():
-        raise RecordError("response.token_ids has a negative or malformed id")
+    y, bad = ids_array(ids, no_bools)  # the format's id check (a JSON true is not token 1)
+    if bad is not None:
+        raise RecordError(f"response.token_ids{bad[0]}: {bad[1]}")
     roll = rec.get("rollout") if isinstance(rec.get("rollout"), dict) else {}
     trn = rec.get("trainer") if isinstance(rec.get("trainer"), dict) else {}
     if roll.get("logprobs") is None:
