@@ -1,5 +1,4 @@
 from django.apps import AppConfig
-from django.urls import reverse
 
 
 class CertificatesConfig(AppConfig):
@@ -11,16 +10,8 @@ class CertificatesConfig(AppConfig):
         from audit_portal.attestations.models import SubjectKind
         from audit_portal.certificates import consistency  # noqa: F401  (registers this app's consistency checks)
         from audit_portal.certificates.models import RunCertificate
-        from audit_portal.jobs.outcomes import register_product_page
+        from audit_portal.jobs.outcomes import register_product_page, run_result_page
 
-        register_product_page("certify_upload")(certificate_page)
+        register_product_page("certify_upload")(run_result_page(RunCertificate, "certificate", "dashboards:run"))
         subjects.register(SubjectKind.RUN_CERTIFICATE, model=RunCertificate, files=subjects.uploaded_log)
 
-
-def certificate_page(job):
-    from audit_portal.certificates.models import RunCertificate
-
-    cert = RunCertificate.objects.filter(pk=(job.result or {}).get("certificate"), project_id=job.project_id).first()
-    if cert is None or not cert.run_id:
-        return None
-    return reverse("dashboards:run", args=[job.project.slug, cert.run_id]) + f"?certificate={cert.pk}"

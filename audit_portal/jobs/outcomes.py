@@ -96,6 +96,18 @@ def register_product_page(*kinds: str, subject_kind: str | None = None):
     return decorate
 
 
+def run_result_page(model, result_key: str, url_name: str) -> ProductPage:
+    """A resolver for jobs whose result names a row shown on a run's page (``job.result[result_key]``: a
+    certificate, a fidelity report): ``url_name`` for the project and the row's run, ``?<result_key>=<pk>``; None
+    when the row is gone, in another project, or has no run."""
+    def page(job):
+        row = model.objects.filter(pk=(job.result or {}).get(result_key), project_id=job.project_id).first()
+        if row is None or not row.run_id:
+            return None
+        return reverse(url_name, args=[job.project.slug, row.run_id]) + f"?{result_key}={row.pk}"
+    return page
+
+
 def product_url(job) -> str | None:
     """The page showing what ``job`` produced, or None (not finished, or nothing to show). The caller has already
     checked that the principal may read the job; every resolver names only objects of the job's project."""
