@@ -118,8 +118,18 @@ def gather_rows(data, idx):
 
 
 def gather_then_kill_everything(data, idx):
-    """kill(-1): every process this uid can signal. Must end in a verdict, and harm nothing outside."""
+    """kill(-1) — every process this uid can signal — then every signal at the zygote (its parent, pid 1 of the
+    namespace), then the right answer. Must end in a measured verdict and harm nothing outside."""
     import signal
 
-    os.kill(-1, signal.SIGKILL)
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except ProcessLookupError:  # nothing it may signal: neither init nor itself count
+        pass
+    for target in {1, os.getppid()}:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGSTOP, signal.SIGKILL):
+            try:
+                os.kill(target, sig)
+            except OSError:
+                pass
     return torch.index_select(data, 0, idx)

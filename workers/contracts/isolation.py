@@ -13,6 +13,9 @@ The boundary is the operating system's, built with bubblewrap (Debian package ``
   maps it in a user namespace;
 * an environment built from scratch (``--clearenv``): no database, broker or signing credentials, no
   ``KC_*`` variables; only what Python and the numeric libraries read;
+* the sandbox program runs as the pid namespace's init (``--as-pid-1``): processes inside the namespace cannot
+  signal it (the kernel drops every signal init does not handle, SIGKILL and SIGSTOP included), so the process
+  that reports a run's end outlives anything the candidate does;
 * ``--die-with-parent``: if the worker dies, the sandbox dies; and when the pid namespace's first process exits
   every descendant is killed by the kernel, so nothing survives a run.
 
@@ -122,8 +125,11 @@ def bubblewrap_argv(program: str | None, lib_dir: str | None, device: str, comma
         raise SandboxUnavailable("bubblewrap is not installed (Debian: apt-get install bubblewrap)")
     uid = sandbox_uid()
     as_root = os.geteuid() == 0
-    argv = [bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net", "--unshare-ipc",
-            "--unshare-uts", "--unshare-cgroup-try"]
+    # --as-pid-1: the sandbox program is the pid namespace's init, and the kernel delivers no signal to a namespace's
+    # init from inside it unless init handles it (no SIGKILL, no SIGSTOP): a candidate sharing its uid cannot end the
+    # zygote that reports its exit, so a kill(-1) costs the candidate its own run and nothing more
+    argv = [bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--as-pid-1", "--unshare-net",
+            "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     if not as_root:
         argv += ["--unshare-user", "--uid", str(uid), "--gid", str(uid), "--cap-drop", "ALL"]
     # the tmpfs first: a Python environment that lives under /tmp is bound on top of it, not hidden by it

@@ -7,8 +7,9 @@ for the codec and :func:`fill_tensor`, so both sides build the same bytes.
 
 Roles (docs/contracts.md, "Isolation"):
 
-* **zygote** — starts, imports torch (never runs an op: no thread pool, no CUDA context to inherit), marks itself
-  non-dumpable (a candidate running as the same uid cannot ptrace it), says ``ready`` and then, per run request
+* **zygote** — the pid namespace's init (so nothing inside can signal it), starts, imports torch (never runs an
+  op: no thread pool, no CUDA context to inherit), marks itself non-dumpable (a candidate running as the same uid
+  cannot ptrace it), says ``ready`` and then, per run request
   from the parent, forks a child, relays the child's byte stream to the parent, and when the child has exited
   kills every other process of the sandbox (daemons a candidate left behind), empties the private /tmp and
   reports the child's exit status.
@@ -383,6 +384,33 @@ def _set_dumpable(value: int) -> None:
         pass
 
 
+def _become_init() -> None:
+    """As the namespace's init the zygote receives only the signals it handles: ignore SIGINT (Python's one
+    handler), so a candidate's ``kill(1, SIGINT)`` is not a KeyboardInterrupt here. The parent-death signal that
+    bubblewrap set does not survive ``setpriv``'s change of uid; it is set again, which helps where the worker
+    shares our uid (a user namespace). A root worker's death cannot signal us (the kernel checks permission), so
+    what ends the sandbox with the worker in every mode is the closed channel (:func:`_relay`, the stdin loop)."""
+    import ctypes
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+
+
+def _reap() -> None:
+    """Collect every exited process: as init the zygote inherits the candidate's orphans."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
 def _others_in_namespace() -> list[int]:
     me = os.getpid()
     return [int(d) for d in os.listdir("/proc") if d.isdigit() and int(d) not in (1, me)]
@@ -402,6 +430,7 @@ def _clean_up_after(child_pid: int, alone: bool, scratch: str) -> None:
             except OSError:
                 pass
             time.sleep(0.01)
+            _reap()  # killed orphans stay in /proc as zombies until their init (we) collects them
     else:
         try:
             os.killpg(child_pid, signal.SIGKILL)
@@ -423,21 +452,44 @@ def _clean_up_after(child_pid: int, alone: bool, scratch: str) -> None:
 
 
 def _relay(child_pid: int, r: int) -> int:
-    """Copy the child's stream to the parent until the child exits; return its wait status."""
+    """Copy the child's stream to the parent until the child exits; return its wait status. The parent says
+    nothing during a run, so anything on our stdin (EOF included) or an error on our stdout means the parent has
+    gone or given up (a timeout): end the run at once."""
     import select
 
+    poller = select.poll()
+    poller.register(r, select.POLLIN)
+    poller.register(0, select.POLLIN)
+    poller.register(1, 0)  # POLLERR / POLLHUP only: the parent closed its end
     status = None
     while status is None:
-        ready, _, _ = select.select([r], [], [], 0.05)
-        if ready:
+        for fd, _ in poller.poll(50):
+            if fd != r:
+                _abandon(child_pid)
             data = os.read(r, 1 << 20)
-            if data:
-                write_all(1, frame(b"C", data))
+            if not data:
+                poller.unregister(r)  # the child closed its end; its exit status comes from wait4
                 continue
+            try:
+                write_all(1, frame(b"C", data))
+            except OSError:  # EPIPE: the parent is gone
+                _abandon(child_pid)
         pid, st, usage = os.wait4(child_pid, os.WNOHANG)
         if pid:
             status = (st, usage.ru_maxrss, usage.ru_utime + usage.ru_stime)
     return status
+
+
+def _abandon(child_pid: int) -> None:
+    """The parent is gone: kill the run and exit. As the pid namespace's init our exit makes the kernel kill every
+    process left in the namespace; unisolated, the child's process group is all we can reach."""
+    import signal
+
+    try:
+        os.killpg(child_pid, signal.SIGKILL)
+    except OSError:
+        pass
+    os._exit(3)
 
 
 def _drain(r: int) -> None:
@@ -455,10 +507,13 @@ def _drain(r: int) -> None:
 def zygote_main(argv: list[str]) -> None:
     alone = "--pid-namespace" in argv
     scratch = os.environ.get("TMPDIR") or "/tmp"
-    if alone and os.getpid() > 3:
-        # kill(-1) is only safe when this process is alone in its pid namespace; refuse rather than guess
-        write_all(1, frame(b"Z", _dumps({"kind": "fatal", "message": f"not in a pid namespace (pid {os.getpid()})"})))
+    if alone and os.getpid() != 1:
+        # kill(-1) is only safe when this process is the init of its own pid namespace; refuse rather than guess
+        message = f"not the pid namespace's init (pid {os.getpid()})"
+        write_all(1, frame(b"Z", _dumps({"kind": "fatal", "message": message})))
         return
+    if alone:
+        _become_init()
     _set_dumpable(0)
     write_all(1, frame(b"Z", _dumps({"kind": "ready", "pid": os.getpid(), "uid": os.getuid(),
                                      "torch": torch.__version__})))
@@ -481,6 +536,10 @@ def zygote_main(argv: list[str]) -> None:
                 os.dup2(devnull, 0)
                 os.dup2(2, 1)  # the candidate's prints go to stderr, never into a channel
                 os.setsid()
+                if alone:
+                    import signal
+
+                    signal.signal(signal.SIGINT, signal.default_int_handler)  # the zygote's SIG_IGN is not the child's
                 _set_dumpable(1)  # the child's own /proc files readable by itself again; the zygote stays closed
                 child_main(w, payload)
             finally:
