@@ -16,14 +16,12 @@ from pathlib import Path
 import numpy as np
 import orjson
 
+from workers.fcr.schema import ids_sha256 as sha256_ids
+
 VOCAB = 32000
 EOS = 3
 SYSTEM_PROMPT = [0, 40, 41, 42, 43, 46, 3]
 TASKS = ["List files", "Say it", "Fix the failing test", "Summarise the log", "Rename the module"]
-
-
-def sha256_ids(ids) -> str:
-    return hashlib.sha256(",".join(str(int(i)) for i in ids).encode()).hexdigest()
 
 
 def sha256_text(text: str) -> str:

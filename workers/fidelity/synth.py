@@ -5,18 +5,15 @@ Deterministic given the seed; records are well-formed and, unless told otherwise
 """
 from __future__ import annotations
 
-import hashlib
 import math
 import random
 
 import orjson
 
+from workers.fcr.schema import ids_sha256
+
 TOY_TOKENIZER_SHA = "100487659ed21cf0c9ec3649a3e2d3ed74759bbb416eff4dab4f6c72a31accd8"
 TOY_TEMPLATE_SHA = "64caafe4aacf4c1466fa74060730180df25fd866303ee54059c14967ed5f6b68"
-
-
-def ids_sha256(ids) -> str:
-    return hashlib.sha256(",".join(map(str, ids)).encode("ascii")).hexdigest()
 
 
 def base_record(**over) -> dict:

@@ -15,13 +15,11 @@ import re
 
 import orjson
 
+from workers.fcr.schema import ids_sha256  # noqa: F401  (the importers hash ids by the format's one rule)
+
 IMPORTER_VERSION = "fidelity-importers/1"
 MAX_LITERAL_CHARS = 50_000_000
 _TOKEN_ID = re.compile(r"^token_id:(\d+)$")
-
-
-def ids_sha256(ids) -> str:
-    return hashlib.sha256(",".join(map(str, ids)).encode("ascii")).hexdigest()
 
 
 def text_sha256(text: str) -> str:
