@@ -49,7 +49,7 @@ class AccessibilityTest(BrowserTestCase):
                 f"/p/{slug}/keys/", f"/p/{slug}/runs/{up.run_id}/fidelity/", f"/p/{slug}/fidelity/calls/{call.pk}/",
                 f"/p/{slug}/fidelity/tokenizers/", f"/p/{slug}/training/", f"/p/{slug}/kernels/",
                 f"/p/{slug}/kernels/submit/", "/contracts/", reverse("kernels:contract", args=[contract.contract_id]),
-                f"/p/{slug}/training/{audit.pk}/"]
+                f"/p/{slug}/training/{audit.pk}/", f"/p/{slug}/alerts/"]
 
     def axe(self, page) -> list[dict]:
         page.add_script_tag(content=AXE)
