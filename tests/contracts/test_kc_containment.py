@@ -199,3 +199,45 @@ def test_a_kernel_file_named_like_the_reference_is_never_confused_with_it(tmp_pa
         for _ in range(2):
             v = run_contract("C-CMP-01", f"{path}:rms_norm", seeds=[7], pool=pool)
             assert v.verdict == "FAIL" and v.signature["sentinel_survival"] == 1.0
+
+
+WORKER_SCRIPT = """
+import sys
+from workers.contracts import run_contract
+print("running", flush=True)
+run_contract("C-EXC-02", sys.argv[1], seeds=[7], time_limit_s=600)
+"""
+
+HANGING_KERNEL = """
+import subprocess, sys, time
+
+def gather(data, idx):
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", MARKER])
+    time.sleep(600)
+"""
+
+
+def test_a_worker_killed_mid_run_leaves_nothing_of_its_sandbox(tmp_path):
+    """The worker is SIGKILLed while the kernel hangs with a helper process: the zygote sees its channels close and
+    exits, and as the namespace's init takes every process of the sandbox with it."""
+    marker = f"kc-orphan-{os.getpid()}-{time.monotonic_ns()}"
+    kernel = tmp_path / "hangs.py"
+    kernel.write_text(f"MARKER = {marker!r}\n" + HANGING_KERNEL)
+    worker = subprocess.Popen([sys.executable, "-c", WORKER_SCRIPT, f"{kernel}:gather"],
+                              cwd=ROOT, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert worker.stdout.readline().strip() == "running"
+        for _ in range(1200):  # the helper exists once the sandbox is up and the kernel is running
+            if processes_with(marker):
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError("the kernel never started its helper")
+    finally:
+        worker.kill()
+        worker.wait()
+    for _ in range(100):
+        if not processes_with(marker):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"the sandbox's processes outlived the worker: {processes_with(marker)}")
