@@ -13,6 +13,8 @@ Modules (each readable on its own):
 * :mod:`.sequence`    sequence certificates, TRM masks, batch statistics    docs/bounds.md#sequence-certificate
 * :mod:`.masks`       training masks: DPPO, C-DPPO, verl heuristic rejection  docs/masks.md
 * :mod:`.file`        ``certify_file``: streaming over fcr/1 JSONL / gzip
+* :mod:`.partial`     partial certificates of pieces of a file and their exact merge   docs/certify.md
+* :mod:`.exact`       exact (order-independent) float64 sums for the partials
 * :mod:`.cli`         ``python -m workers.certify``
 """
 from __future__ import annotations
