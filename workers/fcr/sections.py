@@ -43,7 +43,7 @@ class Findings:
         self.issues.append(FcrIssue(self.line, self.call_id, field, reason, "warning"))
 
     def check(self, field: str, problem) -> bool:
-        """Record ``problem`` (None or ``(suffix, reason)`` from a list check) as an error on ``field``; True if fine."""
+        """Record ``problem`` (None or ``(suffix, reason)`` of a list check) as an error on ``field``; True if fine."""
         if problem is None:
             return True
         self.err(field + problem[0], problem[1])

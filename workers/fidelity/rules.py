@@ -1,9 +1,10 @@
 """The audit rules R0–R9 of docs/fidelity-rules.md#rules-r0r9, evaluated on one call.
 
-Every reason code owns one bit of a ``uint32`` per response position; the bits are allocated in rule order, so the
-*primary* reason of a call is its lowest set bit and the reasons of a span are listed in rule order. Call-level
-failures set their bit on every position; token-level failures only where they occur. A position is *verifiable*
-iff its word is 0 (docs/fidelity-rules.md#definitions). Spans are maximal runs of equal words.
+The reason codes and the per-position bit words they are marked in are :mod:`workers.fidelity.codes`; the rules
+about numbers (R6 rollout log-probs, R7 semantics and top-K, R8 trainer log-probs) are
+:mod:`workers.fidelity.logprob_rules`. This module holds the call's result, the rules about identity and ids (R0–R4),
+the context rules that need the whole file (R5, R9: :func:`apply_lineage`) and :func:`evaluate_call`, which runs
+them in order.
 
 Evaluation order and the docs/fidelity-rules.md#rules-r0r9 short-circuits:
 
@@ -16,14 +17,9 @@ Closed failure (docs/fidelity-rules.md#definitions): a rule that cannot be evalu
 tokenizer for ``engine_token_strings``; R4 when ``response.text`` is present but the tokenizer is not registered;
 R8 when a staleness bound is configured but a policy version is missing).
 
-Choices the rules leave open (docs/fidelity.md#audit--workersfidelity):
-
-* A *positive* log-prob (> 1e-6) is reported as ``LOGPROB_NONFINITE`` / ``TRAINER_LOGPROB_NONFINITE`` (the code for
-  "not a valid log-probability"; R8 lists no other code for it).
-* ``MIXED_POLICY_VERSION`` marks the positions whose ``rollout.token_policy_versions`` entry differs from the latest
-  version in the call (the earlier off-policy segment of a partial rollout).
-* R4 text comparison uses ``engine.skip_special_tokens`` when declared; when it is not, a match under either policy
-  passes.
+Choices the rules leave open (docs/fidelity.md#audit--workersfidelity): R4 text comparison uses
+``engine.skip_special_tokens`` when declared; when it is not, a match under either policy passes. (R6–R8's are in
+:mod:`workers.fidelity.logprob_rules`.)
 """
 from __future__ import annotations
 
@@ -32,67 +28,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from workers.fcr.validate import topk_arrays, topk_checked  # noqa: F401  (re-exported: the audit reads them here)
-
-# ------------------------------------------------------------------------------------------- reason codes
-REASONS: list[tuple[str, str]] = [
-    ("R0", "MALFORMED"),
-    ("R1", "BACKGROUND_CALL"),
-    ("R1", "ROLE_UNVERIFIED"),
-    ("R1", "SUPERSEDED_RETRY"),
-    ("R2", "RESPONSE_IDS_RETOKENIZED"),
-    ("R2", "RESPONSE_IDS_AMBIGUOUS"),
-    ("R2", "RESPONSE_IDS_MISSING"),
-    ("R2", "R2_NOT_EVALUABLE"),
-    ("R3", "PROMPT_IDS_UNVERIFIED"),
-    ("R4", "TOKEN_COUNT_MISMATCH"),
-    ("R4", "TEXT_ID_MISMATCH"),
-    ("R4", "R4_NOT_EVALUABLE"),
-    ("R5", "PROMPT_NOT_ORIGINAL"),
-    ("R5", "LINEAGE_UNVERIFIED"),
-    ("R5", "R5_NOT_EVALUABLE"),
-    ("R6", "LOGPROB_MISSING"),
-    ("R6", "LOGPROB_NONFINITE"),
-    ("R6", "SENTINEL_LOGPROB"),
-    ("R7", "LOGPROB_SEMANTICS_UNVERIFIED"),
-    ("R7", "TOPK_INCONSISTENT"),
-    ("R7", "R7_NOT_EVALUABLE"),
-    ("R8", "TRAINER_LOGPROB_MISSING"),
-    ("R8", "TRAINER_LOGPROB_NONFINITE"),
-    ("R8", "TRAINER_MISALIGNED"),
-    ("R8", "STALE_ROLLOUT"),
-    ("R8", "MIXED_POLICY_VERSION"),
-    ("R8", "R8_NOT_EVALUABLE"),
-    ("R9", "PREFIX_CHAIN_BROKEN"),
-    ("CERT", "CERT_MISSING"),
-    ("CERT", "CERT_INPUT_INVALID"),
-]
-CODES = [c for _, c in REASONS]
-BIT = {c: np.uint32(1 << i) for i, c in enumerate(CODES)}
-RULE_OF = {c: r for r, c in REASONS}
-RULES = ["R0", "R1", "R2", "R3", "R4", "R5", "R6", "R7", "R8", "R9"]
-assert len(CODES) <= 32
-
-
-# R0 ("parses; arrays aligned; ids within vocab size", docs/fidelity-rules.md#rules-r0r9): the record object, its
-# version, its identity and the
-# per-token arrays. Any other validator error (e.g. a missing ``source``) does not make the call MALFORMED.
-_CRITICAL_EXACT = frozenset({"", "schema", "call_id", "prompt", "response", "rollout", "trainer"})
-_CRITICAL_ARRAYS = ("prompt.token_ids", "response.token_ids", "response.token_strings", "rollout.logprobs",
-                    "rollout.top_k", "rollout.token_policy_versions", "trainer.logprobs", "trainer.top_k",
-                    "trainer.loss_mask_used")
-
-
-def is_critical(field: str) -> bool:
-    if field in _CRITICAL_EXACT:
-        return True
-    return any(field == a or field.startswith(a + "[") for a in _CRITICAL_ARRAYS)
-
-
-def codes_of(word: int) -> list[str]:
-    """Reason codes of a bit word, in rule order."""
-    w = int(word)
-    return [c for i, c in enumerate(CODES) if w >> i & 1]
-
+from workers.fidelity import logprob_rules
+from workers.fidelity.codes import (BIT, CODES, REASONS, RULE_OF, RULES, codes_of, fail_all,  # noqa: F401
+                                    is_critical, spans_of)
 
 # ------------------------------------------------------------------------------------------- options
 @dataclass
@@ -159,66 +97,6 @@ class CallResult:
         return self.words == 0
 
 
-# ------------------------------------------------------------------------------------------- helpers
-def _floats(values, n):
-    """(float|null)[] → (float64 array with NaN at nulls, bool mask of nulls)."""
-    if values is None:
-        return np.full(n, np.nan), np.ones(n, dtype=bool)
-    if None not in values:
-        return np.asarray(values, dtype=np.float64).reshape(n), np.zeros(n, dtype=bool)
-    missing = np.fromiter((v is None for v in values), dtype=bool, count=n)
-    arr = np.asarray([np.nan if v is None else v for v in values], dtype=np.float64)
-    return arr, missing
-
-
-def _median(d: np.ndarray) -> float:
-    """``np.median`` (mean of the two middle values for an even count) through one ``np.partition``."""
-    m = len(d)
-    h = m // 2
-    if m % 2:
-        return float(np.partition(d, h)[h])
-    p = np.partition(d, (h - 1, h))
-    return float((p[h - 1] + p[h]) / 2)
-
-
-def spans_of(words: np.ndarray) -> list[dict]:
-    n = len(words)
-    if n == 0:
-        return []
-    cuts = np.flatnonzero(words[1:] != words[:-1]) + 1
-    starts = np.concatenate(([0], cuts))
-    ends = np.concatenate((cuts, [n]))
-    return [{"start": int(s), "end": int(e), "verifiable": bool(words[s] == 0), "reasons": codes_of(words[s])}
-            for s, e in zip(starts, ends)]
-
-
-def _obj(rec, key) -> dict:
-    v = rec.get(key)
-    return v if isinstance(v, dict) else {}
-
-
-def _untransformed(sampling: dict) -> bool:
-    """R7 (docs/fidelity-rules.md#rules-r0r9): raw log-probs equal processed ones only if sampling does not
-    transform the distribution."""
-    g = sampling.get
-
-    def eq(key, ok, default_ok=True):
-        v = g(key)
-        return default_ok if v is None else v in ok
-
-    return (
-        eq("temperature", (1, 1.0))
-        and eq("top_p", (1, 1.0))
-        and eq("top_k", (0, -1))
-        and eq("min_p", (0, 0.0))
-        and eq("repetition_penalty", (1, 1.0))
-        and eq("presence_penalty", (0, 0.0))
-        and eq("frequency_penalty", (0, 0.0))
-        and not g("logit_bias_present")
-        and not g("structured_output")
-    )
-
-
 def finalize(result: CallResult) -> CallResult:
     """(Re)compute a call's reasons, primary reason, verdict, spans and closed-failure count from its bit words."""
     entry, words, n = result.entry, result.words, result.n
@@ -246,11 +124,6 @@ def finalize(result: CallResult) -> CallResult:
     return result
 
 
-# ------------------------------------------------------------------------------------------- R0–R9
-def _fail_all(result: CallResult, code: str):
-    result.words[:] |= BIT[code]
-    result.entry["rules"][RULE_OF[code]] = "fail"
-
 
 def _finish(result: CallResult, opts: AuditOptions, skip_from=None) -> CallResult:
     rules = result.entry["rules"]
@@ -272,15 +145,15 @@ def apply_lineage(result: CallResult, lineage: Lineage, opts: AuditOptions) -> C
     entry["tito_prefix_ok"] = lineage.tito_prefix_ok
     if not li["evaluable"]:
         entry["lineage"] = "not-evaluable"
-        _fail_all(result, "R5_NOT_EVALUABLE")
+        fail_all(result, "R5_NOT_EVALUABLE")
     elif lineage.is_root:
         dec, obs = li["declared"], li["observed"]
         if dec is None or obs is None:
             entry["lineage"] = "root-undeclared"
-            _fail_all(result, "LINEAGE_UNVERIFIED")
+            fail_all(result, "LINEAGE_UNVERIFIED")
         elif dec != obs:
             entry["lineage"] = "root-mismatch"
-            _fail_all(result, "PROMPT_NOT_ORIGINAL")
+            fail_all(result, "PROMPT_NOT_ORIGINAL")
         else:
             entry["lineage"] = "root-ok"
     elif lineage.root_prefix_ok:
@@ -289,12 +162,13 @@ def apply_lineage(result: CallResult, lineage: Lineage, opts: AuditOptions) -> C
         entry["lineage"] = f"context-{li['context_event']}-ok"
     else:
         entry["lineage"] = "unverified" if lineage.root_prefix_ok is not None else "root-unknown"
-        _fail_all(result, "LINEAGE_UNVERIFIED")
+        fail_all(result, "LINEAGE_UNVERIFIED")
     if opts.mode == "merged" and lineage.chain_broken:
-        _fail_all(result, "PREFIX_CHAIN_BROKEN")
+        fail_all(result, "PREFIX_CHAIN_BROKEN")
     return _finish(result, opts)
 
 
+# ------------------------------------------------------------------------------------------- R0–R9
 def evaluate_call(rec: dict, *, line: int, issues: list, tokenizer, lineage: Lineage | None, opts: AuditOptions,
                   defer_lineage: bool = False, topk: dict | None = None) -> CallResult:
     """Apply R0–R9 to one parsed record. ``issues`` are its structural (validator) errors; ``tokenizer`` the
@@ -308,6 +182,36 @@ def evaluate_call(rec: dict, *, line: int, issues: list, tokenizer, lineage: Lin
     topk = topk or {}
     if lineage is None:
         lineage = Lineage()
+    result, resp, ids, trainer = _new_result(rec, line)
+    n = result.n
+    if _r0_malformed(rec, result, issues, lineage, tokenizer, ids):
+        return _finish(result, opts, skip_from="R1")
+    if _r1_role(rec, result, opts):
+        return _finish(result, opts, skip_from="R2")
+    _r2_response_ids(resp, ids, result, tokenizer)
+    if rec["prompt"].get("provenance") not in ("engine", "engine_input"):  # R3: prompt ids
+        fail_all(result, "PROMPT_IDS_UNVERIFIED")
+    _r4_consistency(rec, resp, ids, result, tokenizer)
+    # drift diagnostic (docs/fidelity-rules.md#rules-r0r9): engine-sourced ids only
+    engine_ids = opts.drift and tokenizer is not None and resp.get("provenance") == "engine" and n
+    result.entry["drift_if_retokenized"] = tokenizer.drift_if_retokenized(ids) if engine_ids else None
+    # R5 (lineage) and R9 (merge chain) fail whole calls and need the whole file's index: apply_lineage
+    result.lineage_input = _lineage_input(rec["prompt"], result.entry)
+    r_lp, r_ok = logprob_rules.rollout_logprobs(rec, result, opts, n)
+    r_tk, ids_arr = logprob_rules.semantics_and_topk(rec, result, opts, ids, n, r_lp, r_ok, topk)
+    t_lp = logprob_rules.trainer_logprobs(rec, trainer, result, opts, n, r_lp, r_ok)
+    if opts.certificates:  # arrays only: the record itself is released before the certificates are computed
+        t_tk = trainer.get("top_k")
+        t_tk = (topk.get("trainer") or topk_arrays(t_tk, n)) if isinstance(t_tk, list) and n else None
+        result.cert_arrays = {"r_lp": r_lp, "t_lp": t_lp, "r_tk": r_tk, "t_tk": t_tk,
+                              "ids": ids_arr if ids_arr is not None else np.asarray(ids, dtype=np.int64)}
+    if defer_lineage:
+        return result
+    return apply_lineage(result, lineage, opts)
+
+
+def _new_result(rec, line: int):
+    """The call's report entry and empty bit words, read defensively (R0 has not judged the record yet)."""
     get = rec.get if isinstance(rec, dict) else (lambda k, d=None: d)
     resp = get("response") if isinstance(get("response"), dict) else {}
     ids = resp.get("token_ids")
@@ -333,8 +237,6 @@ def evaluate_call(rec: dict, *, line: int, issues: list, tokenizer, lineage: Lin
         "certificate": None,
         "tito_prefix_ok": None,
     }
-    words = np.zeros(n, dtype=np.uint32)
-    rules = dict.fromkeys(RULES, "pass")
     mask_used = None
     lmu = trainer.get("loss_mask_used")
     if isinstance(lmu, list):
@@ -342,24 +244,24 @@ def evaluate_call(rec: dict, *, line: int, issues: list, tokenizer, lineage: Lin
             mask_used = np.asarray(lmu, dtype=np.float64).reshape(-1) == 1
         except (TypeError, ValueError):
             mask_used = np.fromiter((v == 1 for v in lmu), dtype=bool, count=len(lmu))
-    result = CallResult(entry=entry, n=n, words=words, role=role, loss_mask_used=mask_used)
+    result = CallResult(entry=entry, n=n, words=np.zeros(n, dtype=np.uint32), role=role, loss_mask_used=mask_used)
+    entry["rules"] = dict.fromkeys(RULES, "pass")
+    return result, resp, ids, trainer
 
-    def fail_all(code):
-        words[:] |= BIT[code]
-        rules[RULE_OF[code]] = "fail"
 
-    def fail_at(code, where):
-        if where.any():
-            words[where] |= BIT[code]
-            rules[RULE_OF[code]] = "fail"
+def _fail_call(result: CallResult, code: str) -> None:
+    """A short-circuiting failure (R0, R1): on every position, or as a call-level code when there are none."""
+    if result.n:
+        fail_all(result, code)
+    else:
+        result.call_codes = int(BIT[code])
+        result.entry["rules"][RULE_OF[code]] = "fail"
 
-    entry["rules"] = rules
 
-    def finish(skip_from=None):
-        return _finish(result, opts, skip_from)
-
-    # ---- R0: structure, duplicates, vocabulary (other format problems are reported, not failed: each rule
-    # that needs a missing field fails closed with its own <RULE>_NOT_EVALUABLE / unverified code)
+def _r0_malformed(rec, result: CallResult, issues: list, lineage: Lineage, tokenizer, ids) -> bool:
+    """R0: structure, duplicates, vocabulary. Other format problems are reported, not failed: each rule that needs
+    a missing field fails closed with its own <RULE>_NOT_EVALUABLE / unverified code. True: the call is MALFORMED."""
+    entry = result.entry
     r0 = [i for i in issues if i.severity == "error" and is_critical(i.field)]
     fmt = [i for i in issues if i.severity == "error" and not is_critical(i.field)]
     if fmt:
@@ -375,17 +277,16 @@ def evaluate_call(rec: dict, *, line: int, issues: list, tokenizer, lineage: Lin
                     r0.append(_Issue(f"{part}.token_ids[{j}]", f"id {arr[j]} is not in the vocabulary of "
                                                                f"tokenizer {tokenizer.id}"))
                     break
-    if r0:
-        entry["malformed"] = [{"field": i.field, "reason": i.reason} for i in r0[:5]]
-        if n:
-            fail_all("MALFORMED")
-        else:
-            result.call_codes = int(BIT["MALFORMED"])
-            rules["R0"] = "fail"
-        return finish(skip_from="R1")
+    if not r0:
+        return False
+    entry["malformed"] = [{"field": i.field, "reason": i.reason} for i in r0[:5]]
+    _fail_call(result, "MALFORMED")
+    return True
 
-    # ---- R1: role
-    rs = rec.get("role_source")
+
+def _r1_role(rec: dict, result: CallResult, opts: AuditOptions) -> bool:
+    """R1: a declared policy call (inferred roles only when allowed), not a superseded retry. True: it failed."""
+    role, rs = result.role, rec.get("role_source")
     sources = ("header", "config", "inferred") if opts.allow_inferred_roles else ("header", "config")
     r1 = None
     if role == "background":
@@ -395,146 +296,56 @@ def evaluate_call(rec: dict, *, line: int, issues: list, tokenizer, lineage: Lin
     elif rec.get("purpose") == "retry":
         r1 = "SUPERSEDED_RETRY"
     if r1:
-        if n:
-            fail_all(r1)
-        else:
-            result.call_codes = int(BIT[r1])
-            rules["R1"] = "fail"
-        return finish(skip_from="R2")
+        _fail_call(result, r1)
+    return r1 is not None
 
-    # ---- R2: response ids
+
+def _r2_response_ids(resp: dict, ids, result: CallResult, tokenizer) -> None:
+    """R2: the response ids are the engine's (or its token strings map back to exactly those ids)."""
     prov = resp.get("provenance")
     if prov not in ("engine", "engine_token_strings", "retokenized", "missing"):
-        fail_all("R2_NOT_EVALUABLE")
+        fail_all(result, "R2_NOT_EVALUABLE")
     elif prov == "retokenized":
-        fail_all("RESPONSE_IDS_RETOKENIZED")
+        fail_all(result, "RESPONSE_IDS_RETOKENIZED")
     elif prov == "missing":
-        fail_all("RESPONSE_IDS_MISSING")
+        fail_all(result, "RESPONSE_IDS_MISSING")
     elif prov == "engine_token_strings":
         strings = resp.get("token_strings")
         if tokenizer is None:
-            fail_all("R2_NOT_EVALUABLE")
-        elif not isinstance(strings, list) or len(strings) != n or resp.get("usage_completion_tokens") != n:
-            fail_all("RESPONSE_IDS_AMBIGUOUS")
-        else:
-            for s, i in zip(strings, ids):
-                if not isinstance(s, str) or "\ufffd" in s or tokenizer.ids_for_string(s) != [i]:
-                    fail_all("RESPONSE_IDS_AMBIGUOUS")
-                    break
+            fail_all(result, "R2_NOT_EVALUABLE")
+        elif (not isinstance(strings, list) or len(strings) != result.n
+              or resp.get("usage_completion_tokens") != result.n):
+            fail_all(result, "RESPONSE_IDS_AMBIGUOUS")
+        elif any(not isinstance(s, str) or "\ufffd" in s or tokenizer.ids_for_string(s) != [i]
+                 for s, i in zip(strings, ids)):
+            fail_all(result, "RESPONSE_IDS_AMBIGUOUS")
 
-    # ---- R3: prompt ids
-    if rec["prompt"].get("provenance") not in ("engine", "engine_input"):
-        fail_all("PROMPT_IDS_UNVERIFIED")
 
-    # ---- R4: consistency
+def _r4_consistency(rec: dict, resp: dict, ids, result: CallResult, tokenizer) -> None:
+    """R4: the engine's token count and, when the text is given, the text decoded from the ids agree."""
     usage = resp.get("usage_completion_tokens")
-    if type(usage) is int and usage != n:
-        fail_all("TOKEN_COUNT_MISMATCH")
+    if type(usage) is int and usage != result.n:
+        fail_all(result, "TOKEN_COUNT_MISMATCH")
     text = resp.get("text")
-    if text is not None:
-        if tokenizer is None or not isinstance(text, str):
-            fail_all("R4_NOT_EVALUABLE")
-        else:
-            skip = _obj(rec, "engine").get("skip_special_tokens")
-            policies = (bool(skip),) if isinstance(skip, bool) else (False, True)
-            if not any(tokenizer.decode(ids, skip_special_tokens=p) == text for p in policies):
-                fail_all("TEXT_ID_MISMATCH")
-
-    # ---- drift diagnostic (docs/fidelity-rules.md#rules-r0r9): engine-sourced ids only
-    if opts.drift and tokenizer is not None and prov == "engine" and n:
-        entry["drift_if_retokenized"] = tokenizer.drift_if_retokenized(ids)
-    else:
-        entry["drift_if_retokenized"] = None
-
-    # ---- R5 (lineage) and R9 (merge chain) fail whole calls and need the whole file's index: apply_lineage
-    prompt = rec["prompt"]
-    src = prompt.get("context_source_call_id")
-    result.lineage_input = {"evaluable": entry["trajectory_id"] is not None and entry["call_index"] is not None,
-                            "declared": prompt.get("task_prompt_sha256_declared"),
-                            "observed": prompt.get("task_prompt_sha256_observed"),
-                            "context_event": prompt.get("context_event"),
-                            "context_source": src if isinstance(src, str) else None}
-
-    # ---- R6: rollout log-probs (token)
-    ro = rec["rollout"]
-    r_lp, r_missing = _floats(ro["logprobs"], n)
-    finite = np.isfinite(r_lp)
-    sentinel = finite & (r_lp <= opts.sentinel + 1e-6)
-    nonfinite = (~finite & ~r_missing) | (finite & (r_lp > opts.positive_tol))
-    fail_at("LOGPROB_MISSING", r_missing)
-    fail_at("LOGPROB_NONFINITE", nonfinite)
-    fail_at("SENTINEL_LOGPROB", sentinel)
-    r_ok = finite & ~sentinel & ~nonfinite
-
-    # ---- R7: log-prob semantics (call) + top-K consistency (token)
+    if text is None:
+        return
+    if tokenizer is None or not isinstance(text, str):
+        fail_all(result, "R4_NOT_EVALUABLE")
+        return
     eng = rec.get("engine")
-    mode = eng.get("logprobs_mode") if isinstance(eng, dict) else None
-    if not isinstance(eng, dict) or (mode == "raw_logprobs" and not isinstance(rec.get("sampling"), dict)):
-        fail_all("R7_NOT_EVALUABLE")
-    elif not (mode == "processed_logprobs" or (
-            mode == "raw_logprobs" and eng.get("generation_config_source") == "request_only"
-            and _untransformed(rec["sampling"]))):
-        fail_all("LOGPROB_SEMANTICS_UNVERIFIED")
-    rtk = ro.get("top_k")
-    r_tk = None
-    ids_arr = None
-    if rtk is not None and n:
-        ids_arr = np.asarray(ids, dtype=np.int64)
-        r_tk = topk.get("rollout") or topk_arrays(rtk, n)
-        tk_ids, tk_lps, _ = r_tk
-        hit = tk_ids == ids_arr[:, None]
-        listed = hit.any(1)
-        val = np.where(hit, tk_lps, 0.0).sum(1)
-        bad = listed & r_ok & ~(np.abs(val - np.where(r_ok, r_lp, 0.0)) <= opts.topk_tol)
-        fail_at("TOPK_INCONSISTENT", bad)
+    skip = eng.get("skip_special_tokens") if isinstance(eng, dict) else None
+    policies = (bool(skip),) if isinstance(skip, bool) else (False, True)
+    if not any(tokenizer.decode(ids, skip_special_tokens=p) == text for p in policies):
+        fail_all(result, "TEXT_ID_MISMATCH")
 
-    # ---- R8: trainer log-probs
-    t_vals = trainer.get("logprobs")
-    if t_vals is None:
-        fail_all("TRAINER_LOGPROB_MISSING")
-        t_ok = np.zeros(n, dtype=bool)
-        t_lp = np.full(n, np.nan)
-    else:
-        t_lp, t_missing = _floats(t_vals, n)
-        t_fin = np.isfinite(t_lp)
-        t_bad = (~t_fin & ~t_missing) | (t_fin & (t_lp > opts.positive_tol))
-        fail_at("TRAINER_LOGPROB_MISSING", t_missing)
-        fail_at("TRAINER_LOGPROB_NONFINITE", t_bad)
-        t_ok = t_fin & ~t_bad
-    both = r_ok & t_ok
-    if both.any():
-        d = np.abs(t_lp[both] - r_lp[both])
-        med = _median(d)
-        result.align_diff = d
-        result.binary_tv = np.abs(np.exp(t_lp[both]) - np.exp(r_lp[both]))
-        entry["alignment"] = {"median_abs_diff": med, "mean_abs_diff": float(d.mean()), "max_abs_diff": float(d.max()),
-                              "positions": int(both.sum())}
-        if med > opts.tau_align:
-            fail_all("TRAINER_MISALIGNED")
-    else:
-        entry["alignment"] = None
-    if opts.max_staleness is not None:
-        tv, mv = trainer.get("policy_version"), _obj(rec, "model").get("policy_version")
-        if type(tv) is not int or type(mv) is not int:
-            fail_all("R8_NOT_EVALUABLE")
-        elif tv - mv > opts.max_staleness:
-            fail_all("STALE_ROLLOUT")
-    tpv = ro.get("token_policy_versions")
-    if tpv and n:
-        v = np.asarray(tpv, dtype=np.int64)
-        fail_at("MIXED_POLICY_VERSION", v != v.max())
 
-    if opts.certificates:  # arrays only: the record itself is released before the certificates are computed
-        t_tk = trainer.get("top_k")
-        if isinstance(t_tk, list) and n:
-            t_tk = topk.get("trainer") or topk_arrays(t_tk, n)
-        else:
-            t_tk = None
-        result.cert_arrays = {"r_lp": r_lp, "t_lp": t_lp, "r_tk": r_tk, "t_tk": t_tk,
-                              "ids": ids_arr if ids_arr is not None else np.asarray(ids, dtype=np.int64)}
-    if defer_lineage:
-        return result
-    return apply_lineage(result, lineage, opts)
+def _lineage_input(prompt: dict, entry: dict) -> dict:
+    src = prompt.get("context_source_call_id")
+    return {"evaluable": entry["trajectory_id"] is not None and entry["call_index"] is not None,
+            "declared": prompt.get("task_prompt_sha256_declared"),
+            "observed": prompt.get("task_prompt_sha256_observed"),
+            "context_event": prompt.get("context_event"),
+            "context_source": src if isinstance(src, str) else None}
 
 
 @dataclass
