@@ -3,10 +3,14 @@
 No Django import. Modules (each readable on its own):
 
 * :mod:`.tokenizer`     registered tokenizers (HF ``tokenizer.json``, hashed; the toy tokenizer)
-* :mod:`.rules`         R0–R9 on one call, reason codes, spans (docs/fidelity-rules.md#rules-r0r9)
+* :mod:`.rules`         R0–R9 on one call (docs/fidelity-rules.md#rules-r0r9): R0–R4, R5/R9 and the order
+* :mod:`.logprob_rules` R6–R8: rollout log-probs, their semantics and top-K, the trainer's log-probs
+* :mod:`.codes`         reason codes, the per-position bit words, spans (numpy only: the web tier reads them)
 * :mod:`.certificates`  certificate checks via :mod:`workers.certify`
 * :mod:`.coverage`      the coverage report
-* :mod:`.audit`         ``audit_file`` / ``audit_records``: index, chain and evaluation passes
+* :mod:`.audit`         ``audit_file`` / ``audit_records``: the evaluation, fix-up and verdict passes
+* :mod:`.sources`       what the audit reads: records of a file or list, parsed and validated once
+* :mod:`.lineage_index` what R5, R9 and the TITO diagnostic know about the other calls (prefix digests)
 * :mod:`.masks_export`  loss-mask export (JSONL and a compact binary form)
 * :mod:`.importers`     vLLM OpenAI-compatible logs, SGLang ``/generate``, Agent Lightning spans,
                         events and triplets, verl / slime / SkyRL rollout outputs

@@ -30,27 +30,19 @@ otherwise costs more than the parse.
 from __future__ import annotations
 
 import gc
-import hashlib
-from array import array
-import json
-import os
 import pickle
 import struct
 import tempfile
-from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 
 import numpy as np
-import orjson
 
-from workers.fcr.columnar import is_parquet, iter_records_or_errors
-from workers.fcr.reader import FcrParseError, LineReader
-from workers.fcr.validate import array_bools_possible, validate_record
 from workers.fidelity.coverage import Coverage, coverage_meta
+from workers.fidelity.lineage_index import UNAUDITABLE, LineageIndex
 from workers.fidelity.masks_export import MaskWriter
-from workers.fidelity.rules import (BIT, AuditOptions, CallResult, Lineage, apply_lineage, evaluate_call, finalize,
-                                    is_critical, topk_checked)
+from workers.fidelity.rules import BIT, AuditOptions, CallResult, Lineage, apply_lineage, evaluate_call, finalize
+from workers.fidelity.sources import Unauditable, critical, file_source, list_source, parse, record_issues
 from workers.fidelity.tokenizer import TokenizerRegistry
 from workers.fidelity.verdict import coverage_gate_reason, headline, verdict_label
 
@@ -58,54 +50,6 @@ REPORT_SCHEMA = "fcr-audit/1"
 READ_SHARE = 0.9  # progress: the evaluation pass (bytes read) is 0 → 0.9, the verdict pass 0.9 → 1.0
 GC_EVERY = 4096  # lines between young-generation collections while the collector is paused
 _LEN = struct.Struct("<Q")  # spill framing: length of each call's pickle
-
-
-# ------------------------------------------------------------------------------------------- input
-class _Broken:
-    def __init__(self, reason):
-        self.reason = reason
-
-
-def _file_source(path):
-    """``() → iterator of (line number, raw line, byte offset | None, fraction of the file read)`` over every
-    non-blank line, plain or gzip (by magic; offsets only for plain files), through the one bounded reader
-    (workers/fcr/reader.py). A truncated or corrupt gzip stream or a line/decompression limit yields every complete
-    line, then a :class:`_Broken` on the line where reading stopped."""
-    size = max(os.path.getsize(path), 1)
-    if is_parquet(path):
-        return _parquet_source(path)
-
-    def lines() -> Iterator[tuple]:
-        reader = LineReader(path)
-        offsets = not reader.compressed
-        try:
-            for number, raw in reader:
-                if not raw.isspace():
-                    yield number, raw, reader.offset - len(raw) if offsets else None, reader.position / size
-        except FcrParseError as exc:
-            yield exc.line, _Broken(exc.reason), None, 1.0
-    return lines
-
-
-def _parquet_source(path):
-    """:func:`_file_source` for ``fcr-parquet/1`` (workers/fcr/columnar.py): ``(row number, record, None, fraction)``,
-    one row group in memory at a time; a row that is not a record (or an unreadable file) is a :class:`_Broken`."""
-    def lines() -> Iterator[tuple]:
-        done = [0.0]
-        for number, rec in iter_records_or_errors(path, lambda pos, total: done.__setitem__(0, pos / max(total, 1))):
-            if isinstance(rec, FcrParseError):
-                yield number, _Broken(f"{rec.field + ': ' if rec.field else ''}{rec.reason}"), None, done[0]
-            else:
-                yield number, rec, None, done[0]
-    return lines
-
-
-def _list_source(records: list):
-    def lines():
-        total = max(len(records), 1)
-        for i, r in enumerate(records, start=1):
-            yield i, r, None, i / total
-    return lines
 
 
 @contextmanager
@@ -118,249 +62,6 @@ def _gc_paused():
         if was:
             gc.enable()
 
-
-def _parse(raw):
-    """→ (record or None, error or None). orjson first; stdlib json accepts NaN/Infinity so R6/R8 can see them."""
-    if isinstance(raw, _Broken):
-        return None, raw.reason
-    if isinstance(raw, dict):
-        return raw, None
-    if isinstance(raw, str):
-        raw = raw.encode("utf-8")
-    if isinstance(raw, (bytes, bytearray)):
-        if not raw.strip():
-            return None, None
-        try:
-            rec = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            try:
-                rec = json.loads(raw)
-            except (ValueError, UnicodeDecodeError):
-                return None, f"not valid JSON ({exc})"
-        if not isinstance(rec, dict):
-            return None, f"expected a JSON object, got {type(rec).__name__}"
-        return rec, None
-    return None, f"expected a JSON object, got {type(raw).__name__}"
-
-
-_UNAUDITABLE = (OverflowError, ValueError, TypeError, KeyError, IndexError)
-
-
-class _Unauditable:
-    severity = "error"
-    field = ""
-
-    def __init__(self, exc):
-        self.reason = f"record cannot be audited ({type(exc).__name__}: {exc})"
-
-
-def _ids_bytes(ids) -> bytes:
-    """A flat integer id list as int64 bytes (the digest input); ValueError for anything else."""
-    if ids and type(ids[0]) is int:
-        try:  # one C pass; anything array('q') refuses (floats, ids ≥ 2**63) takes the numpy path below
-            return array("q", ids).tobytes()
-        except (TypeError, OverflowError):
-            pass
-    a = np.asarray(ids) if len(ids) else np.zeros(0, dtype=np.int64)
-    if a.ndim != 1 or a.dtype.kind not in "iu":
-        raise ValueError("token ids are not a flat list of integers")
-    return a.astype(np.int64, copy=False).tobytes()
-
-
-def _hash(data: bytes) -> bytes:
-    return hashlib.blake2b(data, digest_size=16).digest()
-
-
-def _digest(ids) -> bytes:
-    """16-byte digest of a flat integer id list (as int64); a prefix of ids ↔ a prefix of :func:`_ids_bytes`."""
-    return _hash(_ids_bytes(ids))
-
-
-def _issues(rec, raw) -> tuple[list, dict]:
-    """The record's validator errors, and its top-K lists as arrays when they could be converted on the way.
-
-    The two top-K lists are most of a record's bytes; when the raw line proves that no JSON boolean is an array
-    element, :func:`~workers.fidelity.rules.topk_checked` checks and converts each in one set of C-level passes and
-    the validator sees the record without them (same verdict: the checks are the validator's own fast-path checks).
-    Anything unusual goes to the validator whole, which names the problem."""
-    fast = isinstance(raw, (bytes, bytearray)) and not array_bools_possible(raw)
-    topk: dict = {}
-    view = rec
-    if fast:
-        resp = rec.get("response")
-        ids = resp.get("token_ids") if type(resp) is dict else None
-        if type(ids) is list:
-            parts = {}
-            for part in ("rollout", "trainer"):
-                block = rec.get(part)
-                if type(block) is dict and block.get("top_k") is not None:
-                    arrays = topk_checked(block["top_k"], len(ids))
-                    if arrays is None:
-                        parts = None
-                        break
-                    topk[part] = arrays
-                    parts[part] = {k: v for k, v in block.items() if k != "top_k"}
-            if parts:
-                view = {**rec, **parts}
-            elif parts is None:
-                topk = {}
-    return [i for i in validate_record(view, lint=False, no_array_bools=fast) if i.severity == "error"], topk
-
-
-def _critical(issues):
-    return [i for i in issues if is_critical(i.field)]
-
-
-def _str(v):
-    return v if isinstance(v, str) else None
-
-
-# ------------------------------------------------------------------------------------------- index
-def _prefix_ok(prompt, length, digest) -> bool:
-    return len(prompt) >= length and _digest(prompt[:length]) == digest
-
-
-def _bytes_prefix_ok(ids_bytes: bytes, length, digest) -> bool:
-    return len(ids_bytes) >= 8 * length and _hash(ids_bytes[:8 * length]) == digest
-
-
-class _Index:
-    """What R5, R9 and the TITO diagnostic need to know about the other calls of a run (see the module docstring)."""
-
-    def __init__(self, merged: bool):
-        self.merged = merged
-        self.first_line: dict = {}
-        self.roots: dict = {}  # (run, traj) -> [call_index, line, prompt_len, digest]
-        self.policy: dict = {}  # (run, traj) -> sorted [(call_index, line, seq_len, seq_digest)] of policy calls
-        self.samples: dict = {}  # (run, sid) -> sorted [(call_index, line, call_id, prompt_len, seq_len, seq_digest)]
-        self.spec: dict = {}  # line -> (root line, prefix ok, predecessor line, prefix ok) as known when read
-        self.chain_spec: dict = {}  # line -> (predecessor line in its sample, prefix ok) as known when read
-        self.final: dict = {}  # line -> [is_root, root_prefix_ok, tito_prefix_ok]
-        self.malformed: set[int] = set()  # records the index could not digest (e.g. ids beyond int64)
-        self.broken_lines: set[int] = set()
-        self.chain_breaks: list = []
-        self.merged_samples = 0
-
-    def add(self, line, rec):
-        """Index one parsed record (no validation here: the evaluation validates every record once; a record whose
-        index fields are unusable is simply left out of the index)."""
-        if type(rec.get("call_id")) is not str or not isinstance(rec.get("prompt"), dict) \
-                or not isinstance(rec.get("response"), dict) or rec.get("schema") != "fcr/1":
-            return
-        try:
-            self._add(line, rec)
-        except _UNAUDITABLE:
-            self.malformed.add(line)
-
-    def duplicate_of(self, line, rec) -> int | None:
-        first = self.first_line.get((_str(rec.get("run_id")), rec.get("call_id")))
-        return first if first is not None and first != line else None
-
-    def _add(self, line, rec):
-        run, cid = _str(rec.get("run_id")), rec["call_id"]
-        self.first_line.setdefault((run, cid), line)
-        prompt, resp = rec["prompt"]["token_ids"], rec["response"].get("token_ids")
-        if type(prompt) is not list or type(resp) is not list:
-            return
-        traj, ci = _str(rec.get("trajectory_id")), rec.get("call_index")
-        if type(ci) is not int or traj is None:
-            return
-        policy = rec.get("role") == "policy"
-        trainer = rec.get("trainer")
-        sid = _str(trainer.get("sample_id")) if self.merged and isinstance(trainer, dict) else None
-        if not policy and sid is None:
-            return
-        # the prompt is converted once; every digest below is of a prefix of these bytes (or of prompt+response)
-        p_bytes = _ids_bytes(prompt)
-        seq_len = len(prompt) + len(resp)
-        seq_d = hashlib.blake2b(p_bytes, digest_size=16)
-        seq_d.update(_ids_bytes(resp))
-        seq_d = seq_d.digest()
-        if policy:
-            key = (run, traj)
-            root = self.roots.get(key)
-            if root is None or ci < root[0]:
-                root = self.roots[key] = [ci, line, len(prompt), _hash(p_bytes)]
-            members = self.policy.setdefault(key, [])
-            item = (ci, line, seq_len, seq_d)
-            k = bisect_left(members, item)
-            members.insert(k, item)
-            prev = members[k - 1] if k else None
-            self.spec[line] = (root[1], None if root[1] == line else _bytes_prefix_ok(p_bytes, root[2], root[3]),
-                               prev and prev[1], prev and _bytes_prefix_ok(p_bytes, prev[2], prev[3]))
-        if sid is not None:
-            members = self.samples.setdefault((run, sid), [])
-            item = (ci, line, rec["call_id"], len(prompt), seq_len, seq_d)
-            k = bisect_left(members, item)
-            members.insert(k, item)
-            if k:
-                prev = members[k - 1]
-                self.chain_spec[line] = (prev[1], _bytes_prefix_ok(p_bytes, prev[4], prev[5]))
-
-    def resolve(self) -> dict:
-        """After the evaluation pass: the final root and predecessors. Returns ``line → {check: (prefix length,
-        digest)}`` for the calls whose root or predecessor changed after they were read (out-of-order files)."""
-        fix: dict = {}
-        for key, members in self.policy.items():
-            root = self.roots[key]
-            for k, m in enumerate(members):
-                line = m[1]
-                s_root, s_ok, s_prev, s_tito = self.spec[line]
-                is_root = root[1] == line
-                root_ok = None if is_root else (s_ok if s_root == root[1] else None)
-                if not is_root and s_root != root[1]:
-                    fix.setdefault(line, {})["root"] = (root[2], root[3])
-                prev = members[k - 1] if k else None
-                tito = None if prev is None else (s_tito if prev[1] == s_prev else None)
-                if prev is not None and prev[1] != s_prev:
-                    fix.setdefault(line, {})["tito"] = (prev[2], prev[3])
-                self.final[line] = [is_root, root_ok, tito]
-        self.spec, self.policy = {}, {}
-        self.chain_ok = {}
-        for members in self.samples.values():
-            for prev, cur in zip(members, members[1:]):
-                spec = self.chain_spec.get(cur[1])
-                if spec is not None and spec[0] == prev[1]:
-                    self.chain_ok[cur[1]] = spec[1]
-                else:
-                    fix.setdefault(cur[1], {})["chain"] = (prev[4], prev[5])
-        self.chain_spec = {}
-        return fix
-
-    def apply_fixes(self, line, rec, checks: dict):
-        """Recompute the prefix checks of one re-read record against its final root / predecessors."""
-        prompt = rec["prompt"]["token_ids"] if rec is not None and line not in self.malformed else None
-        for check, (length, digest) in checks.items():
-            ok = prompt is not None and _prefix_ok(prompt, length, digest)
-            if check == "chain":
-                self.chain_ok[line] = ok
-            else:
-                self.final[line][1 if check == "root" else 2] = ok
-
-    def finish(self):
-        """Mark the first break of every merged sample and every later call of that sample (R9,
-        docs/fidelity-rules.md#rules-r0r9)."""
-        for key, members in self.samples.items():
-            broken = False
-            for m in members[1:]:
-                if not broken and not self.chain_ok.get(m[1], False):
-                    broken = True
-                    self.chain_breaks.append({"run_id": key[0], "sample_id": key[1], "call_id": m[2],
-                                              "call_index": m[0], "line": m[1]})
-                if broken:
-                    self.broken_lines.add(m[1])
-        self.merged_samples = len(self.samples)
-        self.samples, self.chain_ok = {}, {}
-
-    def lineage(self, line, run, li: dict) -> Lineage:
-        lin = Lineage()
-        final = self.final.get(line)
-        if final is not None:
-            lin.is_root, lin.root_prefix_ok, lin.tito_prefix_ok = final
-        src = li["context_source"]
-        lin.context_source_present = src is not None and (run, src) in self.first_line
-        lin.chain_broken = line in self.broken_lines
-        return lin
 
 
 # ------------------------------------------------------------------------------------------- audit
@@ -381,7 +82,7 @@ def _run(source, *, mode, tokenizer, masks_out, masks_format, path_label, progre
     opts = AuditOptions(mode=mode, **options)
     keep = opts.max_calls_in_report if opts.max_calls_in_report is not None else (0 if call_sink else None)
     registry = TokenizerRegistry.coerce(tokenizer)
-    index = _Index(merged=(mode == "merged"))
+    index = LineageIndex(merged=(mode == "merged"))
     cov = Coverage(opts)
     certs = None
     if opts.certificates:
@@ -418,7 +119,7 @@ def _run(source, *, mode, tokenizer, masks_out, masks_format, path_label, progre
                 report(READ_SHARE * frac, f"auditing: {frac:.0%} of the file read (line {line})")
             if line % GC_EVERY == 0:
                 gc.collect(1)
-            rec, err = _parse(raw)
+            rec, err = parse(raw)
             if rec is None and err is None:
                 continue  # blank line
             if rec is None:
@@ -449,7 +150,7 @@ def _run(source, *, mode, tokenizer, masks_out, masks_format, path_label, progre
             for line, raw, _, _ in source():
                 checks = fix.get(line)
                 if checks is not None:
-                    rec, _ = _parse(raw)
+                    rec, _ = parse(raw)
                     index.apply_fixes(line, rec, checks)
         index.finish()
 
@@ -554,9 +255,9 @@ def _run(source, *, mode, tokenizer, masks_out, masks_format, path_label, progre
 def _evaluate(rec, raw, line, index, registry, unregistered, opts) -> CallResult:
     """Every rule of docs/fidelity-rules.md#rules-r0r9 that depends on this record alone; R5/R9 wait for the whole
     index (``lineage_input``)."""
-    issues, topk = _issues(rec, raw)
-    if line in index.malformed and not _critical(issues):
-        issues.append(_Unauditable(ValueError("index pass rejected it")))
+    issues, topk = record_issues(rec, raw)
+    if line in index.malformed and not critical(issues):
+        issues.append(Unauditable(ValueError("index pass rejected it")))
     tok = None
     tsha = (rec.get("tokenizer") or {}).get("sha256") if isinstance(rec.get("tokenizer"), dict) else None
     if tsha is not None:
@@ -564,11 +265,11 @@ def _evaluate(rec, raw, line, index, registry, unregistered, opts) -> CallResult
         if tok is None and len(unregistered) < 100:
             unregistered.add(str(tsha))
     try:
-        dup = index.duplicate_of(line, rec) if not _critical(issues) else None
+        dup = index.duplicate_of(line, rec) if not critical(issues) else None
         return evaluate_call(rec, line=line, issues=issues, tokenizer=tok, lineage=Lineage(duplicate_of_line=dup),
                              opts=opts, defer_lineage=True, topk=topk)
-    except _UNAUDITABLE as exc:  # e.g. ids beyond int64: fail closed on this record, not the run
-        return evaluate_call(rec, line=line, issues=[_Unauditable(exc)], tokenizer=None, lineage=Lineage(),
+    except UNAUDITABLE as exc:  # e.g. ids beyond int64: fail closed on this record, not the run
+        return evaluate_call(rec, line=line, issues=[Unauditable(exc)], tokenizer=None, lineage=Lineage(),
                              opts=opts)
 
 
@@ -590,7 +291,7 @@ def audit_file(path, *, mode: str = "transition", tokenizer=None, masks_out=None
     least every 1 % of the file and every ``progress_every`` lines), then 0.9 → 1.0 as verdicts go to the sink, and
     1.0 at the end. An exception raised by ``progress`` or ``call_sink`` (e.g. a cancelled job) stops the audit.
     """
-    return _run(_file_source(path), mode=mode, tokenizer=tokenizer, masks_out=masks_out, masks_format=masks_format,
+    return _run(file_source(path), mode=mode, tokenizer=tokenizer, masks_out=masks_out, masks_format=masks_format,
                 progress=progress, call_sink=call_sink, sink_batch=sink_batch, path_label=str(path), **options)
 
 
@@ -599,6 +300,6 @@ def audit_records(records: Iterable, *, mode: str = "transition", tokenizer=None
                   call_sink: Callable[[list[dict]], None] | None = None, sink_batch: int = 1000, **options) -> dict:
     """:func:`audit_file` over in-memory records (dicts, or JSON ``bytes``/``str`` lines); line numbers are 1-based
     positions in the list (progress: fraction of the records read; ``byte_offset`` is None)."""
-    return _run(_list_source(list(records)), mode=mode, tokenizer=tokenizer, masks_out=masks_out,
+    return _run(list_source(list(records)), mode=mode, tokenizer=tokenizer, masks_out=masks_out,
                 masks_format=masks_format, progress=progress, call_sink=call_sink, sink_batch=sink_batch,
                 path_label=None, **options)
