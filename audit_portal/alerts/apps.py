@@ -6,4 +6,4 @@ class AlertsConfig(AppConfig):
     label = "alerts"
 
     def ready(self):
-        from audit_portal.alerts import signals  # noqa: F401 - connects the "a certificate completed" follow-up
+        from audit_portal.alerts import consistency, signals  # noqa: F401 - the follow-up of certificates; checks

@@ -6,7 +6,7 @@ class LiveConfig(AppConfig):
     label = "live"
 
     def ready(self):
-        from audit_portal.live import services
+        from audit_portal.live import consistency, services  # noqa: F401  (consistency: registers its checks)
         from audit_portal.runs import extras
 
         extras.register("steps", services.parse_step_range, services.tag_segment)  # a segment's step range

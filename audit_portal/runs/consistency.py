@@ -13,7 +13,7 @@ from audit_portal.core.storage import artifact_path
 from audit_portal.jobs.consistency import Report, Scope, register, register_job_check
 from audit_portal.jobs.models import Job, JobState
 from audit_portal.runs.models import Upload, UploadStage
-from audit_portal.runs.services import follow_ups_for
+from audit_portal.runs.services import _storage_name, follow_ups_for
 from workers.verify.bundle import file_sha256
 
 
@@ -38,7 +38,7 @@ def check_uploads(report: Report, scope: Scope) -> None:
             actual = file_sha256(path)
             if actual != up.sha256:
                 report.problem(f"{label}: SHA-256 of the stored file is {actual[:16]}…, {up.sha256[:16]}… recorded")
-        if not up.storage_name.endswith(up.sha256 + (".jsonl.gz" if up.compression == "gzip" else ".jsonl")):
+        if up.storage_name != _storage_name(up.sha256, up.compression, up.format):  # .parquet too
             report.problem(f"{label}: storage name {up.storage_name} does not match its digest")
     for dup in uploads.filter(duplicate_of__isnull=False).select_related("duplicate_of").iterator(chunk_size=500):
         report.counts["duplicate_uploads"] += 1

@@ -301,3 +301,28 @@ def test_the_sweep_resends_deliveries_whose_task_was_lost_once_per_period(projec
         WebhookDelivery.objects.filter(pk=delivery.pk).update(state="delivered")
         assert services.resend_stale(now=later + timedelta(seconds=1000)) == []
     assert sent == [delivery.pk, delivery.pk]
+
+
+def test_the_consistency_check_reports_an_overdue_delivery_and_a_firing_state_without_its_event(project, run,
+                                                                                                 settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from audit_portal.jobs.consistency import check
+
+    settings.ALERT_WEBHOOK_ALLOW_PRIVATE = True
+    rule = services.create_rule(project=project, created_by="t", data={"name": "b", "kind": "budget",
+                                                                        "threshold": 0.05,
+                                                                        "webhook_url": "http://127.0.0.1:9/h"})
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(services, "enqueue_delivery", lambda pk, countdown=0: True)
+        (event,) = services.evaluate_run(run, snap(best=0.2))
+    mine = lambda: [p for p in check(rehash=False, project=project).problems  # noqa: E731
+                    if "webhook" in p or "alert rule" in p]
+    assert mine() == []  # just raised: its task has time
+    WebhookDelivery.objects.filter(event=event).update(created_at=timezone.now() - timedelta(hours=1))
+    AlertEvent.objects.filter(pk=event.pk).update(kind="resolved")  # as if the fired event were lost
+    problems = mine()
+    assert any("is pending, due since" in p for p in problems), problems
+    assert any(f"alert rule {rule.pk} is firing for run {run.pk} without a fired event" in p for p in problems)

@@ -46,7 +46,8 @@ def process(upload_id, validate=True):
     """The upload's jobs run inline, as a worker would: validate, certify, then the certificate's follow-up."""
     import workers.tasks as tasks
 
-    assert not validate or tasks.validate_upload(Job.objects.get(subject_id=upload_id, kind="validate_upload").pk) == "succeeded"
+    if validate:
+        assert tasks.validate_upload(Job.objects.get(subject_id=upload_id, kind="validate_upload").pk) == "succeeded"
     assert tasks.certify_upload(Job.objects.get(subject_id=upload_id, kind="certify_upload").pk) == "succeeded"
     certificate = RunCertificate.objects.get(upload_id=upload_id)
     return tasks.run_certificate_completed(certificate_id=certificate.pk)
@@ -218,3 +219,27 @@ def test_the_alerts_page_socket_hears_the_projects_events_and_refuses_strangers(
         await com.disconnect()
 
     async_to_sync(scenario)()
+
+
+def test_the_consistency_check_sees_a_live_view_that_disagrees_with_itself_and_a_lost_follow_up(api, project, tmp_path):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from audit_portal.jobs.consistency import check
+
+    first = post(api, project, write_steps(tmp_path / "a.parquet", "grow", [0, 1]), steps="0-1").json()["id"]
+    process(first)
+    assert check(rehash=False, project=project).ok, check(rehash=False, project=project).problems
+    live = LiveRun.objects.get(run__name="grow")
+    LiveRun.objects.filter(pk=live.pk).update(steps=[0, 1, 2], uploads=[first, first])
+    lost = post(api, project, write_steps(tmp_path / "b.parquet", "grow", [2]), steps="2").json()["id"]
+    import workers.tasks as tasks
+
+    tasks.validate_upload(Job.objects.get(subject_id=lost, kind="validate_upload").pk)
+    tasks.certify_upload(Job.objects.get(subject_id=lost, kind="certify_upload").pk)  # no follow-up
+    RunCertificate.objects.filter(upload_id=lost).update(completed_at=timezone.now() - timedelta(hours=1))
+    problems = check(rehash=False, project=project).problems
+    assert any("3 steps recorded as merged, its certificate shows 2" in p for p in problems), problems
+    assert any("merged twice" in p for p in problems) and any(f"segment upload {lost}" in p for p in problems)
+
