@@ -19,6 +19,7 @@ from audit_portal.core.errors import PortalError
 
 log = logging.getLogger(__name__)
 DELIVER_TASK = "workers.tasks.deliver_alert_webhook"
+MAX_RULES_PER_PROJECT = 50  # every rule can post to a URL on every crossing of every run: the fan-out is bounded
 
 
 class InvalidAlertRule(PortalError):
@@ -70,6 +71,9 @@ def check_rule(data) -> dict:
 def create_rule(*, project, data, created_by: str) -> AlertRule:
     """A new rule with a fresh signing secret (returned on the object once: ``rule.secret``)."""
     fields = check_rule(data)
+    if AlertRule.objects.filter(project=project).count() >= MAX_RULES_PER_PROJECT:
+        raise InvalidAlertRule(f"a project has at most {MAX_RULES_PER_PROJECT} alert rules; delete one first",
+                               code="too_many_alert_rules")
     return AlertRule.objects.create(project=project, secret=secrets.token_urlsafe(32), created_by=created_by[:150],
                                     **fields)
 

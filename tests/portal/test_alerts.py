@@ -326,3 +326,13 @@ def test_the_consistency_check_reports_an_overdue_delivery_and_a_firing_state_wi
     problems = mine()
     assert any("is pending, due since" in p for p in problems), problems
     assert any(f"alert rule {rule.pk} is firing for run {run.pk} without a fired event" in p for p in problems)
+
+
+def test_a_project_has_a_bounded_number_of_rules(project, api, monkeypatch):
+    monkeypatch.setattr(services, "MAX_RULES_PER_PROJECT", 2)
+    url = f"/api/v1/projects/{project.slug}/alert-rules/"
+    for i in range(2):
+        assert api.post(url, {"name": f"r{i}", "kind": "budget", "threshold": 1}, format="json").status_code == 201
+    r = api.post(url, {"name": "r3", "kind": "budget", "threshold": 1}, format="json")
+    assert r.status_code == 400 and r.json()["error"]["code"] == "too_many_alert_rules"
+    assert project.alert_rules.count() == 2
