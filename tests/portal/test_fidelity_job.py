@@ -226,6 +226,22 @@ def test_realistic_synthetic_run_gzip(api, project):
     assert report.coverage["certificates"]["verifiable_tokens"] == report.verifiable_policy_tokens
 
 
+def test_plain_upload_drill_down_reads_the_line_at_its_offset(api, project):
+    # the drill-down reads one line at the stored offset through the bounded reader, which checks that the offset is
+    # a line start: an offset that is not one is refused instead of parsing half a line
+    recs = records(trajectories=3)
+    report, _ = audited(api, project, recs)
+    stored = FidelityCall.objects.filter(report=report)
+    assert stored.filter(byte_offset__isnull=True).count() == 0  # plain: every call has its line's offset
+    last = stored.order_by("-line").first()
+    body = api.get(f"/api/v1/fidelity/calls/{last.pk}/?tokens=true").json()
+    assert [t["id"] for t in body["tokens"]["tokens"]] == recs[-1]["response"]["token_ids"]
+    FidelityCall.objects.filter(pk=last.pk).update(byte_offset=last.byte_offset + 1)
+    response = api.get(f"/api/v1/fidelity/calls/{last.pk}/?tokens=true")
+    assert response.status_code == 400 and response.json()["error"]["code"] == "record_unavailable"
+    assert "not the start of a line" in response.json()["error"]["message"]
+
+
 def test_an_unreadable_registered_tokenizer_fails_closed_not_the_job(api, project, settings):
     from audit_portal.fidelity import services
     from audit_portal.fidelity.models import RegisteredTokenizer
