@@ -17,13 +17,8 @@ the candidate is loaded — raise :class:`HarnessFailure`; they are never a verd
 """
 from __future__ import annotations
 
-import hashlib
-import importlib.util
-import io
 import os
 import pickle
-import re
-import secrets
 import selectors
 import shutil
 import signal
@@ -36,6 +31,8 @@ import time
 from . import isolation
 from .isolation import SandboxUnavailable
 from .sandbox_child import DTYPES, U64, decode_tensor, encode_tensor, frame
+from .staging import StagedImpl, describe_impl, load_impl, split_ref
+from .wire import encode_case, loads_untrusted, tensor_hash
 
 __all__ = ["DTYPES", "HarnessFailure", "SandboxOutcome", "SandboxSession", "SandboxUnavailable", "SessionPool",
            "decode_tensor", "describe_impl", "encode_case", "encode_tensor", "load_impl", "run_in_sandbox",
@@ -45,8 +42,6 @@ PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_chil
 STARTUP_LIMIT_S = 180.0
 MAX_MESSAGE_BYTES = 512 * 2 ** 20
 STDERR_FORWARD_BYTES = 256 * 1024
-FILL_PATTERNS = ("bits", "normal", "nan", "const")
-_MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class HarnessFailure(RuntimeError):
@@ -55,141 +50,6 @@ class HarnessFailure(RuntimeError):
 
 class SandboxOutcome(dict):
     """kind: result | load_error | child_error | timeout | crash; plus results, environment, isolation, ..."""
-
-
-# ------------------------------------------------------------------------------------------------ codec
-def tensor_hash(t) -> str:
-    t = t.detach().cpu().contiguous()
-    h = hashlib.sha256(f"{t.dtype}{tuple(t.shape)}".encode())
-    if t.numel():
-        h.update(t.view(-1).view(__import__("torch").uint8).numpy().tobytes() if t.dtype != DTYPES["bool"]
-                 else t.numpy().tobytes())
-    return h.hexdigest()
-
-
-class _PrimitiveUnpickler(pickle.Unpickler):
-    """Messages from the sandbox may only contain primitives: refuse every global lookup."""
-
-    def find_class(self, module, name):
-        raise pickle.UnpicklingError(f"refused global {module}.{name} in a sandbox message")
-
-
-def _loads_untrusted(data: bytes):
-    return _PrimitiveUnpickler(io.BytesIO(data)).load()
-
-
-def encode_case(case, table: list | None = None, index: dict | None = None) -> dict:
-    """One case for the child. A tensor shared by several cases is encoded once into ``table`` (the child decodes
-    a fresh copy per case, so a mutation cannot leak into the next case). Every launch gets its own fill pattern
-    for the destination and for the memory freed before it (``fills``), chosen here at random."""
-    import torch
-
-    from .protocols.base import Out
-
-    args = []
-    for a in case.args:
-        if isinstance(a, torch.Tensor) and table is not None:
-            if id(a) not in index:
-                index[id(a)] = len(table)
-                table.append(encode_tensor(a))
-            args.append(("__ref__", index[id(a)]))
-        elif isinstance(a, torch.Tensor):
-            args.append(encode_tensor(a))
-        elif isinstance(a, Out):
-            args.append(("__out__", tuple(a.shape), str(a.dtype).replace("torch.", "")))
-        else:
-            args.append(a)
-    launches = case.repeat * (9 if case.all_configs else 1)  # the child cycles through them for extra configs
-    start = secrets.randbelow(len(FILL_PATTERNS))
-    fills = [{"pattern": FILL_PATTERNS[(start + i) % len(FILL_PATTERNS)], "seed": secrets.randbits(62),
-              "scale": float(10 ** (3 + secrets.randbelow(6)))} for i in range(launches)]
-    nbytes = 4 * int(torch.Size(case.expect_shape).numel()) if case.expect_shape is not None else 0
-    return {"key": case.key, "args": args, "kwargs": dict(case.kwargs), "repeat": case.repeat,
-            "interleave": case.interleave, "all_configs": case.all_configs, "order": case.order, "fills": fills,
-            "expect_nbytes": nbytes, "expect_shape": tuple(case.expect_shape) if case.expect_shape is not None else None}
-
-
-# ------------------------------------------------------------------------------------------ impl refs
-def describe_impl(impl) -> str:
-    if isinstance(impl, str):
-        return impl
-    mod, name = getattr(impl, "__module__", None), getattr(impl, "__qualname__", None)
-    return f"{mod}:{name}" if mod and name else repr(impl)
-
-
-def split_ref(ref: str):
-    """'pkg.mod:fn' or '/path/file.py:fn' -> (target, attribute)."""
-    if ":" not in ref:
-        raise ValueError(f"implementation reference {ref!r} must look like 'package.module:function' "
-                         "or '/path/to/file.py:function'")
-    target, _, attr = ref.rpartition(":")
-    if not target or not attr:
-        raise ValueError(f"implementation reference {ref!r} is incomplete")
-    return target, attr
-
-
-def load_impl(ref):
-    """Import an implementation *in this process* — only for trusted code (the suite's own reference fixtures in
-    calibration's naive check); submitted code is only ever loaded inside the sandbox."""
-    if callable(ref):
-        return ref
-    target, attr = split_ref(ref)
-    if target.endswith(".py") or os.sep in target:
-        spec = importlib.util.spec_from_file_location("trusted_" + hashlib.sha256(target.encode()).hexdigest()[:8],
-                                                      os.path.abspath(target))
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    else:
-        module = importlib.import_module(target)
-    obj = module
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
-class StagedImpl:
-    """Where the sandbox finds an implementation: a module of the bound Python environment, imported by name, or a
-    single file copied (bytes read once, hashed, staged) into the session's read-only library directory."""
-
-    def __init__(self, ref):
-        ref = describe_impl(ref)
-        target, self.attr = split_ref(ref)
-        self.ref, self.data, self.module = ref, None, None
-        if target.endswith(".py") or os.sep in target:
-            path = os.path.abspath(target)
-            if not os.path.isfile(path):
-                raise FileNotFoundError(f"implementation file {path} does not exist")
-            stem = os.path.splitext(os.path.basename(path))[0]
-            self.module = stem if _MODULE_NAME.match(stem) and len(stem) <= 40 else "kernel"
-            with open(path, "rb") as fh:
-                self.data = fh.read()
-            return
-        spec = importlib.util.find_spec(target)
-        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-            raise ModuleNotFoundError(f"no Python module {target!r} in this environment")
-        self.module = target
-        if not _inside_python_environment(spec.origin):  # e.g. a module of a checkout: staged as its single file
-            self.module = target.rsplit(".", 1)[-1]
-            with open(spec.origin, "rb") as fh:
-                self.data = fh.read()
-        else:
-            with open(spec.origin, "rb") as fh:
-                self.source_hash = hashlib.sha256(fh.read()).hexdigest()
-
-    @property
-    def sha256(self) -> str | None:
-        return hashlib.sha256(self.data).hexdigest() if self.data is not None else getattr(self, "source_hash", None)
-
-    @property
-    def source_key(self) -> tuple:
-        """What identifies the code (never changes): the bytes of a staged file, or a module of the environment."""
-        return ("file", self.sha256) if self.data is not None else ("module", self.module)
-
-
-def _inside_python_environment(path: str) -> bool:
-    real = os.path.realpath(path)
-    return any(real.startswith(source.rstrip("/") + "/") for source, _ in isolation._python_roots()) or \
-        real.startswith("/usr/")
 
 
 # ------------------------------------------------------------------------------------------------ session
@@ -437,7 +297,7 @@ class SandboxSession:
                 body = bytes(stream[8:8 + size])
                 del stream[:8 + size]
                 try:
-                    m = _loads_untrusted(body)
+                    m = loads_untrusted(body)
                     if not isinstance(m, dict) or not isinstance(m.get("kind"), str):
                         raise ValueError("not a message")
                 except Exception as exc:  # noqa: BLE001 - whatever the candidate wrote into the channel
