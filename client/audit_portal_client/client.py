@@ -298,6 +298,7 @@ class Run:
         self._seg_steps = 0
         self.steps_logged = 0
         self.last_error: str | None = None  # the uploader's latest retryable failure (for status / logs)
+        self._run_id: int | None = None
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = None
@@ -396,6 +397,42 @@ class Run:
                 self.last_error = f"uploader: {exc.__class__.__name__}: {exc}"
             self._wake.wait(5.0)
             self._wake.clear()
+
+    # ---- the run so far, while it trains ---------------------------------------------------------------------------
+    def run_id(self) -> int | None:
+        """The portal's id of this run, known once a segment is validated (None before; one GET per uploaded
+        segment until then)."""
+        if self._run_id is None:
+            for upload_id in list(self.spool.state["uploads"].values()):
+                run = self.client.get(f"/uploads/{upload_id}/").get("run")
+                if run:
+                    self._run_id = run
+                    break
+        return self._run_id
+
+    def _run_get(self, suffix: str) -> dict | None:
+        try:
+            run = self.run_id()
+            return None if run is None else self.client.get(f"/runs/{run}/{suffix}")
+        except PortalUnavailable:  # a training loop may ask every step: the portal being away is not its problem
+            return None
+        except PortalError as exc:
+            if exc.status == 404:  # no live view yet (no segment merged)
+                return None
+            raise
+
+    def alerts(self) -> dict | None:
+        """The project's alert rules for this run now (``GET /runs/<id>/alerts/``: ``firing`` is true when any rule
+        fires), or None while the portal has no run for it or cannot be reached. E.g. stop early::
+
+            if (a := run.alerts()) and a["firing"]: break
+        """
+        return self._run_get("alerts/")
+
+    def live_view(self) -> dict | None:
+        """The run so far as the portal merged it (``GET /runs/<id>/live/``: steps, ε̂, B*, budgets, per-step
+        series), or None before the first segment is merged or while the portal cannot be reached."""
+        return self._run_get("live/")
 
     def status(self) -> dict:
         return {"spool": str(self.spool.root), "steps_logged": self.steps_logged,

@@ -74,6 +74,8 @@ class LiveRunBrowserTest(BrowserTestCase):
             assert page.evaluate("document.getElementById('fig-live').data[0].x.length") == 4
             self.screenshot("live-run-budget-crossed.png")
             assert rx.got.wait(60), "the webhook never arrived"
+            # the training loop can ask too (Run.alerts / Run.live_view: the REST API CI reads)
+            assert run.alerts()["firing"] is True and run.live_view()["steps"] == 4
             alerts.wait_for_selector("#event-table tr[data-event-id]")
             assert "fired" in alerts.inner_text("#event-table") and "stream" in alerts.inner_text("#event-table")
             assert alerts.inner_text(f'#rule-table tr[data-rule-id="{rule.pk}"] [data-field=state]') == "firing"
