@@ -1,7 +1,9 @@
 """The one bounded line reader for ``fcr/1`` JSONL files, plain or gzip (docs/fcr.md#principles).
 
 Every engine that reads an uploaded file line by line — the upload validator, ``certify_file``, the fidelity audit,
-the importers, the portal's record lookup — reads it through :class:`LineReader`, so they share one policy:
+the routing audit, the importers, the portal's record lookup — reads it through :class:`LineReader`, and the upload
+handler inflates a gzip upload as it arrives through :class:`PushInflater` (the same inflation, driven by pushed
+chunks), so they share one policy (docs/fcr.md#reading-a-run-log):
 
 * **Bounded lines.** A line longer than ``max_line_bytes`` (``AUDIT_MAX_LINE_BYTES``, default 64 MiB) is refused
   after reading at most that many bytes of it: :class:`FcrLimitError` names the line and the limit. Memory is one
@@ -15,7 +17,9 @@ the importers, the portal's record lookup — reads it through :class:`LineReade
   bounded number of times whatever the line lengths (no re-joining of a growing line per chunk).
 * **One policy for truncated or malformed input.** Every complete line before a problem is yielded first; then
   :class:`FcrParseError` (truncated or corrupt compression) or :class:`FcrLimitError` (a limit) is raised with the
-  1-based number of the line where reading stopped. Callers turn that into their own error form and stop.
+  1-based number of the line where reading stopped. Callers turn that into their own error form and stop. For a
+  corrupt stream "before" means everything zlib inflates before the byte it refuses: ``decompress`` raises without
+  returning its output of that call, so the failing read step is replayed a byte at a time (only on that path).
 * **Progress by bytes.** :attr:`LineReader.position` is the number of file (compressed) bytes consumed so far, and
   ``on_bytes(position)`` is called after every compressed read, so progress moves even inside a long line.
 """
