@@ -42,6 +42,9 @@ class AlertState(models.Model):
     fired_count = models.PositiveIntegerField(default=0)
     changed_at = models.DateTimeField(null=True)
     evaluated_at = models.DateTimeField(default=timezone.now)
+    # when the data last evaluated was current (a live view's last merge, a certificate's completion): an evaluation
+    # of older data that arrives later (two workers, two segments) is ignored instead of flipping the state back
+    as_of = models.DateTimeField(null=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["rule", "run"], name="one_alert_state_per_rule_run")]

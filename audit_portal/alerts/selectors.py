@@ -50,4 +50,5 @@ def run_snapshot(run) -> dict:
     steps = [{"step": s.step, "eps_hat_max": s.eps_hat_max, "abs_diff_mean": (s.metrics or {}).get("abs_diff_mean"),
               "mis_mask_rate": (s.metrics or {}).get("mis_mask_rate")}
              for s in certificate.steps.order_by("step").only("step", "eps_hat_max", "metrics")]
-    return {"certified": True, "best_bound": certificate.best_bound, "steps": steps}
+    return {"certified": True, "best_bound": certificate.best_bound, "steps": steps,
+            "as_of": certificate.completed_at}

@@ -87,15 +87,19 @@ def evaluate_run(run, snapshot: dict) -> list[AlertEvent]:
     """Every enabled rule of the run's project against ``snapshot`` (rules.py). A rule whose answer flips from no to
     yes raises a ``fired`` event (and a webhook delivery when it has a URL); yes to no re-arms it (a ``resolved``
     event, no webhook). Unchanged answers raise nothing, so a rule fires once per crossing however often a run is
-    evaluated. Row locks make two evaluations of one run at once (two segments certified together) raise one event."""
+    evaluated. Row locks make two evaluations of one run at once (two segments certified together) raise one event,
+    and ``snapshot["as_of"]`` (when its data was current) keeps an older snapshot evaluated last from undoing a newer
+    one's answer."""
     raised: list[AlertEvent] = []
-    now = timezone.now()
+    now, as_of = timezone.now(), snapshot.get("as_of")
     with transaction.atomic():
         for rule in AlertRule.objects.filter(project_id=run.project_id, enabled=True).order_by("pk"):
             verdict = rules.evaluate(rule.kind, rule.threshold, rule.window, snapshot)
             _, created = AlertState.objects.get_or_create(rule=rule, run=run)
             state = AlertState.objects.select_for_update().get(rule=rule, run=run)
-            state.evaluated_at = now
+            if as_of is not None and state.as_of is not None and as_of < state.as_of:
+                continue  # stale: a newer snapshot of this run was evaluated already
+            state.evaluated_at, state.as_of = now, as_of or state.as_of
             if verdict.holds is not None or created:  # an undecidable moment keeps the last decided value
                 state.value, state.message = verdict.value, verdict.message[:500]
             if verdict.holds is not None and verdict.holds != state.firing:

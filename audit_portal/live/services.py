@@ -146,7 +146,8 @@ def alerts_snapshot(live: LiveRun) -> dict:
               "abs_diff_mean": (r.get("metrics") or {}).get("abs_diff_mean"),
               "mis_mask_rate": (r.get("metrics") or {}).get("mis_mask_rate")}
              for r in cert.get("steps") or [] if r.get("step") is not None]
-    return {"certified": bool(cert), "best_bound": (cert.get("bounds") or {}).get("best"), "steps": steps}
+    return {"certified": bool(cert), "best_bound": (cert.get("bounds") or {}).get("best"), "steps": steps,
+            "as_of": live.updated_at}
 
 
 def publish_live(live: LiveRun) -> None:

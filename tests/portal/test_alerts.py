@@ -336,3 +336,20 @@ def test_a_project_has_a_bounded_number_of_rules(project, api, monkeypatch):
     r = api.post(url, {"name": "r3", "kind": "budget", "threshold": 1}, format="json")
     assert r.status_code == 400 and r.json()["error"]["code"] == "too_many_alert_rules"
     assert project.alert_rules.count() == 2
+
+
+def test_an_older_snapshot_evaluated_last_does_not_undo_a_newer_answer(project, run):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    services.create_rule(project=project, created_by="t", data={"name": "b", "kind": "budget", "threshold": 0.05})
+    t1 = timezone.now()
+    t2 = t1 + timedelta(seconds=1)
+    # two segments merged by two workers: the newer view (over budget) is evaluated first, the older one (under) last
+    assert [e.kind for e in services.evaluate_run(run, {**snap(best=0.2), "as_of": t2})] == ["fired"]
+    assert services.evaluate_run(run, {**snap(best=0.01), "as_of": t1}) == []
+    state = AlertState.objects.get(run=run)
+    assert state.firing and state.value == 0.2 and state.as_of == t2
+    assert [e.kind for e in services.evaluate_run(run, {**snap(best=0.01), "as_of": t2 + timedelta(seconds=1)})] == [
+        "resolved"]  # newer data re-arms it
