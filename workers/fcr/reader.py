@@ -147,10 +147,16 @@ class _Inflater(io.RawIOBase):
         return True
 
     def readinto(self, buf) -> int:
+        out = self.step(len(buf))
+        buf[:len(out)] = out
+        return len(out)
+
+    def step(self, max_len: int) -> bytes:
+        """The next inflated bytes, at most ``max_len`` (b"" at the clean end of the input); raises
+        :class:`_InflateError`. :class:`PushInflater` takes these pieces as they are, without a copy."""
         if self._salvaged:
-            n = min(len(buf), len(self._salvaged))
-            buf[:n], self._salvaged = self._salvaged[:n], self._salvaged[n:]
-            return n
+            out, self._salvaged = self._salvaged[:max_len], self._salvaged[max_len:]
+            return out
         if self._error is not None:
             raise self._error
         while True:
@@ -158,7 +164,7 @@ class _Inflater(io.RawIOBase):
                 data, self._pending = self._pending, b""
             else:
                 if self._finished:
-                    return 0
+                    return b""
                 data = self.raw.read(COMPRESSED_READ)
                 self.consumed += len(data)
                 if self.on_bytes is not None:
@@ -166,16 +172,16 @@ class _Inflater(io.RawIOBase):
                 if not data:
                     if self._between_members:
                         self._finished = True
-                        return 0
+                        return b""
                     raise _InflateError("compressed stream is truncated (no end-of-stream marker)", False)
             self._between_members = False
             before = self._d.copy()  # 32 KiB of window: cheap beside inflating up to 1 MiB
             try:
-                out = self._d.decompress(data, len(buf))
+                out = self._d.decompress(data, max_len)
             except zlib.error as exc:
                 self._error = _InflateError(f"compressed stream is corrupt ({exc})", False)
                 self._salvaged = self._salvage(before, data)
-                return self.readinto(buf)
+                return self.step(max_len)
             self._pending = self._d.unconsumed_tail
             if self._d.eof:  # end of a member: what follows is another member (or trailing bytes: corrupt)
                 self._pending = self._d.unused_data
@@ -187,8 +193,7 @@ class _Inflater(io.RawIOBase):
             if problem:
                 raise _InflateError(problem, True)
             if out:
-                buf[:len(out)] = out
-                return len(out)
+                return out
 
     def _salvage(self, d, data: bytes) -> bytes:
         """What ``data`` inflates to before the byte zlib refuses. ``decompress`` raises without returning what it
@@ -364,7 +369,7 @@ class PushInflater:
     def __init__(self, limits: ReadLimits | None = None, step: int = READ_BUFFER):
         self._input = _Pushed()
         self._inflater = _Inflater(self._input, limits or ReadLimits.from_env(), None)
-        self._buf = memoryview(bytearray(step))
+        self._step = step
 
     @property
     def consumed(self) -> int:
@@ -385,11 +390,11 @@ class PushInflater:
     def _drain(self) -> Iterator[bytes]:
         while True:
             try:
-                n = self._inflater.readinto(self._buf)
+                out = self._inflater.step(self._step)
             except _Starved:
                 return
             except _InflateError as exc:
                 raise exc.typed(0) from None
-            if not n:
+            if not out:
                 return
-            yield bytes(self._buf[:n])
+            yield out
