@@ -17,6 +17,7 @@ from audit_portal.accounts.selectors import get_project
 from audit_portal.accounts.throttling import WorkBudgetMixin
 from audit_portal.core.errors import PortalError, UploadTooLarge
 from audit_portal.kernels import selectors, services
+from audit_portal.kernels.submission_input import KERNEL_MODULE_MAX_BYTES, check_kernel_module
 from audit_portal.kernels.models import Contract, Device, Implementation, Submission, Verdict
 from audit_portal.runs.upload_handler import MULTIPART_OVERHEAD
 
@@ -207,8 +208,8 @@ class ProjectSubmissionListCreate(WorkBudgetMixin, generics.ListAPIView):
 def submit_from_request(request, project, principal) -> Submission:
     """Shared by the API and the browser form: read the fields, check an uploaded module, submit."""
     declared = int(request.META.get("CONTENT_LENGTH") or 0)
-    if declared > services.KERNEL_MODULE_MAX_BYTES + MULTIPART_OVERHEAD:
-        raise UploadTooLarge(f"The request exceeds the kernel module limit of {services.KERNEL_MODULE_MAX_BYTES} bytes.",
+    if declared > KERNEL_MODULE_MAX_BYTES + MULTIPART_OVERHEAD:
+        raise UploadTooLarge(f"The request exceeds the kernel module limit of {KERNEL_MODULE_MAX_BYTES} bytes.",
                              code="kernel_module_too_large")
     data = request.data if hasattr(request, "data") else request.POST
     if not hasattr(data, "get"):  # a JSON body that is a list, a string or a number
@@ -220,11 +221,11 @@ def submit_from_request(request, project, principal) -> Submission:
         uploaded = files.get("module")
         module = None
         if uploaded is not None:
-            if uploaded.size > services.KERNEL_MODULE_MAX_BYTES:
+            if uploaded.size > KERNEL_MODULE_MAX_BYTES:
                 raise UploadTooLarge(f"{uploaded.name}: {uploaded.size} bytes exceeds the kernel module limit of "
-                                     f"{services.KERNEL_MODULE_MAX_BYTES} bytes.", code="kernel_module_too_large")
+                                     f"{KERNEL_MODULE_MAX_BYTES} bytes.", code="kernel_module_too_large")
             uploaded.seek(0)
-            module = services.check_kernel_module(uploaded.read(), uploaded.name or "")
+            module = check_kernel_module(uploaded.read(), uploaded.name or "")
         contracts = data.getlist("contracts") if hasattr(data, "getlist") else data.get("contracts")
         if isinstance(contracts, list) and len(contracts) == 1:
             contracts = contracts[0]  # a form field may carry "C-PRC-01, C-EXC-02" or a JSON list

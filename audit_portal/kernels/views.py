@@ -15,6 +15,7 @@ from rest_framework.exceptions import APIException
 from audit_portal.accounts.throttling import charge_work_budget
 from audit_portal.core.pages import page_context, require_in_project
 from audit_portal.kernels import contract_view, selectors, services
+from audit_portal.kernels.submission_input import KERNEL_MODULE_MAX_BYTES
 from audit_portal.kernels.api import badge_response, public_badge_payload
 from audit_portal.kernels.models import Device
 from workers.contracts.deployment import BOOLEAN, DEPLOYMENT_FLAGS, FAMILIES, LEVELS
@@ -63,7 +64,7 @@ def matrix_page(request, slug):
 def submit_page(request, slug):
     ctx = page_context(request, slug)
     ctx.update(contracts=selectors.latest_contracts(), devices=Device.choices,
-               max_bytes=services.KERNEL_MODULE_MAX_BYTES, form=request.POST,
+               max_bytes=KERNEL_MODULE_MAX_BYTES, form=request.POST,
                boolean_flags=[f for f, allowed in DEPLOYMENT_FLAGS.items() if allowed is BOOLEAN],
                chosen_flags=request.POST.getlist("flag"), precisions=DEPLOYMENT_FLAGS["float32_matmul_precision"],
                target_choices=[(f, request.POST.get(f"target_{f}", "")) for f in FAMILIES], levels=list(LEVELS))

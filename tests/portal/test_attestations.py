@@ -24,6 +24,7 @@ from audit_portal.attestations.models import Checkpoint, LogEntry, SigningKey
 from audit_portal.certificates.models import RunCertificate
 from audit_portal.jobs.models import Job
 from audit_portal.kernels import services as kernel_services
+from audit_portal.kernels.submission_input import check_kernel_module
 from audit_portal.runs.models import Upload
 from audit_portal.runs.services import artifact_path
 from workers.tasks import certify_upload
@@ -312,7 +313,7 @@ def test_an_uploaded_kernel_module_is_the_subject(api, project, contracts, tmp_p
     code = b"import torch\n\ndef matmul(a, b):\n    return a @ b\n"
     submission = kernel_services.submit_conformance(
         project=project, submitted_by="test", device="cpu", contracts=["C-PRC-01"],
-        module=kernel_services.check_kernel_module(code, "mine.py"), module_filename="mine.py", function="matmul")
+        module=check_kernel_module(code, "mine.py"), module_filename="mine.py", function="matmul")
     signed(kernel_services.finish_submission(submission, {"kc_c": {}}))
     body = api.get(f"/api/v1/attestations/kernel_submission/{submission.pk}/").json()
     assert body["statement"]["subject"] == [{"name": "mine.py", "digest": {"sha256": __import__("hashlib").sha256(

@@ -12,6 +12,7 @@ import pytest
 from audit_portal.jobs.models import Job
 from audit_portal.kernels import services
 from audit_portal.kernels.models import Implementation, Submission
+from audit_portal.kernels.submission_input import KERNEL_MODULE_MAX_BYTES
 from workers.contracts.loader import SPECS_DIR
 
 pytestmark = pytest.mark.django_db
@@ -98,7 +99,7 @@ def test_syntax_error_names_the_line(api, project, settings):
 
 
 def test_oversized_module_is_refused_before_it_is_stored(api, project, settings):
-    big = b"# padding\n" * (services.KERNEL_MODULE_MAX_BYTES // 10 + 10)
+    big = b"# padding\n" * (KERNEL_MODULE_MAX_BYTES // 10 + 10)
     response = api.post(url(project), {"module": upload(big)}, format="multipart")
     assert response.status_code == 413 and error(response)["code"] == "kernel_module_too_large"
     assert_nothing_stored(settings)

@@ -29,14 +29,14 @@ def test_an_uploaded_module_is_parsed_never_imported(api, project, tmp_path):
 def test_kernels_web_code_never_imports_torch():
     code = (
         "import django, os, sys; os.environ.setdefault('DJANGO_SETTINGS_MODULE','audit_portal.settings'); django.setup()\n"
-        "from audit_portal.kernels import api, views, selectors, services, urls, api_urls\n"
+        "from audit_portal.kernels import api, views, selectors, services, submission_input, urls, api_urls\n"
         "from audit_portal.kernels.models import Contract\n"
         "from workers.contracts.loader import SPECS_DIR\n"
         "from workers.contracts.grading import grade, interop\n"
         "parsed = services.parse_contract_files(SPECS_DIR.glob('*.yaml'))\n"
         "row = Contract(source_text=parsed[0].source_text, source_name='x.yaml', spec={})\n"
         "assert list(selectors.spec_in_source_order(row))[:2] == ['id', 'class']\n"
-        "services.check_kernel_module(b'import torch\\ndef matmul(a, b):\\n    return a @ b\\n', 'k.py')\n"
+        "submission_input.check_kernel_module(b'import torch\\ndef matmul(a, b):\\n    return a @ b\\n', 'k.py')\n"
         "grade([{'contract_id': 'C-PRC-01/x', 'verdict': 'PASS', 'assurance_level': 3}]); interop({'a': []})\n"
         "print('torch' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
