@@ -208,6 +208,32 @@ def test_vllm_parse_failures_become_missing_records(tmp_path, toy):
     assert rep["coverage"]["calls"]["total"] == 3  # coverage denominators stay honest
 
 
+def test_vllm_truncated_gzip_log_stops_where_every_reader_stops(tmp_path, toy):
+    # the importers read through the one bounded reader (docs/fcr.md#reading-a-run-log): the K complete exchanges
+    # before the cut become records, the cut line K + 1 a ``missing`` record saying why, and nothing after it
+    import gzip
+
+    from tests.fcr.gzip_reference import inflatable_prefix
+
+    exchanges = []
+    for i in range(300):
+        ex = chat_exchange()
+        ex["meta"] = {**ex["meta"], "call_index": i}
+        exchanges.append(ex)
+    blob = gzip.compress(dumps(exchanges))
+    blob = blob[: len(blob) // 2]
+    k = inflatable_prefix(blob).count(b"\n")
+    assert 0 < k < len(exchanges)
+    src, dst = tmp_path / "in.jsonl.gz", tmp_path / "out.jsonl"
+    src.write_bytes(blob)
+    stats = import_vllm(src, dst, tokenizer=toy)
+    recs = [orjson.loads(x) for x in dst.read_bytes().splitlines()]
+    assert stats["records"] == k + 1 and stats["failed"] == 1
+    assert [r["source"]["ref"] for r in recs] == [f"in.jsonl.gz:{n}" for n in range(1, k + 2)]
+    assert [r["response"]["provenance"] for r in recs].count("engine") == k
+    assert recs[-1]["response"]["provenance"] == "missing" and "truncated" in recs[-1]["extra"]["import_error"]
+
+
 def test_vllm_idempotent(tmp_path, toy):
     src = tmp_path / "in.jsonl"
     src.write_bytes(dumps([chat_exchange(), chat_exchange(), b"nope"]))
