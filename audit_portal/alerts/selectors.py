@@ -29,6 +29,13 @@ def states_for_run(run) -> dict[int, AlertState]:
     return {s.rule_id: s for s in AlertState.objects.filter(run=run)}
 
 
+def firing_for_run(run_id: int) -> list[dict]:
+    """The enabled rules firing for the run now (the banners of its page, also when it is opened after they fired)."""
+    states = AlertState.objects.filter(run_id=run_id, firing=True, rule__enabled=True).select_related("rule")
+    return [{"rule": s.rule_id, "name": s.rule.name, "value": s.value, "message": s.message,
+             "since": s.changed_at.isoformat() if s.changed_at else None} for s in states.order_by("rule_id")]
+
+
 def events_for(project, limit: int = 50):
     return AlertEvent.objects.filter(rule__project=project).select_related("rule", "run")[:limit]
 

@@ -22,6 +22,7 @@ from audit_portal.certificates import figures as certificate_figures
 from audit_portal.certificates import selectors as certificate_selectors
 from audit_portal.jobs import outcomes as job_outcomes
 from audit_portal.jobs import selectors as job_selectors
+from audit_portal.alerts import selectors as alert_selectors
 from audit_portal.live import selectors as live_selectors
 from audit_portal.runs import selectors as run_selectors
 
@@ -233,6 +234,7 @@ def run_page(request, slug, pk):
         kind="routing_audit", subject_kind="upload", subject_id__in=run.uploads.values("pk"),
         state="succeeded").order_by("-id").first()
     ctx["live"] = live_selectors.live_view(run)  # a run that grows while it trains (templates/live/run_panel.html)
+    ctx["firing_alerts"] = ctx["live"]["firing"] if ctx["live"] else alert_selectors.firing_for_run(run.pk)
     if routing_job is not None:  # logs with MoE routes (docs/routing.md)
         from audit_portal.dashboards.routing import routing_panel
 

@@ -9,6 +9,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit_portal.alerts.events import publish, run_group
+from audit_portal.alerts.selectors import firing_for_run
 from audit_portal.core.errors import PortalError
 from audit_portal.live.models import LiveRun, LiveSegment
 
@@ -113,15 +114,6 @@ def budget_verdicts(live: LiveRun) -> list[dict]:
     return out
 
 
-def firing(run_id: int) -> list[dict]:
-    """The enabled rules firing for the run now (the banners a page opened after they fired shows)."""
-    from audit_portal.alerts.models import AlertState
-
-    states = AlertState.objects.filter(run_id=run_id, firing=True, rule__enabled=True).select_related("rule")
-    return [{"rule": s.rule_id, "name": s.rule.name, "value": s.value, "message": s.message,
-             "since": s.changed_at.isoformat() if s.changed_at else None} for s in states.order_by("rule_id")]
-
-
 def live_json(live: LiveRun) -> dict:
     """What the run page draws and its websocket pushes: headline numbers, per-step series, budget verdicts."""
     cert = live.certificate or {}
@@ -135,7 +127,7 @@ def live_json(live: LiveRun) -> dict:
             "summary": {k: s.get(k) for k in ("sequences", "tokens", "accepted", "acceptance_rate", "eps_hat",
                                               "delta_hat", "T_ref", "threshold", "data_errors")},
             "best_bound": bounds.get("best"), "best_bound_id": bounds.get("argmin"), "series": series,
-            "budgets": budget_verdicts(live), "firing": firing(live.run_id), "skipped": live.skipped[:5],
+            "budgets": budget_verdicts(live), "firing": firing_for_run(live.run_id), "skipped": live.skipped[:5],
             "updated_at": live.updated_at.isoformat()}
 
 

@@ -269,6 +269,8 @@ def test_page_adds_a_rule_shows_its_secret_once_and_lists_events_and_deliveries(
         services.evaluate_run(run, snap(best=0.2))
     html = client.get(page).content.decode()
     assert "firing" in html and "B* = 0.2 &gt; budget 0.05" in html and 'data-delivery-id' in html
+    run_page = client.get(f"/p/{project.slug}/runs/{run.pk}/").content.decode()  # a run that streams nothing too
+    assert f'data-firing-rule="{rule.pk}"' in run_page and "Firing: drift" in run_page
     viewer = member_of(project, role=Role.VIEWER)
     client.force_login(viewer)
     html = client.get(page).content.decode()
