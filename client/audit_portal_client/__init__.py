@@ -8,7 +8,8 @@
     print(run.finish(budget=0.05).url)
 """
 from audit_portal_client.client import (BudgetExceeded, Client, FinishResult, PortalError, PortalUnavailable,
-                                        ReplayFailed, Run)
+                                        ReplayFailed)
+from audit_portal_client.run import Run
 from audit_portal_client.fcr import arrow_schema, pad_rows, step_table
 
 __all__ = ["BudgetExceeded", "Client", "FinishResult", "PortalError", "PortalUnavailable", "ReplayFailed", "Run",
