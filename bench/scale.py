@@ -49,12 +49,11 @@ enqueue_job({job})
 def write_log(mb: float) -> bytes:
     from workers.fcr.synth import SynthConfig, write_run
 
-    path = Path(tempfile.mkdtemp(prefix="ap-scale-")) / "run.jsonl"
-    write_run(path, SynthConfig(trajectories=64, response_len=(64, 512), top_k=8, seed=7), compress=False,
-              target_bytes=int(mb * 2**20))
-    data = path.read_bytes()
-    path.unlink()
-    return data
+    with tempfile.TemporaryDirectory(prefix="ap-scale-") as tmp:
+        path = Path(tmp) / "run.jsonl"
+        write_run(path, SynthConfig(trajectories=64, response_len=(64, 512), top_k=8, seed=7), compress=False,
+                  target_bytes=int(mb * 2**20))
+        return path.read_bytes()
 
 
 def small_log(seed: int) -> bytes:
