@@ -17,6 +17,10 @@ Contract (what other code may rely on; no Django, no torch import at module leve
   exactly ``summarise(certify_part(path, plan_certificate(path, **o)), plan)``.
 * ``part.to_json()`` / ``Partial.from_json(doc)`` — a JSON-safe (orjson) round trip that preserves every bit
   (a DB row or a Celery message can carry a partial). Size: O(#steps + longest response + max_errors).
+* Merge only partials certified under **one plan**: accept decisions, token statuses and the caveats depend on it
+  (nothing checks this). For a run that grows (pieces arriving over time) fix the plan up front with an explicit
+  ``threshold`` or ``T_ref``: a ``budget`` alone derives the threshold from the longest response of the file at hand,
+  which a later piece may change.
 
 What merges how (docs/certify.md, "Partial certificates"):
 
