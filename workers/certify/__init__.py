@@ -15,6 +15,7 @@ Modules (each readable on its own):
 * :mod:`.file`        ``certify_file``: streaming over fcr/1 JSONL / gzip
 * :mod:`.partial`     partial certificates of pieces of a file and their exact merge   docs/certify.md
 * :mod:`.exact`       exact (order-independent) float64 sums for the partials
+* :mod:`.summary`     a (merged) partial → the run certificate: bounds, budget, steps, caveats
 * :mod:`.cli`         ``python -m workers.certify``
 """
 from __future__ import annotations
