@@ -7,7 +7,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import random_pair, topk_view
+from certify_helpers import random_pair, topk_view
 from workers.certify.adaptive import INSUFFICIENT_K, WITHIN_TOL, adaptive_k, interval_envelopes
 from workers.certify.intervals import tv_interval
 from workers.certify.robust import IN, OUT, UNDETERMINED

@@ -9,7 +9,7 @@ import numpy as np
 import orjson
 import pytest
 
-from conftest import random_pair, topk_view
+from certify_helpers import random_pair, topk_view
 from workers.certify import trm_bounds
 from workers.certify.file import certify_file
 from workers.certify.intervals import tv_interval

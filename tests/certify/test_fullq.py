@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import random_pair, topk_view
+from certify_helpers import random_pair, topk_view
 from test_interval_lp_crosscheck import lp_min_tv
 from workers.certify.intervals import exact_tv_kl, tv_interval_fullq
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy.optimize import linprog
 
-from conftest import random_pair, topk_view
+from certify_helpers import random_pair, topk_view
 from workers.certify.intervals import tv_interval
 
 

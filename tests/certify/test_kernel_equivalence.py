@@ -10,7 +10,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import random_pair
+from certify_helpers import random_pair
 from slow_reference import slow_interval
 from workers.certify.estimators import sampled_certificate
 from workers.certify.intervals import ERR_DUPLICATE, tv_interval_topk

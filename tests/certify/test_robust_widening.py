@@ -8,7 +8,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import random_pair, topk_view
+from certify_helpers import random_pair, topk_view
 from workers.certify.estimators import sampled_estimates
 from workers.certify.intervals import tv_interval_topk
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import random_pair, topk_view
+from certify_helpers import random_pair, topk_view
 from test_interval_lp_crosscheck import lp_min_tv
 from workers.certify.file import certify_file
 from workers.certify.intervals import ERR_SAMPLED_ABOVE_CAP, DataError, tv_interval
