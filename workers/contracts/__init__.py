@@ -20,7 +20,11 @@ def suite(directory=None) -> list:
 
 
 def __getattr__(name):  # lazy: these import torch
-    if name in ("run_contract", "run_suite", "Verdict", "get_contract"):
+    if name == "Verdict":
+        from .verdict import Verdict
+
+        return Verdict
+    if name in ("run_contract", "run_suite", "get_contract"):
         from . import runner
 
         return getattr(runner, name)

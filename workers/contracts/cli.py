@@ -13,9 +13,9 @@ import json
 
 def _print(obj, as_json: bool, text: str):
     if as_json:
-        from .runner import _json_safe  # inf/NaN deep inside signatures become strings/null, never invalid JSON
+        from .verdict import signature_json  # inf/NaN deep inside signatures become strings/null, never invalid JSON
 
-        print(json.dumps(_json_safe(obj), indent=2, sort_keys=True, allow_nan=False))
+        print(json.dumps(signature_json(obj), indent=2, sort_keys=True, allow_nan=False))
     else:
         print(text)
 

@@ -9,89 +9,16 @@ bound and relation from the contract's expressions -> verdict, margin, signature
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import math
 import time
-from dataclasses import asdict, dataclass, field
 
 from . import SUITE_VERSION
+from .coverage import coverage_statement
 from .loader import Contract, load_suite
-from workers.jsonsafe import finite_or_none
-
-VERDICTS = ("PASS", "FAIL", "NOT_APPLICABLE", "NOT_DECLARED", "QUALITY_WARNING", "INCONCLUSIVE", "CRASH",
-            "TIMEOUT")
+from .verdict import Verdict
 
 DEFAULT_TIME_LIMIT_S = 120.0
 DEFAULT_MEMORY_LIMIT_MB = 4096
-
-
-def _json_safe(obj):
-    """Signatures and traces keep an infinite error as "inf" (the finding itself; null would read as "not
-    measured"); the headline numbers go through :func:`workers.jsonsafe.finite_or_none` instead (the reason and
-    ``margin_infinite`` say why one is null)."""
-    if isinstance(obj, dict):
-        return {str(k): _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else (None if math.isnan(obj) else ("inf" if obj > 0 else "-inf"))
-    if isinstance(obj, (str, int, bool)) or obj is None:
-        return obj
-    return str(obj)
-
-
-@dataclass
-class Verdict:
-    """Result of one contract run. ``margin = statistic / bound`` (0 when a T0 bound of 0 is met, inf when
-    it is missed; ``to_dict`` writes non-finite numbers as null)."""
-
-    verdict: str
-    contract_id: str
-    contract_version: str = ""
-    contract_class: str = ""
-    family: str = ""
-    statistic: float | None = None
-    statistic_name: str = ""
-    bound: float | None = None
-    margin: float | None = None
-    signature: dict = field(default_factory=dict)
-    reason: str = ""
-    trace: list = field(default_factory=list)
-    impl_id: str = ""
-    impl_hash: str | None = None
-    device: str = "cpu"
-    environment: dict = field(default_factory=dict)
-    seeds: list = field(default_factory=list)
-    findings: list = field(default_factory=list)
-    measurements: int = 0
-    passed_measurements: int = 0
-    failing_clause: dict = field(default_factory=dict)
-    coverage: dict = field(default_factory=dict)
-    track: str = "closed"
-    declaration: dict = field(default_factory=dict)
-    assurance_level: int = 0
-    harness: dict = field(default_factory=dict)
-    duration_s: float = 0.0
-    suite_version: str = SUITE_VERSION
-
-    @property
-    def passed(self) -> bool:
-        return self.verdict in ("PASS", "QUALITY_WARNING")
-
-    def to_dict(self, *, include_trace: bool = True) -> dict:
-        d = asdict(self)
-        for k in ("statistic", "bound", "margin"):
-            d[k] = finite_or_none(d[k])
-        if not include_trace:
-            d.pop("trace")
-        return _json_safe(d)
-
-    def write_trace(self, path) -> None:
-        """Append the per-measurement trace as JSON lines (the trace record of
-        docs/contract-language.md#the-parts-of-a-contract)."""
-        with open(path, "a", encoding="utf-8") as fh:
-            for rec in self.trace:
-                fh.write(json.dumps(_json_safe(rec), sort_keys=True) + "\n")
 
 
 # ------------------------------------------------------------------------------------------- contracts
@@ -347,44 +274,6 @@ def _clause_figures(contract, m, stat, bound):
     m["_clause"] = {"clause": bad["clause"], "statistic_name": bad["lhs"], "statistic": lhs, "op": bad["op"],
                     "bound_expr": bad["rhs"], "bound": rhs, "point": m.get("point")}
     return lhs, rhs, _margin(lhs, rhs) if bad["op"] in ("<=", "<", "==") else math.inf
-
-
-def coverage_statement(contract, measurements: list, device: str, plan) -> dict:
-    """What was measured, beside every grade: dtypes x shapes x values x layouts x modes x device, the range of
-    every swept dimension, how many points were fixed and how many drawn from the seeds."""
-    scope = contract.data["scope"]
-    dims: dict[str, set] = {}
-    values, layouts, points, drawn = set(), set(), set(), set()
-    skip = {"value", "layout", "drawn", "trial", "seed", "config", "probe", "R"}
-    for m in measurements:
-        p = m.get("point") or {}
-        key = tuple(sorted((k, v) for k, v in p.items() if k not in ("trial", "config") and isinstance(v, (int, float, str))))
-        points.add(key)
-        if p.get("drawn"):
-            drawn.add(key)
-        if p.get("value"):
-            values.add(str(p["value"]))
-        if p.get("layout"):
-            layouts.add(str(p["layout"]))
-        for k, v in p.items():
-            if k not in skip and isinstance(v, (int, float)) and not isinstance(v, bool):
-                dims.setdefault(k, set()).add(v)
-    dtypes = sorted(set(scope["dtypes"].get("inputs") or []) | {scope["dtypes"]["output"]})
-    modes = list(scope.get("modes") or ["forward"])
-    seeds = {"public": sum(1 for _, c in plan if c == "public"), "hidden": sum(1 for _, c in plan if c == "hidden"),
-             "explicit": sum(1 for _, c in plan if c == "explicit")}
-    ranges = {k: {"min": min(v), "max": max(v), "distinct": len(v)} for k, v in sorted(dims.items())}
-    sweep = contract.protocol_params.get("sweep") or {}
-    text = (f"{'/'.join(dtypes)} x {len(points)} points ({len(drawn)} drawn from seeds; "
-            + ", ".join(f"{k} {r['min']:g}..{r['max']:g}" for k, r in ranges.items())
-            + f") x values {'/'.join(sorted(values)) or '-'}"
-            + (f" x layouts {'/'.join(sorted(layouts))}" if layouts else "")
-            + f" x {'/'.join(modes)} x {device}; seeds {seeds['public']} public + {seeds['hidden']} hidden"
-            + (f" + {seeds['explicit']} explicit" if seeds["explicit"] else ""))
-    return {"dtypes": dtypes, "modes": modes, "device": device, "values": sorted(values), "layouts": sorted(layouts),
-            "dims": ranges, "declared_dims": scope["shape_class"].get("dims") or {}, "points": len(points),
-            "drawn_points": len(drawn), "seeds": seeds, "measurements": len(measurements),
-            "budget": sweep.get("budget"), "sampling": sweep.get("sampling"), "text": text}
 
 
 def replay(verdict, impl=None, **kwargs) -> Verdict:
