@@ -191,7 +191,7 @@ def bench_parquet(path, t_cert_jsonl):
     import pyarrow.parquet as pq
 
     from workers.certify.parquet_rows import COLUMNS
-    from workers.fcr.columnar import jsonl_to_parquet
+    from workers.fcr.parquet_write import jsonl_to_parquet
 
     pq_path = path[: -len(".jsonl")] + ".parquet"
     t0 = time.perf_counter()

@@ -27,7 +27,7 @@ import orjson
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from workers.fcr.columnar import Writer  # noqa: E402
+from workers.fcr.parquet_write import Writer  # noqa: E402
 
 
 def _routes(rng, T, L, E, K, skew):
@@ -82,17 +82,17 @@ def _records(rng, T_total, L, E, K, skew, *, rollout=True, trainer=False, probs=
 def parquet_bytes(recs, path, whole_trainer_routes=False):
     """File size; ``whole_trainer_routes``: the trainer's routes in a column of their own, the encoding before
     trainer_routes_delta (the writer's difference step switched off for this file only)."""
-    from workers.fcr import columnar
+    from workers.fcr import parquet_write
 
-    saved = columnar._delta_row
+    saved = parquet_write._delta_row
     if whole_trainer_routes:
-        columnar._delta_row = lambda row: row
+        parquet_write._delta_row = lambda row: row
     try:
         with Writer(path, float_type="float32") as w:
             for r in recs:
                 w.add(r)
     finally:
-        columnar._delta_row = saved
+        parquet_write._delta_row = saved
     return os.path.getsize(path)
 
 

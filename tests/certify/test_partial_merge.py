@@ -21,7 +21,7 @@ from workers.certify.exact import ExactSums
 from workers.certify.file import certify_file, certify_part, plan_certificate, summarise
 from workers.certify.partial import Partial
 from workers.fcr.chunks import chunk_ranges
-from workers.fcr.columnar import jsonl_to_parquet
+from workers.fcr.parquet_write import jsonl_to_parquet
 from workers.fcr.synth import SynthConfig, iter_run
 
 SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -9,7 +9,7 @@ import orjson
 import pytest
 from hypothesis import given, settings, strategies as hs
 
-from workers.fcr import columnar
+from workers.fcr import columnar, parquet_write
 from workers.fcr.chunks import Chunk, chunk_ranges, open_chunk, open_reader
 from workers.fcr.reader import FcrParseError, LineReader, iter_records
 from workers.fcr.synth import SynthConfig, iter_run
@@ -83,7 +83,7 @@ def test_parquet_pieces_are_row_groups_with_whole_file_row_numbers(tmp_path):
     src = tmp_path / "run.jsonl"
     src.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in iter_run(SynthConfig(trajectories=30, seed=3))))
     dst = tmp_path / "run.parquet"
-    out = columnar.jsonl_to_parquet(src, dst, row_group_tokens=300)
+    out = parquet_write.jsonl_to_parquet(src, dst, row_group_tokens=300)
     assert out["row_groups"] > 3
     whole = list(open_reader(dst))
     assert whole == list(columnar.iter_records(dst))

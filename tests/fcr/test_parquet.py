@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from workers.certify.file import certify_file
-from workers.fcr import columnar
+from workers.fcr import columnar, parquet_write
 from workers.fcr.__main__ import main as fcr_main
 from workers.fcr.reader import iter_records as iter_jsonl
 from workers.fcr.synth import SynthConfig, iter_run
@@ -42,7 +42,7 @@ def run_pair(tmp_path):
     pol[8]["trainer"] = {k: v for k, v in pol[8]["trainer"].items() if k != "top_k"}  # one side without top-K
     src = _write_jsonl(tmp_path / "run.jsonl", recs)
     dst = tmp_path / "run.parquet"
-    out = columnar.jsonl_to_parquet(src, dst, row_group_tokens=300)
+    out = parquet_write.jsonl_to_parquet(src, dst, row_group_tokens=300)
     assert out["records"] == len(recs) and out["row_groups"] > 3
     return src, dst, recs
 
@@ -51,7 +51,7 @@ def test_round_trip_is_exact(run_pair, tmp_path):
     src, dst, recs = run_pair
     assert [r for _, r in columnar.iter_records(dst)] == [r for _, r in iter_jsonl(src)]
     back = tmp_path / "back.jsonl"
-    columnar.parquet_to_jsonl(dst, back)
+    parquet_write.parquet_to_jsonl(dst, back)
     assert [r for _, r in iter_jsonl(back)] == recs
     assert pq.ParquetFile(dst).schema_arrow.metadata[b"fcr.format"] == b"fcr-parquet/1"
 
@@ -78,7 +78,7 @@ def test_a_run_without_top_k_lists_certifies_like_its_jsonl(tmp_path):
                 r[side].pop("top_k", None)
     src = _write_jsonl(tmp_path / "run.jsonl", recs)
     dst = tmp_path / "run.parquet"
-    columnar.jsonl_to_parquet(src, dst)
+    parquet_write.jsonl_to_parquet(src, dst)
     a, b = certify_file(src), certify_file(dst)
     assert a == b and b["summary"]["sequences_certified"] > 0
 
@@ -86,10 +86,10 @@ def test_a_run_without_top_k_lists_certifies_like_its_jsonl(tmp_path):
 def test_float32_log_probs_certify_like_their_jsonl_export(tmp_path):
     src = _write_jsonl(tmp_path / "run.jsonl", _records(trajectories=12))
     p32 = tmp_path / "run32.parquet"
-    columnar.jsonl_to_parquet(src, p32, float_type="float32")
+    parquet_write.jsonl_to_parquet(src, p32, float_type="float32")
     assert pq.ParquetFile(p32).schema_arrow.field("rollout_logprobs").type == pa.list_(pa.float32())
     back = tmp_path / "back.jsonl"
-    columnar.parquet_to_jsonl(p32, back)
+    parquet_write.parquet_to_jsonl(p32, back)
     assert certify_file(p32) == certify_file(back)
 
 
@@ -198,7 +198,7 @@ def test_records_are_built_a_slice_of_a_row_group_at_a_time(tmp_path):
     recs = _records(trajectories=50, response_len=(300, 400), top_k=20)
     src = _write_jsonl(tmp_path / "run.jsonl", recs)
     dst = tmp_path / "run.parquet"
-    columnar.jsonl_to_parquet(src, dst, row_group_tokens=1 << 16)
+    parquet_write.jsonl_to_parquet(src, dst, row_group_tokens=1 << 16)
     tokens = sum(len(r["response"]["token_ids"]) for r in recs)
     assert tokens > 30_000 and pq.ParquetFile(dst).metadata.num_row_groups == 1
     slices = list(columnar.record_slices(pq.read_table(dst)))

@@ -14,7 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from workers.fcr import route_delta
-from workers.fcr.columnar import Writer, iter_records
+from workers.fcr.columnar import iter_records
+from workers.fcr.parquet_write import Writer
 from workers.fcr.validate import validate_file
 from workers.training.moe import experiment_records
 

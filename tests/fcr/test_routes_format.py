@@ -8,7 +8,8 @@ import numpy as np
 import orjson
 import pytest
 
-from workers.fcr.columnar import Writer, iter_records, jsonl_to_parquet, parquet_to_jsonl
+from workers.fcr.columnar import iter_records
+from workers.fcr.parquet_write import Writer, jsonl_to_parquet, parquet_to_jsonl
 from workers.fcr.validate import validate_file, validate_record
 from workers.routing.file import RoutingFileError, audit_file
 from workers.training.moe import experiment_records

@@ -172,7 +172,7 @@ def test_join_reads_an_fcr_parquet_run_log_as_the_trainer_side(tmp_path, toy):
     import pytest as _pytest
 
     _pytest.importorskip("pyarrow")
-    from workers.fcr.columnar import jsonl_to_parquet
+    from workers.fcr.parquet_write import jsonl_to_parquet
 
     _, recs, inf = imported(tmp_path, toy)
     full = dict(recs[0], trainer={"logprobs": TRAINER_LPS, "loss_mask_used": [1, 1, 1], "sample_id": "s9",

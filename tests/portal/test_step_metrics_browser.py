@@ -2,7 +2,7 @@
 upload, processed by the real tasks): the run-level table and both figures, one point per step."""
 from __future__ import annotations
 
-from workers.fcr.columnar import Writer
+from workers.fcr.parquet_write import Writer
 
 from .browser import BrowserTestCase, browser_marks
 from .conftest import records

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from workers.fcr.columnar import SCALARS, TOPK, ListColumn, RunLog, row_any, table_records, topk_columns
+from workers.fcr.columnar import SCALARS, TOPK, RunLog, table_records
+from workers.fcr.parquet_columns import ListColumn, row_any, topk_columns
 from workers.fcr.reader import FcrParseError
 
 SENTINEL = -9999.0 + 1e-6

@@ -7,7 +7,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from workers.fcr.columnar import is_parquet, jsonl_to_parquet, parquet_to_jsonl
+from workers.fcr.columnar import is_parquet
+from workers.fcr.parquet_write import jsonl_to_parquet, parquet_to_jsonl
 from workers.fcr.reader import FcrParseError
 
 
