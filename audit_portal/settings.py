@@ -240,6 +240,12 @@ SPECTACULAR_SETTINGS = {
     # also documents the error envelope and the error responses of every operation
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
                              "audit_portal.core.schema.document_error_responses"],
+    # several models have a field named "kind" with their own choices: each enum gets a name of its own
+    "ENUM_NAME_OVERRIDES": {
+        "AlertRuleKindEnum": "audit_portal.alerts.rules.KIND_CHOICES",
+        "TokenizerKindEnum": "audit_portal.fidelity.models.RegisteredTokenizer.Kind",
+        "ImplementationKindEnum": "audit_portal.kernels.models.ImplementationKind",
+    },
 }
 
 # --- auth and sessions -------------------------------------------------------------------------------

@@ -85,7 +85,7 @@ class CreatedRuleSerializer(AlertRuleSerializer):
 
 RULE_REQUEST = inline_serializer("AlertRuleRequest", {
     "name": serializers.CharField(max_length=100),
-    "kind": serializers.ChoiceField(choices=list(rules.KINDS), help_text="; ".join(f"{k}: {v}"
+    "kind": serializers.ChoiceField(choices=rules.KIND_CHOICES, help_text="; ".join(f"{k}: {v}"
                                                                                   for k, v in rules.KINDS.items())),
     "threshold": serializers.FloatField(help_text="budget (budget), rise per step (eps_rising, abs_diff_rising), "
                                                   "mask rate (mask_rate)"),

@@ -5,14 +5,14 @@ from django.db import models
 from django.utils import timezone
 
 from audit_portal.accounts.models import Project
-from audit_portal.alerts.rules import KINDS
+from audit_portal.alerts.rules import KIND_CHOICES
 from audit_portal.runs.models import Run
 
 
 class AlertRule(models.Model):
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="alert_rules")
     name = models.CharField(max_length=100)
-    kind = models.CharField(max_length=20, choices=list(KINDS.items()))
+    kind = models.CharField(max_length=20, choices=KIND_CHOICES)
     threshold = models.FloatField()  # the budget, the rise per step, or the mask rate (rules.py)
     window = models.PositiveIntegerField(default=5)  # N: the last N steps a rising or rate rule reads
     webhook_url = models.CharField(max_length=2000, blank=True)  # empty: the page and the API only

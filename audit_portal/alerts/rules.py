@@ -20,6 +20,7 @@ KINDS = {
     ABS_DIFF_RISING: "|Δ log p| mean rising over the last N steps",
     MASK_RATE: "MIS mask rate (token share) above X, mean over the last N steps",
 }
+KIND_CHOICES = list(KINDS.items())  # the model's and the API's choices: one enum in the API schema
 # the per-step series a rising or rate rule reads
 SERIES = {EPS_RISING: "eps_hat_max", ABS_DIFF_RISING: "abs_diff_mean", MASK_RATE: "mis_mask_rate"}
 MAX_WINDOW = 1000
