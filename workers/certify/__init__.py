@@ -20,9 +20,8 @@ Modules (each readable on its own):
 """
 from __future__ import annotations
 
-import importlib
-
 from workers.certify.bounds import budget_threshold, guard_threshold, invert_budget, simplified_bounds, trm_bounds
+from workers.lazy import lazy_exports
 
 _LAZY = {
     "sampled_estimates": "estimators",
@@ -50,15 +49,4 @@ _LAZY = {
 
 __all__ = ["trm_bounds", "budget_threshold", "invert_budget", "guard_threshold", "simplified_bounds", *_LAZY]
 
-
-def __getattr__(name):
-    mod = _LAZY.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'workers.certify' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"workers.certify.{mod}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -7,6 +7,8 @@ seeds=None)``, ``calibrate(contract_id)``, plus ``run_suite``, ``grade``, ``run_
 """
 SUITE_VERSION = "0.1.0"
 
+from workers.lazy import lazy_exports  # noqa: E402
+
 from .loader import Contract, ContractError, load_file, load_suite, load_text  # noqa: E402
 
 __all__ = ["SUITE_VERSION", "Contract", "ContractError", "Verdict", "calibrate", "calibrate_all", "get_contract",
@@ -19,25 +21,7 @@ def suite(directory=None) -> list:
     return load_suite(directory)
 
 
-def __getattr__(name):  # lazy: these import torch
-    if name == "Verdict":
-        from .verdict import Verdict
-
-        return Verdict
-    if name in ("run_contract", "run_suite", "get_contract"):
-        from . import runner
-
-        return getattr(runner, name)
-    if name in ("calibrate", "calibrate_all"):
-        from . import calibration
-
-        return getattr(calibration, name)
-    if name in ("run_incidents", "run_incident", "INCIDENTS"):
-        from . import incidents as _inc
-
-        return getattr(_inc, name)
-    if name == "grade":
-        from .grading import grade
-
-        return grade
-    raise AttributeError(name)
+_LAZY = {"Verdict": "verdict", "run_contract": "runner", "run_suite": "runner", "get_contract": "runner",
+         "calibrate": "calibration", "calibrate_all": "calibration", "run_incidents": "incidents",
+         "run_incident": "incidents", "INCIDENTS": "incidents", "grade": "grading"}
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)  # these import torch

@@ -18,7 +18,7 @@ No Django import. Modules (each readable on its own):
 * :mod:`.verdict`       how a verdict is worded: coverage headline, label, the ``min_coverage`` gate
 * :mod:`.cli`           ``python -m workers.fidelity audit|import|join|gateway``
 """
-import importlib
+from workers.lazy import lazy_exports
 
 # Lazy: the web process imports ``workers.fidelity.rules`` (reason codes) and ``.verdict``; importing the
 # package must not load the audit or HF ``tokenizers`` with them. Each name loads its module on first use.
@@ -27,15 +27,4 @@ _LAZY = {"audit_file": "audit", "audit_records": "audit", "read_masks": "masks_e
 
 __all__ = sorted(_LAZY)
 
-
-def __getattr__(name):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'workers.fidelity' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"workers.fidelity.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
