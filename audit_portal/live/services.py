@@ -8,8 +8,9 @@ import re
 from django.db import transaction
 from django.utils import timezone
 
-from audit_portal.alerts.events import publish, run_group
+from audit_portal.alerts.events import run_group
 from audit_portal.alerts.selectors import firing_for_run
+from audit_portal.core.broadcast import publish
 from audit_portal.core.errors import PortalError
 from audit_portal.live.models import LiveRun, LiveSegment
 
@@ -143,4 +144,4 @@ def alerts_snapshot(live: LiveRun) -> dict:
 
 
 def publish_live(live: LiveRun) -> None:
-    publish(run_group(live.run_id), {"type": "run.live", "live": live_json(live)})
+    publish({"type": "run.live", "live": live_json(live)}, run_group(live.run_id))
