@@ -13,6 +13,7 @@ Modules (each readable on its own):
 * :mod:`.sequence`    sequence certificates, TRM masks, batch statistics    docs/bounds.md#sequence-certificate
 * :mod:`.masks`       training masks: DPPO, C-DPPO, verl heuristic rejection  docs/masks.md
 * :mod:`.file`        ``certify_file``: streaming over fcr/1 JSONL / gzip
+* :mod:`.records`     one policy record → the certifier's arrays, or the reason it cannot be certified
 * :mod:`.partial`     partial certificates of pieces of a file and their exact merge   docs/certify.md
 * :mod:`.exact`       exact (order-independent) float64 sums for the partials
 * :mod:`.summary`     a (merged) partial → the run certificate: bounds, budget, steps, caveats

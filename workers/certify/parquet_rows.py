@@ -6,7 +6,7 @@ arrays, or a string: why the row's columns do not form a record. For a clean pol
 ``trajectory_id``/``step`` and ``arrays`` is ``(y, a, b, p_top, q_top)`` sliced from the row group's columns with
 no Python object per token. A row the vectorised checks flag (misaligned lengths, null or sentinel log-probs, a
 negative id, top-K lists whose two columns differ in shape) comes back as its full fcr/1 record with ``arrays=None``,
-so the JSONL code path (``_extract``) judges it and gives the same reason, word for word.
+so the JSONL code path (workers/certify/records.py ``extract``) judges it and gives the same reason, word for word.
 """
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import numpy as np
 from workers.fcr.columnar import SCALARS, TOPK, RunLog, table_records
 from workers.fcr.parquet_columns import ListColumn, row_any, topk_columns
 from workers.fcr.reader import FcrParseError
+from workers.fcr.schema import SENTINEL_CUT
 
-SENTINEL = -9999.0 + 1e-6
 ID_EXACT = 1 << 53  # the JSONL path reads top-K ids through float64
 COLUMNS = ["role", "call_id", "trajectory_id", "step", "response_token_ids", "rollout_logprobs", "trainer_logprobs",
            *TOPK["rollout"], *TOPK["trainer"]]
@@ -41,7 +41,7 @@ def _logprob_column(table, name, T, rows):
     col = ListColumn(table.column(name), np.float64)
     v = col.values
     bad = col.row_null | (col.lengths() != T)
-    flags = np.isnan(v) | (v <= SENTINEL)
+    flags = np.isnan(v) | (v <= SENTINEL_CUT)
     if col.value_null is not None:
         flags |= col.value_null
     return v, col.offsets, bad | row_any(flags, col.offsets)
@@ -54,7 +54,7 @@ def _topk_side(table, side, T, rows):
     if ic not in table.column_names or lc not in table.column_names:
         return None, np.zeros(rows, bool), np.ones(rows, bool)
     pos_off, ids, lps, row_null, bad_pos, bad_rows = topk_columns(table.column(ic), table.column(lc))
-    flags = bad_pos | ((ids < 0) | (ids >= ID_EXACT)).any(1) | (lps <= SENTINEL).any(1) | np.isnan(lps).any(1)
+    flags = bad_pos | ((ids < 0) | (ids >= ID_EXACT)).any(1) | (lps <= SENTINEL_CUT).any(1) | np.isnan(lps).any(1)
     bad = bad_rows | (~row_null & ((np.diff(pos_off) != T) | row_any(flags, pos_off)))
     return (pos_off, ids, lps), row_null, bad
 

@@ -15,7 +15,7 @@ import re
 
 import orjson
 
-from workers.fcr.schema import ids_sha256  # noqa: F401  (the importers hash ids by the format's one rule)
+from workers.fcr.schema import SENTINEL_CUT, ids_sha256  # noqa: F401  (the format's one rule for each)
 
 IMPORTER_VERSION = "fidelity-importers/1"
 MAX_LITERAL_CHARS = 50_000_000
@@ -124,8 +124,6 @@ def int_list(v):
         return v
     return None
 
-
-SENTINEL_CUT = -9999.0 + 1e-6
 
 
 def _is_num(v) -> bool:
