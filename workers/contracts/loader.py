@@ -1,167 +1,23 @@
 """Load and validate contract files (docs/contract-language.md#the-parts-of-a-contract); name the faulty field *and*
 its line on any error.
 
-YAML is composed to a node tree first (``yaml.compose``) so every value keeps its source mark; the tree is
-converted to plain Python while a ``path -> line`` map is recorded, then the document is checked against
-``schema.CONTRACT`` and the expressions are parsed with ``expr.parse`` and checked against the names the
-named measurement protocol binds. Nothing here imports torch, so the portal can load the suite into its
+The text becomes data with the line of every field (document.py: YAML composed to nodes, hostile documents
+refused), the data is checked against ``schema.CONTRACT``, and then the expressions are parsed with ``expr.parse``
+and checked against the names the named measurement protocol binds. Nothing here imports torch, so the portal can load the suite into its
 database from a process that never imports torch.
 """
 from __future__ import annotations
 
-import datetime as _dt
 import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from . import expr as _expr
-from .schema import CONTRACT, EIGHT_PARTS, ENV_FLAGS, FAMILY_OF_CLASS, POLICY_VALUES, F
+from .document import ContractError, check_schema, dotted, line_for, parse_document
+from .schema import CONTRACT, EIGHT_PARTS, ENV_FLAGS, FAMILY_OF_CLASS, POLICY_VALUES
 
 SPECS_DIR = Path(__file__).resolve().parent / "specs"
-
-
-class ContractError(ValueError):
-    """A contract-file problem: ``field`` is the dotted path (e.g. ``tolerance.bound``), ``line`` 1-based."""
-
-    def __init__(self, message: str, *, field: str = "", line: int | None = None, source: str = ""):
-        self.message, self.field, self.line, self.source = message, field, line, source
-        loc = f"{source or '<contract>'}:{line}" if line else (source or "<contract>")
-        super().__init__(f"{loc}: {field or '(document)'}: {message}")
-
-    def to_dict(self):
-        return {"field": self.field, "line": self.line, "message": self.message, "source": self.source}
-
-
-# --------------------------------------------------------------------------------------------- YAML -> data
-MAX_NODES = 20000  # a contract has a few hundred; caps alias ("billion laughs") expansion
-
-
-def _to_python(node, path: tuple, lines: dict, source: str, ctor, _open: frozenset = frozenset()):
-    """Convert a composed yaml node to plain data, recording the line of every path. Rejects duplicate keys
-    (PyYAML silently keeps the last one, which would hide an edit) and aliases that contain themselves."""
-    lines[path] = node.start_mark.line + 1
-    if len(lines) > MAX_NODES:
-        raise ContractError(f"document has more than {MAX_NODES} nodes (alias expansion?)", field=_dotted(path),
-                            line=node.start_mark.line + 1, source=source)
-    if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
-        if id(node) in _open:
-            raise ContractError("an alias refers to a node that contains it (recursive document)",
-                                field=_dotted(path), line=node.start_mark.line + 1, source=source)
-        _open = _open | {id(node)}
-    if isinstance(node, yaml.MappingNode):
-        out = {}
-        for knode, vnode in node.value:
-            if not isinstance(knode, yaml.ScalarNode):
-                raise ContractError("mapping keys must be scalars", field=_dotted(path),
-                                    line=knode.start_mark.line + 1, source=source)
-            key = knode.value
-            if key in out:
-                raise ContractError(f"duplicate key {key!r}", field=_dotted(path + (key,)),
-                                    line=knode.start_mark.line + 1, source=source)
-            out[key] = _to_python(vnode, path + (key,), lines, source, ctor, _open)
-            lines[path + (key,)] = knode.start_mark.line + 1  # a field is reported at its key's line
-        return out
-    if isinstance(node, yaml.SequenceNode):
-        return [_to_python(v, path + (i,), lines, source, ctor, _open) for i, v in enumerate(node.value)]
-    # scalars: the safe constructor resolves ints / floats / bools / null / timestamps
-    try:
-        value = ctor.construct_object(node, deep=True)
-    except yaml.constructor.ConstructorError:
-        raise
-    except Exception as exc:  # noqa: BLE001 — PyYAML's scalar constructors on "!!int abc", "!!int ''", "!!timestamp 2020-13-45"
-        raise ContractError(f"cannot construct value {node.value!r} as {node.tag}: {exc}", field=_dotted(path),
-                            line=node.start_mark.line + 1, source=source) from None
-    if isinstance(value, (_dt.date, _dt.datetime)):
-        value = value.isoformat()
-    return value
-
-
-def _dotted(path) -> str:
-    out = ""
-    for p in path:
-        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
-    return out
-
-
-def _line_for(lines: dict, path: tuple):
-    """Line of ``path`` or of its closest existing ancestor (a missing field is reported at its parent)."""
-    p = tuple(path)
-    while p and p not in lines:
-        p = p[:-1]
-    return lines.get(p)
-
-
-# ------------------------------------------------------------------------------------------- validation
-def _validate(spec: F, value, path: tuple, lines: dict, source: str):
-    def err(msg, p=path):
-        raise ContractError(msg, field=_dotted(p), line=_line_for(lines, p), source=source)
-
-    k = spec.kind
-    if k == "any":
-        return
-    if k == "map":
-        if not isinstance(value, dict):
-            err(f"expected a mapping, found {type(value).__name__}")
-        for name in value:
-            if name not in spec.fields:
-                allowed = ", ".join(spec.fields)
-                err(f"unknown field {name!r} (allowed: {allowed})", path + (name,))
-        for name, sub in spec.fields.items():
-            if name not in value or value[name] is None:
-                if sub.required:
-                    err(f"required field {name!r} is missing", path + (name,))
-                continue
-            _validate(sub, value[name], path + (name,), lines, source)
-        return
-    if k == "dict":
-        if not isinstance(value, dict):
-            err(f"expected a mapping, found {type(value).__name__}")
-        for name, v in value.items():
-            _validate(spec.items, v, path + (name,), lines, source)
-        return
-    if k == "list":
-        if not isinstance(value, list):
-            err(f"expected a list, found {type(value).__name__}")
-        if spec.nonempty and not value:
-            err("must not be empty")
-        for i, v in enumerate(value):
-            _validate(spec.items, v, path + (i,), lines, source)
-        return
-    if k == "str":
-        if not isinstance(value, str):
-            err(f"expected a string, found {type(value).__name__} {value!r}")
-        if spec.enum and value not in spec.enum:
-            err(f"{value!r} is not one of {', '.join(map(str, spec.enum))}")
-        if spec.pattern and not re.match(spec.pattern, value):
-            err(f"{value!r} does not match {spec.pattern}")
-        return
-    if k == "int":
-        if isinstance(value, bool) or not isinstance(value, int):
-            err(f"expected an integer, found {type(value).__name__} {value!r}")
-        return
-    if k == "bool":
-        if not isinstance(value, bool):
-            err(f"expected true/false, found {value!r}")
-        return
-    if k in ("number", "expr"):
-        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            err(f"expected a number or an expression, found {type(value).__name__}")
-        try:
-            e = _expr.parse(value)
-        except _expr.ExprError as exc:
-            err(f"invalid expression: {exc}")
-        if k == "number":
-            if e.names:
-                err(f"must be a constant; names {sorted(e.names)} are not bound here")
-            try:
-                e.evaluate({})
-            except _expr.ExprError as exc:
-                err(str(exc))
-        return
-    raise AssertionError(k)  # pragma: no cover
 
 
 # ------------------------------------------------------------------------------------------------ model
@@ -218,10 +74,10 @@ class Contract:
     def calibration(self) -> dict:
         return self.data["calibration"]
 
-    def line_of(self, dotted: str):
+    def line_of(self, path: str):
         """Line of a dotted field path such as ``tolerance.bound`` (None if unknown)."""
-        parts = tuple(int(p) if p.isdigit() else p for p in re.split(r"\.|\[|\]\.?", dotted) if p != "")
-        return _line_for(self.lines, parts)
+        parts = tuple(int(p) if p.isdigit() else p for p in re.split(r"\.|\[|\]\.?", path) if p != "")
+        return line_for(self.lines, parts)
 
     def to_dict(self) -> dict:
         """JSON-safe record for a database row: identity, the eight parts, extensions, source and digest."""
@@ -256,27 +112,11 @@ def load_text(text: str, source: str = "<contract>") -> Contract:
 def _load_text(text: str, source: str) -> Contract:
     if not isinstance(text, str):
         raise ContractError(f"a contract document is text, not {type(text).__name__}", source=source)
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        raise ContractError(f"YAML syntax error: {exc.problem or exc}", line=mark.line + 1 if mark else None,
-                            source=source) from None
-    except yaml.YAMLError as exc:
-        raise ContractError(f"YAML error: {exc}", source=source) from None
-    if node is None:
-        raise ContractError("empty document", line=1, source=source)
-    lines: dict = {}
-    try:
-        data = _to_python(node, (), lines, source, yaml.SafeLoader(""))
-    except yaml.constructor.ConstructorError as exc:
-        mark = exc.problem_mark
-        raise ContractError(f"cannot construct value: {exc.problem}", line=mark.line + 1 if mark else None,
-                            source=source) from None
-    _validate(CONTRACT, data, (), lines, source)
+    data, lines = parse_document(text, source)
+    check_schema(CONTRACT, data, (), lines, source)
 
     def err(msg, path):
-        raise ContractError(msg, field=_dotted(path), line=_line_for(lines, path), source=source)
+        raise ContractError(msg, field=dotted(path), line=line_for(lines, path), source=source)
 
     ident = data["identifier"]
     if not ident["id"].startswith(ident["class"] + "/"):
