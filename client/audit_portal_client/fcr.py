@@ -24,7 +24,8 @@ def arrow_schema(float_type: str = "float32") -> pa.Schema:
     i64, s = pa.int64(), pa.string()
     fields = [pa.field("run_id", s, nullable=False), pa.field("trajectory_id", s, nullable=False),
               pa.field("call_id", s, nullable=False), pa.field("step", i64, nullable=False),
-              pa.field("call_index", i64, nullable=False), pa.field("role", s), pa.field("meta_json", s, nullable=False),
+              pa.field("call_index", i64, nullable=False), pa.field("role", s),
+              pa.field("meta_json", s, nullable=False),
               pa.field("prompt_token_ids", pa.list_(i64)), pa.field("response_token_ids", pa.list_(i64)),
               pa.field("response_token_strings", pa.list_(s)), pa.field("rollout_logprobs", pa.list_(ft)),
               pa.field("rollout_token_policy_versions", pa.list_(i64)), pa.field("trainer_logprobs", pa.list_(ft)),
@@ -257,7 +258,8 @@ def _nested(rows: list[np.ndarray], vt) -> pa.Array:
     K = rows[0].shape[1] if rows else 0
     positions = np.concatenate(rows) if rows else np.zeros((0, K))
     inner_offsets = (np.arange(positions.shape[0] + 1) * K).astype(np.int32)
-    inner = pa.ListArray.from_arrays(pa.array(inner_offsets), pa.array(positions.reshape(-1).astype(vt.to_pandas_dtype())))
+    values = pa.array(positions.reshape(-1).astype(vt.to_pandas_dtype()))
+    inner = pa.ListArray.from_arrays(pa.array(inner_offsets), values)
     return pa.ListArray.from_arrays(pa.array(_offsets(rows)), inner)
 
 
