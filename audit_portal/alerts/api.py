@@ -118,13 +118,31 @@ class ProjectAlertRuleListCreate(generics.ListAPIView):
         return Response(CreatedRuleSerializer(rule).data, status=status.HTTP_201_CREATED)
 
 
+RULE_CHANGE = inline_serializer("AlertRuleChange", {
+    "name": serializers.CharField(max_length=100, required=False),
+    "kind": serializers.ChoiceField(choices=rules.KIND_CHOICES, required=False),
+    "threshold": serializers.FloatField(required=False), "window": serializers.IntegerField(required=False),
+    "webhook_url": serializers.CharField(required=False, allow_blank=True),
+    "enabled": serializers.BooleanField(required=False),
+})  # any of a new rule's fields; the others keep their values
+
+
 class AlertRuleDetail(generics.RetrieveDestroyAPIView):
-    """One rule: its state per run and its latest webhook deliveries. DELETE removes it (submit role)."""
+    """One rule: its state per run and its latest webhook deliveries. PATCH changes some of its fields, DELETE removes
+    it (submit role). A changed condition or a rule enabled again starts it afresh (docs/alerts.md)."""
 
     serializer_class = AlertRuleDetailSerializer
+    parser_classes = [JSONParser]
 
     def get_object(self):
         return selectors.get_rule(Principal.from_request(self.request), self.kwargs["pk"])
+
+    @extend_schema(request=RULE_CHANGE, responses={200: AlertRuleDetailSerializer})
+    def patch(self, request, pk):
+        rule = self.get_object()
+        if not Principal.from_request(request).can_submit(rule.project):
+            raise exceptions.PermissionDenied("Changing an alert rule needs the submit role or a submit-scoped key.")
+        return Response(AlertRuleDetailSerializer(services.update_rule(rule, request.data)).data)
 
     def perform_destroy(self, rule):
         if not Principal.from_request(self.request).can_submit(rule.project):

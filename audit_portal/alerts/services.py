@@ -30,8 +30,9 @@ def _bad(field: str, message: str):
     return InvalidAlertRule(f"{field}: {message}", extra={"field": field})
 
 
-def check_rule(data) -> dict:
-    """The fields of a new rule, checked (a 400 ``invalid_alert_rule`` naming the field otherwise)."""
+def check_rule(data, *, check_url: bool = True) -> dict:
+    """The fields of a new rule, checked (a 400 ``invalid_alert_rule`` naming the field otherwise). ``check_url``
+    False: the webhook URL is one already checked (each delivery checks its address again before connecting)."""
     if not isinstance(data, dict):
         raise _bad("body", "send a JSON object")
     name = data.get("name")
@@ -58,7 +59,7 @@ def check_rule(data) -> dict:
     if not low <= window <= rules.MAX_WINDOW:
         raise _bad("window", f"from {low} to {rules.MAX_WINDOW} steps")
     url = (data.get("webhook_url") or "").strip()
-    if url:
+    if url and check_url:
         try:
             webhooks.resolve(url, allow_private=settings.ALERT_WEBHOOK_ALLOW_PRIVATE)
         except webhooks.UnsafeWebhookURL as exc:
@@ -76,6 +77,48 @@ def create_rule(*, project, data, created_by: str) -> AlertRule:
                                code="too_many_alert_rules")
     return AlertRule.objects.create(project=project, secret=secrets.token_urlsafe(32), created_by=created_by[:150],
                                     **fields)
+
+
+EDITABLE = ("name", "kind", "threshold", "window", "webhook_url", "enabled")
+CONDITION = ("kind", "threshold", "window")
+EVALUATE_TASK = "workers.tasks.evaluate_alert_rules"
+
+
+def update_rule(rule: AlertRule, data) -> AlertRule:
+    """Change some of a rule's fields (the rest keep their values; the signing secret never changes), checked as a new
+    rule is. A changed condition (kind, threshold, N) or a rule enabled again starts the rule afresh: its states per
+    run are cleared and those runs are evaluated again on their latest data, so the rule fires once where the new
+    condition holds. Earlier events stay in the log as they were raised. A renamed rule, a new webhook or a disabled
+    rule keeps its states (a disabled rule is not evaluated, and a firing state of it is not shown as firing)."""
+    if not isinstance(data, dict):
+        raise _bad("body", "send a JSON object")
+    for name in data:
+        if name not in EDITABLE:
+            raise _bad(str(name)[:100], f"not a field that can be changed (these can: {', '.join(EDITABLE)})")
+    with transaction.atomic():
+        rule = AlertRule.objects.select_for_update().get(pk=rule.pk)
+        before = {f: getattr(rule, f) for f in EDITABLE}
+        fields = check_rule({**before, **data}, check_url=data.get("webhook_url", before["webhook_url"]) !=
+                            before["webhook_url"])
+        for name, value in fields.items():
+            setattr(rule, name, value)
+        rule.save(update_fields=list(EDITABLE))
+        restart = fields["enabled"] and (not before["enabled"] or any(fields[f] != before[f] for f in CONDITION))
+        if restart:
+            runs = sorted(set(rule.states.values_list("run_id", flat=True)))
+            rule.states.all().delete()
+            if runs:
+                transaction.on_commit(lambda: _evaluate_again(runs))
+    return rule
+
+
+def _evaluate_again(run_ids: list[int]) -> None:
+    from audit_portal.celery import app as celery_app
+
+    try:  # keyword argument: jobs/signals.py reads a positional int as a Job id
+        celery_app.send_task(EVALUATE_TASK, kwargs={"run_ids": run_ids}, queue="cpu", retry=False)
+    except Exception as exc:  # noqa: BLE001 - the states read "not evaluated" until the runs' next data
+        log.error("could not queue the evaluation of runs %s: %s", run_ids, exc)
 
 
 def delete_rule(rule: AlertRule) -> None:

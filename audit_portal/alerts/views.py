@@ -37,14 +37,36 @@ def alerts_page(request, slug):
     return render(request, "alerts/page.html", ctx, status=status)
 
 
-@login_required
-@require_POST
-def delete_rule(request, slug, pk):
+def _rule_to_change(request, slug, pk, action: str):
+    """The rule, for a caller with the submit role; None for anyone else (told why on the page they return to)."""
     ctx = page_context(request, slug)
     rule = selectors.get_rule(ctx["principal"], pk, ctx["project"])
     if not ctx["can_submit"]:
-        messages.error(request, "Deleting an alert rule needs the submit role (owner or member).")
-    else:
+        messages.error(request, f"{action} an alert rule needs the submit role (owner or member).")
+        return None
+    return rule
+
+
+@login_required
+@require_POST
+def edit_rule(request, slug, pk):
+    """The rule's edit form, or its disable/enable button: the fields posted are changed, the others kept."""
+    rule = _rule_to_change(request, slug, pk, "Changing")
+    if rule is not None:
+        try:
+            rule = services.update_rule(rule, {k: request.POST[k] for k in services.EDITABLE if k in request.POST})
+        except services.InvalidAlertRule as exc:
+            messages.error(request, f"Rule “{rule.name}” not changed: {exc.detail}")
+        else:
+            messages.success(request, f"Alert rule “{rule.name}” saved{'' if rule.enabled else ' (disabled)'}.")
+    return redirect("alerts:page", slug=slug)
+
+
+@login_required
+@require_POST
+def delete_rule(request, slug, pk):
+    rule = _rule_to_change(request, slug, pk, "Deleting")
+    if rule is not None:
         services.delete_rule(rule)
         messages.success(request, f"Alert rule “{rule.name}” deleted.")
     return redirect("alerts:page", slug=slug)

@@ -43,6 +43,10 @@ class AccessibilityTest(BrowserTestCase):
         contract = next(c for c in latest_contracts() if c.contract_class == "C-PRC-01")
         # a finished training audit's page (stored numbers empty: its figures become empty states)
         audit = TrainingAudit.objects.create(project=self.project, rollout_numerics="bf16", completed_at=timezone.now())
+        from audit_portal.alerts import services as alert_services  # the alerts page with a rule: its edit forms
+
+        alert_services.create_rule(project=self.project, created_by="a11y",
+                                   data={"name": "B* budget", "kind": "budget", "threshold": 0.05})
         return [f"/p/{slug}/", f"/p/{slug}/uploads/", f"/p/{slug}/uploads/{up.pk}/", f"/p/{slug}/runs/",
                 f"/p/{slug}/runs/{up.run_id}/", f"/p/{slug}/runs/{up.run_id}/sequences/",
                 f"/p/{slug}/compare/?c={cert}&c={cert}", f"/p/{slug}/compare/", f"/jobs/{job.pk}/", "/glossary/",
@@ -75,7 +79,11 @@ class AccessibilityTest(BrowserTestCase):
                 response = page.goto(self.live_server_url + path)
                 assert response.status == 200, path
                 self.settle(page)
+                if path.endswith("/alerts/"):  # open a rule's edit form, so that axe reads it too
+                    page.click("details.rule-edit summary")
                 found[f"{path} ({scheme})"] = self.axe(page)
+                if path.endswith("/alerts/"):
+                    self.screenshot(f"alerts-page-{scheme}.png")
                 if path.startswith("/contracts/C-"):  # the contract read as a document, kept to look at
                     self.screenshot(f"contract-page-{scheme}.png")
         bad = {k: v for k, v in found.items() if v}

@@ -334,11 +334,16 @@ ENDPOINTS: dict[tuple[str, str], Access] = {
     ("api/v1/alert-rules/<int:pk>/", "GET"): Access("read", lambda o: f"/api/v1/alert-rules/{o.alert_rule}/"),
     ("api/v1/alert-rules/<int:pk>/", "DELETE"): Access("submit", lambda o: f"/api/v1/alert-rules/{o.alert_rule}/",
                                                        ok=(204,)),
+    ("api/v1/alert-rules/<int:pk>/", "PATCH"): Access("submit", lambda o: f"/api/v1/alert-rules/{o.alert_rule}/",
+                                                      body=lambda: {"threshold": 0.5}),
     ("api/v1/runs/<int:pk>/alerts/", "GET"): Access("read", lambda o: f"/api/v1/runs/{o.run}/alerts/"),
     ("api/v1/runs/<int:pk>/live/", "GET"): Access("read", lambda o: f"/api/v1/runs/{o.run}/live/"),
     ("p/<slug:slug>/alerts/", "GET"): _page("read", lambda o: f"/p/{o.slug}/alerts/"),
     ("p/<slug:slug>/alerts/", "POST"): _page("submit", lambda o: f"/p/{o.slug}/alerts/", fmt="form",
                                              body=lambda: ALERT_RULE),
+    ("p/<slug:slug>/alerts/<int:pk>/edit/", "POST"): _page(
+        "submit", lambda o: f"/p/{o.slug}/alerts/{o.alert_rule}/edit/", ok=(302,), fmt="form",
+        body=lambda: {"name": "renamed", "threshold": "0.5"}, ok_location=f"/p/{OWN_SLUG}/alerts/"),
     ("p/<slug:slug>/alerts/<int:pk>/delete/", "POST"): _page(
         "submit", lambda o: f"/p/{o.slug}/alerts/{o.alert_rule}/delete/", ok=(302,), fmt="form",
         ok_location=f"/p/{OWN_SLUG}/alerts/"),

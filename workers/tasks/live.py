@@ -1,7 +1,8 @@
 """The follow-up of every completed certificate of a run (queued by audit_portal/alerts/signals.py): an upload declared
 as a segment (a step range) is merged into the run's live view when its steps are new — certified once more under the
 run's plan into a partial of this upload only, merged, earlier steps untouched — then the project's alert rules are
-evaluated on the run so far (the live view when there is one, else the newest certificate).
+evaluated on the run so far (the live view when there is one, else the newest certificate). ``evaluate_alert_rules``
+evaluates them again on runs whose rule was changed.
 
 Keyword arguments only: jobs/signals.py reads a positional int of a failed ``workers.tasks.*`` task as a Job id."""
 import logging
@@ -14,6 +15,7 @@ from audit_portal.certificates.models import RunCertificate
 from audit_portal.core.storage import artifact_path
 from audit_portal.live import services as live
 from audit_portal.live.models import LiveRun, LiveSegment
+from audit_portal.runs.models import Run
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +53,20 @@ def run_certificate_completed(certificate_id: int | None = None) -> str:
         view = live.add_segment(run, upload.pk, steps, plan or {}, part, _combine, declared) or LiveRun.objects.filter(
             run=run).first()
         live.mark_processed(upload.pk)
-    snapshot = live.alerts_snapshot(view) if view is not None else alert_selectors.run_snapshot(run)
-    raised = alerts.evaluate_run(run, snapshot)
+    raised = alerts.evaluate_run(run, _alert_snapshot(run, view))
     return f"{len(raised)} alert event(s)"
+
+
+@shared_task(name="workers.tasks.evaluate_alert_rules", acks_late=True)
+def evaluate_alert_rules(run_ids: list[int] | None = None) -> str:
+    """Evaluate the project's rules again on each run's latest data (queued when a rule's condition was changed:
+    audit_portal/alerts/services.update_rule). A run deleted meanwhile is skipped."""
+    raised = 0
+    for run in Run.objects.filter(pk__in=run_ids or []).order_by("pk"):
+        raised += len(alerts.evaluate_run(run, _alert_snapshot(run, LiveRun.objects.filter(run=run).first())))
+    return f"{raised} alert event(s)"
+
+
+def _alert_snapshot(run, view):
+    """What the rules read: the run so far (its live view) when it streams steps, else its newest certificate."""
+    return live.alerts_snapshot(view) if view is not None else alert_selectors.run_snapshot(run)
