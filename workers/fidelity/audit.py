@@ -79,62 +79,92 @@ def _malformed_line(line, reason) -> CallResult:
 
 def _run(source, *, mode, tokenizer, masks_out, masks_format, path_label, progress=None, progress_every=2000,
          call_sink=None, sink_batch=1000, **options) -> dict:
-    opts = AuditOptions(mode=mode, **options)
-    keep = opts.max_calls_in_report if opts.max_calls_in_report is not None else (0 if call_sink else None)
-    registry = TokenizerRegistry.coerce(tokenizer)
-    index = LineageIndex(merged=(mode == "merged"))
-    cov = Coverage(opts)
-    certs = None
-    if opts.certificates:
-        from workers.fidelity.certificates import CertificateSection
+    audit = _Audit(mode, tokenizer, progress, options)
+    keep = audit.opts.max_calls_in_report
+    keep = keep if keep is not None else (0 if call_sink else None)
+    with _gc_paused(), tempfile.TemporaryFile(prefix="fidelity-audit-") as spill_file:
+        spill = _Spill(spill_file)
+        audit.evaluate_pass(source, spill, progress_every)
+        audit.fix_up_pass(source)
+        calls, truncated, masks = audit.verdict_pass(spill, masks_out, masks_format, keep, call_sink, sink_batch)
+    audit.report(1.0, "done")
+    return audit.result(path_label, calls, truncated, masks)
 
-        certs = CertificateSection(opts)
-    unparsed = 0
-    unregistered: set[str] = set()
 
-    def report(fraction, message):
-        if progress is not None:
-            progress(min(1.0, max(0.0, fraction)), message)
+class _Spill:
+    """The evaluation pass's results waiting for the verdict pass, in file order: one self-contained pickle per call
+    (a shared Pickler's memo would keep every call alive), each framed by its length."""
 
-    with _gc_paused(), tempfile.TemporaryFile(prefix="fidelity-audit-") as spill:
-        # ---- pass 1: evaluate every record once (R0–R4, R6–R8, certificate intervals) and index it
-        def dump(item):  # one self-contained pickle per call (a shared Pickler's memo would keep every call alive)
-            data = pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
-            spill.write(_LEN.pack(len(data)))
-            spill.write(data)
+    def __init__(self, file):
+        self.file, self.count = file, 0
 
+    def write(self, item) -> None:
+        data = pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
+        self.file.write(_LEN.pack(len(data)))
+        self.file.write(data)
+        self.count += 1
+
+    def read_all(self):
+        self.file.seek(0)
+        for _ in range(self.count):
+            (size,) = _LEN.unpack(self.file.read(_LEN.size))
+            yield pickle.loads(self.file.read(size))
+
+
+class _Audit:
+    """One audit's state across its three passes (the module docstring)."""
+
+    def __init__(self, mode, tokenizer, progress, options):
+        self.mode, self.progress = mode, progress
+        self.opts = AuditOptions(mode=mode, **options)
+        self.registry = TokenizerRegistry.coerce(tokenizer)
+        self.index = LineageIndex(merged=(mode == "merged"))
+        self.cov = Coverage(self.opts)
+        self.certs = None
+        if self.opts.certificates:
+            from workers.fidelity.certificates import CertificateSection
+
+            self.certs = CertificateSection(self.opts)
+        self.unparsed = 0
+        self.unregistered: set[str] = set()
+
+    def report(self, fraction, message):
+        if self.progress is not None:
+            self.progress(min(1.0, max(0.0, fraction)), message)
+
+    def evaluate_pass(self, source, spill: _Spill, progress_every: int) -> None:
+        """Pass 1: evaluate every record once (R0–R4, R6–R8, certificate intervals) and index it."""
+        certs = self.certs
         waiting: list = []  # calls whose certificate intervals are not computed yet, in file order
-        count = 0
         next_report = 0.01
 
         def spill_waiting():
             certs.flush()
             for item in waiting:
-                dump(item)
+                spill.write(item)
             waiting.clear()
 
         for line, raw, offset, frac in source():
-            if progress is not None and (frac >= next_report or line % progress_every == 0):
+            if self.progress is not None and (frac >= next_report or line % progress_every == 0):
                 next_report = frac + 0.01
-                report(READ_SHARE * frac, f"auditing: {frac:.0%} of the file read (line {line})")
+                self.report(READ_SHARE * frac, f"auditing: {frac:.0%} of the file read (line {line})")
             if line % GC_EVERY == 0:
                 gc.collect(1)
             rec, err = parse(raw)
             if rec is None and err is None:
                 continue  # blank line
             if rec is None:
-                unparsed += 1
+                self.unparsed += 1
                 res, meta = _malformed_line(line, err), {}
             else:
-                index.add(line, rec)
-                res = _evaluate(rec, raw, line, index, registry, unregistered, opts)
+                self.index.add(line, rec)
+                res = _evaluate(rec, raw, line, self.index, self.registry, self.unregistered, self.opts)
                 meta = coverage_meta(rec)
             rec = raw = None  # release the record before the next parse
             res.entry["byte_offset"] = offset
-            cov.add_alignment(res)
-            count += 1
+            self.cov.add_alignment(res)
             if certs is None:
-                dump((res, meta))
+                spill.write((res, meta))
             else:
                 waiting.append((res, meta))
                 if (res.cert_arrays and certs.add(res)) or len(waiting) >= certs.FLUSH_CALLS:
@@ -143,38 +173,36 @@ def _run(source, *, mode, tokenizer, masks_out, masks_format, path_label, progre
         if certs is not None:
             spill_waiting()
 
-        # ---- pass 2 (out-of-order files only): prefix checks against the final roots / predecessors
-        fix = index.resolve()
+    def fix_up_pass(self, source) -> None:
+        """Pass 2 (out-of-order files only): prefix checks against the final roots and predecessors."""
+        fix = self.index.resolve()
         if fix:
-            report(READ_SHARE, f"re-reading {len(fix)} out-of-order call(s)")
+            self.report(READ_SHARE, f"re-reading {len(fix)} out-of-order call(s)")
             for line, raw, _, _ in source():
                 checks = fix.get(line)
                 if checks is not None:
                     rec, _ = parse(raw)
-                    index.apply_fixes(line, rec, checks)
-        index.finish()
+                    self.index.apply_fixes(line, rec, checks)
+        self.index.finish()
 
-        # ---- pass 3: verdicts in file order → coverage, mask export, call_sink, calls[]
-        report(READ_SHARE, f"read {count} call(s); final verdicts")
-        spill.seek(0)
-        def load():
-            (size,) = _LEN.unpack(spill.read(_LEN.size))
-            return pickle.loads(spill.read(size))
-
+    def verdict_pass(self, spill: _Spill, masks_out, masks_format, keep, call_sink, sink_batch):
+        """Pass 3: verdicts in file order → coverage, the mask export, ``call_sink`` and ``calls[]``."""
+        count, opts = spill.count, self.opts
+        self.report(READ_SHARE, f"read {count} call(s); final verdicts")
         writer = MaskWriter(masks_out, masks_format) if masks_out else None
         calls: list[dict] = []
         batch: list[dict] = []
         truncated = False
         try:
-            for i in range(count):
-                res, meta = load()
+            for i, (res, meta) in enumerate(spill.read_all()):
                 if res.lineage_input is not None:
-                    apply_lineage(res, index.lineage(res.entry["line"], res.entry["run_id"], res.lineage_input), opts)
-                if certs is not None:
-                    certs.record(res)
+                    lineage = self.index.lineage(res.entry["line"], res.entry["run_id"], res.lineage_input)
+                    apply_lineage(res, lineage, opts)
+                if self.certs is not None:
+                    self.certs.record(res)
                     if opts.require_certificate:
                         finalize(res)
-                cov.add(res, meta)
+                self.cov.add(res, meta)
                 if writer is not None:
                     writer.write(res.entry, res.words == 0)
                 if keep is None or len(calls) < keep:
@@ -186,70 +214,84 @@ def _run(source, *, mode, tokenizer, masks_out, masks_format, path_label, progre
                     if len(batch) >= sink_batch:
                         call_sink(batch)
                         batch = []
-                        report(READ_SHARE + (1 - READ_SHARE) * (i + 1) / count, f"stored {i + 1} of {count} calls")
+                        self.report(READ_SHARE + (1 - READ_SHARE) * (i + 1) / count, f"stored {i + 1} of {count} calls")
                 if i % GC_EVERY == 0:
                     gc.collect(1)
+                res = meta = None
             if call_sink is not None and batch:
                 call_sink(batch)
-            batch = res = meta = None
         finally:
             masks = writer.close() if writer is not None else None
+        return calls, truncated, masks
 
-    report(1.0, "done")
-    if certs is not None:
-        cov.cert = certs.summary()
-    coverage = cov.report(chain_breaks=index.chain_breaks, merged_samples=index.merged_samples,
-                          unparsed_lines=unparsed)
-    violations = cov.cf_tokens
-    reasons = []
-    if violations:
-        reasons.append(f"closed-failure violations: {violations} trainer-used token(s) are not verifiable")
-    if unparsed:
-        reasons.append(f"{unparsed} line(s) could not be read as records (fail closed: they may be training data)")
-    if opts.require_loss_mask and cov.policy_calls_without_mask:
-        reasons.append(f"{cov.policy_calls_without_mask} policy call(s) lack trainer.loss_mask_used")
-    n_ver, n_pol = coverage["verifiable_policy_tokens"], coverage["policy_tokens"]
-    gate = coverage_gate_reason(n_ver, n_pol, opts.min_coverage)
-    if gate:
-        reasons.append(gate)
-    warnings = []
-    if not n_ver:
-        warnings.append("no policy token is verifiable: the closed-failure check passes trivially and says nothing "
-                        "about this log's data; see the exclusions by reason (e.g. TRAINER_LOGPROB_MISSING: attach "
-                        "the trainer side with `python -m workers.fidelity join`)")
-    if coverage["calls"]["spurious_call_rate"]:
-        warnings.append("calls with undeclared role (role 'unknown') reached the log: use the negotiated protocol "
-                        "(docs/fcr.md#negotiated-protocol) so background calls are declared or rejected")
-    if coverage["template_change"]:
-        warnings.append("policy calls use more than one chat-template hash (mid-run template change)")
-    unc = (coverage.get("certificates") or {}).get("trainer_list_uncovered_positions")
-    if unc:
-        warnings.append(f"trainer.top_k misses ids of rollout.top_k at {unc} position(s) sent for certificates: fcr/1 requires "
-                        "the trainer list to cover them; the certificates there are looser")
-    if unregistered:
-        warnings.append("records reference tokenizer hashes that are not registered; tokenizer-dependent checks "
-                        "fail closed for them")
-    return {
-        "schema": REPORT_SCHEMA,
-        "file": path_label,
-        "mode": mode,
-        "headline": headline(n_ver, n_pol),
-        "verdict": "FAIL" if reasons else "PASS",
-        "verdict_label": verdict_label("FAIL" if reasons else "PASS", n_ver, n_pol),
-        "verdict_reasons": reasons,
-        "min_coverage": opts.min_coverage,
-        "closed_failure_violations": violations,
-        "coverage": coverage,
-        "calls": calls,
-        "calls_truncated": truncated,
-        "loss_mask": {
-            "definition": "verifiable ∧ policy response token; per call = the verifiable spans of calls[]",
-            "export": masks,
-        },
-        "tokenizers": {"registered": registry.shas(), "unregistered_seen": sorted(unregistered)},
-        "protocol_warnings": warnings,
-        "options": {k: v for k, v in vars(opts).items()},
-    }
+    def result(self, path_label, calls, truncated, masks) -> dict:
+        """The report (schema ``fcr-audit/1``): the verdict and why, coverage, calls, the mask export, warnings."""
+        opts, cov = self.opts, self.cov
+        if self.certs is not None:
+            cov.cert = self.certs.summary()
+        coverage = cov.report(chain_breaks=self.index.chain_breaks, merged_samples=self.index.merged_samples,
+                              unparsed_lines=self.unparsed)
+        n_ver, n_pol = coverage["verifiable_policy_tokens"], coverage["policy_tokens"]
+        reasons = self._verdict_reasons(n_ver, n_pol)
+        verdict = "FAIL" if reasons else "PASS"
+        return {
+            "schema": REPORT_SCHEMA,
+            "file": path_label,
+            "mode": self.mode,
+            "headline": headline(n_ver, n_pol),
+            "verdict": verdict,
+            "verdict_label": verdict_label(verdict, n_ver, n_pol),
+            "verdict_reasons": reasons,
+            "min_coverage": opts.min_coverage,
+            "closed_failure_violations": cov.cf_tokens,
+            "coverage": coverage,
+            "calls": calls,
+            "calls_truncated": truncated,
+            "loss_mask": {
+                "definition": "verifiable ∧ policy response token; per call = the verifiable spans of calls[]",
+                "export": masks,
+            },
+            "tokenizers": {"registered": self.registry.shas(), "unregistered_seen": sorted(self.unregistered)},
+            "protocol_warnings": self._protocol_warnings(coverage, n_ver),
+            "options": {k: v for k, v in vars(opts).items()},
+        }
+
+    def _verdict_reasons(self, n_ver: int, n_pol: int) -> list[str]:
+        """Why the audit fails (none: it passes)."""
+        reasons = []
+        violations = self.cov.cf_tokens
+        if violations:
+            reasons.append(f"closed-failure violations: {violations} trainer-used token(s) are not verifiable")
+        if self.unparsed:
+            reasons.append(f"{self.unparsed} line(s) could not be read as records (fail closed: they may be training "
+                           "data)")
+        if self.opts.require_loss_mask and self.cov.policy_calls_without_mask:
+            reasons.append(f"{self.cov.policy_calls_without_mask} policy call(s) lack trainer.loss_mask_used")
+        gate = coverage_gate_reason(n_ver, n_pol, self.opts.min_coverage)
+        if gate:
+            reasons.append(gate)
+        return reasons
+
+    def _protocol_warnings(self, coverage: dict, n_ver: int) -> list[str]:
+        """What the log's producer should change, though the verdict stands."""
+        warnings = []
+        if not n_ver:
+            warnings.append("no policy token is verifiable: the closed-failure check passes trivially and says "
+                            "nothing about this log's data; see the exclusions by reason (e.g. "
+                            "TRAINER_LOGPROB_MISSING: attach the trainer side with `python -m workers.fidelity join`)")
+        if coverage["calls"]["spurious_call_rate"]:
+            warnings.append("calls with undeclared role (role 'unknown') reached the log: use the negotiated "
+                            "protocol (docs/fcr.md#negotiated-protocol) so background calls are declared or rejected")
+        if coverage["template_change"]:
+            warnings.append("policy calls use more than one chat-template hash (mid-run template change)")
+        unc = (coverage.get("certificates") or {}).get("trainer_list_uncovered_positions")
+        if unc:
+            warnings.append(f"trainer.top_k misses ids of rollout.top_k at {unc} position(s) sent for certificates: "
+                            "fcr/1 requires the trainer list to cover them; the certificates there are looser")
+        if self.unregistered:
+            warnings.append("records reference tokenizer hashes that are not registered; tokenizer-dependent checks "
+                            "fail closed for them")
+        return warnings
 
 
 def _evaluate(rec, raw, line, index, registry, unregistered, opts) -> CallResult:
