@@ -65,8 +65,14 @@ def check_rule(data, *, check_url: bool = True) -> dict:
         except webhooks.UnsafeWebhookURL as exc:
             raise _bad("webhook_url", str(exc)) from None
     enabled = data.get("enabled", True)
+    if enabled in (True, "true", "1", "on"):
+        enabled = True
+    elif enabled in (False, "false", "0", "off", ""):  # "": an unticked box
+        enabled = False
+    else:
+        raise _bad("enabled", "true or false")
     return {"name": name.strip(), "kind": kind, "threshold": threshold, "window": window, "webhook_url": url,
-            "enabled": enabled not in (False, "false", "0", "off", "")}
+            "enabled": enabled}
 
 
 def create_rule(*, project, data, created_by: str) -> AlertRule:
@@ -92,9 +98,11 @@ def update_rule(rule: AlertRule, data) -> AlertRule:
     rule keeps its states (a disabled rule is not evaluated, and a firing state of it is not shown as firing)."""
     if not isinstance(data, dict):
         raise _bad("body", "send a JSON object")
-    for name in data:
+    for name, value in data.items():
         if name not in EDITABLE:
             raise _bad(str(name)[:100], f"not a field that can be changed (these can: {', '.join(EDITABLE)})")
+        if value is None:
+            raise _bad(name, "null is not a value here; leave the field out to keep it")
     with transaction.atomic():
         rule = AlertRule.objects.select_for_update().get(pk=rule.pk)
         before = {f: getattr(rule, f) for f in EDITABLE}

@@ -93,6 +93,7 @@ def test_a_new_name_or_a_disabled_rule_keeps_its_states(api, firing_rule, run, s
     ({"threshold": "lots"}, "threshold"), ({"threshold": "inf"}, "threshold"), ({"kind": "vibes"}, "kind"),
     ({"kind": "eps_rising", "window": 1}, "window"), ({"name": ""}, "name"), ({"secret": "mine"}, "secret"),
     ({"project": 2}, "project"), ({"webhook_url": "http://169.254.169.254/"}, "webhook_url"),
+    ({"window": None}, "window"), ({"enabled": "maybe"}, "enabled"), ({"enabled": None}, "enabled"),
 ])
 def test_a_bad_change_is_refused_naming_the_field_and_changes_nothing(api, firing_rule, run, body, field, settings):
     settings.ALERT_WEBHOOK_ALLOW_PRIVATE = False
