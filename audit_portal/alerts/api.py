@@ -150,6 +150,19 @@ class AlertRuleDetail(generics.RetrieveDestroyAPIView):
         services.delete_rule(rule)
 
 
+class AlertRuleSecret(APIView):
+    """POST: a new webhook signing secret for the rule, shown in this answer only (submit role). The old secret signs
+    nothing more; receivers must be given the new one."""
+
+    @extend_schema(request=None, responses={200: CreatedRuleSerializer})
+    def post(self, request, pk):
+        principal = Principal.from_request(request)
+        rule = selectors.get_rule(principal, pk)
+        if not principal.can_submit(rule.project):
+            raise exceptions.PermissionDenied("Rotating a rule's secret needs the submit role or a submit-scoped key.")
+        return Response(CreatedRuleSerializer(services.rotate_secret(rule)).data)
+
+
 RUN_ALERTS = inline_serializer("RunAlerts", {
     "run": serializers.IntegerField(),
     "firing": serializers.BooleanField(help_text="true when any enabled rule is firing for this run (a CI gate)"),

@@ -120,6 +120,14 @@ def update_rule(rule: AlertRule, data) -> AlertRule:
     return rule
 
 
+def rotate_secret(rule: AlertRule) -> AlertRule:
+    """A new signing secret for the rule (on the returned object once: ``rule.secret``); the old one signs nothing
+    more. Deliveries still being retried are signed with the new one at their next attempt."""
+    rule.secret = secrets.token_urlsafe(32)
+    rule.save(update_fields=["secret"])
+    return rule
+
+
 def _evaluate_again(run_ids: list[int]) -> None:
     from audit_portal.celery import app as celery_app
 

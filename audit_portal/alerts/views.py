@@ -30,6 +30,10 @@ def alerts_page(request, slug):
             status = 400
         else:
             ctx["created"] = rule  # its secret is on this answer only
+    return _render(request, ctx, status)
+
+
+def _render(request, ctx, status=200):
     project = ctx["project"]
     rule_rows = [{"rule": r, "condition": rules.KINDS[r.kind], "states": list(selectors.states_of(r, 10))}
                  for r in selectors.rules_for(ctx["principal"], project)]
@@ -60,6 +64,18 @@ def edit_rule(request, slug, pk):
         else:
             messages.success(request, f"Alert rule “{rule.name}” saved{'' if rule.enabled else ' (disabled)'}.")
     return redirect("alerts:page", slug=slug)
+
+
+@login_required
+@require_POST
+def rotate_secret(request, slug, pk):
+    """A new webhook signing secret, shown on this answer only (never put in a message: those may live in a cookie)."""
+    rule = _rule_to_change(request, slug, pk, "Rotating the secret of")
+    if rule is None:
+        return redirect("alerts:page", slug=slug)
+    ctx = page_context(request, slug)
+    ctx.update(kinds=list(rules.KINDS.items()), form={"window": 5}, rotated=services.rotate_secret(rule))
+    return _render(request, ctx)
 
 
 @login_required

@@ -145,3 +145,23 @@ def test_the_page_edits_disables_and_refuses_a_viewer(project, firing_rule, run,
     assert f'action="{edit}"' not in client.get(page).content.decode()
     assert client.post(edit, {"enabled": "true"}).status_code == 302
     assert not AlertRule.objects.get(pk=rule.pk).enabled
+
+
+def test_a_new_secret_is_shown_once_and_replaces_the_old(project, api, client, owner, member_of, settings):
+    settings.ALERT_WEBHOOK_ALLOW_PRIVATE = True
+    rule = services.create_rule(project=project, created_by="t", data={
+        "name": "hooked", "kind": "budget", "threshold": 0.05, "webhook_url": "http://127.0.0.1:9/hook"})
+    old = rule.secret
+    r = api.post(f"/api/v1/alert-rules/{rule.pk}/secret/")
+    assert r.status_code == 200 and len(r.json()["secret"]) >= 40 and r.json()["secret"] != old
+    assert AlertRule.objects.get(pk=rule.pk).secret == r.json()["secret"]
+    assert "secret" not in api.get(f"/api/v1/alert-rules/{rule.pk}/").json()
+    client.force_login(owner)
+    page = client.post(f"/p/{project.slug}/alerts/{rule.pk}/secret/")
+    newest = AlertRule.objects.get(pk=rule.pk).secret
+    assert page.status_code == 200 and 'id="rule-rotated"' in page.content.decode()
+    assert newest != r.json()["secret"] and newest in page.content.decode()
+    assert newest not in client.get(f"/p/{project.slug}/alerts/").content.decode()  # shown once
+    client.force_login(member_of(project, role=Role.VIEWER))
+    assert client.post(f"/p/{project.slug}/alerts/{rule.pk}/secret/").status_code == 302
+    assert AlertRule.objects.get(pk=rule.pk).secret == newest

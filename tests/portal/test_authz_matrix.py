@@ -336,6 +336,8 @@ ENDPOINTS: dict[tuple[str, str], Access] = {
                                                        ok=(204,)),
     ("api/v1/alert-rules/<int:pk>/", "PATCH"): Access("submit", lambda o: f"/api/v1/alert-rules/{o.alert_rule}/",
                                                       body=lambda: {"threshold": 0.5}),
+    ("api/v1/alert-rules/<int:pk>/secret/", "POST"): Access(
+        "submit", lambda o: f"/api/v1/alert-rules/{o.alert_rule}/secret/"),
     ("api/v1/runs/<int:pk>/alerts/", "GET"): Access("read", lambda o: f"/api/v1/runs/{o.run}/alerts/"),
     ("api/v1/runs/<int:pk>/live/", "GET"): Access("read", lambda o: f"/api/v1/runs/{o.run}/live/"),
     ("p/<slug:slug>/alerts/", "GET"): _page("read", lambda o: f"/p/{o.slug}/alerts/"),
@@ -344,6 +346,8 @@ ENDPOINTS: dict[tuple[str, str], Access] = {
     ("p/<slug:slug>/alerts/<int:pk>/edit/", "POST"): _page(
         "submit", lambda o: f"/p/{o.slug}/alerts/{o.alert_rule}/edit/", ok=(302,), fmt="form",
         body=lambda: {"name": "renamed", "threshold": "0.5"}, ok_location=f"/p/{OWN_SLUG}/alerts/"),
+    ("p/<slug:slug>/alerts/<int:pk>/secret/", "POST"): _page(
+        "submit", lambda o: f"/p/{o.slug}/alerts/{o.alert_rule}/secret/", fmt="form"),
     ("p/<slug:slug>/alerts/<int:pk>/delete/", "POST"): _page(
         "submit", lambda o: f"/p/{o.slug}/alerts/{o.alert_rule}/delete/", ok=(302,), fmt="form",
         ok_location=f"/p/{OWN_SLUG}/alerts/"),
