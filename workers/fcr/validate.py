@@ -14,6 +14,7 @@ record it does not accept goes through the sections, which name every problem.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable
 
@@ -87,14 +88,14 @@ def _by_section(rec: dict, line: int, **how) -> tuple[list[FcrIssue], int | None
 
 
 # --------------------------------------------------------------------------------------------- file
-_RUNS_CAP = 1000
+RUNS_CAP = 1000
 
 
-class _Tally:
+class Tally:
     """What :func:`validate_file` keeps: the first issues and their totals, and the summary of the valid records.
-    Bounded: a set of ``(run_id, call_id)`` hashes (duplicate detection) and at most ``_RUNS_CAP`` run ids."""
+    Bounded: a set of ``(run_id, call_id)`` hashes (duplicate detection) and at most ``RUNS_CAP`` run ids."""
 
-    def __init__(self, max_errors: int, max_warnings: int):
+    def __init__(self, max_errors: int, max_warnings: int, *, piece: bool = False, known_layers: dict | None = None):
         self.max_errors, self.max_warnings = max_errors, max_warnings
         self.errors: list[dict] = []
         self.warnings: list[dict] = []
@@ -109,6 +110,15 @@ class _Tally:
         self.seen: set[int] = set()
         self.dups = 0
         self.layer_counts = LayerCounts()
+        # a piece of a file (workers/fcr/validate_pieces.py) also keeps what the merge needs: run ids in the order
+        # first seen, each call key's first line (stable 64-bit keys: pieces are read by different processes), and
+        # starts from the layer counts the earlier pieces established
+        self.piece = piece
+        self.run_order: list[str] = []
+        self.first_keys: dict[int, tuple[int, str]] = {}
+        self.known_layers = dict(known_layers or {})
+        self.layer_counts.seen.update(self.known_layers)
+        self.stopped = False
 
     def add(self, issue: FcrIssue) -> None:
         if issue.severity == "error":
@@ -144,8 +154,9 @@ class _Tally:
         self.valid_records += 1
         run_id = rec["run_id"]
         if run_id not in self.runs:
-            if len(self.runs) < _RUNS_CAP:
+            if len(self.runs) < RUNS_CAP:
                 self.runs.add(run_id)
+                self.run_order.append(run_id)
             else:
                 self.runs_truncated = True
         st = rec["step"]
@@ -164,12 +175,22 @@ class _Tally:
             self.has_trainer_lp = True
         if rec["rollout"].get("top_k") is not None:
             self.has_topk = True
+        if self.piece:
+            key = call_key(run_id, rec["call_id"])
+            if key in self.first_keys:
+                self.duplicate(line_no, rec["call_id"])
+            else:
+                self.first_keys[key] = (line_no, rec["call_id"])
+            return
         key = hash((run_id, rec["call_id"]))
         if key in self.seen:
-            self.dups += 1
-            self.add(FcrIssue(line_no, rec["call_id"], "call_id", "duplicate call_id in run", "warning"))
+            self.duplicate(line_no, rec["call_id"])
         else:
             self.seen.add(key)
+
+    def duplicate(self, line_no: int, call_id) -> None:
+        self.dups += 1
+        self.add(FcrIssue(line_no, call_id, "call_id", "duplicate call_id in run", "warning"))
 
     def summary(self, reader, bytes_read: int, size: int) -> dict:
         return {
@@ -208,7 +229,7 @@ def validate_file(
     lint: bool = False,
 ) -> dict:
     """Stream-validate an ``fcr/1`` JSONL file (plain or gzip by magic) or an ``fcr-parquet/1`` file, through the one
-    reader of each (:func:`workers.fcr.chunks.open_reader`). Memory: one line (row group) plus :class:`_Tally`.
+    reader of each (:func:`workers.fcr.chunks.open_reader`). Memory: one line (row group) plus :class:`Tally`.
 
     Never raises on bad content: unparseable lines, non-object lines, truncated gzip and a line or decompression
     limit of the bounded reader (:mod:`workers.fcr.reader`; reading stops there) become errors with their 1-based
@@ -216,7 +237,7 @@ def validate_file(
     of *compressed* input, with fraction = bytes consumed / file size, and once with 1.0 at the end.
     """
     size = os.path.getsize(path)
-    tally = _Tally(max_errors, max_warnings)
+    tally = Tally(max_errors, max_warnings)
     next_report = progress_every_bytes
 
     def report(pos):  # by file bytes consumed: for gzip also called while inside one long line
@@ -226,6 +247,19 @@ def validate_file(
             progress(min(1.0, pos / size) if size else 1.0, f"line {reader.line_no + 1}")
 
     reader = open_reader(path, on_bytes=report if progress is not None else None)
+    line_no, bytes_read = read_into(tally, reader, report if progress is not None else None,
+                                    check_hashes=check_hashes, lint=lint)
+    if progress is not None:
+        progress(1.0, f"done: {line_no} lines")
+    if tally.records == 0 and tally.n_err == 0:
+        tally.add(FcrIssue(0, None, "", "file contains no records"))
+    return tally.summary(reader, bytes_read, size)
+
+
+def read_into(tally: Tally, reader, report=None, *, check_hashes: bool = False, lint: bool = False) -> tuple[int, int]:
+    """Every line (row) of ``reader`` into ``tally``; closes the reader. Returns the last line number and the file
+    bytes consumed. A truncated or corrupt stream, or a read limit, is an error at its line and stops the reading
+    there (``tally.stopped``)."""
     loads, JSONDecodeError = orjson.loads, orjson.JSONDecodeError
     line_no = 0
     try:
@@ -237,7 +271,7 @@ def validate_file(
                     continue
                 rec, no_bools = line, True  # typed columns: no JSON boolean can stand in for a number
             else:
-                if progress is not None and not reader.compressed:
+                if report is not None and not reader.compressed:
                     report(reader.position)
                 if line.isspace():
                     continue
@@ -251,11 +285,15 @@ def validate_file(
             tally.check(rec, line_no, no_bools, check_hashes=check_hashes, lint=lint)
     except FcrParseError as exc:  # truncated/corrupt gzip, or a line or decompression limit: reading stops there
         tally.add(FcrIssue(exc.line, None, "", exc.reason))
+        tally.stopped = True
     finally:
         bytes_read = reader.position
         reader.close()
-    if progress is not None:
-        progress(1.0, f"done: {line_no} lines")
-    if tally.records == 0 and tally.n_err == 0:
-        tally.add(FcrIssue(0, None, "", "file contains no records"))
-    return tally.summary(reader, bytes_read, size)
+    return line_no, bytes_read
+
+
+def call_key(run_id: str, call_id) -> int:
+    """A call's (run_id, call_id) as 64 bits that every process computes alike (Python's hash() is salted per
+    process)."""
+    digest = hashlib.blake2b(f"{run_id}\x00{call_id}".encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "little")

@@ -1,0 +1,132 @@
+"""Validation of an upload in pieces (workers/fcr/chunks.py) that any worker reads, merged into the summary that
+:func:`workers.fcr.validate.validate_file` gives for the whole file (docs/fcr.md#validating-in-pieces).
+
+Most of the validator's rules are about one record, so a piece is validated alone (:func:`validate_piece`). Two are
+about the whole file, and the merge (:func:`merge_pieces`) finishes them with what each piece kept:
+
+* **Duplicate calls** (a ``(run_id, call_id)`` seen on an earlier line is a warning): each piece keeps the first line
+  of every call key it holds (64 bits a call, stable across processes); the merge walks the pieces in file order
+  and warns at the first line of a key that an earlier piece already held.
+* **One layer count per model** (every routed record of a model has the first such record's number of layers): each
+  piece reports the first count of every model it saw. A piece whose first count of a model differs from the one an
+  earlier piece established is read once more, starting from the earlier pieces' counts; its records of that model
+  are then judged as the one-pass read judges them. A consistent file (the usual case) reads nothing twice.
+
+The rest merges by sums, minima and maxima; errors and warnings keep the first ``max_errors``/``max_warnings`` by
+line; run ids keep the first 1000 in file order; a piece whose reading stopped (a truncated stream, a read limit)
+ends the file there, as it ends the one-pass read. So the merged summary equals the one-pass summary, except
+``bytes_read`` of a file whose reading stopped (where each read stopped depends on its buffering). Tested:
+tests/fcr/test_validate_pieces.py.
+"""
+from __future__ import annotations
+
+import os
+
+from workers.fcr.chunks import Chunk, open_chunk
+from workers.fcr.schema import FcrIssue
+from workers.fcr.validate import RUNS_CAP, Tally, read_into
+
+PIECE_KEYS = ("records", "valid_records", "routed_records", "n_err", "n_warn", "policy_tokens", "response_tokens",
+              "dups")
+
+
+def validate_piece(path, chunk: Chunk | dict, *, max_errors: int = 20, max_warnings: int = 20,
+                   known_layers: dict | None = None) -> dict:
+    """One piece's share of the summary, as JSON (what :func:`merge_pieces` needs). ``known_layers``: ``{model:
+    (layers, line)}`` established by the earlier pieces (the merge passes it when it reads a piece again)."""
+    chunk = Chunk.from_dict(chunk) if isinstance(chunk, dict) else chunk
+    tally = Tally(max_errors, max_warnings, piece=True, known_layers=known_layers)
+    reader = open_chunk(path, chunk)
+    _, consumed = read_into(tally, reader)
+    if chunk.kind == "lines":
+        consumed -= chunk.start
+    known = tally.known_layers
+    return {
+        "index": chunk.index, "chunk": chunk.to_dict(), **{k: getattr(tally, k) for k in PIECE_KEYS},
+        "errors": tally.errors, "warnings": tally.warnings, "runs": tally.run_order,
+        "runs_truncated": tally.runs_truncated, "step_min": tally.step_min, "step_max": tally.step_max,
+        "by_role": tally.by_role, "has_trainer_lp": tally.has_trainer_lp, "has_topk": tally.has_topk,
+        "keys": [[key, line, call_id] for key, (line, call_id) in tally.first_keys.items()],
+        "layers": [[model, n, line] for model, (n, line) in tally.layer_counts.seen.items() if model not in known],
+        "stopped": tally.stopped, "bytes": consumed, "compressed": bool(reader.compressed),
+        "format": getattr(reader, "format", "fcr/1"),
+    }
+
+
+def merge_pieces(pieces: list[dict], *, path, max_errors: int = 20, max_warnings: int = 20,
+                 read_again=None) -> dict:
+    """The summary of the whole file from its pieces' (any order; each piece once). ``read_again(index,
+    known_layers)`` validates a piece once more (default: :func:`validate_piece` on ``path``); called only for a
+    piece whose first layer count of a model disagrees with an earlier piece's."""
+    if read_again is None:
+        by_index = {p["index"]: p for p in pieces}
+
+        def read_again(index, known):
+            return validate_piece(path, by_index[index]["chunk"], max_errors=max_errors, max_warnings=max_warnings,
+                                  known_layers=known)
+
+    kept, known = [], {}
+    for piece in sorted(pieces, key=lambda p: p["index"]):
+        if any(m in known and known[m][0] != n for m, n, _ in piece["layers"]):
+            piece = read_again(piece["index"], dict(known))
+        for model, n, line in piece["layers"]:
+            known.setdefault(model, (n, line))
+        kept.append(piece)
+        if piece["stopped"]:  # the one-pass read ends here too
+            break
+    return _summary(kept, path, max_errors, max_warnings)
+
+
+def _summary(pieces: list[dict], path, max_errors: int, max_warnings: int) -> dict:
+    total = {k: sum(p[k] for p in pieces) for k in PIECE_KEYS}
+    first_line: dict[int, int] = {}
+    cross: list[dict] = []  # duplicates of a call an earlier piece held: warned at this piece's first line of it
+    for p in pieces:
+        for key, line, call_id in p["keys"]:
+            if key in first_line:
+                cross.append(FcrIssue(line, call_id, "call_id", "duplicate call_id in run", "warning").to_dict())
+            else:
+                first_line[key] = line
+    total["dups"] += len(cross)
+    total["n_warn"] += len(cross)
+    errors = [e for p in pieces for e in p["errors"]]  # each piece's in line order, the pieces in file order
+    warnings = sorted([w for p in pieces for w in p["warnings"]] + cross, key=lambda w: w["line"])  # stable
+    runs, truncated = [], any(p["runs_truncated"] for p in pieces)
+    seen_runs: set[str] = set()
+    for p in pieces:
+        for run_id in p["runs"]:
+            if run_id not in seen_runs:
+                if len(runs) < RUNS_CAP:
+                    seen_runs.add(run_id)
+                    runs.append(run_id)
+                else:
+                    truncated = True
+    steps_min = [p["step_min"] for p in pieces if p["step_min"] is not None]
+    steps_max = [p["step_max"] for p in pieces if p["step_max"] is not None]
+    if total["records"] == 0 and total["n_err"] == 0:
+        errors.append(FcrIssue(0, None, "", "file contains no records").to_dict())
+        total["n_err"] = 1
+    return {
+        "valid": total["n_err"] == 0,
+        "records": total["records"],
+        "valid_records": total["valid_records"],
+        "errors": errors[:max_errors],
+        "error_count": total["n_err"],
+        "warnings": warnings[:max_warnings],
+        "warning_count": total["n_warn"],
+        "bytes_read": sum(p["bytes"] for p in pieces),
+        "file_size": os.path.getsize(path),
+        "compressed": any(p["compressed"] for p in pieces),
+        "format": pieces[0]["format"] if pieces else "fcr/1",
+        "runs": sorted(runs),
+        "runs_truncated": truncated,
+        "steps": {"min": min(steps_min, default=None), "max": max(steps_max, default=None)},
+        "calls_by_role": {role: sum(p["by_role"][role] for p in pieces) for role in ("policy", "background",
+                                                                                       "unknown")},
+        "policy_tokens": total["policy_tokens"],
+        "response_tokens": total["response_tokens"],
+        "has_trainer_logprobs": any(p["has_trainer_lp"] for p in pieces),
+        "has_top_k": any(p["has_topk"] for p in pieces),
+        "duplicate_call_ids": total["dups"],
+        "records_with_routes": total["routed_records"],
+    }
