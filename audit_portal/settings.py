@@ -134,6 +134,9 @@ UPLOAD_VALIDATION_MAX_ERRORS = 20
 # An upload larger than this is certified in chunks of about this size by any number of cpu workers and merged
 # (workers/tasks/certificates.py, docs/deploy.md "One run, many workers"); 0 = always one task per upload.
 CERTIFY_CHUNK_BYTES = int(float(os.environ.get("CERTIFY_CHUNK_BYTES", 64 * 1024**2)))
+# The same for validation (workers/tasks/uploads.py): pieces validated by any cpu worker, merged into the one-pass
+# summary (workers/fcr/validate_pieces.py); 0 = always one task per upload.
+VALIDATE_CHUNK_BYTES = int(float(os.environ.get("VALIDATE_CHUNK_BYTES", 64 * 1024**2)))
 UPLOAD_THROTTLE_RATE = os.environ.get("UPLOAD_THROTTLE_RATE", "120/min")
 
 # --- signed certificates and the transparency log (docs/verify.md) ---------------------------------

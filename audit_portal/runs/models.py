@@ -68,3 +68,19 @@ class Upload(models.Model):
     @property
     def original(self) -> "Upload":
         return self.duplicate_of or self
+
+
+class ValidationPiece(models.Model):
+    """One piece of an upload validated by one worker (workers/fcr/validate_pieces.py): the piece's share of the
+    summary, with what the merge needs for the file-level rules. Unique per (job, index), so a piece whose task was
+    delivered twice is stored once; the task that stores the last piece merges them into ``Upload.validation``."""
+
+    job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="validation_pieces")
+    index = models.IntegerField()
+    result = models.JSONField()
+    worker = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["index"]
+        constraints = [models.UniqueConstraint(fields=["job", "index"], name="validation_piece_once")]

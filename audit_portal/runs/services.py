@@ -11,7 +11,7 @@ from django.utils import timezone
 from audit_portal.core.errors import PortalError, QueueUnavailable, UnsupportedUpload
 from audit_portal.core.storage import artifact_path  # noqa: F401  (tasks and tests reach it as runs.artifact_path)
 from audit_portal.jobs.services import create_job
-from audit_portal.runs.models import Run, Upload, UploadStage
+from audit_portal.runs.models import Run, Upload, UploadStage, ValidationPiece
 from audit_portal.runs.preflight import PARQUET_MAGIC, preflight
 from audit_portal.runs.upload_handler import HashedUploadedFile
 
@@ -100,6 +100,24 @@ def begin_processing(upload_id: int) -> Upload:
         upload.stage = UploadStage.PROCESSING
         upload.save(update_fields=["stage"])
     return upload
+
+
+def validation_pieces_done(job) -> set[int]:
+    return set(ValidationPiece.objects.filter(job=job).values_list("index", flat=True))
+
+
+def store_validation_piece(job, index: int, result: dict, worker: str = "") -> bool:
+    """Store one validated piece; False (nothing written) when it is stored already (a task delivered twice)."""
+    try:
+        with transaction.atomic():
+            ValidationPiece.objects.create(job=job, index=index, result=result, worker=worker[:200])
+    except IntegrityError:
+        return False
+    return True
+
+
+def stored_validation_pieces(job) -> list[dict]:
+    return list(ValidationPiece.objects.filter(job=job).order_by("index").values_list("result", flat=True))
 
 
 # Follow-up work queued when an upload turns valid: (kind, task name, queue). Later issues add here.

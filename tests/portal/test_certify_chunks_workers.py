@@ -1,7 +1,8 @@
 """One upload certified in chunks by real worker processes as they ship (``scripts/worker general``, issue #18):
 two worker processes share the chunks of one run and store the one-pass certificate; a worker's pool process
 SIGKILLed while it certifies costs that chunk only (the broker redelivers it: acks late, reject on worker lost) and
-the certificate is still exact, every sequence stored once. Small file, small chunks (CERTIFY_CHUNK_BYTES)."""
+the certificate is still exact, every sequence stored once. The uploads are validated in pieces by the same workers
+and merged into the one-pass summary. Small file, small chunks (CERTIFY_CHUNK_BYTES, VALIDATE_CHUNK_BYTES)."""
 from __future__ import annotations
 
 import os
@@ -16,8 +17,10 @@ import pytest
 from audit_portal.certificates.models import CertificateChunk
 from audit_portal.jobs.models import Job
 from audit_portal.jobs.services import cancel_job
-from audit_portal.runs.models import Upload
+from audit_portal.runs import services as runs
+from audit_portal.runs.models import Upload, ValidationPiece
 from workers.fcr.synth import SynthConfig, iter_run
+from workers.fcr.validate import validate_file
 
 from .conftest import as_file, upload_url
 from .shipped_workers import shipped_workers, wait_for
@@ -54,6 +57,7 @@ def pool_children(pid: int) -> list[int]:
 @pytest.fixture
 def chunked_workers(monkeypatch):
     monkeypatch.setenv("CERTIFY_CHUNK_BYTES", str(CHUNK_BYTES))  # read by the worker processes' settings
+    monkeypatch.setenv("VALIDATE_CHUNK_BYTES", str(2 * CHUNK_BYTES))  # the upload is validated in pieces too
     monkeypatch.setenv("WORKER_CONCURRENCY", "1")  # one pool process per worker: "two workers" means two processes
 
 
@@ -72,6 +76,11 @@ def test_two_worker_processes_store_the_one_pass_certificate(api, project, setti
     workers = list(chunks.values_list("worker", flat=True))
     assert len(set(workers)) == 2, workers  # both processes certified some of them
     assert_equals_one_pass(upload, job)
+    validation = Job.objects.get(subject_id=upload.pk, kind="validate_upload")  # validated in pieces, merged
+    assert validation.result["pieces"] >= 4 and ValidationPiece.objects.filter(job=validation).count() == \
+        validation.result["pieces"]
+    upload.refresh_from_db()
+    assert upload.validation == validate_file(runs.artifact_path(upload.storage_name), max_errors=20)
 
 
 def test_a_worker_killed_mid_chunk_leaves_the_certificate_exact(api, project, settings, tmp_path, chunked_workers):
