@@ -9,7 +9,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from django.db import connection
+from django.db import connection, transaction
 
 from audit_portal.jobs import services
 from audit_portal.jobs.models import Job
@@ -101,3 +101,36 @@ def _guarded(job: Job, work) -> tuple[str, object]:
         log.exception("job %s failed", job.pk)
         services.fail_job(job, f"internal error: {type(exc).__name__}: {exc}")
     return "failed", None
+
+
+def send_pieces(job: Job, pieces, done: set[int], send: Callable, progress, what: str, finish: Callable):
+    """A job cut into pieces (certified or validated by several workers): send ``send(piece)`` for every piece
+    without a stored result (all of them, or what a lost worker left undone, when the reaper re-runs the job) and
+    leave the job running. When every piece is stored already (the worker that stored the last one died before it
+    finished the job), ``finish`` at once (:func:`finish_once`)."""
+    n = len(pieces)
+    progress(len(done) / n * 0.99, f"{len(done)} of {n} {what}", force=True)
+    for piece in pieces:
+        if piece.index not in done:
+            send(piece)
+    if len(done) == n:
+        finish_once(job, finish)
+    return STILL_RUNNING
+
+
+def piece_stored(job: Job, done: int, n: int, progress, what: str, finish: Callable) -> None:
+    """After a piece is stored: progress ``done of n``; the task that stores the last piece finishes the job."""
+    progress(done / n * 0.99, f"{done} of {n} {what}", force=True)
+    if done == n:
+        finish_once(job, finish)
+
+
+def finish_once(job: Job, finish: Callable[[Job], dict]) -> None:
+    """``finish(job)`` (merge the pieces, store the result; returns the job's result) and finish the job, under the
+    job's row lock and only while it is not finished: two tasks that stored the last pieces at the same moment do not
+    both finish it."""
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().get(pk=job.pk)
+        if locked.is_terminal:
+            return
+        services.finish_job(locked, finish(locked))

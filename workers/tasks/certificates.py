@@ -13,14 +13,11 @@ import socket
 
 from celery import shared_task
 from django.conf import settings
-from django.db import transaction
 
 from audit_portal.certificates import figures as certificate_figures
 from audit_portal.certificates import services as certificates
 from audit_portal.certificates.models import RunCertificate
-from audit_portal.jobs import services as jobs
-from audit_portal.jobs.execution import STILL_RUNNING, run_job, run_job_piece
-from audit_portal.jobs.models import Job
+from audit_portal.jobs.execution import piece_stored, run_job, run_job_piece, send_pieces
 from audit_portal.runs import services as runs
 from audit_portal.runs.models import Upload
 
@@ -71,10 +68,8 @@ def certify_chunk(job_id: int, certificate_id: int, plan: dict, chunk: dict, n_c
                                 progress=lambda f, m: progress(None, f"chunk {index + 1} of {n_chunks}: {m}"))
             certificates.store_chunk(job, certificate, index, part.to_json(), rows,
                                      worker=f"{socket.gethostname()} pid {os.getpid()}")
-        done = len(certificates.chunks_done(job))
-        progress(done / n_chunks * 0.99, f"{done} of {n_chunks} chunks certified", force=True)
-        if done == n_chunks:
-            _merge_and_finish(job, certificate, plan, n_chunks)
+        piece_stored(job, len(certificates.chunks_done(job)), n_chunks, progress, "chunks certified",
+                     lambda locked: _merge(locked, certificate, plan, n_chunks))
 
     return run_job_piece(job_id, work)
 
@@ -90,41 +85,34 @@ def _chunks(path):
 
 
 def _dispatch(job, upload, path, options, chunks, progress):
-    """Send a task for every chunk without a stored result (all of them, or what a lost worker left undone)."""
+    """Plan once, then a task per chunk without a stored result (jobs.execution.send_pieces)."""
     from workers.certify.file import plan_certificate
 
     plan = plan_certificate(path, **options)  # a budget without a threshold scans the file once, here
     certificate = certificates.begin_chunked(upload, options, job)
-    done = certificates.chunks_done(job)
     n = len(chunks)
-    progress(len(done) / n * 0.99, f"{len(done)} of {n} chunks certified", force=True)
-    for c in chunks:
-        if c.index not in done:
-            certify_chunk.apply_async(args=[job.pk, certificate.pk, plan, c.to_dict(), n], queue=job.queue)
-    if len(done) == n:  # every chunk was stored but the merge did not happen (its worker died right after)
-        _merge_and_finish(job, certificate, plan, n)
-    return STILL_RUNNING
+
+    def send(chunk):
+        certify_chunk.apply_async(args=[job.pk, certificate.pk, plan, chunk.to_dict(), n], queue=job.queue)
+
+    return send_pieces(job, chunks, certificates.chunks_done(job), send, progress, "chunks certified",
+                       lambda locked: _merge(locked, certificate, plan, n))
 
 
-def _merge_and_finish(job, certificate, plan, n_chunks):
-    """Merge the stored partials and finish the job, once: under the job's row lock, so two tasks that stored the
-    last chunks at the same moment do not both complete it."""
+def _merge(job, certificate, plan, n_chunks) -> dict:
+    """The stored partials merged into the certificate, stored, signed and drawn: the job's result."""
     from workers.certify.file import summarise
     from workers.certify.partial import Partial
 
-    with transaction.atomic():
-        locked = Job.objects.select_for_update().get(pk=job.pk)
-        if locked.is_terminal:
-            return
-        stored = certificates.stored_chunks(job)
-        part = Partial.merged(Partial.from_json(c.partial) for c in stored)
-        histograms = certificates.Histograms()
-        for c in stored:
-            histograms.merge(c.histograms)
-        result = summarise(part, plan)
-        certificate = certificates.complete(certificate, result, histograms)
-        _store_figures(certificate)
-        jobs.finish_job(locked, {**_job_result(certificate, result), "chunks": n_chunks})
+    stored = certificates.stored_chunks(job)
+    part = Partial.merged(Partial.from_json(c.partial) for c in stored)
+    histograms = certificates.Histograms()
+    for c in stored:
+        histograms.merge(c.histograms)
+    result = summarise(part, plan)
+    certificate = certificates.complete(certificate, result, histograms)
+    _store_figures(certificate)
+    return {**_job_result(certificate, result), "chunks": n_chunks}
 
 
 def _store_figures(certificate):

@@ -11,11 +11,8 @@ import socket
 
 from celery import shared_task
 from django.conf import settings
-from django.db import transaction
 
-from audit_portal.jobs import services as jobs
-from audit_portal.jobs.execution import STILL_RUNNING, run_job, run_job_piece
-from audit_portal.jobs.models import Job
+from audit_portal.jobs.execution import piece_stored, run_job, run_job_piece, send_pieces
 from audit_portal.runs import services as runs
 from audit_portal.runs.models import Upload
 from workers.fcr.validate import validate_file
@@ -51,10 +48,8 @@ def validate_chunk(job_id: int, chunk: dict, n_chunks: int) -> str:
             result = validate_piece(runs.artifact_path(upload.storage_name), chunk,
                                     max_errors=settings.UPLOAD_VALIDATION_MAX_ERRORS)
             runs.store_validation_piece(job, index, result, worker=f"{socket.gethostname()} pid {os.getpid()}")
-        done = len(runs.validation_pieces_done(job))
-        progress(done / n_chunks * 0.99, f"{done} of {n_chunks} pieces validated", force=True)
-        if done == n_chunks:
-            _merge_and_finish(job, n_chunks)
+        piece_stored(job, len(runs.validation_pieces_done(job)), n_chunks, progress, "pieces validated",
+                     lambda locked: _merge(locked, n_chunks))
 
     return run_job_piece(job_id, work)
 
@@ -70,31 +65,24 @@ def _pieces(path):
 
 
 def _dispatch(job, pieces, progress):
-    """Send a task for every piece without a stored result (all of them, or what a lost worker left undone)."""
-    done = runs.validation_pieces_done(job)
+    """A task per piece without a stored result (jobs.execution.send_pieces)."""
     n = len(pieces)
-    progress(len(done) / n * 0.99, f"{len(done)} of {n} pieces validated", force=True)
-    for piece in pieces:
-        if piece.index not in done:
-            validate_chunk.apply_async(args=[job.pk, piece.to_dict(), n], queue=job.queue)
-    if len(done) == n:  # every piece was stored but the merge did not happen (its worker died right after)
-        _merge_and_finish(job, n)
-    return STILL_RUNNING
+
+    def send(piece):
+        validate_chunk.apply_async(args=[job.pk, piece.to_dict(), n], queue=job.queue)
+
+    return send_pieces(job, pieces, runs.validation_pieces_done(job), send, progress, "pieces validated",
+                       lambda locked: _merge(locked, n))
 
 
-def _merge_and_finish(job, n_chunks):
-    """Merge the stored pieces and record the summary, once: under the job's row lock, so two tasks that stored the
-    last pieces at the same moment do not both record it."""
+def _merge(job, n_chunks) -> dict:
+    """The stored pieces merged into the one-pass summary and recorded: the job's result."""
     from workers.fcr.validate_pieces import merge_pieces
 
-    with transaction.atomic():
-        locked = Job.objects.select_for_update().get(pk=job.pk)
-        if locked.is_terminal:
-            return
-        upload = Upload.objects.select_related("project").get(pk=locked.subject_id)
-        summary = merge_pieces(runs.stored_validation_pieces(locked), path=runs.artifact_path(upload.storage_name),
-                               max_errors=settings.UPLOAD_VALIDATION_MAX_ERRORS)
-        jobs.finish_job(locked, {**_record(upload, summary), "pieces": n_chunks})
+    upload = Upload.objects.select_related("project").get(pk=job.subject_id)
+    summary = merge_pieces(runs.stored_validation_pieces(job), path=runs.artifact_path(upload.storage_name),
+                           max_errors=settings.UPLOAD_VALIDATION_MAX_ERRORS)
+    return {**_record(upload, summary), "pieces": n_chunks}
 
 
 def _record(upload, summary) -> dict:
