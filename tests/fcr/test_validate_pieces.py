@@ -116,3 +116,27 @@ def test_run_ids_keep_the_first_thousand_in_file_order(tmp_path, n_runs):
     path.write_bytes(b"\n".join(recs[::-1]) + b"\n")  # file order is not sorted order
     merged = merge_pieces([validate_piece(path, c) for c in chunk_ranges(path, 50_000)], path=path)
     assert merged == validate_file(path) and merged["runs_truncated"] is (n_runs > 1000)
+
+
+@pytest.mark.parametrize("corrupt", [False, True])
+def test_parquet_row_groups_merge_and_a_bad_row_group_ends_the_file(tmp_path, corrupt):
+    import pyarrow.parquet as pq
+
+    from workers.fcr import parquet_write
+
+    src, dst = tmp_path / "run.jsonl", tmp_path / "run.parquet"
+    src.write_bytes(b"\n".join(orjson.dumps(r) for r in BASE + BASE[:2]) + b"\n")  # two calls repeated
+    parquet_write.jsonl_to_parquet(src, dst, row_group_tokens=20)
+    groups = pq.ParquetFile(dst).metadata.num_row_groups
+    assert groups >= 4
+    if corrupt:  # garbage over a middle row group's first data page
+        offset = pq.ParquetFile(dst).metadata.row_group(groups // 2).column(0).data_page_offset
+        with open(dst, "r+b") as fh:
+            fh.seek(offset)
+            fh.write(b"\xff" * 64)
+    chunks = chunk_ranges(dst, 1)  # a piece per row group
+    assert len(chunks) == groups
+    merged = merge_pieces([validate_piece(dst, c) for c in chunks][::-1], path=dst)
+    one_pass = validate_file(dst)
+    assert merged == one_pass
+    assert one_pass["valid"] is not corrupt

@@ -13,8 +13,8 @@ about the whole file, and the merge (:func:`merge_pieces`) finishes them with wh
   are then judged as the one-pass read judges them. A consistent file (the usual case) reads nothing twice.
 
 The rest merges by sums, minima and maxima; errors and warnings keep the first ``max_errors``/``max_warnings`` by
-line; run ids keep the first 1000 in file order; a piece whose reading stopped (a truncated stream, a read limit)
-ends the file there, as it ends the one-pass read. So the merged summary equals the one-pass summary, except
+line; run ids keep the first 1000 in file order; a piece whose reading stopped (a read limit, a Parquet row group
+that cannot be read) ends the file there, as it ends the one-pass read. So the merged summary equals the one-pass summary, except
 ``bytes_read`` of a file whose reading stopped (where each read stopped depends on its buffering). Tested:
 tests/fcr/test_validate_pieces.py.
 """
@@ -40,6 +40,8 @@ def validate_piece(path, chunk: Chunk | dict, *, max_errors: int = 20, max_warni
     _, consumed = read_into(tally, reader)
     if chunk.kind == "lines":
         consumed -= chunk.start
+    elif chunk.kind == "row_groups" and not tally.stopped:  # a row group that cannot be read ends the reading there
+        tally.stopped = consumed < _row_group_bytes(path, chunk)
     known = tally.known_layers
     return {
         "index": chunk.index, "chunk": chunk.to_dict(), **{k: getattr(tally, k) for k in PIECE_KEYS},
@@ -130,3 +132,14 @@ def _summary(pieces: list[dict], path, max_errors: int, max_warnings: int) -> di
         "duplicate_call_ids": total["dups"],
         "records_with_routes": total["routed_records"],
     }
+
+
+def _row_group_bytes(path, chunk: Chunk) -> int:
+    """Compressed bytes of the piece's row groups: what its reader has consumed when it read every one."""
+    from workers.fcr.columnar import RunLog
+
+    log = RunLog(path)
+    try:
+        return sum(log.compressed[chunk.start:chunk.end])
+    finally:
+        log.close()
