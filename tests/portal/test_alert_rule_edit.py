@@ -139,8 +139,11 @@ def test_the_page_edits_disables_and_refuses_a_viewer(project, firing_rule, run,
     assert (rule.name, rule.threshold) == ("B* budget", 0.3) and not rule.states.exists() and len(sent) == 1
     bad = client.post(edit, {"threshold": "-"}, follow=True).content.decode()
     assert "not changed: threshold: a number" in bad and AlertRule.objects.get(pk=rule.pk).threshold == 0.3
+    services.evaluate_run(run, snap(0.9))  # firing at the new budget ...
     client.post(edit, {"enabled": "false"})
-    assert not AlertRule.objects.get(pk=rule.pk).enabled and "Enable</button>" in client.get(page).content.decode()
+    html = client.get(page).content.decode()
+    assert not AlertRule.objects.get(pk=rule.pk).enabled and "Enable</button>" in html
+    assert "not evaluated while disabled" in html and ">firing<" not in html  # ... not shown firing once disabled
     client.force_login(member_of(project, role=Role.VIEWER))
     assert f'action="{edit}"' not in client.get(page).content.decode()
     assert client.post(edit, {"enabled": "true"}).status_code == 302
