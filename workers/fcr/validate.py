@@ -193,6 +193,9 @@ class Tally:
         self.add(FcrIssue(line_no, call_id, "call_id", "duplicate call_id in run", "warning"))
 
     def summary(self, reader, bytes_read: int, size: int) -> dict:
+        """The validator's summary (``reader``: its ``compressed`` and ``format`` are reported)."""
+        if self.records == 0 and self.n_err == 0:
+            self.add(FcrIssue(0, None, "", "file contains no records"))
         return {
             "valid": self.n_err == 0,
             "records": self.records,
@@ -251,8 +254,6 @@ def validate_file(
                                     check_hashes=check_hashes, lint=lint)
     if progress is not None:
         progress(1.0, f"done: {line_no} lines")
-    if tally.records == 0 and tally.n_err == 0:
-        tally.add(FcrIssue(0, None, "", "file contains no records"))
     return tally.summary(reader, bytes_read, size)
 
 

@@ -21,6 +21,7 @@ tests/fcr/test_validate_pieces.py.
 from __future__ import annotations
 
 import os
+from types import SimpleNamespace
 
 from workers.fcr.chunks import Chunk, open_chunk
 from workers.fcr.schema import FcrIssue
@@ -80,7 +81,11 @@ def merge_pieces(pieces: list[dict], *, path, max_errors: int = 20, max_warnings
 
 
 def _summary(pieces: list[dict], path, max_errors: int, max_warnings: int) -> dict:
-    total = {k: sum(p[k] for p in pieces) for k in PIECE_KEYS}
+    """The pieces' shares added up in a :class:`Tally`, whose summary is the one ``validate_file`` writes."""
+    tally = Tally(max_errors, max_warnings)
+    for k in PIECE_KEYS:
+        setattr(tally, k, sum(p[k] for p in pieces))
+    tally.errors = [e for p in pieces for e in p["errors"]][:max_errors]  # each piece's in line order, in file order
     first_line: dict[int, int] = {}
     cross: list[dict] = []  # duplicates of a call an earlier piece held: warned at this piece's first line of it
     for p in pieces:
@@ -89,49 +94,26 @@ def _summary(pieces: list[dict], path, max_errors: int, max_warnings: int) -> di
                 cross.append(FcrIssue(line, call_id, "call_id", "duplicate call_id in run", "warning").to_dict())
             else:
                 first_line[key] = line
-    total["dups"] += len(cross)
-    total["n_warn"] += len(cross)
-    errors = [e for p in pieces for e in p["errors"]]  # each piece's in line order, the pieces in file order
+    tally.dups += len(cross)
+    tally.n_warn += len(cross)
     warnings = sorted([w for p in pieces for w in p["warnings"]] + cross, key=lambda w: w["line"])  # stable
-    runs, truncated = [], any(p["runs_truncated"] for p in pieces)
-    seen_runs: set[str] = set()
+    tally.warnings = warnings[:max_warnings]
+    tally.runs_truncated = any(p["runs_truncated"] for p in pieces)
     for p in pieces:
         for run_id in p["runs"]:
-            if run_id not in seen_runs:
-                if len(runs) < RUNS_CAP:
-                    seen_runs.add(run_id)
-                    runs.append(run_id)
+            if run_id not in tally.runs:
+                if len(tally.runs) < RUNS_CAP:
+                    tally.runs.add(run_id)
                 else:
-                    truncated = True
-    steps_min = [p["step_min"] for p in pieces if p["step_min"] is not None]
-    steps_max = [p["step_max"] for p in pieces if p["step_max"] is not None]
-    if total["records"] == 0 and total["n_err"] == 0:
-        errors.append(FcrIssue(0, None, "", "file contains no records").to_dict())
-        total["n_err"] = 1
-    return {
-        "valid": total["n_err"] == 0,
-        "records": total["records"],
-        "valid_records": total["valid_records"],
-        "errors": errors[:max_errors],
-        "error_count": total["n_err"],
-        "warnings": warnings[:max_warnings],
-        "warning_count": total["n_warn"],
-        "bytes_read": sum(p["bytes"] for p in pieces),
-        "file_size": os.path.getsize(path),
-        "compressed": any(p["compressed"] for p in pieces),
-        "format": pieces[0]["format"] if pieces else "fcr/1",
-        "runs": sorted(runs),
-        "runs_truncated": truncated,
-        "steps": {"min": min(steps_min, default=None), "max": max(steps_max, default=None)},
-        "calls_by_role": {role: sum(p["by_role"][role] for p in pieces) for role in ("policy", "background",
-                                                                                       "unknown")},
-        "policy_tokens": total["policy_tokens"],
-        "response_tokens": total["response_tokens"],
-        "has_trainer_logprobs": any(p["has_trainer_lp"] for p in pieces),
-        "has_top_k": any(p["has_topk"] for p in pieces),
-        "duplicate_call_ids": total["dups"],
-        "records_with_routes": total["routed_records"],
-    }
+                    tally.runs_truncated = True
+    tally.step_min = min((p["step_min"] for p in pieces if p["step_min"] is not None), default=None)
+    tally.step_max = max((p["step_max"] for p in pieces if p["step_max"] is not None), default=None)
+    tally.by_role = {role: sum(p["by_role"][role] for p in pieces) for role in tally.by_role}
+    tally.has_trainer_lp = any(p["has_trainer_lp"] for p in pieces)
+    tally.has_topk = any(p["has_topk"] for p in pieces)
+    reader = SimpleNamespace(compressed=any(p["compressed"] for p in pieces),
+                             format=pieces[0]["format"] if pieces else "fcr/1")
+    return tally.summary(reader, sum(p["bytes"] for p in pieces), os.path.getsize(path))
 
 
 def _row_group_bytes(path, chunk: Chunk) -> int:
