@@ -129,12 +129,21 @@ def rotate_secret(rule: AlertRule) -> AlertRule:
 
 
 def _evaluate_again(run_ids: list[int]) -> None:
+    failure = send_task(EVALUATE_TASK, {"run_ids": run_ids})
+    if failure is not None:  # the states read "not evaluated" until the runs' next data
+        log.error("could not queue the evaluation of runs %s: %s", run_ids, failure)
+
+
+def send_task(name: str, kwargs: dict, countdown: float = 0) -> Exception | None:
+    """Queue an alerts task by name on the ``cpu`` queue; None, or the broker's refusal (the caller says what waits
+    for it). Keyword arguments only: jobs/signals.py reads a positional int of a failed task as a Job id."""
     from audit_portal.celery import app as celery_app
 
-    try:  # keyword argument: jobs/signals.py reads a positional int as a Job id
-        celery_app.send_task(EVALUATE_TASK, kwargs={"run_ids": run_ids}, queue="cpu", retry=False)
-    except Exception as exc:  # noqa: BLE001 - the states read "not evaluated" until the runs' next data
-        log.error("could not queue the evaluation of runs %s: %s", run_ids, exc)
+    try:
+        celery_app.send_task(name, kwargs=kwargs, queue="cpu", countdown=countdown, retry=False)
+    except Exception as exc:  # noqa: BLE001 - kombu raises several connection error types
+        return exc
+    return None
 
 
 def delete_rule(rule: AlertRule) -> None:
@@ -196,17 +205,13 @@ def payload(event: AlertEvent) -> bytes:
 
 # --- deliveries ------------------------------------------------------------------------------------------------------
 def enqueue_delivery(delivery_id: int, countdown: float = 0) -> bool:
-    """Send the delivery task by name (keyword argument: jobs/signals.py treats a positional int as a Job id)."""
-    from audit_portal.celery import app as celery_app
-
-    try:
-        celery_app.send_task(DELIVER_TASK, kwargs={"delivery_id": delivery_id}, queue="cpu", countdown=countdown,
-                             retry=False)
-        return True
-    except Exception as exc:  # noqa: BLE001 - the row stays pending, with the reason on the alerts page
-        log.error("could not enqueue webhook delivery %s: %s", delivery_id, exc)
-        WebhookDelivery.objects.filter(pk=delivery_id).update(last_error=f"queue unreachable: {exc}"[:500])
-        return False
+    """Send the delivery task; False when the broker refused it (the row stays pending, with the reason on the alerts
+    page, and the sweep sends it again)."""
+    failure = send_task(DELIVER_TASK, {"delivery_id": delivery_id}, countdown)
+    if failure is not None:
+        log.error("could not enqueue webhook delivery %s: %s", delivery_id, failure)
+        WebhookDelivery.objects.filter(pk=delivery_id).update(last_error=f"queue unreachable: {failure}"[:500])
+    return failure is None
 
 
 def resend_stale(now=None, after_seconds: float = 300.0) -> list[int]:

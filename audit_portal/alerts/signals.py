@@ -10,6 +10,7 @@ from django.db import transaction
 from django.db.models.signals import post_save
 from django.dispatch import receiver
 
+from audit_portal.alerts.services import send_task
 from audit_portal.certificates.models import RunCertificate
 
 log = logging.getLogger(__name__)
@@ -17,12 +18,9 @@ TASK = "workers.tasks.run_certificate_completed"
 
 
 def send_follow_up(certificate_id: int) -> None:
-    from audit_portal.celery import app as celery_app
-
-    try:  # keyword argument: jobs/signals.py reads a positional int as a Job id
-        celery_app.send_task(TASK, kwargs={"certificate_id": certificate_id}, queue="cpu", retry=False)
-    except Exception as exc:  # noqa: BLE001 - alerts lag until the run's next certificate; the certificate stands
-        log.error("could not queue the follow-up of certificate %s: %s", certificate_id, exc)
+    failure = send_task(TASK, {"certificate_id": certificate_id})
+    if failure is not None:  # alerts lag until the run's next certificate (a segment's: until the sweep); it stands
+        log.error("could not queue the follow-up of certificate %s: %s", certificate_id, failure)
 
 
 @receiver(post_save, sender=RunCertificate, dispatch_uid="audit_portal.alerts.certificate_completed")

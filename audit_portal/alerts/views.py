@@ -42,20 +42,21 @@ def _render(request, ctx, status=200):
 
 
 def _rule_to_change(request, slug, pk, action: str):
-    """The rule, for a caller with the submit role; None for anyone else (told why on the page they return to)."""
+    """The page context and the rule, for a caller with the submit role; the rule is None for anyone else (told why
+    on the page they return to)."""
     ctx = page_context(request, slug)
     rule = selectors.get_rule(ctx["principal"], pk, ctx["project"])
     if not ctx["can_submit"]:
         messages.error(request, f"{action} an alert rule needs the submit role (owner or member).")
-        return None
-    return rule
+        return ctx, None
+    return ctx, rule
 
 
 @login_required
 @require_POST
 def edit_rule(request, slug, pk):
     """The rule's edit form, or its disable/enable button: the fields posted are changed, the others kept."""
-    rule = _rule_to_change(request, slug, pk, "Changing")
+    _, rule = _rule_to_change(request, slug, pk, "Changing")
     if rule is not None:
         try:
             rule = services.update_rule(rule, {k: request.POST[k] for k in services.EDITABLE if k in request.POST})
@@ -70,10 +71,9 @@ def edit_rule(request, slug, pk):
 @require_POST
 def rotate_secret(request, slug, pk):
     """A new webhook signing secret, shown on this answer only (never put in a message: those may live in a cookie)."""
-    rule = _rule_to_change(request, slug, pk, "Rotating the secret of")
+    ctx, rule = _rule_to_change(request, slug, pk, "Rotating the secret of")
     if rule is None:
         return redirect("alerts:page", slug=slug)
-    ctx = page_context(request, slug)
     ctx.update(kinds=list(rules.KINDS.items()), form={"window": 5}, rotated=services.rotate_secret(rule))
     return _render(request, ctx)
 
@@ -81,7 +81,7 @@ def rotate_secret(request, slug, pk):
 @login_required
 @require_POST
 def delete_rule(request, slug, pk):
-    rule = _rule_to_change(request, slug, pk, "Deleting")
+    _, rule = _rule_to_change(request, slug, pk, "Deleting")
     if rule is not None:
         services.delete_rule(rule)
         messages.success(request, f"Alert rule “{rule.name}” deleted.")
