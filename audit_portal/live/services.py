@@ -97,8 +97,11 @@ def lost_segments(now=None, after_seconds: float = 300.0) -> list[int]:
     from audit_portal.certificates.models import RunCertificate
 
     cut = (now or timezone.now()) - timedelta(seconds=after_seconds)
+    # A plain upload has no segment at all, and a missing row reads as a NULL processed_at in the join: only
+    # certificates of uploads that *are* segments can have a lost follow-up.
     return list(RunCertificate.objects.filter(
-        upload__live_segment__processed_at__isnull=True, state=RunCertificate.State.COMPLETE,
+        upload__live_segment__isnull=False, upload__live_segment__processed_at__isnull=True,
+        state=RunCertificate.State.COMPLETE,
         completed_at__lt=cut).order_by("pk").values_list("pk", flat=True)[:500])
 
 

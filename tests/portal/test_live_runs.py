@@ -243,3 +243,33 @@ def test_the_consistency_check_sees_a_live_view_that_disagrees_with_itself_and_a
     assert any("3 steps recorded as merged, its certificate shows 2" in p for p in problems), problems
     assert any("merged twice" in p for p in problems) and any(f"segment upload {lost}" in p for p in problems)
 
+
+
+def test_the_sweep_never_requeues_a_plain_upload(api, project, tmp_path, monkeypatch):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    import workers.tasks as tasks
+    from audit_portal.alerts import signals
+
+    queued = []
+    monkeypatch.setattr(signals, "send_task", lambda name, kwargs: queued.append((name, kwargs)))
+    whole = post(api, project, write_steps(tmp_path / "whole.parquet", "whole", [0, 1])).json()["id"]  # no steps=
+    seg = post(api, project, write_steps(tmp_path / "seg.parquet", "grow", [0]), steps="0").json()["id"]
+    for upload_id in (whole, seg):
+        tasks.validate_upload(Job.objects.get(subject_id=upload_id, kind="validate_upload").pk)
+        tasks.certify_upload(Job.objects.get(subject_id=upload_id, kind="certify_upload").pk)
+    segment_certificate = RunCertificate.objects.get(upload_id=seg).pk
+    queued.clear()  # the follow-ups queued on completion (their messages "lost": never run)
+    for minutes in (6, 7, 8, 30):  # several sweeps, all past the overdue mark
+        later = timezone.now() + timedelta(minutes=minutes)
+        for pk in live_services.lost_segments(now=later):
+            signals.send_follow_up(pk)
+    assert [kwargs["certificate_id"] for _, kwargs in queued] == [segment_certificate] * 4  # never the plain one
+    tasks.run_certificate_completed(certificate_id=segment_certificate)  # the follow-up finally runs
+    queued.clear()
+    for minutes in (6, 7, 8):
+        for pk in live_services.lost_segments(now=timezone.now() + timedelta(minutes=minutes)):
+            signals.send_follow_up(pk)
+    assert queued == []
