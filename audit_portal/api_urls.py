@@ -3,6 +3,7 @@ from django.urls import include, path
 
 from audit_portal.accounts import api as accounts
 from audit_portal.certificates import api as certificates
+from audit_portal.dashboards import api as dashboards
 from audit_portal.jobs import api as jobs
 from audit_portal.runs import api as runs
 
@@ -12,10 +13,11 @@ urlpatterns = [
     path("projects/<slug:slug>/api-keys/", accounts.ApiKeyListCreate.as_view(), name="apikey-list"),
     path("projects/<slug:slug>/api-keys/<int:pk>/revoke/", accounts.ApiKeyRevoke.as_view(), name="apikey-revoke"),
     path("projects/<slug:slug>/uploads/", runs.UploadListCreate.as_view(), name="upload-list"),
-    path("projects/<slug:slug>/runs/", runs.ProjectRunList.as_view(), name="run-list"),
+    path("projects/<slug:slug>/runs/", dashboards.ProjectRunList.as_view(), name="run-list"),
+    path("projects/<slug:slug>/runs.<str:fmt>", dashboards.ProjectRunExport.as_view(), name="run-export"),
     path("projects/<slug:slug>/jobs/", jobs.ProjectJobList.as_view(), name="project-job-list"),
     path("uploads/<int:pk>/", runs.UploadDetail.as_view(), name="upload-detail"),
-    path("runs/<int:pk>/", runs.RunDetail.as_view(), name="run-detail"),
+    path("runs/<int:pk>/", dashboards.RunDetail.as_view(), name="run-detail"),
     path("jobs/<int:pk>/", jobs.JobDetail.as_view(), name="job-detail"),
     path("jobs/<int:pk>/cancel/", jobs.JobCancel.as_view(), name="job-cancel"),
     path("runs/<int:pk>/certificate/", certificates.RunCertificateDetail.as_view(), name="run-certificate"),

@@ -36,6 +36,8 @@ class RunCertificate(models.Model):
     best_bound = models.FloatField(null=True)
     best_bound_id = models.CharField(max_length=20, blank=True)
     data_errors = models.IntegerField(default=0)
+    verdict = models.CharField(max_length=20, blank=True, db_index=True)  # workers/certify/verdict.py's code
+    verdict_detail = models.JSONField(default=dict, blank=True)  # its label, sentence and what would change it
     created_at = models.DateTimeField(default=timezone.now)
     completed_at = models.DateTimeField(null=True)
 

@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from audit_portal.attestations.services import attest_run_certificate
 from audit_portal.certificates.models import CertificateChunk, RunCertificate, SequenceSummary, StepAggregate
+from workers.certify.verdict import run_verdict
 from workers.jsonsafe import finite_or_none
 
 BATCH = 5000
@@ -108,6 +109,8 @@ def complete(certificate: RunCertificate, result: dict, histograms: Histograms |
     certificate.best_bound = bounds.get("best")
     certificate.best_bound_id = bounds.get("argmin") or ""
     certificate.data_errors = summary.get("data_errors") or 0
+    verdict = run_verdict(summary, bounds, certificate.options)
+    certificate.verdict, certificate.verdict_detail = verdict.code, verdict.as_dict()
     certificate.state = RunCertificate.State.COMPLETE
     certificate.completed_at = timezone.now()
     certificate.save()

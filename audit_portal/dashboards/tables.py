@@ -19,6 +19,7 @@ from django.http import StreamingHttpResponse
 
 from audit_portal.certificates.models import RunCertificate, StepAggregate
 from audit_portal.fidelity.models import FidelityReport
+from workers.certify.verdict import LABELS
 
 
 class TableInputError(ValueError):
@@ -37,6 +38,8 @@ class Column:
 
 RUN_COLUMNS = [
     Column("name", "Run", numeric=False, help="the run's name (the run_id of its records)"),
+    Column("verdict", "Verdict", numeric=False, glossary="verdict",
+           help="whether the latest certificate proves the run within its error budget, and if not, why"),
     Column("eps_hat", "ε̂ max token TV", glossary="eps-hat",
            help="the largest certified per-token total-variation distance between rollout and trainer; lower is better"),
     Column("delta_hat", "δ̂ max token KL", glossary="delta-hat",
@@ -52,6 +55,8 @@ RUN_COLUMNS = [
     Column("created", "Created", numeric=False, help="when the run first appeared"),
 ]
 RUN_COLUMN_KEYS = [c.key for c in RUN_COLUMNS]
+EXPORT_RUN_COLUMNS = ["id", "certificate_id", *RUN_COLUMN_KEYS, "verdict_sentence"]
+VERDICTS = list(LABELS)
 RANGE_COLUMNS = [c for c in RUN_COLUMNS if c.numeric]
 DEFAULT_RUN_SORT = "-created"
 
@@ -66,7 +71,8 @@ def runs_table(runs_qs):
     steps = (StepAggregate.objects.filter(certificate=OuterRef("certificate_id")).order_by()
              .values("certificate").annotate(n=Count("id")).values("n"))
     return (runs_qs.select_related(None).annotate(
-        certificate_id=cert("pk"), eps_hat=cert("eps_hat"), delta_hat=cert("delta_hat"),
+        certificate_id=cert("pk"), verdict=cert("verdict"), verdict_detail=cert("verdict_detail"),
+        verdict_sentence=Subquery(latest.values("verdict_detail__sentence")[:1]), eps_hat=cert("eps_hat"), delta_hat=cert("delta_hat"),
         acceptance=cert("acceptance_rate"), best_bound=cert("best_bound"), tokens=cert("tokens"),
         coverage=Subquery(report.values("verifiable_fraction")[:1]), created=F("created_at"))
         .annotate(steps=Subquery(steps[:1])))
@@ -89,6 +95,12 @@ def filter_runs(qs, params) -> tuple[object, dict]:
     applied: dict = {"q": (params.get("q") or "").strip()[:200]}
     if applied["q"]:
         qs = qs.filter(name__icontains=applied["q"])
+    verdict = (params.get("verdict") or "").strip()
+    if verdict:
+        if verdict not in VERDICTS:
+            raise TableInputError(f"verdict must be one of {', '.join(VERDICTS)}, got {verdict!r}")
+        applied["verdict"] = verdict
+        qs = qs.filter(verdict=verdict)
     for col in RANGE_COLUMNS:
         for side, lookup in (("min", "gte"), ("max", "lte")):
             name = f"{side}_{col.key}"

@@ -25,6 +25,7 @@ from audit_portal.jobs import selectors as job_selectors
 from audit_portal.alerts import selectors as alert_selectors
 from audit_portal.live import selectors as live_selectors
 from audit_portal.runs import selectors as run_selectors
+from workers.certify.verdict import LABELS as VERDICT_LABELS
 
 
 
@@ -119,7 +120,7 @@ def runs_page(request, slug):
         rows, applied = tables.filter_runs(base, request.GET)
         fmt = request.GET.get("format")
         if fmt:
-            return tables.export_rows(rows.iterator(chunk_size=500), ["id", "certificate_id", *tables.RUN_COLUMN_KEYS],
+            return tables.export_rows(rows.iterator(chunk_size=500), tables.EXPORT_RUN_COLUMNS,
                                       fmt, f"{ctx['project'].slug}-runs")
     except tables.TableInputError as exc:
         if request.GET.get("format"):
@@ -136,6 +137,7 @@ def runs_page(request, slug):
                                     for side in ("min", "max") for part in ("name", "value")}}
                     for col in tables.RANGE_COLUMNS]
     ctx.update(runs=ctx["page_obj"].object_list, columns=tables.RUN_COLUMNS, range_fields=range_fields,
+               verdict_choices=list(VERDICT_LABELS.items()),
                applied=applied, sort=sort, query=query.urlencode(), sort_links=_sort_links(query, sort))
     return render(request, "dashboards/runs.html", ctx, status=status)
 

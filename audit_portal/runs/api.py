@@ -47,15 +47,6 @@ def jobs_by_upload(principal, upload_ids) -> dict[int, list[dict]]:
     return out
 
 
-class RunSerializer(serializers.ModelSerializer):
-    project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-
-    class Meta:
-        model = Run
-        fields = ["id", "project", "name", "created_at", "updated_at"]
-        read_only_fields = fields
-
-
 class UploadListCreate(WorkBudgetMixin, generics.ListAPIView):
     """List a project's uploads, or upload a run log (multipart field ``file``)."""
 
@@ -139,18 +130,3 @@ class UploadDetail(generics.RetrieveAPIView):
 
     def get_object(self):
         return selectors.get_upload(Principal.from_request(self.request), self.kwargs["pk"])
-
-
-class ProjectRunList(generics.ListAPIView):
-    serializer_class = RunSerializer
-
-    def get_queryset(self):
-        principal = Principal.from_request(self.request)
-        return selectors.runs_for(principal, get_project(principal, self.kwargs["slug"]))
-
-
-class RunDetail(generics.RetrieveAPIView):
-    serializer_class = RunSerializer
-
-    def get_object(self):
-        return selectors.get_run(Principal.from_request(self.request), self.kwargs["pk"])

@@ -269,6 +269,7 @@ ENDPOINTS: dict[tuple[str, str], Access] = {
     (P + "uploads/", "POST"): Access("submit", lambda o: f"/api/v1/projects/{o.slug}/uploads/", ok=(201,),
                                      body=_upload_body, fmt="multipart"),
     (P + "runs/", "GET"): Access("read", lambda o: f"/api/v1/projects/{o.slug}/runs/"),
+    (P + "runs.<str:fmt>", "GET"): Access("read", lambda o: f"/api/v1/projects/{o.slug}/runs.csv"),
     (P + "jobs/", "GET"): Access("read", lambda o: f"/api/v1/projects/{o.slug}/jobs/"),
     ("api/v1/uploads/<int:pk>/", "GET"): Access("read", lambda o: f"/api/v1/uploads/{o.upload}/"),
     ("api/v1/runs/<int:pk>/", "GET"): Access("read", lambda o: f"/api/v1/runs/{o.run}/"),

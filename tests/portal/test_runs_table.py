@@ -45,7 +45,7 @@ def test_ranges_sort_and_missing_values_last(client, owner, project):
 @pytest.mark.parametrize("params,message", [
     ({"max_eps_hat": "lots"}, "max_eps_hat must be a number, got &#x27;lots&#x27;"),
     ({"min_tokens": "nan"}, "min_tokens must be a finite number"),
-    ({"sort": "password"}, "sort must be one of name, eps_hat"),
+    ({"sort": "password"}, "sort must be one of name, verdict, eps_hat"),
 ])
 def test_bad_parameters_are_refused_by_name(client, owner, project, params, message):
     client.force_login(owner)

@@ -24,6 +24,7 @@ def synthetic_runs(project, n: int) -> list:
     """``n`` runs, each with a complete certificate whose numbers are spread out (eps_hat = (i+1)/1000, …)."""
     from audit_portal.certificates.models import RunCertificate
     from audit_portal.runs.models import Run, Upload
+    from workers.certify.verdict import run_verdict
 
     now = timezone.now()
     runs = []
@@ -31,7 +32,12 @@ def synthetic_runs(project, n: int) -> list:
         run = Run.objects.create(project=project, name=f"sweep-{i:02d}", created_at=now - timedelta(days=30 - i))
         upload = Upload.objects.create(project=project, run=run, original_name=f"sweep-{i:02d}.jsonl",
                                        sha256=f"{i + 1:064x}", size_bytes=100, stage="valid")
-        RunCertificate.objects.create(project=project, run=run, upload=upload, state="complete",
+        summary = {"sequences": 10 * (i + 1), "sequences_certified": 10 * (i + 1), "eps_hat": (i + 1) / 1000,
+                   "T_ref": 256, "threshold": 0.01, "acceptance_rate": 1 - i / 100}
+        verdict = run_verdict(summary, {"best": (i + 1) / 100}, {})
+        RunCertificate.objects.create(project=project, run=run, upload=upload, state="complete", summary=summary,
+                                      bounds={"best": (i + 1) / 100}, verdict=verdict.code,
+                                      verdict_detail=verdict.as_dict(),
                                       eps_hat=(i + 1) / 1000, delta_hat=(i + 1) / 5000, acceptance_rate=1 - i / 100,
                                       best_bound=(i + 1) / 100, tokens=1000 * (i + 1), sequences=10 * (i + 1))
         runs.append(run)

@@ -5,6 +5,9 @@ import re
 
 from django import template
 from django.utils import timezone
+from django.utils.html import format_html
+
+from workers.certify.verdict import LABELS
 
 register = template.Library()
 
@@ -25,6 +28,9 @@ def cell(row, column) -> str:
         return "—"
     if column.percent:
         return percent(value)
+    if column.key == "verdict":  # the code's plain label, in a badge coloured by the code (runs.html)
+        return format_html('<span class="badge verdict-{}" title="{}">{}</span>', value,
+                           (getattr(row, "verdict_detail", None) or {}).get("sentence", ""), LABELS.get(value, value))
     if column.key == "created":
         return timezone.localtime(value).strftime("%Y-%m-%d %H:%M")
     if isinstance(value, int):
