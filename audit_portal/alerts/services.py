@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from audit_portal.alerts import events, rules, webhooks
 from audit_portal.alerts.models import AlertEvent, AlertRule, AlertState, WebhookDelivery
+from audit_portal.certificates import selectors as certificate_selectors
 from audit_portal.core.errors import PortalError
 
 log = logging.getLogger(__name__)
@@ -186,6 +187,12 @@ def evaluate_run(run, snapshot: dict) -> list[AlertEvent]:
     return raised
 
 
+def _verdict_of(run) -> dict | None:
+    verdict = certificate_selectors.run_verdict(run)
+    return None if verdict is None else {"code": verdict["code"], "label": verdict["label"],
+                                         "sentence": verdict["sentence"][:500]}
+
+
 def payload(event: AlertEvent) -> bytes:
     """The webhook body: small by construction (every text field is cut to its column's limit) and refused above
     ALERT_WEBHOOK_MAX_PAYLOAD_BYTES, so a receiver never gets an unbounded body."""
@@ -194,7 +201,8 @@ def payload(event: AlertEvent) -> bytes:
             "project": rule.project.slug,
             "rule": {"id": rule.pk, "name": rule.name, "kind": rule.kind, "threshold": rule.threshold,
                      "window": rule.window},
-            "run": {"id": run.pk, "name": run.name, "page": f"/p/{rule.project.slug}/runs/{run.pk}/"},
+            "run": {"id": run.pk, "name": run.name, "page": f"/p/{rule.project.slug}/runs/{run.pk}/",
+                    "verdict": _verdict_of(run)},
             "value": event.value if event.value is None or math.isfinite(event.value) else None,
             "message": event.message}
     data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()

@@ -9,7 +9,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from audit_portal.alerts import rules, selectors, services
-from audit_portal.core.pages import page_context
+from audit_portal.core.pages import page_context, show_once, take_shown_once
 
 
 @login_required
@@ -28,9 +28,22 @@ def alerts_page(request, slug):
         except services.InvalidAlertRule as exc:
             ctx.update(form=form, error={"message": str(exc.detail), "field": exc.extra.get("field")})
             status = 400
-        else:
-            ctx["created"] = rule  # its secret is on this answer only
+        else:  # its secret is on the next page only (POST-redirect-GET: a reload adds nothing)
+            show_once(request, "alert-rule-created", rule.pk)
+            return redirect("alerts:page", slug=slug)
+    else:
+        ctx.update(_shown_once(request, ctx))
     return _render(request, ctx, status)
+
+
+def _shown_once(request, ctx) -> dict:
+    """The rule just added or whose secret was just rotated, on the first GET after that POST."""
+    out = {}
+    for key, name in (("alert-rule-created", "created"), ("alert-rule-rotated", "rotated")):
+        pk = take_shown_once(request, key)
+        if pk is not None:
+            out[name] = selectors.rules_for(ctx["principal"], ctx["project"]).filter(pk=pk).first()
+    return out
 
 
 def _render(request, ctx, status=200):
@@ -71,11 +84,10 @@ def edit_rule(request, slug, pk):
 @require_POST
 def rotate_secret(request, slug, pk):
     """A new webhook signing secret, shown on this answer only (never put in a message: those may live in a cookie)."""
-    ctx, rule = _rule_to_change(request, slug, pk, "Rotating the secret of")
-    if rule is None:
-        return redirect("alerts:page", slug=slug)
-    ctx.update(kinds=list(rules.KINDS.items()), form={"window": 5}, rotated=services.rotate_secret(rule))
-    return _render(request, ctx)
+    _, rule = _rule_to_change(request, slug, pk, "Rotating the secret of")
+    if rule is not None:
+        show_once(request, "alert-rule-rotated", services.rotate_secret(rule).pk)
+    return redirect("alerts:page", slug=slug)
 
 
 @login_required

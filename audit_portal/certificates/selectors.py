@@ -24,6 +24,14 @@ def latest_for_run(principal: Principal, run) -> RunCertificate | None:
     return certificates_for(principal).filter(run=run).order_by("-created_at", "-id").first()
 
 
+def run_verdict(run) -> dict | None:
+    """The run's verdict (workers/certify/verdict.py) from its newest complete certificate; None before one exists.
+    For messages about a run the caller already may read (alerts), so it is not scoped again."""
+    latest = (RunCertificate.objects.filter(run=run, state=RunCertificate.State.COMPLETE).exclude(verdict="")
+              .order_by("-created_at", "-id").values("verdict_detail").first())
+    return latest["verdict_detail"] if latest else None
+
+
 def sequences(certificate: RunCertificate, *, status: str | None = None, step: int | None = None, accepted=None):
     qs = certificate.sequence_summaries.all()
     if status:

@@ -35,3 +35,15 @@ def paginate(request, queryset, per_page: int = 50) -> dict:
     query = request.GET.copy()
     query.pop("page", None)
     return {"page_obj": page_obj, "query_without_page": query.urlencode()}
+
+
+# --- POST-redirect-GET for answers that show something once (a new secret, a new API key) ------------------------
+# The POST stores what to show in the server-side session and redirects; the next GET of the page takes it (and so
+# a reload shows it no more and re-posts nothing). Sessions live in the database (django.contrib.sessions' default
+# backend), never in a cookie, so a secret put here does not travel to the browser except in that one page.
+def show_once(request, key: str, value) -> None:
+    request.session[f"show-once:{key}"] = value
+
+
+def take_shown_once(request, key: str, default=None):
+    return request.session.pop(f"show-once:{key}", default)

@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from audit_portal.core.api_errors import json_error
-from audit_portal.core.pages import page_context, paginate, require_in_project
+from audit_portal.core.pages import page_context, paginate, require_in_project, show_once, take_shown_once
 from audit_portal.dashboards import tables
 from audit_portal.accounts import selectors as account_selectors
 from audit_portal.accounts import services as account_services
@@ -337,8 +337,13 @@ def api_keys_page(request, slug):
         else:
             issued = account_services.issue_api_key(project=ctx["project"], name=name, scopes=scopes,
                                                     created_by=request.user)
-            ctx["new_token"] = issued.token
-            ctx["new_key"] = issued.key
+            # the token is shown once, on the page the redirect opens (a reload issues no second key)
+            show_once(request, "api-key-issued", {"key": issued.key.pk, "token": issued.token})
+        return redirect("dashboards:api_keys", slug=slug)
+    issued = take_shown_once(request, "api-key-issued")
+    if issued:
+        ctx["new_token"] = issued["token"]
+        ctx["new_key"] = account_selectors.api_keys_for(ctx["principal"], ctx["project"]).filter(pk=issued["key"]).first()
     ctx["keys"] = account_selectors.api_keys_for(ctx["principal"], ctx["project"])
     ctx["scopes"] = Scope.choices
     return render(request, "dashboards/api_keys.html", ctx)

@@ -16,6 +16,11 @@ from collections.abc import Callable
 
 from django.urls import reverse
 
+from workers.certify.verdict import LABELS as VERDICT_LABELS
+
+VERDICT_TONES = {"certified": "valid", "over_budget": "duplicate", "vacuous": "duplicate", "data_errors": "invalid",
+                 "not_verifiable": "invalid"}
+
 # kind -> what a successful job of that kind produced, in words
 PRODUCTS = {
     "validate_upload": "validation report",
@@ -64,6 +69,9 @@ def outcome(kind: str, state: str, result: dict | None, error: str = "") -> dict
         state = result["replay"].get("state")
         return {"text": f"finished: replay {state}" if state in ("PASS", "FAIL", "UNVERIFIABLE") else "finished",
                 "tone": {"PASS": "valid", "FAIL": "invalid", "UNVERIFIABLE": "duplicate"}.get(state, "valid")}
+    if kind == "certify_upload" and result.get("verdict") in VERDICT_LABELS:  # the run's verdict, not "finished"
+        return {"text": "finished: " + VERDICT_LABELS[result["verdict"]].lower(),
+                "tone": VERDICT_TONES.get(result["verdict"], "duplicate")}
     if kind == "certify_upload" and result.get("data_errors"):
         return {"text": f"finished ({_plural(int(result['data_errors']), 'sequence')} with data errors)",
                 "tone": "duplicate"}

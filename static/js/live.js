@@ -10,6 +10,12 @@
   const terminal = (state) => ["succeeded", "failed", "cancelled"].includes(state);
   const outcomeOf = (job) => job.outcome || {text: job.state, tone: job.state};
 
+  // A form that deletes or revokes says so in data-confirm and asks first (every page loads this file).
+  document.addEventListener("submit", (ev) => {
+    const message = ev.target.dataset && ev.target.dataset.confirm;
+    if (message && !window.confirm(message)) ev.preventDefault();
+  });
+
   function connect(path, onJob, dot, onDown) {
     let socket, retry = 1000, closedByUs = false;
     function open() {
@@ -163,6 +169,7 @@
   }
 
   // --- notifications ----------------------------------------------------------------------------------------------
+  const TOAST_MS = 15000;
   function notifications() {
     const region = document.getElementById("toasts");
     if (!region) return;
@@ -183,6 +190,12 @@
         (o.product_url ? ' · <a href="' + esc(o.product_url) + '">open the ' + esc(o.product) + "</a>" : "") +
         ' <button type="button" class="toast-close" aria-label="Dismiss">×</button>';
       toast.querySelector(".toast-close").addEventListener("click", () => toast.remove());
+      // dismissed by itself after a while, unless the pointer or focus is on it (then it waits until they leave)
+      let timer = null;
+      const later = () => { clearTimeout(timer); timer = setTimeout(() => toast.remove(), TOAST_MS); };
+      toast.addEventListener("mouseenter", () => clearTimeout(timer)); toast.addEventListener("mouseleave", later);
+      toast.addEventListener("focusin", () => clearTimeout(timer)); toast.addEventListener("focusout", later);
+      later();
       region.appendChild(toast);
       while (region.children.length > 4) region.firstElementChild.remove();
       if ("Notification" in window && Notification.permission === "granted") {

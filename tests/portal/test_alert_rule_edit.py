@@ -160,8 +160,9 @@ def test_a_new_secret_is_shown_once_and_replaces_the_old(project, api, client, o
     assert AlertRule.objects.get(pk=rule.pk).secret == r.json()["secret"]
     assert "secret" not in api.get(f"/api/v1/alert-rules/{rule.pk}/").json()
     client.force_login(owner)
-    page = client.post(f"/p/{project.slug}/alerts/{rule.pk}/secret/")
+    page = client.post(f"/p/{project.slug}/alerts/{rule.pk}/secret/", follow=True)
     newest = AlertRule.objects.get(pk=rule.pk).secret
+    assert page.redirect_chain == [(f"/p/{project.slug}/alerts/", 302)]  # POST-redirect-GET
     assert page.status_code == 200 and 'id="rule-rotated"' in page.content.decode()
     assert newest != r.json()["secret"] and newest in page.content.decode()
     assert newest not in client.get(f"/p/{project.slug}/alerts/").content.decode()  # shown once

@@ -257,11 +257,13 @@ def test_page_adds_a_rule_shows_its_secret_once_and_lists_events_and_deliveries(
     client.force_login(owner)
     page = f"/p/{project.slug}/alerts/"
     r = client.post(page, {"name": "drift", "kind": "budget", "threshold": "0.05", "window": "1",
-                           "webhook_url": "http://127.0.0.1:9/hook"})
+                           "webhook_url": "http://127.0.0.1:9/hook"}, follow=True)
     html = r.content.decode()
     rule = project.alert_rules.get()
+    assert r.redirect_chain == [(page, 302)]  # POST-redirect-GET: reloading the page adds no second rule
     assert r.status_code == 200 and 'id="rule-secret"' in html and rule.secret in html
-    assert rule.secret not in client.get(page).content.decode()
+    assert rule.secret not in client.get(page).content.decode()  # shown once
+    assert project.alert_rules.count() == 1
     bad = client.post(page, {"name": "x", "kind": "budget", "threshold": "1", "webhook_url": "ftp://x/"})
     assert bad.status_code == 400 and "only http:// and https://" in bad.content.decode()
     with pytest.MonkeyPatch.context() as mp:
@@ -355,3 +357,34 @@ def test_an_older_snapshot_evaluated_last_does_not_undo_a_newer_answer(project, 
     assert state.firing and state.value == 0.2 and state.as_of == t2
     assert [e.kind for e in services.evaluate_run(run, {**snap(best=0.01), "as_of": t2 + timedelta(seconds=1)})] == [
         "resolved"]  # newer data re-arms it
+
+
+def test_the_webhook_payload_carries_the_runs_verdict(project, run, settings):
+    from audit_portal.certificates.models import RunCertificate
+    from audit_portal.runs.models import Upload
+    from workers.certify.verdict import run_verdict
+
+    settings.ALERT_WEBHOOK_ALLOW_PRIVATE = True
+    rule = services.create_rule(project=project, created_by="t", data={
+        "name": "budget", "kind": "budget", "threshold": 0.05, "webhook_url": "http://127.0.0.1:9/hook"})
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(services, "enqueue_delivery", lambda pk, countdown=0: True)
+        (event,) = services.evaluate_run(run, snap(best=0.2))
+    assert json.loads(services.payload(event))["run"]["verdict"] is None  # no certificate yet: no verdict claimed
+    upload = Upload.objects.create(project=project, run=run, original_name="r.jsonl", sha256="a" * 64, size_bytes=1)
+    summary = {"sequences": 4, "sequences_certified": 4, "eps_hat": 0.01, "T_ref": 64}
+    verdict = run_verdict(summary, {"best": 0.2}, {})
+    RunCertificate.objects.create(project=project, run=run, upload=upload, state="complete", summary=summary,
+                                  bounds={"best": 0.2}, verdict=verdict.code, verdict_detail=verdict.as_dict())
+    body = json.loads(services.payload(event))
+    assert body["run"]["verdict"] == {"code": "over_budget", "label": verdict.label, "sentence": verdict.sentence}
+    assert rule.pk == body["rule"]["id"]
+
+
+def test_a_certification_job_reads_as_the_runs_verdict():
+    from audit_portal.jobs.outcomes import outcome
+
+    got = outcome("certify_upload", "succeeded", {"verdict": "vacuous", "data_errors": 0})
+    assert got == {"text": "finished: not certified: the bound says nothing", "tone": "duplicate"}
+    assert outcome("certify_upload", "succeeded", {"verdict": "certified"})["tone"] == "valid"
+    assert outcome("certify_upload", "succeeded", {"data_errors": 3})["tone"] == "duplicate"  # older results

@@ -56,3 +56,17 @@ def test_members_and_keys_cannot_manage_keys(client, project, member_of, submit_
     response = client.get(f"/api/v1/projects/{project.slug}/api-keys/", HTTP_AUTHORIZATION=f"Bearer {submit_token}")
     assert response.status_code == 403
     assert response.json()["error"]["code"] == "permission_denied"
+
+
+def test_the_keys_page_shows_a_new_token_once_after_a_redirect(client, project, owner):
+    from audit_portal.accounts.models import ApiKey
+
+    client.force_login(owner)
+    page = f"/p/{project.slug}/keys/"
+    r = client.post(page, {"name": "ci", "scopes": ["read"]}, follow=True)
+    assert r.redirect_chain == [(page, 302)]  # POST-redirect-GET: a reload issues no second key
+    html = r.content.decode()
+    token = html.split('<div class="token" id="new-token">')[1].split("</div>")[0]
+    assert len(token) > 20 and ApiKey.objects.filter(project=project, name="ci").count() == 1
+    assert token not in client.get(page).content.decode()  # shown once
+    assert 'data-confirm="Revoke the key' in html  # revoking asks first

@@ -342,13 +342,14 @@ ENDPOINTS: dict[tuple[str, str], Access] = {
     ("api/v1/runs/<int:pk>/alerts/", "GET"): Access("read", lambda o: f"/api/v1/runs/{o.run}/alerts/"),
     ("api/v1/runs/<int:pk>/live/", "GET"): Access("read", lambda o: f"/api/v1/runs/{o.run}/live/"),
     ("p/<slug:slug>/alerts/", "GET"): _page("read", lambda o: f"/p/{o.slug}/alerts/"),
-    ("p/<slug:slug>/alerts/", "POST"): _page("submit", lambda o: f"/p/{o.slug}/alerts/", fmt="form",
-                                             body=lambda: ALERT_RULE),
+    ("p/<slug:slug>/alerts/", "POST"): _page("submit", lambda o: f"/p/{o.slug}/alerts/", ok=(302,), fmt="form",
+                                             body=lambda: ALERT_RULE, ok_location=f"/p/{OWN_SLUG}/alerts/"),
     ("p/<slug:slug>/alerts/<int:pk>/edit/", "POST"): _page(
         "submit", lambda o: f"/p/{o.slug}/alerts/{o.alert_rule}/edit/", ok=(302,), fmt="form",
         body=lambda: {"name": "renamed", "threshold": "0.5"}, ok_location=f"/p/{OWN_SLUG}/alerts/"),
     ("p/<slug:slug>/alerts/<int:pk>/secret/", "POST"): _page(
-        "submit", lambda o: f"/p/{o.slug}/alerts/{o.alert_rule}/secret/", fmt="form"),
+        "submit", lambda o: f"/p/{o.slug}/alerts/{o.alert_rule}/secret/", ok=(302,), fmt="form",
+        ok_location=f"/p/{OWN_SLUG}/alerts/"),
     ("p/<slug:slug>/alerts/<int:pk>/delete/", "POST"): _page(
         "submit", lambda o: f"/p/{o.slug}/alerts/{o.alert_rule}/delete/", ok=(302,), fmt="form",
         ok_location=f"/p/{OWN_SLUG}/alerts/"),
@@ -374,8 +375,9 @@ ENDPOINTS: dict[tuple[str, str], Access] = {
     ("p/<slug:slug>/compare/", "GET"): _page(
         "read", lambda o: f"/p/{o.slug}/compare/?a={o.certificate}&b={o.certificate}"),
     ("p/<slug:slug>/keys/", "GET"): _page("manage", lambda o: f"/p/{o.slug}/keys/"),
-    ("p/<slug:slug>/keys/", "POST"): _page("manage", lambda o: f"/p/{o.slug}/keys/", fmt="form",
-                                           body=lambda: {"name": "from-page", "scopes": ["read"]}),
+    ("p/<slug:slug>/keys/", "POST"): _page("manage", lambda o: f"/p/{o.slug}/keys/", ok=(302,), fmt="form",
+                                           body=lambda: {"name": "from-page", "scopes": ["read"]},
+                                           ok_location=f"/p/{OWN_SLUG}/keys/"),
     ("p/<slug:slug>/keys/<int:pk>/revoke/", "POST"): _page(
         "manage", lambda o: f"/p/{o.slug}/keys/{o.victim_key}/revoke/", ok=(302,), fmt="form",
         ok_location=f"/p/{OWN_SLUG}/keys/"),

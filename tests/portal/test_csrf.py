@@ -82,7 +82,7 @@ def test_form_posts_with_the_token_are_accepted(csrf_client, project, owner):
     token = csrf_client.cookies["csrftoken"].value
     response = csrf_client.post(f"/p/{project.slug}/keys/", {"name": "ok", "scopes": ["read"],
                                                              "csrfmiddlewaretoken": token})
-    assert response.status_code == 200 and ApiKey.objects.filter(name="ok").exists()
+    assert response.status_code == 302 and ApiKey.objects.filter(name="ok").exists()
 
 
 def test_session_authenticated_api_writes_need_the_csrf_token(csrf_client, project, owner):

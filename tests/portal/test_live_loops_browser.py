@@ -58,6 +58,10 @@ class LiveLoopsTest(BrowserTestCase):
         detail.goto(f"{self.live_server_url}/p/{self.project.slug}/uploads/{upload_id}/")
         detail.wait_for_function("document.getElementById('live-dot').classList.contains('on')")
         assert detail.locator("#upload-job-rows tr").count() == 1
+        # toasts dismiss themselves after a while: record each one as it appears
+        page.evaluate("window.__toasts = []; new MutationObserver((ms) => ms.forEach((m) => m.addedNodes.forEach("
+                      "(n) => n.classList && n.classList.contains('toast') && window.__toasts.push(n.innerText))))"
+                      ".observe(document.getElementById('toasts'), {childList: true})")
         with start_worker(app, pool="solo", perform_ping_check=False, queues=["cpu"], shutdown_timeout=10):
             page.wait_for_function("document.getElementById('upload-stage').textContent === 'valid'", timeout=60000)
             # the follow-up jobs appear in the banner and finish there, linked to what they made
@@ -72,8 +76,8 @@ class LiveLoopsTest(BrowserTestCase):
         banner = page.inner_text("#upload-jobs")
         assert banner.count("finished") == 3, banner
         # each job that finished while the page was open raised an in-page notification and a browser one
-        page.wait_for_function("document.querySelectorAll('#toasts .toast').length >= 3")
-        toasts = page.inner_text("#toasts")
+        page.wait_for_function("window.__toasts.length >= 3")
+        toasts = "\n".join(page.evaluate("window.__toasts"))
         assert "finished: valid" in toasts and "open the certificate" in toasts
         notes = page.evaluate("window.__notifications")
         assert len(notes) >= 3 and any("finished" in n["title"] for n in notes), notes

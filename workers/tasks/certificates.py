@@ -127,4 +127,5 @@ def _job_result(certificate, result):
     return {"certificate": certificate.pk, "sequences": s.get("sequences"), "tokens": s.get("tokens"),
             "acceptance_rate": s.get("acceptance_rate"), "eps_hat": s.get("eps_hat"),
             "best_bound": result["bounds"].get("best"), "best_bound_id": result["bounds"].get("argmin"),
-            "data_errors": s.get("data_errors")}
+            "data_errors": s.get("data_errors"), "verdict": certificate.verdict,
+            "verdict_label": (certificate.verdict_detail or {}).get("label")}
