@@ -31,3 +31,4 @@ urlpatterns = [
 ]
 
 handler404 = "audit_portal.core.views.not_found"
+handler500 = "audit_portal.core.views.server_error"
