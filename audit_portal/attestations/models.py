@@ -1,7 +1,10 @@
 """Signed certificates and the append-only transparency log (docs/verify.md).
 
 * ``SigningKey``: the public part of every Ed25519 key the portal has signed with (the private key lives in a file
-  or the environment, never here). Retired keys stay, so what they signed stays verifiable.
+  or the environment, never here). Retired keys stay, so what they signed stays verifiable. It is a *projection* of
+  the key events in the log (migration 0003: a trigger owned by the owner role writes it; the application role may
+  only SELECT it). The key set anyone verifies with is derived from the log (``keys.key_history``), and a row here
+  that the log did not introduce is reported by ``verify_log``.
 * ``LogEntry``: one leaf of the RFC 6962 Merkle tree — a certificate's DSSE envelope, stored as the exact RFC 8785
   canonical JSON bytes that were hashed (``leaf_hash = SHA-256(0x00 || envelope)``).
 * ``Checkpoint``: a signed tree head (tree size + root hash) written after every append.
@@ -20,6 +23,7 @@ class SubjectKind(models.TextChoices):
     RUN_CERTIFICATE = "run_certificate", "Run certificate"
     FIDELITY_REPORT = "fidelity_report", "Fidelity report"
     KERNEL_SUBMISSION = "kernel_submission", "Kernel conformance result"
+    SIGNING_KEY = "signing_key", "Signing key event"  # introduction, rotation, retirement (workers/verify/keylog.py)
 
 
 class SigningKey(models.Model):

@@ -9,15 +9,15 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
-from audit_portal.attestations import statements, witness
+from audit_portal.attestations import keys, statements, witness
 from audit_portal.attestations.keys import key_set
 from audit_portal.attestations.models import Checkpoint, LogEntry, SubjectKind
 from audit_portal.attestations.subjects import audited_files, subject_object  # noqa: F401  (read here by pages)
 from workers.verify import build_bundle, dsse, jcs, merkle, verify_bundle
 from workers.verify import checkpoint as vcheckpoint
+from workers.verify import keylog
 from workers.verify import statement as st
 from workers.verify.bundle import FAILED, OK, SKIPPED, Report, file_sha256
-from workers.verify.keys import parse_key_set
 
 
 def leaf_hashes(tree_size: int | None = None) -> list[bytes]:
@@ -101,6 +101,10 @@ def verify_entry(entry: LogEntry, *, rehash_files: bool = False) -> Report:
                                       "hashes": [h.hex() for h in merkle.consistency_proof(wsize, hashes)]}
     report = verify_bundle(b, file_digests=digests, keys=b["keys"], keys_source="the portal's published key set",
                            since=since)
+    stray = keylog.compare_table(keys.key_history(), keys.table_keys())
+    if stray:  # a key the database holds that the log did not introduce: someone wrote the key table
+        check = report.check("keys")
+        check.state, check.message = FAILED, "; ".join(stray)
     if since is None:  # the verifier's hint names its command-line options; on the server the witness is the pin
         report.check("consistency").message = ("no witnessed checkpoint to compare the log with (AUDIT_LOG_WITNESS_DIR "
                                                "is unset or nothing was published there yet)")
@@ -150,11 +154,13 @@ def verify_log(max_problems: int = 100) -> LogVerification:
     of the log: append-only); the latest checkpoint covers the whole log; and the first ``m`` entries hash to the root of
     every checkpoint of size ``m`` witnessed outside the database (the first mismatch names the rewritten entry)."""
     result = LogVerification()
-    try:
-        public = {kid: key for kid, (key, _) in parse_key_set(key_set()).items()}
-    except (dsse.EnvelopeError, ValueError) as exc:
-        result.problem(f"the key set is unusable: {exc}")
-        public = {}
+    # the keys are what the log introduced (every entry replayed: each signer checked against the key active there)
+    history = keys.key_history(events_only=False)
+    for text in history.problems:
+        result.problem(f"keys: {text}")
+    for text in keylog.compare_table(history, keys.table_keys()):
+        result.problem(f"keys: {text}")
+    public = dict(history.public)
     hashes = []
     for i, (index, leaf_hash, envelope) in enumerate(
             LogEntry.objects.order_by("index").values_list("index", "leaf_hash", "envelope").iterator(chunk_size=500)):
@@ -197,5 +203,5 @@ def verify_log(max_problems: int = 100) -> LogVerification:
     if hashes and last_size != len(hashes):
         result.problem(f"the latest checkpoint covers {last_size} of {len(hashes)} entries")
     # the checks above trust the database; the witness outside it catches a rewrite with re-signed checkpoints
-    result.witnessed_checked = witness.check(roots, key_set(), result.problem, result.warn)
+    result.witnessed_checked = witness.check(roots, history.key_set(), result.problem, result.warn)
     return result

@@ -22,11 +22,11 @@ from audit_portal.attestations import keys, statements, witness
 from audit_portal.attestations.models import Checkpoint, LogEntry, SubjectKind
 from audit_portal.attestations.selectors import leaf_hashes, verify_log
 from workers.verify import checkpoint as vcheckpoint
-from workers.verify import jcs, merkle, sign_statement
+from workers.verify import jcs, keylog, merkle, sign_statement
 from workers.verify import keys as vkeys
 
 __all__ = ["AttestationError", "attest", "attest_fidelity_report", "attest_run_certificate", "attest_verdict",
-           "lock_log", "rotate_signing_key", "verify_log"]  # verify_log: from selectors, for consistency checks
+           "current_signer", "lock_log", "retire_signing_key", "rotate_signing_key", "verify_log"]  # verify_log: from selectors, for consistency checks
 
 LOG_LOCK_ID = 0x61756469745F6C67  # "audit_lg": the advisory-lock key of the log (any fixed 64-bit value)
 
@@ -65,13 +65,48 @@ def _checkpoint(signer: keys.Signer) -> Checkpoint:
                                      key_id=signer.key_id)
 
 
+def _now() -> str:
+    return timezone.now().strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _append_key_event(event: str, public_key, signer: keys.Signer, *, previous_key_id: str | None) -> LogEntry:
+    envelope = keylog.sign_event(event, public_key, signer.private_key, previous_key_id=previous_key_id, time=_now())
+    kid = vkeys.key_id(public_key)
+    entry = _append(envelope, kind=SubjectKind.SIGNING_KEY, subject_id=0, project_id=None,
+                    predicate_type=keylog.KEY_PREDICATE, key_id=signer.key_id)
+    keys.project_sqlite(event, kid, vkeys.key_entry(public_key)["public_key"])
+    return entry
+
+
+def current_signer() -> keys.Signer:
+    """The configured key, checked against the log's key history: the log's active key signs; on an empty key
+    history the configured key is introduced (a log entry it signs itself, at the next index, with its checkpoint);
+    any other key is refused — a new key enters the log only by a rotation the active key signs. Callers hold the
+    log lock."""
+    signer = keys.configured_signer()
+    history = keys.key_history()
+    if history.active == signer.key_id:
+        return signer
+    if not history.keys:
+        _append_key_event(keylog.INTRODUCE, signer.private_key.public_key(), signer, previous_key_id=None)
+        _checkpoint(signer)
+        return signer
+    if signer.key_id in history.keys:
+        raise keys.SigningKeyError(f"the configured signing key {signer.key_id} was retired in the log; configure "
+                                   f"the log's active key {history.active or '(none: the log was closed)'}")
+    raise keys.SigningKeyError(
+        f"the configured signing key {signer.key_id} was never introduced through the log (its active key is "
+        f"{history.active or '(none)'}): a new key enters only by a rotation the active key signs "
+        "(manage.py rotate_signing_key [--to NEW.pem] with the current key still configured)")
+
+
 def attest(kind: str, subject) -> LogEntry:
     """Sign ``subject``'s statement and append it to the log (in the caller's transaction, if any)."""
     label = SubjectKind(kind).label.lower()
     try:
         with transaction.atomic():
             lock_log()
-            signer = keys.active_signer()
+            signer = current_signer()
             # from the stored rows, the way the record check rebuilds it later
             stmt = statements.BUILDERS[kind](type(subject).objects.get(pk=subject.pk))
             envelope = sign_statement(stmt, signer.private_key, signer.key_id)
@@ -97,7 +132,28 @@ def attest_verdict(submission) -> LogEntry:
     return attest(SubjectKind.KERNEL_SUBMISSION, submission)
 
 
-def rotate_signing_key() -> tuple[str | None, str]:
+def rotate_signing_key(new_key_file: str | None = None) -> tuple[str | None, str]:
+    """Rotate to a new key (``new_key_file``, or a fresh one in AUDIT_SIGNING_KEY_DIR): the outgoing key signs the
+    rotation entry, the new key signs its checkpoint. Returns (old id, new id)."""
     with transaction.atomic():
         lock_log()
-        return keys.rotate()
+        old = current_signer()
+        new_private, nxt = keys.new_key_for_rotation(new_key_file)
+        new = keys.Signer(private_key=new_private, key_id=vkeys.key_id(new_private.public_key()))
+        if new.key_id in keys.key_history().keys:
+            raise keys.SigningKeyError(f"key {new.key_id} was introduced in the log before; rotate to a new key")
+        _append_key_event(keylog.ROTATE, new_private.public_key(), old, previous_key_id=old.key_id)
+        _checkpoint(new)
+        if nxt is not None:
+            transaction.on_commit(lambda: keys.install_next_key(nxt))
+        return old.key_id, new.key_id
+
+
+def retire_signing_key() -> str:
+    """Retire the active key (an entry it signs): nothing signs after it. Returns its id."""
+    with transaction.atomic():
+        lock_log()
+        signer = current_signer()
+        _append_key_event(keylog.RETIRE, signer.private_key.public_key(), signer, previous_key_id=None)
+        _checkpoint(signer)
+        return signer.key_id
