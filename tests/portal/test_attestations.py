@@ -437,3 +437,35 @@ def test_a_pinned_checkpoint_is_extended_by_a_later_bundle(api, project, client,
     assert out.returncode == 1 and f"consistency_from={size}" in out.stderr  # the plain bundle says what to fetch
     bad = api.get(f"/api/v1/attestations/run_certificate/{second.pk}/bundle/?consistency_from=999999")
     assert bad.status_code == 404 and "consistency_from" in bad.json()["error"]["message"]
+
+
+def test_a_run_whose_trainer_log_probs_reach_minus_40_certifies_and_signs(api, project, tmp_path):
+    """exp(40) ≈ 2.35e17 > 2^53: the perplexity metrics leave the exact-integer range of a JSON number, are stored
+    as JSON and read back as Python integers — which RFC 8785 refuses unless mapped (workers/verify/jcs.py)."""
+    recs = records(trajectories=3)
+    for r in recs:
+        if r["role"] == "policy":
+            r["trainer"]["logprobs"] = [-40.0] * len(r["trainer"]["logprobs"])
+            r["trainer"]["top_k"] = None
+    certificate, _ = certified(api, project, recs)
+    entry = LogEntry.objects.get(subject_kind="run_certificate", subject_id=certificate.pk)
+    signed = json.loads(base64.b64decode(json.loads(entry.envelope)["payload"]))
+    assert max(_numbers(signed)) >= 2 ** 53, "the run no longer produces a metric beyond 2^53"
+    body = api.get(f"/api/v1/attestations/run_certificate/{certificate.pk}/?files=0").json()
+    assert body["ok"] is True and checks(body)["record"]["state"] == "ok", body
+    assert selectors.verify_log().ok
+    out = verify_cli(download(api, "run_certificate", certificate.pk, tmp_path))
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def _numbers(value):
+    if isinstance(value, bool):
+        return
+    if isinstance(value, (int, float)):
+        yield abs(value)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _numbers(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _numbers(v)
