@@ -31,6 +31,7 @@ from django.utils import timezone
 from audit_portal.attestations.models import LogEntry, SigningKey, SubjectKind
 from workers.verify import keylog
 from workers.verify import keys as vkeys
+from workers.verify import note as vnote
 
 log = logging.getLogger(__name__)
 KEY_FILE_NAME = "signing-key.pem"
@@ -171,7 +172,24 @@ def install_next_key(nxt: Path) -> None:
     os.replace(nxt, key_path())
 
 
+def log_name() -> str:
+    """The log's name in C2SP notes: the checkpoint origin and the note key's name (AUDIT_LOG_ORIGIN, whitespace
+    and '+' made '-')."""
+    return vnote.valid_name(settings.AUDIT_LOG_ORIGIN)
+
+
+def with_note_keys(data: dict) -> dict:
+    """Each key entry with ``note_key``: its C2SP verifier key (``name+hash+base64``) for checkpoint notes."""
+    for entry in data["keys"]:
+        try:
+            public = vkeys.parse_key_set({"keys": [entry]})[entry["key_id"]][0]
+            entry["note_key"] = vnote.verifier_key(log_name(), public)
+        except (ValueError, KeyError):
+            pass
+    return data
+
+
 def key_set() -> dict:
     """The published key set: every key the log introduced, active and retired, derived from the log's key events
-    (format: workers/verify/keys.py) — never from the key table."""
-    return key_history().key_set()
+    (format: workers/verify/keys.py) — never from the key table — each with its checkpoint-note verifier key."""
+    return with_note_keys(key_history().key_set())

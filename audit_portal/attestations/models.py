@@ -68,6 +68,8 @@ class Checkpoint(models.Model):
     tree_size = models.BigIntegerField(unique=True)
     root_hash = models.CharField(max_length=64)
     envelope = models.TextField()  # RFC 8785 canonical JSON of the signed checkpoint envelope
+    # the same tree head as a C2SP tlog-checkpoint signed note (workers/verify/note.py); null before migration 0004
+    note = models.TextField(null=True, blank=True)
     key_id = models.CharField(max_length=64)
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -76,3 +78,19 @@ class Checkpoint(models.Model):
 
     def __str__(self) -> str:
         return f"checkpoint {self.tree_size} {self.root_hash[:12]}…"
+
+
+class Cosignature(models.Model):
+    """A witness's C2SP tlog-cosignature (cosignature/v1) on the checkpoint note of ``tree_size``, as received by
+    ``POST /api/v1/log/add-checkpoint`` and verified against a configured witness key (AUDIT_LOG_WITNESS_KEYS).
+    Self-authenticating: a verifier checks it against the witness keys *it* pinned."""
+
+    tree_size = models.BigIntegerField()
+    witness = models.CharField(max_length=300)  # the witness's verifier key string
+    timestamp = models.BigIntegerField()
+    line = models.TextField()  # the signature line, as it goes under the note
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["tree_size", "witness"]
+        constraints = [models.UniqueConstraint(fields=["tree_size", "witness"], name="one_cosignature_per_witness")]

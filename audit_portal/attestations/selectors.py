@@ -11,11 +11,12 @@ from dataclasses import asdict, dataclass, field
 
 from audit_portal.attestations import keys, statements, witness
 from audit_portal.attestations.keys import key_set
-from audit_portal.attestations.models import Checkpoint, LogEntry, SubjectKind
+from audit_portal.attestations.models import Checkpoint, Cosignature, LogEntry, SubjectKind
 from audit_portal.attestations.subjects import audited_files, subject_object  # noqa: F401  (read here by pages)
 from workers.verify import build_bundle, dsse, jcs, merkle, verify_bundle
 from workers.verify import checkpoint as vcheckpoint
 from workers.verify import keylog
+from workers.verify import note as vnote
 from workers.verify import statement as st
 from workers.verify.bundle import FAILED, OK, SKIPPED, Report, file_sha256
 
@@ -32,6 +33,42 @@ def latest_checkpoint(tree_size: int | None = None) -> Checkpoint | None:
     if tree_size is not None:
         return qs.filter(tree_size=tree_size).first()
     return qs.order_by("-tree_size").first()
+
+
+def checkpoint_note(tree_size: int | None = None) -> str | None:
+    """The C2SP checkpoint note of the latest checkpoint (or of ``tree_size``) with the witness cosignatures the log
+    accepted for it; None when there is none (checkpoints older than migration 0004 have no note)."""
+    qs = Checkpoint.objects.exclude(note__isnull=True).exclude(note="")
+    ck = (qs.filter(tree_size=tree_size) if tree_size is not None else qs.order_by("-tree_size")).first()
+    if ck is None:
+        return None
+    lines = list(Cosignature.objects.filter(tree_size=ck.tree_size).order_by("witness").values_list("line", flat=True))
+    return vnote.add_signatures(ck.note, lines) if lines else ck.note
+
+
+def note_verifiers(history=None) -> list:
+    """The C2SP note verifiers of every key the log introduced (name = the log's origin)."""
+    history = history or keys.key_history()
+    return [vnote.verifier(keys.log_name(), public) for public in history.public.values()]
+
+
+def witness_verifiers() -> list:
+    from django.conf import settings
+
+    return [vnote.parse_verifier(k) for k in settings.AUDIT_LOG_WITNESS_KEYS]
+
+
+def key_events(tree_size: int | None = None) -> dict | None:
+    """The key-event entries within the checkpoint of ``tree_size`` (default: the latest), each with its inclusion
+    proof: what a witness derives the key set from."""
+    ck = latest_checkpoint(tree_size)
+    if ck is None:
+        return None
+    hashes = leaf_hashes(ck.tree_size)
+    events = LogEntry.objects.filter(subject_kind=SubjectKind.SIGNING_KEY, index__lt=ck.tree_size).order_by("index")
+    return {"tree_size": ck.tree_size, "root_hash": ck.root_hash, "events": [
+        {"log_index": e.index, "envelope": json.loads(e.envelope),
+         "hashes": [h.hex() for h in merkle.inclusion_proof(e.index, hashes)]} for e in events]}
 
 
 def entries_for(principal, kind: str | None = None, subject_id: int | None = None):
@@ -60,6 +97,9 @@ def bundle(entry: LogEntry, tree_size: int | None = None, consistency_from: int 
     hashes = leaf_hashes(ck.tree_size)
     out = build_bundle(json.loads(entry.envelope), log_index=entry.index, integrated_time=entry.created_at.isoformat(),
                        leaf_hashes=hashes, checkpoint=json.loads(ck.envelope), keys=key_set())
+    cosigned = checkpoint_note(ck.tree_size)
+    if cosigned:  # the same tree head as a C2SP note, with its witnesses' cosignatures (verify --witness)
+        out["checkpoint_note"] = cosigned
     if consistency_from is not None:
         if not 0 < consistency_from <= ck.tree_size:
             raise ValueError(f"consistency_from must be between 1 and the checkpoint's tree size {ck.tree_size}")

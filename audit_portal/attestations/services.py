@@ -19,11 +19,13 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from audit_portal.attestations import keys, statements, witness
-from audit_portal.attestations.models import Checkpoint, LogEntry, SubjectKind
+from audit_portal.attestations import selectors
+from audit_portal.attestations.models import Checkpoint, Cosignature, LogEntry, SubjectKind
 from audit_portal.attestations.selectors import leaf_hashes, verify_log
 from workers.verify import checkpoint as vcheckpoint
 from workers.verify import jcs, keylog, merkle, sign_statement
 from workers.verify import keys as vkeys
+from workers.verify import note as vnote
 
 __all__ = ["AttestationError", "attest", "attest_fidelity_report", "attest_run_certificate", "attest_verdict",
            "current_signer", "lock_log", "retire_signing_key", "rotate_signing_key", "verify_log"]  # verify_log: from selectors, for consistency checks
@@ -61,8 +63,11 @@ def _checkpoint(signer: keys.Signer) -> Checkpoint:
     key_entry = vkeys.key_entry(signer.private_key.public_key())
     # the witness copy is written once the append is committed (a rolled-back checkpoint is never witnessed)
     transaction.on_commit(lambda: witness.publish(envelope, len(hashes), key_entry))
+    # the same tree head as a C2SP signed note (tlog-checkpoint), which transparency-log witnesses can cosign
+    signed_note = vnote.sign(vnote.checkpoint_text(keys.log_name(), len(hashes), root), keys.log_name(),
+                             signer.private_key)
     return Checkpoint.objects.create(tree_size=len(hashes), root_hash=root.hex(), envelope=envelope.decode(),
-                                     key_id=signer.key_id)
+                                     note=signed_note, key_id=signer.key_id)
 
 
 def _now() -> str:
@@ -157,3 +162,53 @@ def retire_signing_key() -> str:
         _append_key_event(keylog.RETIRE, signer.private_key.public_key(), signer, previous_key_id=None)
         _checkpoint(signer)
         return signer.key_id
+
+
+def add_cosignatures(body: str) -> tuple[int, str]:
+    """Handle a tlog-witness add-checkpoint request carrying cosignatures (see :mod:`.tlog`). Returns (HTTP status,
+    text): 200 with the accepted cosignature lines, or the refusal's status and reason."""
+    try:
+        old, proof, signed = vnote.parse_add_checkpoint(body)
+        head = None
+        for v in selectors.note_verifiers():
+            try:
+                head = vnote.open_checkpoint(signed, v)
+                break
+            except vnote.NoteError:
+                continue
+        if head is None:
+            return 403, "the checkpoint is not signed by a key the log introduced\n"
+    except vnote.NoteError as exc:
+        return 400, f"{exc}\n"
+    size = head["tree_size"]
+    ck = Checkpoint.objects.filter(tree_size=size).first()
+    if ck is None:
+        return 404, f"the log has no checkpoint of tree size {size}\n"
+    if bytes.fromhex(ck.root_hash) != head["root_hash"]:
+        return 409, f"the log signed a different tree head for size {size}: this checkpoint is a fork\n"
+    if old > size:
+        return 400, f"old size {old} is larger than the checkpoint's {size}\n"
+    if old:
+        first = Checkpoint.objects.filter(tree_size=old).first()
+        if first is None or not merkle.verify_consistency(old, size, proof, bytes.fromhex(first.root_hash),
+                                                          head["root_hash"]):
+            return 422, f"the consistency proof from size {old} to {size} does not verify\n"
+    elif proof:
+        return 422, "a proof from size 0 must be empty\n"
+    try:
+        accepted = vnote.verify_cosignatures(signed, selectors.witness_verifiers())
+    except vnote.NoteError as exc:
+        return 403, f"{exc}\n"
+    if not accepted:
+        return 403, "no cosignature by a witness this log is configured with (AUDIT_LOG_WITNESS_KEYS)\n"
+    _, sigs = vnote.split(signed)
+    lines = []
+    by_text = {w.text: w for w in selectors.witness_verifiers()}
+    for witness_text, timestamp in accepted.items():
+        w = by_text[witness_text]
+        raw = next(r for n, r in sigs if n == w.name and r[:4] == w.key_hash)
+        line = vnote.signature_line(w.name, raw[:4], raw[4:])
+        Cosignature.objects.update_or_create(tree_size=size, witness=witness_text,
+                                             defaults={"timestamp": timestamp, "line": line})
+        lines.append(line)
+    return 200, "".join(lines)

@@ -279,3 +279,31 @@ def add_signatures(note: str, lines: list[str]) -> str:
         if line not in have:
             have.append(line)
     return text + "\n" + "".join(have)
+
+
+# --- the tlog-witness add-checkpoint request -------------------------------------------------------------------------
+
+def add_checkpoint_body(old_size: int, proof: list[bytes], signed_note: str) -> str:
+    """``old <size>``, one base64 consistency-proof hash a line, a blank line, then the checkpoint note
+    (https://c2sp.org/tlog-witness, add-checkpoint)."""
+    return f"old {old_size}\n" + "".join(base64.b64encode(h).decode() + "\n" for h in proof) + "\n" + signed_note
+
+
+def parse_add_checkpoint(body: str) -> tuple[int, list[bytes], str]:
+    head, sep, signed_note = body.partition("\n\n")
+    lines = head.split("\n")
+    if not sep or not lines or not re.fullmatch(r"old (0|[1-9][0-9]*)", lines[0]):
+        raise NoteError("malformed add-checkpoint request: it starts with 'old <size>', then proof lines, a blank line"
+                        " and the checkpoint")
+    proof = []
+    for line in lines[1:]:
+        try:
+            h = base64.b64decode(line, validate=True)
+        except binascii.Error:
+            raise NoteError("malformed add-checkpoint request: a proof line is not base64") from None
+        if len(h) != 32:
+            raise NoteError("malformed add-checkpoint request: a proof hash is not 32 bytes")
+        proof.append(h)
+    if len(proof) > 63:
+        raise NoteError("malformed add-checkpoint request: more than 63 proof hashes")
+    return int(lines[0][4:]), proof, signed_note
