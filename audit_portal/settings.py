@@ -152,6 +152,10 @@ AUDIT_LOG_ORIGIN = os.environ.get("AUDIT_LOG_ORIGIN", "audit-portal transparency
 # Signed checkpoints are also published here, append-only, outside the database (attestations/witness.py);
 # point it at storage the database's operators cannot rewrite. Empty: no witness.
 AUDIT_LOG_WITNESS_DIR = os.environ.get("AUDIT_LOG_WITNESS_DIR", str(VAR_DIR / "witness"))
+# Verifier keys (name+hash+base64, cosignature/v1) of the independent witnesses whose cosignatures the log accepts
+# (python -m workers.verify witness prints its key); space- or comma-separated. Each is checked by the scheduled
+# log check (attestations.tasks.check_log): a witness that refuses the log's checkpoints raises an alert.
+AUDIT_LOG_WITNESS_KEYS = [k for k in os.environ.get("AUDIT_LOG_WITNESS_KEYS", "").replace(",", " ").split() if k]
 
 # --- queue and live progress -----------------------------------------------------------------------
 # One instance, one namespace: scripts/up and scripts/test set AUDIT_INSTANCE per checkout (scripts/services.sh);

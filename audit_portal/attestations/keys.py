@@ -7,10 +7,12 @@ Order of precedence for the private key:
 3. ``AUDIT_SIGNING_KEY_DIR/signing-key.pem`` — created on first use with mode 0600 (exclusive create, so two
    processes starting together end up with one key).
 
-Every key that signs is recorded in ``SigningKey`` (public part, key id = hex SHA-256 of the raw public key).
-When the configured key changes (a rotation here, or a new secret deployed), the new key becomes ``active`` and
-the previous one ``retired``: its public part stays in the published key set, so what it signed still verifies.
-The private key never enters the database.
+Every key enters through the transparency log (workers/verify/keylog.py): the first key is introduced by an entry it
+signs itself, a rotation is an entry the outgoing key signs, a retirement one the retired key signs. The published key
+set is derived from those entries (:func:`key_history`); ``SigningKey`` is a projection of them that the application
+role can only read (migration 0003, ``setup_db_roles``). A retired key stays in the set, so what it signed still
+verifies. Deploying a different key without a rotation in the log is refused at the next signature. The private key
+never enters the database.
 """
 from __future__ import annotations
 
@@ -20,11 +22,16 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+import json
+
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
-from audit_portal.attestations.models import SigningKey
+from audit_portal.attestations.models import LogEntry, SigningKey, SubjectKind
+from workers.verify import keylog
 from workers.verify import keys as vkeys
+from workers.verify import note as vnote
 
 log = logging.getLogger(__name__)
 KEY_FILE_NAME = "signing-key.pem"
@@ -100,40 +107,89 @@ def load_private_key():
         raise SigningKeyError(f"the signing key from {source} is not a usable Ed25519 PEM key: {exc}") from None
 
 
-def register(public_key) -> SigningKey:
-    """Record ``public_key`` as the active key (retiring any other active one). Callers hold the log lock."""
-    entry = vkeys.key_entry(public_key)
-    row, _ = SigningKey.objects.get_or_create(
-        key_id=entry["key_id"], defaults={"public_key": entry["public_key"], "algorithm": vkeys.ALGORITHM})
-    if row.status == SigningKey.Status.RETIRED:
-        raise SigningKeyError(f"the configured signing key {row.key_id} was retired on {row.retired_at:%Y-%m-%d}; "
-                              "configure the current key (or rotate to a new one)")
-    SigningKey.objects.filter(status=SigningKey.Status.ACTIVE).exclude(pk=row.pk).update(
-        status=SigningKey.Status.RETIRED, retired_at=timezone.now())
-    return row
-
-
-def active_signer() -> Signer:
-    """The configured private key, registered as the active key. Callers hold the log lock."""
+def configured_signer() -> Signer:
+    """The configured private key (not yet checked against the log: see ``services.current_signer``)."""
     private_key = load_private_key()
-    row = register(private_key.public_key())
-    return Signer(private_key=private_key, key_id=row.key_id)
+    return Signer(private_key=private_key, key_id=vkeys.key_id(private_key.public_key()))
 
 
-def rotate() -> tuple[str | None, str]:
-    """Replace the key file with a new key, register it, retire the old one. Returns (old id, new id).
-    A key given through the environment is rotated by changing that setting instead."""
+def key_history(*, events_only: bool = True) -> keylog.KeyHistory:
+    """The key history derived from the log (:func:`workers.verify.keylog.derive`). ``events_only``: replay only the
+    entries stored as key events (what signing needs); ``False``: every entry, so that each certificate's signer is
+    checked too and a key event hidden under another kind is still seen (what ``verify_log`` does)."""
+    qs = LogEntry.objects.order_by("index")
+    if events_only:
+        qs = qs.filter(subject_kind=SubjectKind.SIGNING_KEY)
+    rows = qs.values_list("index", "envelope").iterator(chunk_size=500)
+    return keylog.derive((index, _loads(envelope)) for index, envelope in rows)
+
+
+def _loads(text):
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def table_keys() -> list[dict]:
+    return list(SigningKey.objects.order_by("created_at", "id").values("key_id", "public_key", "status"))
+
+
+def project_sqlite(event: str, key_id: str, public_key: str) -> None:
+    """The key table's projection of a key event where no trigger writes it (SQLite: no roles, see migration 0003)."""
+    if connection.vendor == "postgresql":
+        return
+    now = timezone.now()
+    if event in (keylog.INTRODUCE, keylog.ROTATE):
+        SigningKey.objects.filter(status=SigningKey.Status.ACTIVE).exclude(key_id=key_id).update(
+            status=SigningKey.Status.RETIRED, retired_at=now)
+        SigningKey.objects.get_or_create(key_id=key_id, defaults={"public_key": public_key,
+                                                                  "algorithm": vkeys.ALGORITHM, "created_at": now})
+    elif event == keylog.RETIRE:
+        SigningKey.objects.filter(key_id=key_id).update(status=SigningKey.Status.RETIRED, retired_at=now)
+
+
+def new_key_for_rotation(new_key_file: str | None):
+    """The private key to rotate to: read from ``new_key_file``, or (key kept in AUDIT_SIGNING_KEY_DIR) a fresh key
+    written beside the current one as ``signing-key.pem.next``; :func:`install_next_key` moves it in place once the
+    rotation is committed to the log. Returns (private key, path to install or None)."""
+    if new_key_file:
+        try:
+            return vkeys.load_private_pem(Path(new_key_file).read_bytes()), None
+        except (OSError, ValueError) as exc:
+            raise SigningKeyError(f"cannot use {new_key_file} as the new signing key: {exc}") from None
     if externally_configured():
-        raise SigningKeyError("the signing key comes from AUDIT_SIGNING_KEY / AUDIT_SIGNING_KEY_FILE: deploy a new key "
-                              "there; the old key is retired (and stays verifiable) when the new one first signs")
-    old = SigningKey.objects.filter(status=SigningKey.Status.ACTIVE).values_list("key_id", flat=True).first()
-    _write_new_key(key_path(), replace=True)
-    return old, active_signer().key_id
+        raise SigningKeyError("the signing key comes from AUDIT_SIGNING_KEY / AUDIT_SIGNING_KEY_FILE: run "
+                              "rotate_signing_key --to NEW.pem while the current key is still configured (the current "
+                              "key signs the rotation into the log), then deploy NEW.pem there")
+    nxt = key_path().with_name(KEY_FILE_NAME + ".next")
+    nxt.unlink(missing_ok=True)
+    _write_new_key(nxt, replace=False)
+    return vkeys.load_private_pem(nxt.read_bytes()), nxt
+
+
+def install_next_key(nxt: Path) -> None:
+    os.replace(nxt, key_path())
+
+
+def log_name() -> str:
+    """The log's name in C2SP notes: the checkpoint origin and the note key's name (AUDIT_LOG_ORIGIN, whitespace
+    and '+' made '-')."""
+    return vnote.valid_name(settings.AUDIT_LOG_ORIGIN)
+
+
+def with_note_keys(data: dict) -> dict:
+    """Each key entry with ``note_key``: its C2SP verifier key (``name+hash+base64``) for checkpoint notes."""
+    for entry in data["keys"]:
+        try:
+            public = vkeys.parse_key_set({"keys": [entry]})[entry["key_id"]][0]
+            entry["note_key"] = vnote.verifier_key(log_name(), public)
+        except (ValueError, KeyError):
+            pass
+    return data
 
 
 def key_set() -> dict:
-    """The published key set: every key that ever signed, active and retired (format: workers/verify/keys.py)."""
-    return {"keys": [{"key_id": k.key_id, "algorithm": k.algorithm, "public_key": k.public_key, "status": k.status,
-                      "created_at": k.created_at.isoformat(),
-                      "retired_at": k.retired_at.isoformat() if k.retired_at else None}
-                     for k in SigningKey.objects.order_by("created_at", "id")]}
+    """The published key set: every key the log introduced, active and retired, derived from the log's key events
+    (format: workers/verify/keys.py) — never from the key table — each with its checkpoint-note verifier key."""
+    return with_note_keys(key_history().key_set())

@@ -1,7 +1,10 @@
 """Signed certificates and the append-only transparency log (docs/verify.md).
 
 * ``SigningKey``: the public part of every Ed25519 key the portal has signed with (the private key lives in a file
-  or the environment, never here). Retired keys stay, so what they signed stays verifiable.
+  or the environment, never here). Retired keys stay, so what they signed stays verifiable. It is a *projection* of
+  the key events in the log (migration 0003: a trigger owned by the owner role writes it; the application role may
+  only SELECT it). The key set anyone verifies with is derived from the log (``keys.key_history``), and a row here
+  that the log did not introduce is reported by ``verify_log``.
 * ``LogEntry``: one leaf of the RFC 6962 Merkle tree — a certificate's DSSE envelope, stored as the exact RFC 8785
   canonical JSON bytes that were hashed (``leaf_hash = SHA-256(0x00 || envelope)``).
 * ``Checkpoint``: a signed tree head (tree size + root hash) written after every append.
@@ -20,6 +23,7 @@ class SubjectKind(models.TextChoices):
     RUN_CERTIFICATE = "run_certificate", "Run certificate"
     FIDELITY_REPORT = "fidelity_report", "Fidelity report"
     KERNEL_SUBMISSION = "kernel_submission", "Kernel conformance result"
+    SIGNING_KEY = "signing_key", "Signing key event"  # introduction, rotation, retirement (workers/verify/keylog.py)
 
 
 class SigningKey(models.Model):
@@ -64,6 +68,8 @@ class Checkpoint(models.Model):
     tree_size = models.BigIntegerField(unique=True)
     root_hash = models.CharField(max_length=64)
     envelope = models.TextField()  # RFC 8785 canonical JSON of the signed checkpoint envelope
+    # the same tree head as a C2SP tlog-checkpoint signed note (workers/verify/note.py); null before migration 0004
+    note = models.TextField(null=True, blank=True)
     key_id = models.CharField(max_length=64)
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -72,3 +78,19 @@ class Checkpoint(models.Model):
 
     def __str__(self) -> str:
         return f"checkpoint {self.tree_size} {self.root_hash[:12]}…"
+
+
+class Cosignature(models.Model):
+    """A witness's C2SP tlog-cosignature (cosignature/v1) on the checkpoint note of ``tree_size``, as received by
+    ``POST /api/v1/log/add-checkpoint`` and verified against a configured witness key (AUDIT_LOG_WITNESS_KEYS).
+    Self-authenticating: a verifier checks it against the witness keys *it* pinned."""
+
+    tree_size = models.BigIntegerField()
+    witness = models.CharField(max_length=300)  # the witness's verifier key string
+    timestamp = models.BigIntegerField()
+    line = models.TextField()  # the signature line, as it goes under the note
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["tree_size", "witness"]
+        constraints = [models.UniqueConstraint(fields=["tree_size", "witness"], name="one_cosignature_per_witness")]

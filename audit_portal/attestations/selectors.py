@@ -9,15 +9,16 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
-from audit_portal.attestations import statements, witness
+from audit_portal.attestations import keys, statements, witness
 from audit_portal.attestations.keys import key_set
-from audit_portal.attestations.models import Checkpoint, LogEntry, SubjectKind
+from audit_portal.attestations.models import Checkpoint, Cosignature, LogEntry, SubjectKind
 from audit_portal.attestations.subjects import audited_files, subject_object  # noqa: F401  (read here by pages)
 from workers.verify import build_bundle, dsse, jcs, merkle, verify_bundle
 from workers.verify import checkpoint as vcheckpoint
+from workers.verify import keylog
+from workers.verify import note as vnote
 from workers.verify import statement as st
 from workers.verify.bundle import FAILED, OK, SKIPPED, Report, file_sha256
-from workers.verify.keys import parse_key_set
 
 
 def leaf_hashes(tree_size: int | None = None) -> list[bytes]:
@@ -32,6 +33,42 @@ def latest_checkpoint(tree_size: int | None = None) -> Checkpoint | None:
     if tree_size is not None:
         return qs.filter(tree_size=tree_size).first()
     return qs.order_by("-tree_size").first()
+
+
+def checkpoint_note(tree_size: int | None = None) -> str | None:
+    """The C2SP checkpoint note of the latest checkpoint (or of ``tree_size``) with the witness cosignatures the log
+    accepted for it; None when there is none (checkpoints older than migration 0004 have no note)."""
+    qs = Checkpoint.objects.exclude(note__isnull=True).exclude(note="")
+    ck = (qs.filter(tree_size=tree_size) if tree_size is not None else qs.order_by("-tree_size")).first()
+    if ck is None:
+        return None
+    lines = list(Cosignature.objects.filter(tree_size=ck.tree_size).order_by("witness").values_list("line", flat=True))
+    return vnote.add_signatures(ck.note, lines) if lines else ck.note
+
+
+def note_verifiers(history=None) -> list:
+    """The C2SP note verifiers of every key the log introduced (name = the log's origin)."""
+    history = history or keys.key_history()
+    return [vnote.verifier(keys.log_name(), public) for public in history.public.values()]
+
+
+def witness_verifiers() -> list:
+    from django.conf import settings
+
+    return [vnote.parse_verifier(k) for k in settings.AUDIT_LOG_WITNESS_KEYS]
+
+
+def key_events(tree_size: int | None = None) -> dict | None:
+    """The key-event entries within the checkpoint of ``tree_size`` (default: the latest), each with its inclusion
+    proof: what a witness derives the key set from."""
+    ck = latest_checkpoint(tree_size)
+    if ck is None:
+        return None
+    hashes = leaf_hashes(ck.tree_size)
+    events = LogEntry.objects.filter(subject_kind=SubjectKind.SIGNING_KEY, index__lt=ck.tree_size).order_by("index")
+    return {"tree_size": ck.tree_size, "root_hash": ck.root_hash, "events": [
+        {"log_index": e.index, "envelope": json.loads(e.envelope),
+         "hashes": [h.hex() for h in merkle.inclusion_proof(e.index, hashes)]} for e in events]}
 
 
 def entries_for(principal, kind: str | None = None, subject_id: int | None = None):
@@ -60,6 +97,9 @@ def bundle(entry: LogEntry, tree_size: int | None = None, consistency_from: int 
     hashes = leaf_hashes(ck.tree_size)
     out = build_bundle(json.loads(entry.envelope), log_index=entry.index, integrated_time=entry.created_at.isoformat(),
                        leaf_hashes=hashes, checkpoint=json.loads(ck.envelope), keys=key_set())
+    cosigned = checkpoint_note(ck.tree_size)
+    if cosigned:  # the same tree head as a C2SP note, with its witnesses' cosignatures (verify --witness)
+        out["checkpoint_note"] = cosigned
     if consistency_from is not None:
         if not 0 < consistency_from <= ck.tree_size:
             raise ValueError(f"consistency_from must be between 1 and the checkpoint's tree size {ck.tree_size}")
@@ -101,6 +141,10 @@ def verify_entry(entry: LogEntry, *, rehash_files: bool = False) -> Report:
                                       "hashes": [h.hex() for h in merkle.consistency_proof(wsize, hashes)]}
     report = verify_bundle(b, file_digests=digests, keys=b["keys"], keys_source="the portal's published key set",
                            since=since)
+    stray = keylog.compare_table(keys.key_history(), keys.table_keys())
+    if stray:  # a key the database holds that the log did not introduce: someone wrote the key table
+        check = report.check("keys")
+        check.state, check.message = FAILED, "; ".join(stray)
     if since is None:  # the verifier's hint names its command-line options; on the server the witness is the pin
         report.check("consistency").message = ("no witnessed checkpoint to compare the log with (AUDIT_LOG_WITNESS_DIR "
                                                "is unset or nothing was published there yet)")
@@ -150,11 +194,13 @@ def verify_log(max_problems: int = 100) -> LogVerification:
     of the log: append-only); the latest checkpoint covers the whole log; and the first ``m`` entries hash to the root of
     every checkpoint of size ``m`` witnessed outside the database (the first mismatch names the rewritten entry)."""
     result = LogVerification()
-    try:
-        public = {kid: key for kid, (key, _) in parse_key_set(key_set()).items()}
-    except (dsse.EnvelopeError, ValueError) as exc:
-        result.problem(f"the key set is unusable: {exc}")
-        public = {}
+    # the keys are what the log introduced (every entry replayed: each signer checked against the key active there)
+    history = keys.key_history(events_only=False)
+    for text in history.problems:
+        result.problem(f"keys: {text}")
+    for text in keylog.compare_table(history, keys.table_keys()):
+        result.problem(f"keys: {text}")
+    public = dict(history.public)
     hashes = []
     for i, (index, leaf_hash, envelope) in enumerate(
             LogEntry.objects.order_by("index").values_list("index", "leaf_hash", "envelope").iterator(chunk_size=500)):
@@ -197,5 +243,5 @@ def verify_log(max_problems: int = 100) -> LogVerification:
     if hashes and last_size != len(hashes):
         result.problem(f"the latest checkpoint covers {last_size} of {len(hashes)} entries")
     # the checks above trust the database; the witness outside it catches a rewrite with re-signed checkpoints
-    result.witnessed_checked = witness.check(roots, key_set(), result.problem, result.warn)
+    result.witnessed_checked = witness.check(roots, history.key_set(), result.problem, result.warn)
     return result

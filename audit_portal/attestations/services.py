@@ -19,14 +19,16 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from audit_portal.attestations import keys, statements, witness
-from audit_portal.attestations.models import Checkpoint, LogEntry, SubjectKind
+from audit_portal.attestations import selectors
+from audit_portal.attestations.models import Checkpoint, Cosignature, LogEntry, SubjectKind
 from audit_portal.attestations.selectors import leaf_hashes, verify_log
 from workers.verify import checkpoint as vcheckpoint
-from workers.verify import jcs, merkle, sign_statement
+from workers.verify import jcs, keylog, merkle, sign_statement
 from workers.verify import keys as vkeys
+from workers.verify import note as vnote
 
 __all__ = ["AttestationError", "attest", "attest_fidelity_report", "attest_run_certificate", "attest_verdict",
-           "lock_log", "rotate_signing_key", "verify_log"]  # verify_log: from selectors, for consistency checks
+           "current_signer", "lock_log", "retire_signing_key", "rotate_signing_key", "verify_log"]  # verify_log: from selectors, for consistency checks
 
 LOG_LOCK_ID = 0x61756469745F6C67  # "audit_lg": the advisory-lock key of the log (any fixed 64-bit value)
 
@@ -61,8 +63,46 @@ def _checkpoint(signer: keys.Signer) -> Checkpoint:
     key_entry = vkeys.key_entry(signer.private_key.public_key())
     # the witness copy is written once the append is committed (a rolled-back checkpoint is never witnessed)
     transaction.on_commit(lambda: witness.publish(envelope, len(hashes), key_entry))
+    # the same tree head as a C2SP signed note (tlog-checkpoint), which transparency-log witnesses can cosign
+    signed_note = vnote.sign(vnote.checkpoint_text(keys.log_name(), len(hashes), root), keys.log_name(),
+                             signer.private_key)
     return Checkpoint.objects.create(tree_size=len(hashes), root_hash=root.hex(), envelope=envelope.decode(),
-                                     key_id=signer.key_id)
+                                     note=signed_note, key_id=signer.key_id)
+
+
+def _now() -> str:
+    return timezone.now().strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _append_key_event(event: str, public_key, signer: keys.Signer, *, previous_key_id: str | None) -> LogEntry:
+    envelope = keylog.sign_event(event, public_key, signer.private_key, previous_key_id=previous_key_id, time=_now())
+    kid = vkeys.key_id(public_key)
+    entry = _append(envelope, kind=SubjectKind.SIGNING_KEY, subject_id=0, project_id=None,
+                    predicate_type=keylog.KEY_PREDICATE, key_id=signer.key_id)
+    keys.project_sqlite(event, kid, vkeys.key_entry(public_key)["public_key"])
+    return entry
+
+
+def current_signer() -> keys.Signer:
+    """The configured key, checked against the log's key history: the log's active key signs; on an empty key
+    history the configured key is introduced (a log entry it signs itself, at the next index, with its checkpoint);
+    any other key is refused — a new key enters the log only by a rotation the active key signs. Callers hold the
+    log lock."""
+    signer = keys.configured_signer()
+    history = keys.key_history()
+    if history.active == signer.key_id:
+        return signer
+    if not history.keys:
+        _append_key_event(keylog.INTRODUCE, signer.private_key.public_key(), signer, previous_key_id=None)
+        _checkpoint(signer)
+        return signer
+    if signer.key_id in history.keys:
+        raise keys.SigningKeyError(f"the configured signing key {signer.key_id} was retired in the log; configure "
+                                   f"the log's active key {history.active or '(none: the log was closed)'}")
+    raise keys.SigningKeyError(
+        f"the configured signing key {signer.key_id} was never introduced through the log (its active key is "
+        f"{history.active or '(none)'}): a new key enters only by a rotation the active key signs "
+        "(manage.py rotate_signing_key [--to NEW.pem] with the current key still configured)")
 
 
 def attest(kind: str, subject) -> LogEntry:
@@ -71,7 +111,7 @@ def attest(kind: str, subject) -> LogEntry:
     try:
         with transaction.atomic():
             lock_log()
-            signer = keys.active_signer()
+            signer = current_signer()
             # from the stored rows, the way the record check rebuilds it later
             stmt = statements.BUILDERS[kind](type(subject).objects.get(pk=subject.pk))
             envelope = sign_statement(stmt, signer.private_key, signer.key_id)
@@ -97,7 +137,78 @@ def attest_verdict(submission) -> LogEntry:
     return attest(SubjectKind.KERNEL_SUBMISSION, submission)
 
 
-def rotate_signing_key() -> tuple[str | None, str]:
+def rotate_signing_key(new_key_file: str | None = None) -> tuple[str | None, str]:
+    """Rotate to a new key (``new_key_file``, or a fresh one in AUDIT_SIGNING_KEY_DIR): the outgoing key signs the
+    rotation entry, the new key signs its checkpoint. Returns (old id, new id)."""
     with transaction.atomic():
         lock_log()
-        return keys.rotate()
+        old = current_signer()
+        new_private, nxt = keys.new_key_for_rotation(new_key_file)
+        new = keys.Signer(private_key=new_private, key_id=vkeys.key_id(new_private.public_key()))
+        if new.key_id in keys.key_history().keys:
+            raise keys.SigningKeyError(f"key {new.key_id} was introduced in the log before; rotate to a new key")
+        _append_key_event(keylog.ROTATE, new_private.public_key(), old, previous_key_id=old.key_id)
+        _checkpoint(new)
+        if nxt is not None:
+            transaction.on_commit(lambda: keys.install_next_key(nxt))
+        return old.key_id, new.key_id
+
+
+def retire_signing_key() -> str:
+    """Retire the active key (an entry it signs): nothing signs after it. Returns its id."""
+    with transaction.atomic():
+        lock_log()
+        signer = current_signer()
+        _append_key_event(keylog.RETIRE, signer.private_key.public_key(), signer, previous_key_id=None)
+        _checkpoint(signer)
+        return signer.key_id
+
+
+def add_cosignatures(body: str) -> tuple[int, str]:
+    """Handle a tlog-witness add-checkpoint request carrying cosignatures (see :mod:`.tlog`). Returns (HTTP status,
+    text): 200 with the accepted cosignature lines, or the refusal's status and reason."""
+    try:
+        old, proof, signed = vnote.parse_add_checkpoint(body)
+        head = None
+        for v in selectors.note_verifiers():
+            try:
+                head = vnote.open_checkpoint(signed, v)
+                break
+            except vnote.NoteError:
+                continue
+        if head is None:
+            return 403, "the checkpoint is not signed by a key the log introduced\n"
+    except vnote.NoteError as exc:
+        return 400, f"{exc}\n"
+    size = head["tree_size"]
+    ck = Checkpoint.objects.filter(tree_size=size).first()
+    if ck is None:
+        return 404, f"the log has no checkpoint of tree size {size}\n"
+    if bytes.fromhex(ck.root_hash) != head["root_hash"]:
+        return 409, f"the log signed a different tree head for size {size}: this checkpoint is a fork\n"
+    if old > size:
+        return 400, f"old size {old} is larger than the checkpoint's {size}\n"
+    if old:
+        first = Checkpoint.objects.filter(tree_size=old).first()
+        if first is None or not merkle.verify_consistency(old, size, proof, bytes.fromhex(first.root_hash),
+                                                          head["root_hash"]):
+            return 422, f"the consistency proof from size {old} to {size} does not verify\n"
+    elif proof:
+        return 422, "a proof from size 0 must be empty\n"
+    try:
+        accepted = vnote.verify_cosignatures(signed, selectors.witness_verifiers())
+    except vnote.NoteError as exc:
+        return 403, f"{exc}\n"
+    if not accepted:
+        return 403, "no cosignature by a witness this log is configured with (AUDIT_LOG_WITNESS_KEYS)\n"
+    _, sigs = vnote.split(signed)
+    lines = []
+    by_text = {w.text: w for w in selectors.witness_verifiers()}
+    for witness_text, timestamp in accepted.items():
+        w = by_text[witness_text]
+        raw = next(r for n, r in sigs if n == w.name and r[:4] == w.key_hash)
+        line = vnote.signature_line(w.name, raw[:4], raw[4:])
+        Cosignature.objects.update_or_create(tree_size=size, witness=witness_text,
+                                             defaults={"timestamp": timestamp, "line": line})
+        lines.append(line)
+    return 200, "".join(lines)

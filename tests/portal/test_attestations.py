@@ -99,7 +99,7 @@ def test_run_certificate_is_signed_logged_and_verifies_online_and_offline(api, p
     assert body["ok"] is True, body
     assert {n: c["state"] for n, c in checks(body).items()} == {
         "keys": "ok", "signature": "ok", "statement": "ok", "subjects": "ok", "checkpoint": "ok", "inclusion": "ok",
-        "consistency": "skipped", "trust": "ok", "record": "ok"}
+        "consistency": "skipped", "witnesses": "skipped", "trust": "ok", "record": "ok"}
     subject = body["statement"]["subject"][0]
     assert subject["digest"]["sha256"] == certificate.upload.sha256 and subject["name"] == "r.jsonl.gz"
     assert body["statement"]["predicate"]["summary"]["sequences"] == certificate.sequences
@@ -209,19 +209,23 @@ def test_a_rerun_appends_a_new_entry_and_the_page_shows_the_latest(api, project,
     assert certify_upload(job.pk) == "succeeded"
     latest = RunCertificate.objects.get()
     assert latest.pk != certificate.pk
-    assert list(LogEntry.objects.filter(index__gte=base).values_list("index", "subject_id")) == [
-        (base, certificate.pk), (base + 1, latest.pk)]
-    assert selectors.latest_entry("run_certificate", latest.pk).index == base + 1
+    # the first signature of a log introduces its key (an entry of its own, with its checkpoint) before the certificate
+    k = 1 if base == 0 else 0
+    assert list(LogEntry.objects.filter(index__gte=base).values_list("index", "subject_kind", "subject_id")) == [
+        *([(0, "signing_key", 0)] if k else []), (base + k, "run_certificate", certificate.pk),
+        (base + k + 1, "run_certificate", latest.pk)]
+    assert selectors.latest_entry("run_certificate", latest.pk).index == base + k + 1
     page = run_page(client, owner, latest)
-    assert 'data-state="verified"' in page and f"#{base + 1}<" in page
+    assert 'data-state="verified"' in page and f"#{base + k + 1}<" in page
     # the two checkpoints are consistent (RFC 6962 §2.1.2), through the public API
-    proof = client.get(f"/api/v1/log/consistency/?first={base + 1}&second={base + 2}").json()
-    c1, c2 = Checkpoint.objects.filter(tree_size__gt=base).order_by("tree_size")
+    first, second = base + k + 1, base + k + 2
+    proof = client.get(f"/api/v1/log/consistency/?first={first}&second={second}").json()
+    c1, c2 = Checkpoint.objects.filter(tree_size__gte=first).order_by("tree_size")
     assert (proof["first_root"], proof["second_root"]) == (c1.root_hash, c2.root_hash)
-    assert merkle.verify_consistency(base + 1, base + 2, [bytes.fromhex(h) for h in proof["hashes"]],
+    assert merkle.verify_consistency(first, second, [bytes.fromhex(h) for h in proof["hashes"]],
                                      bytes.fromhex(c1.root_hash), bytes.fromhex(c2.root_hash))
     result = selectors.verify_log()
-    assert result.ok and result.tree_size == base + 2 and result.checkpoints_checked == base + 2, result.problems
+    assert result.ok and result.tree_size == second and result.checkpoints_checked == second, result.problems
 
 
 def test_a_signing_failure_fails_the_job_and_stores_no_certificate(api, project, settings, tmp_path):
@@ -236,10 +240,14 @@ def test_a_signing_failure_fails_the_job_and_stores_no_certificate(api, project,
     assert LogEntry.objects.count() == base
 
 
-def test_rotation_retires_the_old_key_and_both_certificates_still_verify(api, project, tmp_path, signing_key_dir):
+def test_rotation_retires_the_old_key_and_both_certificates_still_verify(api, project, tmp_path, signing_key_dir,
+                                                                         django_capture_on_commit_callbacks):
     first, _ = certified(api, project, records(trajectories=3))
     old_id = SigningKey.objects.get(status="active").key_id
-    call_command("rotate_signing_key")
+    with django_capture_on_commit_callbacks(execute=True):  # the new key file is put in place once the log commits
+        call_command("rotate_signing_key")
+    rotation = LogEntry.objects.filter(subject_kind="signing_key").order_by("-index").first()
+    assert rotation.key_id == old_id  # the outgoing key signed the rotation
     second, _ = certified(api, project, records(trajectories=3, seed=5))
     keys = {k.key_id: k.status for k in SigningKey.objects.all()}
     assert keys[old_id] == "retired" and list(keys.values()).count("active") == 1
@@ -350,11 +358,13 @@ def test_concurrent_appends_never_share_an_index(project):
     for t in threads:
         t.join(120)
     assert not errors, errors
-    assert sorted(LogEntry.objects.values_list("index", flat=True)) == list(range(base + 18))
+    k = 1 if base == 0 else 0  # the first signature introduced the key (one entry, one checkpoint)
+    assert sorted(LogEntry.objects.values_list("index", flat=True)) == list(range(base + k + 18))
     assert sorted(Checkpoint.objects.filter(tree_size__gt=base).values_list("tree_size", flat=True)) == list(
-        range(base + 1, base + 19))
+        range(base + 1, base + k + 19))
+    assert LogEntry.objects.filter(subject_kind="signing_key").count() == 1
     result = selectors.verify_log()
-    assert result.ok and result.tree_size == base + 18, result.problems
+    assert result.ok and result.tree_size == base + k + 18, result.problems
 
 
 SQLITE_PROBE = """
@@ -427,3 +437,35 @@ def test_a_pinned_checkpoint_is_extended_by_a_later_bundle(api, project, client,
     assert out.returncode == 1 and f"consistency_from={size}" in out.stderr  # the plain bundle says what to fetch
     bad = api.get(f"/api/v1/attestations/run_certificate/{second.pk}/bundle/?consistency_from=999999")
     assert bad.status_code == 404 and "consistency_from" in bad.json()["error"]["message"]
+
+
+def test_a_run_whose_trainer_log_probs_reach_minus_40_certifies_and_signs(api, project, tmp_path):
+    """exp(40) ≈ 2.35e17 > 2^53: the perplexity metrics leave the exact-integer range of a JSON number, are stored
+    as JSON and read back as Python integers — which RFC 8785 refuses unless mapped (workers/verify/jcs.py)."""
+    recs = records(trajectories=3)
+    for r in recs:
+        if r["role"] == "policy":
+            r["trainer"]["logprobs"] = [-40.0] * len(r["trainer"]["logprobs"])
+            r["trainer"]["top_k"] = None
+    certificate, _ = certified(api, project, recs)
+    entry = LogEntry.objects.get(subject_kind="run_certificate", subject_id=certificate.pk)
+    signed = json.loads(base64.b64decode(json.loads(entry.envelope)["payload"]))
+    assert max(_numbers(signed)) >= 2 ** 53, "the run no longer produces a metric beyond 2^53"
+    body = api.get(f"/api/v1/attestations/run_certificate/{certificate.pk}/?files=0").json()
+    assert body["ok"] is True and checks(body)["record"]["state"] == "ok", body
+    assert selectors.verify_log().ok
+    out = verify_cli(download(api, "run_certificate", certificate.pk, tmp_path))
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def _numbers(value):
+    if isinstance(value, bool):
+        return
+    if isinstance(value, (int, float)):
+        yield abs(value)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _numbers(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _numbers(v)

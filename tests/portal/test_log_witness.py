@@ -69,26 +69,28 @@ def test_a_rewrite_by_the_database_owner_is_caught_by_the_witness_naming_the_ent
                                                                                    tmp_path):
     certs = [certified(api, project, records(trajectories=3, seed=s))[0] for s in (1, 2, 3)]
     n = LogEntry.objects.count()
-    assert n == 3 and len(witness.witnessed()) == 3  # one witnessed checkpoint per append, outside the database
+    # entry 0 introduces the signing key; one witnessed checkpoint per append, outside the database
+    assert n == 4 and len(witness.witnessed()) == 4
+    assert LogEntry.objects.get(index=0).subject_kind == "signing_key"
     result = selectors.verify_log()
-    assert result.ok and result.witnessed_checked == 3 and not result.warnings, result
+    assert result.ok and result.witnessed_checked == 4 and not result.warnings, result
     pinned = witness.latest()
 
-    _rewrite_entry_and_resign_everything(1)
+    _rewrite_entry_and_resign_everything(2)  # the second certificate
 
     result = selectors.verify_log()
     db_only = [p for p in result.problems if not p.startswith("witness:")]
     assert db_only == []  # the database agrees with itself: every signature and root checks out
-    assert any("entry 1 was rewritten" in p for p in result.problems), result.problems
+    assert any("entry 2 was rewritten" in p for p in result.problems), result.problems
     report = consistency.check(rehash=False)
-    assert not report.ok and any("transparency log: witness:" in p and "entry 1 was rewritten" in p
+    assert not report.ok and any("transparency log: witness:" in p and "entry 2 was rewritten" in p
                                  for p in report.problems), report.problems
     # the certificate's page state: its bundle still verifies by signature and inclusion, not by consistency
     detail = api.get(f"/api/v1/attestations/run_certificate/{certs[2].pk}/?files=0").json()
     states = {c["name"]: c["state"] for c in detail["checks"]}
     assert states["signature"] == states["inclusion"] == "ok" and states["consistency"] == "failed", detail
     # and a user who pinned the witnessed checkpoint sees it offline too
-    bundle = selectors.bundle(LogEntry.objects.get(index=2), consistency_from=3)
+    bundle = selectors.bundle(LogEntry.objects.get(index=3), consistency_from=4)
     out = verify_bundle(bundle, keys=bundle["keys"], since=pinned)
     assert out.verdict == "NOT VERIFIED" and [c.name for c in out.failed] == ["consistency"]
 
@@ -101,7 +103,7 @@ def test_removed_entries_and_a_lagging_witness_are_reported(api, project, settin
     certified(api, project, records(trajectories=3, seed=4))  # not witnessed: the witness was off
     settings.AUDIT_LOG_WITNESS_DIR = root
     result = selectors.verify_log()
-    assert result.ok and any("latest witnessed checkpoint is of tree size 2, the log has 3" in w
+    assert result.ok and any("latest witnessed checkpoint is of tree size 3, the log has 4" in w
                              for w in result.warnings), result
     assert any("lags" in w for w in consistency.check(rehash=False).warnings)
     with connection.cursor() as cursor:  # the owner empties the log

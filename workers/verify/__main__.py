@@ -46,6 +46,11 @@ def _size(envelope) -> int:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["witness"]:  # python -m workers.verify witness …: the independent witness (witness.py)
+        from workers.verify import witness
+
+        return witness.main(argv[1:])
     p = argparse.ArgumentParser(prog="python -m workers.verify", description=__doc__.split("\n\n")[1])
     p.add_argument("bundle", nargs="?", metavar="CERT.json", help="certificate bundle downloaded from the portal")
     p.add_argument("--file", action="append", default=[], metavar="PATH",
@@ -65,6 +70,10 @@ def main(argv=None) -> int:
                    help="the consistency proof from /api/v1/log/consistency/ (default: the bundle's)")
     p.add_argument("--save-checkpoint", action="store_true",
                    help="when VERIFIED, pin the bundle's checkpoint as the one later runs check the log extends")
+    p.add_argument("--witness", action="append", default=[], metavar="KEY",
+                   help="a witness's verifier key (name+hash+base64, cosignature/v1) you trust (repeatable)")
+    p.add_argument("--min-witnesses", type=int, default=0, metavar="K",
+                   help="require cosignatures of the bundle's checkpoint by at least K of the --witness keys")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     args = p.parse_args(argv)
     if args.pin_keys:
@@ -88,7 +97,7 @@ def main(argv=None) -> int:
             return 2
     report = verify_bundle(bundle, files=args.file, checkpoint=ckpt, keys=keys.data if keys else None,
                            keys_source=keys.source if keys else "", since=since.data if since else None,
-                           consistency=proof)
+                           consistency=proof, witnesses=args.witness, min_witnesses=args.min_witnesses)
     verdict = report.verdict
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))

@@ -38,11 +38,13 @@ from pathlib import Path
 
 from workers.verify import checkpoint as cp
 from workers.verify import dsse, jcs, merkle
+from workers.verify import note as vnote
 from workers.verify import statement as st
 from workers.verify.keys import parse_key_set
 
 BUNDLE_MEDIA_TYPE = "application/vnd.audit-portal.bundle+json;version=1"
-CHECK_NAMES = ("keys", "signature", "statement", "subjects", "checkpoint", "inclusion", "consistency", "trust")
+CHECK_NAMES = ("keys", "signature", "statement", "subjects", "checkpoint", "inclusion", "consistency", "witnesses",
+               "trust")
 OK, FAILED, SKIPPED, UNPINNED = "ok", "failed", "skipped", "unpinned"
 VERIFIED, NOT_VERIFIED, UNPINNED_VERDICT = "VERIFIED", "NOT VERIFIED", "UNPINNED"
 
@@ -127,30 +129,34 @@ def _hex_list(values) -> list[bytes]:
 
 
 def verify_bundle(bundle, *, files=(), checkpoint=None, keys=None, file_digests: dict | None = None,
-                  keys_source: str = "the key set given", since=None, consistency=None) -> Report:
+                  keys_source: str = "the key set given", since=None, consistency=None, witnesses=(),
+                  min_witnesses: int = 0) -> Report:
     """Run every check on ``bundle`` (a dict). ``files``: local paths whose SHA-256 must each be a subject digest;
     ``file_digests``: name → precomputed hex digest, checked the same way (the portal passes its stored files'
     digests here). ``checkpoint``: a checkpoint envelope to use instead of the bundle's. ``keys``: the key set the
     caller trusts (``keys_source`` says where it came from); without one the bundle's own key set is used and the
     verdict is at best ``UNPINNED``. ``since``: an earlier checkpoint envelope the log must extend;
-    ``consistency``: the consistency proof ``{"first", "second", "hashes"}`` to use instead of the bundle's."""
+    ``consistency``: the consistency proof ``{"first", "second", "hashes"}`` to use instead of the bundle's.
+    ``witnesses``: verifier keys (C2SP ``name+hash+base64``, cosignature/v1) of witnesses the caller pinned;
+    ``min_witnesses``: how many of them must have cosigned the bundle's checkpoint note (k of n)."""
+    w = (list(witnesses), min_witnesses)
     wanted = {str(Path(p).name): file_sha256(p) for p in files}
     wanted.update(file_digests or {})
     if not isinstance(bundle, dict):
         bundle = {}
     if keys is None:
-        report = _checks(bundle, wanted, checkpoint, None, since, consistency)
+        report = _checks(bundle, wanted, checkpoint, None, since, consistency, w=w)
         if not report.failed:
             report.add("trust", UNPINNED, "verified only with the key set inside the bundle, which anyone can make: "
                                           "pin the portal's key set (--keys KEYS.json, AUDIT_VERIFY_KEYS or "
                                           "--pin-keys KEYS.json; see docs/verify.md)")
         return report
-    report = _checks(bundle, wanted, checkpoint, keys, since, consistency, keys_source)
+    report = _checks(bundle, wanted, checkpoint, keys, since, consistency, keys_source, w=w)
     if not report.failed:
         report.add("trust", OK, f"signatures checked with the pinned key set {keys_source}")
         return report
     if {c.name for c in report.failed} & {"keys", "signature", "checkpoint"}:
-        enclosed = _checks(bundle, wanted, checkpoint, None, since, consistency)
+        enclosed = _checks(bundle, wanted, checkpoint, None, since, consistency, w=w)
         if not enclosed.failed:
             signer = ", ".join(sorted({s.get("keyid", "?")[:16] + "…" for s in
                                        (bundle.get("envelope") or {}).get("signatures") or [] if isinstance(s, dict)}))
@@ -163,7 +169,7 @@ def verify_bundle(bundle, *, files=(), checkpoint=None, keys=None, file_digests:
 
 
 def _checks(bundle: dict, wanted: dict, checkpoint, keys, since, consistency,
-            key_source: str = "the bundle's key set") -> Report:
+            key_source: str = "the bundle's key set", w=((), 0)) -> Report:
     report = Report()
     envelope = bundle.get("envelope") if "envelope" in bundle else (bundle if "payloadType" in bundle else None)
 
@@ -253,7 +259,48 @@ def _checks(bundle: dict, wanted: dict, checkpoint, keys, since, consistency,
         report.add("inclusion", FAILED, f"the transparency-log inclusion proof does not verify: {exc}")
     _consistency(report, head, since, consistency if consistency is not None else bundle.get("consistency_proof"),
                  public_keys)
+    _witnesses(report, head, bundle.get("checkpoint_note"), public_keys, *w)
     return report
+
+
+def _witnesses(report: Report, head, cosigned, public_keys, witnesses, k: int) -> None:
+    """The ``witnesses`` check: at least ``k`` of the pinned witnesses cosigned (C2SP tlog-cosignature) the C2SP
+    checkpoint note of the very tree head the inclusion was proved against, itself signed by a trusted log key."""
+    if not witnesses and not k:
+        report.add("witnesses", SKIPPED, "no witness pinned (--witness KEY --min-witnesses k): nobody outside the "
+                                         "portal vouches that it showed this checkpoint to everyone")
+        return
+    try:
+        pinned = [vnote.parse_verifier(text) for text in witnesses]
+        if k > len(pinned):
+            raise ValueError(f"--min-witnesses {k} is more than the {len(pinned)} witness key(s) given")
+        if head is None:
+            raise ValueError("there is no verified checkpoint for witnesses to have cosigned")
+        if not isinstance(cosigned, str):
+            raise ValueError("the bundle has no checkpoint note (bundles from before C2SP checkpoints carry none: "
+                             "download it again)")
+        origin = cosigned.split("\n", 1)[0]
+        body = None
+        for key in public_keys.values():
+            try:
+                body = vnote.open_checkpoint(cosigned, vnote.verifier(origin, key))
+                break
+            except vnote.NoteError:
+                continue
+        if body is None:
+            raise ValueError("the checkpoint note is not signed by a key of the trusted key set")
+        if (body["tree_size"], body["root_hash"]) != (head["tree_size"], head["root_hash"]):
+            raise ValueError(f"the checkpoint note is of tree size {body['tree_size']}, not the checkpoint's "
+                             f"{head['tree_size']} (or its root differs)")
+        got = vnote.verify_cosignatures(cosigned, pinned)
+        if len(got) < k:
+            raise ValueError(f"{len(got)} of the {len(pinned)} pinned witnesses cosigned tree size "
+                             f"{body['tree_size']}, {k} required")
+        names = ", ".join(sorted(t.split("+")[0] for t in got)) or "none"
+        report.add("witnesses", OK, f"{len(got)} of {len(pinned)} pinned witnesses cosigned tree size "
+                                    f"{body['tree_size']} ({names}; {k} required)")
+    except (ValueError, vnote.NoteError) as exc:
+        report.add("witnesses", FAILED, f"the witness cosignatures do not suffice: {exc}")
 
 
 def _consistency(report: Report, head, since, proof, public_keys) -> None:

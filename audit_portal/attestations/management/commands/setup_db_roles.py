@@ -10,6 +10,9 @@ owner with CREATEROLE). It is idempotent; run it again after every ``migrate`` t
   INSERT, UPDATE, DELETE on every table, except the log's two tables (``attestations_logentry``,
   ``attestations_checkpoint``), where it gets only SELECT and INSERT. Not owning them, it can neither ALTER them
   nor DISABLE their TRIGGERs, and it holds no TRUNCATE — so it cannot rewrite the log, whatever the application does.
+  On the signing-key table (``attestations_signingkey``) it gets only SELECT: the table is written by a
+  ``SECURITY DEFINER`` trigger function owned by the owner role, from the key events appended to the log
+  (migration 0003); a key enters only through the log, signed by the active key.
 
 On SQLite there are no roles: the append-only triggers refuse UPDATE and DELETE to the application, but anyone who
 can write the database file can drop them. The command says so and exits 0; the witness (``AUDIT_LOG_WITNESS_DIR``)
@@ -21,6 +24,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, transaction
 
 LOG_TABLES = ("attestations_logentry", "attestations_checkpoint")
+KEY_TABLES = ("attestations_signingkey",)  # a projection of the log's key events, written by the owner's trigger
+OWNER_FUNCTIONS = ("attestations_refuse_change", "attestations_project_key_event")
 SQLITE_NOTE = ("SQLite has no database roles: the append-only triggers refuse UPDATE and DELETE on the log to the "
                "application, but whoever can write the database file can drop them or edit the file. Nothing stops "
                "a rewrite there; the checkpoints published to AUDIT_LOG_WITNESS_DIR (kept where that person cannot "
@@ -67,7 +72,7 @@ class Command(BaseCommand):
             for table in tables:  # owned sequences (identity/serial) follow their table
                 cur.execute(f"ALTER TABLE {connection.ops.quote_name(table)} OWNER TO {o}")
             cur.execute("SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
-                        "WHERE n.nspname = 'public' AND p.proname = 'attestations_refuse_change'")
+                        "WHERE n.nspname = 'public' AND p.proname = ANY(%s)", [list(OWNER_FUNCTIONS)])
             for (fn,) in cur.fetchall():
                 cur.execute(f"ALTER FUNCTION {fn} OWNER TO {o}")
             cur.execute(f"REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {a}")
@@ -77,6 +82,10 @@ class Command(BaseCommand):
             for table in log_tables:
                 cur.execute(f"REVOKE UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER ON {connection.ops.quote_name(table)} "
                             f"FROM {a}")
+            key_tables = [t for t in KEY_TABLES if t in tables]
+            for table in key_tables:
+                cur.execute(f"REVOKE INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER ON "
+                            f"{connection.ops.quote_name(table)} FROM {a}")
             # tables a later migrate creates (as the owner) are usable by the application; run this command again
             # after it so that new log tables, if any, lose UPDATE/DELETE as well
             cur.execute(f"ALTER DEFAULT PRIVILEGES FOR ROLE {o} IN SCHEMA public "
@@ -84,4 +93,5 @@ class Command(BaseCommand):
             cur.execute(f"ALTER DEFAULT PRIVILEGES FOR ROLE {o} IN SCHEMA public GRANT USAGE, SELECT ON SEQUENCES TO {a}")
         self.stdout.write(f"owner role {owner}: owns {len(tables)} tables (runs migrate)\n"
                           f"application role {app}: SELECT/INSERT/UPDATE/DELETE, but only SELECT and INSERT on "
-                          f"{', '.join(log_tables)} (no UPDATE, DELETE, TRUNCATE, ALTER or DISABLE TRIGGER)")
+                          f"{', '.join(log_tables)} (no UPDATE, DELETE, TRUNCATE, ALTER or DISABLE TRIGGER), only SELECT on "
+                          f"{', '.join(key_tables)} (written by the owner's trigger from the log's key events)")

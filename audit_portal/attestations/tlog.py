@@ -1,0 +1,67 @@
+"""The log's endpoints in the transparency-log ecosystem's formats (C2SP), plain text, no credentials:
+
+* ``GET /api/v1/log/checkpoint.note`` — the latest checkpoint (or ``?tree_size=``) as a C2SP tlog-checkpoint signed
+  note, with every witness cosignature the log has accepted for it;
+* ``POST /api/v1/log/add-checkpoint`` — the tlog-witness add-checkpoint shape (``old <size>``, the consistency proof
+  from it, a blank line, the checkpoint note) carrying witnesses' cosignature/v1 lines: the log checks its own
+  signature, that it signed exactly that tree head, the consistency proof, and each cosignature against the witness
+  keys it is configured with (AUDIT_LOG_WITNESS_KEYS), then keeps them. 403: no cosignature by a configured witness;
+  404: no checkpoint of that size; 409: a different tree head of that size (a fork: the log never signed it);
+  422: the proof does not verify; 400: malformed;
+* ``GET /api/v1/log/key-events/?tree_size=N`` — the log's key events (workers/verify/keylog.py) with inclusion
+  proofs at tree size N, for a witness to derive the key set from the log itself.
+"""
+from __future__ import annotations
+
+import json
+
+from django.http import HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_POST
+
+from audit_portal.attestations import selectors, services
+
+TEXT = "text/plain; charset=utf-8"
+
+
+def _size_param(request):
+    raw = request.GET.get("tree_size")
+    if raw is None:
+        return None
+    if not raw.isdigit():
+        raise ValueError("tree_size must be a non-negative integer")
+    return int(raw)
+
+
+@require_GET
+def checkpoint_note(request):
+    try:
+        text = selectors.checkpoint_note(_size_param(request))
+    except ValueError as exc:
+        return HttpResponse(f"{exc}\n", status=400, content_type=TEXT)
+    if text is None:
+        return HttpResponse("no checkpoint note of that size\n", status=404, content_type=TEXT)
+    return HttpResponse(text, content_type=TEXT)
+
+
+@csrf_exempt
+@require_POST
+def add_checkpoint(request):
+    if len(request.body) > 64 * 1024:
+        return HttpResponse("request too large\n", status=413, content_type=TEXT)
+    try:
+        body = request.body.decode("utf-8")
+    except UnicodeDecodeError:
+        return HttpResponse("the request is not UTF-8\n", status=400, content_type=TEXT)
+    status, text = services.add_cosignatures(body)
+    return HttpResponse(text, status=status, content_type=TEXT)
+
+
+@require_GET
+def key_events(request):
+    try:
+        data = selectors.key_events(_size_param(request))
+    except ValueError as exc:
+        return JsonResponse({"detail": str(exc)}, status=400)
+    return JsonResponse(data, json_dumps_params={"separators": (",", ":")}) if data else JsonResponse(
+        {"detail": json.dumps("the log has no checkpoint yet")}, status=404)
