@@ -88,7 +88,7 @@ def run_contract(contract_id, impl, *, device="cpu", seeds=None, flags=None, tim
 
     from . import protocols
     from .fingerprint import fingerprint
-    from .harness import add_sensitivity_cases, decode_results, generic_findings, seed_plan
+    from .harness import add_sensitivity_cases, channel_findings, decode_results, generic_findings, seed_plan
     from .sandbox import run_in_sandbox
 
     from .schema import ENV_FLAGS
@@ -164,7 +164,7 @@ def run_contract(contract_id, impl, *, device="cpu", seeds=None, flags=None, tim
 
     try:
         results = decode_results(outcome, cases)
-        findings = generic_findings(contract, cases, results)
+        findings = channel_findings(outcome) + generic_findings(contract, cases, results)
     except Exception as exc:  # noqa: BLE001 - the channel is written by the candidate's process
         return done("CRASH", reason=f"malformed result from the sandbox: {type(exc).__name__}: {exc}", **common)
     crash = [f for f in findings if f["severity"] == "crash"]
@@ -213,7 +213,7 @@ def run_contract(contract_id, impl, *, device="cpu", seeds=None, flags=None, tim
     hidden = any(c == "hidden" for _, c in plan)
     harness = {"invariants": list(contract.protocol_params["harness_invariants"]), "separate_process": True,
                "isolation": (outcome.get("isolation") or {}).get("mode"), "hidden_seeds": hidden, "cases": len(cases),
-               "child_wall_s": round(outcome.get("wall_s", 0), 3)}
+               "child_wall_s": round(outcome.get("wall_s", 0), 3), "children": outcome.get("children", 1)}
     assurance = 3 if hidden else 1
     kw = dict(findings=findings, measurements=len(evaluated), signature=signature, trace=trace,
               harness=harness, assurance_level=assurance, **common)
@@ -222,6 +222,8 @@ def run_contract(contract_id, impl, *, device="cpu", seeds=None, flags=None, tim
     kw.update(passed_measurements=sum(1 for e in evaluated if e[4]),
               coverage=coverage_statement(contract, [e[0] for e in evaluated], device, plan))
     if not evaluated:
+        if fails:  # a refused output (a subclass, an active mode) or a tampered channel: never merely undecided
+            return done("FAIL", reason=_harness_note(fails), **kw)
         return done("INCONCLUSIVE", reason="no valid measurement", **kw)
     failing = [e for e in evaluated if not e[4]]
     if failing:
@@ -237,11 +239,7 @@ def run_contract(contract_id, impl, *, device="cpu", seeds=None, flags=None, tim
         kw.update(failing_clause=m.get("_clause") or {}, statistic_name=m.get("_clause", {}).get("statistic_name")
                   or contract.statistic)
     kw.update(statistic=stat, bound=bound, margin=margin)
-    harness_note = ""
-    if fails:
-        f = fails[0]
-        extra = f" (+{len(fails) - 1} more)" if len(fails) > 1 else ""
-        harness_note = f"harness invariant violated ({f['kind']}) on case {f['case']}: {f['detail']}{extra}"
+    harness_note = _harness_note(fails) if fails else ""
     if failing:
         names = ", ".join(f"{k} = {v:.4g}" for k, v in m["names"].items()
                           if isinstance(v, (int, float)) and k not in ("bound",) and k in contract.relation.names)
@@ -254,6 +252,12 @@ def run_contract(contract_id, impl, *, device="cpu", seeds=None, flags=None, tim
     if bound > 0 and margin > contract.quality_warning_fraction:
         return done("QUALITY_WARNING", reason=f"passes but uses {margin:.0%} of the budget at {m.get('point')}", **kw)
     return done("PASS", reason=f"{len(evaluated)} measurements within bound; worst margin {margin:.3g}", **kw)
+
+
+def _harness_note(fails: list) -> str:
+    f = fails[0]
+    extra = f" (+{len(fails) - 1} more)" if len(fails) > 1 else ""
+    return f"harness invariant violated ({f['kind']}) on case {f['case']}: {f['detail']}{extra}"
 
 
 def _clause_figures(contract, m, stat, bound):
