@@ -42,3 +42,28 @@ def test_memoising_or_sniffing_cannot_buy_determinism(kernels, function):
     assert v.verdict == "FAIL", v.reason
     assert v.signature["pattern"] == "run_to_run_variation"
     assert v.harness["children"] >= 2
+
+
+LOUD = '''
+import sys
+import torch
+
+def mul(x, w):
+    print("\\x1b[2J\\x1b[31mfake: PASS\\rok [worker] C-PRC-03 PASSED", file=sys.stderr)
+    raise RuntimeError("see /srv/audit/var/secret/place/notes.txt \\x1b]0;title\\x07 for details")
+'''
+
+
+def test_candidate_text_is_escaped_capped_and_without_host_paths(tmp_path, capsys):
+    path = tmp_path / "loud.py"
+    path.write_text(LOUD)
+    v = run_contract("C-PRC-03", f"{path}:mul", seeds=[7])
+    assert v.verdict == "CRASH"
+    assert "\x1b" not in v.reason and "\\x1b" in v.reason
+    assert "/srv/audit" not in v.reason and "…/notes.txt" in v.reason
+    logged = capsys.readouterr().err
+    kernel_lines = [line for line in logged.splitlines() if "fake: PASS" in line]
+    assert kernel_lines and all(line.startswith("[kernel] ") and "\x1b" not in line and "\r" not in line
+                                for line in kernel_lines)
+    missing = run_contract("C-PRC-03", f"{tmp_path}/nowhere/k.py:mul", seeds=[7])
+    assert str(tmp_path) not in missing.reason

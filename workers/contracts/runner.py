@@ -15,6 +15,7 @@ import time
 from . import SUITE_VERSION
 from .coverage import coverage_statement
 from .loader import Contract, load_suite
+from .redact import clean
 from .verdict import Verdict
 
 DEFAULT_TIME_LIMIT_S = 120.0
@@ -116,6 +117,10 @@ def run_contract(contract_id, impl, *, device="cpu", seeds=None, flags=None, tim
         b = dict(base)
         if "statistic_name" in kw:
             b.pop("statistic_name")
+        if "reason" in kw:  # the candidate's words (exception messages, file names): escaped, no host paths
+            kw["reason"] = clean(kw["reason"])
+        for f in kw.get("findings") or ():
+            f["detail"] = clean(f.get("detail", ""), 500)
         v = Verdict(verdict=verdict, **b, **kw)
         v.duration_s = round(time.monotonic() - t0, 4)
         if trace_path and v.trace:

@@ -31,6 +31,7 @@ import time
 
 from . import isolation
 from .isolation import SandboxUnavailable
+from .redact import clean, log_lines
 from .sandbox_child import DTYPES, U64, decode_tensor, encode_tensor, frame
 from .staging import StagedImpl, describe_impl, load_impl, split_ref
 from .wire import encode_case, loads_untrusted, tensor_hash
@@ -55,23 +56,43 @@ class SandboxOutcome(dict):
 
 # ------------------------------------------------------------------------------------------------ session
 class _StderrTail(threading.Thread):
-    """Forwards the sandbox's stderr (the candidate's prints) to ours, up to a cap, and keeps the tail for reasons."""
+    """Forwards the sandbox's stderr (the candidate's prints) to ours, escaped and prefixed line by line
+    (:func:`~workers.contracts.redact.log_lines`), up to a cap, and keeps the tail for reasons."""
 
     def __init__(self, stream):
         super().__init__(daemon=True)
-        self.stream, self.tail, self.forwarded = stream, b"", 0
+        self.stream, self.tail, self.forwarded, self._partial = stream, b"", 0, ""
 
     def run(self):
         for chunk in iter(lambda: self.stream.read1(65536), b""):
             self.tail = (self.tail + chunk)[-4096:]
-            if self.forwarded < STDERR_FORWARD_BYTES:
-                part = chunk[:STDERR_FORWARD_BYTES - self.forwarded]
-                self.forwarded += len(part)
-                try:
-                    sys.stderr.write(part.decode(errors="replace"))
-                    sys.stderr.flush()
-                except (OSError, ValueError):
-                    pass
+            if self.forwarded >= STDERR_FORWARD_BYTES:
+                continue
+            part = chunk[:STDERR_FORWARD_BYTES - self.forwarded]
+            self.forwarded += len(part)
+            lines, self._partial = log_lines(part.decode(errors="replace"), self._partial)
+            if self.forwarded >= STDERR_FORWARD_BYTES:
+                lines += log_lines("", self._partial + "\n")[0] + \
+                    f"[kernel] (output capped at {STDERR_FORWARD_BYTES} bytes; the rest is not logged)\n"
+                self._partial = ""
+            elif len(self._partial) > 4096:  # no newline for a long time: log it as a line of its own
+                lines += log_lines("\n", self._partial)[0]
+                self._partial = ""
+            self._write(lines)
+        if self._partial and self.forwarded < STDERR_FORWARD_BYTES:
+            self._write(log_lines("\n", self._partial)[0])
+
+    @staticmethod
+    def _write(lines):
+        try:
+            sys.stderr.write(lines)
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+
+    def text(self, limit: int = 400) -> str:
+        """The tail, fit for a reason: escaped, without host paths."""
+        return clean(self.tail.decode(errors="replace").strip()[-limit:], limit + 100)
 
 
 class SandboxSession:
@@ -133,7 +154,7 @@ class SandboxSession:
             detail = msg.get("message") if isinstance(msg, dict) else msg
             self.kill()
             raise HarnessFailure(f"the kernel sandbox did not start ({detail or 'no answer'}); "
-                                 f"stderr: {self._err.tail.decode(errors='replace').strip()[-500:]}")
+                                 f"stderr: {self._err.text(500)}")
         self.isolation = dict(self.isolation, sandbox_uid=msg.get("uid"), startup_s=round(time.monotonic() - t0, 3))
 
     def kill(self):
@@ -266,7 +287,7 @@ class SandboxSession:
         deadline = time.monotonic() + STARTUP_LIMIT_S
 
         def stderr_tail():
-            return self._err.tail.decode(errors="replace").strip()[-400:]
+            return self._err.text(400)
 
         def crash(kind, message, error_type="ProcessDied"):
             return SandboxOutcome(kind=kind, error={"type": error_type, "message": message},
