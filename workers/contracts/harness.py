@@ -79,9 +79,7 @@ def decode_results(outcome: dict, cases: dict) -> dict:
                            "first_launch": launch})
             launch += len(outputs)
         before = [a for a in case.args if isinstance(a, torch.Tensor)]
-        after = [decode_tensor(a) for a in raw.get("inputs_after") or []]
-        mutated = len(after) != len(before) or any(not bitwise_equal(a.contiguous(), b.contiguous())
-                                                   for a, b in zip(before, after))
+        mutated = any(_mutated(before, after) for after in raw.get("inputs_after_rounds") or [raw.get("inputs_after")])
         first = series[0] if series else {"outputs": [], "hashes": []}
         r = {"key": key, "outputs": first["outputs"], "hashes": first["hashes"],
              "configs": series if case.all_configs else None,
@@ -92,6 +90,30 @@ def decode_results(outcome: dict, cases: dict) -> dict:
         r["unwritten"] = int(r["unwritten_mask"].sum()) if r["unwritten_mask"] is not None else 0
         out[key] = r
     return out
+
+
+def _mutated(before: list, after) -> bool:
+    """Whether one child's record of the inputs after its calls differs from the inputs the parent built: a
+    missing record, a storage that was moved or resized (shipped without bytes), or other values."""
+    if not isinstance(after, (list, tuple)) or len(after) != len(before):
+        return True
+    for b, enc in zip(before, after):
+        if not isinstance(enc, tuple) or len(enc) != 6 or enc[5] is None:
+            return True
+        a = decode_tensor(enc)
+        if tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype or not bitwise_equal(a.contiguous(), b.contiguous()):
+            return True
+    return False
+
+
+def channel_findings(outcome: dict) -> list[dict]:
+    """The children's result channel said more, less or other than the cases they were given (a kernel writing
+    results of its own into the harness's channel): a failure of the run, whatever the results say."""
+    detail = outcome.get("channel_tampered")
+    if not detail:
+        return []
+    return [{"kind": "channel_tampered", "severity": "fail", "case": "*",
+             "detail": f"the implementation's process wrote into the result channel: {detail}"}]
 
 
 def _unwritten(case: Case, series: list, fills: list):

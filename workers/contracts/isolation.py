@@ -35,7 +35,7 @@ from pathlib import Path
 POLICY_ENV = "AUDIT_KERNEL_ISOLATION"
 UID_ENV = "AUDIT_SANDBOX_UID"
 POLICIES = ("bubblewrap", "none")
-APP_PATH = "/opt/app/main.py"      # the sandbox program, as the candidate sees it
+APP_PATH = "/opt/app/run.py"       # the sandbox program, as the candidate sees it (a name that says nothing)
 LIB_DIR = "/opt/lib"               # the staged implementation module(s)
 TMP_BYTES = 256 * 2 ** 20
 # what Python and the numeric libraries may read; nothing else of the worker's environment enters the sandbox
@@ -148,7 +148,7 @@ def bubblewrap_argv(program: str | None, lib_dir: str | None, device: str, comma
     if as_root:  # bubblewrap built the mounts as root; the program itself runs as an unprivileged uid
         argv += [shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
                  "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs", "--"]
-    return argv + (command or [sys.executable, "-I", "-B", APP_PATH, "--pid-namespace"])
+    return argv + (command or [sys.executable, "-I", "-B", APP_PATH])
 
 
 def unisolated_argv(program: str) -> list[str]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import secrets
 import selectors
 import shutil
 import signal
@@ -30,6 +31,7 @@ import time
 
 from . import isolation
 from .isolation import SandboxUnavailable
+from .redact import clean, log_lines
 from .sandbox_child import DTYPES, U64, decode_tensor, encode_tensor, frame
 from .staging import StagedImpl, describe_impl, load_impl, split_ref
 from .wire import encode_case, loads_untrusted, tensor_hash
@@ -54,23 +56,43 @@ class SandboxOutcome(dict):
 
 # ------------------------------------------------------------------------------------------------ session
 class _StderrTail(threading.Thread):
-    """Forwards the sandbox's stderr (the candidate's prints) to ours, up to a cap, and keeps the tail for reasons."""
+    """Forwards the sandbox's stderr (the candidate's prints) to ours, escaped and prefixed line by line
+    (:func:`~workers.contracts.redact.log_lines`), up to a cap, and keeps the tail for reasons."""
 
     def __init__(self, stream):
         super().__init__(daemon=True)
-        self.stream, self.tail, self.forwarded = stream, b"", 0
+        self.stream, self.tail, self.forwarded, self._partial = stream, b"", 0, ""
 
     def run(self):
         for chunk in iter(lambda: self.stream.read1(65536), b""):
             self.tail = (self.tail + chunk)[-4096:]
-            if self.forwarded < STDERR_FORWARD_BYTES:
-                part = chunk[:STDERR_FORWARD_BYTES - self.forwarded]
-                self.forwarded += len(part)
-                try:
-                    sys.stderr.write(part.decode(errors="replace"))
-                    sys.stderr.flush()
-                except (OSError, ValueError):
-                    pass
+            if self.forwarded >= STDERR_FORWARD_BYTES:
+                continue
+            part = chunk[:STDERR_FORWARD_BYTES - self.forwarded]
+            self.forwarded += len(part)
+            lines, self._partial = log_lines(part.decode(errors="replace"), self._partial)
+            if self.forwarded >= STDERR_FORWARD_BYTES:
+                lines += log_lines("", self._partial + "\n")[0] + \
+                    f"[kernel] (output capped at {STDERR_FORWARD_BYTES} bytes; the rest is not logged)\n"
+                self._partial = ""
+            elif len(self._partial) > 4096:  # no newline for a long time: log it as a line of its own
+                lines += log_lines("\n", self._partial)[0]
+                self._partial = ""
+            self._write(lines)
+        if self._partial and self.forwarded < STDERR_FORWARD_BYTES:
+            self._write(log_lines("\n", self._partial)[0])
+
+    @staticmethod
+    def _write(lines):
+        try:
+            sys.stderr.write(lines)
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+
+    def text(self, limit: int = 400) -> str:
+        """The tail, fit for a reason: escaped, without host paths."""
+        return clean(self.tail.decode(errors="replace").strip()[-limit:], limit + 100)
 
 
 class SandboxSession:
@@ -85,7 +107,7 @@ class SandboxSession:
         # uid must read them, and the bytes hashed are the bytes run
         self._root = tempfile.mkdtemp(prefix="kc-stage-")
         self._stage = os.path.join(self._root, "lib")
-        self._program = os.path.join(self._root, "main.py")
+        self._program = os.path.join(self._root, "run.py")
         os.mkdir(self._stage)
         shutil.copyfile(PROGRAM, self._program)
         for path, mode in ((self._root, 0o755), (self._stage, 0o755), (self._program, 0o644)):
@@ -132,7 +154,7 @@ class SandboxSession:
             detail = msg.get("message") if isinstance(msg, dict) else msg
             self.kill()
             raise HarnessFailure(f"the kernel sandbox did not start ({detail or 'no answer'}); "
-                                 f"stderr: {self._err.tail.decode(errors='replace').strip()[-500:]}")
+                                 f"stderr: {self._err.text(500)}")
         self.isolation = dict(self.isolation, sandbox_uid=msg.get("uid"), startup_s=round(time.monotonic() - t0, 3))
 
     def kill(self):
@@ -211,30 +233,50 @@ class SandboxSession:
                              reference=reference, progress=progress)
 
     def _run(self, impl, cases, *, flags, time_limit_s, memory_limit_mb, reference, progress) -> SandboxOutcome:
-        if self.proc is None or self.proc.poll() is not None:
-            self.start()
         table, index = [], {}
         encoded = [encode_case(c, table, index) for c in cases]
-        payload = {"kind": "run", "impl": self._wire(impl), "device": self.device, "flags": flags or {},
-                   "memory_limit_mb": memory_limit_mb, "cases": encoded, "tensors": table,
-                   "reference": self._wire(reference) if reference is not None else None,
-                   "max_files": 256, "max_processes": 256, "max_file_bytes": 64 * 2 ** 20,
-                   "cpu_seconds": int(4 * float(time_limit_s) * (os.cpu_count() or 1)) + 30,
-                   "cuda_memory_fraction": float(os.environ.get("KC_CUDA_MEMORY_FRACTION", "0") or 0) or None}
-        t0 = time.monotonic()
-        try:
-            self.proc.stdin.write(frame(b"P", pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)))
-            self.proc.stdin.flush()
-        except OSError as exc:
-            self.kill()
-            raise HarnessFailure(f"could not hand the cases to the kernel sandbox: {exc}") from exc
-        outcome = self._collect(encoded, time_limit_s, progress)
+        rounds = [launch_round(encoded, j) for j in range(max([min(c["repeat"], FRESH_PROCESSES) for c in encoded]
+                                                               or [1]))]
+        total, done_before = sum(len(r) for r in rounds), [0]
+
+        def step(done, _total):
+            if progress:
+                progress(min(done_before[0] + done, total), total)
+
+        t0, outcomes = time.monotonic(), []
+        for j, round_cases in enumerate(rounds):
+            out = self._child(impl, round_cases, table, flags=flags, time_limit_s=time_limit_s,
+                              memory_limit_mb=memory_limit_mb, reference=reference if j == 0 else None, progress=step)
+            outcomes.append(out)
+            done_before[0] += len(round_cases)
+            if out.get("kind") != "result":
+                break
+        outcome = merge_rounds(encoded, rounds, outcomes)
         outcome["wall_s"] = time.monotonic() - t0
         outcome["isolation"] = self.isolation
         outcome["impl_hash"] = impl.sha256
         outcome["encoded_cases"] = encoded
         outcome["tensor_table"] = table
         return outcome
+
+    def _child(self, impl, round_cases, table, *, flags, time_limit_s, memory_limit_mb, reference,
+               progress) -> SandboxOutcome:
+        """One fresh child of the zygote runs ``round_cases``."""
+        if self.proc is None or self.proc.poll() is not None:
+            self.start()
+        payload = {"kind": "run", "impl": self._wire(impl), "device": self.device, "flags": flags or {},
+                   "memory_limit_mb": memory_limit_mb, "cases": round_cases, "tensors": table,
+                   "reference": self._wire(reference) if reference is not None else None,
+                   "max_files": 256, "max_processes": 256, "max_file_bytes": 64 * 2 ** 20,
+                   "cpu_seconds": int(4 * float(time_limit_s) * (os.cpu_count() or 1)) + 30,
+                   "cuda_memory_fraction": float(os.environ.get("KC_CUDA_MEMORY_FRACTION", "0") or 0) or None}
+        try:
+            self.proc.stdin.write(frame(b"P", pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)))
+            self.proc.stdin.flush()
+        except OSError as exc:
+            self.kill()
+            raise HarnessFailure(f"could not hand the cases to the kernel sandbox: {exc}") from exc
+        return self._collect(round_cases, time_limit_s, progress)
 
     def _collect(self, encoded, time_limit_s, progress) -> SandboxOutcome:
         """Read the child's stream until the zygote reports the child's exit. Before the child's ``environment``
@@ -245,7 +287,7 @@ class SandboxSession:
         deadline = time.monotonic() + STARTUP_LIMIT_S
 
         def stderr_tail():
-            return self._err.tail.decode(errors="replace").strip()[-400:]
+            return self._err.text(400)
 
         def crash(kind, message, error_type="ProcessDied"):
             return SandboxOutcome(kind=kind, error={"type": error_type, "message": message},
@@ -325,6 +367,79 @@ class SandboxSession:
                     got["final"] = {"kind": "result", "flags_after": m.get("flags_after")}
                 elif kind in ("load_error", "child_error") and got["final"] is None:
                     got["final"] = {"kind": kind, "error": m.get("error")}
+
+
+# ------------------------------------------------------------------------------------- fresh launches
+FRESH_PROCESSES = 3  # repeat launches of a case are spread over this many fresh children (fewer if it repeats less)
+
+
+def launch_round(encoded: list, j: int) -> list:
+    """The cases child ``j`` runs: launch k of a case with R launches runs in child ``k % FRESH_PROCESSES``, so two
+    launches that must agree ran in different processes, on inputs at other addresses (``pad``). A case is named
+    by its position only (``c<i>``): nothing in a child's payload says which check a launch serves."""
+    out = []
+    for i, c in enumerate(encoded):
+        R = c["repeat"]
+        launches = list(range(j, R, FRESH_PROCESSES))
+        if not launches:
+            continue
+        n_fill, configs = len(c["fills"]), 9 if c["all_configs"] else 1
+        fills = [c["fills"][(cfg * R + k) % n_fill] for cfg in range(configs) for k in launches]
+        out.append(dict(c, key=f"c{i}", repeat=len(launches), fills=fills, launches=launches,
+                        order=c["order"] if j == 0 else "candidate_first",
+                        pad=0 if j == 0 else 1 + secrets.randbelow(15)))
+    return out
+
+
+def merge_rounds(encoded: list, rounds: list, outcomes: list) -> SandboxOutcome:
+    """One outcome from the children's: per case, every launch's output in launch order, every child's record of
+    the inputs after its calls. The channel is the candidate's: a child must report exactly the cases it was given,
+    once each and in order; anything else is recorded as ``channel_tampered`` (a failure, never ignored)."""
+    last = outcomes[-1]
+    first = outcomes[0]
+    merged = {}
+    tampered = []
+    for j, (round_cases, out) in enumerate(zip(rounds, outcomes)):
+        got = [r.get("key") for r in out.get("results") or [] if isinstance(r, dict)]
+        want = [c["key"] for c in round_cases]
+        if out.get("kind") == "result" and got != want or out.get("kind") != "result" and got != want[:len(got)]:
+            tampered.append(f"child {j} reported {len(got)} result(s) for {len(want)} case(s)"
+                            + (" (duplicated, unknown or out of order)" if len(got) == len(want) else ""))
+        for c, r in zip(round_cases, out.get("results") or []):
+            if not isinstance(r, dict) or r.get("key") != c["key"]:
+                break
+            i = int(c["key"][1:])
+            R = encoded[i]["repeat"]
+            m = merged.setdefault(i, {"key": encoded[i]["key"], "series": [], "exception": None, "bad_output": None,
+                                      "times": [], "inputs_after": None, "inputs_after_rounds": []})
+            m["exception"] = m["exception"] or r.get("exception")
+            m["bad_output"] = m["bad_output"] or r.get("bad_output")
+            m["times"] += list(r.get("times") or [])
+            m["inputs_after_rounds"].append(r.get("inputs_after") or [])
+            if m["inputs_after"] is None:
+                m["inputs_after"] = r.get("inputs_after") or []
+            for cfg, s in enumerate(r.get("series") or []):
+                while len(m["series"]) <= cfg:
+                    m["series"].append({"config": None, "slots": [None] * R})
+                if j == 0 or m["series"][cfg]["config"] is None:
+                    m["series"][cfg]["config"] = s.get("config") if isinstance(s, dict) else None
+                for k, o in zip(c["launches"], (s.get("outputs") or []) if isinstance(s, dict) else []):
+                    m["series"][cfg]["slots"][k] = o
+    results = []
+    for i in sorted(merged):
+        m = merged[i]
+        m["series"] = [{"config": s["config"], "outputs": [o for o in s["slots"] if o is not None]}
+                       for s in m["series"]]
+        results.append(m)
+    out = SandboxOutcome(last)
+    out["results"] = results
+    out["environment"] = first.get("environment")
+    out["children"] = len(outcomes)
+    out["resources"] = {"maxrss_kb": max([(o.get("resources") or {}).get("maxrss_kb") or 0 for o in outcomes]),
+                        "cpu_s": round(sum([(o.get("resources") or {}).get("cpu_s") or 0 for o in outcomes]), 3)}
+    if tampered:
+        out["channel_tampered"] = "; ".join(tampered)
+    return out
 
 
 def _error_dict(err) -> dict:

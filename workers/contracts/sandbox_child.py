@@ -1,6 +1,6 @@
 """The program that runs inside the kernel sandbox: a zygote that forks one child per contract run.
 
-This file is self-contained on purpose: inside the sandbox it is started as a plain script (``python -I main.py``)
+This file is self-contained on purpose: inside the sandbox it is started as a plain script (``python -I run.py``)
 and imports only the standard library and torch — no module of this project, so a submitted kernel finds no
 harness package in ``sys.modules`` and no secret to read. The parent (``sandbox.py``) imports it as a module only
 for the codec and :func:`fill_tensor`, so both sides build the same bytes.
@@ -25,6 +25,7 @@ of primitives only; the parent reads it as untrusted (restricted unpickler, size
 """
 from __future__ import annotations
 
+import ctypes
 import itertools
 import os
 import pickle
@@ -32,6 +33,7 @@ import struct
 import sys
 import time
 
+import numpy
 import torch
 
 U64 = struct.Struct("<Q")
@@ -50,6 +52,16 @@ _stride, _offset = torch.Tensor.stride, torch.Tensor.storage_offset
 _empty, _frombuffer, _as_strided, _full = torch.empty, torch.frombuffer, torch.as_strided, torch.full
 _dumps, _loads, _write, _read = pickle.dumps, pickle.loads, os.write, os.read
 _Tensor, _perf = torch.Tensor, time.perf_counter
+# What copies a result out of the candidate's process: raw memory (ctypes) and numpy, never a torch operator, so
+# neither a torch function/dispatch mode, nor a Tensor subclass, nor a kernel registered over an aten operator
+# (torch.library) is called on the way out. The mode stacks are counted with functions bound here, before import.
+_string_at, _data_ptr, _storage_ptr = ctypes.string_at, torch.Tensor.data_ptr, torch.UntypedStorage.data_ptr
+_storage_nbytes, _element_size, _numel = torch.UntypedStorage.nbytes, torch.Tensor.element_size, torch.Tensor.numel
+_np_frombuffer, _np_as_strided, _np_contig = numpy.frombuffer, numpy.lib.stride_tricks.as_strided, numpy.ascontiguousarray
+_np_dtype = numpy.dtype
+_modes = (torch._C._len_torch_function_stack, torch._C._len_torch_dispatch_stack)
+_no_torch_function, _type = torch._C.DisableTorchFunction, type
+MAX_RUN_BYTES = 512 * 2 ** 20  # every output and input record one child ships, together
 
 
 # --------------------------------------------------------------------------------------------------- codec
@@ -74,6 +86,81 @@ def decode_tensor(enc):
         return _empty(shape, dtype=dtype)
     base = _frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype)
     return _as_strided(base, shape, stride, offset)
+
+
+def _refusal(t, _type=_type, _Tensor=_Tensor, _modes=_modes) -> str | None:
+    """Why an output may not be copied out: anything but an exact ``torch.Tensor`` (a subclass chooses what every
+    operator on it returns), or a torch function/dispatch mode left active by the implementation."""
+    if _type(t) is not _Tensor:
+        return f"returned {_type(t).__name__}, expected a torch.Tensor (subclasses are not graded)"
+    if _modes[0]() or _modes[1]():
+        return "a torch function/dispatch mode was left active by the implementation (refused: it could rewrite " \
+               "what the harness reads)"
+    return None
+
+
+def copy_out(t, budget: list, *, _type=_type, _Tensor=_Tensor, _storage=_storage, _stride=_stride, _offset=_offset,
+             _data_ptr=_data_ptr, _storage_ptr=_storage_ptr, _storage_nbytes=_storage_nbytes,
+             _element_size=_element_size, _numel=_numel, _string_at=_string_at, _np_frombuffer=_np_frombuffer,
+             _np_as_strided=_np_as_strided, _np_contig=_np_contig, _np_dtype=_np_dtype, _to=_to,
+             _no_torch_function=_no_torch_function) -> tuple:
+    """The bytes of the elements of ``t`` (an exact torch.Tensor; :func:`_refusal` first), row-major, read from raw
+    memory: never the storage behind a view, never more than ``budget[0]`` bytes in all (a ValueError past it).
+    Encoded contiguous: ``("__tensor__", dtype, shape, contiguous stride, 0, bytes)``."""
+    if t.device.type != "cpu":
+        with _no_torch_function():
+            t = _to(t, "cpu")
+    dt = str(t.dtype).replace("torch.", "")
+    if dt not in DTYPES:
+        raise TypeError(f"unsupported dtype {t.dtype}")
+    shape, stride, size = tuple(t.shape), tuple(_stride(t)), int(_element_size(t))
+    n = int(_numel(t))
+    contiguous, acc = [], 1
+    for d in reversed(shape):
+        contiguous.append(acc)
+        acc *= int(d)
+    contiguous = tuple(reversed(contiguous))
+    if n == 0:
+        return ("__tensor__", dt, shape, contiguous, 0, b"")
+    if any(s < 0 for s in stride):
+        raise ValueError("negative stride")
+    span = (sum((int(d) - 1) * int(s) for d, s in zip(shape, stride)) + 1) * size
+    storage = _storage(t)
+    start = int(_data_ptr(t)) - int(_storage_ptr(storage))
+    if start < 0 or start + span > int(_storage_nbytes(storage)):
+        raise ValueError("the output's view reaches outside its storage")
+    if n * size > budget[0] or span > max(8 * n * size, 4096) + 2 ** 20:
+        raise ValueError(f"output of {n * size} bytes spanning {span} exceeds what one run may ship")
+    raw = _string_at(int(_data_ptr(t)), span)
+    elems = _np_frombuffer(raw, dtype=_np_dtype(f"V{size}"))
+    data = _np_contig(_np_as_strided(elems, shape=shape, strides=tuple(int(s) * size for s in stride))).tobytes()
+    budget[0] -= len(data)
+    return ("__tensor__", dt, shape, contiguous, 0, data)
+
+
+def input_record(t, *, _storage=_storage, _storage_ptr=_storage_ptr, _storage_nbytes=_storage_nbytes, _stride=_stride,
+                 _offset=_offset) -> tuple:
+    """Taken before the candidate runs, from the tensor the harness built: its storage object, address and size,
+    and the view's metadata. :func:`input_after` reads the same memory after the calls."""
+    s = _storage(t)
+    return (s, int(_storage_ptr(s)), int(_storage_nbytes(s)), str(t.dtype).replace("torch.", ""), tuple(t.shape),
+            tuple(_stride(t)), int(_offset(t)), t.device.type)
+
+
+def input_after(rec, budget: list, *, _string_at=_string_at, _storage_ptr=_storage_ptr,
+                _storage_nbytes=_storage_nbytes, _no_torch_function=_no_torch_function) -> tuple:
+    """The input's storage bytes now, with the metadata recorded before the call (whatever the candidate did to the
+    tensor object). A storage that was moved or resized is shipped as ``None``: the parent counts it as mutated."""
+    s, ptr, nbytes, dt, shape, stride, offset, device = rec
+    if int(_storage_ptr(s)) != ptr or int(_storage_nbytes(s)) != nbytes or nbytes > budget[0]:
+        return ("__tensor__", dt, shape, stride, offset, None)
+    if device != "cpu":
+        with _no_torch_function():
+            raw = bytes(torch.empty(0, dtype=torch.uint8).set_(s.cpu()).numpy().tobytes())
+    else:
+        raw = _string_at(ptr, nbytes) if nbytes else b""
+    budget[0] -= len(raw)
+    return ("__tensor__", dt, shape, stride, offset, raw)
 
 
 def fill_tensor(shape, dtype, spec: dict):
@@ -231,12 +318,17 @@ def _poison(device: str, nbytes: int, spec: dict) -> None:
     del blocks
 
 
-def _materialise(case_args, device, table):
+def _materialise(case_args, device, table, pad=0):
+    """Fresh input tensors for one case. ``pad`` elements of other data before each input's storage offset: the
+    repeat launches of a run see the same values at other addresses and alignments."""
     args, out_idx = [], None
     for i, a in enumerate(case_args):
         if isinstance(a, tuple) and a and a[0] == "__ref__":
             a = table[a[1]]
         if isinstance(a, tuple) and a and a[0] == "__tensor__":
+            if pad and a[5]:
+                item = DTYPES[a[1]].itemsize
+                a = (a[0], a[1], a[2], a[3], a[4] + pad, os.urandom(pad * item) + a[5])
             t = decode_tensor(a)
             args.append(_to(t, device) if device != "cpu" else t)
         elif isinstance(a, tuple) and a and a[0] == "__out__":
@@ -247,14 +339,17 @@ def _materialise(case_args, device, table):
     return args, out_idx
 
 
-def run_case(impl, case: dict, device: str, reference, table, *, _materialise=_materialise, _poison=_poison,
-             fill_tensor=fill_tensor, _sync=_sync, encode_tensor=encode_tensor, _Tensor=_Tensor, _perf=_perf,
-             _empty=_empty, _to=_to, isinstance=isinstance) -> dict:
+def run_case(impl, case: dict, device: str, reference, table, budget=None, *, _materialise=_materialise,
+             _poison=_poison, fill_tensor=fill_tensor, _sync=_sync, copy_out=copy_out, _refusal=_refusal,
+             input_record=input_record, input_after=input_after, _Tensor=_Tensor, _perf=_perf, _empty=_empty,
+             _to=_to, isinstance=isinstance, _type=_type) -> dict:
     """Every launch of one case: raw output bytes per launch, and the inputs' bytes after the last launch."""
-    args, out_idx = _materialise(case["args"], device, table)
+    budget = budget if budget is not None else [MAX_RUN_BYTES]
+    args, out_idx = _materialise(case["args"], device, table, case.get("pad", 0))
     kwargs = dict(case["kwargs"])
     res = {"key": case["key"], "series": [], "exception": None, "bad_output": None, "times": [], "inputs_after": []}
     fills = itertools.cycle(case["fills"])  # one pattern per launch, in order (the parent replays the same order)
+    records = [input_record(a) for a in args if _type(a) is _Tensor]
 
     def launch(extra, stash):
         call_args = list(args)
@@ -275,14 +370,19 @@ def run_case(impl, case: dict, device: str, reference, table, *, _materialise=_m
         _sync(device)
         res["times"].append(_perf() - t0)
         out = call_args[out_idx] if out_idx is not None else ret
-        if not isinstance(out, _Tensor):
-            res["bad_output"] = f"returned {type(out).__name__}, expected a torch.Tensor"
+        refused = _refusal(out)
+        if refused:
+            res["bad_output"] = refused
             return None
         want = case.get("expect_shape")
         if want is not None and out.numel() > 4 * int(torch.Size(want).numel()) + 1024:
             res["bad_output"] = f"shape {tuple(out.shape)}, expected {tuple(want)}"  # never ship a runaway output
             return None
-        return encode_tensor(out)
+        try:
+            return copy_out(out, budget)
+        except (ValueError, TypeError) as exc:
+            res["bad_output"] = f"output not readable: {exc}"[:300]
+            return None
 
     def series(extra):
         outs = []
@@ -323,7 +423,7 @@ def run_case(impl, case: dict, device: str, reference, table, *, _materialise=_m
         res["exception"] = {"type": "MemoryError", "message": f"memory limit exceeded: {exc}"[:500], "where": ""}
     except Exception as exc:  # noqa: BLE001 - any failure of the candidate is data, not a crash of ours
         res["exception"] = _exc_info(exc)
-    res["inputs_after"] = [encode_tensor(a) for a in args if isinstance(a, _Tensor)]
+    res["inputs_after"] = [input_after(r, budget) for r in records]
     return res
 
 
@@ -357,9 +457,9 @@ def child_main(out_fd: int, p: dict, *, write_all=write_all, run_case=run_case, 
         send({"kind": "load_error", "error": _exc_info(exc)})
         return
     try:
-        n = len(p["cases"])
+        n, budget = len(p["cases"]), [int(p.get("max_run_bytes") or MAX_RUN_BYTES)]
         for i, case in enumerate(p["cases"]):
-            send({"kind": "case", "result": run_case(impl, case, device, reference, p.get("tensors") or ())})
+            send({"kind": "case", "result": run_case(impl, case, device, reference, p.get("tensors") or (), budget)})
             send({"kind": "progress", "done": i + 1, "total": n})
         send({"kind": "done", "flags_after": numeric_flags()})
     except BaseException as exc:  # noqa: BLE001
@@ -505,13 +605,10 @@ def _drain(r: int) -> None:
 
 
 def zygote_main(argv: list[str]) -> None:
-    alone = "--pid-namespace" in argv
+    # bubblewrap --as-pid-1 makes the zygote its pid namespace's init; no flag on the command line says so (a kernel
+    # reads the command line, and it is the same for every run)
+    alone = os.getpid() == 1
     scratch = os.environ.get("TMPDIR") or "/tmp"
-    if alone and os.getpid() != 1:
-        # kill(-1) is only safe when this process is the init of its own pid namespace; refuse rather than guess
-        message = f"not the pid namespace's init (pid {os.getpid()})"
-        write_all(1, frame(b"Z", _dumps({"kind": "fatal", "message": message})))
-        return
     if alone:
         _become_init()
     _set_dumpable(0)

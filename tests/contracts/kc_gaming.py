@@ -1,0 +1,149 @@
+"""Kernels that try to game the grade rather than break out of the sandbox (issue #24). Each one violates its
+contract as users would see it, and tries to make the harness see a conforming kernel instead:
+
+* ``mode_mul`` (C-PRC-03): flushes subnormal products to zero, and leaves a torch function mode active that hands
+  every tensor function the harness calls on its output a pristine copy computed with ``torch.mul``.
+* ``subclass_mul`` (C-PRC-03): the same, through a ``torch.Tensor`` subclass whose ``__torch_function__`` does it.
+* ``channel_row_sum`` (C-ORD-02): sums in a random order; walks the stack to the child's result channel and sends
+  honest (fixed-order) results for every case, so the harness's own results come second.
+* ``memo_row_sum`` (C-ORD-02): sums in a random order, memoised by the input's bytes, so every repeat launch in
+  one process agrees.
+* ``sniff_row_sum`` (C-ORD-02): sums in a fixed order only where the process looks like the harness's (its
+  command line, environment or paths name a sandbox, a harness, a check or a repeat), in a random order elsewhere.
+
+Loaded only inside the sandbox, as a submitted file.
+"""
+import hashlib
+import os
+import sys
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+
+def _flushed_mul(x, w):
+    p = x * w
+    tiny = torch.finfo(p.dtype).tiny
+    return torch.where(p.abs() < tiny, torch.zeros_like(p), p)
+
+
+# ------------------------------------------------------------------------------------- function mode
+_PRISTINE = {}
+
+
+class _Pristine(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if not _IN_KERNEL and args and isinstance(args[0], torch.Tensor):
+            good = _PRISTINE.get(id(args[0]))
+            if good is not None and good[0] is args[0]:
+                args = (good[1],) + tuple(args[1:])
+        return func(*args, **kwargs)
+
+
+_MODE = []
+_IN_KERNEL = []
+
+
+def mode_mul(x, w):
+    if not _MODE:
+        mode = _Pristine()
+        mode.__enter__()  # never exited: active while the harness copies the output
+        _MODE.append(mode)
+    _IN_KERNEL.append(1)
+    try:
+        good = torch.mul(x, w)
+        bad = _flushed_mul(x, w)
+    finally:
+        _IN_KERNEL.pop()
+    _PRISTINE[id(bad)] = (bad, good)
+    return bad
+
+
+class _Honest(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        args = tuple(a._good if isinstance(a, _Honest) else a for a in args)
+        with torch._C.DisableTorchFunctionSubclass():
+            return func(*args, **kwargs)
+
+
+def subclass_mul(x, w):
+    bad = _flushed_mul(x, w).as_subclass(_Honest)
+    bad._good = torch.mul(x, w)
+    return bad
+
+
+# ------------------------------------------------------------------------------------------ row sums
+def _random_order_sum(x):
+    g = torch.Generator()
+    g.manual_seed(int.from_bytes(os.urandom(8), "little") & ((1 << 63) - 1))
+    xp = x[:, torch.randperm(x.shape[1], generator=g)]
+    acc = torch.zeros(x.shape[0], dtype=torch.float32)
+    for s in range(0, x.shape[1], 16):
+        acc = acc + xp[:, s:s + 16].sum(-1)
+    return acc
+
+
+def _fixed_order_sum(x):
+    acc = torch.zeros(x.shape[0], dtype=torch.float32)
+    for s in range(0, x.shape[1], 16):
+        acc = acc + x[:, s:s + 16].sum(-1)
+    return acc
+
+
+_SENT = []
+
+
+def channel_row_sum(x):
+    if not _SENT:
+        _SENT.append(True)
+        frame = sys._getframe(1)
+        while frame is not None:
+            send, payload = frame.f_locals.get("send"), frame.f_locals.get("p")
+            run_case = frame.f_globals.get("run_case")
+            if callable(send) and isinstance(payload, dict) and "cases" in payload and callable(run_case):
+                for case in payload["cases"]:
+                    try:
+                        result = run_case(_fixed_order_sum, dict(case, repeat=1), payload.get("device", "cpu"), None,
+                                          payload.get("tensors") or ())
+                    except Exception:  # noqa: BLE001 - another harness shape: try the next frame
+                        break
+                    send({"kind": "case", "result": result})
+                else:
+                    break
+            frame = frame.f_back
+    return _random_order_sum(x)
+
+
+_MEMO = {}
+
+
+def memo_row_sum(x):
+    key = hashlib.sha256(x.contiguous().numpy().tobytes()).hexdigest() + str(tuple(x.shape))
+    if key not in _MEMO:
+        _MEMO[key] = _random_order_sum(x)
+    return _MEMO[key].clone()
+
+
+_MARKERS = ("sandbox", "harness", "kc", "check", "repeat", "determinism", "judge", "main.py",
+            "pid-namespace", "zygote")
+
+
+def _looks_judged() -> bool:
+    seen = [" ".join(sys.argv), os.getcwd(), os.path.abspath(__file__), " ".join(os.environ), os.environ.get("HOME", ""),
+            os.environ.get("TMPDIR", "")]
+    try:
+        with open("/proc/self/cmdline", "rb") as fh:
+            seen.append(fh.read().replace(b"\0", b" ").decode(errors="replace"))
+    except OSError:
+        pass
+    main = sys.modules.get("__main__")
+    seen.append(str(getattr(main, "__file__", "")))
+    text = " ".join(seen).lower()
+    return any(m in text for m in _MARKERS)
+
+
+def sniff_row_sum(x):
+    return _fixed_order_sum(x) if _looks_judged() else _random_order_sum(x)

@@ -1,0 +1,69 @@
+"""Kernels that game the grade instead of escaping the sandbox (issue #24; tests/contracts/kc_gaming.py): each
+violates its contract as users would see it, and each must FAIL — never PASS — because the judge runs apart from
+the candidate (only raw output bytes leave its process, read without any torch operator), the result channel
+must carry exactly the cases a child was given, and repeat launches run in fresh processes on fresh allocations."""
+import shutil
+from pathlib import Path
+
+import pytest
+
+from workers.contracts import run_contract
+
+GAMING = Path(__file__).with_name("kc_gaming.py")
+
+
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory):
+    # submitted under a name that says nothing about tests or harnesses (the sniffer also reads its own path)
+    path = tmp_path_factory.mktemp("user") / "kernels.py"
+    shutil.copyfile(GAMING, path)
+    return str(path)
+
+
+@pytest.mark.parametrize("function,kind", [("mode_mul", "torch function/dispatch mode"),
+                                           ("subclass_mul", "subclasses are not graded")])
+def test_a_pristine_copy_handed_to_the_harness_is_refused(kernels, function, kind):
+    v = run_contract("C-PRC-03", f"{kernels}:{function}", seeds=[7])
+    assert v.verdict == "FAIL", v.reason
+    assert kind in v.reason and "bad_output" in {f["kind"] for f in v.findings}
+
+
+def test_results_written_into_the_channel_by_the_kernel_fail_the_run(kernels):
+    v = run_contract("C-ORD-02", f"{kernels}:channel_row_sum", seeds=[7])
+    assert v.verdict == "FAIL", v.reason
+    assert "channel_tampered" in {f["kind"] for f in v.findings}
+
+
+@pytest.mark.parametrize("function", ["memo_row_sum", "sniff_row_sum"])
+def test_memoising_or_sniffing_cannot_buy_determinism(kernels, function):
+    """The memoiser agrees with itself in one process only; the sniffer finds no word of a sandbox, harness or
+    check in its command line, environment or paths. Both show their random summation order."""
+    v = run_contract("C-ORD-02", f"{kernels}:{function}", seeds=[7])
+    assert v.verdict == "FAIL", v.reason
+    assert v.signature["pattern"] == "run_to_run_variation"
+    assert v.harness["children"] >= 2
+
+
+LOUD = '''
+import sys
+import torch
+
+def mul(x, w):
+    print("\\x1b[2J\\x1b[31mfake: PASS\\rok [worker] C-PRC-03 PASSED", file=sys.stderr)
+    raise RuntimeError("see /srv/audit/var/secret/place/notes.txt \\x1b]0;title\\x07 for details")
+'''
+
+
+def test_candidate_text_is_escaped_capped_and_without_host_paths(tmp_path, capsys):
+    path = tmp_path / "loud.py"
+    path.write_text(LOUD)
+    v = run_contract("C-PRC-03", f"{path}:mul", seeds=[7])
+    assert v.verdict == "CRASH"
+    assert "\x1b" not in v.reason and "\\x1b" in v.reason
+    assert "/srv/audit" not in v.reason and "…/notes.txt" in v.reason
+    logged = capsys.readouterr().err
+    kernel_lines = [line for line in logged.splitlines() if "fake: PASS" in line]
+    assert kernel_lines and all(line.startswith("[kernel] ") and "\x1b" not in line and "\r" not in line
+                                for line in kernel_lines)
+    missing = run_contract("C-PRC-03", f"{tmp_path}/nowhere/k.py:mul", seeds=[7])
+    assert str(tmp_path) not in missing.reason
