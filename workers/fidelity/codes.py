@@ -73,8 +73,11 @@ def codes_of(word: int) -> list[str]:
 
 def fail_all(result, code: str) -> None:
     """A call-level failure: ``code``'s bit on every position of ``result`` (a :class:`~workers.fidelity.rules.
-    CallResult`), and its rule marked failed."""
+    CallResult`; with no positions, in its ``call_codes``, so an empty call is never counted verifiable), and its
+    rule marked failed."""
     result.words[:] |= BIT[code]
+    if not len(result.words):  # a call with no response tokens: its failures are call-level codes
+        result.call_codes |= int(BIT[code])
     result.entry["rules"][RULE_OF[code]] = "fail"
 
 
