@@ -26,6 +26,9 @@ log-probs the run's slice. The task text the rollout was given — verl ``raw_pr
 """
 from __future__ import annotations
 
+import os
+import re
+
 from workers.fidelity.importers.common import (
     dump, ids_sha256, int_list, read_jsonl, ref_of, skeleton, task_text, text_sha256,
 )
@@ -47,7 +50,7 @@ def split_calls(response_ids, mask):
 
 def trajectory_records(*, prompt_ids, response_ids, mask, logprobs, traj, step, run_id, ref, fmt, opts,
                        policy_version=None, extra=None, first_index=0, prompt=None, token_versions=None,
-                       unverified=(), ids_reencoded=False) -> list[dict]:
+                       unverified=(), ids_reencoded=False, trainer=None) -> list[dict]:
     """One ``fcr/1`` record per model call of a trajectory (see the module docstring); call indices start at
     ``first_index`` (SkyRL step-wise rows continue a trajectory). ``token_versions`` (one int or None per response
     token) is the version that sampled each token of a partial rollout; ``unverified`` lists ``(start, end, reason)``
@@ -83,12 +86,25 @@ def trajectory_records(*, prompt_ids, response_ids, mask, logprobs, traj, step, 
         spans = [[max(s, a) - a, min(e, b) - a, why] for s, e, why in unverified if s < b and e > a]
         if spans:
             rec["rollout"]["logprob_unverified"] = spans
+        if trainer is not None:  # a step dump that holds the trainer's side too (NeMo RL)
+            rec["trainer"] = _trainer_block(trainer, a, b, traj)
         ex = dict(extra or {}, response_span=[a, b])
         if logprobs is not None and not lps_ok:
             ex["logprobs_unaligned"] = True
         rec["extra"] = ex
         out.append(rec)
     return out
+
+
+def _trainer_block(trainer, a, b, traj) -> dict:
+    """The trainer's side of one call from a step dump: its recomputed log-probs, the mask it applied (its token
+    mask × the sample's weight) and the training sequence the calls shared (``sample_id``)."""
+    lps = trainer["logprobs"][a:b]
+    block = {"logprobs": [v if type(v) in (int, float) else None for v in lps],
+             "loss_mask_used": [1 if trainer["used"] else 0] * (b - a), "sample_id": traj}
+    if type(trainer.get("policy_version")) is int:
+        block["policy_version"] = trainer["policy_version"]
+    return block
 
 
 def _call_versions(rec, policy_version, token_versions, a, b):
@@ -118,10 +134,10 @@ def _version(v):
 
 
 def _traj(key, prompt_ids, response_ids, mask, logprobs, prompt, *, version=None, token_versions=None, extra=None,
-          unverified=(), ids_reencoded=False) -> dict:
+          unverified=(), ids_reencoded=False, trainer=None) -> dict:
     return {"key": key, "prompt_ids": prompt_ids, "response_ids": response_ids, "mask": mask, "logprobs": logprobs,
             "prompt": prompt, "policy_version": version, "token_versions": token_versions, "extra": extra or {},
-            "unverified": list(unverified), "ids_reencoded": ids_reencoded}
+            "unverified": list(unverified), "ids_reencoded": ids_reencoded, "trainer": trainer}
 
 
 def _span_versions(start, end, n):
@@ -252,17 +268,52 @@ def _skyrl_batch(obj):
     return out
 
 
-_ROWS = {"verl": _verl_rows, "slime": _slime_rows, "skyrl": _skyrl_rows}
+def _nemo_rows(obj):
+    """NeMo RL's ``train_data_step{N}.jsonl`` (``log_batched_dict_as_jsonl`` of the step's train data, one sample per
+    line): ``token_ids`` (or ``input_ids``) of the whole padded sequence, ``input_lengths``, ``token_mask`` (or
+    ``token_loss_mask``: 1 on the model's tokens), ``sample_mask`` (or ``sample_loss_mask``), and at column j the
+    engine's (``generation_logprobs``) and the trainer's (``prev_logprobs``) log-prob of token j. Both sides are
+    imported at once; the prompt is everything before the first model token."""
+    ids = int_list(obj.get("token_ids", obj.get("input_ids")))
+    n = obj.get("input_lengths", obj.get("input_length"))
+    mask = obj.get("token_mask", obj.get("token_loss_mask"))
+    gen, prev = obj.get("generation_logprobs"), obj.get("prev_logprobs")
+    if ids is None or type(n) is not int or not 0 < n <= len(ids):
+        raise ValueError("token_ids / input_lengths missing or inconsistent (log token_ids with the step's train data)")
+    for name, v in (("token_mask", mask), ("generation_logprobs", gen), ("prev_logprobs", prev)):
+        if not isinstance(v, list) or len(v) < n:
+            raise ValueError(f"{name} must be a list covering the {n} tokens of the sequence")
+    ones = [t for t in range(n) if mask[t] == 1]
+    first = ones[0] if ones else n
+    used = obj.get("sample_mask", obj.get("sample_loss_mask", 1))
+    resp_mask = [1 if m == 1 else 0 if m == 0 else m for m in mask[first:n]]
+    # NeMo RL writes 0 where the engine reported no log-prob: an exact 0.0 on a model token cannot be shown to be
+    # the engine's value (a loss mask of 1 is no evidence)
+    stand_in = [(t, t + 1, "not_reported") for t, v in enumerate(gen[first:n])
+                if resp_mask[t] == 1 and type(v) in (int, float) and v == 0]
+    return [_traj(obj.get("trajectory_id") or obj.get("sample_id"), ids[:first], ids[first:n], resp_mask,
+                  list(gen[first:n]), obj.get("content") if isinstance(obj.get("content"), (str, list)) else None,
+                  unverified=stand_in,
+                  version=_version(obj.get("policy_version")),
+                  extra={k: obj[k] for k in ("rewards", "reward") if type(obj.get(k)) in (int, float)},
+                  trainer={"logprobs": list(prev[first:n]), "used": used not in (0, 0.0, False),
+                           "policy_version": _version(obj.get("trainer_policy_version"))})]
+
+
+_ROWS = {"verl": _verl_rows, "slime": _slime_rows, "skyrl": _skyrl_rows, "nemo-rl": _nemo_rows}
 
 
 def import_trajectories(in_path, out_path, *, fmt, run_id=None, step=None, tokenizer=None, engine=None,
                         logprobs_mode=None, generation_config_source="unknown", ids_from="engine", **_ignored) -> dict:
     """Convert verl / slime / SkyRL rollout outputs (``fmt``) to ``fcr/1``; returns counts. A line that cannot be
     read becomes a ``missing`` record (docs/fidelity-rules.md#importers)."""
-    if fmt not in ("verl", "slime", "skyrl"):
+    if fmt not in _ROWS:
         raise ValueError(f"unknown trajectory format {fmt!r}")
     if ids_from not in ("engine", "text"):
         raise ValueError("ids_from must be 'engine' or 'text'")
+    if step is None and fmt == "nemo-rl":  # NeMo RL names its dumps train_data_step{N}.jsonl
+        m = re.search(r"train_data_step(\d+)", os.path.basename(os.fspath(in_path)))
+        step = int(m.group(1)) if m else None
     opts = {"tokenizer": tokenizer, "engine": engine, "logprobs_mode": logprobs_mode,
             "generation_config_source": generation_config_source, "ids_from": ids_from}
     stats = {"lines": 0, "trajectories": 0, "records": 0, "failed": 0, "turns_without_model_tokens": 0}
