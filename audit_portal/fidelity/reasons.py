@@ -23,6 +23,8 @@ REASON_SENTENCES = {
     "LOGPROB_MISSING": "The rollout log-probability of the token is missing.",
     "LOGPROB_NONFINITE": "The rollout log-probability is not a valid log-probability (NaN, infinite or positive).",
     "SENTINEL_LOGPROB": "The rollout log-probability is a placeholder value (such as −9999), not a measurement.",
+    "LOGPROB_UNVERIFIED": "The log-probability cannot be shown to be the engine's for this token (a placeholder, "
+                          "padding, or ids re-encoded after sampling).",
     "LOGPROB_SEMANTICS_UNVERIFIED": "It is not declared which distribution the log-probabilities come from (before "
                                     "or after sampling transforms).",
     "TOPK_INCONSISTENT": "The token's log-probability differs from its own entry in the top-K list.",
@@ -34,7 +36,8 @@ REASON_SENTENCES = {
     "TRAINER_MISALIGNED": "Trainer and rollout log-probabilities disagree so much that they are probably for "
                           "different tokens.",
     "STALE_ROLLOUT": "The rollout came from a policy older than the allowed staleness.",
-    "MIXED_POLICY_VERSION": "These tokens were sampled by an earlier policy version than the rest of the call.",
+    "MIXED_POLICY_VERSION": "These tokens were sampled by an earlier policy version than the rest of the call, or "
+                            "by a version the log does not name (a partial rollout across weight updates).",
     "R8_NOT_EVALUABLE": "A policy version needed for the staleness check is missing.",
     "PREFIX_CHAIN_BROKEN": "This turn does not extend the previous one, so the merged sample is not one rollout.",
     "CERT_MISSING": "No top-K lists to certify the token's divergence, and this audit requires a certificate.",

@@ -122,8 +122,27 @@ def test_layer_count_constant_within_a_model(tmp_path, records):
     other = copy.deepcopy(bad)
     other["model"]["served_name"] = "another-moe"  # another model may have another layer count
     assert validate_file(_write(tmp_path / "two.jsonl", records[:3] + [other]))["valid"]
-    with pytest.raises(RoutingFileError, match="line 4 .*layers, but earlier calls of this run have"):
-        audit_file(tmp_path / "two.jsonl")
+    # the routing audit agrees with the validator (#27): the same model refused at the same line, two models
+    # audited each on its own, with counts per model
+    with pytest.raises(RoutingFileError, match="line 4 .*layers, but earlier calls of this model have"):
+        audit_file(src)
+    res = audit_file(tmp_path / "two.jsonl")
+    assert set(res["models"]) == {"tiny-moe", "another-moe"}
+    assert (res["models"]["tiny-moe"]["layers"], res["models"]["another-moe"]["layers"]) == (L, L - 1)
+    assert res["calls"] == sum(m["calls"] for m in res["models"].values()) and res["layers"] is None
+
+
+def test_top_k_constant_within_a_model(tmp_path, records):
+    bad = copy.deepcopy(records[3])
+    for side in ("rollout", "trainer"):
+        bad[side]["routed_experts"] = [[sel[:-1] for sel in row] for row in bad[side]["routed_experts"]]
+    bad["rollout"]["router_topk_probs"] = [[p[:-1] for p in row] for row in bad["rollout"]["router_topk_probs"]]
+    assert validate_record(bad) == []  # fine on its own …
+    src = _write(tmp_path / "run.jsonl", records[:3] + [bad])
+    rep = validate_file(src)  # … refused after records of the same model with another k, by both
+    assert not rep["valid"] and "top_k" in rep["errors"][0]["reason"] and rep["errors"][0]["line"] == 4
+    with pytest.raises(RoutingFileError, match="line 4 .*top_k"):
+        audit_file(src)
 
 
 def test_parquet_route_columns_whose_shape_does_not_add_up_are_named(tmp_path, records):

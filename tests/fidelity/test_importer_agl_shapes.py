@@ -138,3 +138,26 @@ def test_triplet_objects_with_agent_match_and_join(tmp_path, toy):
     # ids, log-probs and role hold; what stays unverifiable is the lineage (no task hash was declared)
     assert call["reasons"] == ["LINEAGE_UNVERIFIED"], call["reasons"]
     json.dumps(call)
+
+
+def test_rollout_manager_triplets_keep_logprobs_and_version(tmp_path):
+    # a Triplet whose response holds the sampled log-probs as a plain list and names its weights version, and AGL's
+    # adapter TokensTriplet {observation, completion: {token_ids, logprobs}, reward, done, raw_call} (#27)
+    plain = {"rollout_id": "ro-6", "attempt_id": "at-1", "prompt": {"token_ids": PROMPT_A, "raw_content": []},
+             "response": {"token_ids": [20, 21, 3], "raw_content": [], "logprobs": [-0.1, -0.5, -0.01]},
+             "reward": 1.0, "metadata": {"response_id": "chatcmpl-p1", "agent_name": "Assistant",
+                                         "model_version": "4"}}
+    tokens = {"rollout_id": "ro-6", "attempt_id": "at-1",
+              "observation": {"token_ids": PROMPT_A, "image_urls": []},
+              "completion": {"token_ids": [20, 3], "logprobs": [-0.2, -0.02]}, "reward": None, "done": True,
+              "raw_call": {"request": {"model": "toy-policy", "temperature": 1.0},
+                           "response": {"id": "chatcmpl-p2", "model": "toy-policy"}},
+              "metadata": {"policy_version": 5}}
+    src, dst = tmp_path / "triplets.jsonl", tmp_path / "out.jsonl"
+    src.write_bytes(dumps([plain, tokens]))
+    assert main(["import", "agl-events", str(src), str(dst), "--role", "policy"]) == 0
+    a, b = map(orjson.loads, dst.read_bytes().splitlines())
+    assert a["rollout"]["logprobs"] == [-0.1, -0.5, -0.01] and a["model"]["policy_version"] == 4
+    assert (b["call_id"], b["rollout"]["logprobs"], b["model"]["policy_version"]) == ("chatcmpl-p2", [-0.2, -0.02], 5)
+    assert b["prompt"]["token_ids"] == PROMPT_A and b["response"]["provenance"] == "engine"
+    assert b["sampling"]["temperature"] == 1.0 and b["role"] == "policy"

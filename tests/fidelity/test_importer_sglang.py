@@ -127,3 +127,36 @@ def test_mismatched_ids_drop_logprobs(tmp_path):
     o["meta_info"]["output_token_logprobs"][1][1] = 99  # ids in the logprob entries disagree with output_ids
     (r,), _ = run(tmp_path, [exchange(copy.deepcopy(o))])
     assert r["rollout"]["logprobs"] == [None, None, None] and r["extra"]["logprobs_unaligned"] is True
+
+
+def test_incremental_streaming_output_concatenates_every_chunk(tmp_path):
+    # --incremental-streaming-output: each chunk carries only its new ids, text and output log-probs (#27)
+    texts = ["ls", " -la", "<|end|>"]
+    chunks = []
+    for t in range(3):
+        c = output()
+        c["output_ids"], c["text"] = [IDS[t]], texts[t]
+        mi = c["meta_info"]
+        mi["output_token_logprobs"] = mi["output_token_logprobs"][t:t + 1]
+        mi["output_top_logprobs"] = mi["output_top_logprobs"][t:t + 1]
+        mi["completion_tokens"] = t + 1
+        mi["finish_reason"] = {"type": "stop"} if t == 2 else None
+        chunks.append(c)
+    (r,), _ = run(tmp_path, [exchange(chunks, stream=True)])
+    (plain,), _ = run(tmp_path, [exchange(output())])
+    for k in ("prompt", "response", "rollout", "call_id"):
+        assert r[k] == plain[k], k
+    assert r["response"]["text"] == "ls -la<|end|>"
+
+
+def test_return_prompt_token_ids_keeps_the_engine_prompt(tmp_path):
+    out = output()
+    out["meta_info"].pop("input_token_logprobs")  # no prompt log-probs asked for: only the flag gives the ids
+    out["prompt_token_ids"] = PROMPT_A
+    (r,), _ = run(tmp_path, [exchange(out, input_ids=None, text="List files", return_prompt_token_ids=True,
+                                      logprob_start_len=-1)])
+    assert (r["prompt"]["token_ids"], r["prompt"]["provenance"]) == (PROMPT_A, "engine")
+    out = output()
+    out["meta_info"].pop("input_token_logprobs")
+    (r,), _ = run(tmp_path, [exchange(out, input_ids=None, text="List files", logprob_start_len=-1)])
+    assert r["prompt"]["provenance"] == "missing"  # without the flag the prompt ids are not known

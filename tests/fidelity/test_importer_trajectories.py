@@ -116,3 +116,21 @@ def test_bad_lines_become_missing_records(tmp_path):
     assert len(recs) == 4
     recs, _ = imported(tmp_path, "slime", [slime_sample(response_length=99)])
     assert "response_length" in recs[0]["extra"]["import_error"]
+
+
+def test_slime_torch_dump_is_refused_naming_the_format(tmp_path, capsys):
+    # slime's --save-debug-rollout-data writes torch.save(...): a zip archive (or, legacy, a pickle) — never read as
+    # text lines, never unpickled (#27)
+    import pickle
+    import zipfile
+
+    zpath = tmp_path / "rollout_0.pt"
+    with zipfile.ZipFile(zpath, "w") as z:
+        z.writestr("archive/data.pkl", pickle.dumps({"samples": [slime_sample()]}))
+    ppath = tmp_path / "legacy.pt"
+    ppath.write_bytes(pickle.dumps({"samples": [slime_sample()]}, protocol=2))
+    for path, word in ((zpath, "zip archive"), (ppath, "pickle")):
+        dst = tmp_path / "out.jsonl"
+        assert main(["import", "slime", str(path), str(dst), "--engine", "sglang"]) == 2
+        err = capsys.readouterr().err
+        assert word in err and "torch.save" in err and "Sample.to_dict()" in err

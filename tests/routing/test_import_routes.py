@@ -116,3 +116,22 @@ def test_join_attaches_the_trainers_routes_and_refuses_bad_ones(tmp_path):
     (tmp_path / "bad.jsonl").write_bytes(orjson.dumps(bad) + b"\n")
     with pytest.raises(JoinError, match="trainer.routed_experts: 3 token rows, but response.token_ids has 4 tokens"):
         join(tmp_path / "vllm.fcr.jsonl", tmp_path / "bad.jsonl", tmp_path / "j2.jsonl")
+
+
+@pytest.mark.parametrize("declared", [{"routed_experts_start_len": 3}, {"routed_experts_dtype": "int16"}])
+def test_sglang_routes_with_a_declared_offset_or_dtype_are_unusable(tmp_path, declared):
+    # a payload covering rows from token 3 on (routed_experts_start_len), or packed as int16, read as full-sequence
+    # int32 would give expert ids that mean nothing: refused by name (#27)
+    fw = _forwarded(2)
+    rows = fw[3:] if "routed_experts_start_len" in declared else fw
+    dtype = "<i2" if "routed_experts_dtype" in declared else "<i4"
+    ex = _sglang_exchange(base64.b64encode(rows.astype(dtype).tobytes()).decode("ascii"))
+    ex["response"]["meta_info"].update(declared)
+    (r,) = _import(tmp_path, "sglang", [ex], "--moe-layers", str(L))
+    assert "routed_experts" not in r["rollout"]
+    assert next(iter(declared)).replace("routed_experts_", "") in r["extra"]["routed_experts_unusable"]
+    # the request may declare the offset instead of meta_info
+    ex = _sglang_exchange(base64.b64encode(fw[3:].astype("<i4").tobytes()).decode("ascii"))
+    ex["request"]["routed_experts_start_len"] = 3
+    (r,) = _import(tmp_path, "sglang", [ex], "--moe-layers", str(L))
+    assert "routed_experts" not in r["rollout"] and "start_len 3" in r["extra"]["routed_experts_unusable"]

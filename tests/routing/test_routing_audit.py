@@ -147,8 +147,14 @@ def test_bad_routes_are_refused_naming_call_field_and_reason(rollout, trainer, k
     assert e.value.call_id == "call-7" and e.value.field == field and reason in str(e.value)
 
 
-def test_layer_count_constant_within_a_run():
+def test_layer_count_and_top_k_constant_within_a_model():
     a = RoutingAudit()
     a.add_call("a", rollout=np.zeros((2, 3, 1), int))
-    with pytest.raises(RoutingDataError, match="call 'b'.*2 layers, but earlier calls of this run have 3"):
+    with pytest.raises(RoutingDataError, match="call 'b'.*2 layers, but earlier calls of this model have 3"):
         a.add_call("b", rollout=np.zeros((2, 2, 1), int))
+    # another k (#27): a swap rate over the first call's k was computed for it (and could exceed 1)
+    b = RoutingAudit()
+    b.add_call("a", rollout=[[[0, 1]]], trainer=[[[0, 1]]])
+    with pytest.raises(RoutingDataError, match="call 'c'.*top_k 3, but earlier calls of this model have 2"):
+        b.add_call("c", rollout=[[[0, 1, 2]]], trainer=[[[3, 4, 5]]])
+    assert b.result()["calls"] == 2 and b.result()["expert_swap_rate"] == 0.0

@@ -160,32 +160,44 @@ def routes_issues(rec: dict, n: int) -> list[tuple[str, str]]:
     return out
 
 
-def n_layers(rec: dict) -> int | None:
-    """Layer count of a well-formed record's routes (None without routes)."""
+def route_shape(rec: dict) -> tuple[int, int] | None:
+    """``(layers, top_k)`` of a well-formed record's routes (None without routes or tokens)."""
     for side in ("rollout", "trainer"):
         block = rec.get(side)
         r = block.get("routed_experts") if isinstance(block, dict) else None
         if r is not None:
             if isinstance(r, np.ndarray):
-                return int(r.shape[1])
-            return len(r[0]) if r else None
+                return (int(r.shape[1]), int(r.shape[2])) if r.ndim == 3 and r.shape[0] else None
+            return (len(r[0]), len(r[0][0]) if r[0] else 0) if r else None
     return None
 
 
+def n_layers(rec: dict) -> int | None:
+    """Layer count of a well-formed record's routes (None without routes)."""
+    shape = route_shape(rec)
+    return None if shape is None else shape[0]
+
+
 class LayerCounts:
-    """The file-level rule: every record of one model (``model.served_name``) has the same number of routed layers."""
+    """The file-level rule: every routed record of one model (``model.served_name``) has the same number of routed
+    layers and the same top_k as the model's first one — the routing audit (:mod:`workers.routing`) refuses the same
+    records, model by model. ``seen`` maps a model to ``(layers, line, top_k)``."""
 
     def __init__(self):
         self.seen: dict = {}
 
     def check(self, rec: dict, line: int) -> str | None:
-        L = n_layers(rec)
-        if L is None:
+        shape = route_shape(rec)
+        if shape is None:
             return None
+        L, K = shape
         model = rec.get("model") or {}
         name = model.get("served_name")
-        first = self.seen.setdefault(name, (L, line))
+        first = self.seen.setdefault(name, (L, line, K))
         if first[0] != L:
             return (f"{L} routed layers, but model {name!r} had {first[0]} at line {first[1]}; the layer count is "
                     f"constant within a model")
+        if len(first) > 2 and first[2] != K:
+            return (f"top_k {K}, but model {name!r} had {first[2]} at line {first[1]}; top_k is constant within a "
+                    f"model")
         return None

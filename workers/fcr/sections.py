@@ -20,7 +20,8 @@ from __future__ import annotations
 from workers.fcr.schema import (CONTEXT_EVENTS, DICT_OR_NULL, ENGINE_APIS, GENERATION_CONFIG_SOURCES, INT_OR_NULL,
                                 LOGPROBS_MODES, NUM_OR_NULL, PROMPT_PROVENANCE, RESPONSE_PROVENANCE, ROLE_SOURCES,
                                 ROLES, SCHEMA, STR_OR_NULL, T_STR, FcrIssue, first_bad, ids_sha256, is_num, member)
-from workers.fcr.tokens import check_ids, check_ints_aligned, check_logprobs, check_mask, logprob_warnings
+from workers.fcr.tokens import (check_ids, check_logprobs, check_mask, check_unverified_spans,
+                                check_versions_aligned, logprob_warnings)
 from workers.fcr.topk import check_topk, topk_uncovered
 
 
@@ -274,15 +275,17 @@ def rollout(rec: dict, n: int | None, f: Findings) -> None:
     if ro.get("top_k") is not None:
         f.check("rollout.top_k", check_topk(ro["top_k"], n, f.fast))
     if ro.get("token_policy_versions") is not None:
-        f.check("rollout.token_policy_versions",
-                check_ints_aligned(ro["token_policy_versions"], n, "policy version"))
+        f.check("rollout.token_policy_versions", check_versions_aligned(ro["token_policy_versions"], n))
+    if ro.get("logprob_unverified") is not None:
+        f.check("rollout.logprob_unverified", check_unverified_spans(ro["logprob_unverified"], n))
 
 
 def rollout_ok(ro: dict, n: int, fast: bool) -> bool:
-    v, w = ro.get("top_k"), ro.get("token_policy_versions")
+    v, w, u = ro.get("top_k"), ro.get("token_policy_versions"), ro.get("logprob_unverified")
     return (type(ro) is dict and check_logprobs(ro["logprobs"], n) is None
             and (v is None or check_topk(v, n, fast) is None)
-            and (w is None or check_ints_aligned(w, n, "") is None))
+            and (w is None or check_versions_aligned(w, n) is None)
+            and (u is None or check_unverified_spans(u, n) is None))
 
 
 def trainer(rec: dict, n: int | None, f: Findings) -> None:

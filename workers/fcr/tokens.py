@@ -14,7 +14,8 @@ from array import array
 
 import numpy as np
 
-from workers.fcr.schema import POSITIVE_CUT, SENTINEL_CUT, T_INT, T_NUM_NULL, FcrIssue, first_bad, is_int, is_num
+from workers.fcr.schema import (INT_OR_NULL, LOGPROB_UNVERIFIED_REASONS, POSITIVE_CUT, SENTINEL_CUT, T_INT, T_NUM_NULL,
+                                FcrIssue, first_bad, is_int, is_num, member)
 
 BITS = frozenset({0, 1})
 
@@ -85,6 +86,33 @@ def check_ints_aligned(a, n, what):
     if a and not set(map(type, a)) <= T_INT:
         i = first_bad(a, is_int)
         return f"[{i}]", f"{what} must be an int, got {type(a[i]).__name__}"
+    return None
+
+
+def check_versions_aligned(a, n):
+    """``rollout.token_policy_versions``: (int|null)[] aligned to n — null where the version that sampled the token
+    is unknown (docs/fcr.md#rollout-and-trainer)."""
+    if type(a) is not list:
+        return "", f"expected a list of policy versions, got {type(a).__name__}"
+    if len(a) != n:
+        return "", f"length {len(a)} != len(response.token_ids) {n}"
+    if a and not set(map(type, a)) <= INT_OR_NULL:
+        i = first_bad(a, lambda x: x is None or is_int(x))
+        return f"[{i}]", f"policy version must be an int or null, got {type(a[i]).__name__}"
+    return None
+
+
+def check_unverified_spans(a, n):
+    """``rollout.logprob_unverified``: ``[[start, end, reason], …]`` — 0 ≤ start < end ≤ n, reason one of
+    :data:`~workers.fcr.schema.LOGPROB_UNVERIFIED_REASONS`."""
+    if type(a) is not list:
+        return "", f"expected a list of [start, end, reason] spans, got {type(a).__name__}"
+    for i, s in enumerate(a):
+        if not (type(s) is list and len(s) == 3 and is_int(s[0]) and is_int(s[1]) and 0 <= s[0] < s[1] <= n):
+            return f"[{i}]", f"expected [start, end, reason] with 0 <= start < end <= {n}"
+        if s[2] is None or not member(s[2], LOGPROB_UNVERIFIED_REASONS):
+            return f"[{i}][2]", (f"unknown reason {s[2]!r}; expected one of "
+                                 f"{', '.join(sorted(LOGPROB_UNVERIFIED_REASONS))}")
     return None
 
 

@@ -34,7 +34,7 @@ PIECE_KEYS = ("records", "valid_records", "routed_records", "n_err", "n_warn", "
 def validate_piece(path, chunk: Chunk | dict, *, max_errors: int = 20, max_warnings: int = 20,
                    known_layers: dict | None = None) -> dict:
     """One piece's share of the summary, as JSON (what :func:`merge_pieces` needs). ``known_layers``: ``{model:
-    (layers, line)}`` established by the earlier pieces (the merge passes it when it reads a piece again)."""
+    (layers, line, top_k)}`` established by the earlier pieces (the merge passes it when it reads a piece again)."""
     chunk = Chunk.from_dict(chunk) if isinstance(chunk, dict) else chunk
     tally = Tally(max_errors, max_warnings, piece=True, known_layers=known_layers)
     reader = open_chunk(path, chunk)
@@ -50,7 +50,7 @@ def validate_piece(path, chunk: Chunk | dict, *, max_errors: int = 20, max_warni
         "runs_truncated": tally.runs_truncated, "step_min": tally.step_min, "step_max": tally.step_max,
         "by_role": tally.by_role, "has_trainer_lp": tally.has_trainer_lp, "has_topk": tally.has_topk,
         "keys": [[key, line, call_id] for key, (line, call_id) in tally.first_keys.items()],
-        "layers": [[model, n, line] for model, (n, line) in tally.layer_counts.seen.items() if model not in known],
+        "layers": [[model, *shape] for model, shape in tally.layer_counts.seen.items() if model not in known],
         "stopped": tally.stopped, "bytes": consumed, "compressed": bool(reader.compressed),
         "format": getattr(reader, "format", "fcr/1"),
     }
@@ -70,10 +70,11 @@ def merge_pieces(pieces: list[dict], *, path, max_errors: int = 20, max_warnings
 
     kept, known = [], {}
     for piece in sorted(pieces, key=lambda p: p["index"]):
-        if any(m in known and known[m][0] != n for m, n, _ in piece["layers"]):
+        # each entry: [model, layers, line, top_k] (top_k absent in pieces stored before it was recorded)
+        if any(m in known and (known[m][0] != n or known[m][2:] != tuple(k)) for m, n, _, *k in piece["layers"]):
             piece = read_again(piece["index"], dict(known))
-        for model, n, line in piece["layers"]:
-            known.setdefault(model, (n, line))
+        for model, n, line, *k in piece["layers"]:
+            known.setdefault(model, (n, line, *k))
         kept.append(piece)
         if piece["stopped"]:  # the one-pass read ends here too
             break

@@ -4,7 +4,7 @@
                                     [--masks-out PATH [--masks-format jsonl|bin]] [--tau-align X]
                                     [--max-staleness N] [--allow-inferred-roles] [--require-certificate]
                                     [--require-loss-mask] [--json]
-    python -m workers.fidelity import vllm|sglang|agl|agl-events|verl|slime|skyrl IN OUT [--run-id ID] [--step N]
+    python -m workers.fidelity import vllm|sglang|agl|agl-events|verl|slime|skyrl|nemo-rl IN OUT [--run-id ID] [--step N]
                                     [--tokenizer tokenizer.json] [--agent-match REGEX] [--logprobs-mode MODE]
                                     [--generation-config-source SRC] [--role policy|background] [--engine E]
                                     [--ids-from engine|text]
@@ -22,7 +22,7 @@ import sys
 import orjson
 
 
-IMPORT_KINDS = ["vllm", "sglang", "agl", "agl-events", "verl", "slime", "skyrl"]
+IMPORT_KINDS = ["vllm", "sglang", "agl", "agl-events", "verl", "slime", "skyrl", "nemo-rl"]
 
 
 def _parser():
@@ -175,7 +175,7 @@ def main(argv=None) -> int:
                 from workers.fidelity.importers.sglang import import_sglang
 
                 stats = import_sglang(args.src, args.dst, step=args.step, moe_layers=args.moe_layers, **common)
-            elif args.kind in ("verl", "slime", "skyrl"):
+            elif args.kind in ("verl", "slime", "skyrl", "nemo-rl"):
                 from workers.fidelity.importers.trajectories import import_trajectories
 
                 stats = import_trajectories(args.src, args.dst, fmt=args.kind, step=args.step, engine=args.engine,

@@ -29,6 +29,7 @@ REASONS: list[tuple[str, str]] = [
     ("R6", "LOGPROB_MISSING"),
     ("R6", "LOGPROB_NONFINITE"),
     ("R6", "SENTINEL_LOGPROB"),
+    ("R6", "LOGPROB_UNVERIFIED"),
     ("R7", "LOGPROB_SEMANTICS_UNVERIFIED"),
     ("R7", "TOPK_INCONSISTENT"),
     ("R7", "R7_NOT_EVALUABLE"),
@@ -54,8 +55,8 @@ assert len(CODES) <= 32
 # per-token arrays. Any other validator error (e.g. a missing ``source``) does not make the call MALFORMED.
 _CRITICAL_EXACT = frozenset({"", "schema", "call_id", "prompt", "response", "rollout", "trainer"})
 _CRITICAL_ARRAYS = ("prompt.token_ids", "response.token_ids", "response.token_strings", "rollout.logprobs",
-                    "rollout.top_k", "rollout.token_policy_versions", "trainer.logprobs", "trainer.top_k",
-                    "trainer.loss_mask_used")
+                    "rollout.top_k", "rollout.token_policy_versions", "rollout.logprob_unverified",
+                    "trainer.logprobs", "trainer.top_k", "trainer.loss_mask_used")
 
 
 def is_critical(field: str) -> bool:
@@ -72,8 +73,11 @@ def codes_of(word: int) -> list[str]:
 
 def fail_all(result, code: str) -> None:
     """A call-level failure: ``code``'s bit on every position of ``result`` (a :class:`~workers.fidelity.rules.
-    CallResult`), and its rule marked failed."""
+    CallResult`; with no positions, in its ``call_codes``, so an empty call is never counted verifiable), and its
+    rule marked failed."""
     result.words[:] |= BIT[code]
+    if not len(result.words):  # a call with no response tokens: its failures are call-level codes
+        result.call_codes |= int(BIT[code])
     result.entry["rules"][RULE_OF[code]] = "fail"
 
 

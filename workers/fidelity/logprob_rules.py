@@ -6,7 +6,11 @@ and R1; each marks its failures in the call's bit words (:mod:`workers.fidelity.
 A *positive* log-prob (> ``positive_tol``) is reported as ``LOGPROB_NONFINITE`` / ``TRAINER_LOGPROB_NONFINITE``
 (the code for "not a valid log-probability"; R8 lists no other code for it). ``MIXED_POLICY_VERSION`` marks the
 positions whose ``rollout.token_policy_versions`` entry differs from the latest version in the call (the earlier
-off-policy segment of a partial rollout).
+off-policy segment of a partial rollout) or is null (a partial rollout whose token-to-version map the log does not
+give); with ``max_staleness`` each token is judged by its own version, never by the call's last one.
+``LOGPROB_UNVERIFIED`` marks the positions of ``rollout.logprob_unverified`` spans: the importer could not show the
+value is the engine's log-prob for that id (a placeholder, padding, re-encoded ids); the reasons go to the call's
+``logprob_unverified`` entry.
 """
 from __future__ import annotations
 
@@ -68,7 +72,22 @@ def rollout_logprobs(rec: dict, result, opts, n: int):
     fail_at(result, "LOGPROB_MISSING", r_missing)
     fail_at(result, "LOGPROB_NONFINITE", nonfinite)
     fail_at(result, "SENTINEL_LOGPROB", sentinel)
+    unverified = _unverified(rec["rollout"].get("logprob_unverified"), n)
+    if unverified is not None:
+        fail_at(result, "LOGPROB_UNVERIFIED", unverified)
+        result.entry["logprob_unverified"] = sorted({s[2] for s in rec["rollout"]["logprob_unverified"]})
+        return r_lp, finite & ~sentinel & ~nonfinite & ~unverified
     return r_lp, finite & ~sentinel & ~nonfinite
+
+
+def _unverified(spans, n):
+    """``rollout.logprob_unverified`` spans → a bool mask (None when there are none)."""
+    if not spans:
+        return None
+    mask = np.zeros(n, dtype=bool)
+    for a, b, _ in spans:
+        mask[a:b] = True
+    return mask
 
 
 def semantics_and_topk(rec: dict, result, opts, ids, n: int, r_lp, r_ok, topk: dict):
@@ -114,18 +133,42 @@ def trainer_logprobs(rec: dict, trainer: dict, result, opts, n: int, r_lp, r_ok)
         fail_at(result, "TRAINER_LOGPROB_NONFINITE", t_bad)
         t_ok = t_fin & ~t_bad
     _alignment(result, opts, r_lp, r_ok, t_lp, t_ok)
-    if opts.max_staleness is not None:
-        model = rec.get("model")
-        tv, mv = trainer.get("policy_version"), model.get("policy_version") if isinstance(model, dict) else None
-        if type(tv) is not int or type(mv) is not int:
-            fail_all(result, "R8_NOT_EVALUABLE")
-        elif tv - mv > opts.max_staleness:
-            fail_all(result, "STALE_ROLLOUT")
     tpv = rec["rollout"].get("token_policy_versions")
-    if tpv and n:
-        v = np.asarray(tpv, dtype=np.int64)
-        fail_at(result, "MIXED_POLICY_VERSION", v != v.max())
+    versions = _versions(tpv, n) if tpv and n else None
+    if opts.max_staleness is not None:
+        _staleness(rec, trainer, result, opts, versions)
+    if versions is not None:
+        v, known = versions
+        latest = v[known].max() if known.any() else 0
+        fail_at(result, "MIXED_POLICY_VERSION", ~known | (v != latest))
     return t_lp
+
+
+def _versions(tpv, n):
+    """``rollout.token_policy_versions`` → (int64 versions, bool mask of the known ones)."""
+    known = np.fromiter((x is not None for x in tpv), dtype=bool, count=n)
+    return np.fromiter((x if x is not None else -1 for x in tpv), dtype=np.int64, count=n), known
+
+
+def _staleness(rec, trainer, result, opts, versions) -> None:
+    """R8 staleness: ``trainer.policy_version`` − the version that sampled each token ≤ ``max_staleness``. With
+    per-token versions every token is judged by its own (an unknown one cannot be judged); without them, by
+    ``model.policy_version``."""
+    tv = trainer.get("policy_version")
+    if type(tv) is not int:
+        fail_all(result, "R8_NOT_EVALUABLE")
+        return
+    if versions is not None:
+        v, known = versions
+        fail_at(result, "R8_NOT_EVALUABLE", ~known)
+        fail_at(result, "STALE_ROLLOUT", known & (tv - v > opts.max_staleness))
+        return
+    model = rec.get("model")
+    mv = model.get("policy_version") if isinstance(model, dict) else None
+    if type(mv) is not int:
+        fail_all(result, "R8_NOT_EVALUABLE")
+    elif tv - mv > opts.max_staleness:
+        fail_all(result, "STALE_ROLLOUT")
 
 
 def _alignment(result, opts, r_lp, r_ok, t_lp, t_ok) -> None:

@@ -157,9 +157,13 @@ class RoutingAudit:
             self.grid_flipped = np.zeros((L, GRID_BINS), np.int64)
             self.flipped_layers_hist = np.zeros(L + 1, np.int64)
         elif L != self.layers:
-            raise RoutingDataError(call_id, "rollout.routed_experts", f"{L} layers, but earlier calls of this run have "
-                                                                      f"{self.layers}; the layer count is constant "
-                                                                      f"within a model")
+            raise RoutingDataError(call_id, "rollout.routed_experts", f"{L} layers, but earlier calls of this model "
+                                                                      f"have {self.layers}; the layer count is "
+                                                                      f"constant within a model")
+        elif K != self.top_k:  # a swap rate over another k means nothing (it could pass 1)
+            raise RoutingDataError(call_id, "rollout.routed_experts", f"top_k {K}, but earlier calls of this model "
+                                                                      f"have {self.top_k}; top_k is constant within a "
+                                                                      f"model")
 
     def _grow_pos(self, T):
         n = min(T, POS_CAP)
@@ -195,11 +199,12 @@ class RoutingAudit:
         for a, f in ((r, "rollout.routed_experts"), (t, "trainer.routed_experts")):
             if a is not None and n_tokens is not None and a.shape[0] != n_tokens:
                 raise RoutingDataError(call_id, f, f"{a.shape[0]} token rows, but the response has {n_tokens} tokens")
+        if r is not None and t is not None:  # the two sides of one call first, then the call against the model
+            flipped, verified, n_diff = compare_routes(r, t, call_id)
+        for a in (r, t):
             if a is not None:
                 self._ensure_layers(a.shape[1], a.shape[2], call_id)
-        if r is not None and t is not None:
-            flipped, verified, n_diff = compare_routes(r, t, call_id)
-        else:
+        if r is None or t is None:
             L = self.layers or 0
             flipped = verified = np.zeros((T, L), bool)
             n_diff = np.zeros((T, L), np.int64)

@@ -111,8 +111,19 @@ def vllm_response_routes(value, prompt_len: int, n_response: int) -> list:
     return response_rows(decode_vllm(value), prompt_len, n_response).astype(np.int64).tolist()
 
 
-def sglang_response_routes(value, prompt_len: int, n_response: int, *, num_layers: int | None = None) -> list:
-    """fcr/1 ``rollout.routed_experts`` from SGLang's ``meta_info.routed_experts``."""
+SGLANG_DTYPES = frozenset({None, "int32", "<i4", "i4"})  # what the flat payload is documented as
+
+
+def sglang_response_routes(value, prompt_len: int, n_response: int, *, num_layers: int | None = None,
+                           start_len=None, dtype=None) -> list:
+    """fcr/1 ``rollout.routed_experts`` from SGLang's ``meta_info.routed_experts``. A declared
+    ``routed_experts_start_len`` other than 0 (the rows then start at that token) or a declared dtype other than
+    int32 is refused by name: reading such a payload as full-sequence int32 gives expert ids that mean nothing."""
+    if start_len not in (None, 0) or type(start_len) is bool:
+        raise EngineRoutesError(f"routed_experts_start_len {start_len!r}: the payload covers rows from that token on, "
+                                f"not the whole sequence; such partial routes are not read")
+    if not (dtype is None or isinstance(dtype, str)) or dtype not in SGLANG_DTYPES:
+        raise EngineRoutesError(f"routed experts dtype {dtype!r} declared; only int32 payloads are read")
     arr = decode_sglang(value, num_layers=num_layers, prompt_len=prompt_len, n_response=n_response)
     return response_rows(arr, prompt_len, n_response).astype(np.int64).tolist()
 

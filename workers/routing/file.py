@@ -87,7 +87,7 @@ def audit_file(path, *, min_flipped_layers: int = 2, threshold: float = DEFAULT_
     ``records``, ``policy_records``, ``seconds`` and the options used."""
     from workers.fcr.validate import validate_record
 
-    audit = RoutingAudit(min_flipped_layers=min_flipped_layers)
+    audits: dict = {}  # one audit per model (model.served_name): layers and top_k are constant within a model
     t0 = time.perf_counter()
     records = policy = 0
     try:
@@ -101,6 +101,8 @@ def audit_file(path, *, min_flipped_layers: int = 2, threshold: float = DEFAULT_
                 continue
             policy += 1
             ro, tr = rec["rollout"], rec.get("trainer") or {}
+            name = (rec.get("model") or {}).get("served_name")
+            audit = audits.get(name) or audits.setdefault(name, RoutingAudit(min_flipped_layers=min_flipped_layers))
             try:
                 audit.add_call(rec["call_id"], rollout=ro.get("routed_experts"), trainer=tr.get("routed_experts"),
                                replay=tr.get("routing_replay"), n_experts=(rec.get("model") or {}).get("num_experts"),
@@ -113,7 +115,56 @@ def audit_file(path, *, min_flipped_layers: int = 2, threshold: float = DEFAULT_
                 progress(records)
     except FcrParseError as e:
         raise RoutingFileError(e.line, None, e.field or "", e.reason) from None
-    out = audit.result()
+    out = combine({name: a.result() for name, a in audits.items()}) if audits else \
+        RoutingAudit(min_flipped_layers=min_flipped_layers).result()
     out.update(records=records, policy_records=policy, seconds=time.perf_counter() - t0,
                options={"min_flipped_layers": min_flipped_layers, "threshold": threshold, "precision": precision})
+    return out
+
+
+_SUMMED = ("calls", "calls_with_routes", "pairs", "pairs_verified", "pairs_flipped", "tokens", "tokens_agree",
+           "tokens_flipped", "tokens_unverifiable", "tokens_without_routes")
+_REPLAY_ORDER = ("FAIL", "UNVERIFIABLE", "PASS", "NOT_DECLARED")
+
+
+def combine(by_model: dict) -> dict:
+    """The report of a log that routes one or several models: each model is audited on its own (``models``, by
+    ``model.served_name``); with one model the report is that model's, with several the counts are summed, the
+    rates recomputed from the sums (the expert swap rate over each model's own top_k), the per-layer and
+    per-position tables left to each model, and the replay state is the worst of the models' (FAIL, then
+    UNVERIFIABLE, then PASS)."""
+    names = list(by_model)
+    models = {str(n): r for n, r in by_model.items()}
+    if len(names) == 1:
+        return dict(by_model[names[0]], models={str(names[0]): {"layers": by_model[names[0]]["layers"],
+                                                                "top_k": by_model[names[0]]["top_k"],
+                                                                "calls": by_model[names[0]]["calls"]}})
+    rs = list(by_model.values())
+    out = {k: sum(r[k] for r in rs) for k in _SUMMED}
+    swapped = sum((r["expert_swap_rate"] or 0.0) * r["pairs_verified"] * (r["top_k"] or 0) for r in rs)
+    slots = sum(r["pairs_verified"] * (r["top_k"] or 0) for r in rs)
+
+    def rate(a, b):
+        return a / b if b else None
+    replays = [r["replay"] for r in rs]
+    worst = min(replays, key=lambda v: _REPLAY_ORDER.index(v["state"]))
+    out.update(layers=None, top_k=None,
+               calls_by_replay_mode={m: sum(r["calls_by_replay_mode"].get(m, 0) for r in rs)
+                                     for m in rs[0]["calls_by_replay_mode"]},
+               flip_rate=rate(out["pairs_flipped"], out["pairs_verified"]), expert_swap_rate=rate(swapped, slots),
+               token_flip_share=rate(out["tokens_flipped"], out["tokens_agree"] + out["tokens_flipped"]),
+               coverage={"pairs": rate(out["pairs_verified"], out["pairs"]),
+                         "tokens": rate(out["tokens_agree"] + out["tokens_flipped"], out["tokens"])},
+               per_layer=[], per_position=None, tokens_by_flipped_layers=[], layer_position_grid=None,
+               attribution=None,
+               replay=dict(worst, reason=f"{len(rs)} models: " + "; ".join(
+                   f"{n}: {v['state']}" for n, v in zip(models, replays)),
+                   r3_calls=sum(v["r3_calls"] for v in replays),
+                   failed_calls=sum(v["failed_calls"] for v in replays),
+                   unverifiable_calls=sum(v["unverifiable_calls"] for v in replays),
+                   verified_calls=sum(v["verified_calls"] for v in replays),
+                   failed=[dict(f, model=n) for n, v in zip(models, replays) for f in v["failed"]],
+                   unverifiable=[dict(u, model=n) for n, v in zip(models, replays) for u in v["unverifiable"]],
+                   failed_layers=None),
+               models=models)
     return out

@@ -49,6 +49,8 @@ def _logprob_record(rec, lps, content, tok, extra):
             rec["rollout"]["top_k"] = top_k
             if dropped:
                 extra["top_k_dropped_positions"] = dropped
+    if lps is None and isinstance(content, list) and all(type(v) in (int, float) for v in content):
+        lps = content  # rollout-manager triplets keep the sampled log-probs as a plain list
     if isinstance(lps, list) and len(lps) == n:
         rec["rollout"]["logprobs"] = [_num_or_none(v) for v in lps]
     else:
@@ -133,6 +135,8 @@ def _convert(obj, *, traj, call_index, ref, opts, agent_re) -> list[dict]:
         _logprob_record(rec, data.get("response_log_probs"), None, tok, extra)
         if type(obj.get("timestamp")) in (int, float):
             rec["timestamp"] = obj["timestamp"]
+    elif isinstance(obj.get("observation"), dict) and isinstance(obj.get("completion"), dict):  # TokensTriplet
+        rec = _tokens_triplet(obj, traj=traj, call_index=call_index, ref=ref, opts=opts, step=step, extra=extra)
     elif isinstance(obj.get("prompt"), dict) and isinstance(obj.get("response"), dict):  # a Triplet object
         meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
         rid = meta.get("response_id")
@@ -147,6 +151,7 @@ def _convert(obj, *, traj, call_index, ref, opts, agent_re) -> list[dict]:
                 rec["role"], rec["role_source"] = "policy", "config"
             else:
                 rec["inferred_purpose"] = f"agent:{agent}"
+        rec["model"]["policy_version"] = _version_of(obj, meta)
         req = meta.get("request") if isinstance(meta.get("request"), dict) else {}
         rec["sampling"] = {k: req.get(k) for k in ("temperature", "top_p", "max_tokens") if k in req}
         if isinstance(req.get("model"), str):
@@ -159,3 +164,40 @@ def _convert(obj, *, traj, call_index, ref, opts, agent_re) -> list[dict]:
     if extra:
         rec["extra"] = extra
     return [rec]
+
+
+_VERSION_KEYS = ("policy_version", "model_version", "weight_version", "version")
+
+
+def _version_of(*sources):
+    """The weights version a triplet names (``policy_version`` / ``model_version`` / ``weight_version`` /
+    ``version``, an int or a string of digits, in the triplet or its metadata), else None."""
+    for src in sources:
+        for k in _VERSION_KEYS:
+            v = src.get(k) if isinstance(src, dict) else None
+            if type(v) is int:
+                return v
+            if isinstance(v, str) and v.isdigit():
+                return int(v)
+    return None
+
+
+def _tokens_triplet(obj, *, traj, call_index, ref, opts, step, extra) -> dict:
+    """AGL's adapter ``TokensTriplet`` (``model_dump()``): ``observation.token_ids`` (the prompt ids the proxy got
+    back from the engine), ``completion.{token_ids, logprobs}`` (the engine's ids and sampled log-probs), ``reward``,
+    ``done``, ``raw_call`` (the chat-completion exchange; its request and response give model and version)."""
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    raw = obj.get("raw_call") if isinstance(obj.get("raw_call"), dict) else {}
+    resp = raw.get("response") if isinstance(raw.get("response"), dict) else {}
+    rid = resp.get("id") or meta.get("response_id")
+    rec = skeleton(run_id=opts["run_id"] or "unknown", trajectory_id=traj, step=step if type(step) is int else -1,
+                   call_id=str(rid) if isinstance(rid, str) and rid else f"{traj}:{call_index}",
+                   call_index=call_index, source_format="agl_tokens_triplet", ref=ref, tokenizer=opts["tokenizer"])
+    _ids_record(rec, int_list(obj["observation"].get("token_ids")), int_list(obj["completion"].get("token_ids")))
+    _logprob_record(rec, obj["completion"].get("logprobs"), None, opts["tokenizer"], extra)
+    rec["model"]["policy_version"] = _version_of(obj, meta, raw)
+    req = raw.get("request") if isinstance(raw.get("request"), dict) else {}
+    if isinstance(req.get("model") or resp.get("model"), str):
+        rec["model"]["served_name"] = req.get("model") or resp.get("model")
+    rec["sampling"] = {k: req.get(k) for k in ("temperature", "top_p", "max_tokens") if k in req}
+    return rec

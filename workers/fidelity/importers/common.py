@@ -219,10 +219,34 @@ def emit(out, recs, *, role, stats) -> None:
         stats["records"] += 1
 
 
+_BINARY_FORMATS = (
+    (b"PK\x03\x04", "a zip archive — torch.save's format (e.g. slime's --save-debug-rollout-data .pt dump)"),
+    (b"\x93NUMPY", "a NumPy .npy array"),
+)
+
+
+def refuse_binary(path) -> None:
+    """Refuse, naming the format, an input that is not JSON lines: a torch dump (zip, or a legacy pickle) read as
+    text would turn into one ``missing`` record per byte run. Importers read logs as JSONL only and never unpickle
+    (a pickle runs code when loaded): convert such dumps with the framework first (slime: ``Sample.to_dict()``)."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+    for magic, what in _BINARY_FORMATS:
+        if head.startswith(magic):
+            raise ValueError(f"{os.fspath(path)} is {what}, not JSON lines; importers do not load binary dumps — "
+                             f"write one JSON object per line (slime: Sample.to_dict())")
+    if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
+        raise ValueError(f"{os.fspath(path)} is a Python pickle (protocol {head[1]}; torch.save's legacy format), "
+                         f"not JSON lines; importers never unpickle — write one JSON object per line "
+                         f"(slime: Sample.to_dict())")
+
+
 def read_jsonl(path):
-    """Yield ``(line_no, obj or None, error or None)`` for every non-blank line (gzip by magic)."""
+    """Yield ``(line_no, obj or None, error or None)`` for every non-blank line (gzip by magic). A binary dump (zip,
+    pickle, .npy) is refused first, naming its format (:func:`refuse_binary`)."""
     from workers.fcr.reader import FcrParseError, iter_lines
 
+    refuse_binary(path)
     try:
         for line_no, raw in iter_lines(path):
             try:

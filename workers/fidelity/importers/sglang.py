@@ -49,20 +49,50 @@ def _merge_stream(chunks) -> list[dict]:
     for ch in chunks:
         if isinstance(ch, dict):
             by_index.setdefault(ch.get("index", 0), []).append(ch)
-    outs = []
-    for i in sorted(by_index, key=lambda x: (str(type(x)), x)):
-        group = by_index[i]
-        last = dict(group[-1])
-        mi = last.get("meta_info") if isinstance(last.get("meta_info"), dict) else {}
-        n_lp = len(mi.get("output_token_logprobs") or [])
-        ids = last.get("output_ids")
-        if isinstance(ids, list) and len(ids) < n_lp:  # incremental streaming: concatenate
-            cat = []
-            for c in group:
-                cat.extend(c.get("output_ids") or [])
-            last["output_ids"] = cat
-        outs.append(last)
-    return outs
+    return [_merge_group(by_index[i]) for i in sorted(by_index, key=lambda x: (str(type(x)), x))]
+
+
+def _mi(chunk) -> dict:
+    return chunk.get("meta_info") if isinstance(chunk.get("meta_info"), dict) else {}
+
+
+def _is_incremental(group) -> bool:
+    """SGLang's ``--incremental-streaming-output``: every chunk carries only its new ``output_ids``, ``text`` and
+    output log-probs (``completion_tokens`` stays cumulative). Cumulative chunks each extend the previous one."""
+    ids = [c.get("output_ids") if isinstance(c.get("output_ids"), list) else [] for c in group]
+    ct = _mi(group[-1]).get("completion_tokens")
+    if type(ct) is int and len(group) > 1:
+        if len(ids[-1]) == ct:
+            return False
+        if sum(map(len, ids)) == ct:
+            return True
+    return any(len(b) < len(a) or b[:len(a)] != a for a, b in zip(ids, ids[1:]))
+
+
+def _merge_group(group) -> dict:
+    """One choice's chunks → its output: ids concatenated when they are increments, else the last chunk's; each
+    output log-prob list likewise, judged by whether its lengths add up to the ids (newer incremental streaming
+    slices them too) or the last one already covers them (older ``--stream-output``: cumulative log-probs)."""
+    last = dict(group[-1])
+    if len(group) == 1:
+        return last
+    ids_inc = _is_incremental(group)
+    if ids_inc:
+        last["output_ids"] = [t for c in group for t in (c.get("output_ids") or [])]
+    n = len(last.get("output_ids") or [])
+    mi = dict(_mi(last))
+    sliced = False
+    for key in ("output_token_logprobs", "output_top_logprobs"):
+        parts = [_mi(c).get(key) if isinstance(_mi(c).get(key), list) else [] for c in group]
+        if len(parts[-1]) != n and sum(map(len, parts)) == n:
+            mi[key] = [e for part in parts for e in part]
+            sliced = True
+    if sliced and "input_token_logprobs" not in mi and "input_token_logprobs" in _mi(group[0]):
+        mi["input_token_logprobs"] = _mi(group[0])["input_token_logprobs"]
+    if ids_inc and sliced and all(isinstance(c.get("text"), str) for c in group):
+        last["text"] = "".join(c["text"] for c in group)
+    last["meta_info"] = mi
+    return last
 
 
 def _entries(lst):
@@ -136,7 +166,10 @@ def convert(obj, *, ref, opts, call_index) -> list[dict]:
         p = rec["prompt"]
         inp = _entries(mi.get("input_token_logprobs"))
         pt = mi.get("prompt_tokens")
-        if input_ids is not None:
+        echoed = int_list(out.get("prompt_token_ids", mi.get("prompt_token_ids")))  # return_prompt_token_ids
+        if echoed is not None:
+            p["token_ids"], p["provenance"] = echoed, "engine"
+        elif input_ids is not None:
             p["token_ids"], p["provenance"] = input_ids, "engine_input"
         elif inp is not None and type(pt) is int and len(inp[0]) == pt and int_list(inp[0]) is not None:
             p["token_ids"], p["provenance"] = inp[0], "engine"
@@ -180,10 +213,18 @@ def convert(obj, *, ref, opts, call_index) -> list[dict]:
         if extra:
             rec["extra"] = extra
         if mi.get("routed_experts") is not None:  # return_routed_experts (docs/routing.md)
-            attach_rollout_routes(rec, lambda P, T: sglang_response_routes(mi["routed_experts"], P, T,
-                                                                           num_layers=opts.get("moe_layers")))
+            attach_rollout_routes(rec, lambda P, T: sglang_response_routes(
+                mi["routed_experts"], P, T, num_layers=opts.get("moe_layers"), **_route_layout(req, mi)))
         recs.append(rec)
     return recs
+
+
+def _route_layout(req: dict, mi: dict) -> dict:
+    """What the exchange declares about its routed-experts payload: ``routed_experts_start_len`` (rows start at that
+    token, not at 0) and a ``routed_experts_dtype``; the decoder refuses what it cannot place (docs/routing.md)."""
+    start = mi.get("routed_experts_start_len", req.get("routed_experts_start_len"))
+    dtype = mi.get("routed_experts_dtype", req.get("routed_experts_dtype"))
+    return {"start_len": start, "dtype": dtype}
 
 
 def import_sglang(in_path, out_path, *, run_id=None, step=None, tokenizer=None, logprobs_mode=None,

@@ -26,6 +26,9 @@ log-probs the run's slice. The task text the rollout was given — verl ``raw_pr
 """
 from __future__ import annotations
 
+import os
+import re
+
 from workers.fidelity.importers.common import (
     dump, ids_sha256, int_list, read_jsonl, ref_of, skeleton, task_text, text_sha256,
 )
@@ -46,9 +49,12 @@ def split_calls(response_ids, mask):
 
 
 def trajectory_records(*, prompt_ids, response_ids, mask, logprobs, traj, step, run_id, ref, fmt, opts,
-                       policy_version=None, extra=None, first_index=0, prompt=None) -> list[dict]:
+                       policy_version=None, extra=None, first_index=0, prompt=None, token_versions=None,
+                       unverified=(), ids_reencoded=False, trainer=None) -> list[dict]:
     """One ``fcr/1`` record per model call of a trajectory (see the module docstring); call indices start at
-    ``first_index`` (SkyRL step-wise rows continue a trajectory)."""
+    ``first_index`` (SkyRL step-wise rows continue a trajectory). ``token_versions`` (one int or None per response
+    token) is the version that sampled each token of a partial rollout; ``unverified`` lists ``(start, end, reason)``
+    response spans whose log-prob is not shown to be the engine's (docs/fcr.md#rollout-and-trainer)."""
     if prompt_ids is None or response_ids is None:
         raise ValueError("prompt or response ids missing or not lists of non-negative ints")
     n = len(response_ids)
@@ -58,13 +64,12 @@ def trajectory_records(*, prompt_ids, response_ids, mask, logprobs, traj, step, 
         raise ValueError(f"mask must be 0/1 per response token ({n}), got {type(mask).__name__} of "
                          f"{len(mask) if isinstance(mask, list) else '?'}")
     lps_ok = isinstance(logprobs, list) and len(logprobs) == n
-    retok = opts.get("ids_from") == "text" or (fmt == "skyrl" and logprobs is None)
+    retok = opts.get("ids_from") == "text" or (fmt == "skyrl" and logprobs is None) or ids_reencoded
     out = []
     for k, (a, b) in enumerate(split_calls(response_ids, mask), start=first_index):
         rec = skeleton(run_id=run_id, trajectory_id=traj, step=step, call_id=f"{traj}#{k}", call_index=k,
                        source_format=fmt, ref=ref, tokenizer=opts.get("tokenizer"))
         rec["role"], rec["role_source"], rec["purpose"] = "policy", "config", "main_loop"
-        rec["model"]["policy_version"] = policy_version
         rec["engine"] = {"name": opts.get("engine") or "unknown", "api": "generate",
                          "logprobs_mode": opts.get("logprobs_mode"),
                          "generation_config_source": opts.get("generation_config_source", "unknown")}
@@ -76,13 +81,43 @@ def trajectory_records(*, prompt_ids, response_ids, mask, logprobs, traj, step, 
         r = list(response_ids[a:b])
         rec["response"].update(token_ids=r, provenance="retokenized" if retok else "engine", ids_sha256=ids_sha256(r))
         lp = [v if (type(v) is float or type(v) is int) else None for v in logprobs[a:b]] if lps_ok else [None] * len(r)
-        rec["rollout"] = {"logprobs": [None] * len(r) if retok else lp}
+        rec["rollout"] = {"logprobs": [None] * len(r) if retok and not ids_reencoded else lp}
+        rec["model"]["policy_version"] = _call_versions(rec, policy_version, token_versions, a, b)
+        spans = [[max(s, a) - a, min(e, b) - a, why] for s, e, why in unverified if s < b and e > a]
+        if spans:
+            rec["rollout"]["logprob_unverified"] = spans
+        if trainer is not None:  # a step dump that holds the trainer's side too (NeMo RL)
+            rec["trainer"] = _trainer_block(trainer, a, b, traj)
         ex = dict(extra or {}, response_span=[a, b])
         if logprobs is not None and not lps_ok:
             ex["logprobs_unaligned"] = True
         rec["extra"] = ex
         out.append(rec)
     return out
+
+
+def _trainer_block(trainer, a, b, traj) -> dict:
+    """The trainer's side of one call from a step dump: its recomputed log-probs, the mask it applied (its token
+    mask × the sample's weight) and the training sequence the calls shared (``sample_id``)."""
+    lps = trainer["logprobs"][a:b]
+    block = {"logprobs": [v if type(v) in (int, float) else None for v in lps],
+             "loss_mask_used": [1 if trainer["used"] else 0] * (b - a), "sample_id": traj}
+    if type(trainer.get("policy_version")) is int:
+        block["policy_version"] = trainer["policy_version"]
+    return block
+
+
+def _call_versions(rec, policy_version, token_versions, a, b):
+    """The call's ``model.policy_version``: the sample's one version, or, for a partial rollout, the version of
+    every token of the call when they share one; otherwise None and ``rollout.token_policy_versions`` says which
+    version (or null: unknown) sampled each token — never the sample's last version."""
+    if token_versions is None:
+        return policy_version
+    tv = token_versions[a:b]
+    if tv and tv[0] is not None and tv.count(tv[0]) == len(tv):
+        return tv[0]
+    rec["rollout"]["token_policy_versions"] = tv
+    return None
 
 
 def _int_or_none(v):
@@ -98,61 +133,187 @@ def _version(v):
     return None
 
 
-def _rows(obj, fmt):
-    """One input line → trajectories ``[(key, prompt, response, mask, logprobs, version, extra)]``."""
-    if fmt == "verl":
-        ef = obj.get("extra_fields") if isinstance(obj.get("extra_fields"), dict) else {}
-        version = _version(ef.get("param_version_end", ef.get("param_version")))
-        extra = {k: obj[k] for k in ("num_turns", "reward_score") if obj.get(k) is not None}
-        return [(obj.get("trajectory_id") or obj.get("uid") or obj.get("request_id"), int_list(obj.get("prompt_ids")),
-                 int_list(obj.get("response_ids")), obj.get("response_mask"), obj.get("response_logprobs"), version,
-                 extra, obj.get("raw_prompt", obj.get("messages")))]
-    if fmt == "slime":
-        tokens = int_list(obj.get("tokens"))
-        n = obj.get("response_length")
-        if tokens is None or type(n) is not int or not 0 <= n <= len(tokens):
-            raise ValueError("tokens / response_length missing or inconsistent")
-        versions = obj.get("weight_versions") or []
-        key = obj.get("trajectory_id") or (f"{obj.get('group_index')}:{obj.get('index')}"
-                                           if obj.get("index") is not None else None)
-        extra = {k: obj[k] for k in ("status",) if isinstance(obj.get(k), str)}
-        return [(key, tokens[:len(tokens) - n], tokens[len(tokens) - n:], obj.get("loss_mask"),
-                 obj.get("rollout_log_probs"), _version(versions[-1]) if versions else None, extra, obj.get("prompt"))]
-    # skyrl: a batch (column lists) or one trajectory
+def _traj(key, prompt_ids, response_ids, mask, logprobs, prompt, *, version=None, token_versions=None, extra=None,
+          unverified=(), ids_reencoded=False, trainer=None) -> dict:
+    return {"key": key, "prompt_ids": prompt_ids, "response_ids": response_ids, "mask": mask, "logprobs": logprobs,
+            "prompt": prompt, "policy_version": version, "token_versions": token_versions, "extra": extra or {},
+            "unverified": list(unverified), "ids_reencoded": ids_reencoded, "trainer": trainer}
+
+
+def _span_versions(start, end, n):
+    """verl fully-async ``param_version_start`` / ``param_version_end`` → (one version, per-token versions): a sample
+    resumed across weight updates (start ≠ end) has tokens from several versions and the log does not say which
+    produced which, so every token's version is unknown (None)."""
+    s, e = _version(start), _version(end)
+    if s is None and e is None:
+        return None, None
+    if s is None or e is None or s == e:
+        return (s if s is not None else e), None
+    return None, [None] * n
+
+
+def _verl_rows(obj):
+    ef = obj.get("extra_fields") if isinstance(obj.get("extra_fields"), dict) else {}
+    resp = int_list(obj.get("response_ids"))
+    n = len(resp) if resp is not None else 0
+
+    def field(name):
+        return obj.get(name) if obj.get(name) is not None else ef.get(name)
+    version, tv = _span_versions(field("param_version_start"), field("param_version_end"), n)
+    if version is None and tv is None:
+        version = _version(field("param_version"))
+    extra = {k: obj[k] for k in ("num_turns", "reward_score") if obj.get(k) is not None}
+    if tv is not None:
+        extra["policy_versions"] = [_version(field("param_version_start")), _version(field("param_version_end"))]
+    lps = obj.get("response_logprobs") if obj.get("response_logprobs") is not None else obj.get("log_probs")
+    return [_traj(obj.get("trajectory_id") or obj.get("uid") or obj.get("request_id"),
+                  int_list(obj.get("prompt_ids")), resp, obj.get("response_mask"), lps,
+                  obj.get("raw_prompt", obj.get("messages")), version=version, token_versions=tv, extra=extra)]
+
+
+def _slime_versions(wv, prompt_len, n):
+    """slime ``weight_versions`` → (one version, per-token versions). Older slime appends one version string per
+    engine call (no token positions): one distinct version is the sample's; several (a partial rollout) leave every
+    token's version unknown. Newer samples hold per call a list of ``{version, abs_start, abs_end}`` spans over
+    ``tokens``: each response token gets its span's version (None where no span covers it)."""
+    if not isinstance(wv, list) or not wv:
+        return None, None
+    spans = [s for call in wv for s in (call if isinstance(call, list) else [call]) if isinstance(s, dict)]
+    if not spans:
+        distinct = {_version(v) for v in wv}
+        if len(distinct) == 1:
+            return distinct.pop(), None
+        return None, [None] * n
+    tv = [None] * n
+    for s in spans:
+        v, a, b = _version(s.get("version")), s.get("abs_start"), s.get("abs_end")
+        if type(a) is int and type(b) is int:
+            for t in range(max(a - prompt_len, 0), min(b - prompt_len, n)):
+                tv[t] = v
+    return None, tv
+
+
+def _slime_rows(obj):
+    tokens = int_list(obj.get("tokens"))
+    n = obj.get("response_length")
+    if tokens is None or type(n) is not int or not 0 <= n <= len(tokens):
+        raise ValueError("tokens / response_length missing or inconsistent")
+    version, tv = _slime_versions(obj.get("weight_versions"), len(tokens) - n, n)
+    key = obj.get("trajectory_id") or (f"{obj.get('group_index')}:{obj.get('index')}"
+                                       if obj.get("index") is not None else None)
+    extra = {k: obj[k] for k in ("status",) if isinstance(obj.get(k), str)}
+    return [_traj(key, tokens[:len(tokens) - n], tokens[len(tokens) - n:], obj.get("loss_mask"),
+                  obj.get("rollout_log_probs"), obj.get("prompt"), version=version, token_versions=tv, extra=extra)]
+
+
+def _skyrl_unverified(r, m, lp, stop, appended_eos):
+    """SkyRL appends an EOS (loss mask 1) with rollout log-prob 0.0 when a response did not end with one and did
+    not stop for length: that value is a placeholder, not the engine's. The output does not say whether it
+    appended; a last model token logged with exactly 0.0 and a stop reason other than ``length`` is taken as one."""
+    if not (isinstance(r, list) and r and isinstance(lp, list) and len(lp) == len(r)):
+        return []
+    last_model = isinstance(m, list) and len(m) == len(r) and m[-1] == 1 or m is None
+    if appended_eos is True or (last_model and stop != "length" and type(lp[-1]) in (int, float) and lp[-1] == 0):
+        return [(len(r) - 1, len(r), "placeholder")]
+    return []
+
+
+def _skyrl_reencoded(flag) -> bool:
+    """An environment's ``postprocessed_action`` replaced the sampled text and SkyRL re-encoded its ids, keeping the
+    sampled log-probs: logged per trajectory as a truthy ``postprocessed_action`` (or in its ``env_metrics``)."""
+    if isinstance(flag, dict):
+        flag = flag.get("postprocessed_action")
+    return bool(flag)
+
+
+def _skyrl_rows(obj):
     if isinstance(obj.get("prompt_token_ids"), list) and obj["prompt_token_ids"] and isinstance(
             obj["prompt_token_ids"][0], list):
-        B = len(obj["prompt_token_ids"])
-
-        def col(name):
-            v = obj.get(name)
-            if v is None:
-                return [None] * B
-            if not isinstance(v, list) or len(v) != B:
-                raise ValueError(f"{name} must be a list of {B} entries (one per trajectory)")
-            return v
-        tids, lps = col("trajectory_ids"), obj.get("rollout_logprobs")
-        lps = [None] * B if lps is None else col("rollout_logprobs")
-        out = []
-        for p, r, m, lp, tid, stop, conv in zip(col("prompt_token_ids"), col("response_ids"), col("loss_masks"),
-                                                lps, tids, col("stop_reasons"), col("prompts")):
-            key = f"{tid.get('instance_id')}_{tid.get('repetition_id')}" if isinstance(tid, dict) else None
-            out.append((key, int_list(p), int_list(r), m, lp, None, {"stop_reason": stop} if stop else {}, conv))
-        return out
+        return _skyrl_batch(obj)
     tid = obj.get("trajectory_id")
     key = f"{tid.get('instance_id')}_{tid.get('repetition_id')}" if isinstance(tid, dict) else tid
-    return [(key, int_list(obj.get("prompt_token_ids")), int_list(obj.get("response_ids")),
-             obj.get("loss_mask", obj.get("loss_masks")), obj.get("rollout_logprobs"), None, {},
-             obj.get("prompt", obj.get("prompts")))]
+    r, m = int_list(obj.get("response_ids")), obj.get("loss_mask", obj.get("loss_masks"))
+    lp, stop = obj.get("rollout_logprobs"), obj.get("stop_reason")
+    reenc = _skyrl_reencoded(obj.get("postprocessed_action")) or _skyrl_reencoded(obj.get("env_metrics"))
+    return [_traj(key, int_list(obj.get("prompt_token_ids")), r, m, lp, obj.get("prompt", obj.get("prompts")),
+                  extra={"stop_reason": stop} if isinstance(stop, str) else {},
+                  unverified=_skyrl_unverified(r, m, lp, stop, obj.get("appended_eos_token")) +
+                  ([(0, len(r), "reencoded")] if reenc and r and lp is not None else []), ids_reencoded=reenc)]
+
+
+def _skyrl_batch(obj):
+    """A ``GeneratorOutput`` batch: column lists, one entry per trajectory."""
+    B = len(obj["prompt_token_ids"])
+
+    def col(name):
+        v = obj.get(name)
+        if v is None:
+            return [None] * B
+        if not isinstance(v, list) or len(v) != B:
+            raise ValueError(f"{name} must be a list of {B} entries (one per trajectory)")
+        return v
+    out = []
+    for p, r, m, lp, tid, stop, conv, eos, post, env in zip(
+            col("prompt_token_ids"), col("response_ids"), col("loss_masks"), col("rollout_logprobs"),
+            col("trajectory_ids"), col("stop_reasons"), col("prompts"), col("appended_eos_token"),
+            col("postprocessed_action"), col("env_metrics")):
+        key = f"{tid.get('instance_id')}_{tid.get('repetition_id')}" if isinstance(tid, dict) else None
+        r = int_list(r)
+        reenc = _skyrl_reencoded(post) or _skyrl_reencoded(env)
+        unverified = _skyrl_unverified(r, m, lp, stop, eos)
+        if reenc and r and lp is not None:
+            unverified.append((0, len(r), "reencoded"))
+        out.append(_traj(key, int_list(p), r, m, lp, conv, extra={"stop_reason": stop} if stop else {},
+                         unverified=unverified, ids_reencoded=reenc))
+    return out
+
+
+def _nemo_rows(obj):
+    """NeMo RL's ``train_data_step{N}.jsonl`` (``log_batched_dict_as_jsonl`` of the step's train data, one sample per
+    line): ``token_ids`` (or ``input_ids``) of the whole padded sequence, ``input_lengths``, ``token_mask`` (or
+    ``token_loss_mask``: 1 on the model's tokens), ``sample_mask`` (or ``sample_loss_mask``), and at column j the
+    engine's (``generation_logprobs``) and the trainer's (``prev_logprobs``) log-prob of token j. Both sides are
+    imported at once; the prompt is everything before the first model token."""
+    ids = int_list(obj.get("token_ids", obj.get("input_ids")))
+    n = obj.get("input_lengths", obj.get("input_length"))
+    mask = obj.get("token_mask", obj.get("token_loss_mask"))
+    gen, prev = obj.get("generation_logprobs"), obj.get("prev_logprobs")
+    if ids is None or type(n) is not int or not 0 < n <= len(ids):
+        raise ValueError("token_ids / input_lengths missing or inconsistent (log token_ids with the step's train data)")
+    for name, v in (("token_mask", mask), ("generation_logprobs", gen), ("prev_logprobs", prev)):
+        if not isinstance(v, list) or len(v) < n:
+            raise ValueError(f"{name} must be a list covering the {n} tokens of the sequence")
+    ones = [t for t in range(n) if mask[t] == 1]
+    first = ones[0] if ones else n
+    used = obj.get("sample_mask", obj.get("sample_loss_mask", 1))
+    resp_mask = [1 if m == 1 else 0 if m == 0 else m for m in mask[first:n]]
+    # NeMo RL writes 0 where the engine reported no log-prob: an exact 0.0 on a model token cannot be shown to be
+    # the engine's value (a loss mask of 1 is no evidence)
+    stand_in = [(t, t + 1, "not_reported") for t, v in enumerate(gen[first:n])
+                if resp_mask[t] == 1 and type(v) in (int, float) and v == 0]
+    return [_traj(obj.get("trajectory_id") or obj.get("sample_id"), ids[:first], ids[first:n], resp_mask,
+                  list(gen[first:n]), obj.get("content") if isinstance(obj.get("content"), (str, list)) else None,
+                  unverified=stand_in,
+                  version=_version(obj.get("policy_version")),
+                  extra={k: obj[k] for k in ("rewards", "reward") if type(obj.get(k)) in (int, float)},
+                  trainer={"logprobs": list(prev[first:n]), "used": used not in (0, 0.0, False),
+                           "policy_version": _version(obj.get("trainer_policy_version"))})]
+
+
+_ROWS = {"verl": _verl_rows, "slime": _slime_rows, "skyrl": _skyrl_rows, "nemo-rl": _nemo_rows}
 
 
 def import_trajectories(in_path, out_path, *, fmt, run_id=None, step=None, tokenizer=None, engine=None,
                         logprobs_mode=None, generation_config_source="unknown", ids_from="engine", **_ignored) -> dict:
     """Convert verl / slime / SkyRL rollout outputs (``fmt``) to ``fcr/1``; returns counts. A line that cannot be
     read becomes a ``missing`` record (docs/fidelity-rules.md#importers)."""
-    if fmt not in ("verl", "slime", "skyrl"):
+    if fmt not in _ROWS:
         raise ValueError(f"unknown trajectory format {fmt!r}")
     if ids_from not in ("engine", "text"):
         raise ValueError("ids_from must be 'engine' or 'text'")
+    if step is None and fmt == "nemo-rl":  # NeMo RL names its dumps train_data_step{N}.jsonl
+        m = re.search(r"train_data_step(\d+)", os.path.basename(os.fspath(in_path)))
+        step = int(m.group(1)) if m else None
     opts = {"tokenizer": tokenizer, "engine": engine, "logprobs_mode": logprobs_mode,
             "generation_config_source": generation_config_source, "ids_from": ids_from}
     stats = {"lines": 0, "trajectories": 0, "records": 0, "failed": 0, "turns_without_model_tokens": 0}
@@ -169,12 +330,12 @@ def import_trajectories(in_path, out_path, *, fmt, run_id=None, step=None, token
                 st = st if type(st) is int else -1
                 rid = obj.get("run_id") if isinstance(obj.get("run_id"), str) else run_id or "unknown"
                 recs = []
-                for j, (key, p, r, m, lp, version, extra, prompt) in enumerate(_rows(obj, fmt)):
+                for j, row in enumerate(_ROWS[fmt](obj)):
+                    key = row.pop("key")
                     traj = str(key) if key is not None else f"{ref}/{j}"
                     # SkyRL step-wise rows repeat a trajectory id (one row per turn, in order): indices continue
-                    got = trajectory_records(prompt_ids=p, response_ids=r, mask=m, logprobs=lp, traj=traj, step=st,
-                                             run_id=rid, ref=ref, fmt=fmt, opts=opts, policy_version=version,
-                                             extra=extra, first_index=next_index.get(traj, 0), prompt=prompt)
+                    got = trajectory_records(traj=traj, step=st, run_id=rid, ref=ref, fmt=fmt, opts=opts,
+                                             first_index=next_index.get(traj, 0), **row)
                     next_index[traj] = next_index.get(traj, 0) + len(got)
                     stats["trajectories"] += 1
                     stats["turns_without_model_tokens"] += int(not got)

@@ -139,9 +139,14 @@ def convert_exchange(obj: dict, *, line: int, ref: str, opts: dict, call_index: 
     error = error_text(resp)
     if error is not None:
         raise ValueError(f"HTTP error body: {error}")
+    status = meta.get("status", obj.get("status"))
+    if type(status) is int and status >= 400:
+        raise ValueError(f"HTTP status {status}: not a completed model call")
     headers = headers_of(obj)
     chat = "messages" in req or str(resp.get("object", "")).startswith("chat")
-    api = "chat.completions" if chat else "completions"
+    # vLLM's tokens-in/tokens-out endpoint: ``{token_ids, sampling_params}`` in, ``choices[].token_ids`` out
+    generate = not chat and "prompt" not in req and int_list(req.get("token_ids")) is not None
+    api = "chat.completions" if chat else "generate" if generate else "completions"
     traj = meta.get("trajectory_id") or headers.get("x-fcr-trajectory") or (
         f"{obj.get('rollout_id')}:{obj.get('attempt_id')}" if agl else "unknown")
     base_id = meta.get("call_id") or headers.get("x-fcr-call-id") or resp.get("id") or ref
@@ -189,19 +194,20 @@ def convert_exchange(obj: dict, *, line: int, ref: str, opts: dict, call_index: 
         if isinstance(req.get("skip_special_tokens"), bool):
             eng["skip_special_tokens"] = req["skip_special_tokens"]
         rec["engine"] = eng
-        rec["sampling"] = _sampling(req)
+        rec["sampling"] = _sampling(req["sampling_params"] if generate and isinstance(req.get("sampling_params"), dict)
+                                    else req)
 
         # prompt ids
         p = rec["prompt"]
-        pids = int_list(resp.get("prompt_token_ids")) if chat else None
+        pids = int_list(resp.get("prompt_token_ids")) if chat or generate else None
         if pids is None:
             pids = int_list(ch.get("prompt_token_ids"))
+        sent = req.get("token_ids") if generate else req.get("prompt")
+        pin = int_list(sent) if isinstance(sent, list) else None
         if pids is not None:
             p["token_ids"], p["provenance"] = pids, "engine"
-        else:
-            pin = int_list(req.get("prompt")) if isinstance(req.get("prompt"), list) else None
-            if pin is not None:
-                p["token_ids"], p["provenance"] = pin, "engine_input"
+        elif pin is not None:
+            p["token_ids"], p["provenance"] = pin, "engine_input"
         p["ids_sha256"] = ids_sha256(p["token_ids"])
         p["task_prompt_sha256_declared"] = meta.get("task_prompt_sha256_declared")
         p["task_prompt_sha256_observed"] = text_sha256(user_text) if isinstance(user_text, str) else None
@@ -231,24 +237,19 @@ def convert_exchange(obj: dict, *, line: int, ref: str, opts: dict, call_index: 
         if not chat and req.get("echo") is True and tok_strings is not None:
             # echo=True: vLLM lists the prompt's tokens first (logprobs.tokens = prompt + output; the first prompt
             # token has a null log-prob) and text = prompt text + output text. Keep the output's tail.
-            rids_ = int_list(ch.get("token_ids"))
-            pids_ = int_list(ch.get("prompt_token_ids"))
-            if rids_ is not None and len(tok_strings) >= len(rids_):
-                echo_cut = len(tok_strings) - len(rids_)
-            elif pids_ is not None and len(tok_strings) >= len(pids_):
-                echo_cut = len(pids_)
-            if echo_cut is not None:
-                tok_strings, tok_lps = tok_strings[echo_cut:], tok_lps[echo_cut:]
-                tops = tops[echo_cut:] if has_top and len(tops) >= echo_cut else tops
+            echo_cut = _echo_cut(len(tok_strings), int_list(ch.get("token_ids")), pin if pids is None else pids,
+                                 usage.get("prompt_tokens") if len(choices) == 1 else None)
+            tok_strings, tok_lps = tok_strings[echo_cut:], tok_lps[echo_cut:]
+            tops = tops[echo_cut:] if has_top and len(tops) >= echo_cut else tops
 
         # response ids
         r = rec["response"]
         text = ch.get("text") if not chat else ((ch.get("message") or {}).get("content"))
         if not chat and req.get("echo") is True and isinstance(text, str):
             # the echoed prompt text is not the response's; without return_token_ids it leads the text
+            # (a prompt sent as ids is echoed as its decoded text, which this importer cannot strip: no text then)
             ptext = req.get("prompt") if isinstance(req.get("prompt"), str) else None
-            text = text[len(ptext):] if ptext is not None and text.startswith(ptext) else (
-                text if req.get("return_token_ids") else None)
+            text = text[len(ptext):] if ptext is not None and text.startswith(ptext) else None
         rids = int_list(ch.get("token_ids"))
         if rids is not None:
             r["token_ids"], r["provenance"] = rids, "engine"
@@ -292,6 +293,18 @@ def convert_exchange(obj: dict, *, line: int, ref: str, opts: dict, call_index: 
             attach_rollout_routes(rec, lambda P, T: vllm_response_routes(ch["routed_experts"], P, T))
         out.append(rec)
     return out
+
+
+def _echo_cut(n_listed, rids, pids, usage_prompt_tokens) -> int:
+    """``echo=True`` (completions): how many leading entries of ``logprobs.tokens`` are the echoed prompt — the
+    listed count minus the engine's response ids, else the prompt's ids (engine or sent), else the engine's prompt
+    token count. When none is known the exchange is refused: the echoed prompt must never pass for a response."""
+    for cut in ((n_listed - len(rids)) if rids is not None else None, len(pids) if pids is not None else None,
+                usage_prompt_tokens if type(usage_prompt_tokens) is int else None):
+        if cut is not None and 0 <= cut <= n_listed:
+            return cut
+    raise ValueError("echo=True: the log does not say where the echoed prompt ends (no token_ids, prompt ids or "
+                     "usage.prompt_tokens), so the response cannot be told from the prompt")
 
 
 def import_vllm(in_path, out_path, *, run_id=None, step=None, steps=None, tokenizer=None, logprobs_mode=None,
