@@ -274,6 +274,11 @@ class Run:
         self._tables.append(table)
         return table.num_rows
 
+    def flush(self):
+        """Close the open segment now (call it between steps, e.g. when a checkpoint is saved): its steps go to
+        the uploader instead of waiting for ``segment_steps`` more."""
+        self._close_segment()
+
     def _gap(self, steps, message: str):
         self.gaps.update(int(s) for s in steps)
         self._warn_once(message.split(":")[0] if "not logged" not in message else "log_step", message)
