@@ -18,6 +18,7 @@ urlpatterns = [
     path("projects/<slug:slug>/jobs/", jobs.ProjectJobList.as_view(), name="project-job-list"),
     path("uploads/<int:pk>/", runs.UploadDetail.as_view(), name="upload-detail"),
     path("runs/<int:pk>/", dashboards.RunDetail.as_view(), name="run-detail"),
+    path("runs/<int:pk>/state/", runs.RunState.as_view(), name="run-state"),
     path("jobs/<int:pk>/", jobs.JobDetail.as_view(), name="job-detail"),
     path("jobs/<int:pk>/cancel/", jobs.JobCancel.as_view(), name="job-cancel"),
     path("runs/<int:pk>/certificate/", certificates.RunCertificateDetail.as_view(), name="run-certificate"),

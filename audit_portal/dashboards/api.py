@@ -12,12 +12,17 @@ from audit_portal.accounts.selectors import get_project
 from audit_portal.core.errors import PortalError
 from audit_portal.dashboards import tables
 from audit_portal.runs import selectors as run_selectors
+from audit_portal.runs.api import RunStartMixin
 
 
 class RunRowSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     project = serializers.CharField(source="project.slug")
     name = serializers.CharField()
+    config = serializers.JSONField(help_text="the trainer's configuration, as the client declared it")
+    tags = serializers.JSONField()
+    state = serializers.CharField()
+    missing_steps = serializers.JSONField(help_text="steps the client could not log (a counted gap)")
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
     certificate_id = serializers.IntegerField(allow_null=True)
@@ -56,8 +61,9 @@ def _filtered_rows(request, slug):
 
 
 @extend_schema(parameters=FILTERS)
-class ProjectRunList(generics.ListAPIView):
-    """The project's runs with their latest certificate's numbers and verdict; the runs table's filters and sort."""
+class ProjectRunList(RunStartMixin, generics.ListAPIView):
+    """The project's runs with their latest certificate's numbers and verdict; the runs table's filters and sort.
+    ``POST`` starts or resumes a run (runs/api.py)."""
 
     serializer_class = RunRowSerializer
     pagination_class = RunPages

@@ -16,6 +16,10 @@ LIVE_VIEW = inline_serializer("RunLiveView", {
     "steps": serializers.IntegerField(help_text="steps merged so far"),
     "first_step": serializers.IntegerField(allow_null=True), "last_step": serializers.IntegerField(allow_null=True),
     "uploads": serializers.IntegerField(help_text="segments merged"),
+    "merged_uploads": serializers.ListField(child=serializers.IntegerField(), help_text="their upload ids (a client "
+                                            "waits for its segments to be merged before it reports the run)"),
+    "skipped_uploads": serializers.ListField(child=serializers.IntegerField(allow_null=True),
+                                             help_text="the latest uploads left out (at most 20)"),
     "summary": serializers.DictField(help_text="sequences, tokens, accepted, acceptance_rate, eps_hat, delta_hat, "
                                                "T_ref, threshold, data_errors of the run so far"),
     "best_bound": serializers.FloatField(allow_null=True), "best_bound_id": serializers.CharField(allow_null=True),

@@ -128,6 +128,7 @@ def live_json(live: LiveRun) -> dict:
         series[key] = [((r.get(under) or {}) if under else r).get(key) for r in rows]
     return {"run": live.run_id, "steps": len(live.steps), "first_step": live.steps[0] if live.steps else None,
             "last_step": live.steps[-1] if live.steps else None, "uploads": len(live.uploads),
+            "merged_uploads": list(live.uploads), "skipped_uploads": [s.get("upload") for s in live.skipped],
             "summary": {k: s.get(k) for k in ("sequences", "tokens", "accepted", "acceptance_rate", "eps_hat",
                                               "delta_hat", "T_ref", "threshold", "data_errors")},
             "best_bound": bounds.get("best"), "best_bound_id": bounds.get("argmin"), "series": series,

@@ -5,6 +5,7 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_seriali
 from rest_framework import exceptions, generics, serializers, status
 from rest_framework.parsers import MultiPartParser
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from audit_portal.accounts.principal import Principal
 from audit_portal.accounts.selectors import get_project
@@ -45,6 +46,15 @@ def jobs_by_upload(principal, upload_ids) -> dict[int, list[dict]]:
     for j in jobs:
         out.setdefault(j.pop("subject_id"), []).append(j)
     return out
+
+
+class RunSerializer(serializers.ModelSerializer):
+    project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+
+    class Meta:
+        model = Run
+        fields = ["id", "project", "name", "config", "tags", "state", "missing_steps", "created_at", "updated_at"]
+        read_only_fields = fields
 
 
 class UploadListCreate(WorkBudgetMixin, generics.ListAPIView):
@@ -130,3 +140,44 @@ class UploadDetail(generics.RetrieveAPIView):
 
     def get_object(self):
         return selectors.get_upload(Principal.from_request(self.request), self.kwargs["pk"])
+
+
+class RunStartMixin:
+    """``POST`` on a project's run list: a trainer client starts its run by name, or resumes it (the list itself,
+    with each run's verdict and metrics, is dashboards/api.py's)."""
+
+    @extend_schema(
+        request=inline_serializer("RunStart", {
+            "name": serializers.CharField(help_text="the run's name: the run_id of its records"),
+            "config": serializers.DictField(required=False, help_text="the trainer's configuration (JSON object)"),
+            "tags": serializers.ListField(child=serializers.CharField(), required=False)}),
+        responses={201: RunSerializer, 200: OpenApiResponse(RunSerializer, description="the run existed: resumed")},
+    )
+    def post(self, request, slug):
+        principal = Principal.from_request(request)
+        project = get_project(principal, slug)
+        if not principal.can_submit(project):
+            raise exceptions.PermissionDenied("Starting a run needs the submit role (or an API key with the submit "
+                                              "scope).")
+        data = request.data if isinstance(request.data, dict) else {}
+        run, created = services.start_run(project=project, name=data.get("name"), config=data.get("config"),
+                                          tags=data.get("tags"))
+        return Response(RunSerializer(run).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+
+class RunState(APIView):
+    """A trainer client ends its run: ``finished`` or ``failed``, with the steps it could not log."""
+
+    @extend_schema(request=inline_serializer("RunStateChange", {
+        "state": serializers.ChoiceField(choices=services.RUN_STATES),
+        "missing_steps": serializers.ListField(child=serializers.IntegerField(), required=False)}),
+        responses={200: RunSerializer})
+    def post(self, request, pk):
+        principal = Principal.from_request(request)
+        run = selectors.get_run(principal, pk)
+        if not principal.can_submit(run.project):
+            raise exceptions.PermissionDenied("Changing a run's state needs the submit role (or an API key with the "
+                                              "submit scope).")
+        data = request.data if isinstance(request.data, dict) else {}
+        run = services.set_run_state(run, state=data.get("state"), missing_steps=data.get("missing_steps"))
+        return Response(RunSerializer(run).data)

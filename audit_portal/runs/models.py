@@ -13,6 +13,13 @@ class Run(models.Model):
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="runs")
     name = models.CharField(max_length=200)
+    # Declared by a trainer client when it starts the run (POST /projects/<slug>/runs/; docs/client.md)
+    config = models.JSONField(default=dict, blank=True)
+    tags = models.JSONField(default=list, blank=True)
+    state = models.CharField(max_length=10, choices=[("running", "Running"), ("finished", "Finished"),
+                                                     ("failed", "Failed"), ("", "Not declared")], default="",
+                             blank=True)
+    missing_steps = models.JSONField(default=list, blank=True)  # steps the client could not log (disk, network)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -152,3 +152,67 @@ def record_validation(upload: Upload, summary: dict) -> Upload:
                        subject_kind="upload", subject_id=upload.pk, submitted_by=upload.submitted_by)
     upload.save()
     return upload
+
+
+RUN_STATES = ("running", "finished", "failed")
+CONFIG_MAX_BYTES = 64 * 1024
+TAGS_MAX = 32
+
+
+def _checked_declarations(config, tags) -> tuple[dict | None, list | None]:
+    """A client's ``config`` (a JSON object, at most 64 KiB) and ``tags`` (at most 32 short strings); a 400 else."""
+    import json
+
+    if config is not None:
+        if not isinstance(config, dict):
+            raise PortalError("config: a JSON object", code="invalid_run_config", extra={"field": "config"})
+        if len(json.dumps(config)) > CONFIG_MAX_BYTES:
+            raise PortalError(f"config: at most {CONFIG_MAX_BYTES // 1024} KiB of JSON", code="invalid_run_config",
+                              extra={"field": "config"})
+    if tags is not None:
+        if (not isinstance(tags, list) or len(tags) > TAGS_MAX
+                or not all(isinstance(t, str) and 0 < len(t) <= 64 for t in tags)):
+            raise PortalError(f"tags: a list of at most {TAGS_MAX} strings of 1 to 64 characters",
+                              code="invalid_run_tags", extra={"field": "tags"})
+    return config, tags
+
+
+def start_run(*, project, name: str, config=None, tags=None) -> tuple[Run, bool]:
+    """The run ``name`` of ``project``, created when new (a client starting or resuming it); ``config``/``tags``
+    given replace the stored ones. Returns ``(run, created)``; the run is marked running."""
+    if not isinstance(name, str) or not name.strip() or len(name) > 200:
+        raise PortalError("name: the run's name (its records' run_id), 1 to 200 characters", code="invalid_run_name",
+                          extra={"field": "name"})
+    config, tags = _checked_declarations(config, tags)
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                run, created = Run.objects.get_or_create(project=project, name=name)
+        except IntegrityError:  # a concurrent start of the same run
+            run, created = Run.objects.get(project=project, name=name), False
+        run = Run.objects.select_for_update().get(pk=run.pk)
+        if config is not None:
+            run.config = config
+        if tags is not None:
+            run.tags = tags
+        run.state = "running"
+        run.save()
+    return run, created
+
+
+def set_run_state(run: Run, *, state: str, missing_steps=None) -> Run:
+    """A client's end of the run (``finished`` or ``failed``), with the steps it could not log (added to those
+    recorded before: a resumed run may report its gaps in several processes)."""
+    if state not in RUN_STATES:
+        raise PortalError(f"state: one of {', '.join(RUN_STATES)}", code="invalid_run_state", extra={"field": "state"})
+    if missing_steps is not None and (not isinstance(missing_steps, list) or len(missing_steps) > 1_000_000 or not all(
+            isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 10**12 for s in missing_steps)):
+        raise PortalError("missing_steps: a list of step numbers", code="invalid_missing_steps",
+                          extra={"field": "missing_steps"})
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run.pk)
+        run.state = state
+        if missing_steps:
+            run.missing_steps = sorted(set(run.missing_steps) | set(missing_steps))
+        run.save()
+    return run

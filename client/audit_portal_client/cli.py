@@ -1,7 +1,9 @@
-"""``audit-portal upload FILE`` / ``audit-portal status UPLOAD_ID``: for CI.
+"""``audit-portal upload FILE`` / ``audit-portal status UPLOAD_ID`` / ``audit-portal sync SPOOL``: for CI.
 
-Connection: ``--url`` / ``AUDIT_PORTAL_URL``, ``--api-key`` / ``AUDIT_PORTAL_API_KEY``, ``--project`` /
-``AUDIT_PORTAL_PROJECT``. Exit codes (stable, for scripts):
+``sync SPOOL`` uploads what a run's spool folder still holds (a run that ended offline, or whose key was refused)
+and finishes the run, like ``wandb sync``. Connection: ``--url`` / ``AUDIT_PORTAL_URL``, ``--api-key`` /
+``AUDIT_PORTAL_KEY`` (or ``AUDIT_PORTAL_API_KEY``), ``--project`` / ``AUDIT_PORTAL_PROJECT``. Exit codes (stable,
+for scripts):
 
     0  uploaded (and, with --wait, certified within the budget if one was given)
     1  the portal refused the file or the certificate job failed (the message names the line and reason)
@@ -27,9 +29,9 @@ EXIT_OK, EXIT_REFUSED, EXIT_BUDGET, EXIT_UNREACHABLE, EXIT_PENDING, EXIT_REPLAY,
 
 def _client(args) -> Client:
     url = args.url or os.environ.get("AUDIT_PORTAL_URL")
-    key = args.api_key or os.environ.get("AUDIT_PORTAL_API_KEY")
+    key = args.api_key or os.environ.get("AUDIT_PORTAL_KEY") or os.environ.get("AUDIT_PORTAL_API_KEY")
     if not url or not key:
-        raise SystemExit(_usage("--url and --api-key (or AUDIT_PORTAL_URL and AUDIT_PORTAL_API_KEY) are required"))
+        raise SystemExit(_usage("--url and --api-key (or AUDIT_PORTAL_URL and AUDIT_PORTAL_KEY) are required"))
     return Client(url, key, timeout=args.http_timeout)
 
 
@@ -136,6 +138,27 @@ def cmd_status(args) -> int:
     return EXIT_OK
 
 
+def cmd_sync(args) -> int:
+    from audit_portal_client.run import sync
+
+    if not os.path.isfile(os.path.join(args.spool, "state.json")):
+        return _usage(f"{args.spool}: not a run's spool folder (no state.json)")
+    url = args.url or os.environ.get("AUDIT_PORTAL_URL")
+    if not url:  # the spool remembers the portal it was logging to
+        import json
+
+        with open(os.path.join(args.spool, "state.json")) as fh:
+            args.url = json.load(fh).get("url")
+    client = _client(args)
+    result, code = _call(lambda: sync(client, args.spool, project=args.project, timeout=args.timeout))
+    if code is not None:
+        return code
+    c = result.certificate
+    print(f"run {result.run_id}: {c.get('steps')} step(s), {c.get('sequences')} sequence(s), eps_hat "
+          f"{c.get('eps_hat')}, B*={result.best_bound}; missing steps: {c.get('missing_steps') or 'none'}\n{result.url}")
+    return EXIT_OK
+
+
 def _deadline(timeout: float) -> float:
     import time
 
@@ -163,12 +186,16 @@ def main(argv=None) -> int:
     s.add_argument("upload_id", type=int)
     s.add_argument("--budget", type=float)
     s.add_argument("--timeout", type=float, default=60.0)
+    y = sub.add_parser("sync", help="upload what a run's spool folder holds and finish the run")
+    y.add_argument("spool")
+    y.add_argument("--project", help="default: the project the spool was logging to")
+    y.add_argument("--timeout", type=float, default=900.0)
     try:
         args = ap.parse_args(argv)
     except SystemExit as exc:
         return EXIT_USAGE if exc.code else EXIT_OK
     try:
-        return cmd_upload(args) if args.cmd == "upload" else cmd_status(args)
+        return {"upload": cmd_upload, "status": cmd_status, "sync": cmd_sync}[args.cmd](args)
     except SystemExit as exc:
         return int(exc.code or 0)
 

@@ -37,9 +37,9 @@ class BudgetExceeded(Exception):
 
     def __init__(self, result: "FinishResult", budget: float):
         best = result.best_bound
-        super().__init__(f"certificate {result.certificate_id}: best bound B* = {best} exceeds the budget {budget}"
-                         if best is not None else f"certificate {result.certificate_id}: no bound could be certified "
-                         f"(budget {budget})")
+        what = f"certificate {result.certificate_id}" if result.certificate_id is not None else f"run {result.url}"
+        super().__init__(f"{what}: best bound B* = {best} exceeds the budget {budget}"
+                         if best is not None else f"{what}: no bound could be certified (budget {budget})")
         self.result, self.budget = result, budget
 
 
@@ -57,11 +57,11 @@ class ReplayFailed(Exception):
 
 @dataclass
 class FinishResult:
-    upload_id: int
+    upload_id: int | None  # None for a streamed run (Run.finish): its certificate is the run's live view
     run_id: int | None
     certificate_id: int | None
     url: str  # the run page (the certificate is its latest)
-    certificate: dict  # the API's certificate object (summary, bounds, …)
+    certificate: dict  # the API's certificate object (summary, bounds, …), or the run's live view for Run.finish
 
     @property
     def best_bound(self):
@@ -69,11 +69,19 @@ class FinishResult:
 
 
 class Client:
-    """A portal endpoint and a project API key (scopes ``read`` and ``submit``)."""
+    """A portal endpoint and a project API key (scopes ``read`` and ``submit``): given, or read from
+    ``AUDIT_PORTAL_URL``, ``AUDIT_PORTAL_KEY`` (or ``AUDIT_PORTAL_API_KEY``) and ``AUDIT_PORTAL_PROJECT``. Nothing is
+    sent until a request; :meth:`run` checks the key, URL and project at once."""
 
-    def __init__(self, url: str, api_key: str, *, timeout: float = 30.0):
+    def __init__(self, url: str | None = None, api_key: str | None = None, *, project: str | None = None,
+                 timeout: float = 30.0):
+        url = url or os.environ.get("AUDIT_PORTAL_URL")
+        api_key = api_key or os.environ.get("AUDIT_PORTAL_KEY") or os.environ.get("AUDIT_PORTAL_API_KEY")
+        if not url or not api_key:
+            raise ValueError("Client: give url and api_key, or set AUDIT_PORTAL_URL and AUDIT_PORTAL_KEY")
         self.url = url.rstrip("/")
         self.api_key = api_key
+        self.project = project or os.environ.get("AUDIT_PORTAL_PROJECT")
         self.timeout = timeout
         self.session = requests.Session()
         self.session.headers["Authorization"] = f"Bearer {api_key}"
@@ -86,7 +94,7 @@ class Client:
         except requests.RequestException as exc:
             raise PortalUnavailable(f"{method} {path}: {exc.__class__.__name__}: {exc}") from exc
         if r.status_code in RETRYABLE_STATUS:
-            raise PortalUnavailable(f"{method} {path}: HTTP {r.status_code}")
+            raise PortalUnavailable(f"{method} {path}: HTTP {r.status_code}: {r.text[:300]}")
         try:
             body = r.json()
         except ValueError:
@@ -181,11 +189,13 @@ class Client:
                 time.sleep(delay)
                 delay = min(delay * 2, 10.0)
 
-    def run(self, project: str, name: str, **kw):
-        """Start (or resume, with the same ``spool_dir``) logging the run ``name`` of ``project``."""
+    def run(self, project: str | None = None, name: str | None = None, **kw):
+        """Start logging the run ``name`` of ``project`` (a made-up name when None), or continue it: see
+        :class:`~audit_portal_client.run.Run` (``resume=``, ``config=``, ``tags=``, ``segment_steps=``, …). Raises
+        :class:`PortalError` at once when the portal refuses the key or the project."""
         from audit_portal_client.run import Run  # run.py builds on this module
 
-        return Run(self, project, name, **kw)
+        return Run(self, project or self.project, name, **kw)
 
 
 class _Multipart:

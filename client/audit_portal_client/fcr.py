@@ -92,7 +92,7 @@ def _check(name, arr, shape, ndim):
 def step_table(meta: RecordMeta, step: int, *, rollout_logprobs, trainer_logprobs, response_mask, response_ids,
                prompt_ids=None, prompt_mask=None, rollout_topk_ids=None, rollout_topk_logprobs=None,
                trainer_topk_ids=None, trainer_topk_logprobs=None, trajectory_ids=None, policy_version=None,
-               float_type: str = "float32", call_prefix: str = "", rollout_routed_experts=None,
+               float_type: str = "float32", call_prefix: str = "", row_offset: int = 0, rollout_routed_experts=None,
                trainer_routed_experts=None, routing_replay: str | None = None, num_experts: int | None = None
                ) -> pa.Table:
     """One training step's batch → an ``fcr-parquet/1`` table (one row per policy call). Shapes: ``[B, T]`` for
@@ -100,7 +100,8 @@ def step_table(meta: RecordMeta, step: int, *, rollout_logprobs, trainer_logprob
     padding); ``[B, T, K]`` top-K ids/log-probs; ``[B, T, layers, top_k]`` MoE routes (the experts chosen at the
     position that produced each response token; −1 = not recorded), with the trainer's declared ``routing_replay``
     (none / R2 / R3) and the model's ``num_experts``. Refuses mismatched shapes and non-finite log-probs under the
-    mask."""
+    mask. Without ``trajectory_ids`` a row's id is ``{call_prefix}s{step}-b{row_offset + r}``: (run, step, sample
+    index), so the same sample of the same step logged again gets the same id."""
     a = to_numpy(rollout_logprobs, "rollout_logprobs", np.float64)
     b = to_numpy(trainer_logprobs, "trainer_logprobs", np.float64)
     if a is None or b is None or a.ndim != 2:
@@ -172,7 +173,7 @@ def step_table(meta: RecordMeta, step: int, *, rollout_logprobs, trainer_logprob
     route_rows = {side: [] for side in routes}
     for r in range(B):
         prompt = [] if p is None else (p[r][pm[r].astype(bool)] if pm is not None else p[r]).tolist()
-        traj = str(trajectory_ids[r]) if trajectory_ids is not None else f"{call_prefix}s{step}-b{r}"
+        traj = str(trajectory_ids[r]) if trajectory_ids is not None else f"{call_prefix}s{step}-b{row_offset + r}"
         for k, (s, e) in enumerate(_spans(mask[r])):
             resp = y[r, s:e].tolist()
             ctx = prompt + y[r, :s].tolist()

@@ -3,7 +3,7 @@ on a few sentences (nothing is downloaded). CPU, a few seconds per step."""
 from __future__ import annotations
 
 
-def tiny_grpo_trainer(output_dir, *, max_steps=2, seed=0):
+def tiny_grpo_trainer(output_dir, *, max_steps=2, seed=0, gradient_accumulation_steps=1, save_steps=None):
     import torch
     from datasets import Dataset
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
@@ -30,7 +30,8 @@ def tiny_grpo_trainer(output_dir, *, max_steps=2, seed=0):
 
     args = GRPOConfig(output_dir=str(output_dir), per_device_train_batch_size=4, num_generations=2,
                       max_completion_length=8, max_steps=max_steps, learning_rate=1e-3, logging_steps=1,
-                      report_to=[], save_strategy="no", use_cpu=True, bf16=False, seed=seed,
-                      gradient_accumulation_steps=1, dataloader_num_workers=0)
+                      report_to=[], save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500,
+                      use_cpu=True, bf16=False, seed=seed, gradient_accumulation_steps=gradient_accumulation_steps,
+                      dataloader_num_workers=0)
     return GRPOTrainer(model=model, reward_funcs=reward_len, args=args, train_dataset=dataset,
                        processing_class=tokenizer)

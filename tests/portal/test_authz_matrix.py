@@ -270,9 +270,13 @@ ENDPOINTS: dict[tuple[str, str], Access] = {
                                      body=_upload_body, fmt="multipart"),
     (P + "runs/", "GET"): Access("read", lambda o: f"/api/v1/projects/{o.slug}/runs/"),
     (P + "runs.<str:fmt>", "GET"): Access("read", lambda o: f"/api/v1/projects/{o.slug}/runs.csv"),
+    (P + "runs/", "POST"): Access("submit", lambda o: f"/api/v1/projects/{o.slug}/runs/", ok=(200, 201),
+                                  body=lambda: {"name": "authz-started", "tags": ["t"]}),
     (P + "jobs/", "GET"): Access("read", lambda o: f"/api/v1/projects/{o.slug}/jobs/"),
     ("api/v1/uploads/<int:pk>/", "GET"): Access("read", lambda o: f"/api/v1/uploads/{o.upload}/"),
     ("api/v1/runs/<int:pk>/", "GET"): Access("read", lambda o: f"/api/v1/runs/{o.run}/"),
+    ("api/v1/runs/<int:pk>/state/", "POST"): Access("submit", lambda o: f"/api/v1/runs/{o.run}/state/",
+                                                    body=lambda: {"state": "finished"}),
     ("api/v1/jobs/<int:pk>/", "GET"): Access("read", lambda o: f"/api/v1/jobs/{o.job}/"),
     ("api/v1/jobs/<int:pk>/cancel/", "POST"): Access("submit", lambda o: f"/api/v1/jobs/{o.queued_job}/cancel/"),
     # --- API: certificates -------------------------------------------------------------------------------------

@@ -58,7 +58,7 @@ def test_finish_require_replay_against_the_running_portal(live_server, project, 
     plain = run("no-routes", [step_batch(0)])
     with start_worker(app, pool="solo", perform_ping_check=False, queues=["cpu"], shutdown_timeout=30):
         result = held.finish(timeout=240, require_replay=True)
-        assert result.certificate_id and result.certificate["sequences"] == B * 2
+        assert result.run_id and result.certificate["sequences"] == B * 2  # the run's live view: both steps
         with pytest.raises(ReplayFailed) as failed:
             corrupted.finish(timeout=240, require_replay=True)
         with pytest.raises(ReplayFailed) as undeclared:
@@ -80,7 +80,9 @@ def test_finish_require_replay_against_the_running_portal(live_server, project, 
     assert undeclared.value.replay["state"] == "NOT_DECLARED"
     jobs = Job.objects.filter(project=project, kind="routing_audit")
     assert jobs.count() == 4 and all(j.state == "succeeded" for j in jobs)  # the plain run got none
-    held_job = jobs.get(subject_id=result.upload_id)
+    from audit_portal.runs.models import Upload
+
+    held_job = jobs.get(subject_id=Upload.objects.get(run__name="r3-held").pk)  # the run's one segment
     assert held_job.result["replay"]["state"] == "PASS"
     tokens = sum(int(step_batch(s, B=B, T=T)["response_mask"].sum()) for s in (0, 1))
     assert held_job.result["pairs_verified"] == held_job.result["pairs"] == tokens * L

@@ -93,6 +93,10 @@ class AuditPortalCallback(TrainerCallback):
                           prompt_mask=inputs["prompt_mask"])
         self.batches_logged += 1
 
+    def on_save(self, args, state, control, **kwargs):
+        """A checkpoint: the steps so far go to the spool now, so a job resumed from it finds them there."""
+        self.run.flush()
+
     def on_train_end(self, args, state, control, **kwargs):
         if self.finish_on_end and self.batches_logged:
             self.result = self.run.finish(budget=self.budget, timeout=self.finish_timeout)

@@ -1,0 +1,66 @@
+"""A trainer client starts (or resumes) its run by name before the first step — the key, URL and project are
+checked at once and the run has a page from the start — declares its config and tags, and ends it finished or
+failed with the steps it could not log (issue 29)."""
+from __future__ import annotations
+
+import pytest
+
+from audit_portal.accounts.services import issue_api_key
+from audit_portal.runs.models import Run
+
+pytestmark = pytest.mark.django_db
+
+
+def runs_url(project):
+    return f"/api/v1/projects/{project.slug}/runs/"
+
+
+def test_start_creates_then_resumes_the_same_run(api, project):
+    r = api.post(runs_url(project), {"name": "grpo-1", "config": {"lr": 3e-6}, "tags": ["grpo", "7b"]}, format="json")
+    assert r.status_code == 201, r.content
+    body = r.json()
+    assert body["name"] == "grpo-1" and body["config"] == {"lr": 3e-6} and body["tags"] == ["grpo", "7b"]
+    assert body["state"] == "running"
+    again = api.post(runs_url(project), {"name": "grpo-1"}, format="json")
+    assert again.status_code == 200 and again.json()["id"] == body["id"]
+    assert again.json()["config"] == {"lr": 3e-6}  # not given: kept
+    assert Run.objects.filter(project=project, name="grpo-1").count() == 1
+    listed = api.get(runs_url(project)).json()
+    rows = listed["results"] if isinstance(listed, dict) else listed
+    assert any(row["tags"] == ["grpo", "7b"] for row in rows)
+
+
+@pytest.mark.parametrize("body,code", [({}, "invalid_run_name"), ({"name": ""}, "invalid_run_name"),
+                                       ({"name": "x" * 201}, "invalid_run_name"),
+                                       ({"name": "a", "config": [1]}, "invalid_run_config"),
+                                       ({"name": "a", "tags": "t"}, "invalid_run_tags"),
+                                       ({"name": "a", "tags": [""]}, "invalid_run_tags"),
+                                       ({"name": "a", "config": {"x": "y" * 70000}}, "invalid_run_config")])
+def test_bad_declarations_are_refused_with_their_field(api, project, body, code):
+    r = api.post(runs_url(project), body, format="json")
+    assert r.status_code == 400 and r.json()["error"]["code"] == code
+    assert not Run.objects.exists()
+
+
+def test_a_read_key_cannot_start_a_run_and_an_unknown_project_is_404(project, owner):
+    from rest_framework.test import APIClient
+
+    c = APIClient()
+    c.credentials(HTTP_AUTHORIZATION="Bearer " + issue_api_key(project=project, name="r", scopes=["read"],
+                                                                created_by=owner).token)
+    assert c.post(runs_url(project), {"name": "x"}, format="json").status_code == 403
+    assert c.post("/api/v1/projects/no-such-project/runs/", {"name": "x"}, format="json").status_code == 404
+    assert not Run.objects.exists()
+
+
+def test_state_records_the_end_and_accumulates_missing_steps(api, project):
+    run = api.post(runs_url(project), {"name": "gappy"}, format="json").json()
+    url = f"/api/v1/runs/{run['id']}/state/"
+    r = api.post(url, {"state": "failed", "missing_steps": [7, 3]}, format="json")
+    assert r.status_code == 200 and r.json()["state"] == "failed" and r.json()["missing_steps"] == [3, 7]
+    r = api.post(url, {"state": "finished", "missing_steps": [3, 12]}, format="json")
+    assert r.json()["state"] == "finished" and r.json()["missing_steps"] == [3, 7, 12]
+    for bad in ({"state": "done"}, {"state": "finished", "missing_steps": [-1]},
+                {"state": "finished", "missing_steps": ["a"]}, {"state": "finished", "missing_steps": [True]}):
+        assert api.post(url, bad, format="json").status_code == 400, bad
+    assert Run.objects.get(pk=run["id"]).missing_steps == [3, 7, 12]
