@@ -104,13 +104,14 @@ def body_pieces(shape: str, size: int, boundary: str):
     return len(head) + size + len(tail), head, payload(), tail
 
 
-def upload(port: int, token: str, shape: str, size: int, timeout: float) -> tuple[int, dict | str, float, float]:
+def upload(port: int, token: str, shape: str, size: int, timeout: float,
+           project: str = "bench") -> tuple[int, dict | str, float, float]:
     """POST the streamed body on a raw socket; (status, JSON body or text, seconds to send, seconds to answer)."""
     boundary = f"----apmem{time.monotonic_ns()}"
     length, head, pieces, tail = body_pieces(shape, size, boundary)
     start = time.monotonic()
     sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-    request = (f"POST /api/v1/projects/bench/uploads/ HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+    request = (f"POST /api/v1/projects/{project}/uploads/ HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
                f"Authorization: Bearer {token}\r\nContent-Type: multipart/form-data; boundary={boundary}\r\n"
                f"Content-Length: {length}\r\nConnection: close\r\n\r\n").encode()
     sent_all = True
@@ -191,7 +192,8 @@ def private_web(server: str, port: int, keep: bool = False):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def measured_upload(proc, port: int, token: str, shape: str, size_mb: int, max_rss_mb: float) -> dict:
+def measured_upload(proc, port: int, token: str, shape: str, size_mb: int, max_rss_mb: float,
+                    project: str = "bench") -> dict:
     """One upload while the server's RSS is sampled every 50 ms; the server is killed past ``max_rss_mb``."""
     before = rss_mb(proc.pid)
     peak, killed, stop = [before], [False], threading.Event()
@@ -208,7 +210,7 @@ def measured_upload(proc, port: int, token: str, shape: str, size_mb: int, max_r
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     try:
-        status, body, sent_s, answered_s = upload(port, token, shape, size_mb * MiB, 1800)
+        status, body, sent_s, answered_s = upload(port, token, shape, size_mb * MiB, 1800, project)
     finally:
         stop.set()
         sampler.join()
@@ -240,8 +242,24 @@ def main() -> int:
     parser.add_argument("--port", type=int, default=58090)
     parser.add_argument("--max-rss-mb", type=float, default=4000)
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder (logs, artifacts)")
+    parser.add_argument("--running", metavar="PID", type=int,
+                        help="measure a server already running (e.g. scripts/up's: var/run/web.pid) on --port, with "
+                             "--token and --project, instead of starting one (nothing is killed: no --max-rss-mb)")
+    parser.add_argument("--token")
+    parser.add_argument("--project", default="bench")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
+    if args.running:
+        class Running:
+            pid = args.running
+
+            @staticmethod
+            def poll():
+                return None
+        for shape in args.shape.split(","):
+            print(json.dumps({"server": f"running pid {args.running}", **measured_upload(
+                Running, args.port, args.token, shape, args.mb, float("inf"), args.project)}), flush=True)
+        return 0
     measure(args.server, args.shape.split(","), args.mb, args.port, args.max_rss_mb, args.keep)
     return 0
 
