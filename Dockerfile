@@ -6,7 +6,8 @@ ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 \
     DJANGO_SETTINGS_MODULE=audit_portal.settings_production \
     AUDIT_DEBUG=0 AUDIT_VAR_DIR=/var/lib/audit-portal ARTIFACT_ROOT=/data/artifacts STATIC_ROOT=/app/staticfiles \
-    NUMBA_CACHE_DIR=/var/lib/audit-portal/numba-cache
+    NUMBA_CACHE_DIR=/var/lib/audit-portal/numba-cache \
+    FORWARDED_ALLOW_IPS=*
 WORKDIR /app
 # bubblewrap: the kernels worker role runs submitted kernels only inside it (docs/security.md)
 RUN apt-get update && apt-get install -y --no-install-recommends bubblewrap && rm -rf /var/lib/apt/lists/*
@@ -22,4 +23,4 @@ RUN useradd --system --uid 10001 portal && mkdir -p /data/artifacts /var/lib/aud
     && chown -R portal /data /var/lib/audit-portal
 USER portal
 EXPOSE 8000
-CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "--proxy-headers", "audit_portal.asgi:application"]
+CMD ["scripts/web", "0.0.0.0", "8000"]

@@ -2,9 +2,9 @@
 
 Everything is private to one run and torn down at the end: a PostgreSQL 15 cluster (initdb into a temp dir, its
 own port; never the machine's shared one), a redis-server on its own port, an artifact store (optionally a small
-tmpfs so the disk can really fill up), daphne processes (the pinned ASGI server; several processes, one port each,
+tmpfs so the disk can really fill up), web processes (scripts/web: uvicorn; several processes, one port each,
 the client spreads requests over them) and Celery workers. Ports default to 55432 (PostgreSQL), 56379 (Redis) and
-58001+ (daphne).
+58001+ (web).
 """
 from __future__ import annotations
 
@@ -151,12 +151,13 @@ class PortalEnv:
     def start_web(self, processes: int = 1) -> list[str]:
         for i in range(processes):
             port = self.web_port + len(self.webs)
-            proc = subprocess.Popen([str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port),
-                                     "audit_portal.asgi:application"], cwd=self.code, env=self.env,
+            # the production web server, started the way scripts/up starts it (scripts/web: uvicorn)
+            proc = subprocess.Popen([str(self.code / "scripts" / "web"), "127.0.0.1", str(port)], cwd=self.code,
+                                    env={**self.env, "PATH": f"{BIN}:{self.env.get('PATH', '')}"},
                                     stdout=open(self.logs / f"web-{port}.log", "ab"), stderr=subprocess.STDOUT)
             self.webs.append(proc)
             if not wait_until(lambda: _http_ok(f"http://127.0.0.1:{port}/healthz"), 60):
-                raise RuntimeError(f"daphne on {port} did not answer; see {self.logs}")
+                raise RuntimeError(f"the web server on {port} did not answer; see {self.logs}")
         return self.base_urls
 
     @property

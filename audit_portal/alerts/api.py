@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import exceptions, generics, serializers, status
-from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -13,6 +12,7 @@ from audit_portal.accounts.principal import Principal
 from audit_portal.accounts.selectors import get_project
 from audit_portal.alerts import rules, selectors, services
 from audit_portal.alerts.models import AlertRule, AlertState, WebhookDelivery
+from audit_portal.core.parsers import BoundedJSONParser
 from audit_portal.runs.selectors import get_run
 
 
@@ -102,7 +102,7 @@ class ProjectAlertRuleListCreate(generics.ListAPIView):
     ``invalid_alert_rule`` whose ``detail.field`` names the bad field)."""
 
     serializer_class = AlertRuleSerializer
-    parser_classes = [JSONParser]
+    parser_classes = [BoundedJSONParser]
 
     def get_queryset(self):
         principal = Principal.from_request(self.request)
@@ -132,7 +132,7 @@ class AlertRuleDetail(generics.RetrieveDestroyAPIView):
     it (submit role). A changed condition or a rule enabled again starts it afresh (docs/alerts.md)."""
 
     serializer_class = AlertRuleDetailSerializer
-    parser_classes = [JSONParser]
+    parser_classes = [BoundedJSONParser]
 
     def get_object(self):
         return selectors.get_rule(Principal.from_request(self.request), self.kwargs["pk"])

@@ -42,7 +42,7 @@ def check_rule(data, *, check_url: bool = True) -> dict:
     if any(ord(c) < 32 or ord(c) == 127 for c in name):  # NUL cannot be stored; the rest would garble pages
         raise _bad("name", "no control characters")
     kind = data.get("kind")
-    if kind not in rules.KINDS:
+    if not isinstance(kind, str) or kind not in rules.KINDS:  # a list or an object is no kind (nor hashable)
         raise _bad("kind", f"one of {', '.join(rules.KINDS)}")
     try:
         threshold = float(data.get("threshold"))
@@ -59,7 +59,10 @@ def check_rule(data, *, check_url: bool = True) -> dict:
     low = 2 if kind in (rules.EPS_RISING, rules.ABS_DIFF_RISING) else 1
     if not low <= window <= rules.MAX_WINDOW:
         raise _bad("window", f"from {low} to {rules.MAX_WINDOW} steps")
-    url = (data.get("webhook_url") or "").strip()
+    url = data.get("webhook_url")
+    if url is not None and not isinstance(url, str):
+        raise _bad("webhook_url", "a URL as a string, or empty for none")
+    url = (url or "").strip()
     if url and check_url:
         try:
             webhooks.resolve(url, allow_private=settings.ALERT_WEBHOOK_ALLOW_PRIVATE)

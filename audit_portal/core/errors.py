@@ -11,7 +11,6 @@ import logging
 from django import db
 from rest_framework import exceptions, status
 from rest_framework.response import Response
-from rest_framework.views import exception_handler
 
 from audit_portal.core.api_errors import error_body
 
@@ -92,6 +91,10 @@ def _message_for(exc: exceptions.APIException) -> str:
 
 def api_exception_handler(exc, context):
     """DRF exception handler that wraps every error in the stable envelope."""
+    # imported here: rest_framework.views reads DEFAULT_PARSER_CLASSES when it is imported, and the parser
+    # (core/parsers.py) raises this module's errors
+    from rest_framework.views import exception_handler
+
     if isinstance(exc, (db.OperationalError, db.InterfaceError)):
         # PostgreSQL restarting or unreachable: a clear, retryable 503 instead of a 500 page. The connection is
         # replaced at the next request (CONN_HEALTH_CHECKS), so service resumes without a restart.

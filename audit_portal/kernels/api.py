@@ -8,7 +8,7 @@ from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import exceptions, generics, serializers, status
-from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -16,6 +16,7 @@ from audit_portal.accounts.principal import Principal
 from audit_portal.accounts.selectors import get_project
 from audit_portal.accounts.throttling import WorkBudgetMixin
 from audit_portal.core.errors import PortalError, UploadTooLarge
+from audit_portal.core.parsers import BoundedJSONParser
 from audit_portal.kernels import selectors, services
 from audit_portal.kernels.submission_input import KERNEL_MODULE_MAX_BYTES, check_kernel_module
 from audit_portal.kernels.models import Contract, Device, Implementation, Submission, Verdict
@@ -185,7 +186,7 @@ class ProjectSubmissionListCreate(WorkBudgetMixin, generics.ListAPIView):
     """A project's conformance submissions, newest first; POST submits one (one job, live progress)."""
 
     serializer_class = SubmissionListSerializer
-    parser_classes = [MultiPartParser, FormParser, JSONParser]
+    parser_classes = [MultiPartParser, FormParser, BoundedJSONParser]
 
     def get_queryset(self):
         principal = Principal.from_request(self.request)

@@ -6,13 +6,14 @@ from django.http import FileResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import exceptions, generics, serializers, status
-from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from audit_portal.accounts.principal import Principal
 from audit_portal.accounts.selectors import get_project
 from audit_portal.accounts.throttling import WorkBudgetMixin
+from audit_portal.core.parsers import BoundedJSONParser
 from audit_portal.core.storage import artifact_path
 from audit_portal.training import selectors, services
 from audit_portal.training.models import TrainingAudit
@@ -96,7 +97,7 @@ class ProjectTrainingAuditListCreate(WorkBudgetMixin, generics.ListAPIView):
     fallback). A bad field is a 400 ``invalid_training_config`` whose ``detail.field`` names it."""
 
     serializer_class = TrainingAuditListSerializer
-    parser_classes = [JSONParser, FormParser, MultiPartParser]
+    parser_classes = [BoundedJSONParser, FormParser, MultiPartParser]
 
     def get_queryset(self):
         principal = Principal.from_request(self.request)

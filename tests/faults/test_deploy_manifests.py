@@ -77,6 +77,7 @@ def test_workers_start_their_roles_through_scripts_worker_and_beat_is_single():
     assert not any(k.startswith("AUDIT_SIGNING_KEY") for k in kernels_secret["stringData"])  # it cannot sign
     commands = {d["metadata"]["name"]: containers(d)[0][-1]["command"] for _, d in k8s_docs() if d["kind"] == "Deployment"}
     assert "beat" in commands["beat"]
+    assert commands["web"][0] == "scripts/web"  # the streaming ASGI server, the same command scripts/up starts
     beat = next(d for _, d in k8s_docs() if d["kind"] == "Deployment" and d["metadata"]["name"] == "beat")
     assert beat["spec"]["replicas"] == 1 and beat["spec"]["strategy"]["type"] == "Recreate"
 
@@ -114,7 +115,7 @@ def test_compose_has_every_role_wired_to_postgres_redis_and_one_artifact_volume(
 def test_dockerfile_runs_the_production_settings_as_a_non_root_user(path):
     text = (ROOT / path).read_text()
     assert "DJANGO_SETTINGS_MODULE=audit_portal.settings_production" in text
-    assert re.search(r"^USER (?!root)\w+", text, re.M) and "daphne" in text
+    assert re.search(r"^USER (?!root)\w+", text, re.M) and 'CMD ["scripts/web"' in text
     # the code is root's, so numba's kernel cache needs a directory the non-root user owns (created, then chowned)
     cache_dir = re.search(r"NUMBA_CACHE_DIR=(\S+)", text).group(1)
     setup = re.search(r"^RUN useradd.*?(?<!\\)\n", text, re.M | re.S).group(0)  # with its continuation lines
