@@ -159,6 +159,18 @@ CONFIG_MAX_BYTES = 64 * 1024
 TAGS_MAX = 32
 
 
+def _has_nul(value) -> bool:
+    """PostgreSQL's text and jsonb hold no U+0000: a name, key or string with one is refused up front (a 400 naming
+    the field), never a database error."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
+
+
 def _checked_declarations(config, tags) -> tuple[dict | None, list | None]:
     """A client's ``config`` (a JSON object, at most 64 KiB) and ``tags`` (at most 32 short strings); a 400 else."""
     import json
@@ -166,12 +178,15 @@ def _checked_declarations(config, tags) -> tuple[dict | None, list | None]:
     if config is not None:
         if not isinstance(config, dict):
             raise PortalError("config: a JSON object", code="invalid_run_config", extra={"field": "config"})
+        if _has_nul(config):
+            raise PortalError("config: a JSON object with no U+0000 characters", code="invalid_run_config",
+                              extra={"field": "config"})
         if len(json.dumps(config)) > CONFIG_MAX_BYTES:
             raise PortalError(f"config: at most {CONFIG_MAX_BYTES // 1024} KiB of JSON", code="invalid_run_config",
                               extra={"field": "config"})
     if tags is not None:
         if (not isinstance(tags, list) or len(tags) > TAGS_MAX
-                or not all(isinstance(t, str) and 0 < len(t) <= 64 for t in tags)):
+                or not all(isinstance(t, str) and 0 < len(t) <= 64 and not _has_nul(t) for t in tags)):
             raise PortalError(f"tags: a list of at most {TAGS_MAX} strings of 1 to 64 characters",
                               code="invalid_run_tags", extra={"field": "tags"})
     return config, tags
@@ -180,8 +195,9 @@ def _checked_declarations(config, tags) -> tuple[dict | None, list | None]:
 def start_run(*, project, name: str, config=None, tags=None) -> tuple[Run, bool]:
     """The run ``name`` of ``project``, created when new (a client starting or resuming it); ``config``/``tags``
     given replace the stored ones. Returns ``(run, created)``; the run is marked running."""
-    if not isinstance(name, str) or not name.strip() or len(name) > 200:
-        raise PortalError("name: the run's name (its records' run_id), 1 to 200 characters", code="invalid_run_name",
+    if not isinstance(name, str) or not name.strip() or len(name) > 200 or _has_nul(name):
+        raise PortalError("name: the run's name (its records' run_id), 1 to 200 characters, no U+0000",
+                          code="invalid_run_name",
                           extra={"field": "name"})
     config, tags = _checked_declarations(config, tags)
     with transaction.atomic():

@@ -35,7 +35,11 @@ def test_start_creates_then_resumes_the_same_run(api, project):
                                        ({"name": "a", "config": [1]}, "invalid_run_config"),
                                        ({"name": "a", "tags": "t"}, "invalid_run_tags"),
                                        ({"name": "a", "tags": [""]}, "invalid_run_tags"),
-                                       ({"name": "a", "config": {"x": "y" * 70000}}, "invalid_run_config")])
+                                       ({"name": "a", "config": {"x": "y" * 70000}}, "invalid_run_config"),
+                                       ({"name": "a\x00b"}, "invalid_run_name"),
+                                       ({"name": "a", "config": {"k": ["ok", "n\x00ul"]}}, "invalid_run_config"),
+                                       ({"name": "a", "config": {"k\x00": 1}}, "invalid_run_config"),
+                                       ({"name": "a", "tags": ["t\x00"]}, "invalid_run_tags")])
 def test_bad_declarations_are_refused_with_their_field(api, project, body, code):
     r = api.post(runs_url(project), body, format="json")
     assert r.status_code == 400 and r.json()["error"]["code"] == code
