@@ -128,7 +128,7 @@ class Device(models.TextChoices):
 
 # Submitted code runs only on the kernels worker role (its own queues; no signing key, docs/security.md)
 QUEUE_FOR_DEVICE = {Device.CPU: "kernels", Device.CUDA: "kernels-gpu"}
-CALIBRATION_QUEUE = "kernels"
+CALIBRATION_QUEUE = "calibration"  # its own worker (scripts/worker calibration): never ahead of a submission
 
 
 class Submission(models.Model):

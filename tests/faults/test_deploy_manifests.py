@@ -58,7 +58,8 @@ def _worker_role(command: list, env: dict) -> tuple[str, str]:
     """(role, queues) of a container that starts scripts/worker, with the defaults scripts/worker applies."""
     assert command[0] == "scripts/worker", command
     role = command[1]
-    defaults = {"general": ("WORKER_QUEUES", "cpu,gpu"), "kernels": ("KERNEL_WORKER_QUEUES", "kernels,kernels-gpu")}
+    defaults = {"general": ("WORKER_QUEUES", "cpu,gpu"), "kernels": ("KERNEL_WORKER_QUEUES", "kernels,kernels-gpu"),
+                "calibration": ("CALIBRATION_WORKER_QUEUES", "calibration")}
     name, default = defaults[role]
     return role, env.get(name, default)
 
@@ -70,7 +71,7 @@ def test_workers_start_their_roles_through_scripts_worker_and_beat_is_single():
             c = containers(d)[0][-1]
             roles[d["metadata"]["name"]] = _worker_role(c["command"], {e["name"]: e["value"] for e in c.get("env", [])})
     assert roles["worker-cpu"] == ("general", "cpu") and roles["worker-gpu"] == ("general", "gpu")
-    assert roles["worker-kernels"] == ("kernels", "kernels")
+    assert roles["worker-kernels"] == ("kernels", "kernels,calibration")  # 2 replicas: calibration holds ≤ 1
     kernels = next(d for _, d in k8s_docs() if d["kind"] == "Deployment" and d["metadata"]["name"] == "worker-kernels")
     secret_refs = [r["secretRef"]["name"] for r in containers(kernels)[0][-1]["envFrom"] if "secretRef" in r]
     kernels_secret = next(d for _, d in k8s_docs() if d["kind"] == "Secret" and d["metadata"]["name"] in secret_refs)
@@ -105,6 +106,9 @@ def test_compose_has_every_role_wired_to_postgres_redis_and_one_artifact_volume(
     kernels = services["worker-kernels"]
     assert _worker_role(kernels["command"], kernels["environment"]) == ("kernels", "kernels")
     assert kernels["environment"]["AUDIT_SIGNING_ENABLED"] == "0" and "ports" not in kernels
+    calibration = services["worker-calibration"]  # apart from submissions, so none waits behind it
+    assert _worker_role(calibration["command"], calibration["environment"]) == ("calibration", "calibration")
+    assert calibration["environment"]["AUDIT_SIGNING_ENABLED"] == "0" and "ports" not in calibration
     assert set(compose["volumes"]) >= {"artifacts", "pgdata"}
     env_example = (ROOT / "deploy" / "portal.env.example").read_text()
     for key in re.findall(r"^([A-Z_]+)=", env_example, re.M):

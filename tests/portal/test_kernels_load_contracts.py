@@ -40,7 +40,7 @@ def test_suite_loads_once_and_reloading_changes_nothing(specs):
     assert prc.source_text == (specs / PRC01).read_text() and prc.spec["parts"]["tolerance"]["bound"] == "8*sqrt(K)"
     # one calibration job queued for the new versions, each version "queued"
     job = Job.objects.get(kind="calibrate_contracts")
-    assert sorted(job.params["contracts"]) == sorted(r.pk for r in rows) and job.queue == "kernels"
+    assert sorted(job.params["contracts"]) == sorted(r.pk for r in rows) and job.queue == "calibration"
     assert set(ContractCalibration.objects.values_list("status", flat=True)) == {CalibrationStatus.QUEUED}
 
     load(specs)

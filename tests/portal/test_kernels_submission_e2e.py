@@ -2,7 +2,7 @@
 role on its own queue without a signing key, the general role signing): API submission → job sent by name after
 commit → the kernels worker runs each contract in the bubblewrap sandbox → verdicts stored one by one → graded →
 a signing job on the cpu queue puts the result in the transparency log. A kernel that raises gets a CRASH verdict
-and the worker carries on with the next job; a calibration runs on the same role."""
+and the worker carries on with the next job; a calibration runs on its own role (scripts/worker calibration)."""
 from __future__ import annotations
 
 import io
@@ -105,15 +105,17 @@ def test_reference_passes_and_a_crashing_upload_is_a_verdict_not_a_dead_worker(a
     assert not (tmp_path / "worker-var" / "keys").exists()
 
 
-def test_calibration_runs_on_the_kernels_role(api, project, settings, tmp_path):
+def test_calibration_runs_on_its_own_role_apart_from_submissions(api, project, settings, tmp_path):
     from audit_portal.kernels import services
 
     call_command("load_contracts", "--no-calibrate", stdout=io.StringIO())
     contracts = list(services.Contract.objects.filter(contract_class__in=["C-EXC-01", "C-ORD-02"]))
-    with shipped_workers(settings, tmp_path, roles=("kernels",)):
+    with shipped_workers(settings, tmp_path, roles=("kernels", "calibration")):
         job = services.queue_calibration(contracts)
-        assert job.queue == "kernels"
+        assert job.queue == "calibration"  # never in the queue submissions wait in
         assert wait_for(lambda: Job.objects.get(pk=job.pk).is_terminal, timeout=300)
+    assert "calibrate_contracts" in (tmp_path / "calibration-worker.log").read_text()
+    assert "calibrate_contracts" not in (tmp_path / "kernels-worker.log").read_text()
     job.refresh_from_db()
     assert job.state == "succeeded", job.error
     rows = ContractCalibration.objects.filter(job=job)
