@@ -71,3 +71,9 @@ def test_needed_eps_is_the_largest_tv_that_meets_the_budget(T, budget):
         above = min(1.0, eps * (1 + 1e-6) + 1e-15)
         assert trm_bounds(T, eps=above)["best"] > budget
     assert 0.0 <= eps <= 1.0 and not math.isnan(eps)
+
+
+def test_masking_is_offered_only_where_it_lowers_the_bound():
+    worst_at_threshold = trm_bounds(256, eps=0.15)["best"]
+    v = run_verdict(summary(threshold=0.15, acceptance=0.35), {"best": worst_at_threshold / 2}, {"budget": 0.1})
+    assert v.kept_bound == pytest.approx(worst_at_threshold) and "Masking" not in v.sentence

@@ -12,6 +12,8 @@ import sys
 
 import orjson
 
+from workers.certify.verdict import run_verdict
+
 EXIT_OK, EXIT_DATA_ERROR, EXIT_THRESHOLD = 0, 1, 2
 
 
@@ -39,7 +41,9 @@ def _fmt(x, spec=".4g"):
 def human(cert: dict) -> str:
     s = cert["summary"]
     b = cert["bounds"]
+    verdict = run_verdict(s, b, cert.get("options"))
     lines = [
+        f"verdict: {verdict.label}. {verdict.sentence}",
         f"records {s['records']}  policy {s['policy_records']}  sequences {s['sequences']} "
         f"(certified {s['sequences_certified']})  tokens {s['tokens']}",
         f"threshold {s['threshold']:.4g} ({s['threshold_source']}, mode {cert['options']['mode']})  "

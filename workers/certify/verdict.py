@@ -106,8 +106,9 @@ def run_verdict(summary: dict, bounds: dict, options: dict | None = None, budget
         return verdict("certified", f"The best bound B* = {_g(best)} at {T} tokens is within the budget "
                                     f"E = {_g(budget)}: on the contexts these rollouts visited, the trainer's "
                                     f"surrogate objective is off by at most {_g(best)}.", **extra)
-    mask = ""
-    if kept_share is not None and kept_bound is not None:
+    mask = ""  # said only where masking helps: the kept batch's bound is a worst case at ε = threshold, which
+    # can exceed the whole batch's measured B* (that one uses the measured per-position divergence)
+    if kept_share is not None and kept_bound is not None and (best is None or kept_bound < best):
         mask = (f" Masking at the threshold ε ≤ {_g(threshold)} keeps {kept_share:.0%} of sequences, whose bound is "
                 f"then {_g(kept_bound)}.")
     if best is None or not math.isfinite(best) or best >= reward_range:
