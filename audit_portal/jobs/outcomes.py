@@ -18,6 +18,7 @@ from django.urls import reverse
 
 from workers.certify.verdict import LABELS as VERDICT_LABELS
 
+KERNEL_FAILING = frozenset({"FAIL", "TIMEOUT", "CRASH", "REFUSED"})  # a kernel verdict that counts against it
 VERDICT_TONES = {"certified": "valid", "over_budget": "duplicate", "vacuous": "duplicate", "data_errors": "invalid",
                  "not_verifiable": "invalid"}
 
@@ -69,6 +70,20 @@ def outcome(kind: str, state: str, result: dict | None, error: str = "") -> dict
         state = result["replay"].get("state")
         return {"text": f"finished: replay {state}" if state in ("PASS", "FAIL", "UNVERIFIABLE") else "finished",
                 "tone": {"PASS": "valid", "FAIL": "invalid", "UNVERIFIABLE": "duplicate"}.get(state, "valid")}
+    if kind == "kernel_conformance" and isinstance(result.get("verdict_counts"), dict):
+        # the job finished; what it found is the kernel's verdicts (a column of FAILs is not a green "finished")
+        counts = {k: int(v) for k, v in result["verdict_counts"].items() if isinstance(v, int) and v > 0}
+        total = sum(counts.values())
+        failed = sum(n for k, n in counts.items() if k in KERNEL_FAILING)
+        passed = counts.get("PASS", 0) + counts.get("QUALITY_WARNING", 0)
+        if total == 0:
+            return {"text": "finished: no contract measured", "tone": "duplicate"}
+        if failed:
+            return {"text": f"finished: {failed} of {total} contracts failed", "tone": "invalid"}
+        if passed == total:
+            return {"text": f"finished: all {total} contracts passed", "tone": "valid"}
+        return {"text": f"finished: {passed} of {total} passed, the rest undecided or not applicable",
+                "tone": "duplicate"}
     if kind == "certify_upload" and result.get("verdict") in VERDICT_LABELS:  # the run's verdict, not "finished"
         return {"text": "finished: " + VERDICT_LABELS[result["verdict"]].lower(),
                 "tone": VERDICT_TONES.get(result["verdict"], "duplicate")}

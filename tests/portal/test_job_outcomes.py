@@ -105,3 +105,15 @@ def test_the_uploads_page_is_paginated(client, owner, project):
     last = client.get(f"/p/{project.slug}/uploads/?page=3").content.decode()
     assert last.count("data-upload-id=") == 20 and "Page 3 of 3" in last
     assert client.get(f"/p/{project.slug}/uploads/?page=nonsense").status_code == 200
+
+
+def test_a_finished_conformance_job_reads_as_what_the_kernel_got():
+    from audit_portal.jobs.outcomes import outcome
+
+    bad = outcome("kernel_conformance", "succeeded", {"verdict_counts": {"FAIL": 3, "PASS": 0}})
+    assert bad == {"text": "finished: 3 of 3 contracts failed", "tone": "invalid"}  # never a green "finished"
+    good = outcome("kernel_conformance", "succeeded", {"verdict_counts": {"PASS": 2, "QUALITY_WARNING": 1}})
+    assert good == {"text": "finished: all 3 contracts passed", "tone": "valid"}
+    mixed = outcome("kernel_conformance", "succeeded", {"verdict_counts": {"PASS": 1, "NOT_APPLICABLE": 2}})
+    assert mixed["tone"] == "duplicate" and "1 of 3 passed" in mixed["text"]
+    assert outcome("kernel_conformance", "succeeded", {"verdict_counts": {}})["text"] == "finished: no contract measured"
