@@ -210,6 +210,7 @@ def convert(obj, *, ref, opts, call_index) -> list[dict]:
             rec["rollout"] = {"logprobs": [None] * n}
             if got is not None:
                 extra["logprobs_unaligned"] = True
+        _span_versions(rec, mi.get("weight_versions"), n, extra)
         if extra:
             rec["extra"] = extra
         if mi.get("routed_experts") is not None:  # return_routed_experts (docs/routing.md)
@@ -217,6 +218,30 @@ def convert(obj, *, ref, opts, call_index) -> list[dict]:
                 mi["routed_experts"], P, T, num_layers=opts.get("moe_layers"), **_route_layout(req, mi)))
         recs.append(rec)
     return recs
+
+
+def _span_versions(rec: dict, spans, n: int, extra: dict) -> None:
+    """``meta_info.weight_versions`` — ``[{version, start, end}, …]`` over the output tokens, which engines that
+    update weights mid-request report (a request generated across versions): each token gets its span's version
+    (None where no span covers it) in ``rollout.token_policy_versions`` and ``model.policy_version`` is the one
+    version only when every token has it — never the request's last ``weight_version``."""
+    if not isinstance(spans, list) or not spans or not n:
+        return
+    tv = [None] * n
+    for sp in spans:
+        if not isinstance(sp, dict):
+            continue
+        v, a, b = sp.get("version"), sp.get("start"), sp.get("end")
+        v = v if type(v) is int else int(v) if isinstance(v, str) and v.isdigit() else None
+        if type(a) is int and type(b) is int:
+            for t in range(max(a, 0), min(b, n)):
+                tv[t] = v
+    if tv[0] is not None and tv.count(tv[0]) == n:
+        rec["model"]["policy_version"] = tv[0]
+    else:
+        rec["model"]["policy_version"] = None
+        rec["rollout"]["token_policy_versions"] = tv
+        extra["weight_versions"] = sorted({str(v) for v in tv if v is not None})
 
 
 def _route_layout(req: dict, mi: dict) -> dict:
