@@ -251,6 +251,8 @@ def convert_exchange(obj: dict, *, line: int, ref: str, opts: dict, call_index: 
             ptext = req.get("prompt") if isinstance(req.get("prompt"), str) else None
             text = text[len(ptext):] if ptext is not None and text.startswith(ptext) else None
         rids = int_list(ch.get("token_ids"))
+        if rids is None:  # SGLang's OpenAI server with return_meta_info: the engine's ids and log-probs per choice
+            rids, tok_lps = _meta_info_tokens(ch, tok_lps)
         if rids is not None:
             r["token_ids"], r["provenance"] = rids, "engine"
         elif tok_strings and all(token_id_of(s) is not None for s in tok_strings):
@@ -293,6 +295,19 @@ def convert_exchange(obj: dict, *, line: int, ref: str, opts: dict, call_index: 
             attach_rollout_routes(rec, lambda P, T: vllm_response_routes(ch["routed_experts"], P, T))
         out.append(rec)
     return out
+
+
+def _meta_info_tokens(ch: dict, tok_lps):
+    """``choices[i].meta_info`` (SGLang's chat completions with ``return_meta_info``): ``output_token_logprobs``
+    ``[[logprob, id, text], …]`` gives the sampled ids and their log-probs, ``output_ids`` the ids alone. Returns
+    (ids or None, log-probs)."""
+    mi = ch.get("meta_info") if isinstance(ch.get("meta_info"), dict) else {}
+    entries = mi.get("output_token_logprobs")
+    if isinstance(entries, list) and entries and all(isinstance(e, list) and len(e) >= 2 for e in entries):
+        ids = int_list([e[1] for e in entries])
+        if ids is not None:
+            return ids, [e[0] for e in entries]
+    return int_list(mi.get("output_ids")), tok_lps
 
 
 def _echo_cut(n_listed, rids, pids, usage_prompt_tokens) -> int:
