@@ -159,12 +159,17 @@ def _verl_rows(obj):
 
     def field(name):
         return obj.get(name) if obj.get(name) is not None else ef.get(name)
-    version, tv = _span_versions(field("param_version_start"), field("param_version_end"), n)
+    # the fully-async recipe's param_version_start/_end, or verl's min_global_steps/max_global_steps (the weights
+    # versions that generated the sample's first and last tokens)
+    lo, hi = next(((field(a), field(b)) for a, b in (("param_version_start", "param_version_end"),
+                                                     ("min_global_steps", "max_global_steps"))
+                   if field(a) is not None or field(b) is not None), (None, None))
+    version, tv = _span_versions(lo, hi, n)
     if version is None and tv is None:
         version = _version(field("param_version"))
     extra = {k: obj[k] for k in ("num_turns", "reward_score") if obj.get(k) is not None}
     if tv is not None:
-        extra["policy_versions"] = [_version(field("param_version_start")), _version(field("param_version_end"))]
+        extra["policy_versions"] = [_version(lo), _version(hi)]
     lps = obj.get("response_logprobs") if obj.get("response_logprobs") is not None else obj.get("log_probs")
     return [_traj(obj.get("trajectory_id") or obj.get("uid") or obj.get("request_id"),
                   int_list(obj.get("prompt_ids")), resp, obj.get("response_mask"), lps,
