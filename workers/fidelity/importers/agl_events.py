@@ -112,6 +112,8 @@ def import_agl_events(in_path, out_path, *, run_id=None, step=None, steps=None, 
 
 
 def _convert(obj, *, traj, call_index, ref, opts, agent_re) -> list[dict]:
+    if isinstance(obj.get("triplets"), list):  # a rollout with its triplets (``Rollout.triplets`` / a daemon dump)
+        return _rollout_triplets(obj, traj=traj, ref=ref, opts=opts, agent_re=agent_re)
     data = obj.get("data")
     if isinstance(data, dict) and isinstance(data.get("response"), (dict, list)):
         return convert_exchange(obj, line=0, ref=ref, opts=opts, call_index=call_index, retry=False)
@@ -151,7 +153,7 @@ def _convert(obj, *, traj, call_index, ref, opts, agent_re) -> list[dict]:
                 rec["role"], rec["role_source"] = "policy", "config"
             else:
                 rec["inferred_purpose"] = f"agent:{agent}"
-        rec["model"]["policy_version"] = _version_of(obj, meta)
+        rec["model"]["policy_version"] = _version_of(meta, obj)
         req = meta.get("request") if isinstance(meta.get("request"), dict) else {}
         rec["sampling"] = {k: req.get(k) for k in ("temperature", "top_p", "max_tokens") if k in req}
         if isinstance(req.get("model"), str):
@@ -195,9 +197,22 @@ def _tokens_triplet(obj, *, traj, call_index, ref, opts, step, extra) -> dict:
                    call_index=call_index, source_format="agl_tokens_triplet", ref=ref, tokenizer=opts["tokenizer"])
     _ids_record(rec, int_list(obj["observation"].get("token_ids")), int_list(obj["completion"].get("token_ids")))
     _logprob_record(rec, obj["completion"].get("logprobs"), None, opts["tokenizer"], extra)
-    rec["model"]["policy_version"] = _version_of(obj, meta, raw)
+    rec["model"]["policy_version"] = _version_of(meta, obj, raw)
     req = raw.get("request") if isinstance(raw.get("request"), dict) else {}
     if isinstance(req.get("model") or resp.get("model"), str):
         rec["model"]["served_name"] = req.get("model") or resp.get("model")
     rec["sampling"] = {k: req.get(k) for k in ("temperature", "top_p", "max_tokens") if k in req}
     return rec
+
+
+def _rollout_triplets(obj, *, traj, ref, opts, agent_re) -> list[dict]:
+    """A rollout line that carries its ``triplets`` (each a ``Triplet`` or ``TokensTriplet``): one record per
+    triplet, in order; the rollout's own version fields fill a triplet that names none."""
+    shared = {k: obj[k] for k in _VERSION_KEYS if k in obj}
+    recs = []
+    for i, t in enumerate(obj["triplets"]):
+        if not isinstance(t, dict):
+            raise ValueError(f"triplets[{i}] is not an object")
+        item = {**shared, **t, "rollout_id": obj.get("rollout_id"), "attempt_id": obj.get("attempt_id")}
+        recs.extend(_convert(item, traj=traj, call_index=i, ref=f"{ref}/{i}", opts=opts, agent_re=agent_re))
+    return recs
