@@ -61,50 +61,55 @@ def _merge_stream(chunks: list) -> dict:
         for k in ("id", "model", "object", "created"):
             if k in ch and k not in out:
                 out[k] = ch[k]
-        if "prompt_token_ids" in ch and ch["prompt_token_ids"] is not None and "prompt_token_ids" not in out:
+        if ch.get("prompt_token_ids") is not None and "prompt_token_ids" not in out:
             out["prompt_token_ids"] = ch["prompt_token_ids"]
         if ch.get("usage"):
             out["usage"] = ch["usage"]
         for c in ch.get("choices") or []:
             i = c.get("index", 0)
-            acc = by_index.setdefault(i, {"index": i, "token_ids": None, "text": None, "content": None,
-                                          "lp_content": None, "tokens": None, "token_logprobs": None,
-                                          "top_logprobs": None, "finish_reason": None})
-            if c.get("prompt_token_ids") is not None and "prompt_token_ids" not in acc:
-                acc["prompt_token_ids"] = c["prompt_token_ids"]
-            if c.get("token_ids") is not None:
-                acc["token_ids"] = (acc["token_ids"] or []) + list(c["token_ids"])
-            if isinstance(c.get("text"), str):
-                acc["text"] = (acc["text"] or "") + c["text"]
-            delta = c.get("delta") or {}
-            if isinstance(delta.get("content"), str):
-                acc["content"] = (acc["content"] or "") + delta["content"]
-            lp = c.get("logprobs") or {}
-            if isinstance(lp.get("content"), list):
-                acc["lp_content"] = (acc["lp_content"] or []) + lp["content"]
-            for k in ("tokens", "token_logprobs", "top_logprobs"):
-                if isinstance(lp.get(k), list):
-                    acc[k] = (acc[k] or []) + lp[k]
-            if c.get("finish_reason"):
-                acc["finish_reason"] = c["finish_reason"]
-    for i in sorted(by_index):
-        a = by_index[i]
-        choice = {"index": i, "finish_reason": a["finish_reason"]}
-        if a["token_ids"] is not None:
-            choice["token_ids"] = a["token_ids"]
-        if "prompt_token_ids" in a:
-            choice["prompt_token_ids"] = a["prompt_token_ids"]
-        if a["text"] is not None:
-            choice["text"] = a["text"]
-        if a["content"] is not None:
-            choice["message"] = {"role": "assistant", "content": a["content"]}
-        if a["lp_content"] is not None:
-            choice["logprobs"] = {"content": a["lp_content"]}
-        elif a["tokens"] is not None:
-            choice["logprobs"] = {"tokens": a["tokens"], "token_logprobs": a["token_logprobs"],
-                                  "top_logprobs": a["top_logprobs"]}
-        out["choices"].append(choice)
+            _absorb_delta(by_index.setdefault(i, {"index": i}), c)
+    out["choices"] = [_merged_choice(by_index[i]) for i in sorted(by_index)]
     return out
+
+
+def _extend(acc: dict, key: str, value, empty):
+    acc[key] = (acc.get(key) or empty) + value
+
+
+def _absorb_delta(acc: dict, c: dict) -> None:
+    """One streamed choice delta into its accumulator."""
+    if c.get("prompt_token_ids") is not None and "prompt_token_ids" not in acc:
+        acc["prompt_token_ids"] = c["prompt_token_ids"]
+    if c.get("token_ids") is not None:
+        _extend(acc, "token_ids", list(c["token_ids"]), [])
+    if isinstance(c.get("text"), str):
+        _extend(acc, "text", c["text"], "")
+    delta = c.get("delta") or {}
+    if isinstance(delta.get("content"), str):
+        _extend(acc, "content", delta["content"], "")
+    lp = c.get("logprobs") or {}
+    if isinstance(lp.get("content"), list):
+        _extend(acc, "lp_content", lp["content"], [])
+    for k in ("tokens", "token_logprobs", "top_logprobs"):
+        if isinstance(lp.get(k), list):
+            _extend(acc, k, lp[k], [])
+    if c.get("finish_reason"):
+        acc["finish_reason"] = c["finish_reason"]
+
+
+def _merged_choice(a: dict) -> dict:
+    choice = {"index": a["index"], "finish_reason": a.get("finish_reason")}
+    for k in ("token_ids", "prompt_token_ids", "text"):
+        if a.get(k) is not None:
+            choice[k] = a[k]
+    if a.get("content") is not None:
+        choice["message"] = {"role": "assistant", "content": a["content"]}
+    if a.get("lp_content") is not None:
+        choice["logprobs"] = {"content": a["lp_content"]}
+    elif a.get("tokens") is not None:
+        choice["logprobs"] = {"tokens": a["tokens"], "token_logprobs": a.get("token_logprobs"),
+                              "top_logprobs": a.get("top_logprobs")}
+    return choice
 
 
 def _sampling(req: dict) -> dict:
