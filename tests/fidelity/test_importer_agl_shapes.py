@@ -161,3 +161,20 @@ def test_rollout_manager_triplets_keep_logprobs_and_version(tmp_path):
     assert (b["call_id"], b["rollout"]["logprobs"], b["model"]["policy_version"]) == ("chatcmpl-p2", [-0.2, -0.02], 5)
     assert b["prompt"]["token_ids"] == PROMPT_A and b["response"]["provenance"] == "engine"
     assert b["sampling"]["temperature"] == 1.0 and b["role"] == "policy"
+
+
+def test_a_rollout_with_its_triplets(tmp_path):
+    # a rollout-manager line: the rollout and its triplets (log-probs as a plain list), the version on the rollout
+    line = {"rollout_id": "ro-7", "attempt_id": "at-2", "model_version": 9, "final_reward": 1.0,
+            "triplets": [{"prompt": {"token_ids": PROMPT_A}, "response": {"token_ids": [20, 3], "logprobs": [-0.2, -0.02]},
+                          "reward": None, "metadata": {"response_id": "r-1"}},
+                         {"prompt": {"token_ids": PROMPT_A + [20, 3, 44]},
+                          "response": {"token_ids": [21, 3], "logprobs": [-0.5, -0.01]}, "reward": 1.0,
+                          "metadata": {"response_id": "r-2", "model_version": 10}}]}
+    src, dst = tmp_path / "rollouts.jsonl", tmp_path / "out.jsonl"
+    src.write_bytes(dumps([line]))
+    assert main(["import", "agl-events", str(src), str(dst), "--role", "policy"]) == 0
+    a, b = map(orjson.loads, dst.read_bytes().splitlines())
+    assert (a["call_id"], a["trajectory_id"], a["call_index"], a["rollout"]["logprobs"]) == ("r-1", "ro-7:at-2", 0,
+                                                                                          [-0.2, -0.02])
+    assert (a["model"]["policy_version"], b["model"]["policy_version"], b["call_index"]) == (9, 10, 1)

@@ -89,3 +89,22 @@ def test_http_error_status_with_no_tokens_is_not_a_verifiable_call(tmp_path, toy
                           "response.text": None, "response.usage_completion_tokens": None})
     c = audit_records([empty], tokenizer=toy)["calls"][0]
     assert c["verdict"] == "excluded" and "RESPONSE_IDS_MISSING" in c["reasons"]
+
+
+def test_sglang_chat_with_meta_info_and_prompt_ids(tmp_path, toy):
+    # SGLang's /v1/chat/completions with return_prompt_token_ids + return_meta_info: the prompt ids on the choice,
+    # the sampled ids and log-probs in choices[].meta_info.output_token_logprobs (token strings are text, not ids)
+    content = [{"token": t, "logprob": v, "bytes": None, "top_logprobs": []} for t, v in zip(["ls", " -la", "<|end|>"],
+                                                                                         LPS)]
+    ex = {"request": {"model": "toy-policy", "messages": [{"role": "user", "content": "List files"}], "logprobs": True,
+                      "return_prompt_token_ids": True, "return_meta_info": True},
+          "response": {"id": "sg-chat-1", "object": "chat.completion", "model": "toy-policy",
+                       "choices": [{"index": 0, "finish_reason": "stop", "prompt_token_ids": PROMPT,
+                                    "message": {"role": "assistant", "content": "ls -la"},
+                                    "logprobs": {"content": content},
+                                    "meta_info": {"output_token_logprobs": [[v, i, None] for v, i in zip(LPS, OUT)]}}]},
+          "meta": {"trajectory_id": "tC", "headers": {"X-FCR-Call-Role": "policy"}}}
+    _, (r,), _ = run_vllm(tmp_path, [ex], None, engine="sglang")
+    assert (r["prompt"]["token_ids"], r["prompt"]["provenance"]) == (PROMPT, "engine")
+    assert (r["response"]["token_ids"], r["response"]["provenance"]) == (OUT, "engine")
+    assert r["rollout"]["logprobs"] == LPS and r["engine"]["name"] == "sglang"

@@ -160,3 +160,16 @@ def test_return_prompt_token_ids_keeps_the_engine_prompt(tmp_path):
     out["meta_info"].pop("input_token_logprobs")
     (r,), _ = run(tmp_path, [exchange(out, input_ids=None, text="List files", logprob_start_len=-1)])
     assert r["prompt"]["provenance"] == "missing"  # without the flag the prompt ids are not known
+
+
+def test_weight_version_spans_give_each_token_its_version(tmp_path):
+    # an engine that updated weights mid-request reports output-relative spans (meta_info.weight_versions): the
+    # tokens keep their own versions, never the request's last weight_version (#27)
+    out = output()
+    out["meta_info"]["weight_version"] = "8"
+    out["meta_info"]["weight_versions"] = [{"version": "7", "start": 0, "end": 2}, {"version": "8", "start": 2, "end": 3}]
+    (r,), _ = run(tmp_path, [exchange(out)])
+    assert r["model"]["policy_version"] is None and r["rollout"]["token_policy_versions"] == [7, 7, 8]
+    out["meta_info"]["weight_versions"] = [{"version": "8", "start": 0, "end": 3}]
+    (r,), _ = run(tmp_path, [exchange(out)])
+    assert r["model"]["policy_version"] == 8 and "token_policy_versions" not in r["rollout"]

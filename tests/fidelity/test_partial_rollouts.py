@@ -53,6 +53,19 @@ def test_verl_fully_async_partial_rollout_is_never_its_last_version(tmp_path, to
     assert all("token_policy_versions" not in r["rollout"] for r in recs)
 
 
+def test_verl_min_max_global_steps(tmp_path, toy):
+    # verl's agent loops keep the versions of a sample's first and last tokens as extra_fields min_global_steps /
+    # max_global_steps: 3 → 5 is a partial rollout (it imported with no version, so no rule saw it)
+    recs, dst = imported(tmp_path, "verl", [verl_output(extra_fields={"min_global_steps": 3,
+                                                                      "max_global_steps": 5})])
+    assert [r["model"]["policy_version"] for r in recs] == [None, None]
+    assert recs[0]["rollout"]["token_policy_versions"] == [None] * 3 and recs[0]["extra"]["policy_versions"] == [3, 5]
+    rep = audit_file(joined(tmp_path, dst, recs, trainer_version=5), tokenizer=toy)
+    assert rep["coverage"]["verifiable_policy_tokens"] == 0
+    recs, _ = imported(tmp_path, "verl", [verl_output(extra_fields={"min_global_steps": 4, "max_global_steps": 4})])
+    assert [r["model"]["policy_version"] for r in recs] == [4, 4]
+
+
 def test_verl_partial_agent_loop_log_probs_field(tmp_path):
     row = verl_output(response_logprobs=None, log_probs=LPS)  # the partial agent loops name it ``log_probs``
     recs, _ = imported(tmp_path, "verl", [row])

@@ -234,26 +234,7 @@ def _convert(s, rollout, attempt, call_index, by_id, agent_re, in_path, line, ru
     rec = skeleton(run_id=run_id or "unknown", trajectory_id=traj, step=step, call_id=call_id,
                    call_index=call_index, source_format="agl_span", ref=f"{ref_of(in_path, line)} span "
                                                                           f"{s.get('span_id')}", tokenizer=tok)
-    # role from the nearest enclosing agent (docs/fidelity-rules.md#agent-lightning-spans), named as Agent Lightning
-    # names agents; an LLM call under a
-    # reward span (an LLM judge) is never the trained agent's
-    if agent_re is not None:
-        seen, p, agent, in_reward = set(), _parent(s), None, False
-        while p is not None and p not in seen:
-            seen.add(p)
-            ps = by_id.get(p)
-            if ps is None:
-                break
-            in_reward = in_reward or is_reward_span(ps)
-            if agent is None:
-                agent = agent_name(ps)
-            p = _parent(ps)
-        if in_reward:
-            rec["role"], rec["role_source"], rec["purpose"] = "background", "config", "reward"
-        elif agent is not None and agent_re.search(agent):
-            rec["role"], rec["role_source"] = "policy", "config"
-        elif agent is not None:
-            rec["inferred_purpose"] = f"agent:{agent}"
+    _span_role(rec, s, by_id, agent_re)
     rec["model"] = {"served_name": str(a.get("gen_ai.request.model") or a.get("llm.hosted_vllm.model")
                                        or a.get("gen_ai.response.model") or "unknown"),
                     "policy_version": a.get("model_version") if type(a.get("model_version")) is int else None}
@@ -272,21 +253,48 @@ def _convert(s, rollout, attempt, call_index, by_id, agent_re, in_path, line, ru
     if pids is None or rids is None:
         stats["failed"] += 1
     n = len(rec["response"]["token_ids"])
-    content = _logprob_content(a)
     extra = {"span_id": s.get("span_id"), "sequence_id": s.get("sequence_id")}
-    if content is not None and len(content) == n and all(isinstance(e, dict) for e in content):
-        lps = [e.get("logprob") for e in content]
-        rec["rollout"] = {"logprobs": [v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-                                       for v in lps]}
-        if any(e.get("top_logprobs") is not None for e in content):
-            tops = [[(x.get("token"), x.get("logprob")) for x in e.get("top_logprobs") or [] if isinstance(x, dict)]
-                    for e in content]
-            top_k, dropped = topk_lists(tops, rec["response"]["token_ids"], lambda x: map_token(x, tok),
-                                        sampled_listed_first=True)  # vLLM behind the proxy: sampled listed first
-            rec["rollout"]["top_k"] = top_k
-            if dropped:
-                extra["top_k_dropped_positions"] = dropped
-    else:
-        rec["rollout"] = {"logprobs": [None] * n}
+    _span_logprobs(rec, _logprob_content(a), tok, extra)
     rec["extra"] = extra
     return rec
+
+
+def _span_role(rec, s, by_id, agent_re) -> None:
+    """The role from the nearest enclosing agent (docs/fidelity-rules.md#agent-lightning-spans), named as Agent
+    Lightning names agents; an LLM call under a reward span (an LLM judge) is never the trained agent's."""
+    if agent_re is None:
+        return
+    seen, p, agent, in_reward = set(), _parent(s), None, False
+    while p is not None and p not in seen:
+        seen.add(p)
+        ps = by_id.get(p)
+        if ps is None:
+            break
+        in_reward = in_reward or is_reward_span(ps)
+        if agent is None:
+            agent = agent_name(ps)
+        p = _parent(ps)
+    if in_reward:
+        rec["role"], rec["role_source"], rec["purpose"] = "background", "config", "reward"
+    elif agent is not None and agent_re.search(agent):
+        rec["role"], rec["role_source"] = "policy", "config"
+    elif agent is not None:
+        rec["inferred_purpose"] = f"agent:{agent}"
+
+
+def _span_logprobs(rec, content, tok, extra) -> None:
+    """Sampled log-probs and top-K from the span's ``logprobs.content`` when it aligns with the ids (else nulls)."""
+    ids = rec["response"]["token_ids"]
+    n = len(ids)
+    if not (content is not None and len(content) == n and all(isinstance(e, dict) for e in content)):
+        rec["rollout"] = {"logprobs": [None] * n}
+        return
+    rec["rollout"] = {"logprobs": [v if type(v) in (int, float) else None for v in (e.get("logprob") for e in content)]}
+    if any(e.get("top_logprobs") is not None for e in content):
+        tops = [[(x.get("token"), x.get("logprob")) for x in e.get("top_logprobs") or [] if isinstance(x, dict)]
+                for e in content]
+        top_k, dropped = topk_lists(tops, ids, lambda x: map_token(x, tok),
+                                    sampled_listed_first=True)  # vLLM behind the proxy: sampled listed first
+        rec["rollout"]["top_k"] = top_k
+        if dropped:
+            extra["top_k_dropped_positions"] = dropped

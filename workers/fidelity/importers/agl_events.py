@@ -112,58 +112,72 @@ def import_agl_events(in_path, out_path, *, run_id=None, step=None, steps=None, 
 
 
 def _convert(obj, *, traj, call_index, ref, opts, agent_re) -> list[dict]:
+    if isinstance(obj.get("triplets"), list):  # a rollout with its triplets (``Rollout.triplets`` / a daemon dump)
+        return _rollout_triplets(obj, traj=traj, ref=ref, opts=opts, agent_re=agent_re)
     data = obj.get("data")
     if isinstance(data, dict) and isinstance(data.get("response"), (dict, list)):
         return convert_exchange(obj, line=0, ref=ref, opts=opts, call_index=call_index, retry=False)
-    tok = opts["tokenizer"]
     step = opts["steps"].get(traj.split(":")[0], opts["steps"].get(traj, opts["step"]))
-    extra: dict = {}
+    kw = {"traj": traj, "call_index": call_index, "ref": ref, "opts": opts,
+          "step": step if type(step) is int else -1, "extra": {}}
     if isinstance(data, dict):  # ?format=triplet model_request
-        fmt = "agl_event_triplet"
-        rec = skeleton(run_id=opts["run_id"] or "unknown", trajectory_id=traj, step=step if type(step) is int else -1,
-                       call_id=f"{traj}:{call_index}", call_index=call_index, source_format=fmt, ref=ref,
-                       tokenizer=tok)
-        srv = data.get("server") if isinstance(data.get("server"), dict) else {}
-        version = srv.get("version", data.get("model_version"))
-        rec["model"] = {"served_name": str(srv.get("model") or "unknown"),
-                        "policy_version": version if type(version) is int else None}
-        failed = data.get("error") is not None or (type(data.get("http_status")) is int and data["http_status"] >= 400)
-        if failed:
-            extra["import_error"] = f"model call failed: {data.get('error') or data.get('http_status')}"
-        else:
-            _ids_record(rec, int_list(data.get("prompt_token_ids")), int_list(data.get("response_token_ids")))
-        _logprob_record(rec, data.get("response_log_probs"), None, tok, extra)
-        if type(obj.get("timestamp")) in (int, float):
-            rec["timestamp"] = obj["timestamp"]
+        rec = _event_triplet(obj, data, **kw)
     elif isinstance(obj.get("observation"), dict) and isinstance(obj.get("completion"), dict):  # TokensTriplet
-        rec = _tokens_triplet(obj, traj=traj, call_index=call_index, ref=ref, opts=opts, step=step, extra=extra)
+        rec = _tokens_triplet(obj, **kw)
     elif isinstance(obj.get("prompt"), dict) and isinstance(obj.get("response"), dict):  # a Triplet object
-        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-        rid = meta.get("response_id")
-        rec = skeleton(run_id=opts["run_id"] or "unknown", trajectory_id=traj, step=step if type(step) is int else -1,
-                       call_id=str(rid) if isinstance(rid, str) and rid else f"{traj}:{call_index}",
-                       call_index=call_index, source_format="agl_triplet", ref=ref, tokenizer=tok)
-        _ids_record(rec, int_list(obj["prompt"].get("token_ids")), int_list(obj["response"].get("token_ids")))
-        _logprob_record(rec, None, obj["response"].get("logprobs"), tok, extra)
-        agent = meta.get("agent_name")
-        if isinstance(agent, str) and agent_re is not None:
-            if agent_re.search(agent):
-                rec["role"], rec["role_source"] = "policy", "config"
-            else:
-                rec["inferred_purpose"] = f"agent:{agent}"
-        rec["model"]["policy_version"] = _version_of(obj, meta)
-        req = meta.get("request") if isinstance(meta.get("request"), dict) else {}
-        rec["sampling"] = {k: req.get(k) for k in ("temperature", "top_p", "max_tokens") if k in req}
-        if isinstance(req.get("model"), str):
-            rec["model"]["served_name"] = req["model"]
+        rec = _triplet(obj, agent_re=agent_re, **kw)
     else:
         raise ValueError("neither an Agent Lightning event nor a Triplet")
     rec["chat_template"] = {"sha256": opts["chat_template_sha256"] or "unknown"}
     rec["engine"] = {"name": "vllm", "api": "chat.completions", "logprobs_mode": opts["logprobs_mode"],
                      "generation_config_source": opts["generation_config_source"]}
-    if extra:
-        rec["extra"] = extra
+    if kw["extra"]:
+        rec["extra"] = kw["extra"]
     return [rec]
+
+
+def _event_triplet(obj, data, *, traj, call_index, ref, opts, step, extra) -> dict:
+    """A ``?format=triplet`` ``model_request`` event: engine ids and sampled log-probs, ``data.server`` version; a
+    failed call (``error``, ``http_status`` ≥ 400) keeps no ids."""
+    rec = skeleton(run_id=opts["run_id"] or "unknown", trajectory_id=traj, step=step, call_id=f"{traj}:{call_index}",
+                   call_index=call_index, source_format="agl_event_triplet", ref=ref, tokenizer=opts["tokenizer"])
+    srv = data.get("server") if isinstance(data.get("server"), dict) else {}
+    version = srv.get("version", data.get("model_version"))
+    rec["model"] = {"served_name": str(srv.get("model") or "unknown"),
+                    "policy_version": version if type(version) is int else None}
+    status = data.get("http_status")
+    if data.get("error") is not None or (type(status) is int and status >= 400):
+        extra["import_error"] = f"model call failed: {data.get('error') or status}"
+    else:
+        _ids_record(rec, int_list(data.get("prompt_token_ids")), int_list(data.get("response_token_ids")))
+    _logprob_record(rec, data.get("response_log_probs"), None, opts["tokenizer"], extra)
+    if type(obj.get("timestamp")) in (int, float):
+        rec["timestamp"] = obj["timestamp"]
+    return rec
+
+
+def _triplet(obj, *, agent_re, traj, call_index, ref, opts, step, extra) -> dict:
+    """A ``Triplet`` object: ids, log-probs (OpenAI content or a plain list), version, and the role from the agent
+    name matched against ``agent_re``."""
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    rid = meta.get("response_id")
+    rec = skeleton(run_id=opts["run_id"] or "unknown", trajectory_id=traj, step=step,
+                   call_id=str(rid) if isinstance(rid, str) and rid else f"{traj}:{call_index}",
+                   call_index=call_index, source_format="agl_triplet", ref=ref, tokenizer=opts["tokenizer"])
+    _ids_record(rec, int_list(obj["prompt"].get("token_ids")), int_list(obj["response"].get("token_ids")))
+    _logprob_record(rec, None, obj["response"].get("logprobs"), opts["tokenizer"], extra)
+    agent = meta.get("agent_name")
+    if isinstance(agent, str) and agent_re is not None:
+        if agent_re.search(agent):
+            rec["role"], rec["role_source"] = "policy", "config"
+        else:
+            rec["inferred_purpose"] = f"agent:{agent}"
+    rec["model"]["policy_version"] = _version_of(meta, obj)
+    req = meta.get("request") if isinstance(meta.get("request"), dict) else {}
+    rec["sampling"] = {k: req.get(k) for k in ("temperature", "top_p", "max_tokens") if k in req}
+    if isinstance(req.get("model"), str):
+        rec["model"]["served_name"] = req["model"]
+    return rec
 
 
 _VERSION_KEYS = ("policy_version", "model_version", "weight_version", "version")
@@ -190,14 +204,27 @@ def _tokens_triplet(obj, *, traj, call_index, ref, opts, step, extra) -> dict:
     raw = obj.get("raw_call") if isinstance(obj.get("raw_call"), dict) else {}
     resp = raw.get("response") if isinstance(raw.get("response"), dict) else {}
     rid = resp.get("id") or meta.get("response_id")
-    rec = skeleton(run_id=opts["run_id"] or "unknown", trajectory_id=traj, step=step if type(step) is int else -1,
+    rec = skeleton(run_id=opts["run_id"] or "unknown", trajectory_id=traj, step=step,
                    call_id=str(rid) if isinstance(rid, str) and rid else f"{traj}:{call_index}",
                    call_index=call_index, source_format="agl_tokens_triplet", ref=ref, tokenizer=opts["tokenizer"])
     _ids_record(rec, int_list(obj["observation"].get("token_ids")), int_list(obj["completion"].get("token_ids")))
     _logprob_record(rec, obj["completion"].get("logprobs"), None, opts["tokenizer"], extra)
-    rec["model"]["policy_version"] = _version_of(obj, meta, raw)
+    rec["model"]["policy_version"] = _version_of(meta, obj, raw)
     req = raw.get("request") if isinstance(raw.get("request"), dict) else {}
     if isinstance(req.get("model") or resp.get("model"), str):
         rec["model"]["served_name"] = req.get("model") or resp.get("model")
     rec["sampling"] = {k: req.get(k) for k in ("temperature", "top_p", "max_tokens") if k in req}
     return rec
+
+
+def _rollout_triplets(obj, *, traj, ref, opts, agent_re) -> list[dict]:
+    """A rollout line that carries its ``triplets`` (each a ``Triplet`` or ``TokensTriplet``): one record per
+    triplet, in order; the rollout's own version fields fill a triplet that names none."""
+    shared = {k: obj[k] for k in _VERSION_KEYS if k in obj}
+    recs = []
+    for i, t in enumerate(obj["triplets"]):
+        if not isinstance(t, dict):
+            raise ValueError(f"triplets[{i}] is not an object")
+        item = {**shared, **t, "rollout_id": obj.get("rollout_id"), "attempt_id": obj.get("attempt_id")}
+        recs.extend(_convert(item, traj=traj, call_index=i, ref=f"{ref}/{i}", opts=opts, agent_re=agent_re))
+    return recs

@@ -108,115 +108,160 @@ def _entries(lst):
     return ids, lps
 
 
-def convert(obj, *, ref, opts, call_index) -> list[dict]:
-    req = obj.get("request") if isinstance(obj.get("request"), dict) else {}
-    resp = obj.get("response")
-    meta = meta_of(obj)
+def _outputs(req: dict, resp) -> list[dict]:
+    """The exchange's outputs: one dict, a list (``n > 1`` / batched prompts) or streamed chunks merged; an HTTP
+    error body is refused."""
     err = error_text(resp) if isinstance(resp, dict) else None
     if err is not None:
         raise ValueError(f"HTTP error body: {err}")
-    if isinstance(resp, list) and req.get("stream"):
-        outs = _merge_stream(resp)
-    elif isinstance(resp, list):
-        outs = [o for o in resp if isinstance(o, dict)]
+    if isinstance(resp, list):
+        outs = _merge_stream(resp) if req.get("stream") else [o for o in resp if isinstance(o, dict)]
     elif isinstance(resp, dict):
         outs = [resp]
     else:
         raise ValueError("no response object")
     if not outs:
         raise ValueError("response has no outputs")
-    headers = headers_of(obj)
-    traj = str(meta.get("trajectory_id") or headers.get("x-fcr-trajectory") or "unknown")
-    role = headers.get("x-fcr-call-role")
-    step = meta.get("step")
-    if type(step) is not int:
-        step = opts.get("step")
-    input_ids = int_list(req.get("input_ids"))
-    text_in = req.get("text") if isinstance(req.get("text"), str) else None
+    return outs
+
+
+def _call_ids(meta: dict, headers: dict, outs: list, ref: str) -> list[str]:
+    """One call id per output: the declared one (``#k`` for several outputs), else SGLang's own ``meta_info.id`` when
+    every output has a distinct one, else the first id or the source line."""
     declared = meta.get("call_id") or headers.get("x-fcr-call-id")
     rids = [(o.get("meta_info") or {}).get("id") if isinstance(o.get("meta_info"), dict) else None for o in outs]
-    own_ids = not declared and all(isinstance(x, str) and x for x in rids) and len(set(rids)) == len(rids)
+    if not declared and all(isinstance(x, str) and x for x in rids) and len(set(rids)) == len(rids):
+        return rids
+    base = str(declared or rids[0] or ref)
+    return [base] if len(outs) == 1 else [f"{base}#{k}" for k in range(len(outs))]
+
+
+def convert(obj, *, ref, opts, call_index) -> list[dict]:
+    """One logged ``/generate`` exchange → one ``fcr/1`` record per output."""
+    req = obj.get("request") if isinstance(obj.get("request"), dict) else {}
+    meta = meta_of(obj)
+    outs = _outputs(req, obj.get("response"))
+    headers = headers_of(obj)
+    ctx = {"req": req, "meta": meta, "headers": headers, "opts": opts, "ref": ref, "call_index": call_index,
+           "traj": str(meta.get("trajectory_id") or headers.get("x-fcr-trajectory") or "unknown")}
     recs = []
-    for k, out in enumerate(outs):
+    for out, call_id in zip(outs, _call_ids(meta, headers, outs, ref)):
         mi = out.get("meta_info") if isinstance(out.get("meta_info"), dict) else {}
-        base = str(declared or rids[0] or ref)
-        call_id = rids[k] if own_ids else base if len(outs) == 1 else f"{base}#{k}"
-        rec = skeleton(run_id=opts.get("run_id") or meta.get("run_id") or "unknown", trajectory_id=traj,
-                       step=step if type(step) is int else -1, call_id=call_id, call_index=call_index,
-                       source_format="sglang_generate", ref=ref, tokenizer=opts.get("tokenizer"))
-        if role in ROLE_VALUES:
-            rec["role"], rec["role_source"] = role, "header"
-        for key, field in (("x-fcr-purpose", "purpose"), ("x-fcr-parent-call", "parent_call_id")):
-            if isinstance(headers.get(key), str):
-                rec[field] = headers[key]
-        wv = mi.get("weight_version")
-        version = meta.get("policy_version")
-        if type(version) is not int:
-            version = wv if type(wv) is int else int(wv) if isinstance(wv, str) and wv.isdigit() else None
-        rec["model"] = {"served_name": str(req.get("model") or meta.get("model") or "unknown"),
-                        "policy_version": version}
-        rec["engine"] = {"name": "sglang", "api": "generate", "logprobs_mode": opts.get("logprobs_mode"),
-                         "generation_config_source": opts.get("generation_config_source", "unknown")}
-        rec["sampling"] = _sampling(req)
+        rec = _base_record(ctx, call_id, mi)
         extra: dict = {}
-        if wv is not None and version is None:
-            extra["weight_version"] = str(wv)
-
-        # prompt
-        p = rec["prompt"]
-        inp = _entries(mi.get("input_token_logprobs"))
-        pt = mi.get("prompt_tokens")
-        echoed = int_list(out.get("prompt_token_ids", mi.get("prompt_token_ids")))  # return_prompt_token_ids
-        if echoed is not None:
-            p["token_ids"], p["provenance"] = echoed, "engine"
-        elif input_ids is not None:
-            p["token_ids"], p["provenance"] = input_ids, "engine_input"
-        elif inp is not None and type(pt) is int and len(inp[0]) == pt and int_list(inp[0]) is not None:
-            p["token_ids"], p["provenance"] = inp[0], "engine"
-        p["ids_sha256"] = ids_sha256(p["token_ids"])
-        p["task_prompt_sha256_declared"] = meta.get("task_prompt_sha256_declared")
-        p["task_prompt_sha256_observed"] = text_sha256(text_in) if text_in is not None else None  # as completions
-
-        # response ids and log-probs
-        r = rec["response"]
-        got = _entries(mi.get("output_token_logprobs"))
-        ids = int_list(out.get("output_ids"))
-        if ids is None and got is not None:
-            ids = int_list(got[0])
-        if ids is not None:
-            r["token_ids"], r["provenance"] = ids, "engine"
-        r["ids_sha256"] = ids_sha256(r["token_ids"])
-        r["text"] = out.get("text") if isinstance(out.get("text"), str) else None
-        ct = mi.get("completion_tokens")
-        r["usage_completion_tokens"] = ct if type(ct) is int else None
-        fr = mi.get("finish_reason")
-        if isinstance(fr, dict) and isinstance(fr.get("type"), str):
-            r["finish_reason"] = fr["type"]
-        elif isinstance(fr, str):
-            r["finish_reason"] = fr
-        n = len(r["token_ids"])
-        if got is not None and len(got[0]) == n and got[0] == r["token_ids"]:
-            rec["rollout"] = {"logprobs": got[1]}
-            tops = mi.get("output_top_logprobs")
-            if isinstance(tops, list) and len(tops) == n:
-                pos = [[(e[1], e[0]) for e in (t or []) if isinstance(e, (list, tuple)) and len(e) >= 2]
-                       for t in tops]
-                top_k, dropped = topk_lists(pos, r["token_ids"], lambda x: x if type(x) is int and x >= 0 else None,
-                                            sampled_listed_first=False)
-                rec["rollout"]["top_k"] = top_k
-                if dropped:
-                    extra["top_k_dropped_positions"] = dropped
-        else:
-            rec["rollout"] = {"logprobs": [None] * n}
-            if got is not None:
-                extra["logprobs_unaligned"] = True
+        if mi.get("weight_version") is not None and rec["model"]["policy_version"] is None:
+            extra["weight_version"] = str(mi["weight_version"])
+        _prompt(rec["prompt"], req, meta, out, mi)
+        _response(rec, out, mi, extra)
+        _span_versions(rec, mi.get("weight_versions"), len(rec["response"]["token_ids"]), extra)
         if extra:
             rec["extra"] = extra
         if mi.get("routed_experts") is not None:  # return_routed_experts (docs/routing.md)
-            attach_rollout_routes(rec, lambda P, T: sglang_response_routes(
+            attach_rollout_routes(rec, lambda P, T, mi=mi: sglang_response_routes(
                 mi["routed_experts"], P, T, num_layers=opts.get("moe_layers"), **_route_layout(req, mi)))
         recs.append(rec)
     return recs
+
+
+def _base_record(ctx: dict, call_id: str, mi: dict) -> dict:
+    """Identity, role, purpose, model (``weight_version`` → ``policy_version`` when an integer), engine, sampling."""
+    meta, headers, opts, req = ctx["meta"], ctx["headers"], ctx["opts"], ctx["req"]
+    step = meta.get("step") if type(meta.get("step")) is int else opts.get("step")
+    rec = skeleton(run_id=opts.get("run_id") or meta.get("run_id") or "unknown", trajectory_id=ctx["traj"],
+                   step=step if type(step) is int else -1, call_id=call_id, call_index=ctx["call_index"],
+                   source_format="sglang_generate", ref=ctx["ref"], tokenizer=opts.get("tokenizer"))
+    if headers.get("x-fcr-call-role") in ROLE_VALUES:
+        rec["role"], rec["role_source"] = headers["x-fcr-call-role"], "header"
+    for key, field in (("x-fcr-purpose", "purpose"), ("x-fcr-parent-call", "parent_call_id")):
+        if isinstance(headers.get(key), str):
+            rec[field] = headers[key]
+    wv = mi.get("weight_version")
+    version = meta.get("policy_version")
+    if type(version) is not int:
+        version = wv if type(wv) is int else int(wv) if isinstance(wv, str) and wv.isdigit() else None
+    rec["model"] = {"served_name": str(req.get("model") or meta.get("model") or "unknown"), "policy_version": version}
+    rec["engine"] = {"name": "sglang", "api": "generate", "logprobs_mode": opts.get("logprobs_mode"),
+                     "generation_config_source": opts.get("generation_config_source", "unknown")}
+    rec["sampling"] = _sampling(req)
+    return rec
+
+
+def _prompt(p: dict, req: dict, meta: dict, out: dict, mi: dict) -> None:
+    """Prompt ids: the engine's (``return_prompt_token_ids``), the request's ``input_ids``, or the ids of an
+    ``input_token_logprobs`` that covers the whole prompt (``logprob_start_len: 0``)."""
+    inp = _entries(mi.get("input_token_logprobs"))
+    pt = mi.get("prompt_tokens")
+    echoed = int_list(out.get("prompt_token_ids", mi.get("prompt_token_ids")))  # return_prompt_token_ids
+    input_ids = int_list(req.get("input_ids"))
+    if echoed is not None:
+        p["token_ids"], p["provenance"] = echoed, "engine"
+    elif input_ids is not None:
+        p["token_ids"], p["provenance"] = input_ids, "engine_input"
+    elif inp is not None and type(pt) is int and len(inp[0]) == pt and int_list(inp[0]) is not None:
+        p["token_ids"], p["provenance"] = inp[0], "engine"
+    p["ids_sha256"] = ids_sha256(p["token_ids"])
+    p["task_prompt_sha256_declared"] = meta.get("task_prompt_sha256_declared")
+    text_in = req.get("text") if isinstance(req.get("text"), str) else None
+    p["task_prompt_sha256_observed"] = text_sha256(text_in) if text_in is not None else None  # as completions
+
+
+def _response(rec: dict, out: dict, mi: dict, extra: dict) -> None:
+    """Response ids (``output_ids``, else the ids of ``output_token_logprobs``), text, counts, finish reason; then
+    the rollout log-probs and top-K when their ids are exactly the response's."""
+    r = rec["response"]
+    got = _entries(mi.get("output_token_logprobs"))
+    ids = int_list(out.get("output_ids"))
+    if ids is None and got is not None:
+        ids = int_list(got[0])
+    if ids is not None:
+        r["token_ids"], r["provenance"] = ids, "engine"
+    r["ids_sha256"] = ids_sha256(r["token_ids"])
+    r["text"] = out.get("text") if isinstance(out.get("text"), str) else None
+    ct = mi.get("completion_tokens")
+    r["usage_completion_tokens"] = ct if type(ct) is int else None
+    fr = mi.get("finish_reason")
+    fr = fr.get("type") if isinstance(fr, dict) else fr
+    if isinstance(fr, str):
+        r["finish_reason"] = fr
+    n = len(r["token_ids"])
+    if got is None or len(got[0]) != n or got[0] != r["token_ids"]:
+        rec["rollout"] = {"logprobs": [None] * n}
+        if got is not None:
+            extra["logprobs_unaligned"] = True
+        return
+    rec["rollout"] = {"logprobs": got[1]}
+    tops = mi.get("output_top_logprobs")
+    if isinstance(tops, list) and len(tops) == n:
+        pos = [[(e[1], e[0]) for e in (t or []) if isinstance(e, (list, tuple)) and len(e) >= 2] for t in tops]
+        top_k, dropped = topk_lists(pos, r["token_ids"], lambda x: x if type(x) is int and x >= 0 else None,
+                                    sampled_listed_first=False)
+        rec["rollout"]["top_k"] = top_k
+        if dropped:
+            extra["top_k_dropped_positions"] = dropped
+
+
+def _span_versions(rec: dict, spans, n: int, extra: dict) -> None:
+    """``meta_info.weight_versions`` — ``[{version, start, end}, …]`` over the output tokens, which engines that
+    update weights mid-request report (a request generated across versions): each token gets its span's version
+    (None where no span covers it) in ``rollout.token_policy_versions`` and ``model.policy_version`` is the one
+    version only when every token has it — never the request's last ``weight_version``."""
+    if not isinstance(spans, list) or not spans or not n:
+        return
+    tv = [None] * n
+    for sp in spans:
+        if not isinstance(sp, dict):
+            continue
+        v, a, b = sp.get("version"), sp.get("start"), sp.get("end")
+        v = v if type(v) is int else int(v) if isinstance(v, str) and v.isdigit() else None
+        if type(a) is int and type(b) is int:
+            for t in range(max(a, 0), min(b, n)):
+                tv[t] = v
+    if tv[0] is not None and tv.count(tv[0]) == n:
+        rec["model"]["policy_version"] = tv[0]
+    else:
+        rec["model"]["policy_version"] = None
+        rec["rollout"]["token_policy_versions"] = tv
+        extra["weight_versions"] = sorted({str(v) for v in tv if v is not None})
 
 
 def _route_layout(req: dict, mi: dict) -> dict:

@@ -58,42 +58,49 @@ def trajectory_records(*, prompt_ids, response_ids, mask, logprobs, traj, step, 
     if prompt_ids is None or response_ids is None:
         raise ValueError("prompt or response ids missing or not lists of non-negative ints")
     n = len(response_ids)
-    if mask is None:
-        mask = [1] * n
+    mask = [1] * n if mask is None else mask
     if not (isinstance(mask, list) and len(mask) == n and all(m in (0, 1) and type(m) is int for m in mask)):
         raise ValueError(f"mask must be 0/1 per response token ({n}), got {type(mask).__name__} of "
                          f"{len(mask) if isinstance(mask, list) else '?'}")
-    lps_ok = isinstance(logprobs, list) and len(logprobs) == n
-    retok = opts.get("ids_from") == "text" or (fmt == "skyrl" and logprobs is None) or ids_reencoded
-    out = []
-    for k, (a, b) in enumerate(split_calls(response_ids, mask), start=first_index):
-        rec = skeleton(run_id=run_id, trajectory_id=traj, step=step, call_id=f"{traj}#{k}", call_index=k,
-                       source_format=fmt, ref=ref, tokenizer=opts.get("tokenizer"))
-        rec["role"], rec["role_source"], rec["purpose"] = "policy", "config", "main_loop"
-        rec["engine"] = {"name": opts.get("engine") or "unknown", "api": "generate",
-                         "logprobs_mode": opts.get("logprobs_mode"),
-                         "generation_config_source": opts.get("generation_config_source", "unknown")}
-        p = list(prompt_ids) + list(response_ids[:a])
-        rec["prompt"].update(token_ids=p, provenance="engine_input", ids_sha256=ids_sha256(p))
-        text = task_text(prompt)
-        if text is not None:  # what the rollout was asked (the trainer declares its hash through ``join``)
-            rec["prompt"]["task_prompt_sha256_observed"] = text_sha256(text)
-        r = list(response_ids[a:b])
-        rec["response"].update(token_ids=r, provenance="retokenized" if retok else "engine", ids_sha256=ids_sha256(r))
-        lp = [v if (type(v) is float or type(v) is int) else None for v in logprobs[a:b]] if lps_ok else [None] * len(r)
-        rec["rollout"] = {"logprobs": [None] * len(r) if retok and not ids_reencoded else lp}
-        rec["model"]["policy_version"] = _call_versions(rec, policy_version, token_versions, a, b)
-        spans = [[max(s, a) - a, min(e, b) - a, why] for s, e, why in unverified if s < b and e > a]
-        if spans:
-            rec["rollout"]["logprob_unverified"] = spans
-        if trainer is not None:  # a step dump that holds the trainer's side too (NeMo RL)
-            rec["trainer"] = _trainer_block(trainer, a, b, traj)
-        ex = dict(extra or {}, response_span=[a, b])
-        if logprobs is not None and not lps_ok:
-            ex["logprobs_unaligned"] = True
-        rec["extra"] = ex
-        out.append(rec)
-    return out
+    row = dict(prompt_ids=prompt_ids, response_ids=response_ids, logprobs=logprobs, traj=traj, step=step,
+               run_id=run_id, ref=ref, fmt=fmt, opts=opts, policy_version=policy_version, extra=extra, prompt=prompt,
+               token_versions=token_versions, unverified=unverified, ids_reencoded=ids_reencoded, trainer=trainer,
+               lps_ok=isinstance(logprobs, list) and len(logprobs) == n,
+               retok=opts.get("ids_from") == "text" or (fmt == "skyrl" and logprobs is None) or ids_reencoded)
+    return [_call_record(row, k, a, b)
+            for k, (a, b) in enumerate(split_calls(response_ids, mask), start=first_index)]
+
+
+def _call_record(row: dict, k: int, a: int, b: int) -> dict:
+    """The record of the model call at response positions ``[a, b)`` of a trajectory (``row``: what
+    :func:`trajectory_records` was given, with ``lps_ok`` and ``retok`` decided once)."""
+    opts, traj, response_ids = row["opts"], row["traj"], row["response_ids"]
+    rec = skeleton(run_id=row["run_id"], trajectory_id=traj, step=row["step"], call_id=f"{traj}#{k}", call_index=k,
+                   source_format=row["fmt"], ref=row["ref"], tokenizer=opts.get("tokenizer"))
+    rec["role"], rec["role_source"], rec["purpose"] = "policy", "config", "main_loop"
+    rec["engine"] = {"name": opts.get("engine") or "unknown", "api": "generate",
+                     "logprobs_mode": opts.get("logprobs_mode"),
+                     "generation_config_source": opts.get("generation_config_source", "unknown")}
+    p = list(row["prompt_ids"]) + list(response_ids[:a])
+    rec["prompt"].update(token_ids=p, provenance="engine_input", ids_sha256=ids_sha256(p))
+    text = task_text(row["prompt"])
+    if text is not None:  # what the rollout was asked (the trainer declares its hash through ``join``)
+        rec["prompt"]["task_prompt_sha256_observed"] = text_sha256(text)
+    r = list(response_ids[a:b])
+    rec["response"].update(token_ids=r, provenance="retokenized" if row["retok"] else "engine",
+                           ids_sha256=ids_sha256(r))
+    lp = [v if type(v) in (int, float) else None for v in row["logprobs"][a:b]] if row["lps_ok"] else [None] * len(r)
+    rec["rollout"] = {"logprobs": [None] * len(r) if row["retok"] and not row["ids_reencoded"] else lp}
+    rec["model"]["policy_version"] = _call_versions(rec, row["policy_version"], row["token_versions"], a, b)
+    spans = [[max(s, a) - a, min(e, b) - a, why] for s, e, why in row["unverified"] if s < b and e > a]
+    if spans:
+        rec["rollout"]["logprob_unverified"] = spans
+    if row["trainer"] is not None:  # a step dump that holds the trainer's side too (NeMo RL)
+        rec["trainer"] = _trainer_block(row["trainer"], a, b, traj)
+    rec["extra"] = dict(row["extra"] or {}, response_span=[a, b])
+    if row["logprobs"] is not None and not row["lps_ok"]:
+        rec["extra"]["logprobs_unaligned"] = True
+    return rec
 
 
 def _trainer_block(trainer, a, b, traj) -> dict:
@@ -159,12 +166,17 @@ def _verl_rows(obj):
 
     def field(name):
         return obj.get(name) if obj.get(name) is not None else ef.get(name)
-    version, tv = _span_versions(field("param_version_start"), field("param_version_end"), n)
+    # the fully-async recipe's param_version_start/_end, or verl's min_global_steps/max_global_steps (the weights
+    # versions that generated the sample's first and last tokens)
+    lo, hi = next(((field(a), field(b)) for a, b in (("param_version_start", "param_version_end"),
+                                                     ("min_global_steps", "max_global_steps"))
+                   if field(a) is not None or field(b) is not None), (None, None))
+    version, tv = _span_versions(lo, hi, n)
     if version is None and tv is None:
         version = _version(field("param_version"))
     extra = {k: obj[k] for k in ("num_turns", "reward_score") if obj.get(k) is not None}
     if tv is not None:
-        extra["policy_versions"] = [_version(field("param_version_start")), _version(field("param_version_end"))]
+        extra["policy_versions"] = [_version(lo), _version(hi)]
     lps = obj.get("response_logprobs") if obj.get("response_logprobs") is not None else obj.get("log_probs")
     return [_traj(obj.get("trajectory_id") or obj.get("uid") or obj.get("request_id"),
                   int_list(obj.get("prompt_ids")), resp, obj.get("response_mask"), lps,

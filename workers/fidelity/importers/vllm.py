@@ -61,50 +61,55 @@ def _merge_stream(chunks: list) -> dict:
         for k in ("id", "model", "object", "created"):
             if k in ch and k not in out:
                 out[k] = ch[k]
-        if "prompt_token_ids" in ch and ch["prompt_token_ids"] is not None and "prompt_token_ids" not in out:
+        if ch.get("prompt_token_ids") is not None and "prompt_token_ids" not in out:
             out["prompt_token_ids"] = ch["prompt_token_ids"]
         if ch.get("usage"):
             out["usage"] = ch["usage"]
         for c in ch.get("choices") or []:
             i = c.get("index", 0)
-            acc = by_index.setdefault(i, {"index": i, "token_ids": None, "text": None, "content": None,
-                                          "lp_content": None, "tokens": None, "token_logprobs": None,
-                                          "top_logprobs": None, "finish_reason": None})
-            if c.get("prompt_token_ids") is not None and "prompt_token_ids" not in acc:
-                acc["prompt_token_ids"] = c["prompt_token_ids"]
-            if c.get("token_ids") is not None:
-                acc["token_ids"] = (acc["token_ids"] or []) + list(c["token_ids"])
-            if isinstance(c.get("text"), str):
-                acc["text"] = (acc["text"] or "") + c["text"]
-            delta = c.get("delta") or {}
-            if isinstance(delta.get("content"), str):
-                acc["content"] = (acc["content"] or "") + delta["content"]
-            lp = c.get("logprobs") or {}
-            if isinstance(lp.get("content"), list):
-                acc["lp_content"] = (acc["lp_content"] or []) + lp["content"]
-            for k in ("tokens", "token_logprobs", "top_logprobs"):
-                if isinstance(lp.get(k), list):
-                    acc[k] = (acc[k] or []) + lp[k]
-            if c.get("finish_reason"):
-                acc["finish_reason"] = c["finish_reason"]
-    for i in sorted(by_index):
-        a = by_index[i]
-        choice = {"index": i, "finish_reason": a["finish_reason"]}
-        if a["token_ids"] is not None:
-            choice["token_ids"] = a["token_ids"]
-        if "prompt_token_ids" in a:
-            choice["prompt_token_ids"] = a["prompt_token_ids"]
-        if a["text"] is not None:
-            choice["text"] = a["text"]
-        if a["content"] is not None:
-            choice["message"] = {"role": "assistant", "content": a["content"]}
-        if a["lp_content"] is not None:
-            choice["logprobs"] = {"content": a["lp_content"]}
-        elif a["tokens"] is not None:
-            choice["logprobs"] = {"tokens": a["tokens"], "token_logprobs": a["token_logprobs"],
-                                  "top_logprobs": a["top_logprobs"]}
-        out["choices"].append(choice)
+            _absorb_delta(by_index.setdefault(i, {"index": i}), c)
+    out["choices"] = [_merged_choice(by_index[i]) for i in sorted(by_index)]
     return out
+
+
+def _extend(acc: dict, key: str, value, empty):
+    acc[key] = (acc.get(key) or empty) + value
+
+
+def _absorb_delta(acc: dict, c: dict) -> None:
+    """One streamed choice delta into its accumulator."""
+    if c.get("prompt_token_ids") is not None and "prompt_token_ids" not in acc:
+        acc["prompt_token_ids"] = c["prompt_token_ids"]
+    if c.get("token_ids") is not None:
+        _extend(acc, "token_ids", list(c["token_ids"]), [])
+    if isinstance(c.get("text"), str):
+        _extend(acc, "text", c["text"], "")
+    delta = c.get("delta") or {}
+    if isinstance(delta.get("content"), str):
+        _extend(acc, "content", delta["content"], "")
+    lp = c.get("logprobs") or {}
+    if isinstance(lp.get("content"), list):
+        _extend(acc, "lp_content", lp["content"], [])
+    for k in ("tokens", "token_logprobs", "top_logprobs"):
+        if isinstance(lp.get(k), list):
+            _extend(acc, k, lp[k], [])
+    if c.get("finish_reason"):
+        acc["finish_reason"] = c["finish_reason"]
+
+
+def _merged_choice(a: dict) -> dict:
+    choice = {"index": a["index"], "finish_reason": a.get("finish_reason")}
+    for k in ("token_ids", "prompt_token_ids", "text"):
+        if a.get(k) is not None:
+            choice[k] = a[k]
+    if a.get("content") is not None:
+        choice["message"] = {"role": "assistant", "content": a["content"]}
+    if a.get("lp_content") is not None:
+        choice["logprobs"] = {"content": a["lp_content"]}
+    elif a.get("tokens") is not None:
+        choice["logprobs"] = {"tokens": a["tokens"], "token_logprobs": a.get("token_logprobs"),
+                              "top_logprobs": a.get("top_logprobs")}
+    return choice
 
 
 def _sampling(req: dict) -> dict:
@@ -122,14 +127,16 @@ def _sampling(req: dict) -> dict:
     return s
 
 
-def convert_exchange(obj: dict, *, line: int, ref: str, opts: dict, call_index: int, retry: bool) -> list[dict]:
-    """One logged exchange → one ``fcr/1`` record per choice."""
-    tok = opts.get("tokenizer")
-    agl = isinstance(obj.get("data"), dict)
-    data = obj["data"] if agl else obj
-    req = data.get("request") if isinstance(data.get("request"), dict) else {}
+class _Exchange:
+    """What one logged exchange says once for all its choices (see :func:`convert_exchange`)."""
+
+    __slots__ = ("agl", "data", "req", "resp", "meta", "headers", "chat", "generate", "traj", "base_id", "choices",
+                 "role", "policy_version", "step", "user_text", "usage", "opts", "tok", "ref", "call_index", "retry")
+
+
+def _response_of(obj: dict, data: dict, meta: dict) -> dict:
+    """The exchange's response object (streamed chunks merged); an HTTP error (body or logged status) is refused."""
     resp = data.get("response")
-    meta = meta_of(obj)
     if isinstance(resp, list):
         resp = _merge_stream(resp)
     elif isinstance(obj.get("chunks"), list):
@@ -142,157 +149,223 @@ def convert_exchange(obj: dict, *, line: int, ref: str, opts: dict, call_index: 
     status = meta.get("status", obj.get("status"))
     if type(status) is int and status >= 400:
         raise ValueError(f"HTTP status {status}: not a completed model call")
-    headers = headers_of(obj)
-    chat = "messages" in req or str(resp.get("object", "")).startswith("chat")
+    return resp
+
+
+def _int_or(*values, default=None):
+    return next((v for v in values if type(v) is int), default)
+
+
+def _exchange(obj: dict, *, ref: str, opts: dict, call_index: int, retry: bool) -> _Exchange:
+    x = _Exchange()
+    x.agl = isinstance(obj.get("data"), dict)
+    x.data = obj["data"] if x.agl else obj
+    x.req = x.data.get("request") if isinstance(x.data.get("request"), dict) else {}
+    x.meta = meta_of(obj)
+    x.resp = _response_of(obj, x.data, x.meta)
+    x.headers = headers_of(obj)
+    x.chat = "messages" in x.req or str(x.resp.get("object", "")).startswith("chat")
     # vLLM's tokens-in/tokens-out endpoint: ``{token_ids, sampling_params}`` in, ``choices[].token_ids`` out
-    generate = not chat and "prompt" not in req and int_list(req.get("token_ids")) is not None
-    api = "chat.completions" if chat else "generate" if generate else "completions"
-    traj = meta.get("trajectory_id") or headers.get("x-fcr-trajectory") or (
-        f"{obj.get('rollout_id')}:{obj.get('attempt_id')}" if agl else "unknown")
-    base_id = meta.get("call_id") or headers.get("x-fcr-call-id") or resp.get("id") or ref
-    choices = sorted((c for c in resp.get("choices") or [] if isinstance(c, dict)), key=lambda c: c.get("index", 0))
-    if not choices:
+    x.generate = not x.chat and "prompt" not in x.req and int_list(x.req.get("token_ids")) is not None
+    x.traj = x.meta.get("trajectory_id") or x.headers.get("x-fcr-trajectory") or (
+        f"{obj.get('rollout_id')}:{obj.get('attempt_id')}" if x.agl else "unknown")
+    x.base_id = x.meta.get("call_id") or x.headers.get("x-fcr-call-id") or x.resp.get("id") or ref
+    x.choices = sorted((c for c in x.resp.get("choices") or [] if isinstance(c, dict)),
+                       key=lambda c: c.get("index", 0))
+    if not x.choices:
         raise ValueError("response has no choices")
-    role = headers.get("x-fcr-call-role")
-    role_ok = role in ROLE_VALUES
-    policy_version = meta.get("policy_version")
-    if policy_version is None and agl:  # AGL ≥ 1.0: data.server.version; earlier events: data.model_version
-        srv = data.get("server") if isinstance(data.get("server"), dict) else {}
-        policy_version = srv.get("version", data.get("model_version"))
-    if type(policy_version) is not int:
-        policy_version = None
-    step = meta.get("step")
-    if type(step) is not int:
-        step = opts.get("steps", {}).get(traj, opts.get("step"))
-    if type(step) is not int:
-        step = -1
-    user_text = task_text(req.get("messages")) if chat else (
-        req.get("prompt") if isinstance(req.get("prompt"), str) else None)
-    usage = resp.get("usage") if isinstance(resp.get("usage"), dict) else {}
+    x.role = x.headers.get("x-fcr-call-role")
+    srv = x.data.get("server") if x.agl and isinstance(x.data.get("server"), dict) else {}
+    # AGL ≥ 1.0: data.server.version; earlier events: data.model_version
+    x.policy_version = _int_or(x.meta.get("policy_version"), *((srv.get("version", x.data.get("model_version")),)
+                                                                if x.agl and x.meta.get("policy_version") is None
+                                                                else ()))
+    x.step = _int_or(x.meta.get("step"), opts.get("steps", {}).get(x.traj, opts.get("step")), default=-1)
+    x.user_text = task_text(x.req.get("messages")) if x.chat else (
+        x.req.get("prompt") if isinstance(x.req.get("prompt"), str) else None)
+    x.usage = x.resp.get("usage") if isinstance(x.resp.get("usage"), dict) else {}
+    x.opts, x.tok, x.ref, x.call_index, x.retry = opts, opts.get("tokenizer"), ref, call_index, retry
+    return x
+
+
+def convert_exchange(obj: dict, *, line: int, ref: str, opts: dict, call_index: int, retry: bool) -> list[dict]:
+    """One logged exchange → one ``fcr/1`` record per choice: the record's identity and configuration, its prompt
+    ids, the per-token evidence (echo cut off), its response ids and its rollout log-probs, each from its own
+    helper."""
+    x = _exchange(obj, ref=ref, opts=opts, call_index=call_index, retry=retry)
     out = []
-    for k, ch in enumerate(choices):
-        call_id = f"{base_id}#{ch.get('index', k)}" if len(choices) > 1 else str(base_id)
-        rec = skeleton(run_id=opts.get("run_id") or meta.get("run_id") or "unknown", trajectory_id=str(traj),
-                       step=step, call_id=call_id, call_index=call_index, ref=ref, tokenizer=tok,
-                       source_format=("agl_model_request" if agl else
-                                      "vllm_openai_chat" if chat else "vllm_openai_completions"))
-        if role_ok:
-            rec["role"], rec["role_source"] = role, "header"
-        purpose = "retry" if retry else headers.get("x-fcr-purpose") or meta.get("purpose")
-        if purpose:
-            rec["purpose"] = purpose
-        if headers.get("x-fcr-parent-call"):
-            rec["parent_call_id"] = headers["x-fcr-parent-call"]
-        ts = meta.get("timestamp", resp.get("created"))
-        if isinstance(ts, (int, float)) and not isinstance(ts, bool):
-            rec["timestamp"] = ts
-        rec["model"] = {"served_name": str(resp.get("model") or req.get("model") or "unknown"),
-                        "policy_version": policy_version}
-        rec["chat_template"] = ({"sha256": opts.get("chat_template_sha256") or "unknown"} if chat else None)
-        eng = {"name": opts.get("engine") or "vllm", "api": api, "logprobs_mode": req.get("logprobs_mode", opts.get("logprobs_mode")),
-               "generation_config_source": opts.get("generation_config_source", "unknown")}
-        if isinstance(req.get("skip_special_tokens"), bool):
-            eng["skip_special_tokens"] = req["skip_special_tokens"]
-        rec["engine"] = eng
-        rec["sampling"] = _sampling(req["sampling_params"] if generate and isinstance(req.get("sampling_params"), dict)
-                                    else req)
-
-        # prompt ids
-        p = rec["prompt"]
-        pids = int_list(resp.get("prompt_token_ids")) if chat or generate else None
-        if pids is None:
-            pids = int_list(ch.get("prompt_token_ids"))
-        sent = req.get("token_ids") if generate else req.get("prompt")
-        pin = int_list(sent) if isinstance(sent, list) else None
-        if pids is not None:
-            p["token_ids"], p["provenance"] = pids, "engine"
-        elif pin is not None:
-            p["token_ids"], p["provenance"] = pin, "engine_input"
-        p["ids_sha256"] = ids_sha256(p["token_ids"])
-        p["task_prompt_sha256_declared"] = meta.get("task_prompt_sha256_declared")
-        p["task_prompt_sha256_observed"] = text_sha256(user_text) if isinstance(user_text, str) else None
-        if meta.get("context_event") is not None:
-            p["context_event"] = meta["context_event"]
-            if meta.get("context_source_call_id") is not None:
-                p["context_source_call_id"] = meta["context_source_call_id"]
-
-        # per-token evidence
-        lp = ch.get("logprobs") if isinstance(ch.get("logprobs"), dict) else {}
-        if isinstance(lp.get("content"), list):  # chat
-            entries = [e for e in lp["content"] if isinstance(e, dict)]
-            tok_strings = [e.get("token") for e in entries]
-            tok_lps = [e.get("logprob") for e in entries]
-            tops = [[(t.get("token"), t.get("logprob")) for t in (e.get("top_logprobs") or []) if isinstance(t, dict)]
-                    for e in entries]
-            has_top = any(e.get("top_logprobs") is not None for e in entries)
-        elif isinstance(lp.get("tokens"), list):  # completions
-            tok_strings = list(lp["tokens"])
-            tok_lps = list(lp.get("token_logprobs") or [None] * len(tok_strings))
-            raw_tops = lp.get("top_logprobs") or []
-            tops = [list(d.items()) if isinstance(d, dict) else [] for d in raw_tops]
-            has_top = bool(raw_tops)
-        else:
-            tok_strings, tok_lps, tops, has_top = None, None, None, False
-        echo_cut = None
-        if not chat and req.get("echo") is True and tok_strings is not None:
-            # echo=True: vLLM lists the prompt's tokens first (logprobs.tokens = prompt + output; the first prompt
-            # token has a null log-prob) and text = prompt text + output text. Keep the output's tail.
-            echo_cut = _echo_cut(len(tok_strings), int_list(ch.get("token_ids")), pin if pids is None else pids,
-                                 usage.get("prompt_tokens") if len(choices) == 1 else None)
-            tok_strings, tok_lps = tok_strings[echo_cut:], tok_lps[echo_cut:]
-            tops = tops[echo_cut:] if has_top and len(tops) >= echo_cut else tops
-
-        # response ids
-        r = rec["response"]
-        text = ch.get("text") if not chat else ((ch.get("message") or {}).get("content"))
-        if not chat and req.get("echo") is True and isinstance(text, str):
-            # the echoed prompt text is not the response's; without return_token_ids it leads the text
-            # (a prompt sent as ids is echoed as its decoded text, which this importer cannot strip: no text then)
-            ptext = req.get("prompt") if isinstance(req.get("prompt"), str) else None
-            text = text[len(ptext):] if ptext is not None and text.startswith(ptext) else None
-        rids = int_list(ch.get("token_ids"))
-        if rids is not None:
-            r["token_ids"], r["provenance"] = rids, "engine"
-        elif tok_strings and all(token_id_of(s) is not None for s in tok_strings):
-            r["token_ids"], r["provenance"] = [token_id_of(s) for s in tok_strings], "engine"
-        elif tok_strings and tok is not None and all(
-                isinstance(s, str) and len(tok.ids_for_string(s)) == 1 for s in tok_strings):
-            r["token_ids"] = [tok.ids_for_string(s)[0] for s in tok_strings]
-            r["provenance"] = "engine_token_strings"
-            r["token_strings"] = tok_strings
-        elif isinstance(text, str) and tok is not None:
-            r["token_ids"], r["provenance"] = tok.encode(text), "retokenized"
-        n = len(r["token_ids"])
-        r["ids_sha256"] = ids_sha256(r["token_ids"])
-        r["text"] = text if not chat and isinstance(text, str) else None
-        r["usage_completion_tokens"] = usage.get("completion_tokens") if len(choices) == 1 and type(
-            usage.get("completion_tokens")) is int else None
-        if ch.get("finish_reason") is not None:
-            r["finish_reason"] = str(ch["finish_reason"])
-
-        # log-probs: only when they align with the ids; never fabricated
-        extra = {}
-        if tok_lps is not None and len(tok_lps) == n and r["provenance"] != "retokenized":
-            rec["rollout"] = {"logprobs": [v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-                                           for v in tok_lps]}
-            if has_top and len(tops) == n and req.get("logprob_token_ids"):
-                extra["top_k_not_a_ranking"] = "request.logprob_token_ids: the lists are the requested ids"
-            elif has_top and len(tops) == n:
-                top_k, dropped = topk_lists(tops, r["token_ids"], lambda x: map_token(x, tok),
-                                            sampled_listed_first=True)
-                rec["rollout"]["top_k"] = top_k
-                if dropped:
-                    extra["top_k_dropped_positions"] = dropped
-        else:
-            rec["rollout"] = {"logprobs": [None] * n}
-            if tok_lps is not None:
-                extra["logprobs_unaligned"] = True
-        if extra:
-            rec["extra"] = extra
+    for k, ch in enumerate(x.choices):
+        rec = _base_record(x, k, ch)
+        prompt_ids = _prompt(x, ch, rec)
+        ev = _evidence(ch)
+        if not x.chat and x.req.get("echo") is True and ev[0] is not None:
+            ev = _cut_echo(x, ch, ev, prompt_ids)
+        tok_lps = _response(x, ch, rec, ev)
+        _rollout(x, rec, tok_lps, ev[2], ev[3])
         if ch.get("routed_experts") is not None:  # --enable-return-routed-experts (docs/routing.md)
-            attach_rollout_routes(rec, lambda P, T: vllm_response_routes(ch["routed_experts"], P, T))
+            attach_rollout_routes(rec, lambda P, T, ch=ch: vllm_response_routes(ch["routed_experts"], P, T))
         out.append(rec)
     return out
+
+
+def _base_record(x: _Exchange, k: int, ch: dict) -> dict:
+    """The record's identity, role, purpose, model, engine and sampling."""
+    call_id = f"{x.base_id}#{ch.get('index', k)}" if len(x.choices) > 1 else str(x.base_id)
+    rec = skeleton(run_id=x.opts.get("run_id") or x.meta.get("run_id") or "unknown", trajectory_id=str(x.traj),
+                   step=x.step, call_id=call_id, call_index=x.call_index, ref=x.ref, tokenizer=x.tok,
+                   source_format=("agl_model_request" if x.agl else
+                                  "vllm_openai_chat" if x.chat else "vllm_openai_completions"))
+    if x.role in ROLE_VALUES:
+        rec["role"], rec["role_source"] = x.role, "header"
+    purpose = "retry" if x.retry else x.headers.get("x-fcr-purpose") or x.meta.get("purpose")
+    if purpose:
+        rec["purpose"] = purpose
+    if x.headers.get("x-fcr-parent-call"):
+        rec["parent_call_id"] = x.headers["x-fcr-parent-call"]
+    ts = x.meta.get("timestamp", x.resp.get("created"))
+    if type(ts) in (int, float):
+        rec["timestamp"] = ts
+    rec["model"] = {"served_name": str(x.resp.get("model") or x.req.get("model") or "unknown"),
+                    "policy_version": x.policy_version}
+    rec["chat_template"] = ({"sha256": x.opts.get("chat_template_sha256") or "unknown"} if x.chat else None)
+    rec["engine"] = {"name": x.opts.get("engine") or "vllm",
+                     "api": "chat.completions" if x.chat else "generate" if x.generate else "completions",
+                     "logprobs_mode": x.req.get("logprobs_mode", x.opts.get("logprobs_mode")),
+                     "generation_config_source": x.opts.get("generation_config_source", "unknown")}
+    if isinstance(x.req.get("skip_special_tokens"), bool):
+        rec["engine"]["skip_special_tokens"] = x.req["skip_special_tokens"]
+    sp = x.req.get("sampling_params")
+    rec["sampling"] = _sampling(sp if x.generate and isinstance(sp, dict) else x.req)
+    return rec
+
+
+def _prompt(x: _Exchange, ch: dict, rec: dict):
+    """Prompt ids: the engine's (``prompt_token_ids``), else the ids sent; the task hash and context event. Returns
+    the prompt ids known (engine or sent), or None."""
+    p = rec["prompt"]
+    pids = int_list(x.resp.get("prompt_token_ids")) if x.chat or x.generate else None
+    if pids is None:
+        pids = int_list(ch.get("prompt_token_ids"))
+    sent = x.req.get("token_ids") if x.generate else x.req.get("prompt")
+    pin = int_list(sent) if isinstance(sent, list) else None
+    if pids is not None:
+        p["token_ids"], p["provenance"] = pids, "engine"
+    elif pin is not None:
+        p["token_ids"], p["provenance"] = pin, "engine_input"
+    p["ids_sha256"] = ids_sha256(p["token_ids"])
+    p["task_prompt_sha256_declared"] = x.meta.get("task_prompt_sha256_declared")
+    p["task_prompt_sha256_observed"] = text_sha256(x.user_text) if isinstance(x.user_text, str) else None
+    if x.meta.get("context_event") is not None:
+        p["context_event"] = x.meta["context_event"]
+        if x.meta.get("context_source_call_id") is not None:
+            p["context_source_call_id"] = x.meta["context_source_call_id"]
+    return pids if pids is not None else pin
+
+
+def _evidence(ch: dict):
+    """Per-token evidence of a choice: ``(token strings, log-probs, top-K entries, has_top)`` from chat
+    ``logprobs.content`` or completions ``logprobs.{tokens, token_logprobs, top_logprobs}`` (all None without)."""
+    lp = ch.get("logprobs") if isinstance(ch.get("logprobs"), dict) else {}
+    if isinstance(lp.get("content"), list):  # chat
+        entries = [e for e in lp["content"] if isinstance(e, dict)]
+        tops = [[(t.get("token"), t.get("logprob")) for t in (e.get("top_logprobs") or []) if isinstance(t, dict)]
+                for e in entries]
+        return ([e.get("token") for e in entries], [e.get("logprob") for e in entries], tops,
+                any(e.get("top_logprobs") is not None for e in entries))
+    if isinstance(lp.get("tokens"), list):  # completions
+        strings = list(lp["tokens"])
+        raw_tops = lp.get("top_logprobs") or []
+        return (strings, list(lp.get("token_logprobs") or [None] * len(strings)),
+                [list(d.items()) if isinstance(d, dict) else [] for d in raw_tops], bool(raw_tops))
+    return None, None, None, False
+
+
+def _cut_echo(x: _Exchange, ch: dict, ev, prompt_ids):
+    """echo=True: vLLM lists the prompt's tokens first (logprobs.tokens = prompt + output; the first prompt token has
+    a null log-prob) and text = prompt text + output text. Keep the output's tail."""
+    strings, lps, tops, has_top = ev
+    cut = _echo_cut(len(strings), int_list(ch.get("token_ids")), prompt_ids,
+                    x.usage.get("prompt_tokens") if len(x.choices) == 1 else None)
+    return strings[cut:], lps[cut:], (tops[cut:] if has_top and len(tops) >= cut else tops), has_top
+
+
+def _response_text(x: _Exchange, ch: dict):
+    text = ch.get("text") if not x.chat else ((ch.get("message") or {}).get("content"))
+    if not x.chat and x.req.get("echo") is True and isinstance(text, str):
+        # the echoed prompt text is not the response's; without return_token_ids it leads the text
+        # (a prompt sent as ids is echoed as its decoded text, which this importer cannot strip: no text then)
+        ptext = x.req.get("prompt") if isinstance(x.req.get("prompt"), str) else None
+        text = text[len(ptext):] if ptext is not None and text.startswith(ptext) else None
+    return text
+
+
+def _response_ids(x: _Exchange, ch: dict, r: dict, strings, tok_lps, text):
+    """Response ids, most direct first: the engine's ``token_ids`` (or SGLang's ``meta_info``), ``token_id:N``
+    strings, strings that map to one vocabulary id each, the text encoded. Returns the log-probs that go with them."""
+    tok = x.tok
+    rids = int_list(ch.get("token_ids"))
+    if rids is None:  # SGLang's OpenAI server with return_meta_info: the engine's ids and log-probs per choice
+        rids, tok_lps = _meta_info_tokens(ch, tok_lps)
+    if rids is not None:
+        r["token_ids"], r["provenance"] = rids, "engine"
+    elif strings and all(token_id_of(s) is not None for s in strings):
+        r["token_ids"], r["provenance"] = [token_id_of(s) for s in strings], "engine"
+    elif strings and tok is not None and all(isinstance(s, str) and len(tok.ids_for_string(s)) == 1
+                                             for s in strings):
+        r["token_ids"], r["provenance"] = [tok.ids_for_string(s)[0] for s in strings], "engine_token_strings"
+        r["token_strings"] = strings
+    elif isinstance(text, str) and tok is not None:
+        r["token_ids"], r["provenance"] = tok.encode(text), "retokenized"
+    return tok_lps
+
+
+def _response(x: _Exchange, ch: dict, rec: dict, ev):
+    """The response block; returns the log-probs that go with its ids."""
+    r = rec["response"]
+    text = _response_text(x, ch)
+    tok_lps = _response_ids(x, ch, r, ev[0], ev[1], text)
+    r["ids_sha256"] = ids_sha256(r["token_ids"])
+    r["text"] = text if not x.chat and isinstance(text, str) else None
+    ct = x.usage.get("completion_tokens")
+    r["usage_completion_tokens"] = ct if len(x.choices) == 1 and type(ct) is int else None
+    if ch.get("finish_reason") is not None:
+        r["finish_reason"] = str(ch["finish_reason"])
+    return tok_lps
+
+
+def _rollout(x: _Exchange, rec: dict, tok_lps, tops, has_top) -> None:
+    """Log-probs and top-K: only when they align with the ids; never fabricated."""
+    ids = rec["response"]["token_ids"]
+    n = len(ids)
+    extra = {}
+    if tok_lps is not None and len(tok_lps) == n and rec["response"]["provenance"] != "retokenized":
+        rec["rollout"] = {"logprobs": [v if type(v) in (int, float) else None for v in tok_lps]}
+        if has_top and len(tops) == n and x.req.get("logprob_token_ids"):
+            extra["top_k_not_a_ranking"] = "request.logprob_token_ids: the lists are the requested ids"
+        elif has_top and len(tops) == n:
+            top_k, dropped = topk_lists(tops, ids, lambda t: map_token(t, x.tok), sampled_listed_first=True)
+            rec["rollout"]["top_k"] = top_k
+            if dropped:
+                extra["top_k_dropped_positions"] = dropped
+    else:
+        rec["rollout"] = {"logprobs": [None] * n}
+        if tok_lps is not None:
+            extra["logprobs_unaligned"] = True
+    if extra:
+        rec["extra"] = extra
+
+
+def _meta_info_tokens(ch: dict, tok_lps):
+    """``choices[i].meta_info`` (SGLang's chat completions with ``return_meta_info``): ``output_token_logprobs``
+    ``[[logprob, id, text], …]`` gives the sampled ids and their log-probs, ``output_ids`` the ids alone. Returns
+    (ids or None, log-probs)."""
+    mi = ch.get("meta_info") if isinstance(ch.get("meta_info"), dict) else {}
+    entries = mi.get("output_token_logprobs")
+    if isinstance(entries, list) and entries and all(isinstance(e, list) and len(e) >= 2 for e in entries):
+        ids = int_list([e[1] for e in entries])
+        if ids is not None:
+            return ids, [e[0] for e in entries]
+    return int_list(mi.get("output_ids")), tok_lps
 
 
 def _echo_cut(n_listed, rids, pids, usage_prompt_tokens) -> int:
