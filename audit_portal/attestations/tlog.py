@@ -13,8 +13,6 @@
 """
 from __future__ import annotations
 
-import json
-
 from django.http import HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
@@ -63,5 +61,6 @@ def key_events(request):
         data = selectors.key_events(_size_param(request))
     except ValueError as exc:
         return JsonResponse({"detail": str(exc)}, status=400)
-    return JsonResponse(data, json_dumps_params={"separators": (",", ":")}) if data else JsonResponse(
-        {"detail": json.dumps("the log has no checkpoint yet")}, status=404)
+    if data is None:
+        return JsonResponse({"detail": "the log has no checkpoint of that size"}, status=404)
+    return JsonResponse(data)
