@@ -116,3 +116,23 @@ def test_the_witness_refuses_an_unintroduced_key_a_fork_and_a_rollback(api, proj
     assert r.status_code == 409  # Conflict: a different tree head of that size (the API reports errors as JSON)
     state = json.loads((tmp_path / "w0" / "state.json").read_text())
     assert state["tree_size"] == size  # nothing refused was recorded
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_witness_process_cosigns_over_http(api, project, live_server, settings, tmp_path):
+    """``python -m workers.verify witness --once`` as its own process against a real HTTP server."""
+    import subprocess
+    import sys
+
+    from .test_attestations import ROOT
+
+    certified(api, project, records(trajectories=3))
+    state = tmp_path / "witness"
+    cmd = [sys.executable, "-m", "workers.verify", "witness", "--state", str(state), "--name", "w.example"]
+    key = subprocess.run([*cmd, "--print-key"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert key.returncode == 0 and key.stdout.startswith("w.example+"), key.stderr
+    settings.AUDIT_LOG_WITNESS_KEYS = [key.stdout.strip()]
+    out = subprocess.run([*cmd, "--url", live_server.url, "--once"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and out.stdout.startswith("cosigned tree size 2"), out.stdout + out.stderr
+    assert Cosignature.objects.filter(witness=key.stdout.strip(), tree_size=2).exists()
