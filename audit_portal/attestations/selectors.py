@@ -97,6 +97,8 @@ def bundle(entry: LogEntry, tree_size: int | None = None, consistency_from: int 
     hashes = leaf_hashes(ck.tree_size)
     out = build_bundle(json.loads(entry.envelope), log_index=entry.index, integrated_time=entry.created_at.isoformat(),
                        leaf_hashes=hashes, checkpoint=json.loads(ck.envelope), keys=key_set())
+    # the key events with inclusion proofs: the verifier checks the signers were introduced through the log
+    out["key_events"] = key_events(ck.tree_size)["events"]
     cosigned = checkpoint_note(ck.tree_size)
     if cosigned:  # the same tree head as a C2SP note, with its witnesses' cosignatures (verify --witness)
         out["checkpoint_note"] = cosigned
