@@ -136,3 +136,19 @@ def test_the_witness_process_cosigns_over_http(api, project, live_server, settin
                          timeout=120)
     assert out.returncode == 0 and out.stdout.startswith("cosigned tree size 2"), out.stdout + out.stderr
     assert Cosignature.objects.filter(witness=key.stdout.strip(), tree_size=2).exists()
+
+
+def test_a_rewrite_below_a_cosigned_size_is_named_by_the_log_check(api, project, client, witnesses, settings):
+    """The owner rewrites an entry, re-signs every checkpoint with the stolen key, and the witness directory is gone:
+    the cosignatures the log kept no longer verify over what its entries hash to now."""
+    from .test_log_witness import _rewrite_entry_and_resign_everything
+
+    settings.AUDIT_LOG_WITNESS_DIR = ""  # only the independent witnesses' cosignatures remain
+    certified(api, project, records(trajectories=3))
+    certified(api, project, records(trajectories=3, seed=2))
+    assert witnesses[0].round().startswith("cosigned tree size 3")
+    assert selectors.verify_log().ok
+    _rewrite_entry_and_resign_everything(1)
+    result = selectors.verify_log()
+    assert not result.ok and any("witness witness-0.example cosigned tree size 3" in p and "rewritten" in p
+                                 for p in result.problems), result.problems
