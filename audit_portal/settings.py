@@ -96,6 +96,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "audit_portal.core.context_processors.portal",
+                "audit_portal.attestations.context_processors.banner",  # the failed-log-check banner on every page
             ],
         },
     },
@@ -194,6 +195,10 @@ CELERY_BEAT_SCHEDULE = {
     "reap-stale-jobs": {"task": "workers.tasks.reap_stale_jobs", "schedule": 60.0, "options": {"queue": "cpu"}},
     # lost messages of alerts and growing runs: deliveries and follow-ups resent (workers/tasks/alerts.py)
     "sweep-alerts": {"task": "workers.tasks.sweep_alerts", "schedule": 60.0, "options": {"queue": "cpu"}},
+    # the transparency log against its signatures, key history and witnesses; an alert when it stops verifying
+    "check-transparency-log": {"task": "workers.tasks.check_transparency_log",
+                               "schedule": float(os.environ.get("AUDIT_LOG_CHECK_SECONDS", 300)),
+                               "options": {"queue": "cpu"}},
 }
 # A running job whose worker has not reported for this long is retried, then failed with a reason.
 JOB_HEARTBEAT_TIMEOUT_SECONDS = int(os.environ.get("JOB_HEARTBEAT_TIMEOUT_SECONDS", 600))

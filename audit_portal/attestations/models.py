@@ -94,3 +94,18 @@ class Cosignature(models.Model):
     class Meta:
         ordering = ["tree_size", "witness"]
         constraints = [models.UniqueConstraint(fields=["tree_size", "witness"], name="one_cosignature_per_witness")]
+
+
+class LogCheck(models.Model):
+    """One scheduled check of the transparency log (``attestations.services.check_log``, celery beat): the whole log
+    against its signatures, its key history and its witnesses. The latest row drives the banner on every page; a
+    change from consistent to not raises the alert (page channel and every alert rule's webhook)."""
+
+    ok = models.BooleanField()
+    tree_size = models.BigIntegerField(default=0)
+    problems = models.JSONField(default=list)
+    warnings = models.JSONField(default=list)
+    checked_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-checked_at", "-id"]

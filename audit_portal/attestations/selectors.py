@@ -97,6 +97,8 @@ def bundle(entry: LogEntry, tree_size: int | None = None, consistency_from: int 
     hashes = leaf_hashes(ck.tree_size)
     out = build_bundle(json.loads(entry.envelope), log_index=entry.index, integrated_time=entry.created_at.isoformat(),
                        leaf_hashes=hashes, checkpoint=json.loads(ck.envelope), keys=key_set())
+    # the key events with inclusion proofs: the verifier checks the signers were introduced through the log
+    out["key_events"] = key_events(ck.tree_size)["events"]
     cosigned = checkpoint_note(ck.tree_size)
     if cosigned:  # the same tree head as a C2SP note, with its witnesses' cosignatures (verify --witness)
         out["checkpoint_note"] = cosigned
@@ -244,4 +246,28 @@ def verify_log(max_problems: int = 100) -> LogVerification:
         result.problem(f"the latest checkpoint covers {last_size} of {len(hashes)} entries")
     # the checks above trust the database; the witness outside it catches a rewrite with re-signed checkpoints
     result.witnessed_checked = witness.check(roots, history.key_set(), result.problem, result.warn)
+    _check_cosignatures(roots, result)
     return result
+
+
+def _check_cosignatures(roots: list[bytes], result: LogVerification) -> None:
+    """Every cosignature kept from a configured witness must still verify over the checkpoint the log's *current*
+    first ``n`` entries make: a witness signed the root it saw, so a rewrite below ``n`` — even with every checkpoint
+    re-signed and the witness directory lost — leaves that cosignature unverifiable."""
+    pinned = {w.text: w for w in witness_verifiers()}
+    for c in Cosignature.objects.order_by("tree_size", "witness").iterator(chunk_size=500):
+        w = pinned.get(c.witness)
+        if w is None:
+            continue
+        if c.tree_size > len(roots) or c.tree_size < 1:
+            result.problem(f"witness {w.name} cosigned tree size {c.tree_size}, but the log has {len(roots)} "
+                           "entries: entries were removed")
+            continue
+        text = vnote.checkpoint_text(keys.log_name(), c.tree_size, roots[c.tree_size - 1])
+        try:
+            if not vnote.verify_cosignatures(text + "\n" + c.line, [w]):
+                raise vnote.NoteError("the cosignature names another key")
+        except vnote.NoteError:
+            result.problem(f"witness {w.name} cosigned tree size {c.tree_size} with a root the log's first "
+                           f"{c.tree_size} entries no longer hash to: an entry below {c.tree_size} was rewritten "
+                           "after it was cosigned")

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from audit_portal.attestations import keys, statements, witness
 from audit_portal.attestations import selectors
-from audit_portal.attestations.models import Checkpoint, Cosignature, LogEntry, SubjectKind
+from audit_portal.attestations.models import Checkpoint, Cosignature, LogCheck, LogEntry, SubjectKind
 from audit_portal.attestations.selectors import leaf_hashes, verify_log
 from workers.verify import checkpoint as vcheckpoint
 from workers.verify import jcs, keylog, merkle, sign_statement
@@ -212,3 +212,18 @@ def add_cosignatures(body: str) -> tuple[int, str]:
                                              defaults={"timestamp": timestamp, "line": line})
         lines.append(line)
     return 200, "".join(lines)
+
+
+def record_log_check(now=None) -> tuple[LogCheck, LogCheck | None]:
+    """One check of the whole log (:func:`verify_log`: entries, checkpoints, the key history derived from the log
+    against the key table, the witnessed checkpoints) stored as a :class:`LogCheck`. Returns (this check, the one
+    before it); the alert on a change is raised by :func:`audit_portal.alerts.log_integrity.check_and_alert`."""
+    try:
+        result = verify_log()
+        ok, size, problems, warnings = result.ok, result.tree_size, result.problems, result.warnings
+    except Exception as exc:  # noqa: BLE001 - a log that cannot be checked is reported as not consistent
+        ok, size, problems, warnings = False, 0, [f"the log could not be checked: {type(exc).__name__}: {exc}"], []
+    previous = LogCheck.objects.order_by("-checked_at", "-id").first()
+    row = LogCheck.objects.create(ok=ok, tree_size=size, problems=problems[:100], warnings=warnings[:100],
+                                  checked_at=now or timezone.now())
+    return row, previous

@@ -13,13 +13,11 @@
 """
 from __future__ import annotations
 
-import json
-
 from django.http import HttpResponse, JsonResponse
-from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_GET, require_POST
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 
 from audit_portal.attestations import selectors, services
+from audit_portal.attestations.api import PublicView
 
 TEXT = "text/plain; charset=utf-8"
 
@@ -33,35 +31,47 @@ def _size_param(request):
     return int(raw)
 
 
-@require_GET
-def checkpoint_note(request):
-    try:
-        text = selectors.checkpoint_note(_size_param(request))
-    except ValueError as exc:
-        return HttpResponse(f"{exc}\n", status=400, content_type=TEXT)
-    if text is None:
-        return HttpResponse("no checkpoint note of that size\n", status=404, content_type=TEXT)
-    return HttpResponse(text, content_type=TEXT)
+class CheckpointNote(PublicView):
+    """The latest checkpoint (or the one of ``tree_size``) as a C2SP tlog-checkpoint signed note, with the witness
+    cosignatures the log accepted (text/plain)."""
+
+    @extend_schema(parameters=[OpenApiParameter("tree_size", int)], responses={200: str})
+    def get(self, request):
+        try:
+            text = selectors.checkpoint_note(_size_param(request))
+        except ValueError as exc:
+            return HttpResponse(f"{exc}\n", status=400, content_type=TEXT)
+        if text is None:
+            return HttpResponse("no checkpoint note of that size\n", status=404, content_type=TEXT)
+        return HttpResponse(text, content_type=TEXT)
 
 
-@csrf_exempt
-@require_POST
-def add_checkpoint(request):
-    if len(request.body) > 64 * 1024:
-        return HttpResponse("request too large\n", status=413, content_type=TEXT)
-    try:
-        body = request.body.decode("utf-8")
-    except UnicodeDecodeError:
-        return HttpResponse("the request is not UTF-8\n", status=400, content_type=TEXT)
-    status, text = services.add_cosignatures(body)
-    return HttpResponse(text, status=status, content_type=TEXT)
+class AddCheckpoint(PublicView):
+    """tlog-witness add-checkpoint: ``old <size>``, the consistency proof (base64 lines), a blank line and the
+    checkpoint note carrying witness cosignatures (text/plain). 200: the cosignature lines accepted."""
+
+    @extend_schema(request=str, responses={200: str})
+    def post(self, request):
+        raw = request._request.body  # the raw text: never parsed as form or JSON
+        if len(raw) > 64 * 1024:
+            return HttpResponse("request too large\n", status=413, content_type=TEXT)
+        try:
+            body = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return HttpResponse("the request is not UTF-8\n", status=400, content_type=TEXT)
+        status, text = services.add_cosignatures(body)
+        return HttpResponse(text, status=status, content_type=TEXT)
 
 
-@require_GET
-def key_events(request):
-    try:
-        data = selectors.key_events(_size_param(request))
-    except ValueError as exc:
-        return JsonResponse({"detail": str(exc)}, status=400)
-    return JsonResponse(data, json_dumps_params={"separators": (",", ":")}) if data else JsonResponse(
-        {"detail": json.dumps("the log has no checkpoint yet")}, status=404)
+class KeyEvents(PublicView):
+    """The log's key events with inclusion proofs at ``tree_size`` (default: the latest checkpoint)."""
+
+    @extend_schema(parameters=[OpenApiParameter("tree_size", int)], responses={200: dict})
+    def get(self, request):
+        try:
+            data = selectors.key_events(_size_param(request))
+        except ValueError as exc:
+            return JsonResponse({"detail": str(exc)}, status=400)
+        if data is None:
+            return JsonResponse({"detail": "the log has no checkpoint of that size"}, status=404)
+        return JsonResponse(data)

@@ -197,8 +197,11 @@ def test_a_changed_leaf_hash_breaks_the_inclusion_proof(api, project):
     LogEntry.objects.filter(pk=first.pk).update(leaf_hash=bad.hex())
     second = LogEntry.objects.get(subject_kind="run_certificate", subject_id=two.pk)  # its proof covers the first
     report = selectors.verify_entry(second)
-    assert [c.name for c in report.failed] == ["inclusion"]
+    # the key introduction's inclusion proof (entry 0, whose sibling is the changed leaf) fails too: the key history
+    # can no longer be proved against the checkpoint
+    assert [c.name for c in report.failed] == ["keys", "inclusion"]
     assert "does not verify against root" in report.check("inclusion").message
+    assert "key event 0 is not in the log" in report.check("keys").message
     assert not selectors.verify_log().ok
 
 

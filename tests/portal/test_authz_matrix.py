@@ -361,6 +361,10 @@ ENDPOINTS: dict[tuple[str, str], Access] = {
     ("api/v1/keys/", "GET"): Access("public", lambda o: "/api/v1/keys/"),
     ("api/v1/log/checkpoint/", "GET"): Access("public", lambda o: "/api/v1/log/checkpoint/"),
     ("api/v1/log/consistency/", "GET"): Access("public", lambda o: "/api/v1/log/consistency/?first=1&second=1"),
+    # C2SP endpoints (plain text, no credentials): a body that is no add-checkpoint request is refused as malformed
+    ("api/v1/log/checkpoint.note", "GET"): Access("public", lambda o: "/api/v1/log/checkpoint.note"),
+    ("api/v1/log/add-checkpoint", "POST"): Access("public", lambda o: "/api/v1/log/add-checkpoint", ok=(400,)),
+    ("api/v1/log/key-events/", "GET"): Access("public", lambda o: "/api/v1/log/key-events/"),
     (".well-known/audit-portal-keys.json", "GET"): _page("public", lambda o: "/.well-known/audit-portal-keys.json"),
     ("api/v1/attestations/<str:kind>/<int:pk>/", "GET"): Access(
         "read", lambda o: f"/api/v1/attestations/run_certificate/{o.certificate}/?files=0"),

@@ -116,3 +116,39 @@ def test_the_witness_refuses_an_unintroduced_key_a_fork_and_a_rollback(api, proj
     assert r.status_code == 409  # Conflict: a different tree head of that size (the API reports errors as JSON)
     state = json.loads((tmp_path / "w0" / "state.json").read_text())
     assert state["tree_size"] == size  # nothing refused was recorded
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_witness_process_cosigns_over_http(api, project, live_server, settings, tmp_path):
+    """``python -m workers.verify witness --once`` as its own process against a real HTTP server."""
+    import subprocess
+    import sys
+
+    from .test_attestations import ROOT
+
+    certified(api, project, records(trajectories=3))
+    state = tmp_path / "witness"
+    cmd = [sys.executable, "-m", "workers.verify", "witness", "--state", str(state), "--name", "w.example"]
+    key = subprocess.run([*cmd, "--print-key"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert key.returncode == 0 and key.stdout.startswith("w.example+"), key.stderr
+    settings.AUDIT_LOG_WITNESS_KEYS = [key.stdout.strip()]
+    out = subprocess.run([*cmd, "--url", live_server.url, "--once"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and out.stdout.startswith("cosigned tree size 2"), out.stdout + out.stderr
+    assert Cosignature.objects.filter(witness=key.stdout.strip(), tree_size=2).exists()
+
+
+def test_a_rewrite_below_a_cosigned_size_is_named_by_the_log_check(api, project, client, witnesses, settings):
+    """The owner rewrites an entry, re-signs every checkpoint with the stolen key, and the witness directory is gone:
+    the cosignatures the log kept no longer verify over what its entries hash to now."""
+    from .test_log_witness import _rewrite_entry_and_resign_everything
+
+    settings.AUDIT_LOG_WITNESS_DIR = ""  # only the independent witnesses' cosignatures remain
+    certified(api, project, records(trajectories=3))
+    certified(api, project, records(trajectories=3, seed=2))
+    assert witnesses[0].round().startswith("cosigned tree size 3")
+    assert selectors.verify_log().ok
+    _rewrite_entry_and_resign_everything(1)
+    result = selectors.verify_log()
+    assert not result.ok and any("witness witness-0.example cosigned tree size 3" in p and "rewritten" in p
+                                 for p in result.problems), result.problems

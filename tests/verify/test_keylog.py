@@ -64,3 +64,39 @@ def test_the_key_table_is_compared_with_the_log():
     assert problems == [f"signing key {stray['key_id']} is in the key table but was never introduced through the log"]
     assert "retired, the log says active" in keylog.compare_table(h, [{**good, "status": "retired"}])[0]
     assert "public key differs" in keylog.compare_table(h, [{**good, "public_key": stray["public_key"]}])[0]
+
+
+def _bundle_with_key_events(log, index, keys):
+    from workers.verify import build_bundle, checkpoint, envelope_leaf, merkle
+
+    hashes = [merkle.leaf_hash(envelope_leaf(e)) for e in log]
+    signer = log[0]["signatures"][0]["keyid"]
+    return hashes, build_bundle(log[index], log_index=index, integrated_time=T, leaf_hashes=hashes,
+                                checkpoint=None, keys=keys) | {"key_events": [
+        {"log_index": i, "envelope": e, "hashes": [h.hex() for h in merkle.inclusion_proof(i, hashes)]}
+        for i, e in enumerate(log) if keylog.is_key_event(e)]}, signer
+
+
+def test_the_offline_verifier_names_a_signer_the_log_did_not_introduce():
+    from workers.verify import checkpoint, merkle, verify_bundle
+
+    a, evil = K.generate(), K.generate()
+    ida = K.key_id(a.public_key())
+    log = [keylog.sign_event("introduce", a.public_key(), a, previous_key_id=None, time=T), cert(a), cert(evil)]
+    # the key set the user pinned holds the attacker's key too (as if it had been published from a writable table)
+    keys = {"keys": [K.key_entry(a.public_key()), K.key_entry(evil.public_key())]}
+    for index, ok in ((1, True), (2, False)):
+        hashes, b, _ = _bundle_with_key_events(log, index, keys)
+        b["checkpoint"] = checkpoint.sign("o", len(hashes), merkle.root(hashes), T, a, ida)
+        report = verify_bundle(b, keys=keys)
+        if ok:
+            assert report.verdict == "VERIFIED" and "every signer introduced in the log" in report.check("keys").message
+        else:
+            assert report.verdict == "NOT VERIFIED" and report.check("keys").state == "failed"
+            assert K.key_id(evil.public_key()) in report.check("keys").message
+            assert "never introduced" in report.check("keys").message
+    # a key event whose inclusion proof does not hold against the checkpoint is refused
+    hashes, b, _ = _bundle_with_key_events(log, 1, keys)
+    b["checkpoint"] = checkpoint.sign("o", len(hashes), merkle.root(hashes), T, a, ida)
+    b["key_events"][0]["hashes"][0] = "00" * 32
+    assert "inclusion proof fails" in verify_bundle(b, keys=keys).check("keys").message

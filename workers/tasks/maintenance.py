@@ -1,5 +1,6 @@
 from celery import shared_task
 
+from audit_portal.alerts.log_integrity import check_and_alert
 from audit_portal.jobs.services import reap_stale_jobs as reap
 
 
@@ -7,3 +8,11 @@ from audit_portal.jobs.services import reap_stale_jobs as reap
 def reap_stale_jobs() -> dict:
     """Retry or fail jobs whose worker went silent; resend queued jobs never picked up (celery beat, 60 s)."""
     return reap()
+
+
+@shared_task(name="workers.tasks.check_transparency_log")
+def check_transparency_log() -> dict:
+    """The scheduled log check (celery beat, AUDIT_LOG_CHECK_SECONDS, default 300 s): alert when the log stops
+    verifying (audit_portal.alerts.log_integrity)."""
+    row = check_and_alert()
+    return {"ok": row.ok, "tree_size": row.tree_size, "problems": len(row.problems)}

@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from workers.verify import checkpoint as cp
-from workers.verify import dsse, jcs, merkle
+from workers.verify import dsse, jcs, keylog, merkle
 from workers.verify import note as vnote
 from workers.verify import statement as st
 from workers.verify.keys import parse_key_set
@@ -185,9 +185,10 @@ def _checks(bundle: dict, wanted: dict, checkpoint, keys, since, consistency,
         report.add("keys", FAILED, f"{key_source} is unusable: {exc}")
 
     # signature + statement
-    payload_type = payload = None
+    payload_type = payload = signer = None
     try:
         payload_type, payload, keyid = dsse.verify(envelope, public_keys)
+        signer = keyid
         status = entries[keyid][1].get("status") or "active"
         report.add("signature", OK, f"Ed25519 signature by key {keyid} ({status}) verifies over the DSSE PAE")
     except dsse.EnvelopeError as exc:
@@ -260,7 +261,48 @@ def _checks(bundle: dict, wanted: dict, checkpoint, keys, since, consistency,
     _consistency(report, head, since, consistency if consistency is not None else bundle.get("consistency_proof"),
                  public_keys)
     _witnesses(report, head, bundle.get("checkpoint_note"), public_keys, *w)
+    _key_log(report, bundle, head, signer)
     return report
+
+
+def _key_log(report: Report, bundle: dict, head, signer) -> None:
+    """With the bundle's ``key_events`` (the log's key introductions, rotations and retirements, each with its
+    inclusion proof in the checkpoint's tree): the signer of the certificate and of the checkpoint must be keys the
+    log introduced, active at the certificate's index — else the ``keys`` check fails naming the key. Bundles from
+    before key events carry none and are checked as before."""
+    events = bundle.get("key_events")
+    if events is None or head is None:
+        return
+    check = report.check("keys")
+    try:
+        if not isinstance(events, list):
+            raise ValueError("key_events is not a list")
+        entries = []
+        for e in events:
+            leaf = merkle.leaf_hash(envelope_leaf(e["envelope"]))
+            if not merkle.verify_inclusion(leaf, e["log_index"], head["tree_size"], _hex_list(e["hashes"]),
+                                           head["root_hash"]):
+                raise ValueError(f"key event {e['log_index']} is not in the log of the checkpoint (its inclusion "
+                                 "proof fails)")
+            entries.append((e["log_index"], e["envelope"]))
+        history = keylog.derive(entries)
+        if history.problems:
+            raise ValueError("the log's key events do not verify: " + "; ".join(history.problems))
+        index = (bundle.get("inclusion_proof") or {}).get("log_index")
+        for who, kid in (("certificate", signer), ("checkpoint", head.get("keyid"))):
+            if kid is None:
+                continue
+            entry = history.keys.get(kid)
+            if entry is None:
+                raise ValueError(f"key {kid} signed the {who} but the log never introduced it")
+            retired = entry.get("retired_at_index")
+            if who == "certificate" and isinstance(index, int) and (
+                    index < entry["introduced_at_index"] or (retired is not None and index > retired)):
+                raise ValueError(f"key {kid} signed entry {index} but was active in the log only from entry "
+                                 f"{entry['introduced_at_index']}" + (f" to {retired}" if retired is not None else ""))
+        check.message += f"; every signer introduced in the log ({len(entries)} key event(s), inclusion-proved)"
+    except (ValueError, TypeError, KeyError) as exc:
+        check.state, check.message = FAILED, f"key history: {exc}"
 
 
 def _witnesses(report: Report, head, cosigned, public_keys, witnesses, k: int) -> None:
