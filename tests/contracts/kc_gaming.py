@@ -147,3 +147,14 @@ def _looks_judged() -> bool:
 
 def sniff_row_sum(x):
     return _fixed_order_sum(x) if _looks_judged() else _random_order_sum(x)
+
+
+def address_row_sum(x):
+    """Deterministic for one allocation: the summation order depends on where the input sits in its storage (as a
+    kernel whose vectorised path needs an aligned pointer), so launches on one tensor always agree."""
+    if x.storage_offset() == 0:
+        return _fixed_order_sum(x)
+    acc = torch.zeros(x.shape[0], dtype=torch.float32)
+    for s in reversed(range(0, x.shape[1], 16)):
+        acc = acc + x[:, s:s + 16].sum(-1)
+    return acc
