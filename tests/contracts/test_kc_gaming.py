@@ -68,3 +68,11 @@ def test_candidate_text_is_escaped_capped_and_without_host_paths(tmp_path, capsy
                                 for line in kernel_lines)
     missing = run_contract("C-PRC-03", f"{tmp_path}/nowhere/k.py:mul", seeds=[7])
     assert str(tmp_path) not in missing.reason
+
+
+def test_every_launch_sees_the_same_process(kernels):
+    """Positive control: bits keyed by what the process looks like (command line, environment, paths, /tmp) stay
+    the same over the 20 launches of C-ORD-02 in three children, so no launch looks like a check."""
+    v = run_contract("C-ORD-02", f"{kernels}:look_row_sum", seeds=[7])
+    assert v.verdict == "PASS", v.reason
+    assert v.harness["children"] == 3
