@@ -147,3 +147,33 @@ def _looks_judged() -> bool:
 
 def sniff_row_sum(x):
     return _fixed_order_sum(x) if _looks_judged() else _random_order_sum(x)
+
+
+def address_row_sum(x):
+    """Deterministic for one allocation: the summation order depends on where the input sits in its storage (as a
+    kernel whose vectorised path needs an aligned pointer), so launches on one tensor always agree."""
+    if x.storage_offset() == 0:
+        return _fixed_order_sum(x)
+    acc = torch.zeros(x.shape[0], dtype=torch.float32)
+    for s in reversed(range(0, x.shape[1], 16)):
+        acc = acc + x[:, s:s + 16].sum(-1)
+    return acc
+
+
+def _look() -> int:
+    """A digest of everything a kernel can see of its process without the harness's objects: command line,
+    environment, working directory, its own path, sys.path, uid, the private /tmp's listing."""
+    try:
+        with open("/proc/self/cmdline", "rb") as fh:
+            cmdline = fh.read()
+    except OSError:
+        cmdline = b""
+    seen = repr((sys.argv, sorted(os.environ.items()), os.getcwd(), os.path.abspath(__file__), sys.path, os.getuid(),
+                 sorted(os.listdir(os.environ.get("TMPDIR") or "/tmp")), cmdline))
+    return int.from_bytes(hashlib.sha256(seen.encode()).digest()[:2], "little") % 7
+
+
+def look_row_sum(x):
+    """A conforming control whose bits depend on how its process looks: it passes C-ORD-02 only if every launch,
+    checks included, sees the same process."""
+    return _fixed_order_sum(x) * (1.0 + _look() * 2.0 ** -23)

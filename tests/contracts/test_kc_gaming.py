@@ -34,10 +34,11 @@ def test_results_written_into_the_channel_by_the_kernel_fail_the_run(kernels):
     assert "channel_tampered" in {f["kind"] for f in v.findings}
 
 
-@pytest.mark.parametrize("function", ["memo_row_sum", "sniff_row_sum"])
-def test_memoising_or_sniffing_cannot_buy_determinism(kernels, function):
+@pytest.mark.parametrize("function", ["memo_row_sum", "sniff_row_sum", "address_row_sum"])
+def test_memoising_sniffing_or_one_allocation_cannot_buy_determinism(kernels, function):
     """The memoiser agrees with itself in one process only; the sniffer finds no word of a sandbox, harness or
-    check in its command line, environment or paths. Both show their random summation order."""
+    check in its command line, environment or paths; the address-dependent kernel meets its inputs at another
+    storage offset in a fresh child. All three show more than one bit pattern."""
     v = run_contract("C-ORD-02", f"{kernels}:{function}", seeds=[7])
     assert v.verdict == "FAIL", v.reason
     assert v.signature["pattern"] == "run_to_run_variation"
@@ -67,3 +68,11 @@ def test_candidate_text_is_escaped_capped_and_without_host_paths(tmp_path, capsy
                                 for line in kernel_lines)
     missing = run_contract("C-PRC-03", f"{tmp_path}/nowhere/k.py:mul", seeds=[7])
     assert str(tmp_path) not in missing.reason
+
+
+def test_every_launch_sees_the_same_process(kernels):
+    """Positive control: bits keyed by what the process looks like (command line, environment, paths, /tmp) stay
+    the same over the 20 launches of C-ORD-02 in three children, so no launch looks like a check."""
+    v = run_contract("C-ORD-02", f"{kernels}:look_row_sum", seeds=[7])
+    assert v.verdict == "PASS", v.reason
+    assert v.harness["children"] == 3

@@ -235,8 +235,7 @@ class SandboxSession:
     def _run(self, impl, cases, *, flags, time_limit_s, memory_limit_mb, reference, progress) -> SandboxOutcome:
         table, index = [], {}
         encoded = [encode_case(c, table, index) for c in cases]
-        rounds = [launch_round(encoded, j) for j in range(max([min(c["repeat"], FRESH_PROCESSES) for c in encoded]
-                                                               or [1]))]
+        rounds = [launch_round(encoded, j) for j in range(max([_children(c["repeat"]) for c in encoded] or [1]))]
         total, done_before = sum(len(r) for r in rounds), [0]
 
         def step(done, _total):
@@ -370,17 +369,30 @@ class SandboxSession:
 
 
 # ------------------------------------------------------------------------------------- fresh launches
-FRESH_PROCESSES = 3  # repeat launches of a case are spread over this many fresh children (fewer if it repeats less)
+FRESH_PROCESSES = 3  # the most children the launches of one case are spread over
+
+
+def _children(repeat: int) -> int:
+    return 1 if repeat <= 2 else 1 + min(FRESH_PROCESSES - 1, repeat - 2)
+
+
+def _launches(repeat: int, j: int) -> list:
+    """Child 0 runs launches 0 and 1 back to back (a first call against a warm one); launch k >= 2 runs in child
+    1 + (k - 2) mod (children - 1), each a fresh process."""
+    if j == 0:
+        return list(range(min(repeat, 2)))
+    n = _children(repeat)
+    return [k for k in range(2, repeat) if n > 1 and 1 + (k - 2) % (n - 1) == j]
 
 
 def launch_round(encoded: list, j: int) -> list:
-    """The cases child ``j`` runs: launch k of a case with R launches runs in child ``k % FRESH_PROCESSES``, so two
-    launches that must agree ran in different processes, on inputs at other addresses (``pad``). A case is named
-    by its position only (``c<i>``): nothing in a child's payload says which check a launch serves."""
+    """The cases child ``j`` runs (:func:`_launches`): two launches that must agree also ran in different
+    processes, on inputs at other addresses and alignments (``pad``). A case is named by its position only
+    (``c<i>``): nothing in a child's payload says which check a launch serves."""
     out = []
     for i, c in enumerate(encoded):
         R = c["repeat"]
-        launches = list(range(j, R, FRESH_PROCESSES))
+        launches = _launches(R, j)
         if not launches:
             continue
         n_fill, configs = len(c["fills"]), 9 if c["all_configs"] else 1

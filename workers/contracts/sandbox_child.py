@@ -61,6 +61,12 @@ _np_frombuffer, _np_as_strided, _np_contig = numpy.frombuffer, numpy.lib.stride_
 _np_dtype = numpy.dtype
 _modes = (torch._C._len_torch_function_stack, torch._C._len_torch_dispatch_stack)
 _no_torch_function, _type = torch._C.DisableTorchFunction, type
+_storage_cpu, _U8 = torch.UntypedStorage.cpu, torch.uint8
+# a tensor's shape, dtype and device read through the C type's descriptors: torch.Tensor is a Python class whose
+# attributes a kernel can shadow (torch.Tensor.shape = property(...)), torch._C.TensorBase's cannot be
+_shape = torch._C.TensorBase.__dict__["shape"].__get__
+_dtype = torch._C.TensorBase.__dict__["dtype"].__get__
+_device = torch._C.TensorBase.__dict__["device"].__get__
 MAX_RUN_BYTES = 512 * 2 ** 20  # every output and input record one child ships, together
 
 
@@ -103,17 +109,17 @@ def copy_out(t, budget: list, *, _type=_type, _Tensor=_Tensor, _storage=_storage
              _data_ptr=_data_ptr, _storage_ptr=_storage_ptr, _storage_nbytes=_storage_nbytes,
              _element_size=_element_size, _numel=_numel, _string_at=_string_at, _np_frombuffer=_np_frombuffer,
              _np_as_strided=_np_as_strided, _np_contig=_np_contig, _np_dtype=_np_dtype, _to=_to,
-             _no_torch_function=_no_torch_function) -> tuple:
+             _no_torch_function=_no_torch_function, _shape=_shape, _dtype=_dtype, _device=_device) -> tuple:
     """The bytes of the elements of ``t`` (an exact torch.Tensor; :func:`_refusal` first), row-major, read from raw
     memory: never the storage behind a view, never more than ``budget[0]`` bytes in all (a ValueError past it).
     Encoded contiguous: ``("__tensor__", dtype, shape, contiguous stride, 0, bytes)``."""
-    if t.device.type != "cpu":
+    if _device(t).type != "cpu":
         with _no_torch_function():
             t = _to(t, "cpu")
-    dt = str(t.dtype).replace("torch.", "")
+    dt = str(_dtype(t)).replace("torch.", "")
     if dt not in DTYPES:
-        raise TypeError(f"unsupported dtype {t.dtype}")
-    shape, stride, size = tuple(t.shape), tuple(_stride(t)), int(_element_size(t))
+        raise TypeError(f"unsupported dtype {dt}")
+    shape, stride, size = tuple(_shape(t)), tuple(_stride(t)), int(_element_size(t))
     n = int(_numel(t))
     contiguous, acc = [], 1
     for d in reversed(shape):
@@ -139,16 +145,17 @@ def copy_out(t, budget: list, *, _type=_type, _Tensor=_Tensor, _storage=_storage
 
 
 def input_record(t, *, _storage=_storage, _storage_ptr=_storage_ptr, _storage_nbytes=_storage_nbytes, _stride=_stride,
-                 _offset=_offset) -> tuple:
+                 _offset=_offset, _shape=_shape, _dtype=_dtype, _device=_device) -> tuple:
     """Taken before the candidate runs, from the tensor the harness built: its storage object, address and size,
     and the view's metadata. :func:`input_after` reads the same memory after the calls."""
     s = _storage(t)
-    return (s, int(_storage_ptr(s)), int(_storage_nbytes(s)), str(t.dtype).replace("torch.", ""), tuple(t.shape),
-            tuple(_stride(t)), int(_offset(t)), t.device.type)
+    return (s, int(_storage_ptr(s)), int(_storage_nbytes(s)), str(_dtype(t)).replace("torch.", ""), tuple(_shape(t)),
+            tuple(_stride(t)), int(_offset(t)), _device(t).type)
 
 
 def input_after(rec, budget: list, *, _string_at=_string_at, _storage_ptr=_storage_ptr,
-                _storage_nbytes=_storage_nbytes, _no_torch_function=_no_torch_function) -> tuple:
+                _storage_nbytes=_storage_nbytes, _no_torch_function=_no_torch_function, _storage_cpu=_storage_cpu,
+                _empty=_empty, _set=_set, _numpy=_numpy, _U8=_U8) -> tuple:
     """The input's storage bytes now, with the metadata recorded before the call (whatever the candidate did to the
     tensor object). A storage that was moved or resized is shipped as ``None``: the parent counts it as mutated."""
     s, ptr, nbytes, dt, shape, stride, offset, device = rec
@@ -156,7 +163,7 @@ def input_after(rec, budget: list, *, _string_at=_string_at, _storage_ptr=_stora
         return ("__tensor__", dt, shape, stride, offset, None)
     if device != "cpu":
         with _no_torch_function():
-            raw = bytes(torch.empty(0, dtype=torch.uint8).set_(s.cpu()).numpy().tobytes())
+            raw = bytes(_numpy(_set(_empty(0, dtype=_U8), _storage_cpu(s))).tobytes())
     else:
         raw = _string_at(ptr, nbytes) if nbytes else b""
     budget[0] -= len(raw)
@@ -342,7 +349,7 @@ def _materialise(case_args, device, table, pad=0):
 def run_case(impl, case: dict, device: str, reference, table, budget=None, *, _materialise=_materialise,
              _poison=_poison, fill_tensor=fill_tensor, _sync=_sync, copy_out=copy_out, _refusal=_refusal,
              input_record=input_record, input_after=input_after, _Tensor=_Tensor, _perf=_perf, _empty=_empty,
-             _to=_to, isinstance=isinstance, _type=_type) -> dict:
+             _to=_to, isinstance=isinstance, _type=_type, _numel=_numel, _shape=_shape) -> dict:
     """Every launch of one case: raw output bytes per launch, and the inputs' bytes after the last launch."""
     budget = budget if budget is not None else [MAX_RUN_BYTES]
     args, out_idx = _materialise(case["args"], device, table, case.get("pad", 0))
@@ -375,8 +382,8 @@ def run_case(impl, case: dict, device: str, reference, table, budget=None, *, _m
             res["bad_output"] = refused
             return None
         want = case.get("expect_shape")
-        if want is not None and out.numel() > 4 * int(torch.Size(want).numel()) + 1024:
-            res["bad_output"] = f"shape {tuple(out.shape)}, expected {tuple(want)}"  # never ship a runaway output
+        if want is not None and _numel(out) > 4 * int(torch.Size(want).numel()) + 1024:
+            res["bad_output"] = f"shape {tuple(_shape(out))}, expected {tuple(want)}"  # never ship a runaway output
             return None
         try:
             return copy_out(out, budget)

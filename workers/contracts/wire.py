@@ -56,11 +56,14 @@ def encode_case(case, table: list | None = None, index: dict | None = None) -> d
             args.append(("__out__", tuple(a.shape), str(a.dtype).replace("torch.", "")))
         else:
             args.append(a)
-    launches = case.repeat * (9 if case.all_configs else 1)  # the child cycles through them for extra configs
+    # a case that replays gets at least three launches: two back to back in one child (a first call against a warm
+    # one) and one in a fresh child on inputs at another address (sandbox.launch_round)
+    repeat = max(case.repeat, 3) if case.repeat >= 2 else case.repeat
+    launches = repeat * (9 if case.all_configs else 1)  # the child cycles through them for extra configs
     start = secrets.randbelow(len(FILL_PATTERNS))
     fills = [{"pattern": FILL_PATTERNS[(start + i) % len(FILL_PATTERNS)], "seed": secrets.randbits(62),
               "scale": float(10 ** (3 + secrets.randbelow(6)))} for i in range(launches)]
     nbytes = 4 * int(torch.Size(case.expect_shape).numel()) if case.expect_shape is not None else 0
-    return {"key": case.key, "args": args, "kwargs": dict(case.kwargs), "repeat": case.repeat,
+    return {"key": case.key, "args": args, "kwargs": dict(case.kwargs), "repeat": repeat,
             "interleave": case.interleave, "all_configs": case.all_configs, "order": case.order, "fills": fills,
             "expect_nbytes": nbytes, "expect_shape": tuple(case.expect_shape) if case.expect_shape is not None else None}
