@@ -5,6 +5,7 @@ from audit_portal.accounts import api as accounts
 from audit_portal.certificates import api as certificates
 from audit_portal.jobs import api as jobs
 from audit_portal.runs import api as runs
+from audit_portal.runs import chunked_api as upload_sessions
 
 urlpatterns = [
     path("projects/", accounts.ProjectList.as_view(), name="project-list"),
@@ -15,6 +16,14 @@ urlpatterns = [
     path("projects/<slug:slug>/runs/", runs.ProjectRunList.as_view(), name="run-list"),
     path("projects/<slug:slug>/jobs/", jobs.ProjectJobList.as_view(), name="project-job-list"),
     path("uploads/<int:pk>/", runs.UploadDetail.as_view(), name="upload-detail"),
+    # resumable uploads in parts (audit_portal/runs/chunked.py)
+    path("projects/<slug:slug>/upload-sessions/", upload_sessions.UploadSessionCreate.as_view(),
+         name="upload-session-create"),
+    path("upload-sessions/<uuid:pk>/", upload_sessions.UploadSessionDetail.as_view(), name="upload-session-detail"),
+    path("upload-sessions/<uuid:pk>/parts/<int:n>/", upload_sessions.UploadSessionPart.as_view(),
+         name="upload-session-part"),
+    path("upload-sessions/<uuid:pk>/complete/", upload_sessions.UploadSessionComplete.as_view(),
+         name="upload-session-complete"),
     path("runs/<int:pk>/", runs.RunDetail.as_view(), name="run-detail"),
     path("jobs/<int:pk>/", jobs.JobDetail.as_view(), name="job-detail"),
     path("jobs/<int:pk>/cancel/", jobs.JobCancel.as_view(), name="job-cancel"),
