@@ -113,3 +113,19 @@ def test_a_session_is_the_projects_own(api, project, other_project, log_bytes):
     assert other.get(f"/api/v1/upload-sessions/{session['id']}/").status_code == 404
     assert put(other, session, 0, log_bytes).status_code == 404
     assert complete(other, session).status_code == 404
+
+
+def test_consistency_expects_an_open_sessions_file_and_reports_an_abandoned_one(api, project, log_bytes):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from audit_portal.jobs.consistency import check
+
+    session = start(api, project, log_bytes)
+    assert put(api, session, 0, log_bytes).status_code == 200
+    report = check(grace_seconds=-1)
+    assert not [w for w in report.warnings if "session-" in w]
+    UploadSession.objects.filter(pk=session["id"]).update(updated_at=timezone.now() - timedelta(days=8))
+    report = check(grace_seconds=-1)
+    assert [w for w in report.warnings if "abandoned" in w and session["id"].replace("-", "") in w]
