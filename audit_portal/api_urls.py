@@ -6,6 +6,7 @@ from audit_portal.certificates import api as certificates
 from audit_portal.dashboards import api as dashboards
 from audit_portal.jobs import api as jobs
 from audit_portal.runs import api as runs
+from audit_portal.runs import chunked_api as upload_sessions
 
 urlpatterns = [
     path("projects/", accounts.ProjectList.as_view(), name="project-list"),
@@ -17,6 +18,14 @@ urlpatterns = [
     path("projects/<slug:slug>/runs.<str:fmt>", dashboards.ProjectRunExport.as_view(), name="run-export"),
     path("projects/<slug:slug>/jobs/", jobs.ProjectJobList.as_view(), name="project-job-list"),
     path("uploads/<int:pk>/", runs.UploadDetail.as_view(), name="upload-detail"),
+    # resumable uploads in parts (audit_portal/runs/chunked.py)
+    path("projects/<slug:slug>/upload-sessions/", upload_sessions.UploadSessionCreate.as_view(),
+         name="upload-session-create"),
+    path("upload-sessions/<uuid:pk>/", upload_sessions.UploadSessionDetail.as_view(), name="upload-session-detail"),
+    path("upload-sessions/<uuid:pk>/parts/<int:n>/", upload_sessions.UploadSessionPart.as_view(),
+         name="upload-session-part"),
+    path("upload-sessions/<uuid:pk>/complete/", upload_sessions.UploadSessionComplete.as_view(),
+         name="upload-session-complete"),
     path("runs/<int:pk>/", dashboards.RunDetail.as_view(), name="run-detail"),
     path("runs/<int:pk>/state/", runs.RunState.as_view(), name="run-state"),
     path("jobs/<int:pk>/", jobs.JobDetail.as_view(), name="job-detail"),

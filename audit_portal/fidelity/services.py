@@ -8,9 +8,9 @@ report is stored — with the engine's report.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
+import tempfile
 from functools import lru_cache
 from pathlib import Path
 
@@ -37,46 +37,22 @@ class ReportSuperseded(Exception):
 
 
 # ------------------------------------------------------------------------------------------- tokenizers
-def _is_toy_vocab(obj) -> bool:
-    return (isinstance(obj, dict) and bool(obj) and all(isinstance(k, str) and k.isdigit() for k in obj)
-            and all(isinstance(v, str) for v in obj.values()))
-
-
 def parse_tokenizer(data: bytes) -> dict:
     """Check an uploaded tokenizer and say what it is: ``{kind, sha256, content, vocab_size}`` (``content`` = the
-    bytes to store). Raises :class:`InvalidTokenizer` naming the problem."""
-    # the one place the web process loads HF tokenizers (a request that registers one); never at import time
-    from workers.fidelity.tokenizer import FidelityTokenizer, canonical_vocab_json
+    bytes to store). The file is parsed in a process of its own under memory and time limits
+    (:mod:`workers.fidelity.tokenizer_check`), never in the web process. Raises :class:`InvalidTokenizer` naming the
+    problem (``tokenizer_too_complex`` past the checker's limits)."""
+    from workers.fidelity.tokenizer_check import check_in_child
 
-    if not data.strip():
-        raise InvalidTokenizer("The tokenizer file is empty.", code="invalid_tokenizer_json")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidTokenizer(f"The tokenizer file is not UTF-8 text (byte {exc.start}).",
-                               code="invalid_tokenizer_json") from None
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidTokenizer(f"The tokenizer file is not valid JSON: {exc.msg} at line {exc.lineno} column "
-                               f"{exc.colno}.", code="invalid_tokenizer_json") from None
-    if isinstance(obj, dict) and "model" in obj:
-        sha = hashlib.sha256(data).hexdigest()
-        try:
-            tok = FidelityTokenizer.from_json(text, sha256=sha)
-        except Exception as exc:  # the tokenizers library raises plain Exceptions with a parse message
-            raise InvalidTokenizer(f"Not a usable Hugging Face tokenizer.json: {exc}.") from None
-        return {"kind": RegisteredTokenizer.Kind.HF, "sha256": sha, "content": data, "vocab_size": tok.vocab_size}
-    if _is_toy_vocab(obj):
-        canonical = canonical_vocab_json(obj).encode("utf-8")
-        try:
-            tok = FidelityTokenizer.toy(obj)
-        except Exception as exc:
-            raise InvalidTokenizer(f"The vocabulary cannot be built into a tokenizer: {exc}.") from None
-        return {"kind": RegisteredTokenizer.Kind.TOY_VOCAB, "sha256": tok.sha256, "content": canonical,
-                "vocab_size": tok.vocab_size}
-    raise InvalidTokenizer("Expected a Hugging Face tokenizer.json (a JSON object with a 'model' section) or a "
-                           "toy vocabulary (a JSON object mapping token ids to strings; docs/fcr.md#toy-tokenizer).")
+    with tempfile.TemporaryDirectory(prefix="tokenizer-check-") as tmp:
+        path = Path(tmp) / "tokenizer.json"
+        path.write_bytes(data)
+        answer = check_in_child(path, Path(tmp) / "canonical.json")
+    if not answer.get("ok"):
+        raise InvalidTokenizer(answer.get("message") or "The tokenizer file could not be checked.",
+                               code=answer.get("code") or "invalid_tokenizer")
+    return {"kind": answer["kind"], "sha256": answer["sha256"], "vocab_size": answer["vocab_size"],
+            "content": answer["canonical"] if answer["kind"] == RegisteredTokenizer.Kind.TOY_VOCAB else data}
 
 
 def register_tokenizer(*, project, data: bytes, name: str, uploaded_by: str) -> tuple[RegisteredTokenizer, bool]:

@@ -5,14 +5,16 @@ that store results per upload use to find a succeeded job's upload and result ro
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
+from django.utils import timezone
 
 from audit_portal.core.storage import artifact_path
 from audit_portal.jobs.consistency import Report, Scope, register, register_job_check
 from audit_portal.jobs.models import Job, JobState
-from audit_portal.runs.models import Upload, UploadStage
+from audit_portal.runs.models import Upload, UploadSession, UploadStage
 from audit_portal.runs.services import _storage_name, follow_ups_for
 from workers.verify.bundle import file_sha256
 
@@ -89,9 +91,19 @@ def check_stray_files(report: Report, scope: Scope) -> None:
                                    "(a half-stored upload)")
     incoming = root / "incoming"
     if incoming.is_dir():
+        # an open resumable upload's file (audit_portal/runs/chunked.py) is expected there until its last part;
+        # one untouched for a week is reported as abandoned
+        recent = timezone.now() - timedelta(days=7)
+        open_sessions = {f"session-{pk.hex}.part": at for pk, at in UploadSession.objects.filter(
+            state=UploadSession.State.OPEN).values_list("pk", "updated_at")}
         for path in incoming.iterdir():
             if path.is_file() and path.stat().st_mtime < cutoff:
-                report.warn(f"partial upload incoming/{path.name} left behind ({path.stat().st_size} bytes)")
+                at = open_sessions.get(path.name)
+                if at is None:
+                    report.warn(f"partial upload incoming/{path.name} left behind ({path.stat().st_size} bytes)")
+                elif at < recent:
+                    report.warn(f"upload session incoming/{path.name} untouched since {at:%Y-%m-%d} "
+                                f"({path.stat().st_size} bytes allocated): abandoned?")
 
 
 @register_job_check("validate_upload")

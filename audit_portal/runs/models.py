@@ -91,3 +91,37 @@ class ValidationPiece(models.Model):
     class Meta:
         ordering = ["index"]
         constraints = [models.UniqueConstraint(fields=["job", "index"], name="validation_piece_once")]
+
+
+class UploadSession(models.Model):
+    """A resumable upload in parts (audit_portal/runs/chunked.py): declared size and SHA-256, parts of
+    ``part_size`` bytes sent in any order and any number of times into one preallocated file in
+    ``artifacts/incoming/``, then completed: the digest is checked and the file goes through the same intake as a
+    single-request upload. The id is the capability a client resumes with."""
+
+    class State(models.TextChoices):
+        OPEN = "open", "Open"
+        COMPLETED = "completed", "Completed"
+
+    id = models.UUIDField(primary_key=True)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="upload_sessions")
+    name = models.CharField(max_length=255)
+    size_bytes = models.BigIntegerField()
+    sha256 = models.CharField(max_length=64)
+    part_size = models.BigIntegerField()
+    parts_received = models.JSONField(default=list, blank=True)  # sorted part numbers (0-based)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.OPEN, db_index=True)
+    upload = models.ForeignKey(Upload, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_by = models.CharField(max_length=150, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    @property
+    def part_count(self) -> int:
+        return max(1, -(-self.size_bytes // self.part_size))
+
+    def part_length(self, n: int) -> int:
+        return min(self.part_size, self.size_bytes - n * self.part_size)

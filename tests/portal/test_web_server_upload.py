@@ -4,6 +4,7 @@ connection without one is refused). A real server process on a private embedded 
 (bench/upload_memory.py), not the test client."""
 from __future__ import annotations
 
+import hashlib
 import json
 import socket
 import subprocess
@@ -15,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.upload_memory import PY, measured_upload, private_web, upload  # noqa: E402
+from bench.upload_memory import PY, measured_upload, private_web, rss_mb, upload, valid_block  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("web_server")]
 
@@ -88,6 +89,24 @@ def test_uvicorn_streams_uploads_and_serves_websockets():
             status, got_type, payload = raw(port, method, path, token, body, ctype, length)
             assert (status, got_type) == (want, "application/json"), (path, status, got_type, payload[:200])
             assert json.loads(payload)["error"]["code"] == code, payload[:200]
+
+        # a resumable upload in parts through the same server: parts in reverse order, streamed to their place
+        block = valid_block()
+        data = block.replace(b'"call_id":"', b'"call_id":"s-') * (40 * (1 << 20) // len(block) + 1)
+        before = rss_mb(proc.pid)
+        status, _, body = raw(port, "POST", "/api/v1/projects/bench/upload-sessions/", token, json.dumps(
+            {"size": len(data), "sha256": hashlib.sha256(data).hexdigest(), "name": "parts.jsonl"}).encode(),
+            "application/json")
+        created = json.loads(body)
+        assert status == 201 and created["part_count"] == 3, created
+        part = created["part_size"]
+        for n in reversed(range(created["part_count"])):
+            status, _, body = raw(port, "PUT", f"/api/v1/upload-sessions/{created['id']}/parts/{n}/", token,
+                                  data[n * part:(n + 1) * part], "application/octet-stream")
+            assert status == 200, body[:300]
+        status, _, body = raw(port, "POST", f"/api/v1/upload-sessions/{created['id']}/complete/", token)
+        assert status == 201 and json.loads(body)["size_bytes"] == len(data), body[:300]
+        assert rss_mb(proc.pid) - before < 60
 
         session = subprocess.run([PY, "manage.py", "shell", "-c", SESSION], cwd=ROOT, env=env, check=True,
                                  capture_output=True, text=True).stdout.strip().splitlines()[-1]

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from workers.fcr import route_delta
@@ -27,6 +28,13 @@ FORMAT_KEY = b"fcr.format"
 RECORD_SCHEMA_KEY = b"fcr.record_schema"
 MAGIC = b"PAR1"
 MAX_ROW_GROUP_BYTES = int(os.environ.get("FCR_PARQUET_MAX_ROW_GROUP_BYTES", 512 << 20))
+# What one row group may decode to in memory (Arrow's buffers), checked before it is materialised: the footer's
+# sizes are of the encoded pages, and a dictionary-encoded column can decode to far more (one long string repeated
+# in every row: a 1.8 MB file decoding to 820 MB in tests/fcr/test_parquet_bounds.py)
+MAX_DECODED_BYTES = int(os.environ.get("FCR_PARQUET_MAX_DECODED_BYTES", 256 << 20))
+PREFLIGHT_DECODED_BYTES = 96 << 20  # the web pre-flight samples first rows only from row groups up to this size
+CHECK_BATCH_ROWS = 256  # rows per step of the decoded-size check (string columns read as dictionaries)
+_FIXED_WIDTH = {"INT64": 8, "DOUBLE": 8, "INT32": 4, "FLOAT": 4, "BOOLEAN": 1}
 ROW_GROUP_TOKENS = 1 << 16  # the writer closes a row group at about this many response tokens
 ROW_GROUP_ROWS = 4096  # … or this many records
 ID_MAX = (1 << 63) - 1
@@ -142,10 +150,20 @@ def schema_problems(schema: pa.Schema) -> list[str]:
 
 
 class RunLog:
-    """An open ``fcr-parquet/1`` file: footer read and checked, row groups read one at a time."""
+    """An open ``fcr-parquet/1`` file: footer read and checked, row groups read one at a time, each only after its
+    decoded size is known to be within :data:`MAX_DECODED_BYTES`.
 
-    def __init__(self, path, max_row_group_bytes: int | None = None):
+    Bounded decoding, in two steps. At open, from the footer: a row group whose encoded size is above
+    ``max_row_group_bytes``, or whose fixed-width values (declared count × width, whatever their encoding) are above
+    the decoded limit, is refused. At read: the variable-length (string) columns are first read as Arrow dictionary
+    arrays, :data:`CHECK_BATCH_ROWS` rows at a time (indices and the dictionary only, which the encoded size
+    bounds), and their decoded size is summed from the dictionary's value lengths taken at the indices; past the limit
+    the row group is refused naming the column, before anything is decoded. Only then is the row group read."""
+
+    def __init__(self, path, max_row_group_bytes: int | None = None, max_decoded_bytes: int | None = None):
         max_row_group_bytes = MAX_ROW_GROUP_BYTES if max_row_group_bytes is None else max_row_group_bytes
+        self.max_decoded = MAX_DECODED_BYTES if max_decoded_bytes is None else max_decoded_bytes
+        self.path = path
         try:
             self.pf = pq.ParquetFile(path)
         except (pa.ArrowException, OSError) as exc:
@@ -157,26 +175,110 @@ class RunLog:
         self.num_row_groups = md.num_row_groups
         self.num_rows = md.num_rows
         self.columns = set(self.pf.schema_arrow.names)
+        self.strings = [f.name for f in self.pf.schema_arrow if _has_strings(f.type)]
         self.starts = [0]
+        self.fixed_bytes = []
         for i in range(md.num_row_groups):
             rg = md.row_group(i)
             if rg.total_byte_size > max_row_group_bytes:
                 raise FcrParseError(self.starts[-1] + 1, f"row group {i} declares {rg.total_byte_size} bytes "
                                     f"uncompressed, above the limit of {max_row_group_bytes} (write smaller row "
                                     f"groups)")
+            fixed = sum(rg.column(j).num_values * _FIXED_WIDTH.get(rg.column(j).physical_type, 0)
+                        for j in range(md.num_columns))
+            if fixed > self.max_decoded:
+                raise FcrParseError(self.starts[-1] + 1, f"row group {i} declares {fixed} bytes of numbers, above "
+                                    f"the decoded limit of {self.max_decoded} (FCR_PARQUET_MAX_DECODED_BYTES; write "
+                                    f"smaller row groups)")
+            self.fixed_bytes.append(fixed)
             self.starts.append(self.starts[-1] + rg.num_rows)
         self.compressed = [sum(md.row_group(i).column(j).total_compressed_size for j in range(md.num_columns))
                            for i in range(md.num_row_groups)]
+        self._dict_pf = None
+
+    def _check_strings(self, i: int, cols: list[str] | None, limit: int) -> int:
+        """Refuse row group ``i`` when its string columns would decode, together with its declared numbers, to more
+        than ``limit`` bytes; nothing is decoded to find out. Returns the strings' decoded bytes."""
+        names = [c for c in self.strings if cols is None or c in cols]
+        if not names:
+            return 0
+        if self._dict_pf is None:
+            leaves = [c for c in self.pf.schema.names if c.split(".")[0] in self.strings]
+            try:
+                self._dict_pf = pq.ParquetFile(self.path, read_dictionary=leaves)
+            except (pa.ArrowException, OSError) as exc:
+                raise FcrParseError(self.starts[i] + 1, f"row group {i} cannot be read ({exc})") from exc
+        sizes = dict.fromkeys(names, 0)
+        seen = 0
+        try:
+            for batch in self._dict_pf.iter_batches(batch_size=CHECK_BATCH_ROWS, row_groups=[i], columns=names,
+                                                    use_threads=False):
+                for name, arr in zip(batch.schema.names, batch.columns):
+                    sizes[name] += _decoded_bytes(arr)
+                seen += batch.num_rows
+                if self.fixed_bytes[i] + sum(sizes.values()) > limit:
+                    worst = max(sizes, key=sizes.get)
+                    raise FcrParseError(self.starts[i] + 1, f"row group {i} decodes to more than {limit} bytes "
+                                        f"(column {worst!r}: {sizes[worst]} bytes in its first {seen} rows; a "
+                                        f"dictionary-encoded column expands), above the decoded limit "
+                                        f"(FCR_PARQUET_MAX_DECODED_BYTES); refused before decoding it", field=worst)
+        except (pa.ArrowException, OSError) as exc:
+            raise FcrParseError(self.starts[i] + 1, f"row group {i} cannot be read ({exc})") from exc
+        return sum(sizes.values())
 
     def read(self, i: int, columns: Iterable[str] | None = None) -> pa.Table:
         cols = None if columns is None else [c for c in columns if c in self.columns]
+        self._check_strings(i, cols, self.max_decoded)
         try:
             return self.pf.read_row_group(i, columns=cols)
         except (pa.ArrowException, OSError) as exc:
             raise FcrParseError(self.starts[i] + 1, f"row group {i} cannot be read ({exc})") from exc
 
+    def head(self, rows: int, limit: int = PREFLIGHT_DECODED_BYTES) -> pa.Table | None:
+        """Up to the first ``rows`` rows, for a sample: each row group on the way is first checked as :meth:`read`
+        checks it (a bomb is refused here exactly as the validation job would refuse it), then sampled only when the
+        whole group decodes to at most ``limit`` bytes (a conservative bound for part of it); the sample stops at
+        the first group above that, leaving the rest to the job. None when no row was read."""
+        parts = []
+        for g in range(self.num_row_groups):
+            if rows <= 0:
+                break
+            strings = self._check_strings(g, None, self.max_decoded)
+            if self.fixed_bytes[g] + strings > limit:
+                break
+            try:
+                batch = next(self.pf.iter_batches(batch_size=rows, row_groups=[g], use_threads=False), None)
+            except (pa.ArrowException, OSError) as exc:
+                raise FcrParseError(self.starts[g] + 1, f"row group {g} cannot be read ({exc})") from exc
+            if batch is not None and batch.num_rows:
+                parts.append(batch)
+                rows -= batch.num_rows
+        return pa.Table.from_batches(parts) if parts else None
+
     def close(self):
         self.pf.close()
+        if self._dict_pf is not None:
+            self._dict_pf.close()
+
+
+def _has_strings(t: pa.DataType) -> bool:
+    while pa.types.is_list(t) or pa.types.is_large_list(t):
+        t = t.value_type
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
+
+
+def _decoded_bytes(arr: pa.Array) -> int:
+    """What ``arr`` occupies once decoded: a dictionary array's values are counted at every index that uses them
+    (its lengths taken at the indices and summed, in Arrow), lists through their values, plus offsets."""
+    if isinstance(arr, pa.ChunkedArray):
+        return sum(_decoded_bytes(c) for c in arr.chunks)
+    if pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
+        return 8 * (len(arr) + 1) + _decoded_bytes(arr.flatten())
+    if pa.types.is_dictionary(arr.type):
+        lengths = pc.binary_length(arr.dictionary)
+        used = pc.take(lengths, arr.indices)
+        return int(pc.sum(used).as_py() or 0) + 8 * (len(arr) + 1)
+    return arr.nbytes
 
 
 # --------------------------------------------------------------------------------------------- records
@@ -374,19 +476,35 @@ def read_row(path, row_no: int) -> dict | None:
 
 
 def head_issues(path, max_records: int = 256, max_errors: int = 20) -> tuple[list[dict], int]:
-    """The upload pre-flight for ``fcr-parquet/1``: the footer and schema, then the first ``max_records`` rows (of the
-    first row group, whose size the footer check bounds) through ``validate_record``. Returns ``(errors as dicts with
+    """The upload pre-flight for ``fcr-parquet/1``: the footer and schema, then the first ``max_records`` rows through
+    ``validate_record``, read as a bounded sample (:meth:`RunLog.head`: at most :data:`PREFLIGHT_DECODED_BYTES`
+    decoded, checked before decoding; the rest of the file is the validation job's). Returns ``(errors as dicts with
     the row number in 'line', rows checked)``."""
     from workers.fcr.validate import validate_record
 
+    def issue(exc: FcrParseError) -> dict:
+        return {"line": exc.line, "call_id": None, "field": exc.field or "", "reason": exc.reason}
+
+    try:
+        log = RunLog(path)
+    except FcrParseError as exc:
+        return [issue(exc)], 0
+    try:
+        table = log.head(max_records)
+    except FcrParseError as exc:
+        return [issue(exc)], 0
+    finally:
+        log.close()
     errors: list[dict] = []
     checked = 0
-    for row_no, rec in iter_records_or_errors(path):
+    if table is None:
+        return errors, checked
+    for row_no, rec in table_records(table, 1):
         if isinstance(rec, FcrParseError):
-            errors.append({"line": row_no, "call_id": None, "field": rec.field or "", "reason": rec.reason})
+            errors.append(issue(rec))
         else:
             checked += 1
             errors.extend(i.to_dict() for i in validate_record(rec, line=row_no) if i.severity == "error")
-        if len(errors) >= max_errors or checked >= max_records:
+        if len(errors) >= max_errors:
             break
     return errors[:max_errors], checked

@@ -1,0 +1,96 @@
+"""REST endpoints of resumable uploads in parts (audit_portal/runs/chunked.py)."""
+from __future__ import annotations
+
+from django.http import Http404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import exceptions, serializers, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from audit_portal.accounts.principal import Principal
+from audit_portal.accounts.selectors import get_project
+from audit_portal.accounts.throttling import WorkBudgetMixin
+from audit_portal.runs import chunked
+from audit_portal.runs.api import UploadSerializer
+from audit_portal.runs.models import UploadSession
+
+
+class UploadSessionSerializer(serializers.ModelSerializer):
+    project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    part_count = serializers.IntegerField(read_only=True)
+    upload = serializers.PrimaryKeyRelatedField(read_only=True, allow_null=True)
+
+    class Meta:
+        model = UploadSession
+        fields = ["id", "project", "name", "size_bytes", "sha256", "part_size", "part_count", "parts_received",
+                  "state", "upload", "created_at", "updated_at"]
+        read_only_fields = fields
+
+
+def _session(request, pk, *, submit: bool) -> UploadSession:
+    principal = Principal.from_request(request)
+    session = UploadSession.objects.filter(pk=pk, project__in=principal.readable_projects()).select_related(
+        "project").first()
+    if session is None:
+        raise Http404("No such upload session.")
+    if submit and not principal.can_submit(session.project):
+        raise exceptions.PermissionDenied("Uploading needs the submit role (or an API key with the submit scope).")
+    return session
+
+
+class UploadSessionCreate(WorkBudgetMixin, APIView):
+    """Start a resumable upload in parts: declare the file's ``size`` and ``sha256`` (and its ``name``)."""
+
+    @extend_schema(request=inline_serializer("UploadSessionRequest", {
+        "size": serializers.IntegerField(min_value=1), "sha256": serializers.CharField(min_length=64, max_length=64),
+        "name": serializers.CharField(required=False)}), responses={201: UploadSessionSerializer})
+    def post(self, request, slug):
+        principal = Principal.from_request(request)
+        project = get_project(principal, slug)
+        if not principal.can_submit(project):
+            raise exceptions.PermissionDenied("Uploading needs the submit role (or an API key with the submit scope).")
+        data = request.data
+        if not isinstance(data, dict):
+            raise chunked.InvalidUploadSession("Send a JSON object with size, sha256 and name.", code="invalid_body")
+        session = chunked.create_session(project=project, size=data.get("size"), sha256=data.get("sha256"),
+                                         name=data.get("name"), created_by=principal.label)
+        return Response(UploadSessionSerializer(session).data, status=status.HTTP_201_CREATED)
+
+
+class UploadSessionDetail(APIView):
+    """An upload session: which parts are stored (resume by sending the others)."""
+
+    @extend_schema(responses={200: UploadSessionSerializer})
+    def get(self, request, pk):
+        return Response(UploadSessionSerializer(_session(request, pk, submit=False)).data)
+
+
+class UploadSessionPart(APIView):
+    """PUT part ``n`` (0-based) as the raw request body (``application/octet-stream``), exactly ``part_size`` bytes
+    (the last part: the rest). Any order, any number of times. Optional header ``X-Part-SHA256``: checked."""
+
+    parser_classes = []  # the body is read as a stream by the view, never parsed or held whole
+
+    @extend_schema(request={"application/octet-stream": OpenApiTypes.BINARY},
+                   parameters=[OpenApiParameter("X-Part-SHA256", str, OpenApiParameter.HEADER, required=False)],
+                   responses={200: UploadSessionSerializer})
+    def put(self, request, pk, n):
+        session = _session(request, pk, submit=True)
+        raw = request.META.get("CONTENT_LENGTH")
+        length = int(raw) if raw and raw.isdigit() else None
+        session = chunked.store_part(session, n, request._request, length, request.headers.get("X-Part-SHA256"))
+        return Response(UploadSessionSerializer(session).data)
+
+
+class UploadSessionComplete(APIView):
+    """Check the assembled file's SHA-256 and hand it to the same intake as a single-request upload."""
+
+    @extend_schema(request=None, responses={201: UploadSerializer, 200: UploadSerializer})
+    def post(self, request, pk):
+        session = _session(request, pk, submit=True)
+        principal = Principal.from_request(request)
+        upload, created = chunked.complete(session, principal.label)
+        return Response(UploadSerializer(upload, context={"principal": principal}).data,
+                        status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+                        headers={"X-Duplicate-Upload": "false" if created else "true"})
