@@ -150,5 +150,8 @@ def test_a_corrupt_segment_is_quarantined_never_uploaded(tmp_path):
     assert (tmp_path / "quarantine" / "seg-000001.parquet").exists()
     assert "seg-000001.parquet" in run.status()["quarantined"]
     assert not list(tmp_path.glob("seg-*.parquet"))  # the uploaded one is cleaned, the record kept
-    assert json.loads((tmp_path / "state.json").read_text())["uploads"]["seg-000002.parquet"] == {"id": 1,
-                                                                                                  "steps": [1]}
+    journal = [json.loads(line) for line in (tmp_path / "uploads.jsonl").read_text().splitlines()]
+    assert journal == [{"segment": "seg-000002.parquet", "id": 1, "steps": [1]}]
+    again = offline_run(tmp_path, resume=True)  # a new process reads the journal: step 1 is held
+    assert again.log_step(1, **batch(1)) == 0 and again.steps_skipped == 1
+    assert again.spool.next_index() == 3  # no segment name is reused
