@@ -14,11 +14,14 @@ import math
 from dataclasses import dataclass
 
 import orjson
-from django.db.models import Count, F, OuterRef, Subquery
+from django.db.models import BigIntegerField, Count, F, FloatField, Func, IntegerField, OuterRef, Subquery
+from django.db.models.fields.json import KT
+from django.db.models.functions import Cast, Coalesce
 from django.http import StreamingHttpResponse
 
 from audit_portal.certificates.models import RunCertificate, StepAggregate
 from audit_portal.fidelity.models import FidelityReport
+from audit_portal.live.models import LiveRun
 from workers.certify.verdict import LABELS
 
 
@@ -70,12 +73,25 @@ def runs_table(runs_qs):
     report = FidelityReport.objects.filter(run=OuterRef("pk"), state="complete").order_by("-created_at", "-id")
     steps = (StepAggregate.objects.filter(certificate=OuterRef("certificate_id")).order_by()
              .values("certificate").annotate(n=Count("id")).values("n"))
+    # A run streamed by a trainer client (its segments merged into a live view) is certified as that view: the
+    # latest upload's certificate would be its last segment only (docs/client.md#background-upload-spool-retries)
+    views = LiveRun.objects.filter(run=OuterRef("pk"))
+    live = lambda path, field: Subquery(views.annotate(v=Cast(KT(f"certificate__{path}"), field)).values("v")[:1])  # noqa: E731,E501
     return (runs_qs.select_related(None).annotate(
-        certificate_id=cert("pk"), verdict=cert("verdict"), verdict_detail=cert("verdict_detail"),
-        verdict_sentence=Subquery(latest.values("verdict_detail__sentence")[:1]), eps_hat=cert("eps_hat"), delta_hat=cert("delta_hat"),
-        acceptance=cert("acceptance_rate"), best_bound=cert("best_bound"), tokens=cert("tokens"),
+        certificate_id=cert("pk"),
+        verdict=Coalesce(Subquery(views.exclude(verdict="").values("verdict")[:1]), cert("verdict")),
+        verdict_detail=Coalesce(Subquery(views.exclude(verdict="").values("verdict_detail")[:1]), cert("verdict_detail")),
+        verdict_sentence=Coalesce(Subquery(views.exclude(verdict="").values("verdict_detail__sentence")[:1]),
+                                  Subquery(latest.values("verdict_detail__sentence")[:1])),
+        eps_hat=Coalesce(live("summary__eps_hat", FloatField()), cert("eps_hat")),
+        delta_hat=Coalesce(live("summary__delta_hat", FloatField()), cert("delta_hat")),
+        acceptance=Coalesce(live("summary__acceptance_rate", FloatField()), cert("acceptance_rate")),
+        best_bound=Coalesce(live("bounds__best", FloatField()), cert("best_bound")),
+        tokens=Coalesce(live("summary__tokens", BigIntegerField()), cert("tokens")),
         coverage=Subquery(report.values("verifiable_fraction")[:1]), created=F("created_at"))
-        .annotate(steps=Subquery(steps[:1])))
+        .annotate(steps=Coalesce(Subquery(views.annotate(v=Func(F("steps"), function="jsonb_array_length",
+                                                                output_field=IntegerField())).values("v")[:1]),
+                                 Subquery(steps[:1]))))
 
 
 def _number(name: str, raw: str) -> float:

@@ -20,6 +20,8 @@ class LiveRun(models.Model):
     steps = models.JSONField(default=list)  # step numbers merged, ascending
     uploads = models.JSONField(default=list)  # upload ids merged (a retried follow-up merges nothing twice)
     skipped = models.JSONField(default=list)  # the latest uploads not merged, with the reason (at most 20)
+    verdict = models.CharField(max_length=20, blank=True)  # of the merged certificate (workers/certify/verdict.py)
+    verdict_detail = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
 

@@ -13,6 +13,7 @@ from audit_portal.alerts.selectors import firing_for_run
 from audit_portal.core.broadcast import publish
 from audit_portal.core.errors import PortalError
 from audit_portal.live.models import LiveRun, LiveSegment
+from workers.certify.verdict import run_verdict
 
 SKIPPED_KEPT = 20
 SERIES = (("eps_hat_max", None), ("acceptance_rate", None), ("abs_diff_mean", "metrics"),
@@ -76,6 +77,9 @@ def add_segment(run, upload_id: int, steps: list, plan: dict, part: dict, combin
                 live.save(update_fields=["skipped"])
             return None
         live.partial, live.certificate = combine(live.partial or None, part)
+        verdict = run_verdict(live.certificate.get("summary") or {}, live.certificate.get("bounds") or {},
+                              live.certificate.get("options") or plan.get("opts") or {})
+        live.verdict, live.verdict_detail = verdict.code, verdict.as_dict()
         live.plan = plan
         live.steps = sorted(set(live.steps) | set(steps))
         live.uploads = [*live.uploads, upload_id]
@@ -132,7 +136,7 @@ def live_json(live: LiveRun) -> dict:
             "summary": {k: s.get(k) for k in ("sequences", "tokens", "accepted", "acceptance_rate", "eps_hat",
                                               "delta_hat", "T_ref", "threshold", "data_errors")},
             "best_bound": bounds.get("best"), "best_bound_id": bounds.get("argmin"), "series": series,
-            "budgets": budget_verdicts(live), "firing": firing_for_run(live.run_id), "skipped": live.skipped[:5],
+            "verdict": live.verdict_detail or None, "budgets": budget_verdicts(live), "firing": firing_for_run(live.run_id), "skipped": live.skipped[:5],
             "updated_at": live.updated_at.isoformat()}
 
 

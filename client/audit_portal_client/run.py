@@ -65,14 +65,33 @@ class _Spool:
             except (OSError, ValueError):  # a torn state file: segments on disk are the truth
                 state = {}
         self.state = {"uploads": {}, "rejected": {}, "quarantined": {}, "missing_steps": [], **state}
+        self.journal_path = root / "uploads.jsonl"  # one line per accepted segment: O(1) a segment, not O(run)
+        if self.journal_path.exists():
+            for line in self.journal_path.read_text().splitlines():
+                try:
+                    rec = json.loads(line)
+                    self.state["uploads"][rec["segment"]] = {"id": rec["id"], "steps": rec["steps"]}
+                except (ValueError, KeyError, TypeError):  # a torn last line: that segment is still on disk
+                    continue
 
     def save(self):
-        """state.json, atomically (tmp + fsync + rename); a full disk leaves the previous one (logged, not raised)."""
+        """state.json, atomically (tmp + fsync + rename); a full disk leaves the previous one (logged, not raised).
+        Accepted segments are in the journal (:meth:`record_upload`), not here."""
         tmp = self.state_path.with_suffix(".tmp")
+        state = {k: v for k, v in self.state.items() if k != "uploads"}
         try:
-            _write_atomic(tmp, self.state_path, json.dumps(self.state, indent=1).encode())
+            _write_atomic(tmp, self.state_path, json.dumps(state, separators=(",", ":")).encode())
         except OSError as exc:
             log.warning("audit-portal: cannot save %s: %s", self.state_path, exc)
+
+    def record_upload(self, segment: str, upload_id: int, steps: list[int]):
+        """Append an accepted segment to the journal (flushed and fsynced before the segment file is removed)."""
+        line = json.dumps({"segment": segment, "id": upload_id, "steps": steps}, separators=(",", ":")) + "\n"
+        with open(self.journal_path, "a") as fh:
+            fh.write(line)
+            fh.flush()
+            os.fsync(fh.fileno())
+        self.state["uploads"][segment] = {"id": upload_id, "steps": steps}
 
     def pending(self) -> list[Path]:
         return sorted(p for p in self.root.iterdir() if SEGMENT.match(p.name))
@@ -374,9 +393,13 @@ class Run:
             self._gap(steps, f"audit-portal: the portal refused segment {seg.name} (steps {steps[0]}–{steps[-1]}): "
                              f"{exc}")
             return True
-        with self.spool.lock:
+        try:
+            with self.spool.lock:
+                self.spool.record_upload(seg.name, up["id"], steps)
+        except OSError as exc:  # cannot record it: keep the file (a re-send is the same bytes: the same upload)
             self.spool.state["uploads"][seg.name] = {"id": up["id"], "steps": steps}
-            self.spool.save()
+            self.last_error = f"cannot record upload of {seg.name}: {exc}"
+            return False
         seg.unlink()  # confirmed stored by the portal: the spool keeps only the record
         self.last_error = None
         return True

@@ -96,3 +96,34 @@ def test_environment_variables_configure_the_client(monkeypatch, tmp_path):
     monkeypatch.delenv("AUDIT_PORTAL_URL")
     with pytest.raises(ValueError, match="AUDIT_PORTAL_URL"):
         Client()
+
+
+def _ctx_portal():
+    return Portal({START: [{"id": 5}], ("GET", "/runs/5/live/"): [PortalError("nf", 404), PortalError("nf", 404),
+                                                                   {"run": 5, "steps": 1, "merged_uploads": [11],
+                                                                    "skipped_uploads": [], "best_bound": 0.5,
+                                                                    "summary": {"sequences": 2}}],
+                   ("GET", "/uploads/11/"): [{"id": 11, "stage": "valid"}], ("POST", "/runs/5/state/"): [{"id": 5}]})
+
+
+def test_the_context_manager_finishes_or_marks_the_run_failed(monkeypatch, tmp_path):
+    import numpy as np
+
+    b = dict(rollout_logprobs=-np.ones((2, 3)), trainer_logprobs=-np.ones((2, 3)), response_ids=np.ones((2, 3), int))
+    for fails in (False, True):
+        c = Client("http://127.0.0.1:9", "k")
+        portal = _ctx_portal()
+        monkeypatch.setattr(c, "_request", portal)
+        monkeypatch.setattr(c, "get", lambda path: portal("GET", path))
+        sent = []
+        monkeypatch.setattr(c, "upload", lambda project, path, steps=None, progress=None: sent.append(steps) or
+                            {"id": 11})
+        with pytest.raises(RuntimeError) if fails else __import__("contextlib").nullcontext():
+            with c.run("demo", "ctx", spool_dir=tmp_path / str(fails), live=False) as run:
+                run.log_step(0, **b)
+                if fails:
+                    raise RuntimeError("the trainer crashed")
+        assert sent == [(0, 0)]  # what was logged is uploaded either way, once
+        state_calls = [k for k in portal.calls if k == ("POST", "/runs/5/state/")]
+        assert len(state_calls) == 1
+    assert run._finished

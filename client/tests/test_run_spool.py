@@ -150,5 +150,43 @@ def test_a_corrupt_segment_is_quarantined_never_uploaded(tmp_path):
     assert (tmp_path / "quarantine" / "seg-000001.parquet").exists()
     assert "seg-000001.parquet" in run.status()["quarantined"]
     assert not list(tmp_path.glob("seg-*.parquet"))  # the uploaded one is cleaned, the record kept
-    assert json.loads((tmp_path / "state.json").read_text())["uploads"]["seg-000002.parquet"] == {"id": 1,
-                                                                                                  "steps": [1]}
+    journal = [json.loads(line) for line in (tmp_path / "uploads.jsonl").read_text().splitlines()]
+    assert journal == [{"segment": "seg-000002.parquet", "id": 1, "steps": [1]}]
+    again = offline_run(tmp_path, resume=True)  # a new process reads the journal: step 1 is held
+    assert again.log_step(1, **batch(1)) == 0 and again.steps_skipped == 1
+    assert again.spool.next_index() == 3  # no segment name is reused
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A real 256 KiB tmpfs (root only; skipped elsewhere)."""
+    import subprocess
+
+    mnt = tmp_path / "tmpfs"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_a_real_full_tmpfs_is_gaps_then_recovers(small_tmpfs, caplog):
+    filler = small_tmpfs / "filler"
+    filler.write_bytes(b"\0" * (256 * 1024 - 40 * 1024))  # leaves room for a few segments, then the disk is full
+    run = offline_run(small_tmpfs / "spool", segment_steps=1)
+    for step in range(40):
+        run.log_step(step, **batch(step, B=8, T=64))  # never raises
+    run.flush()
+    written = sorted(set(spooled(small_tmpfs / "spool").column("step").to_pylist()))
+    assert written and run.gaps and set(written) | run.gaps == set(range(40)) and not set(written) & run.gaps
+    assert not list((small_tmpfs / "spool").glob(".seg-*"))  # no truncated temporary left behind
+    for seg in (small_tmpfs / "spool").glob("seg-*.parquet"):
+        pq.read_table(seg)  # every segment in place is whole
+    filler.unlink()  # space again (an upload freed it, an operator cleaned up)
+    for step in range(40, 45):
+        run.log_step(step, **batch(step, B=8, T=64))
+    run.flush()
+    assert set(range(40, 45)) <= set(spooled(small_tmpfs / "spool").column("step").to_pylist())
+    assert len([r for r in caplog.records if "disk full" in r.getMessage()]) == 1

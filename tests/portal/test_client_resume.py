@@ -169,3 +169,36 @@ def test_a_refused_key_fails_at_start_and_the_same_spool_syncs_with_the_right_ke
     assert not list((tmp_path / "spool").glob("seg-*.parquet"))
     assert PortalRun.objects.get(project=project, name="keyed").state == "finished"
     assert np.isfinite(PortalRun.objects.get(project=project, name="keyed").live.certificate["bounds"]["best"])
+
+
+def test_trl_with_a_full_disk_trains_on_and_the_certificate_names_the_missing_steps(live_server, project,
+                                                                                   submit_token, tmp_path,
+                                                                                   monkeypatch):
+    pytest.importorskip("trl")
+    import errno
+
+    import pyarrow.parquet as pq
+    import workers.tasks  # noqa: F401
+    from tiny_grpo import tiny_grpo_trainer
+
+    from audit_portal_client import run as run_module
+    from audit_portal_client.integrations.trl import AuditPortalCallback
+
+    real = pq.write_table
+
+    def write_table(table, where, **kw):  # the disk is full while step 1's segment is written
+        if 1 in table.column("step").to_pylist():
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(table, where, **kw)
+
+    monkeypatch.setattr(run_module.pq, "write_table", write_table)
+    client = Client(live_server.url, submit_token, timeout=10)
+    with start_worker(app, pool="solo", perform_ping_check=False, queues=["cpu"], shutdown_timeout=30):
+        run = client.run(project.slug, "trl-full-disk", spool_dir=tmp_path / "spool", segment_steps=1)
+        trainer = tiny_grpo_trainer(tmp_path / "out", max_steps=3)
+        cb = AuditPortalCallback(run, finish_timeout=240).attach(trainer)
+        trainer.train()  # never raised
+    assert trainer.state.global_step == 3
+    c = cb.result.certificate
+    assert c["missing_steps"] == [1] and c["series"]["step"] == [0, 2] and c["sequences"] == 8
+    assert PortalRun.objects.get(project=project, name="trl-full-disk").missing_steps == [1]

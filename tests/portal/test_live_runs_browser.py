@@ -45,6 +45,7 @@ class LiveRunBrowserTest(BrowserTestCase):
                 start_worker(app, pool="solo", perform_ping_check=False, queues=["cpu"], shutdown_timeout=30):
             for step in (0, 1):  # a quiet start: rollout and trainer agree closely
                 run.log_step(step, **step_batch(step, noise=0.002))
+            run.flush()  # a segment holds whole steps: without a next step, flush sends these two now
             assert self.live_steps(2), run.status()
             live = LiveRun.objects.get(run__name="stream")
             quiet_best = live.certificate["bounds"]["best"]
@@ -65,6 +66,7 @@ class LiveRunBrowserTest(BrowserTestCase):
 
             for step in (2, 3):  # responses 4x longer, larger mismatch: B* (it grows with the length) passes the budget
                 run.log_step(step, **step_batch(step, noise=0.1, T=96))
+            run.flush()
             page.wait_for_selector('#live-run[data-steps="4"]', timeout=120000)
             page.wait_for_selector('#live-alerts [role=alert]', timeout=60000)
             assert "B* budget" in page.inner_text("#live-alerts") and "Alert fired" in page.inner_text("#live-alerts")
@@ -82,6 +84,7 @@ class LiveRunBrowserTest(BrowserTestCase):
 
             for step in (4, 5):  # still over the budget: no second event, no second webhook
                 run.log_step(step, **step_batch(step, noise=0.1, T=96))
+            run.flush()
             page.wait_for_selector('#live-run[data-steps="6"]', timeout=120000)
             result = run.finish(timeout=240)
             assert wait_for(lambda: not WebhookDelivery.objects.filter(state="pending").exists(), 30)
@@ -94,7 +97,7 @@ class LiveRunBrowserTest(BrowserTestCase):
         assert body["type"] == "alert.fired" and body["rule"]["id"] == rule.pk and body["run"]["name"] == "stream"
         live.refresh_from_db()
         assert body["value"] > budget and live.steps == list(range(6)) and len(live.uploads) == 3
-        # the whole run, uploaded at finish, was certified once and not merged into the live view a second time
+        # the run's certificate at finish is its live view: nothing uploaded or merged a second time
         assert result.certificate["sequences"] == live.certificate["summary"]["sequences"] == 6 * 4
         assert result.best_bound == live.certificate["bounds"]["best"]
         delivery = WebhookDelivery.objects.get()

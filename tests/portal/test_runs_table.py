@@ -99,3 +99,24 @@ def test_sequences_page_uses_the_apis_filters(api, client, owner, project):
     rows = json.loads(b"".join(client.get(url, {"status": "CERT_IN", "format": "json"}).streaming_content))
     assert len(rows) == certificate.sequence_summaries.filter(status="CERT_IN").count()
     assert all(r["status"] == "CERT_IN" for r in rows)
+
+
+def test_a_streamed_run_shows_its_live_view_not_its_last_segment(client, owner, project):
+    """A trainer client's run is its segments merged into a live view: the table shows that view's numbers."""
+    from audit_portal.live.models import LiveRun
+    from audit_portal.runs.models import Run
+
+    run = Run.objects.create(project=project, name="streamed", tags=["grpo", "<b>7b</b>"])
+    LiveRun.objects.create(run=run, steps=[0, 1, 2], certificate={
+        "summary": {"eps_hat": 0.25, "delta_hat": 0.5, "acceptance_rate": 0.75, "tokens": 123},
+        "bounds": {"best": 7.5}})
+    client.force_login(owner)
+    rows = list(__import__("audit_portal.dashboards.tables", fromlist=["runs_table"]).runs_table(
+        Run.objects.filter(pk=run.pk)))
+    (r,) = rows
+    assert (r.eps_hat, r.delta_hat, r.acceptance, r.best_bound, r.tokens, r.steps) == (0.25, 0.5, 0.75, 7.5, 123, 3)
+    page = client.get(f"/p/{project.slug}/runs/?min_best_bound=7&max_best_bound=8")
+    assert page.status_code == 200 and "streamed" in page.content.decode()
+    html = page.content.decode()
+    assert 'data-tag="grpo"' in html and "&lt;b&gt;7b&lt;/b&gt;" in html and "<b>7b</b>" not in html  # tags, escaped
+    assert "streamed" not in client.get(f"/p/{project.slug}/runs/?max_best_bound=7").content.decode()
