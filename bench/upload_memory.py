@@ -8,6 +8,7 @@ produced as it is sent: the client never holds it) and samples the server's resi
     .venv/bin/python bench/upload_memory.py --server uvicorn --mb 1024
     .venv/bin/python bench/upload_memory.py --server daphne --mb 256 --max-rss-mb 4000
     .venv/bin/python bench/upload_memory.py --server uvicorn --mb 1024 --shape one-line   # refused: line too long
+    .venv/bin/python bench/upload_memory.py --server uvicorn --mb 500 --concurrent 10     # ten at once
 
 ``--shape valid``: fcr/1 JSONL records (a generated block repeated; the synchronous pre-flight sees valid records and
 the upload is stored, 201, or 200 when the same bytes were stored before). ``--shape one-line``: a single line as long
@@ -72,7 +73,7 @@ def valid_block() -> bytes:
     return b"".join(orjson.dumps(r) + b"\n" for r in iter_run(SynthConfig(trajectories=64, seed=7)))
 
 
-def body_pieces(shape: str, size: int, boundary: str):
+def body_pieces(shape: str, size: int, boundary: str, salt: str = ""):
     """The multipart body in 1 MiB pieces, and its exact length: produced while it is sent."""
     head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"big.jsonl\"\r\n"
             "Content-Type: application/octet-stream\r\n\r\n").encode()
@@ -92,7 +93,7 @@ def body_pieces(shape: str, size: int, boundary: str):
         while sent < size:
             # fresh call ids per repetition keep the records distinct; the last piece ends on a whole record padded
             # with spaces (valid JSON) to the exact size
-            piece = block.replace(b'"call_id":"', f'"call_id":"r{rep}-'.encode())
+            piece = block.replace(b'"call_id":"', f'"call_id":"{salt}r{rep}-'.encode())
             if len(piece) > size - sent:
                 piece = piece[: size - sent]
                 end = piece.rfind(b"\n", 0, len(piece) - 1) + 1
@@ -105,10 +106,10 @@ def body_pieces(shape: str, size: int, boundary: str):
 
 
 def upload(port: int, token: str, shape: str, size: int, timeout: float,
-           project: str = "bench") -> tuple[int, dict | str, float, float]:
+           project: str = "bench", salt: str = "") -> tuple[int, dict | str, float, float]:
     """POST the streamed body on a raw socket; (status, JSON body or text, seconds to send, seconds to answer)."""
     boundary = f"----apmem{time.monotonic_ns()}"
-    length, head, pieces, tail = body_pieces(shape, size, boundary)
+    length, head, pieces, tail = body_pieces(shape, size, boundary, salt)
     start = time.monotonic()
     sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
     request = (f"POST /api/v1/projects/{project}/uploads/ HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
@@ -193,8 +194,9 @@ def private_web(server: str, port: int, keep: bool = False):
 
 
 def measured_upload(proc, port: int, token: str, shape: str, size_mb: int, max_rss_mb: float,
-                    project: str = "bench") -> dict:
-    """One upload while the server's RSS is sampled every 50 ms; the server is killed past ``max_rss_mb``."""
+                    project: str = "bench", concurrent: int = 1) -> dict:
+    """``concurrent`` uploads at once (different bytes each) while the server's RSS is sampled every 50 ms; the
+    server is killed past ``max_rss_mb``. Status, code and times are the slowest upload's; ``statuses`` all."""
     before = rss_mb(proc.pid)
     peak, killed, stop = [before], [False], threading.Event()
 
@@ -209,25 +211,38 @@ def measured_upload(proc, port: int, token: str, shape: str, size_mb: int, max_r
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
+    answers = [None] * concurrent
+
+    def one(i):
+        answers[i] = upload(port, token, shape, size_mb * MiB, 1800, project, salt=f"c{i}-{time.time_ns()}-")
+
     try:
-        status, body, sent_s, answered_s = upload(port, token, shape, size_mb * MiB, 1800, project)
+        workers = [threading.Thread(target=one, args=(i,)) for i in range(concurrent)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
     finally:
         stop.set()
         sampler.join()
+    status, body, sent_s, answered_s = max(answers, key=lambda a: a[3])
     code = body.get("error", {}).get("code") if isinstance(body, dict) else None
-    return {"shape": shape, "mb": size_mb, "status": status,
+    extra = {"concurrent": concurrent, "statuses": sorted(a[0] for a in answers)} if concurrent > 1 else {}
+    return {"shape": shape, "mb": size_mb, **extra, "status": status,
             "code": code or (body.get("stage") if isinstance(body, dict) else body),
             "send_s": round(sent_s, 1), "answer_s": round(answered_s, 1), "rss_before_mb": round(before),
             "rss_peak_mb": round(peak[0]), "growth_mb": round(peak[0] - before), "killed_at_cap": killed[0]}
 
 
-def measure(server: str, shapes: list[str], size_mb: int, port: int, max_rss_mb: float, keep: bool) -> list[dict]:
+def measure(server: str, shapes: list[str], size_mb: int, port: int, max_rss_mb: float, keep: bool,
+            concurrent: int = 1) -> list[dict]:
     results = []
     with private_web(server, port, keep) as (proc, token, _env):
         upload(port, token, "valid", MiB, 120)  # warm-up: the upload code path imported and run once
         for shape in shapes:
             time.sleep(1.0)
-            results.append({"server": server, **measured_upload(proc, port, token, shape, size_mb, max_rss_mb)})
+            results.append({"server": server, **measured_upload(proc, port, token, shape, size_mb, max_rss_mb,
+                                                                            concurrent=concurrent)})
             print(json.dumps(results[-1]), flush=True)
             if results[-1]["killed_at_cap"]:
                 break
@@ -247,6 +262,7 @@ def main() -> int:
                              "--token and --project, instead of starting one (nothing is killed: no --max-rss-mb)")
     parser.add_argument("--token")
     parser.add_argument("--project", default="bench")
+    parser.add_argument("--concurrent", type=int, default=1, help="this many uploads at once, each of --mb")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     if args.running:
@@ -258,9 +274,9 @@ def main() -> int:
                 return None
         for shape in args.shape.split(","):
             print(json.dumps({"server": f"running pid {args.running}", **measured_upload(
-                Running, args.port, args.token, shape, args.mb, float("inf"), args.project)}), flush=True)
+                Running, args.port, args.token, shape, args.mb, float("inf"), args.project, args.concurrent)}), flush=True)
         return 0
-    measure(args.server, args.shape.split(","), args.mb, args.port, args.max_rss_mb, args.keep)
+    measure(args.server, args.shape.split(","), args.mb, args.port, args.max_rss_mb, args.keep, args.concurrent)
     return 0
 
 
