@@ -52,10 +52,19 @@ def note_verifiers(history=None) -> list:
     return [vnote.verifier(keys.log_name(), public) for public in history.public.values()]
 
 
-def witness_verifiers() -> list:
+def witness_verifiers(warn=None) -> list:
+    """The configured witnesses' verifier keys (AUDIT_LOG_WITNESS_KEYS); a malformed one is skipped (``warn`` is
+    told which)."""
     from django.conf import settings
 
-    return [vnote.parse_verifier(k) for k in settings.AUDIT_LOG_WITNESS_KEYS]
+    out = []
+    for text in settings.AUDIT_LOG_WITNESS_KEYS:
+        try:
+            out.append(vnote.parse_verifier(text))
+        except vnote.NoteError as exc:
+            if warn is not None:
+                warn(f"AUDIT_LOG_WITNESS_KEYS: {exc}")
+    return out
 
 
 def key_events(tree_size: int | None = None) -> dict | None:
@@ -254,7 +263,7 @@ def _check_cosignatures(roots: list[bytes], result: LogVerification) -> None:
     """Every cosignature kept from a configured witness must still verify over the checkpoint the log's *current*
     first ``n`` entries make: a witness signed the root it saw, so a rewrite below ``n`` — even with every checkpoint
     re-signed and the witness directory lost — leaves that cosignature unverifiable."""
-    pinned = {w.text: w for w in witness_verifiers()}
+    pinned = {w.text: w for w in witness_verifiers(result.warn)}
     for c in Cosignature.objects.order_by("tree_size", "witness").iterator(chunk_size=500):
         w = pinned.get(c.witness)
         if w is None:

@@ -56,13 +56,19 @@ def test_a_rewritten_entry_is_found_by_the_scheduled_check_with_an_alert_and_a_b
 
 def test_trust_roots_prints_the_fingerprints_to_pin(api, project, settings, tmp_path):
     certified(api, project, records(trajectories=3))
-    settings.AUDIT_LOG_WITNESS_KEYS = ["w.example+01020304+BAAA"]
+    from workers.verify import keys as K, note
+
+    witness_key = note.verifier_key("w.example", K.generate().public_key(), note.ALG_COSIGNATURE_V1)
+    settings.AUDIT_LOG_WITNESS_KEYS = [witness_key]
     out = io.StringIO()
     call_command("trust_roots", keys_out=str(tmp_path / "keys.json"), stdout=out)
     text = out.getvalue()
     active = keys.key_history().active
     assert f"key {active}  active  introduced at log index 0" in text
     assert "note key " + keys.key_set()["keys"][0]["note_key"] in text
-    assert "--witness w.example+01020304+BAAA --min-witnesses K" in text
+    assert f"--witness {witness_key} --min-witnesses K" in text
     assert (tmp_path / "keys.json").is_file()
     assert log_integrity.check_and_alert().ok
+    settings.AUDIT_LOG_WITNESS_KEYS = ["w.example+01020304+BAAA"]  # a malformed key is a warning, not a crash
+    row = log_integrity.check_and_alert()
+    assert row.ok and any("AUDIT_LOG_WITNESS_KEYS" in w for w in row.warnings)
