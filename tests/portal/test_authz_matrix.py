@@ -88,6 +88,7 @@ class Objects:
     victim_key: int = 0
     training_audit: int = 0
     alert_rule: int = 0
+    upload_session: str = ""
 
 
 @dataclass
@@ -145,8 +146,11 @@ def _populate(project, owner) -> Objects:
     from audit_portal.alerts import services as alert_services
 
     rule = alert_services.create_rule(project=project, data=ALERT_RULE, created_by="authz")
+    from audit_portal.runs import chunked
+
+    session = chunked.create_session(project=project, size=10, sha256="0" * 64, name="parts.jsonl", created_by="authz")
     assert training_step_audit(training.job_id) == "succeeded", Job.objects.get(pk=training.job_id).error
-    return Objects(training_audit=training.pk, alert_rule=rule.pk, slug=project.slug, upload=upload.pk, run=upload.run_id, job=Job.objects.get(
+    return Objects(upload_session=str(session.pk), training_audit=training.pk, alert_rule=rule.pk, slug=project.slug, upload=upload.pk, run=upload.run_id, job=Job.objects.get(
         subject_id=upload.pk, kind="validate_upload").pk, queued_job=queued.pk, certificate=certificate.pk,
         report=report.pk, call=report.calls.order_by("line").first().pk, submission=subs[0].pk,
         submission_b=subs[1].pk, implementation=subs[0].implementation_id, badge_token=badge_token,
@@ -273,6 +277,14 @@ ENDPOINTS: dict[tuple[str, str], Access] = {
     (P + "runs/", "POST"): Access("submit", lambda o: f"/api/v1/projects/{o.slug}/runs/", ok=(200, 201),
                                   body=lambda: {"name": "authz-started", "tags": ["t"]}),
     (P + "jobs/", "GET"): Access("read", lambda o: f"/api/v1/projects/{o.slug}/jobs/"),
+    (P + "upload-sessions/", "POST"): Access("submit", lambda o: f"/api/v1/projects/{o.slug}/upload-sessions/",
+                                             ok=(201,), body=lambda: {"size": 5, "sha256": "1" * 64, "name": "a"}),
+    ("api/v1/upload-sessions/<uuid:pk>/", "GET"): Access("read", lambda o: f"/api/v1/upload-sessions/{o.upload_session}/"),
+    # past authorisation an empty part is the wrong length and completing with no parts is refused: both 400
+    ("api/v1/upload-sessions/<uuid:pk>/parts/<int:n>/", "PUT"): Access(
+        "submit", lambda o: f"/api/v1/upload-sessions/{o.upload_session}/parts/0/", ok=(400,)),
+    ("api/v1/upload-sessions/<uuid:pk>/complete/", "POST"): Access(
+        "submit", lambda o: f"/api/v1/upload-sessions/{o.upload_session}/complete/", ok=(400,)),
     ("api/v1/uploads/<int:pk>/", "GET"): Access("read", lambda o: f"/api/v1/uploads/{o.upload}/"),
     ("api/v1/runs/<int:pk>/", "GET"): Access("read", lambda o: f"/api/v1/runs/{o.run}/"),
     ("api/v1/runs/<int:pk>/state/", "POST"): Access("submit", lambda o: f"/api/v1/runs/{o.run}/state/",
