@@ -218,6 +218,10 @@ class Run:
         if resume is False and held:
             raise PortalError(f"run {self.name!r} of {self.project} exists with {len(held)} step(s): pass "
                               f"resume=True to continue it, or another name", 409)
+        if resume is None and held:
+            self._warn_once("exists", f"audit-portal: run {self.name!r} of {self.project} exists with {len(held)} "
+                                      f"step(s) (up to {max(held)}): continuing it, those steps are not logged again "
+                                      f"(resume=True says so; resume=False or another name starts afresh)")
         self._held |= held
         if self._held:
             log.info("audit-portal: resuming %s: %d step(s) held, up to step %d", self.name, len(self._held),
