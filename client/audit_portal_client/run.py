@@ -98,7 +98,8 @@ class _Spool:
 
     def next_index(self) -> int:
         names = [p.name for d in (self.root, self.root / "rejected", self.root / "quarantine") for p in d.iterdir()]
-        names += list(self.state["uploads"])
+        with self.lock:  # the uploader adds to it
+            names += list(self.state["uploads"])
         nums = [int(m.group(1)) for n in names if (m := SEGMENT.match(n))]
         return max(nums, default=0) + 1
 
@@ -217,6 +218,10 @@ class Run:
         if resume is False and held:
             raise PortalError(f"run {self.name!r} of {self.project} exists with {len(held)} step(s): pass "
                               f"resume=True to continue it, or another name", 409)
+        if resume is None and held:
+            self._warn_once("exists", f"audit-portal: run {self.name!r} of {self.project} exists with {len(held)} "
+                                      f"step(s) (up to {max(held)}): continuing it, those steps are not logged again "
+                                      f"(resume=True says so; resume=False or another name starts afresh)")
         self._held |= held
         if self._held:
             log.info("audit-portal: resuming %s: %d step(s) held, up to step %d", self.name, len(self._held),
@@ -279,7 +284,7 @@ class Run:
         except Exception as exc:  # noqa: BLE001 - training never dies for auditing
             if self.strict:
                 raise
-            self._gap([step], f"step {step} not logged: {exc.__class__.__name__}: {exc}")
+            self._gap([step], f"audit-portal: step {step} not logged: {exc.__class__.__name__}: {exc}", "input")
             return 0
         rows = _batch_rows(rollout_logprobs)
         if step not in self._seg_steps and len(self._seg_steps) >= self.segment_steps:
@@ -298,9 +303,10 @@ class Run:
         the uploader instead of waiting for ``segment_steps`` more."""
         self._close_segment()
 
-    def _gap(self, steps, message: str):
+    def _gap(self, steps, message: str, kind: str):
+        """``steps`` are missing from the run; the first message of each ``kind`` is a warning, later ones debug."""
         self.gaps.update(int(s) for s in steps)
-        self._warn_once(message.split(":")[0] if "not logged" not in message else "log_step", message)
+        self._warn_once(kind, message)
         with self.spool.lock:
             self.spool.state["missing_steps"] = sorted(self.gaps)
             self.spool.save()
@@ -323,10 +329,12 @@ class Run:
         try:
             _write_atomic(self.spool.root / f".{name}.tmp", self.spool.root / name,
                           table=pa.concat_tables(tables))
-        except OSError as exc:
-            what = "disk full" if exc.errno == errno.ENOSPC else exc.__class__.__name__
+        except Exception as exc:  # noqa: BLE001 - a disk error (or any surprise) costs these steps, never training
+            if self.strict and not isinstance(exc, OSError):
+                raise
+            what = "disk full" if getattr(exc, "errno", None) == errno.ENOSPC else exc.__class__.__name__
             self._gap(steps, f"audit-portal: steps {min(steps)}–{max(steps)} not spooled ({what}: {exc}); the run "
-                             f"records them as missing, training goes on")
+                             f"records them as missing, training goes on", f"disk:{what}")
             return
         self._held.update(steps)
         if self.gaps & set(steps):  # a step lost earlier (disk, an earlier process) is logged now
@@ -391,7 +399,7 @@ class Run:
                 self.spool.save()
             os.replace(seg, self.spool.root / "rejected" / seg.name)
             self._gap(steps, f"audit-portal: the portal refused segment {seg.name} (steps {steps[0]}–{steps[-1]}): "
-                             f"{exc}")
+                             f"{exc}", "rejected")
             return True
         try:
             with self.spool.lock:
@@ -402,6 +410,8 @@ class Run:
             return False
         seg.unlink()  # confirmed stored by the portal: the spool keeps only the record
         self.last_error = None
+        log.debug("audit-portal: %s (steps %d–%d) uploaded as upload %s; %d segment(s) waiting", seg.name, steps[0],
+                  steps[-1], up["id"], len(self.spool.pending()))
         return True
 
     def _drain(self, deadline: float | None = None) -> bool:
@@ -537,11 +547,15 @@ class Run:
             raise PortalError("nothing was logged: no step had a response token under the mask")
         if not wait:
             return None
+        log.info("audit-portal: run %s: %d segment(s) uploaded; waiting for the portal to merge them", self.name,
+                 len(ids))
         view = self._wait_merged(ids, deadline, on_job)
         self.client._poll(lambda: self.client._request("POST", f"/runs/{self._run_id}/state/", json={
             "state": "finished", "missing_steps": sorted(self.gaps)}), deadline)
         self._finished = True
         self._clean()
+        log.info("audit-portal: run %s finished: %s steps, B* %s%s; %s", self.name, view.get("steps"),
+                 view.get("best_bound"), f", missing steps {sorted(self.gaps)}" if self.gaps else "", self.url)
         summary = dict(view.get("summary") or {})
         cert = {**summary, "best_bound": view.get("best_bound"), "best_bound_id": view.get("best_bound_id"),
                 "steps": view.get("steps"), "first_step": view.get("first_step"), "last_step": view.get("last_step"),

@@ -127,3 +127,21 @@ def test_the_context_manager_finishes_or_marks_the_run_failed(monkeypatch, tmp_p
         state_calls = [k for k in portal.calls if k == ("POST", "/runs/5/state/")]
         assert len(state_calls) == 1
     assert run._finished
+
+
+def test_an_existing_run_is_continued_and_its_held_steps_not_logged_again(monkeypatch, tmp_path, caplog):
+    import numpy as np
+
+    held = {"run": 3, "steps": 2, "series": {"step": [0, 1]}}
+    script = {START: [{"id": 3}], ("GET", "/runs/3/live/"): [held]}
+    b = dict(rollout_logprobs=-np.ones((2, 3)), trainer_logprobs=-np.ones((2, 3)), response_ids=np.ones((2, 3), int))
+    _run(monkeypatch, tmp_path / "a", script)  # the default continues it, and says so once
+    assert len([r for r in caplog.records if "continuing it" in r.getMessage()]) == 1
+    with pytest.raises(PortalError, match="exists with 2 step"):
+        c = Client("http://127.0.0.1:9", "k")
+        monkeypatch.setattr(c, "_request", Portal(script))
+        c.run("demo", "grpo", spool_dir=tmp_path / "b", live=False, resume=False)
+    c = Client("http://127.0.0.1:9", "k")
+    monkeypatch.setattr(c, "_request", Portal(script))
+    run = c.run("demo", "grpo", spool_dir=tmp_path / "c", live=False, resume=True)
+    assert run.log_step(1, **b) == 0 and run.log_step(2, **b) == 2 and run.steps_skipped == 1

@@ -68,3 +68,13 @@ def test_state_records_the_end_and_accumulates_missing_steps(api, project):
                 {"state": "finished", "missing_steps": ["a"]}, {"state": "finished", "missing_steps": [True]}):
         assert api.post(url, bad, format="json").status_code == 400, bad
     assert Run.objects.get(pk=run["id"]).missing_steps == [3, 7, 12]
+
+
+def test_the_run_page_shows_tags_config_and_missing_steps(api, client, owner, project):
+    run = api.post(runs_url(project), {"name": "shown", "config": {"lr": "3e-6<x>"}, "tags": ["grpo"]},
+                   format="json").json()
+    api.post(f"/api/v1/runs/{run['id']}/state/", {"state": "finished", "missing_steps": [4, 9]}, format="json")
+    client.force_login(owner)
+    html = client.get(f"/p/{project.slug}/runs/{run['id']}/").content.decode()
+    assert 'data-tag="grpo"' in html and "3e-6&lt;x&gt;" in html
+    assert 'id="missing-steps"' in html and "2 steps" in html and "4, 9" in html

@@ -92,6 +92,10 @@ def log_train_data(run, train_data, step: int, *, routing_replay: str | None = N
         routes["rollout_routed_experts"] = _shifted_routes(train_data, rollout_routes_key, B, S)
     if trainer_routes_key:
         routes["trainer_routed_experts"] = _shifted_routes(train_data, trainer_routes_key, B, S)
+    if hasattr(run, "_warn_once"):  # said once per run: what the certificate cannot use
+        run._warn_once("topk", "audit-portal: NeMo RL's train_data carries the sampled token's log-probs only (no "
+                               "top-K on either side): the certificate's ε̂ is the sampled-token estimate, looser "
+                               "than with top-K")
     return run.log_step(step, rollout_logprobs=train_data["generation_logprobs"],
                         trainer_logprobs=train_data["prev_logprobs"], response_mask=mask, response_ids=ids,
                         routing_replay=routing_replay, num_experts=num_experts, **routes)

@@ -92,6 +92,10 @@ def log_dataproto(run, data, step: int | None = None, *, rollout_routes_key: str
         P = attention.shape[1] - R if attention is not None else (prompts.shape[1] if prompts is not None else 0)
         routes = {"rollout_routed_experts": _response_routes(tensors, rollout_routes_key, P, R),
                   "trainer_routed_experts": _response_routes(tensors, trainer_routes_key, P, R)}
+    if hasattr(run, "_warn_once"):  # said once per run: what the certificate cannot use
+        run._warn_once("topk", "audit-portal: verl's DataProto carries the sampled token's log-probs only (no top-K "
+                               "on either side): the certificate's ε̂ is the sampled-token estimate, looser than "
+                               "with top-K (log_step(..., rollout_topk_ids=…) when your rollout returns them)")
     return run.log_step(step, rollout_logprobs=rollout, trainer_logprobs=old, response_mask=mask,
                         response_ids=responses, prompt_ids=prompts, prompt_mask=prompt_mask, trajectory_ids=traj,
                         routing_replay=routing_replay, num_experts=num_experts, **routes)
