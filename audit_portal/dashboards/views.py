@@ -236,6 +236,10 @@ def run_page(request, slug, pk):
         kind="routing_audit", subject_kind="upload", subject_id__in=run.uploads.values("pk"),
         state="succeeded").order_by("-id").first()
     ctx["live"] = live_selectors.live_view(run)  # a run that grows while it trains (templates/live/run_panel.html)
+    # the run's verdict: of its live view when it streams (the chosen certificate is then one segment's), else of
+    # the certificate shown — the same one the runs table and the API give
+    ctx["run_verdict"] = ((ctx["live"] or {}).get("verdict") if ctx["live"] else
+                          (certificate.verdict_detail if certificate is not None and certificate.verdict else None))
     ctx["firing_alerts"] = ctx["live"]["firing"] if ctx["live"] else alert_selectors.firing_for_run(run.pk)
     if routing_job is not None:  # logs with MoE routes (docs/routing.md)
         from audit_portal.dashboards.routing import routing_panel

@@ -68,3 +68,31 @@ def test_the_run_page_opens_with_the_verdict_and_the_table_shows_it(client, owne
     assert LABELS["over_budget"] in html and "above the budget" in html
     table = client.get(f"/p/{project.slug}/runs/", {"verdict": "over_budget"}).content.decode()
     assert table.count('class="badge verdict-over_budget"') == 2 and "verdict-certified" not in table
+
+
+def test_a_streamed_run_reads_as_its_live_view_not_its_last_segment(api, client, owner, project, tmp_path):
+    """A trainer client streams a run in segments: the run's verdict is the merged view's, everywhere; a segment's own
+    certificate (one step) must never speak for the run."""
+    from audit_portal.certificates.models import RunCertificate
+    from audit_portal.live.models import LiveRun
+
+    from .live_steps import write_steps
+    from .test_live_runs import post, process
+
+    for step in (0, 1):
+        upload = post(api, project, write_steps(tmp_path / f"s{step}.parquet", "streamed", [step]), steps=str(step))
+        process(upload.json()["id"])
+    live = LiveRun.objects.get(run__name="streamed")
+    assert live.verdict in LABELS and live.steps == [0, 1]
+    expected = run_verdict(live.certificate["summary"], live.certificate["bounds"], live.certificate["options"])
+    assert live.verdict == expected.code
+    last = RunCertificate.objects.filter(run=live.run).latest("created_at")
+    other = "certified" if live.verdict != "certified" else "over_budget"
+    RunCertificate.objects.filter(pk=last.pk).update(verdict=other, verdict_detail={"code": other, "label": LABELS[other],
+                                                                                     "sentence": "one segment"})
+    row = api.get(f"/api/v1/runs/{live.run_id}/").json()
+    assert row["verdict"] == live.verdict  # the merged view's, not the last segment's
+    client.force_login(owner)
+    html = client.get(f"/p/{project.slug}/runs/{live.run_id}/").content.decode()
+    banner = html[html.index('id="run-verdict"'):html.index("</section>", html.index('id="run-verdict"'))]
+    assert LABELS[live.verdict] in banner and "one segment" not in banner and "live view" in banner
