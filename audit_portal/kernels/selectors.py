@@ -9,6 +9,7 @@ from django.db.models import OuterRef, Subquery
 from django.http import Http404
 
 from audit_portal.accounts.principal import Principal
+from audit_portal.jobs.outcomes import outcome
 from workers.contracts.loader import CLASS_ORDER  # torch-free
 from audit_portal.kernels.models import (
     FAMILY_CODES,
@@ -150,6 +151,14 @@ def verdict_counts(verdicts) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- matrix
+def column_outcome(state: str, counts: dict) -> dict:
+    """A matrix column's badge: what the kernel got once its run finished (jobs/outcomes.py, the same words as the
+    job's toast), its job state before — never a green "succeeded" over a column of FAILs."""
+    if state != "succeeded":
+        return {"text": state, "tone": state}
+    return outcome("kernel_conformance", state, {"verdict_counts": counts})
+
+
 def matrix(principal: Principal, project) -> dict:
     """wpt.fyi-style: rows = contracts, columns = (implementation, platform) with their latest submission.
 
@@ -191,7 +200,8 @@ def matrix(principal: Principal, project) -> dict:
             families[code] = {"passed": sum(1 for v in fam if v.passed), "total": len(fam),
                               "rate": (sum(1 for v in fam if v.passed) / len(fam)) if fam else None}
         column_info.append({"submission": s, "implementation": s.implementation, "device": s.device,
-                            "state": s.state, "families": families, "kc_c": s.kc_c,
+                            "state": s.state, "outcome": column_outcome(s.state, verdict_counts(cells)),
+                            "families": families, "kc_c": s.kc_c,
                             "counts": verdict_counts(cells),
                             "specific_failures": summary["backend_specific_failures"].get(str(s.pk), 0)})
     return {"columns": column_info, "rows": rows, "interop_score": summary["interop_score"],

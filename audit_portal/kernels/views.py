@@ -56,7 +56,10 @@ def contract_detail(request, contract_id):
 def matrix_page(request, slug):
     ctx = page_context(request, slug)
     ctx["matrix"] = selectors.matrix(ctx["principal"], ctx["project"])
-    ctx["submissions"] = selectors.submissions_for(ctx["principal"], ctx["project"])[:20]
+    submissions = list(selectors.submissions_for(ctx["principal"], ctx["project"]).prefetch_related("verdicts")[:20])
+    for s in submissions:  # the badge says what the kernel got, not only that its job ended
+        s.outcome = selectors.column_outcome(s.state, selectors.verdict_counts(s.verdicts.all()))
+    ctx["submissions"] = submissions
     return render(request, "kernels/matrix.html", ctx)
 
 
@@ -107,6 +110,7 @@ def submission_page(request, slug, pk):
     rows = [{"entry": e, "verdict": verdicts.get(e["contract"])} for e in submission.plan]
     others = selectors.submissions_for(ctx["principal"], ctx["project"]).exclude(pk=submission.pk)[:20]
     ctx.update(submission=submission, rows=rows, job=submission.job, others=others,
+               outcome=selectors.column_outcome(submission.state, selectors.verdict_counts(verdicts.values())),
                history=selectors.implementation_history(ctx["principal"], submission),
                status=selectors.ci_status(ctx["principal"], submission.implementation, submission.device),
                public_badge=public_badge_payload(request, submission.implementation))

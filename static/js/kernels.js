@@ -14,7 +14,9 @@
     if (at < seen) return;
     if (at) card.dataset.updatedAt = job.updated_at;
     const state = document.getElementById("job-state");
-    state.textContent = job.state; state.className = "badge " + job.state;
+    // what the kernel got once its job ends (jobs/outcomes.py: "finished: 2 of 6 contracts failed"), else the state
+    const o = job.outcome || {text: job.state, tone: job.state};
+    state.textContent = o.text; state.className = "badge " + o.tone; state.dataset.state = job.state;
     const bar = document.getElementById("job-progress");
     bar.style.width = Math.round((job.progress || 0) * 100) + "%";
     bar.parentElement.className = "progress" + (job.state === "succeeded" ? " done" : job.state === "failed" ? " failed" : "");

@@ -121,8 +121,12 @@ class KernelsBrowserTest(BrowserTestCase):
                                       [v.detail for v in submission.verdicts.all()], deployment_flags={"flush_denormal": True},
                                       deployment_verdicts=[{**submission.verdicts.get(contract__contract_class="C-PRC-03").detail,
                                                             "verdict": "FAIL"}], target={"EXC": 3})),
-                                  jobs.finish_job(job, {"submission": submission.pk})))
-        page.wait_for_function("document.getElementById('job-state').textContent === 'succeeded'")
+                                  jobs.finish_job(job, {"submission": submission.pk,  # as run_submission returns
+                                                        "verdict_counts": {"PASS": 1, "FAIL": 1}})))
+        page.wait_for_function("document.getElementById('job-state').dataset.state === 'succeeded'")
+        # the badge says what the kernel got, not a green "succeeded" over a FAIL
+        page.wait_for_function("document.getElementById('job-state').textContent.includes('contracts failed')")
+        assert "invalid" in page.get_attribute("#job-state", "class")
         page.wait_for_function("document.querySelector('tr[data-contract^=\"C-PRC-03/\"]').dataset.verdict === 'FAIL'")
         # the grade can land one fetch after the last row (a fetch may have read the verdict before the grade)
         page.wait_for_function("document.getElementById('grade').innerText.includes('KC-C')")

@@ -166,3 +166,20 @@ def test_tenancy_foreign_results_are_404_and_viewers_cannot_submit(api, project,
     assert mine.__class__.objects.count() == before
     assert client.get(f"/p/{other_project.slug}/kernels/").status_code == 404
     assert client.get(f"/p/{project.slug}/kernels/submissions/{theirs.pk}/").status_code == 404
+
+
+def test_matrix_badges_say_what_the_kernel_got_and_cells_link_to_the_result(project, client, owner):
+    failing = make_submission(project, "broken.kernels", {c: "FAIL" for c in ALL_PASS})
+    passing = make_submission(project, "good.kernels", ALL_PASS)
+    client.force_login(owner)
+    html = client.get(f"/p/{project.slug}/kernels/").content.decode()
+    assert f"finished: {len(ALL_PASS)} of {len(ALL_PASS)} contracts failed" in html  # not a green "succeeded"
+    assert f"finished: all {len(ALL_PASS)} contracts passed" in html
+    assert 'badge succeeded' not in html
+    contract = failing.verdicts.get(contract__contract_class="C-PRC-01").contract.contract_id
+    from django.utils.text import slugify
+
+    link = f'/p/{project.slug}/kernels/submissions/{failing.pk}/#contract-{slugify(contract)}'
+    assert link in html
+    page = client.get(f"/p/{project.slug}/kernels/submissions/{failing.pk}/").content.decode()
+    assert f'id="contract-{slugify(contract)}"' in page and passing.pk != failing.pk
