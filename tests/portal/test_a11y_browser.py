@@ -41,6 +41,11 @@ class AccessibilityTest(BrowserTestCase):
 
         kernel_services.store_contracts(shipped_contracts())  # the contract pages with the shipped suite
         contract = next(c for c in latest_contracts() if c.contract_class == "C-PRC-01")
+        from .test_kernels_results import ALL_PASS, make_submission  # three submissions: the list, its diff radios
+
+        subs = [make_submission(self.project, "a11y.kernels", ALL_PASS),
+                make_submission(self.project, "a11y.kernels", {**ALL_PASS, "C-PRC-01": "FAIL"}),
+                make_submission(self.project, "other.kernels", ALL_PASS, device="cuda")]
         # a finished training audit's page (stored numbers empty: its figures become empty states)
         audit = TrainingAudit.objects.create(project=self.project, rollout_numerics="bf16", completed_at=timezone.now())
         from audit_portal.alerts import services as alert_services  # the alerts page with a rule: its edit forms
@@ -53,7 +58,8 @@ class AccessibilityTest(BrowserTestCase):
                 f"/p/{slug}/keys/", f"/p/{slug}/runs/{up.run_id}/fidelity/", f"/p/{slug}/fidelity/calls/{call.pk}/",
                 f"/p/{slug}/fidelity/tokenizers/", f"/p/{slug}/training/", f"/p/{slug}/kernels/",
                 f"/p/{slug}/kernels/submit/", "/contracts/", reverse("kernels:contract", args=[contract.contract_id]),
-                f"/p/{slug}/training/{audit.pk}/", f"/p/{slug}/alerts/"]
+                f"/p/{slug}/training/{audit.pk}/", f"/p/{slug}/alerts/", f"/p/{slug}/kernels/submissions/{subs[1].pk}/",
+                f"/p/{slug}/kernels/diff/?a={subs[0].pk}&b={subs[1].pk}"]
 
     def axe(self, page) -> list[dict]:
         page.add_script_tag(content=AXE)
