@@ -144,6 +144,12 @@
       if (!session) {
         const r = await withRetries(() => request("POST", opts.sessionsEndpoint, JSON.stringify({size: file.size, name: file.name}),
                                                   {"Content-Type": "application/json"}));
+        if (r.status === 400 && r.body.error && r.body.error.code === "too_many_upload_sessions") {
+          nameEl.textContent += " · in one request (this project has too many unfinished uploads in parts)";
+          status.dataset.mode = "whole";
+          sendWhole(file);  // a single request still takes any size up to the upload limit, without resuming
+          return;
+        }
         if (r.status !== 201) { showAnswer(r); return; }
         session = r.body;
         window.localStorage.setItem(key, session.id);

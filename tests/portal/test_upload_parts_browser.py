@@ -119,3 +119,23 @@ class BrowserPartsUploadTest(BrowserTestCase):
         page.wait_for_selector("#upload-ok, #upload-error")
         assert page.get_attribute("#upload-status", "data-mode") == "whole"
         assert posts == [f"{self.live_server_url}/api/v1/projects/{self.project.slug}/uploads/"]
+
+    def test_past_the_open_session_limit_the_form_falls_back_to_one_request(self):
+        for i in range(chunked.MAX_OPEN_SESSIONS):  # abandoned uploads in parts (from other tabs or clients)
+            chunked.create_session(project=self.project, size=PART, sha256=None, name=f"left-{i}.jsonl",
+                                   created_by=self.username)
+        data = jsonl(records(trajectories=12))
+        path = self.tmp / "fallback.jsonl"
+        path.write_bytes(data)
+        page = self.page
+        self.sign_in()
+        page.goto(f"{self.live_server_url}/p/{self.project.slug}/uploads/")
+        writes = []
+        page.on("request", lambda r: writes.append((r.method, r.url)) if r.method in ("POST", "PUT") else None)
+        page.set_input_files("#file-input", str(path))
+        page.wait_for_selector("#upload-ok")
+        assert page.get_attribute("#upload-status", "data-mode") == "whole"
+        assert "in one request" in page.inner_text("#upload-name")
+        api = f"{self.live_server_url}/api/v1/projects/{self.project.slug}"
+        assert writes == [("POST", f"{api}/upload-sessions/"), ("POST", f"{api}/uploads/")]
+        assert Upload.objects.get(pk=page.get_attribute("#upload-ok", "data-upload-id")).sha256 == sha(data)
