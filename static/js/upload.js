@@ -134,12 +134,11 @@
       const key = "portal-upload:" + opts.sessionsEndpoint + ":" + file.name + ":" + file.size + ":" + file.lastModified;
       let session = null;
       const known = window.localStorage.getItem(key);
-      if (known) {
-        try {
-          const r = await request("GET", opts.sessionBase + encodeURIComponent(known) + "/");
-          if (r.status === 200 && r.body.state === "open" && r.body.size_bytes === file.size) session = r.body;
-        } catch (e) { /* offline: start a new session below, which fails the same way */ }
-        if (!session) window.localStorage.removeItem(key);
+      if (known) {  // offline here: the caller says so, and the id is kept for the next try
+        const r = await withRetries(() => request("GET", opts.sessionBase + encodeURIComponent(known) + "/"));
+        if (r.status === 200 && r.body.state === "open" && r.body.size_bytes === file.size) session = r.body;
+        else if (r.status === 200 || r.status === 404) window.localStorage.removeItem(key);  // finished or gone
+        else { showAnswer(r); return; }
       }
       if (!session) {
         const r = await withRetries(() => request("POST", opts.sessionsEndpoint, JSON.stringify({size: file.size, name: file.name}),
@@ -207,7 +206,7 @@
           received = new Set((await request("GET", sessionUrl)).body.parts_received || []);  // the server's word
           continue;
         }
-        if (!(r.body.error && r.body.error.code === "parts_missing")) window.localStorage.removeItem(key);  // closed
+        if (r.status < 500 && !(r.body.error && r.body.error.code === "parts_missing")) window.localStorage.removeItem(key);  // closed
         showAnswer(r);
         return;
       }
