@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count, Q, Sum
@@ -67,6 +68,7 @@ def uploads_page(request, slug):
     ctx = page_context(request, slug)
     ctx.update(paginate(request, run_selectors.uploads_for(ctx["principal"], ctx["project"]), UPLOADS_PER_PAGE))
     ctx["uploads"] = ctx["page_obj"].object_list
+    ctx["parts_above_bytes"] = settings.UPLOAD_PARTS_ABOVE_BYTES  # upload.js sends larger files in parts
     return render(request, "dashboards/uploads.html", ctx)
 
 

@@ -1,15 +1,17 @@
 """Resumable uploads in parts, the way object stores and tus do it (README, *REST API for CI*):
 
-1. ``create_session``: the client declares the file's size and SHA-256; the server preallocates one sparse file in
-   ``artifacts/incoming/`` and answers the part size and count.
+1. ``create_session``: the client declares the file's size and, when it can, its SHA-256 (optional: a browser cannot
+   hash a multi-GB file before sending it); the server preallocates one sparse file in ``artifacts/incoming/`` and
+   answers the part size and count.
 2. ``store_part``: part *n* (0-based) is bytes ``[n × part_size, min((n+1) × part_size, size))``, sent in any order,
    any number of times (a retry rewrites the same bytes in the same place: idempotent). Its length must be exact; an
    optional SHA-256 of the part is checked before it is recorded. A part is streamed from the request to its place
    in the file in 1 MiB pieces, never held whole.
 3. ``session`` (GET): which parts are stored, so an interrupted upload resumes with the missing ones.
-4. ``complete``: every part must be stored; the whole file is hashed and must match the declared SHA-256 (otherwise
-   400 ``digest_mismatch``, the session stays open for the parts to be sent again), then it goes through the same
-   intake as a single-request upload (pre-flight, duplicate check, storage, validation job).
+4. ``complete``: every part must be stored; the whole file is hashed and, when a SHA-256 was declared, must match it
+   (otherwise 400 ``digest_mismatch``, the session stays open for the parts to be sent again), then it goes through
+   the same intake as a single-request upload (pre-flight, duplicate check by the computed digest, storage,
+   validation job). Without a declared digest, each part's ``X-Part-SHA256`` is what catches a corrupted part.
 """
 from __future__ import annotations
 
@@ -46,15 +48,16 @@ def create_session(*, project, size, sha256, name, created_by: str) -> UploadSes
         raise InvalidUploadSession("size: the file's size in bytes, a whole number above 0.", extra={"field": "size"})
     if size > settings.UPLOAD_MAX_BYTES:
         raise UploadTooLarge(f"The file exceeds the upload limit of {settings.UPLOAD_MAX_BYTES} bytes.")
-    if not isinstance(sha256, str) or not _SHA256.match(sha256.lower()):
-        raise InvalidUploadSession("sha256: the file's SHA-256 as 64 hexadecimal digits.", extra={"field": "sha256"})
+    if sha256 is not None and (not isinstance(sha256, str) or not _SHA256.match(sha256.lower())):
+        raise InvalidUploadSession("sha256: the file's SHA-256 as 64 hexadecimal digits (or leave it out).",
+                                   extra={"field": "sha256"})
     if name is not None and not isinstance(name, str):
         raise InvalidUploadSession("name: the file's name, a string.", extra={"field": "name"})
     if UploadSession.objects.filter(project=project, state=UploadSession.State.OPEN).count() >= MAX_OPEN_SESSIONS:
         raise InvalidUploadSession(f"A project has at most {MAX_OPEN_SESSIONS} open upload sessions; complete one "
                                    "first.", code="too_many_upload_sessions")
     session = UploadSession(id=uuid.uuid4(), project=project, name=(name or "upload.jsonl")[:255], size_bytes=size,
-                            sha256=sha256.lower(), part_size=PART_BYTES, created_by=created_by[:150])
+                            sha256=(sha256 or "").lower(), part_size=PART_BYTES, created_by=created_by[:150])
     with open(session_path(session), "wb") as fh:
         fh.truncate(size)  # sparse: disk is used as parts arrive
     session.save()
@@ -121,7 +124,7 @@ def complete(session: UploadSession, submitted_by: str):
         raise InvalidUploadSession(f"{len(missing)} part(s) not stored yet: {missing[:20]}.", code="parts_missing",
                                    extra={"missing": missing[:1000]})
     uploaded = hashed_file_from_path(session_path(session))
-    if uploaded.sha256 != session.sha256:
+    if session.sha256 and uploaded.sha256 != session.sha256:  # "": none declared, the computed digest stands
         uploaded.close()
         raise InvalidUploadSession(f"The assembled file's SHA-256 is {uploaded.sha256}, not the declared "
                                    f"{session.sha256}; send the parts again (or start over).", code="digest_mismatch")

@@ -40,10 +40,12 @@ def _session(request, pk, *, submit: bool) -> UploadSession:
 
 
 class UploadSessionCreate(WorkBudgetMixin, APIView):
-    """Start a resumable upload in parts: declare the file's ``size`` and ``sha256`` (and its ``name``)."""
+    """Start a resumable upload in parts: declare the file's ``size`` (and its ``name``; its ``sha256`` when the client
+    can compute it first: then it is checked at completion, otherwise the server's digest stands)."""
 
     @extend_schema(request=inline_serializer("UploadSessionRequest", {
-        "size": serializers.IntegerField(min_value=1), "sha256": serializers.CharField(min_length=64, max_length=64),
+        "size": serializers.IntegerField(min_value=1),
+        "sha256": serializers.CharField(min_length=64, max_length=64, required=False, allow_null=True),
         "name": serializers.CharField(required=False)}), responses={201: UploadSessionSerializer})
     def post(self, request, slug):
         principal = Principal.from_request(request)
@@ -52,7 +54,8 @@ class UploadSessionCreate(WorkBudgetMixin, APIView):
             raise exceptions.PermissionDenied("Uploading needs the submit role (or an API key with the submit scope).")
         data = request.data
         if not isinstance(data, dict):
-            raise chunked.InvalidUploadSession("Send a JSON object with size, sha256 and name.", code="invalid_body")
+            raise chunked.InvalidUploadSession("Send a JSON object with size (and optionally sha256 and name).",
+                                               code="invalid_body")
         session = chunked.create_session(project=project, size=data.get("size"), sha256=data.get("sha256"),
                                          name=data.get("name"), created_by=principal.label)
         return Response(UploadSessionSerializer(session).data, status=status.HTTP_201_CREATED)

@@ -29,10 +29,11 @@ def log_bytes() -> bytes:
     return data
 
 
-def start(api, project, data: bytes, sha: str | None = None) -> dict:
-    response = api.post(f"/api/v1/projects/{project.slug}/upload-sessions/",
-                        {"size": len(data), "sha256": sha or hashlib.sha256(data).hexdigest(), "name": "run.jsonl"},
-                        format="json")
+def start(api, project, data: bytes, sha: str | None = None, *, declare: bool = True) -> dict:
+    body = {"size": len(data), "name": "run.jsonl"}
+    if declare:
+        body["sha256"] = sha or hashlib.sha256(data).hexdigest()
+    response = api.post(f"/api/v1/projects/{project.slug}/upload-sessions/", body, format="json")
     assert response.status_code == 201, response.content
     return response.json()
 
@@ -78,6 +79,46 @@ def test_an_upload_interrupted_at_60_percent_resumes_and_is_validated(api, proje
     assert again.status_code == 200 and again.json()["id"] == upload.pk
 
 
+def test_without_a_declared_digest_the_servers_digest_stands_and_finds_duplicates(api, project, log_bytes, settings):
+    """What the browser form does (it cannot hash a multi-GB file first): no sha256 at creation, a SHA-256 per part."""
+    from workers.tasks import validate_upload
+
+    session = start(api, project, log_bytes, declare=False)
+    assert session["sha256"] == ""
+    state = api.get(f"/api/v1/upload-sessions/{session['id']}/").json()
+    assert state["sha256"] == "" and state["parts_received"] == []
+    part0 = log_bytes[:PART]
+    bad = put(api, session, 0, log_bytes, HTTP_X_PART_SHA256=hashlib.sha256(part0[::-1]).hexdigest())
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "part_digest_mismatch"  # a corrupted part
+    for n in range(session["part_count"]):
+        part = log_bytes[n * PART:(n + 1) * PART]
+        assert put(api, session, n, log_bytes, HTTP_X_PART_SHA256=hashlib.sha256(part).hexdigest()).status_code == 200
+    done = complete(api, session)
+    assert done.status_code == 201, done.content
+    upload = Upload.objects.get(pk=done.json()["id"])
+    assert upload.sha256 == hashlib.sha256(log_bytes).hexdigest() == done.json()["sha256"]  # computed at completion
+    assert (settings.ARTIFACT_ROOT / upload.storage_name).read_bytes() == log_bytes
+    assert validate_upload(Job.objects.get(subject_id=upload.pk, kind="validate_upload").pk) == "succeeded"
+    upload.refresh_from_db()
+    assert upload.stage == "valid"
+    # the same bytes in a second undeclared session: found a duplicate by the computed digest
+    again = start(api, project, log_bytes, declare=False)
+    for n in range(again["part_count"]):
+        assert put(api, again, n, log_bytes).status_code == 200
+    dup = complete(api, again)
+    assert dup.status_code == 200 and dup.json()["id"] == upload.pk and dup["X-Duplicate-Upload"] == "true"
+    # and in one request too
+    single = api.post(upload_url(project), {"file": as_file(log_bytes)}, format="multipart")
+    assert single.status_code == 200 and single.json()["id"] == upload.pk
+    # other bytes are a new upload, not a duplicate
+    other = jsonl(records(trajectories=6, seed=2))
+    third = start(api, project, other, declare=False)
+    for n in range(third["part_count"]):
+        assert put(api, third, n, other).status_code == 200
+    fresh = complete(api, third)
+    assert fresh.status_code == 201 and fresh.json()["sha256"] == hashlib.sha256(other).hexdigest()
+
+
 def test_bad_parts_and_a_wrong_digest_are_refused_by_name(api, project, log_bytes):
     session = start(api, project, log_bytes, sha="0" * 64)
     code = lambda r: (r.status_code, r.json()["error"]["code"])  # noqa: E731
@@ -94,7 +135,7 @@ def test_bad_parts_and_a_wrong_digest_are_refused_by_name(api, project, log_byte
 
 
 @pytest.mark.parametrize("body", [{"size": 0, "sha256": "a" * 64}, {"size": "10", "sha256": "a" * 64},
-                                  {"size": 10, "sha256": "xyz"}, {"size": 10, "sha256": ["a"]},
+                                  {"size": 10, "sha256": "xyz"}, {"size": 10, "sha256": ["a"]}, {"size": 10, "sha256": ""},
                                   {"size": 10, "sha256": "a" * 64, "name": {"a": 1}}])
 def test_a_bad_declaration_is_a_400(api, project, body):
     response = api.post(f"/api/v1/projects/{project.slug}/upload-sessions/", body, format="json")
