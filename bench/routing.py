@@ -104,7 +104,6 @@ def main(argv=None):
     ap.add_argument("--top-k", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=3)
     a = ap.parse_args(argv)
-    rng = np.random.default_rng(0)
     L, E, K = a.layers, a.experts, a.top_k
     tmp = tempfile.mkdtemp()
     print(f"1. bytes per response token, fcr-parquet/1 float32 zstd, {a.tokens} tokens, L={L} E={E} top-{K}")

@@ -78,7 +78,7 @@ def main(argv=None) -> int:
             print(f"{numerics:<32} TV mean {d['tv']['mean']:.3g} max {d['tv']['max']:.3g}  KL mean "
                   f"{d['kl']['mean']:.3g} max {d['kl']['max']:.3g}  argmax flips {d['argmax_flip_share']:.3%}  "
                   f"({time.perf_counter() - t:.0f}s)", flush=True)
-        except Exception as e:  # record and go on: one bad configuration must not lose the others
+        except Exception as e:  # noqa: BLE001 - record and go on: one bad configuration must not lose the others
             errors[numerics] = "".join(traceback.format_exception(e))[-4000:]
             print(f"{numerics}: ERROR {e!r}", flush=True)
         with open(path, "w") as f:  # rewrite after each configuration so a timeout still leaves data

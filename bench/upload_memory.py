@@ -115,14 +115,13 @@ def upload(port: int, token: str, shape: str, size: int, timeout: float,
     request = (f"POST /api/v1/projects/{project}/uploads/ HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
                f"Authorization: Bearer {token}\r\nContent-Type: multipart/form-data; boundary={boundary}\r\n"
                f"Content-Length: {length}\r\nConnection: close\r\n\r\n").encode()
-    sent_all = True
     try:
         sock.sendall(request + head)
         for piece in pieces:
             sock.sendall(piece)
         sock.sendall(tail)
     except OSError:  # the server answered early and closed (e.g. a refusal), or died
-        sent_all = False
+        pass
     sent_s = time.monotonic() - start
     data = b""
     try:

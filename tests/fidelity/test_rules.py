@@ -1,14 +1,13 @@
 """Every rule and reason code of docs/fidelity-rules.md#rules-r0r9, one behaviour per test."""
 from __future__ import annotations
 
-import math
 
 import orjson
 import pytest
 
 from workers.fidelity import audit_records
 
-from .conftest import EXAMPLE_A, PROMPT_A, TASK_LIST_FILES, TASK_SAY_IT
+from .conftest import PROMPT_A, TASK_SAY_IT
 from .helpers import audit_one, by_id, variant
 
 

@@ -8,7 +8,6 @@ import pytest
 from django.urls import reverse
 
 from audit_portal.kernels import services
-from audit_portal.kernels.models import Contract
 from audit_portal.kernels.views import PART_TITLES
 from workers.contracts.loader import SPECS_DIR
 

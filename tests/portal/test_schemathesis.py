@@ -23,7 +23,7 @@ from django.db import close_old_connections
 
 from audit_portal.wsgi import application
 
-from .test_authz_matrix import World, _world_artifacts, world  # noqa: F401  (fixtures: the seeded projects)
+from .test_authz_matrix import World, _world_artifacts, world  # noqa: F401, F811 - fixtures: the seeded projects
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow, pytest.mark.xdist_group("authz-matrix")]
 
@@ -48,7 +48,7 @@ def _keep_the_test_transaction():
         signal.connect(close_old_connections)
 
 
-def seed_path(case, world: World) -> None:
+def seed_path(case, world: World) -> None:  # noqa: F811 - the fixture, asked for by name
     """Point generated path parameters at the seeded project and, for every other example, at a real object (the
     rest keep their generated ids: unknown and out-of-range ids must be clean 404s too)."""
     params = case.path_parameters or {}

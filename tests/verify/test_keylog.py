@@ -67,7 +67,7 @@ def test_the_key_table_is_compared_with_the_log():
 
 
 def _bundle_with_key_events(log, index, keys):
-    from workers.verify import build_bundle, checkpoint, envelope_leaf, merkle
+    from workers.verify import build_bundle, envelope_leaf, merkle
 
     hashes = [merkle.leaf_hash(envelope_leaf(e)) for e in log]
     signer = log[0]["signatures"][0]["keyid"]

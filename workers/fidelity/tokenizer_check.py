@@ -64,7 +64,7 @@ def check(data: bytes) -> dict:
             tok = FidelityTokenizer.from_json(text, sha256=sha)
         except MemoryError:
             raise
-        except Exception as exc:  # the tokenizers library raises plain Exceptions with a parse message
+        except Exception as exc:  # noqa: BLE001 - the tokenizers library raises plain Exceptions with a parse message
             raise TokenizerProblem("invalid_tokenizer", f"Not a usable Hugging Face tokenizer.json: {exc}.") from None
         return {"kind": "hf", "sha256": sha, "vocab_size": tok.vocab_size, "canonical": None}
     if _is_toy_vocab(obj):
@@ -73,7 +73,7 @@ def check(data: bytes) -> dict:
             tok = FidelityTokenizer.toy(obj)
         except MemoryError:
             raise
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure to build it means the vocabulary is unusable: a 400
             raise TokenizerProblem("invalid_tokenizer", f"The vocabulary cannot be built into a tokenizer: {exc}.") \
                 from None
         return {"kind": "toy_vocab", "sha256": tok.sha256, "vocab_size": tok.vocab_size, "canonical": canonical}

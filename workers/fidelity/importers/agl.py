@@ -252,7 +252,6 @@ def _convert(s, rollout, attempt, call_index, by_id, agent_re, in_path, line, ru
         rec["response"].update(token_ids=rids, provenance="engine", ids_sha256=ids_sha256(rids))
     if pids is None or rids is None:
         stats["failed"] += 1
-    n = len(rec["response"]["token_ids"])
     extra = {"span_id": s.get("span_id"), "sequence_id": s.get("sequence_id")}
     _span_logprobs(rec, _logprob_content(a), tok, extra)
     rec["extra"] = extra
