@@ -7,6 +7,24 @@ import os
 import kombu.pools
 import pytest
 
+# The fast tier (`scripts/test` runs it first; `pytest -m fast` alone): tests of the pure engines and the docs, which
+# need no database, broker, worker or browser. Any test in these folders marked slow or using the database stays out.
+FAST_FOLDERS = ("certify", "fcr", "fidelity", "routing", "verify", "training", "docs")
+
+
+def pytest_collection_modifyitems(config, items):
+    root = config.rootpath / "tests"
+    for item in items:
+        try:
+            parts = item.path.relative_to(root).parts
+        except ValueError:
+            continue
+        engine = (parts[0] in FAST_FOLDERS and len(parts) > 1) or parts[0] in ("test_architecture.py",
+                                                                                "test_lazy_exports.py")
+        if engine and not item.get_closest_marker("slow") and not item.get_closest_marker("django_db") \
+                and "django_db_setup" not in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.fast)
+
 
 @pytest.fixture(autouse=True)
 def _isolated_portal(request, settings, tmp_path):
