@@ -8,7 +8,8 @@ for scripts):
     0  uploaded (and, with --wait, certified within the budget if one was given)
     1  the portal refused the file or the certificate job failed (the message names the line and reason)
     2  certified, but B* is above --budget (or nothing could be certified)
-    3  the portal could not be reached in time (nothing is lost: run the command again)
+    3  the portal could not be reached in time (nothing is lost: run the command again; a file sent in parts
+       resumes with the parts the portal is missing)
     4  status: still processing
     5  --require-replay: the routing audit did not show that rollout routing replay held (FAIL, UNVERIFIABLE, or no
        R3 routes in the log; the message names the failing calls and layers)
