@@ -8,7 +8,8 @@ for scripts):
     0  uploaded (and, with --wait, certified within the budget if one was given)
     1  the portal refused the file or the certificate job failed (the message names the line and reason)
     2  certified, but B* is above --budget (or nothing could be certified)
-    3  the portal could not be reached in time (nothing is lost: run the command again)
+    3  the portal could not be reached in time (nothing is lost: run the command again; a file sent in parts
+       resumes with the parts the portal is missing)
     4  status: still processing
     5  --require-replay: the routing audit did not show that rollout routing replay held (FAIL, UNVERIFIABLE, or no
        R3 routes in the log; the message names the failing calls and layers)
@@ -23,6 +24,7 @@ import sys
 from tqdm import tqdm
 
 from audit_portal_client.client import BudgetExceeded, Client, PortalError, PortalUnavailable, ReplayFailed
+from audit_portal_client.upload import PARTS_ABOVE
 
 EXIT_OK, EXIT_REFUSED, EXIT_BUDGET, EXIT_UNREACHABLE, EXIT_PENDING, EXIT_REPLAY, EXIT_USAGE = 0, 1, 2, 3, 4, 5, 64
 
@@ -68,13 +70,21 @@ def cmd_upload(args) -> int:
         return _usage(f"{args.file}: no such file")
     size = os.path.getsize(args.file)
     quiet = args.quiet or not sys.stderr.isatty() and not args.progress
-    with tqdm(total=size, unit="B", unit_scale=True, desc="upload", disable=quiet, file=sys.stderr) as bar:
-        def sent(done, total):
+    parts_above = None if args.single_request else args.parts_above
+    in_parts = parts_above is not None and size > parts_above
+    with tqdm(total=size, unit="B", unit_scale=True, desc="sha256", disable=quiet or not in_parts,
+              file=sys.stderr) as hbar, \
+            tqdm(total=size, unit="B", unit_scale=True, desc="upload", disable=quiet, file=sys.stderr) as bar:
+        def hashed(done, total):
+            hbar.update(done - hbar.n)
+
+        def sent(done, total):  # in parts: the bytes the portal has stored (a resumed upload starts above 0)
             bar.total = total
             bar.update(done - bar.n)
 
-        up, code = _call(lambda: client._poll(lambda: client.upload(project, args.file, progress=sent),
-                                              deadline=_deadline(args.timeout)))
+        up, code = _call(lambda: client._poll(lambda: client.upload(
+            project, args.file, progress=sent, parts_above=parts_above, hash_progress=hashed),
+            deadline=_deadline(args.timeout)))
         if code is not None:
             return code
     print(f"upload {up['id']} ({up['stage']}{', same bytes as before' if up.get('stage') == 'duplicate' else ''})")
@@ -159,6 +169,19 @@ def cmd_sync(args) -> int:
     return EXIT_OK
 
 
+def _size(text: str) -> int:
+    """``1048576``, ``64M``, ``1.5G``, ``512K``, ``64MiB``: bytes."""
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1)
+    try:
+        value = float(t[:-1] if mult > 1 else t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: a size in bytes (or with K, M, G)") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a size cannot be negative")
+    return int(value * mult)
+
+
 def _deadline(timeout: float) -> float:
     import time
 
@@ -180,6 +203,11 @@ def main(argv=None) -> int:
     u.add_argument("--require-replay", action="store_true",
                    help="exit 5 unless the routing audit shows R3 replay held (implies --wait)")
     u.add_argument("--timeout", type=float, default=900.0, help="seconds to keep trying / waiting")
+    u.add_argument("--parts-above", type=_size, default=PARTS_ABOVE, metavar="SIZE",
+                   help="send files larger than SIZE (bytes, or with K/M/G: 64M) as a resumable upload in parts; "
+                        "running the same command again after an interruption sends only the missing parts "
+                        "(default 64M)")
+    u.add_argument("--single-request", action="store_true", help="always send the file in one request")
     u.add_argument("--quiet", action="store_true")
     u.add_argument("--progress", action="store_true", help="progress bars even when stderr is not a terminal")
     s = sub.add_parser("status", help="an upload's stage, jobs and certificate")

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import requests
 
+from audit_portal_client.upload import PARTS_ABOVE
+
 RETRYABLE_STATUS = {408, 425, 429, 500, 502, 503, 504}
 
 
@@ -108,15 +110,31 @@ class Client:
     def get(self, path: str) -> dict:
         return self._request("GET", path)
 
-    def upload(self, project: str, path, progress=None, steps: tuple[int, int] | None = None) -> dict:
+    def upload(self, project: str, path, progress=None, steps: tuple[int, int] | None = None, *,
+               parts_above: int | None = PARTS_ABOVE, hash_progress=None, state_dir=None) -> dict:
         """POST one run-log file (JSONL, .jsonl.gz or .parquet) to the project; returns the upload object (201 new,
         200 the same bytes were uploaded before). ``progress(bytes_sent, total)`` while the body streams. ``steps``
         ``(first, last)`` declares the file as those steps of a run that grows while it trains: the portal merges
-        them into the run's live view (docs/client.md, "Streaming steps")."""
+        them into the run's live view (docs/client.md, "Streaming steps").
+
+        A file larger than ``parts_above`` bytes (64 MiB; None: never) goes as a resumable upload in parts
+        (:mod:`audit_portal_client.upload`): calling ``upload`` again after an interruption sends only the parts the
+        portal is missing. ``hash_progress(bytes_read, total)`` while its SHA-256 is computed first; ``state_dir``
+        holds the remembered sessions (default ``AUDIT_PORTAL_STATE`` or ``~/.cache/audit-portal``). A file with
+        ``steps`` always goes in one request (the portal's sessions take no step range)."""
         path = Path(path)
+        size = os.path.getsize(path)
+        if steps is None and parts_above is not None and size > parts_above:
+            from audit_portal_client import upload as parts
+
+            try:
+                return parts.upload_in_parts(self, project, path, progress=progress, hash_progress=hash_progress,
+                                             state=None if state_dir is None else Path(state_dir) / "uploads")
+            except parts.SessionsFull as exc:  # a single request takes any size up to the limit, without resuming
+                parts.log.warning("%s; sending %s in one request", exc, path.name)
         fields = {"steps": f"{steps[0]}-{steps[1]}"} if steps is not None else {}
         with open(path, "rb") as fh:
-            body = _Multipart(fh, path.name, os.path.getsize(path), progress, fields)
+            body = _Multipart(fh, path.name, size, progress, fields)
             return self._request("POST", f"/projects/{project}/uploads/", data=body,
                                  headers={"Content-Type": body.content_type, "Content-Length": str(len(body))})
 
