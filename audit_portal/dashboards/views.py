@@ -128,6 +128,14 @@ def runs_page(request, slug):
         messages.error(request, f"Runs table: {exc}. Showing the runs without that filter.")
         rows, applied, status = tables.filter_runs(base, {"sort": tables.DEFAULT_RUN_SORT})[0], {}, 400
     ctx.update(paginate(request, rows, RUNS_PER_PAGE))
+    runs = list(ctx["page_obj"].object_list)
+    param_cols = [tables.param_column(k) for k in tables.param_keys(runs)]
+    try:
+        columns = tables.visible_columns(request.GET, param_cols)
+    except tables.TableInputError as exc:
+        messages.error(request, f"Runs table: {exc}. Showing the default columns.")
+        columns, status = tables.visible_columns({}, param_cols), 400
+    shown = {c.key for c in columns}
     sort = applied.get("sort", tables.DEFAULT_RUN_SORT)
     query = request.GET.copy()
     for k in ("page", "format"):
@@ -136,16 +144,19 @@ def runs_page(request, slug):
                                                        applied.get(f"{side}_{col.key}", ""))
                                     for side in ("min", "max") for part in ("name", "value")}}
                     for col in tables.RANGE_COLUMNS]
-    ctx.update(runs=ctx["page_obj"].object_list, columns=tables.RUN_COLUMNS, range_fields=range_fields,
+    ctx.update(runs=runs, columns=columns, range_fields=range_fields,
+               column_choices=[{"col": c, "shown": c.key in shown} for c in [*tables.RUN_COLUMNS, *param_cols]],
                verdict_choices=list(VERDICT_LABELS.items()),
-               applied=applied, sort=sort, query=query.urlencode(), sort_links=_sort_links(query, sort))
+               applied=applied, sort=sort, query=query.urlencode(), sort_links=_sort_links(query, sort, param_cols))
     return render(request, "dashboards/runs.html", ctx, status=status)
 
 
-def _sort_links(query, current: str) -> dict:
+def _sort_links(query, current: str, param_cols) -> dict:
     """Per column: the query string that sorts by it (ascending first, then descending on a second click)."""
     links = {}
-    for col in tables.RUN_COLUMNS:
+    for col in [*tables.RUN_COLUMNS, *param_cols]:
+        if col.key not in tables.SORT_KEYS and not col.key.startswith("params."):
+            continue
         q = query.copy()
         q["sort"] = f"-{col.key}" if current == col.key else col.key
         links[col.key] = {"href": "?" + q.urlencode(), "state": "ascending" if current == col.key else
