@@ -44,7 +44,9 @@ class RunPages(PageNumberPagination):
     max_page_size = 500
 
 
-FILTERS = [OpenApiParameter("q", str, description="run name contains"),
+FILTERS = [OpenApiParameter("q", str, description="the search language (docs/portal.md#searching-runs), e.g. "
+                            "'verdict = certified and best_bound < 0.5 and params.lr = 1e-5 and tag:grpo'; "
+                            "text without operators: run name contains"),
            OpenApiParameter("verdict", str, enum=tables.VERDICTS),
            OpenApiParameter("sort", str, description=f"one of {', '.join(tables.RUN_COLUMN_KEYS)}, '-' for descending")]
 FILTERS += [OpenApiParameter(f"{side}_{c.key}", str, description=f"{side}imum {c.label} (inclusive)")

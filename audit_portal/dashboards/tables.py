@@ -24,6 +24,7 @@ from django.db.models.functions import Cast, Coalesce
 from django.http import StreamingHttpResponse
 
 from audit_portal.certificates.models import RunCertificate, StepAggregate
+from audit_portal.dashboards import search
 from audit_portal.fidelity.models import FidelityReport
 from audit_portal.live.models import LiveRun
 from workers.certify.verdict import LABELS
@@ -121,12 +122,14 @@ def _number(name: str, raw: str) -> float:
 
 
 def filter_runs(qs, params) -> tuple[object, dict]:
-    """Apply ``q`` (name contains), ``min_<col>`` / ``max_<col>`` (inclusive ranges; percentages as fractions or
+    """Apply ``q`` (the search language of dashboards/search.py; plain text: name contains), ``min_<col>`` / ``max_<col>`` (inclusive ranges; percentages as fractions or
     as ``12%``) and ``sort`` (a column key, ``-`` for descending; missing values last). Returns the queryset and
     the filters as applied (for the form)."""
-    applied: dict = {"q": (params.get("q") or "").strip()[:200]}
-    if applied["q"]:
-        qs = qs.filter(name__icontains=applied["q"])
+    applied: dict = {"q": (params.get("q") or "").strip()}
+    try:
+        qs = search.apply(qs, applied["q"])
+    except search.SearchError as exc:
+        raise TableInputError(str(exc)) from None
     verdict = (params.get("verdict") or "").strip()
     if verdict:
         if verdict not in VERDICTS:
