@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from urllib.parse import urlencode
 
+import orjson
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count, Q, Sum
@@ -312,6 +314,13 @@ def compare_page(request, slug):
     if len(found) < len(set(ids)):
         raise Http404("No such certificate in this project.")
     certs = [found[int(i)] for i in ids]
+    base = request.GET.get("base", "")
+    if base:  # the chosen baseline goes first: every difference is relative to it
+        if not base.isdigit() or int(base) not in found:
+            messages.error(request, f"The baseline must be one of the compared certificates ({', '.join(ids)}), "
+                                    f"got {base!r}.")
+            return render(request, "dashboards/compare.html", ctx, status=400)
+        certs.sort(key=lambda c: c.pk != int(base))
     names = _legend_names(certs)
     rows = []
     for key, label, anchor, better in COMPARISON_ROWS:
@@ -322,10 +331,39 @@ def compare_page(request, slug):
     bound_rows = [{"label": certificate_figures.BOUND_LABELS[k],
                    "cells": [_cell(certs[0].bounds.get(k), c.bounds.get(k), -1, i == 0) for i, c in enumerate(certs)]}
                   for k in bound_ids]
-    ctx.update(compared=list(zip(certs, names)), rows=rows, bound_rows=bound_rows,
+    ctx.update(compared=list(zip(certs, names)), rows=rows, bound_rows=bound_rows, ids=ids, base=certs[0].pk,
+               params_diff=params_diff([c.run.config if c.run else {} for c in certs]),
                caveat=certificate_selectors.COMPARISON_CAVEAT, a=certs[0], b=certs[1],
                figures=certificate_figures.comparison(certs, float(certs[0].budget.get("budget") or 0.1), names))
     return render(request, "dashboards/compare.html", ctx)
+
+
+def params_diff(configs: list[dict]) -> dict:
+    """The config keys whose values are not the same in every compared run (a missing key counts as a value):
+    ``rows`` with each run's value as text and whether it differs from the baseline's (the first), and ``same``, how
+    many keys agree everywhere. Nested objects are compared by their dotted leaf keys (``optim.lr``)."""
+    def flat(config, prefix="") -> dict:
+        out = {}
+        for k, v in (config or {}).items():
+            if isinstance(v, dict) and v:
+                out.update(flat(v, f"{prefix}{k}."))
+            else:
+                out[f"{prefix}{k}"] = v
+        return out
+
+    missing = object()
+    flats = [flat(c if isinstance(c, dict) else {}) for c in configs]
+    keys = sorted({k for f in flats for k in f})
+    rows, same = [], 0
+    for key in keys:
+        values = [f.get(key, missing) for f in flats]
+        if all(v == values[0] for v in values):
+            same += 1
+            continue
+        rows.append({"key": key, "cells": [{"text": "—" if v is missing else (v if isinstance(v, str) else
+                                                                               orjson.dumps(v).decode()),
+                                            "differs": i > 0 and v != values[0]} for i, v in enumerate(values)]})
+    return {"rows": rows, "same": same, "keys": len(keys)}
 
 
 def _legend_names(certs) -> list[str]:
