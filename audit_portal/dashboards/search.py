@@ -21,10 +21,11 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, time, timedelta
 
 from django.db.models import Func, Q, TextField
 from django.db.models.fields.json import KeyTransform
+from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
 from workers.certify.verdict import LABELS
@@ -44,6 +45,7 @@ LOOKUP = {"=": "exact", "<": "lt", "<=": "lte", ">": "gt", ">=": "gte"}
 KEY = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
 MAX_QUERY = 500
 MAX_CONDITIONS = 20
+MAX_DEPTH = 20
 PLAIN = re.compile(r"[=!<>~:()]")
 
 
@@ -92,6 +94,7 @@ class _Parser:
         self.tokens = tokenize(text)
         self.i = 0
         self.conditions = 0
+        self.depth = 0
         self.annotations: dict = {}
 
     def peek(self) -> Token:
@@ -131,16 +134,22 @@ class _Parser:
         return q
 
     def unary(self) -> Q:
-        if self.keyword("not"):
-            return ~self.unary()
-        if self.peek().kind == "lparen":
-            self.take()
-            q = self.or_expr()
-            if self.peek().kind != "rparen":
-                self.fail("')'")
-            self.take()
-            return q
-        return self.condition()
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise SearchError(f"search: at most {MAX_DEPTH} nested 'not' and parentheses, at {_describe(self.peek())}")
+        try:
+            if self.keyword("not"):
+                return ~self.unary()
+            if self.peek().kind == "lparen":
+                self.take()
+                q = self.or_expr()
+                if self.peek().kind != "rparen":
+                    self.fail("')'")
+                self.take()
+                return q
+            return self.condition()
+        finally:
+            self.depth -= 1
 
     def condition(self) -> Q:
         self.conditions += 1
@@ -191,11 +200,21 @@ class _Parser:
                 self.fail("a comparison with a number of seconds for duration", value if number is None else op)
             return _compare(field, op.text, timedelta(seconds=number))
         if field == "created":
-            when = parse_datetime(value.text) or parse_date(value.text)
+            try:
+                when = (parse_date(value.text) if re.fullmatch(r"\d{4}-\d{2}-\d{2}", value.text)
+                        else parse_datetime(value.text))
+            except ValueError:  # well formed but not a real date (2026-13-45)
+                when = None
             if when is None or op.text == "~":
                 self.fail("a comparison with a date (2026-12-05 or an ISO time) for created",
                           value if when is None else op)
-            return _compare("created__date" if parse_datetime(value.text) is None else field, op.text, when)
+            if isinstance(when, datetime):
+                return _compare(field, op.text, when if timezone.is_aware(when) else timezone.make_aware(when))
+            start = timezone.make_aware(datetime.combine(when, time()))  # a day, in the portal's time zone
+            end = start + timedelta(days=1)
+            day = Q(created__gte=start, created__lt=end)
+            return {"=": day, "!=": ~day, "<": Q(created__lt=start), "<=": Q(created__lt=end),
+                    ">": Q(created__gte=end), ">=": Q(created__gte=start)}[op.text]
         text = value.text
         if field == "verdict" and op.text in ("=", "!=") and text not in LABELS:
             self.fail(f"a verdict ({', '.join(LABELS)})", value)
