@@ -44,7 +44,7 @@ class RunsPickerTest(BrowserTestCase):
         page.click("#compare-selected")
         page.wait_for_url("**/compare/?c=*")
         assert page.locator(".compared .card").count() == 2
-        page.check(f"#base-{last}")
+        page.check(f'#baseline-form input[name="base"][value="{last}"]')
         page.click("#baseline-apply")
         page.wait_for_url(f"**base={last}*")
         assert page.inner_text("#run-1") == "sweep-29" and page.inner_text("#run-2") == "sweep-00"
