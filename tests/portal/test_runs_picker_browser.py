@@ -3,6 +3,7 @@ columns, and runs ticked on different pages of the runs table are compared toget
 from __future__ import annotations
 
 from .browser import BrowserTestCase, browser_marks
+from .test_a11y_browser import AXE
 from .test_runs_table_browser import synthetic_runs
 
 pytestmark = browser_marks
@@ -16,6 +17,12 @@ class RunsPickerTest(BrowserTestCase):
         runs = synthetic_runs(self.project, 30)
         for i, run in enumerate(runs):
             Run.objects.filter(pk=run.pk).update(config={"lr": i / 1000, "seed": 1}, state="finished")
+
+    def axe(self, page) -> list[dict]:
+        page.add_script_tag(content=AXE)
+        return page.evaluate("""() => axe.run(document, {resultTypes: ["violations"]}).then((r) =>
+            r.violations.filter((v) => v.impact === "serious" || v.impact === "critical").map((v) =>
+              ({id: v.id, help: v.help, nodes: v.nodes.slice(0, 3).map((n) => n.target.join(" "))})))""")
 
     def test_columns_remembered_and_selection_kept_across_pages(self):
         page = self.page
@@ -49,3 +56,11 @@ class RunsPickerTest(BrowserTestCase):
         page.wait_for_url(f"**base={last}*")
         assert page.inner_text("#run-1") == "sweep-29" and page.inner_text("#run-2") == "sweep-00"
         assert page.locator('#params-diff tr[data-key="lr"]').count() == 1 and first
+        # axe on the states the page-wide a11y test does not reach: the params diff, the picker open
+        page.wait_for_function("document.body.dataset.figures === 'ready'")
+        for scheme in ("light", "dark"):
+            page.emulate_media(color_scheme=scheme)
+            assert not self.axe(page), scheme
+        page.goto(url + "?cols=status,duration,tags,params.lr&q=tag:x or params.lr > 0.01")
+        page.click("#column-picker summary")
+        assert not self.axe(page)
