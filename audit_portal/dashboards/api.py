@@ -2,7 +2,7 @@
 each run's latest certificate's numbers and verdict, and the CSV/JSON export with an API key."""
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import exceptions, generics, serializers
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.views import APIView
@@ -36,6 +36,12 @@ class RunRowSerializer(serializers.Serializer):
     coverage = serializers.FloatField(allow_null=True)
     tokens = serializers.IntegerField(allow_null=True)
     steps = serializers.IntegerField(allow_null=True)
+    duration = serializers.SerializerMethodField(help_text="seconds from the run's creation to its last update")
+
+    @extend_schema_field(serializers.FloatField(allow_null=True))
+    def get_duration(self, row) -> float | None:
+        value = getattr(row, "duration", None)
+        return None if value is None else value.total_seconds()
 
 
 class RunPages(PageNumberPagination):

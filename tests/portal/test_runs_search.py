@@ -90,6 +90,7 @@ def test_api_list_and_export_take_the_language(client, owner, project):
     client.force_login(owner)
     data = client.get(f"/api/v1/projects/{project.slug}/runs/", {"q": "tags.rl and params.lr > 2e-5"}).json()
     assert [r["name"] for r in data["results"]] == ["sweep-01"]
+    assert data["results"][0]["duration"] == 3725.0 and data["results"][0]["state"] == "running"
     csv_text = b"".join(client.get(f"/p/{project.slug}/runs/", {"q": "tag:rl", "format": "csv"})
                         .streaming_content).decode()
     assert csv_text.count("\n") == 3  # header and two runs
