@@ -54,7 +54,8 @@ FILTERS = [OpenApiParameter("q", str, description="the search language (docs/por
                             "'verdict = certified and best_bound < 0.5 and params.lr = 1e-5 and tag:grpo'; "
                             "text without operators: run name contains"),
            OpenApiParameter("verdict", str, enum=tables.VERDICTS),
-           OpenApiParameter("sort", str, description=f"one of {', '.join(tables.RUN_COLUMN_KEYS)}, '-' for descending")]
+           OpenApiParameter("sort", str, description=f"one of {', '.join(tables.SORT_KEYS)} or params.<config key>, "
+                                                   "'-' for descending")]
 FILTERS += [OpenApiParameter(f"{side}_{c.key}", str, description=f"{side}imum {c.label} (inclusive)")
             for c in tables.RANGE_COLUMNS for side in ("min", "max")]
 
