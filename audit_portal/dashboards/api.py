@@ -2,7 +2,7 @@
 each run's latest certificate's numbers and verdict, and the CSV/JSON export with an API key."""
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import exceptions, generics, serializers
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.views import APIView
@@ -36,6 +36,12 @@ class RunRowSerializer(serializers.Serializer):
     coverage = serializers.FloatField(allow_null=True)
     tokens = serializers.IntegerField(allow_null=True)
     steps = serializers.IntegerField(allow_null=True)
+    duration = serializers.SerializerMethodField(help_text="seconds from the run's creation to its last update")
+
+    @extend_schema_field(serializers.FloatField(allow_null=True))
+    def get_duration(self, row) -> float | None:
+        value = getattr(row, "duration", None)
+        return None if value is None else value.total_seconds()
 
 
 class RunPages(PageNumberPagination):
@@ -44,9 +50,12 @@ class RunPages(PageNumberPagination):
     max_page_size = 500
 
 
-FILTERS = [OpenApiParameter("q", str, description="run name contains"),
+FILTERS = [OpenApiParameter("q", str, description="the search language (docs/portal.md#searching-runs), e.g. "
+                            "'verdict = certified and best_bound < 0.5 and params.lr = 1e-5 and tag:grpo'; "
+                            "text without operators: run name contains"),
            OpenApiParameter("verdict", str, enum=tables.VERDICTS),
-           OpenApiParameter("sort", str, description=f"one of {', '.join(tables.RUN_COLUMN_KEYS)}, '-' for descending")]
+           OpenApiParameter("sort", str, description=f"one of {', '.join(tables.SORT_KEYS)} or params.<config key>, "
+                                                   "'-' for descending")]
 FILTERS += [OpenApiParameter(f"{side}_{c.key}", str, description=f"{side}imum {c.label} (inclusive)")
             for c in tables.RANGE_COLUMNS for side in ("min", "max")]
 

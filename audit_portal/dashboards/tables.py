@@ -11,15 +11,20 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
+from datetime import timedelta
 from dataclasses import dataclass
 
 import orjson
-from django.db.models import BigIntegerField, Count, F, FloatField, Func, IntegerField, OuterRef, Subquery
+from django.db.models import (BigIntegerField, Count, DurationField, ExpressionWrapper, F, FloatField, Func,
+                              IntegerField, OuterRef, Subquery)
+from django.db.models.fields.json import KeyTransform
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Coalesce
 from django.http import StreamingHttpResponse
 
 from audit_portal.certificates.models import RunCertificate, StepAggregate
+from audit_portal.dashboards import search
 from audit_portal.fidelity.models import FidelityReport
 from audit_portal.live.models import LiveRun
 from workers.certify.verdict import LABELS
@@ -55,10 +60,21 @@ RUN_COLUMNS = [
            help="share of policy tokens the fidelity audit could verify; higher is better"),
     Column("tokens", "Tokens", help="tokens certified"),
     Column("steps", "Steps", help="training steps in the log"),
+    Column("status", "Status", numeric=False,
+           help="what the trainer client declared: running, finished or failed (blank: a plain upload)"),
+    Column("duration", "Duration", numeric=False,
+           help="time from the run's creation to its last update (the client's last state change or segment)"),
+    Column("tags", "Tags", numeric=False, help="labels the upload or the trainer client gave the run"),
     Column("created", "Created", numeric=False, help="when the run first appeared"),
 ]
 RUN_COLUMN_KEYS = [c.key for c in RUN_COLUMNS]
-EXPORT_RUN_COLUMNS = ["id", "certificate_id", *RUN_COLUMN_KEYS, "verdict_sentence"]
+SORT_KEYS = [k for k in RUN_COLUMN_KEYS if k != "tags"]
+EXPORT_RUN_COLUMNS = ["id", "certificate_id", *RUN_COLUMN_KEYS, "config", "verdict_sentence"]
+# shown when the query string names no ``cols`` (the column picker; status, duration and params.* are opt-in)
+DEFAULT_VISIBLE = ["name", "verdict", "eps_hat", "delta_hat", "acceptance", "best_bound", "coverage", "tokens", "steps",
+                   "tags", "created"]
+PARAM_KEY = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")  # config keys offered as ``params.<key>`` columns and sort keys
+MAX_PARAM_COLUMNS = 40
 VERDICTS = list(LABELS)
 RANGE_COLUMNS = [c for c in RUN_COLUMNS if c.numeric]
 DEFAULT_RUN_SORT = "-created"
@@ -88,7 +104,8 @@ def runs_table(runs_qs):
         acceptance=Coalesce(live("summary__acceptance_rate", FloatField()), cert("acceptance_rate")),
         best_bound=Coalesce(live("bounds__best", FloatField()), cert("best_bound")),
         tokens=Coalesce(live("summary__tokens", BigIntegerField()), cert("tokens")),
-        coverage=Subquery(report.values("verifiable_fraction")[:1]), created=F("created_at"))
+        coverage=Subquery(report.values("verifiable_fraction")[:1]), created=F("created_at"), status=F("state"),
+        duration=ExpressionWrapper(F("updated_at") - F("created_at"), output_field=DurationField()))
         .annotate(steps=Coalesce(Subquery(views.annotate(v=Func(F("steps"), function="jsonb_array_length",
                                                                 output_field=IntegerField())).values("v")[:1]),
                                  Subquery(steps[:1]))))
@@ -105,12 +122,14 @@ def _number(name: str, raw: str) -> float:
 
 
 def filter_runs(qs, params) -> tuple[object, dict]:
-    """Apply ``q`` (name contains), ``min_<col>`` / ``max_<col>`` (inclusive ranges; percentages as fractions or
+    """Apply ``q`` (the search language of dashboards/search.py; plain text: name contains), ``min_<col>`` / ``max_<col>`` (inclusive ranges; percentages as fractions or
     as ``12%``) and ``sort`` (a column key, ``-`` for descending; missing values last). Returns the queryset and
     the filters as applied (for the form)."""
-    applied: dict = {"q": (params.get("q") or "").strip()[:200]}
-    if applied["q"]:
-        qs = qs.filter(name__icontains=applied["q"])
+    applied: dict = {"q": (params.get("q") or "").strip()}
+    try:
+        qs = search.apply(qs, applied["q"])
+    except search.SearchError as exc:
+        raise TableInputError(str(exc)) from None
     verdict = (params.get("verdict") or "").strip()
     if verdict:
         if verdict not in VERDICTS:
@@ -128,13 +147,43 @@ def filter_runs(qs, params) -> tuple[object, dict]:
             qs = qs.filter(**{f"{col.key}__{lookup}": value})
     sort = (params.get("sort") or DEFAULT_RUN_SORT).strip()
     key = sort.lstrip("-")
-    if key not in RUN_COLUMN_KEYS:
-        raise TableInputError(f"sort must be one of {', '.join(RUN_COLUMN_KEYS)} (with - for descending), "
-                              f"got {sort!r}")
-    expr = F(key)
+    if key.startswith("params.") and PARAM_KEY.match(key[7:]):
+        expr = KeyTransform(key[7:], "config")
+    elif key in SORT_KEYS:
+        expr = F(key)
+    else:
+        raise TableInputError(f"sort must be one of {', '.join(SORT_KEYS)} or params.<config key> "
+                              f"(with - for descending), got {sort!r}")
     order = expr.desc(nulls_last=True) if sort.startswith("-") else expr.asc(nulls_last=True)
     applied["sort"] = sort
     return qs.order_by(order, "-id"), applied
+
+
+def param_keys(rows) -> list[str]:
+    """The top-level config keys seen on ``rows`` (the page's runs), sorted; keys that could not be a column
+    (odd characters, too long) are left out."""
+    keys = {k for r in rows for k in (getattr(r, "config", None) or {}) if isinstance(k, str) and PARAM_KEY.match(k)}
+    return sorted(keys)[:MAX_PARAM_COLUMNS]
+
+
+def param_column(key: str) -> Column:
+    return Column(f"params.{key}", f"params.{key}", numeric=False, help=f"the run's config value {key!r}")
+
+
+def visible_columns(params, param_cols: list[Column]) -> list[Column]:
+    """The columns the picker chose (``cols``, repeated or comma-separated), in the table's order; unknown keys are
+    refused by name. ``name`` always shows (it links the run)."""
+    raw = [c.strip() for v in params.getlist("cols") for c in v.split(",") if c.strip()] if hasattr(
+        params, "getlist") else []
+    every = [*RUN_COLUMNS, *param_cols]
+    if not raw:
+        return [c for c in every if c.key in DEFAULT_VISIBLE]
+    known = {c.key for c in every}
+    for key in raw:
+        if key not in known and not (key.startswith("params.") and PARAM_KEY.match(key[7:])):
+            raise TableInputError(f"cols: no column {key!r}; the columns are {', '.join(RUN_COLUMN_KEYS)} and "
+                                  f"params.<config key>")
+    return [c for c in every if c.key in raw or c.key == "name"]
 
 
 def export_rows(rows, columns: list[str], fmt: str, filename: str) -> StreamingHttpResponse:
@@ -142,6 +191,10 @@ def export_rows(rows, columns: list[str], fmt: str, filename: str) -> StreamingH
 
     def value(row, key):
         v = row.get(key) if isinstance(row, dict) else getattr(row, key, None)
+        if isinstance(v, timedelta):
+            return v.total_seconds()
+        if fmt == "csv" and isinstance(v, (list, dict)):
+            return orjson.dumps(v).decode()
         return v.isoformat() if hasattr(v, "isoformat") else v
 
     if fmt == "csv":

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from urllib.parse import urlencode
 
+import orjson
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -130,6 +131,14 @@ def runs_page(request, slug):
         messages.error(request, f"Runs table: {exc}. Showing the runs without that filter.")
         rows, applied, status = tables.filter_runs(base, {"sort": tables.DEFAULT_RUN_SORT})[0], {}, 400
     ctx.update(paginate(request, rows, RUNS_PER_PAGE))
+    runs = list(ctx["page_obj"].object_list)
+    param_cols = [tables.param_column(k) for k in tables.param_keys(runs)]
+    try:
+        columns = tables.visible_columns(request.GET, param_cols)
+    except tables.TableInputError as exc:
+        messages.error(request, f"Runs table: {exc}. Showing the default columns.")
+        columns, status = tables.visible_columns({}, param_cols), 400
+    shown = {c.key for c in columns}
     sort = applied.get("sort", tables.DEFAULT_RUN_SORT)
     query = request.GET.copy()
     for k in ("page", "format"):
@@ -138,16 +147,19 @@ def runs_page(request, slug):
                                                        applied.get(f"{side}_{col.key}", ""))
                                     for side in ("min", "max") for part in ("name", "value")}}
                     for col in tables.RANGE_COLUMNS]
-    ctx.update(runs=ctx["page_obj"].object_list, columns=tables.RUN_COLUMNS, range_fields=range_fields,
+    ctx.update(runs=runs, columns=columns, range_fields=range_fields,
+               column_choices=[{"col": c, "shown": c.key in shown} for c in [*tables.RUN_COLUMNS, *param_cols]],
                verdict_choices=list(VERDICT_LABELS.items()),
-               applied=applied, sort=sort, query=query.urlencode(), sort_links=_sort_links(query, sort))
+               applied=applied, sort=sort, query=query.urlencode(), sort_links=_sort_links(query, sort, param_cols))
     return render(request, "dashboards/runs.html", ctx, status=status)
 
 
-def _sort_links(query, current: str) -> dict:
+def _sort_links(query, current: str, param_cols) -> dict:
     """Per column: the query string that sorts by it (ascending first, then descending on a second click)."""
     links = {}
-    for col in tables.RUN_COLUMNS:
+    for col in [*tables.RUN_COLUMNS, *param_cols]:
+        if col.key not in tables.SORT_KEYS and not col.key.startswith("params."):
+            continue
         q = query.copy()
         q["sort"] = f"-{col.key}" if current == col.key else col.key
         links[col.key] = {"href": "?" + q.urlencode(), "state": "ascending" if current == col.key else
@@ -307,6 +319,13 @@ def compare_page(request, slug):
     if len(found) < len(set(ids)):
         raise Http404("No such certificate in this project.")
     certs = [found[int(i)] for i in ids]
+    base = request.GET.get("base", "")
+    if base:  # the chosen baseline goes first: every difference is relative to it
+        if not base.isdigit() or int(base) not in found:
+            messages.error(request, f"The baseline must be one of the compared certificates ({', '.join(ids)}), "
+                                    f"got {base!r}.")
+            return render(request, "dashboards/compare.html", ctx, status=400)
+        certs.sort(key=lambda c: c.pk != int(base))
     names = _legend_names(certs)
     rows = []
     for key, label, anchor, better in COMPARISON_ROWS:
@@ -317,10 +336,39 @@ def compare_page(request, slug):
     bound_rows = [{"label": certificate_figures.BOUND_LABELS[k],
                    "cells": [_cell(certs[0].bounds.get(k), c.bounds.get(k), -1, i == 0) for i, c in enumerate(certs)]}
                   for k in bound_ids]
-    ctx.update(compared=list(zip(certs, names)), rows=rows, bound_rows=bound_rows,
+    ctx.update(compared=list(zip(certs, names)), rows=rows, bound_rows=bound_rows, ids=ids, base=certs[0].pk,
+               params_diff=params_diff([c.run.config if c.run else {} for c in certs]),
                caveat=certificate_selectors.COMPARISON_CAVEAT, a=certs[0], b=certs[1],
                figures=certificate_figures.comparison(certs, float(certs[0].budget.get("budget") or 0.1), names))
     return render(request, "dashboards/compare.html", ctx)
+
+
+def params_diff(configs: list[dict]) -> dict:
+    """The config keys whose values are not the same in every compared run (a missing key counts as a value):
+    ``rows`` with each run's value as text and whether it differs from the baseline's (the first), and ``same``, how
+    many keys agree everywhere. Nested objects are compared by their dotted leaf keys (``optim.lr``)."""
+    def flat(config, prefix="") -> dict:
+        out = {}
+        for k, v in (config or {}).items():
+            if isinstance(v, dict) and v:
+                out.update(flat(v, f"{prefix}{k}."))
+            else:
+                out[f"{prefix}{k}"] = v
+        return out
+
+    missing = object()
+    flats = [flat(c if isinstance(c, dict) else {}) for c in configs]
+    keys = sorted({k for f in flats for k in f})
+    rows, same = [], 0
+    for key in keys:
+        values = [f.get(key, missing) for f in flats]
+        if all(v == values[0] for v in values):
+            same += 1
+            continue
+        rows.append({"key": key, "cells": [{"text": "—" if v is missing else (v if isinstance(v, str) else
+                                                                               orjson.dumps(v).decode()),
+                                            "differs": i > 0 and v != values[0]} for i, v in enumerate(values)]})
+    return {"rows": rows, "same": same, "keys": len(keys)}
 
 
 def _legend_names(certs) -> list[str]:

@@ -1,11 +1,12 @@
 """Number formatting for the portal's tables: one way to show a cell, whatever page it is on."""
 from __future__ import annotations
 
+import json
 import re
 
 from django import template
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from workers.certify.verdict import LABELS
 
@@ -23,9 +24,19 @@ def percent(value, digits: int = 1) -> str:
 @register.filter
 def cell(row, column) -> str:
     """The value of ``column`` (a dashboards.tables.Column) in ``row``, formatted for the table."""
+    if column.key.startswith("params."):  # a top-level config key (dashboards.tables.param_column)
+        config = getattr(row, "config", None) or {}
+        if column.key[7:] not in config:
+            return "—"
+        value = config[column.key[7:]]
+        return value if isinstance(value, str) else json.dumps(value)
     value = getattr(row, column.key, None)
-    if value is None:
+    if column.key == "tags":
+        return format_html_join(" ", '<span class="badge" data-tag="{}">{}</span>', ((t, t) for t in value or []))
+    if value is None or value == "":
         return "—"
+    if column.key == "duration":
+        return duration(value)
     if column.percent:
         return percent(value)
     if column.key == "verdict":  # the code's plain label, in a badge coloured by the code (runs.html)
@@ -38,6 +49,18 @@ def cell(row, column) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     return str(value)
+
+
+def duration(value) -> str:
+    """A timedelta as 45 s, 12 min 5 s, 3 h 04 min or 2 d 5 h."""
+    seconds = max(0, int(value.total_seconds()))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60} s"
+    if seconds < 86400:
+        return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+    return f"{seconds // 86400} d {seconds % 86400 // 3600} h"
 
 
 @register.filter
