@@ -113,15 +113,16 @@ def rows_ok(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
         ii, vi, _, vnull_i = _list(pos_i)
         il, vl, _, vnull_l = _list(pos_l)
         li, ll = np.diff(ii), np.diff(il)
-        pos_bad = (li != ll) if len(li) == len(ll) else np.ones(len(li), bool)
+        if not np.array_equal(oi, ol) or len(li) != len(ll):  # positions do not line up: rows of another shape
+            raise _Unsupported("top-K columns of different shapes")
+        pos_bad = li != ll
         for flags in (pnull_i, pnull_l):
-            if flags is not None and len(flags) == len(pos_bad):
+            if flags is not None:
                 pos_bad |= flags
         pos_bad |= _per_row(vnull_i, ii) | _per_row(vnull_l, il) | _per_row(_numbers(vi, "int") < 0, ii)
         _numbers(vl, "float")
         both = ~null_i & ~null_l
-        row_bad = (null_i != null_l) | (both & ((np.diff(oi) != n) | (np.diff(ol) != n)))
-        row_bad |= both & ((np.diff(oi) != np.diff(ol)) | _per_row(pos_bad, oi))
+        row_bad = (null_i != null_l) | (both & ((np.diff(oi) != n) | _per_row(pos_bad, oi)))
         ok &= ~row_bad
     for col in (*ROUTES, DELTA):
         if col in names:
