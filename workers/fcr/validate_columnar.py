@@ -62,7 +62,10 @@ def _numbers(vals: pa.Array, kind: str) -> np.ndarray:
 
 
 def _per_row(flags, offsets) -> np.ndarray:
-    return row_any(flags, offsets) if flags is not None else np.zeros(len(offsets) - 1, bool)
+    """Per row (or position) of ``offsets``: whether any of its values is flagged (one pass when none is)."""
+    if flags is None or not flags.any():
+        return np.zeros(len(offsets) - 1, bool)
+    return row_any(flags, offsets)
 
 
 def rows_ok(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
