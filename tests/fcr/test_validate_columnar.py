@@ -173,3 +173,24 @@ def test_a_mutated_file_gives_the_record_verdict(base, tmp_path, name):
         assert (cols["errors"], cols["warnings"]) != (clean["errors"], clean["warnings"]), name
     assert cols == recs
 
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_several_mutations_in_one_file_give_the_record_verdict(base, tmp_path, seed):
+    """Mutations together (flagged rows next to each other and to clean ones, in one row group or several, the record
+    path's runs of consecutive rows), with row groups of a size drawn per file."""
+    import random
+
+    path, table, _ = base
+    rnd = random.Random(seed)
+    names = sorted(MUTATIONS)
+    t = table
+    for name in rnd.sample(names, 4):
+        try:
+            t = MUTATIONS[name](t)
+        except (KeyError, IndexError, StopIteration, pa.ArrowException):  # a column an earlier mutation dropped
+            continue
+    dst = tmp_path / "m.parquet"
+    pq.write_table(t.replace_schema_metadata(table.schema.metadata), dst, row_group_size=rnd.choice([1, 3, 16, 200]))
+    cols, recs = _both(dst)
+    assert cols == recs
