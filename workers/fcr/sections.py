@@ -341,3 +341,17 @@ def _coverage_lint(ro, tr: dict, f: Findings) -> None:
     if count:
         f.warn(f"trainer.top_k[{first}]", f"misses ids of rollout.top_k at {count} position(s); fcr/1 requires the "
                "trainer list to cover them (the certificate there is looser)")
+
+
+# --------------------------------------------------------------------------------------------- whole record
+def record_ok(rec, fast) -> bool:
+    """True exactly when :func:`workers.fcr.validate.validate_record` (``lint=False, check_hashes=False``) finds no
+    issue: the fast form of each section, chained; anything else (or any surprise) goes to the detailed path, which
+    names the problem. Keeps the per-record fixed cost low for small records."""
+    try:
+        if not (identity_ok(rec) and model_and_engine_ok(rec) and prompt_ok(rec["prompt"], fast)):
+            return False
+        n = response_ok(rec["response"], fast)
+        return n is not None and rollout_ok(rec["rollout"], n, fast) and trainer_ok(rec.get("trainer"), n, fast)
+    except (KeyError, TypeError, AttributeError):
+        return False

@@ -22,11 +22,13 @@ import orjson
 
 from workers.fcr import sections
 from workers.fcr.chunks import open_reader
+from workers.fcr.columnar import RowReader
 from workers.fcr.reader import FcrParseError
 from workers.fcr.routes import LayerCounts, has_routes, n_layers, routes_issues
 from workers.fcr.schema import FcrIssue, ids_sha256
 from workers.fcr.tokens import array_bools_possible, check_logprobs, positive_logprob_issues
 from workers.fcr.topk import check_topk, topk_arrays, topk_checked, topk_uncovered
+from workers.fcr.validate_columnar import read_columns_into
 
 # Other engines' intake (workers.certify, workers.fidelity, workers.routing) imports these from here
 __all__ = ["FcrIssue", "array_bools_possible", "check_logprobs", "check_topk", "ids_sha256",
@@ -36,19 +38,7 @@ __all__ = ["FcrIssue", "array_bools_possible", "check_logprobs", "check_topk", "
 
 
 
-def _fast_valid(rec, fast) -> bool:
-    """True exactly when :func:`validate_record` (``lint=False, check_hashes=False``) finds no issue: the fast form
-    of each section (:mod:`workers.fcr.sections`), chained; anything else (or any surprise) goes to the detailed
-    path, which names the problem. Keeps the per-record fixed cost low for small records."""
-    try:
-        if not (sections.identity_ok(rec) and sections.model_and_engine_ok(rec)
-                and sections.prompt_ok(rec["prompt"], fast)):
-            return False
-        n = sections.response_ok(rec["response"], fast)
-        return (n is not None and sections.rollout_ok(rec["rollout"], n, fast)
-                and sections.trainer_ok(rec.get("trainer"), n, fast))
-    except (KeyError, TypeError, AttributeError):
-        return False
+_fast_valid = sections.record_ok  # the fast form of the whole record (tests/fcr/test_validate_fuzz.py)
 
 
 def validate_record(
@@ -150,7 +140,9 @@ class Tally:
                 self.add(iss)
         self._count(rec, line_no)
 
-    def _count(self, rec: dict, line_no: int) -> None:
+    def _count(self, rec: dict, line_no: int, nt: int | None = None) -> None:
+        """A valid record's share of the summary; ``nt``: its response length when ``rec`` does not hold the ids
+        (a light record of :mod:`workers.fcr.validate_columnar`)."""
         self.valid_records += 1
         run_id = rec["run_id"]
         if run_id not in self.runs:
@@ -166,7 +158,8 @@ class Tally:
             self.step_max = st
         role = rec["role"]
         self.by_role[role] += 1
-        nt = len(rec["response"]["token_ids"])
+        if nt is None:
+            nt = len(rec["response"]["token_ids"])
         self.response_tokens += nt
         if role == "policy":
             self.policy_tokens += nt
@@ -230,6 +223,7 @@ def validate_file(
     progress_every_bytes: int = 8 << 20,
     check_hashes: bool = False,
     lint: bool = False,
+    by_columns: bool = True,
 ) -> dict:
     """Stream-validate an ``fcr/1`` JSONL file (plain or gzip by magic) or an ``fcr-parquet/1`` file, through the one
     reader of each (:func:`workers.fcr.chunks.open_reader`). Memory: one line (row group) plus :class:`Tally`.
@@ -251,16 +245,21 @@ def validate_file(
 
     reader = open_reader(path, on_bytes=report if progress is not None else None)
     line_no, bytes_read = read_into(tally, reader, report if progress is not None else None,
-                                    check_hashes=check_hashes, lint=lint)
+                                    check_hashes=check_hashes, lint=lint, by_columns=by_columns)
     if progress is not None:
         progress(1.0, f"done: {line_no} lines")
     return tally.summary(reader, bytes_read, size)
 
 
-def read_into(tally: Tally, reader, report=None, *, check_hashes: bool = False, lint: bool = False) -> tuple[int, int]:
+def read_into(tally: Tally, reader, report=None, *, check_hashes: bool = False, lint: bool = False,
+              by_columns: bool = True) -> tuple[int, int]:
     """Every line (row) of ``reader`` into ``tally``; closes the reader. Returns the last line number and the file
     bytes consumed. A truncated or corrupt stream, or a read limit, is an error at its line and stops the reading
-    there (``tally.stopped``)."""
+    there (``tally.stopped``). An ``fcr-parquet/1`` reader is checked by columns
+    (:mod:`workers.fcr.validate_columnar`, the same verdict) unless ``by_columns=False`` (every row as a record) or
+    ``lint`` / ``check_hashes`` ask for what only the record path does."""
+    if by_columns and isinstance(reader, RowReader) and not check_hashes and not lint:  # fcr-parquet/1: by columns
+        return read_columns_into(tally, reader)
     loads, JSONDecodeError = orjson.loads, orjson.JSONDecodeError
     line_no = 0
     try:
