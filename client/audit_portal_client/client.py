@@ -108,13 +108,17 @@ class Client:
     def get(self, path: str) -> dict:
         return self._request("GET", path)
 
-    def upload(self, project: str, path, progress=None, steps: tuple[int, int] | None = None) -> dict:
+    def upload(self, project: str, path, progress=None, steps: tuple[int, int] | None = None,
+               rank: int | None = None) -> dict:
         """POST one run-log file (JSONL, .jsonl.gz or .parquet) to the project; returns the upload object (201 new,
         200 the same bytes were uploaded before). ``progress(bytes_sent, total)`` while the body streams. ``steps``
         ``(first, last)`` declares the file as those steps of a run that grows while it trains: the portal merges
-        them into the run's live view (docs/client.md, "Streaming steps")."""
+        them into the run's live view (docs/client.md, "Streaming steps"); ``rank``, the process of a multi-process
+        run that wrote them (default 0), lets several processes send the same steps."""
         path = Path(path)
         fields = {"steps": f"{steps[0]}-{steps[1]}"} if steps is not None else {}
+        if steps is not None and rank is not None:
+            fields["rank"] = str(int(rank))
         with open(path, "rb") as fh:
             body = _Multipart(fh, path.name, os.path.getsize(path), progress, fields)
             return self._request("POST", f"/projects/{project}/uploads/", data=body,
