@@ -114,3 +114,27 @@ def test_the_engine_merges_two_ranks_parts_of_the_same_steps_by_adding(tmp_path)
     for got, mine in zip(merged["steps"], alone["steps"]):
         assert got["step"] == mine["step"] and got["sequences"] == 2 * mine["sequences"]
         assert got["eps_hat_max"] >= mine["eps_hat_max"]
+
+
+def test_views_merged_before_ranks_hold_their_steps_as_rank_0(project):
+    """Migration live 0004_live_ranks: a view merged by one process before ranks existed keeps refusing its own
+    steps again (as rank 0's) and still takes another rank's."""
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    from audit_portal.runs.models import Run
+
+    executor = MigrationExecutor(connection)
+    executor.migrate([("live", "0003_live_verdict")])
+    old = executor.loader.project_state([("live", "0003_live_verdict")]).apps.get_model("live", "LiveRun")
+    run = Run.objects.create(project=project, name="old")
+    old.objects.create(run_id=run.pk, steps=[0, 1, 2], uploads=[1])
+    empty = Run.objects.create(project=project, name="empty")
+    old.objects.create(run_id=empty.pk)
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())
+    live = LiveRun.objects.get(run=run)
+    assert live.ranks == {"0": [0, 1, 2]} and LiveRun.objects.get(run=empty).ranks == {}
+    assert "of rank 0 are already in the live view" in live_services.refusal(live, 2, [2, 3], (2, 3))
+    assert live_services.refusal(live, 2, [2, 3], (2, 3), rank=1) is None
