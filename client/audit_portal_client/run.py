@@ -166,6 +166,9 @@ class Run:
         root = Path(spool_dir) if spool_dir is not None else Path(
             os.environ.get("AUDIT_PORTAL_SPOOL", Path.home() / ".cache" / "audit-portal" / "spool")) / safe
         self.spool = _Spool(root)
+        if self.spool.state.get("rank", self.rank) != self.rank:  # two processes in one spool would mix segments
+            raise ValueError(f"spool {root} holds rank {self.spool.state['rank']}'s segments, not rank {self.rank}'s: "
+                             f"give each process (rank) its own spool_dir")
         self.meta = RecordMeta(run_id=name, model=model, tokenizer_id=tokenizer_id,
                                tokenizer_sha256=tokenizer_sha256, engine=engine, logprobs_mode=logprobs_mode)
         self.float_type, self.segment_steps, self.live, self.max_backoff = float_type, segment_steps, live, max_backoff

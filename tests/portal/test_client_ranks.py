@@ -37,6 +37,8 @@ def test_ranks_of_one_run_in_one_process_all_reach_the_live_view(live_server, pr
         r0 = client.run(project.slug, "ddp", rank=0, segment_steps=2)
         r1 = client.run(project.slug, "ddp", rank=1, segment_steps=2)
         assert r0.spool.root != r1.spool.root and r0._run_id == r1._run_id
+        with pytest.raises(ValueError, match="holds rank 1's segments, not rank 3's"):
+            client.run(project.slug, "ddp", rank=3, spool_dir=r1.spool.root)  # a spool is one process's
         for step in range(3):  # each process logs its own batch of every step
             assert r0.log_step(step, **step_batch(step)) == 4
             assert r1.log_step(step, **step_batch(step, rank=1)) == 4
