@@ -15,6 +15,8 @@ LIVE_VIEW = inline_serializer("RunLiveView", {
     "run": serializers.IntegerField(),
     "steps": serializers.IntegerField(help_text="steps merged so far"),
     "first_step": serializers.IntegerField(allow_null=True), "last_step": serializers.IntegerField(allow_null=True),
+    "ranks": serializers.ListField(child=serializers.DictField(), help_text="per process (rank) of the run: rank, "
+                                   "steps (how many merged), ranges ([[first, last], …] of its steps)"),
     "uploads": serializers.IntegerField(help_text="segments merged"),
     "merged_uploads": serializers.ListField(child=serializers.IntegerField(), help_text="their upload ids (a client "
                                             "waits for its segments to be merged before it reports the run)"),

@@ -10,3 +10,4 @@ class LiveConfig(AppConfig):
         from audit_portal.runs import extras
 
         extras.register("steps", services.parse_step_range, services.tag_segment)  # a segment's step range
+        extras.register("rank", services.parse_rank, None)  # its process: read by tag_segment

@@ -1,6 +1,6 @@
 """The live runs' consistency checks (registered with :mod:`audit_portal.jobs.consistency`, run by
 ``manage.py check_consistency``): no segment certificate whose follow-up never ran, and every live view holding
-exactly the steps its certificate shows, each upload merged once."""
+exactly the steps its certificate shows (and its ranks' steps together), each upload merged once."""
 from __future__ import annotations
 
 from datetime import timedelta
@@ -28,5 +28,9 @@ def check_live_runs(report: Report, scope: Scope) -> None:
         if shown != live.steps:
             report.problem(f"live view of run {live.run_id}: {len(live.steps)} steps recorded as merged, its "
                            f"certificate shows {len(shown)}")
+        by_rank = set().union(*(set(v) for v in (live.ranks or {}).values()))
+        if sorted(by_rank) != live.steps:
+            report.problem(f"live view of run {live.run_id}: its ranks hold {len(by_rank)} steps, "
+                           f"{len(live.steps)} recorded as merged")
         if len(set(live.uploads)) != len(live.uploads):
             report.problem(f"live view of run {live.run_id}: an upload was merged twice")

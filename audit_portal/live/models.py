@@ -17,7 +17,10 @@ class LiveRun(models.Model):
     plan = models.JSONField(default=dict)  # the certify options fixed by the first segment (plan_certificate)
     partial = models.JSONField(default=dict)  # Partial.to_json(): O(#steps + longest response + max_errors)
     certificate = models.JSONField(default=dict)  # summarise(partial, plan)
-    steps = models.JSONField(default=list)  # step numbers merged, ascending
+    steps = models.JSONField(default=list)  # step numbers merged, ascending, each once (whatever the ranks)
+    # {"<rank>": [step, ...] ascending}: the (rank, step) pairs merged. Each process (rank) of a run logs its own
+    # sequences of a step, so one step may arrive once per rank; only a (rank, step) pair seen before is refused.
+    ranks = models.JSONField(default=dict)
     uploads = models.JSONField(default=list)  # upload ids merged (a retried follow-up merges nothing twice)
     skipped = models.JSONField(default=list)  # the latest uploads not merged, with the reason (at most 20)
     verdict = models.CharField(max_length=20, blank=True)  # of the merged certificate (workers/certify/verdict.py)
@@ -31,10 +34,12 @@ class LiveRun(models.Model):
 
 class LiveSegment(models.Model):
     """An upload declared as steps ``first_step``–``last_step`` of a growing run (the client's segments, or any upload
-    sent with ``steps=A-B``): only such uploads grow the live view, so a whole run uploaded once is certified once."""
+    sent with ``steps=A-B``): only such uploads grow the live view, so a whole run uploaded once is certified once.
+    ``rank`` (the upload's ``rank`` field, default 0) is the process of a multi-process run that wrote the segment."""
 
     upload = models.OneToOneField("runs.Upload", on_delete=models.CASCADE, related_name="live_segment")
     first_step = models.BigIntegerField()
     last_step = models.BigIntegerField()
+    rank = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
     processed_at = models.DateTimeField(null=True)  # merged or left out by the follow-up (None: not yet)

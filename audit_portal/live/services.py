@@ -35,15 +35,54 @@ def parse_step_range(text) -> tuple[int, int] | None:
     return first, int(m.group(2) or first)
 
 
-def tag_segment(upload, step_range: tuple[int, int]) -> None:
-    """Declare ``upload`` a segment of its growing run (the first declaration of the same bytes stands)."""
+RANK = re.compile(r"^\s*(\d{1,6})\s*$")
+
+
+def parse_rank(text) -> int | None:
+    """The ``rank`` field of a segment upload: the process (0, 1, …) of a multi-process run that wrote it; None when
+    absent (rank 0); a 400 otherwise."""
+    if text in (None, ""):
+        return None
+    m = RANK.match(text) if isinstance(text, str) else None
+    if m is None:
+        raise PortalError("rank: the process number (0, 1, …) of the run that wrote this segment, e.g. 3",
+                          code="invalid_rank", extra={"field": "rank"})
+    return int(m.group(1))
+
+
+def tag_segment(upload, step_range: tuple[int, int], fields: dict | None = None) -> None:
+    """Declare ``upload`` a segment of its growing run, written by process ``fields["rank"]`` (default 0) (the first
+    declaration of the same bytes stands)."""
     LiveSegment.objects.get_or_create(upload=upload, defaults={"first_step": step_range[0],
-                                                               "last_step": step_range[1]})
+                                                               "last_step": step_range[1],
+                                                               "rank": (fields or {}).get("rank") or 0})
 
 
-def refusal(live: LiveRun | None, upload_id: int, steps: list, declared: tuple[int, int] | None = None) -> str | None:
-    """Why an upload is not merged into the live view, or None. An upload whose steps are already there (the whole
-    run uploaded again at ``finish``, a segment certified twice) would count them twice, so it is left out."""
+def held_steps(live: LiveRun | None, rank: int = 0) -> set:
+    """The steps of process ``rank`` that the live view holds."""
+    return set((live.ranks or {}).get(str(rank)) or []) if live is not None else set()
+
+
+def rank_ranges(live: LiveRun) -> list[dict]:
+    """Per process (rank) of the run, ascending: its steps merged as a count and as ranges ``[[first, last], …]``."""
+    out = []
+    for rank, steps in sorted(((int(r), s) for r, s in (live.ranks or {}).items()), key=lambda x: x[0]):
+        ranges: list[list[int]] = []
+        for step in steps:
+            if ranges and step == ranges[-1][1] + 1:
+                ranges[-1][1] = step
+            else:
+                ranges.append([step, step])
+        out.append({"rank": rank, "steps": len(steps), "ranges": ranges})
+    return out
+
+
+def refusal(live: LiveRun | None, upload_id: int, steps: list, declared: tuple[int, int] | None = None,
+            rank: int = 0) -> str | None:
+    """Why an upload is not merged into the live view, or None. An upload of process ``rank`` whose steps that rank
+    already sent (the whole run uploaded again at ``finish``, a segment certified twice, a resumed process logging a
+    step again) would count them twice, so it is left out. Another rank's sequences of the same step are new: they
+    merge into that step (the per-step rows then count every rank's sequences)."""
     if live is not None and upload_id in live.uploads:
         return "already merged"
     if not steps:
@@ -53,22 +92,23 @@ def refusal(live: LiveRun | None, upload_id: int, steps: list, declared: tuple[i
     if declared is not None and not declared[0] <= min(steps) <= max(steps) <= declared[1]:
         return f"steps {min(steps)}–{max(steps)} lie outside the declared range {declared[0]}–{declared[1]}"
     if live is not None:
-        overlap = sorted(set(steps) & set(live.steps))
+        overlap = sorted(set(steps) & held_steps(live, rank))
         if overlap:
-            return (f"steps {overlap[0]}–{overlap[-1]} are already in the live view ({len(overlap)} of this upload's "
-                    f"{len(steps)}): not merged again")
+            return (f"steps {overlap[0]}–{overlap[-1]} of rank {rank} are already in the live view ({len(overlap)} "
+                    f"of this upload's {len(steps)}): not merged again")
     return None
 
 
 def add_segment(run, upload_id: int, steps: list, plan: dict, part: dict, combine,
-                declared: tuple[int, int] | None = None) -> LiveRun | None:
-    """Merge one upload's partial (``part``, certified under ``plan``) into the run's live view. ``combine(merged
+                declared: tuple[int, int] | None = None, rank: int = 0) -> LiveRun | None:
+    """Merge one upload's partial (``part``, certified under ``plan``, written by process ``rank``) into the run's
+    live view. ``combine(merged
     partial JSON or None, part) -> (partial JSON, certificate dict)`` does the engine's merge and summary. Returns
     the updated view, or None when the upload was not merged (its reason is kept in ``skipped``)."""
     with transaction.atomic():
         live, _ = LiveRun.objects.get_or_create(run=run, defaults={"plan": plan})
         live = LiveRun.objects.select_for_update().get(pk=live.pk)
-        reason = refusal(live, upload_id, steps, declared)
+        reason = refusal(live, upload_id, steps, declared, rank)
         if reason is None and live.uploads and live.plan != plan:
             reason = "certified under other options than the run's first segment"
         if reason is not None:
@@ -82,6 +122,7 @@ def add_segment(run, upload_id: int, steps: list, plan: dict, part: dict, combin
         live.verdict, live.verdict_detail = verdict.code, verdict.as_dict()
         live.plan = plan
         live.steps = sorted(set(live.steps) | set(steps))
+        live.ranks = {**(live.ranks or {}), str(rank): sorted(held_steps(live, rank) | set(steps))}
         live.uploads = [*live.uploads, upload_id]
         live.updated_at = timezone.now()
         live.save()
@@ -131,7 +172,8 @@ def live_json(live: LiveRun) -> dict:
     for key, under in SERIES:
         series[key] = [((r.get(under) or {}) if under else r).get(key) for r in rows]
     return {"run": live.run_id, "steps": len(live.steps), "first_step": live.steps[0] if live.steps else None,
-            "last_step": live.steps[-1] if live.steps else None, "uploads": len(live.uploads),
+            "last_step": live.steps[-1] if live.steps else None, "ranks": rank_ranges(live),
+            "uploads": len(live.uploads),
             "merged_uploads": list(live.uploads), "skipped_uploads": [s.get("upload") for s in live.skipped],
             "summary": {k: s.get(k) for k in ("sequences", "tokens", "accepted", "acceptance_rate", "eps_hat",
                                               "delta_hat", "T_ref", "threshold", "data_errors")},

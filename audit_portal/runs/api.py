@@ -85,7 +85,10 @@ class UploadListCreate(WorkBudgetMixin, generics.ListAPIView):
             "file": serializers.FileField(),
             # registered by audit_portal/live (runs/extras.py)
             "steps": serializers.CharField(required=False, help_text="A-B: the file holds steps A to B of a run that "
-                                                                     "grows while it trains (docs/client.md)")})},
+                                                                     "grows while it trains (docs/client.md)"),
+            "rank": serializers.IntegerField(required=False, min_value=0, max_value=999999,
+                                             help_text="with steps: the process of a multi-process run that wrote "
+                                                       "them (default 0)")})},
         responses={201: UploadSerializer, 200: OpenApiResponse(UploadSerializer, description="same bytes uploaded before: the first upload")},
     )
     def post(self, request, slug):

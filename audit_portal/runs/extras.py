@@ -1,7 +1,8 @@
 """Extra form fields an upload may carry, declared by the apps above ``runs`` (which runs must not import): each
 registers ``check(raw) -> value or None`` (raises a PortalError for a bad value, before anything is stored) and
-``store(upload, value)`` (after the upload is received). audit_portal/live registers ``steps``, the step range of a
-segment of a growing run."""
+``store(upload, value, fields)`` (after the upload is received; ``fields``: every registered field checked, so one
+store may read another field; None: checked only). audit_portal/live registers ``steps``, the step range of a
+segment of a growing run, and ``rank``, the process that wrote it."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -9,7 +10,7 @@ from collections.abc import Callable
 _FIELDS: dict[str, tuple[Callable, Callable]] = {}
 
 
-def register(name: str, check: Callable, store: Callable) -> None:
+def register(name: str, check: Callable, store: Callable | None) -> None:
     _FIELDS[name] = (check, store)
 
 
@@ -25,4 +26,5 @@ def checked(data) -> dict:
 
 def store(upload, values: dict) -> None:
     for name, value in values.items():
-        _FIELDS[name][1](upload, value)
+        if _FIELDS[name][1] is not None:
+            _FIELDS[name][1](upload, value, values)

@@ -110,12 +110,14 @@ class Client:
     def get(self, path: str) -> dict:
         return self._request("GET", path)
 
-    def upload(self, project: str, path, progress=None, steps: tuple[int, int] | None = None, *,
-               parts_above: int | None = PARTS_ABOVE, hash_progress=None, state_dir=None) -> dict:
+    def upload(self, project: str, path, progress=None, steps: tuple[int, int] | None = None,
+               rank: int | None = None, *, parts_above: int | None = PARTS_ABOVE, hash_progress=None,
+               state_dir=None) -> dict:
         """POST one run-log file (JSONL, .jsonl.gz or .parquet) to the project; returns the upload object (201 new,
         200 the same bytes were uploaded before). ``progress(bytes_sent, total)`` while the body streams. ``steps``
         ``(first, last)`` declares the file as those steps of a run that grows while it trains: the portal merges
-        them into the run's live view (docs/client.md, "Streaming steps").
+        them into the run's live view (docs/client.md, "Streaming steps"); ``rank``, the process of a multi-process
+        run that wrote them (default 0), lets several processes send the same steps.
 
         A file larger than ``parts_above`` bytes (64 MiB; None: never) goes as a resumable upload in parts
         (:mod:`audit_portal_client.upload`): calling ``upload`` again after an interruption sends only the parts the
@@ -133,6 +135,8 @@ class Client:
             except parts.SessionsFull as exc:  # a single request takes any size up to the limit, without resuming
                 parts.log.warning("%s; sending %s in one request", exc, path.name)
         fields = {"steps": f"{steps[0]}-{steps[1]}"} if steps is not None else {}
+        if steps is not None and rank is not None:
+            fields["rank"] = str(int(rank))
         with open(path, "rb") as fh:
             body = _Multipart(fh, path.name, size, progress, fields)
             return self._request("POST", f"/projects/{project}/uploads/", data=body,

@@ -161,10 +161,14 @@ class Run:
             name = f"run-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         self.client, self.project, self.name = client, project, name
         self.rank = int(os.environ.get("RANK", 0)) if rank is None else int(rank)
-        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{project}/{name}".replace("/", "__"))
+        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{project}/{name}".replace("/", "__")) + (
+            f"-r{self.rank}" if self.rank else "")  # one spool per process: ranks on one machine never share one
         root = Path(spool_dir) if spool_dir is not None else Path(
             os.environ.get("AUDIT_PORTAL_SPOOL", Path.home() / ".cache" / "audit-portal" / "spool")) / safe
         self.spool = _Spool(root)
+        if self.spool.state.get("rank", self.rank) != self.rank:  # two processes in one spool would mix segments
+            raise ValueError(f"spool {root} holds rank {self.spool.state['rank']}'s segments, not rank {self.rank}'s: "
+                             f"give each process (rank) its own spool_dir")
         self.meta = RecordMeta(run_id=name, model=model, tokenizer_id=tokenizer_id,
                                tokenizer_sha256=tokenizer_sha256, engine=engine, logprobs_mode=logprobs_mode)
         self.float_type, self.segment_steps, self.live, self.max_backoff = float_type, segment_steps, live, max_backoff
@@ -185,7 +189,7 @@ class Run:
         self.url: str | None = None
         self._finished = False
         with self.spool.lock:
-            self.spool.state.update(project=project, name=name, url=client.url)
+            self.spool.state.update(project=project, name=name, url=client.url, rank=self.rank)
             self.spool.save()
         self._held = self._spool_steps()
         self._start(resume)
@@ -237,8 +241,12 @@ class Run:
             self.spool.save()
 
     def _portal_steps(self) -> set[int]:
-        view = self._run_get("live/")
-        return set((view or {}).get("series", {}).get("step") or [])
+        """The steps the portal holds from this process (rank): other ranks' sequences of a step are not ours."""
+        view = self._run_get("live/") or {}
+        if "ranks" not in view:  # a portal before ranks: one process per run
+            return set(view.get("series", {}).get("step") or [])
+        ranges = next((r.get("ranges") or [] for r in view["ranks"] if r.get("rank") == self.rank), [])
+        return {s for first, last in ranges for s in range(first, last + 1)}
 
     def _spool_steps(self) -> set[int]:
         steps = set()
@@ -386,7 +394,8 @@ class Run:
         if not self._ensure_started():
             return False
         try:
-            up = self.client.upload(self.project, seg, steps=(steps[0], steps[-1]))
+            up = self.client.upload(self.project, seg, steps=(steps[0], steps[-1]),
+                                    **({"rank": self.rank} if self.rank else {}))  # rank 0: the portal's default
         except PortalUnavailable as exc:
             self.last_error = str(exc)
             return False
@@ -624,5 +633,5 @@ def sync(client: Client, spool_dir, *, project: str | None = None, timeout: floa
     name = state.get("name")
     if not project or not name:
         raise ValueError(f"{root}: no state.json naming the project and run (not a spool?)")
-    run = Run(client, project, name, resume=True, spool_dir=root, live=False)
+    run = Run(client, project, name, resume=True, rank=state.get("rank"), spool_dir=root, live=False)
     return run.finish(timeout=timeout)

@@ -10,8 +10,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "client"))
 
 
-def step_batch(step, noise=0.002, B=4, T=24, K=5):
-    rng = np.random.default_rng(1000 + step)
+def step_batch(step, noise=0.002, B=4, T=24, K=5, rank=0):
+    rng = np.random.default_rng(1000 + step + 7919 * rank)  # each process (rank) its own sequences of a step
     logits = rng.normal(0, 3, (B, T, 50))
     lp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     lq = lp + rng.normal(0, noise, lp.shape)
@@ -29,14 +29,15 @@ def step_batch(step, noise=0.002, B=4, T=24, K=5):
                 trainer_topk_logprobs=take(lq, ids))
 
 
-def write_steps(path, run_name, steps, noise=0.002):
-    """The steps as one fcr-parquet/1 file, written the way the client writes a segment."""
+def write_steps(path, run_name, steps, noise=0.002, rank=0):
+    """The steps as one fcr-parquet/1 file, written the way the client writes a segment (by process ``rank``)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from audit_portal_client.fcr import RecordMeta, step_table
 
-    tables = [step_table(RecordMeta(run_id=run_name), s, call_prefix=f"{run_name}-{s}-", **step_batch(s, noise))
+    prefix = f"{run_name}-" + (f"r{rank}-" if rank else "")
+    tables = [step_table(RecordMeta(run_id=run_name), s, call_prefix=f"{prefix}{s}-", **step_batch(s, noise, rank=rank))
               for s in steps]
     pq.write_table(pa.concat_tables(tables), path)
     return path

@@ -128,7 +128,7 @@ def test_the_portal_merges_every_segment_the_client_cuts(tmp_path, accumulation,
         for micro in range(accumulation):
             logged += run.log_step(step, **step_batch(step * 10 + micro))
     run.flush()
-    live = SimpleNamespace(uploads=[], steps=[])
+    live = SimpleNamespace(uploads=[], steps=[], ranks={})
     merged = 0
     for i, seg in enumerate(sorted(tmp_path.glob("seg-*.parquet"))):
         t = pq.read_table(seg)
@@ -136,6 +136,7 @@ def test_the_portal_merges_every_segment_the_client_cuts(tmp_path, accumulation,
         assert live_services.refusal(live, i, steps, (min(steps), max(steps))) is None
         live.uploads.append(i)
         live.steps = sorted(set(live.steps) | set(steps))
+        live.ranks["0"] = live.steps
         merged += t.num_rows
     assert merged == logged == 9 * accumulation * 4 and live.steps == list(range(9))
 

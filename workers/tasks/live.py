@@ -1,5 +1,5 @@
 """The follow-up of every completed certificate of a run (queued by audit_portal/alerts/signals.py): an upload declared
-as a segment (a step range) is merged into the run's live view when its steps are new — certified once more under the
+as a segment (a step range) is merged into the run's live view when its (rank, step) pairs are new — certified once more under the
 run's plan into a partial of this upload only, merged, earlier steps untouched — then the project's alert rules are
 evaluated on the run so far (the live view when there is one, else the newest certificate). ``evaluate_alert_rules``
 evaluates them again on runs whose rule was changed.
@@ -44,14 +44,14 @@ def run_certificate_completed(certificate_id: int | None = None) -> str:
         declared = (segment.first_step, segment.last_step)
         steps = sorted(set(certificate.steps.values_list("step", flat=True)), key=lambda s: (s is None, s or 0))
         part, plan = {}, view.plan if view is not None and view.plan else None
-        if live.refusal(view, upload.pk, steps, declared) is None:
+        if live.refusal(view, upload.pk, steps, declared, segment.rank) is None:
             from workers.certify.file import certify_part, plan_certificate  # torch: imported by workers only
 
             path = artifact_path(upload.storage_name)
             plan = plan or plan_certificate(path)
             part = {"plan": plan, "partial": certify_part(path, plan).to_json()}  # this upload's steps only
-        view = live.add_segment(run, upload.pk, steps, plan or {}, part, _combine, declared) or LiveRun.objects.filter(
-            run=run).first()
+        view = live.add_segment(run, upload.pk, steps, plan or {}, part, _combine, declared,
+                                segment.rank) or LiveRun.objects.filter(run=run).first()
         live.mark_processed(upload.pk)
     raised = alerts.evaluate_run(run, _alert_snapshot(run, view))
     return f"{len(raised)} alert event(s)"
