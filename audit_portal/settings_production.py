@@ -43,9 +43,9 @@ _hosts = [h.strip() for h in _required("ALLOWED_HOSTS", "the comma-separated hos
 if "*" in _hosts:
     raise ImproperlyConfigured("ALLOWED_HOSTS must name the portal's hosts; '*' is not allowed in production.")
 
-from audit_portal.settings import *  # noqa: E402,F401,F403  (after the checks: a clear error comes first)
-from audit_portal.settings import CONTENT_SECURITY_POLICY as _BASE_CSP  # noqa: E402
-from audit_portal.settings import env_bool  # noqa: E402
+from audit_portal.settings import *  # after the checks: a clear error comes first
+from audit_portal.settings import CONTENT_SECURITY_POLICY as _BASE_CSP
+from audit_portal.settings import env_bool
 
 DEBUG = False
 SECRET_KEY = _secret
@@ -67,7 +67,7 @@ SESSION_COOKIE_AGE = int(os.environ.get("SESSION_COOKIE_AGE_SECONDS", 12 * 3600)
 
 # --- cache: one for every web process, so the rate limits (uploads, kernel submissions, sign-in) are global ----
 # (the base settings' per-process memory cache would give each process its own budget)
-_cache_url = os.environ.get("CACHE_URL") or REDIS_URL  # noqa: F405
+_cache_url = os.environ.get("CACHE_URL") or REDIS_URL
 if _cache_url:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": _cache_url,
                           "KEY_PREFIX": "audit-portal-cache"}}
@@ -78,4 +78,4 @@ CONTENT_SECURITY_POLICY = {**_BASE_CSP, "connect-src": ["'self'", "wss://{host}"
 CONTENT_SECURITY_POLICY_REPORT_ONLY = False
 
 # --- API: no browsable HTML API in production (JSON only; the OpenAPI docs stay at /api/docs/) -----------
-REST_FRAMEWORK = {**REST_FRAMEWORK, "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"]}  # noqa: F405
+REST_FRAMEWORK = {**REST_FRAMEWORK, "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"]}

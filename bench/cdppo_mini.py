@@ -33,13 +33,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import torch  # noqa: E402
+import torch
 
-from workers.certify.intervals import exact_tv_kl  # noqa: E402
-from workers.training import losses as Ls  # noqa: E402
-from workers.training.model import ModelConfig, build_model, sample, trainer_logp  # noqa: E402
-from workers.training.plotting import write_html  # noqa: E402
-from workers.training.task import copy_reward, group_advantages  # noqa: E402
+from workers.certify.intervals import exact_tv_kl
+from workers.training import losses as Ls
+from workers.training.model import ModelConfig, build_model, sample, trainer_logp
+from workers.training.plotting import write_html
+from workers.training.task import copy_reward, group_advantages
 
 METHODS = ("ppo", "dppo", "trm", "cdppo")
 

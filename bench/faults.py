@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.portal_env import PortalEnv, multipart, request, synth_log, wait_until  # noqa: E402
+from bench.portal_env import PortalEnv, multipart, request, synth_log, wait_until
 
 HEARTBEAT = 6  # seconds: short, so a lost worker is noticed within the scenario
 TERMINAL = ("succeeded", "failed", "cancelled")

@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.portal_env import PortalEnv, multipart, request, synth_log, wait_until  # noqa: E402
+from bench.portal_env import PortalEnv, multipart, request, synth_log, wait_until
 
 MIX = [("upload_list", 3), ("upload_detail", 3), ("job_list", 2), ("job_detail", 2), ("run_certificate", 1),
        ("upload_post", 1), ("project_page", 1), ("run_page", 1)]

@@ -27,7 +27,7 @@ import orjson
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from workers.fcr.parquet_write import Writer  # noqa: E402
+from workers.fcr.parquet_write import Writer
 
 
 def _routes(rng, T, L, E, K, skew):

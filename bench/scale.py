@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.portal_env import PortalEnv, multipart, request, wait_until  # noqa: E402
+from bench.portal_env import PortalEnv, multipart, request, wait_until
 
 RERUN = """
 from audit_portal.certificates.models import CertificateChunk

@@ -22,11 +22,11 @@ import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import torch  # noqa: E402
+import torch
 
-from workers.training.audit import audit  # noqa: E402
-from workers.jsonsafe import json_safe  # noqa: E402
-from workers.training.model import ModelConfig  # noqa: E402
+from workers.training.audit import audit
+from workers.jsonsafe import json_safe
+from workers.training.model import ModelConfig
 
 CONFIGS = ("fp32", "bf16_autocast", "bf16_weights", "bf16_autocast,sdpa", "bf16_autocast,extra_batch",
            "bf16_weights,sdpa,extra_batch")

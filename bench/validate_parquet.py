@@ -20,9 +20,9 @@ import orjson
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from workers.fcr.parquet_write import jsonl_to_parquet  # noqa: E402
-from workers.fcr.synth import SynthConfig, iter_run  # noqa: E402
-from workers.fcr.validate import validate_file  # noqa: E402
+from workers.fcr.parquet_write import jsonl_to_parquet
+from workers.fcr.synth import SynthConfig, iter_run
+from workers.fcr.validate import validate_file
 
 
 def best_of(fn, k):

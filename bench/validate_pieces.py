@@ -26,9 +26,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workers.fcr.chunks import chunk_ranges  # noqa: E402
-from workers.fcr.validate import validate_file  # noqa: E402
-from workers.fcr.validate_pieces import merge_pieces, validate_piece  # noqa: E402
+from workers.fcr.chunks import chunk_ranges
+from workers.fcr.validate import validate_file
+from workers.fcr.validate_pieces import merge_pieces, validate_piece
 
 
 def write_log(path: Path, mb: float) -> None:

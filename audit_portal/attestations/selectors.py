@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from audit_portal.attestations import keys, statements, witness
 from audit_portal.attestations.keys import key_set
 from audit_portal.attestations.models import Checkpoint, Cosignature, LogEntry, SubjectKind
-from audit_portal.attestations.subjects import audited_files, subject_object  # noqa: F401  (read here by pages)
+from audit_portal.attestations.subjects import audited_files, subject_object  # read here by pages
 from workers.verify import build_bundle, dsse, jcs, merkle, verify_bundle
 from workers.verify import checkpoint as vcheckpoint
 from workers.verify import keylog

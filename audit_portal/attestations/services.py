@@ -119,7 +119,7 @@ def attest(kind: str, subject) -> LogEntry:
                             predicate_type=stmt["predicateType"], key_id=signer.key_id)
             _checkpoint(signer)
             return entry
-    except Exception as exc:  # noqa: BLE001 - re-raised with what failed, so the job says so
+    except Exception as exc:  # re-raised with what failed, so the job says so
         raise AttestationError(f"signing the {label} {subject.pk} failed (it is not signed nor in the transparency "
                                f"log): {type(exc).__name__}: {exc}") from exc
 

@@ -85,14 +85,14 @@ def runs_table(runs_qs):
     latest complete fidelity report, as the columns' keys."""
     latest = RunCertificate.objects.filter(run=OuterRef("pk"), state=RunCertificate.State.COMPLETE).order_by(
         "-created_at", "-id")
-    cert = lambda field: Subquery(latest.values(field)[:1])  # noqa: E731 - one subquery per column
+    cert = lambda field: Subquery(latest.values(field)[:1])  # one subquery per column
     report = FidelityReport.objects.filter(run=OuterRef("pk"), state="complete").order_by("-created_at", "-id")
     steps = (StepAggregate.objects.filter(certificate=OuterRef("certificate_id")).order_by()
              .values("certificate").annotate(n=Count("id")).values("n"))
     # A run streamed by a trainer client (its segments merged into a live view) is certified as that view: the
     # latest upload's certificate would be its last segment only (docs/client.md#background-upload-spool-retries)
     views = LiveRun.objects.filter(run=OuterRef("pk"))
-    live = lambda path, field: Subquery(views.annotate(v=Cast(KT(f"certificate__{path}"), field)).values("v")[:1])  # noqa: E731,E501
+    live = lambda path, field: Subquery(views.annotate(v=Cast(KT(f"certificate__{path}"), field)).values("v")[:1])
     return (runs_qs.select_related(None).annotate(
         certificate_id=cert("pk"),
         verdict=Coalesce(Subquery(views.exclude(verdict="").values("verdict")[:1]), cert("verdict")),

@@ -97,7 +97,7 @@ def _guarded(job: Job, work) -> tuple[str, object]:
         return "cancelled", None
     except JobInputError as exc:
         services.fail_job(job, str(exc))
-    except Exception as exc:  # noqa: BLE001 - report every failure on the job, keep the worker alive
+    except Exception as exc:  # report every failure on the job, keep the worker alive
         log.exception("job %s failed", job.pk)
         services.fail_job(job, f"internal error: {type(exc).__name__}: {exc}")
     return "failed", None

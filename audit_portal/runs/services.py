@@ -9,7 +9,7 @@ from django.db import DatabaseError, IntegrityError, transaction
 from django.utils import timezone
 
 from audit_portal.core.errors import PortalError, QueueUnavailable, UnsupportedUpload
-from audit_portal.core.storage import artifact_path  # noqa: F401  (tasks and tests reach it as runs.artifact_path)
+from audit_portal.core.storage import artifact_path  # tasks and tests reach it as runs.artifact_path
 from audit_portal.jobs.services import create_job
 from audit_portal.runs.models import Run, Upload, UploadStage, ValidationPiece
 from audit_portal.runs.preflight import PARQUET_MAGIC, preflight

@@ -289,7 +289,7 @@ class Run:
                                rollout_routed_experts=rollout_routed_experts,
                                trainer_routed_experts=trainer_routed_experts, routing_replay=routing_replay,
                                num_experts=num_experts)
-        except Exception as exc:  # noqa: BLE001 - training never dies for auditing
+        except Exception as exc:  # training never dies for auditing
             if self.strict:
                 raise
             self._gap([step], f"audit-portal: step {step} not logged: {exc.__class__.__name__}: {exc}", "input")
@@ -337,7 +337,7 @@ class Run:
         try:
             _write_atomic(self.spool.root / f".{name}.tmp", self.spool.root / name,
                           table=pa.concat_tables(tables))
-        except Exception as exc:  # noqa: BLE001 - a disk error (or any surprise) costs these steps, never training
+        except Exception as exc:  # a disk error (or any surprise) costs these steps, never training
             if self.strict and not isinstance(exc, OSError):
                 raise
             what = "disk full" if getattr(exc, "errno", None) == errno.ENOSPC else exc.__class__.__name__

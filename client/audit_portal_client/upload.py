@@ -153,7 +153,7 @@ def upload_in_parts(client, project: str, path, *, progress=None, hash_progress=
                  session["part_count"], session["part_size"])
 
     sid, part_size, count = session["id"], session["part_size"], session["part_count"]
-    part_len = lambda n: min(part_size, size - n * part_size)  # noqa: E731
+    part_len = lambda n: min(part_size, size - n * part_size)
     for _ in range(2):  # a second round when the completion names parts the portal lost
         received = set(session.get("parts_received") or [])
         stored = sum(part_len(n) for n in received)

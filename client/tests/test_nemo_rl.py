@@ -5,8 +5,8 @@ import pytest
 
 from audit_portal_client.integrations.nemo_rl import log_train_data
 
-from nemo_rl_batch import E, K, L, S, train_batch  # noqa: E402
-from test_verl import new_run, spool_table, trainer_routes  # noqa: E402
+from nemo_rl_batch import E, K, L, S, train_batch
+from test_verl import new_run, spool_table, trainer_routes
 
 
 def test_calls_per_assistant_turn_with_the_route_that_produced_each_token(tmp_path):

@@ -8,10 +8,10 @@ import pytest
 
 pytest.importorskip("trl")
 
-from audit_portal_client import Client  # noqa: E402
-from audit_portal_client.integrations.trl import AuditPortalCallback  # noqa: E402
+from audit_portal_client import Client
+from audit_portal_client.integrations.trl import AuditPortalCallback
 
-from tiny_grpo import tiny_grpo_trainer  # noqa: E402
+from tiny_grpo import tiny_grpo_trainer
 
 
 def test_two_grpo_steps_are_logged(tmp_path):

@@ -22,7 +22,7 @@ print(repr((lo, hi)))
 def test_kernel_compiles_in_memory_when_no_cache_location_is_writable():
     out = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    lo, hi = eval(out.stdout.strip())  # noqa: S307 - our own repr of two floats
+    lo, hi = eval(out.stdout.strip())  # our own repr of two floats
     # the same interval as the cached kernel in this process
     from workers.certify.intervals import tv_interval
 

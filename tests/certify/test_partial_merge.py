@@ -101,7 +101,7 @@ def test_merged_partials_equal_one_pass(run_files, kind, target, options, one_pa
              for c in chunks]
     merged = summarise(_merge_randomly(parts, rnd), plan)
     assert orjson.dumps(merged) == orjson.dumps(one)
-    key = lambda r: r["line"]  # noqa: E731
+    key = lambda r: r["line"]
     assert orjson.dumps(sorted(rows, key=key)) == orjson.dumps(sorted(one_rows, key=key))
     assert merged["summary"]["sequences"] > 10 and merged["steps"]  # the file really exercises the aggregates
 

@@ -16,7 +16,7 @@ SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[Heal
 
 
 def one(pi, pl, qi, ql, y, a, b, **kw):
-    T = lambda x, d=torch.float64: torch.tensor([x], dtype=d)  # noqa: E731
+    T = lambda x, d=torch.float64: torch.tensor([x], dtype=d)
     return tv_interval_topk(T(pi, torch.int64).reshape(1, -1), T(pl).reshape(1, -1), T(qi, torch.int64).reshape(1, -1),
                             T(ql).reshape(1, -1), T(y, torch.int64), T(a), T(b), **kw)
 
@@ -47,7 +47,7 @@ def test_robust_interval_contains_truth_under_perturbation(seed, N, eta, caps):
     y = int(rng.choice(N, p=p))
     pi, pl = topk_view(p, int(rng.integers(0, N + 1)))
     qi, ql = topk_view(q, int(rng.integers(0, N + 1)))
-    noise = lambda: rng.uniform(-eta, eta)  # noqa: E731
+    noise = lambda: rng.uniform(-eta, eta)
     logged_p = {i: min(0.0, math.log(p[i]) + noise()) for i in set(pi) | {y}}
     logged_q = {i: min(0.0, math.log(q[i]) + noise()) for i in set(qi) | {y}}
     r = one(pi, [logged_p[i] for i in pi], qi, [logged_q[i] for i in qi], y, logged_p[y], logged_q[y],
@@ -71,7 +71,7 @@ def test_real_storage_rounding_is_covered(seed, N, dtype):
     q = np.maximum(q, 1e-4); q /= q.sum()
     y = int(rng.choice(N, p=p))
     tdt = torch.bfloat16 if dtype == "bf16" else torch.float16
-    rnd = lambda x: float(torch.tensor(x, dtype=torch.float64).to(tdt).to(torch.float64))  # noqa: E731
+    rnd = lambda x: float(torch.tensor(x, dtype=torch.float64).to(tdt).to(torch.float64))
     pi, _ = topk_view(p, int(rng.integers(0, N + 1)))
     qi, _ = topk_view(q, int(rng.integers(0, N + 1)))
     r = one(pi, [rnd(math.log(p[i])) for i in pi], qi, [rnd(math.log(q[i])) for i in qi], y, rnd(math.log(p[y])),

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kc_helpers import REF, VIOL, hostile  # noqa: F401
+from kc_helpers import REF, VIOL, hostile
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -18,7 +18,7 @@ import pytest
 
 from kc_helpers import HERE
 
-from workers.contracts.loader import SPECS_DIR, ContractError, load_suite, load_text
+from workers.contracts.loader import SPECS_DIR, ContractError, load_text
 from workers.contracts.protocols.base import sweep_points
 
 USER = str(HERE / "kc_user_kernels.py")

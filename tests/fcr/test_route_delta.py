@@ -22,7 +22,7 @@ from workers.training.moe import experiment_records
 from .test_routes_format import _exp, _valid
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "client"))
-from audit_portal_client.fcr import ROUTES_SAME, RecordMeta, route_delta as client_delta, step_table  # noqa: E402
+from audit_portal_client.fcr import ROUTES_SAME, RecordMeta, route_delta as client_delta, step_table
 
 B, T, L, K, E = 6, 12, 5, 3, 16
 

@@ -159,7 +159,7 @@ def test_a_sink_keeps_memory_independent_of_the_number_of_calls(monkeypatch):
         return held[0], rep
 
     (kept_small, _), (kept_big, rep_kept) = held_at_the_end(200), held_at_the_end(800)
-    sink = lambda entries: None  # noqa: E731
+    sink = lambda entries: None
     (streamed_small, _), (streamed_big, rep_streamed) = held_at_the_end(200, call_sink=sink), \
         held_at_the_end(800, call_sink=sink)
     assert len(rep_kept["calls"]) == 800 and rep_streamed["calls"] == []

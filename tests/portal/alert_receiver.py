@@ -14,7 +14,7 @@ class Receiver:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server's name
+            def do_POST(self):  # http.server's name
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 outer.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
                 status = outer.statuses[min(len(outer.requests), len(outer.statuses)) - 1]

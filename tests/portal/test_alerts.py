@@ -322,7 +322,7 @@ def test_the_consistency_check_reports_an_overdue_delivery_and_a_firing_state_wi
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(services, "enqueue_delivery", lambda pk, countdown=0: True)
         (event,) = services.evaluate_run(run, snap(best=0.2))
-    mine = lambda: [p for p in check(rehash=False, project=project).problems  # noqa: E731
+    mine = lambda: [p for p in check(rehash=False, project=project).problems
                     if "webhook" in p or "alert rule" in p]
     assert mine() == []  # just raised: its task has time
     WebhookDelivery.objects.filter(event=event).update(created_at=timezone.now() - timedelta(hours=1))

@@ -21,8 +21,8 @@ from .test_celery_integration import wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "client"))
 
-from audit_portal_client import BudgetExceeded, Client, arrow_schema  # noqa: E402
-from audit_portal_client.cli import main as cli_main  # noqa: E402
+from audit_portal_client import BudgetExceeded, Client, arrow_schema
+from audit_portal_client.cli import main as cli_main
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -104,7 +104,7 @@ def step_batch(step, B=4, T=24, K=5, seed=0):
     ids = np.argsort(-lp, -1)[..., :K]
     y = ids[..., 0]
     mask = (np.arange(T)[None, :] < rng.integers(T // 2, T + 1, (B, 1))).astype(np.int8)
-    take = lambda a, i: np.take_along_axis(a, i, -1)  # noqa: E731
+    take = lambda a, i: np.take_along_axis(a, i, -1)
     return dict(rollout_logprobs=take(lp, y[..., None])[..., 0], trainer_logprobs=take(lq, y[..., None])[..., 0],
                 response_mask=mask, response_ids=y, prompt_ids=rng.integers(0, 50, (B, 6)),
                 rollout_topk_ids=ids, rollout_topk_logprobs=take(lp, ids), trainer_topk_ids=ids,

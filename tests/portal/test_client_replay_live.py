@@ -21,9 +21,9 @@ from .test_client_e2e import step_batch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "client"))
 
-from audit_portal_client import Client, ReplayFailed  # noqa: E402
-from audit_portal_client.cli import EXIT_OK, EXIT_REPLAY, main as cli_main  # noqa: E402
-from audit_portal_client.fcr import RecordMeta, step_table  # noqa: E402
+from audit_portal_client import Client, ReplayFailed
+from audit_portal_client.cli import EXIT_OK, EXIT_REPLAY, main as cli_main
+from audit_portal_client.fcr import RecordMeta, step_table
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

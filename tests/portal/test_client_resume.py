@@ -23,8 +23,8 @@ from .live_steps import step_batch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "client"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "client" / "tests"))
 
-from audit_portal_client import Client, PortalError, PortalUnavailable  # noqa: E402
-from audit_portal_client.cli import main as cli_main  # noqa: E402
+from audit_portal_client import Client, PortalError, PortalUnavailable
+from audit_portal_client.cli import main as cli_main
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

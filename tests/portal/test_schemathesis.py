@@ -23,7 +23,7 @@ from django.db import close_old_connections
 
 from audit_portal.wsgi import application
 
-from .test_authz_matrix import World, _world_artifacts, world  # noqa: F401, F811 - fixtures: the seeded projects
+from .test_authz_matrix import World, _world_artifacts, world  # noqa: F401 - fixtures: the seeded projects
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow, pytest.mark.xdist_group("authz-matrix")]
 

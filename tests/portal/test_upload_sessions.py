@@ -121,7 +121,7 @@ def test_without_a_declared_digest_the_servers_digest_stands_and_finds_duplicate
 
 def test_bad_parts_and_a_wrong_digest_are_refused_by_name(api, project, log_bytes):
     session = start(api, project, log_bytes, sha="0" * 64)
-    code = lambda r: (r.status_code, r.json()["error"]["code"])  # noqa: E731
+    code = lambda r: (r.status_code, r.json()["error"]["code"])
     url = f"/api/v1/upload-sessions/{session['id']}/parts/"
     assert code(api.generic("PUT", f"{url}0/", b"short", content_type="application/octet-stream")) == \
         (400, "wrong_part_length")

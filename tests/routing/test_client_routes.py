@@ -11,10 +11,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "client"))
 
-from audit_portal_client.fcr import RecordMeta, step_table  # noqa: E402
+from audit_portal_client.fcr import RecordMeta, step_table
 
-from workers.fcr.validate import validate_file  # noqa: E402
-from workers.routing.file import audit_file  # noqa: E402
+from workers.fcr.validate import validate_file
+from workers.routing.file import audit_file
 
 B, T, L, K, E = 4, 9, 3, 2, 8
 

@@ -242,7 +242,7 @@ def budget_threshold(bound_id: str, T: int, budget: float, **fixed) -> float:
     T = int(T)
     is_kl = bound_id in KL_PARAMETERISED
     top = 2.0 if is_kl else 1.0
-    f = lambda x: _bound_at(bound_id, T, x, fixed)  # noqa: E731
+    f = lambda x: _bound_at(bound_id, T, x, fixed)
     if f(top) <= budget:
         return math.inf if is_kl else 1.0
     if f(0.0) > budget:

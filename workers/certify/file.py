@@ -32,7 +32,7 @@ from workers.certify import parquet_rows
 from workers.certify.bounds import CONSTANTS, guard_threshold
 from workers.fcr.reader import FcrParseError, LineReader
 from workers.fcr.validate import array_bools_possible
-from workers.fcr.columnar import is_parquet  # noqa: I001 - fcr-parquet/1 intake
+from workers.fcr.columnar import is_parquet  # fcr-parquet/1 intake
 from workers.jsonsafe import finite_or_none
 
 # ---- streaming ---------------------------------------------------------------------------------------------------

@@ -138,7 +138,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     try:
         return args.fn(args)
-    except Exception as exc:  # noqa: BLE001 - a CLI prints an error, not a traceback
+    except Exception as exc:  # a CLI prints an error, not a traceback
         from .loader import ContractError
 
         if isinstance(exc, ContractError):

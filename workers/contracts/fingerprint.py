@@ -30,7 +30,7 @@ def static_fingerprint(device: str = "cpu") -> dict:
                       "total_memory": int(props.total_memory), "cuda_runtime": torch.version.cuda,
                       "cudnn": torch.backends.cudnn.version()}
         try:
-            fp["cuda"]["driver"] = int(torch._C._cuda_getDriverVersion())  # noqa: SLF001 - best effort
+            fp["cuda"]["driver"] = int(torch._C._cuda_getDriverVersion())  # best effort
         except Exception:  # noqa: BLE001
             fp["cuda"]["driver"] = None
     return fp

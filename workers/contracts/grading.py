@@ -174,7 +174,7 @@ def grade(verdicts, *, deployment_flags: dict | None = None, deployment_verdicts
         meets = {k: (kc_a.get(k) or 0) >= int(t) for k, t in target.items()}
     tracks = sorted({v.get("track") or "closed" for v in vs})
     track = "open" if "open" in tracks else "closed"
-    fmt = lambda vec: "(" + ", ".join(f"{k} {'-' if v is None else v}" for k, v in vec.items()) + ")"  # noqa: E731
+    fmt = lambda vec: "(" + ", ".join(f"{k} {'-' if v is None else v}" for k, v in vec.items()) + ")"
     return {
         "kc_c": kc_c, "kc_a": kc_a, "kc_t": dict(target) if target else None, "meets_target": meets,
         "meets_all_targets": all(meets.values()) if meets else None,

@@ -64,9 +64,9 @@ class F:
 
 S, I, N, B, E, A = (lambda **kw: F("str", **kw)), (lambda **kw: F("int", **kw)), (lambda **kw: F("number", **kw)), \
     (lambda **kw: F("bool", **kw)), (lambda **kw: F("expr", **kw)), (lambda **kw: F("any", **kw))
-M = lambda fields, **kw: F("map", fields=fields, **kw)  # noqa: E731
-L = lambda items, **kw: F("list", items=items, **kw)  # noqa: E731
-D = lambda items, **kw: F("dict", items=items, **kw)  # noqa: E731
+M = lambda fields, **kw: F("map", fields=fields, **kw)
+L = lambda items, **kw: F("list", items=items, **kw)
+D = lambda items, **kw: F("dict", items=items, **kw)
 
 IMPL_REF = A(doc="'package.module:function' or {impl: ref, platform_dependent: bool, note: str}")
 

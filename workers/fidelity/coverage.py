@@ -99,7 +99,7 @@ def coverage_meta(rec) -> dict:
     """The few record fields coverage needs (so queued calls need not keep whole records)."""
     if not isinstance(rec, dict):
         return {}
-    g = lambda d, k: d.get(k) if isinstance(d, dict) else None  # noqa: E731
+    g = lambda d, k: d.get(k) if isinstance(d, dict) else None
     h = rec.get("harness")
     return {"prompt_provenance": g(rec.get("prompt"), "provenance"),
             "response_provenance": g(rec.get("response"), "provenance"),

@@ -118,7 +118,7 @@ def _merge(job, certificate, plan, n_chunks) -> dict:
 def _store_figures(certificate):
     try:  # the first visit reads them; without them the web builds them on that visit (figures.py)
         certificate_figures.store_page_figures(certificate)
-    except Exception:  # noqa: BLE001 - the certificate is stored and complete; figures are a convenience
+    except Exception:  # the certificate is stored and complete; figures are a convenience
         log.exception("could not store the figures of certificate %s", certificate.pk)
 
 

@@ -13,7 +13,7 @@ def _values(x, value, g):
     largest ones at positions drawn from the seed, and a negative-offset row (exp underflows without the max)."""
     if value != "large_logits":
         return x
-    rows, N = x.shape[-2], x.shape[-1]
+    rows = x.shape[-2]
     scale = 10.0 ** (2 + torch.rand((rows, 1), generator=g, dtype=torch.float64))
     x = (x.double() * 0.05 + 1.0) * scale
     if rows > 1:

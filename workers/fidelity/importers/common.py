@@ -15,7 +15,7 @@ import re
 
 import orjson
 
-from workers.fcr.schema import SENTINEL_CUT, ids_sha256  # noqa: F401  (the format's one rule for each)
+from workers.fcr.schema import SENTINEL_CUT, ids_sha256  # the format's one rule for each
 
 IMPORTER_VERSION = "fidelity-importers/1"
 MAX_LITERAL_CHARS = 50_000_000
