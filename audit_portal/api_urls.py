@@ -1,4 +1,5 @@
 """``/api/v1/`` routes."""
+
 from django.urls import include, path
 
 from audit_portal.accounts import api as accounts
@@ -19,13 +20,22 @@ urlpatterns = [
     path("projects/<slug:slug>/jobs/", jobs.ProjectJobList.as_view(), name="project-job-list"),
     path("uploads/<int:pk>/", runs.UploadDetail.as_view(), name="upload-detail"),
     # resumable uploads in parts (audit_portal/runs/chunked.py)
-    path("projects/<slug:slug>/upload-sessions/", upload_sessions.UploadSessionCreate.as_view(),
-         name="upload-session-create"),
+    path(
+        "projects/<slug:slug>/upload-sessions/",
+        upload_sessions.UploadSessionCreate.as_view(),
+        name="upload-session-create",
+    ),
     path("upload-sessions/<uuid:pk>/", upload_sessions.UploadSessionDetail.as_view(), name="upload-session-detail"),
-    path("upload-sessions/<uuid:pk>/parts/<int:n>/", upload_sessions.UploadSessionPart.as_view(),
-         name="upload-session-part"),
-    path("upload-sessions/<uuid:pk>/complete/", upload_sessions.UploadSessionComplete.as_view(),
-         name="upload-session-complete"),
+    path(
+        "upload-sessions/<uuid:pk>/parts/<int:n>/",
+        upload_sessions.UploadSessionPart.as_view(),
+        name="upload-session-part",
+    ),
+    path(
+        "upload-sessions/<uuid:pk>/complete/",
+        upload_sessions.UploadSessionComplete.as_view(),
+        name="upload-session-complete",
+    ),
     path("runs/<int:pk>/", dashboards.RunDetail.as_view(), name="run-detail"),
     path("runs/<int:pk>/state/", runs.RunState.as_view(), name="run-state"),
     path("jobs/<int:pk>/", jobs.JobDetail.as_view(), name="job-detail"),

@@ -2,6 +2,7 @@
 
 Oversize uploads are refused from their ``Content-Length`` before any byte of the body is read
 (Django's ASGI handler would otherwise spool the whole body to disk first)."""
+
 import os
 
 import orjson
@@ -15,13 +16,13 @@ os.environ.setdefault("DB_CONN_MAX_AGE", "0")
 django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs the app registry)
-from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
-from django.conf import settings  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402 - after get_asgi_application(): needs the app registry
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402 - after get_asgi_application(): needs the app registry
+from django.conf import settings  # noqa: E402 - after get_asgi_application(): needs the app registry
 
-from audit_portal.core.api_errors import error_body  # noqa: E402
-from audit_portal.routing import websocket_urlpatterns  # noqa: E402
-from audit_portal.runs.upload_handler import MULTIPART_OVERHEAD  # noqa: E402
+from audit_portal.core.api_errors import error_body  # noqa: E402 - after get_asgi_application(): needs the app registry
+from audit_portal.routing import websocket_urlpatterns  # noqa: E402 - after get_asgi_application(): needs the app registry
+from audit_portal.runs.upload_handler import MULTIPART_OVERHEAD  # noqa: E402 - after get_asgi_application(): needs the app registry
 
 
 def refuse_oversize_uploads(app):
@@ -29,10 +30,19 @@ def refuse_oversize_uploads(app):
         if scope["type"] == "http" and scope.get("method") == "POST":
             length = dict(scope.get("headers") or []).get(b"content-length")
             if length and length.isdigit() and int(length) > settings.UPLOAD_MAX_BYTES + MULTIPART_OVERHEAD:
-                body = orjson.dumps(error_body("upload_too_large", "The request body exceeds the upload limit of "
-                                                                   f"{settings.UPLOAD_MAX_BYTES} bytes."))
-                await send({"type": "http.response.start", "status": 413,
-                            "headers": [(b"content-type", b"application/json"), (b"connection", b"close")]})
+                body = orjson.dumps(
+                    error_body(
+                        "upload_too_large",
+                        f"The request body exceeds the upload limit of {settings.UPLOAD_MAX_BYTES} bytes.",
+                    )
+                )
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 413,
+                        "headers": [(b"content-type", b"application/json"), (b"connection", b"close")],
+                    }
+                )
                 await send({"type": "http.response.body", "body": body})
                 return
         await app(scope, receive, send)

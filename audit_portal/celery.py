@@ -3,6 +3,7 @@
 Queues: ``cpu`` (validation, certificates, fidelity, CPU conformance) and ``gpu`` (training-step audits,
 CUDA conformance). The web process never imports ``workers.tasks``: that module pulls in torch.
 """
+
 import os
 
 from celery import Celery

@@ -16,6 +16,7 @@ Environment:
   UPLOAD_PARTS_ABOVE_BYTES  the browser form sends larger files as a resumable upload in parts (default 32 MiB)
   ALLOWED_HOSTS         comma-separated (default localhost,127.0.0.1,[::1],testserver)
 """
+
 from __future__ import annotations
 
 import os
@@ -33,9 +34,7 @@ def env_bool(name: str, default: bool) -> bool:
 
 
 DEBUG = env_bool("AUDIT_DEBUG", True)
-SECRET_KEY = os.environ.get("AUDIT_SECRET_KEY") or (
-    "dev-only-insecure-key-change-me" if DEBUG else None
-)
+SECRET_KEY = os.environ.get("AUDIT_SECRET_KEY") or ("dev-only-insecure-key-change-me" if DEBUG else None)
 if not SECRET_KEY:
     raise RuntimeError("AUDIT_SECRET_KEY must be set when AUDIT_DEBUG is off")
 
@@ -111,8 +110,11 @@ if EMBEDDED_DATABASE:
     DATABASE_URL = f"sqlite:///{VAR_DIR / 'portal.sqlite3'}"
 # Persistent connections for workers and management commands; the ASGI entry point sets DB_CONN_MAX_AGE=0 (each
 # request runs in a thread of its own there, and a kept connection per thread exhausted PostgreSQL under load).
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=int(os.environ.get("DB_CONN_MAX_AGE", 60)),
-                                              conn_health_checks=True)}
+DATABASES = {
+    "default": dj_database_url.parse(
+        DATABASE_URL, conn_max_age=int(os.environ.get("DB_CONN_MAX_AGE", 60)), conn_health_checks=True
+    )
+}
 if EMBEDDED_DATABASE:
     # SQLite serialises writers; a worker and the web process share it, so wait rather than fail.
     DATABASES["default"]["OPTIONS"] = {"timeout": 30, "transaction_mode": "IMMEDIATE"}
@@ -198,9 +200,11 @@ CELERY_BEAT_SCHEDULE = {
     # lost messages of alerts and growing runs: deliveries and follow-ups resent (workers/tasks/alerts.py)
     "sweep-alerts": {"task": "workers.tasks.sweep_alerts", "schedule": 60.0, "options": {"queue": "cpu"}},
     # the transparency log against its signatures, key history and witnesses; an alert when it stops verifying
-    "check-transparency-log": {"task": "workers.tasks.check_transparency_log",
-                               "schedule": float(os.environ.get("AUDIT_LOG_CHECK_SECONDS", 300)),
-                               "options": {"queue": "cpu"}},
+    "check-transparency-log": {
+        "task": "workers.tasks.check_transparency_log",
+        "schedule": float(os.environ.get("AUDIT_LOG_CHECK_SECONDS", 300)),
+        "options": {"queue": "cpu"},
+    },
 }
 # A running job whose worker has not reported for this long is retried, then failed with a reason.
 JOB_HEARTBEAT_TIMEOUT_SECONDS = int(os.environ.get("JOB_HEARTBEAT_TIMEOUT_SECONDS", 600))
@@ -208,9 +212,15 @@ JOB_MAX_ATTEMPTS = 3
 
 if REDIS_URL:
     # redis-py 8 defaults to a 5 s socket timeout, which races channels_redis's 5 s BZPOPMIN: give it room.
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
-                                  "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
-                                             "prefix": f"asgi-{AUDIT_INSTANCE}" if AUDIT_INSTANCE else "asgi"}}}
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {
+                "hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
+                "prefix": f"asgi-{AUDIT_INSTANCE}" if AUDIT_INSTANCE else "asgi",
+            },
+        }
+    }
     PROGRESS_POLL_SECONDS = 0  # progress arrives through the channel layer
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
@@ -238,9 +248,15 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "audit_portal.core.errors.api_exception_handler",
     # JSON bodies bounded in size and nesting depth before they are parsed (audit_portal/core/parsers.py)
-    "DEFAULT_PARSER_CLASSES": ["audit_portal.core.parsers.BoundedJSONParser", "rest_framework.parsers.FormParser",
-                               "rest_framework.parsers.MultiPartParser"],
-    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer", "rest_framework.renderers.BrowsableAPIRenderer"],
+    "DEFAULT_PARSER_CLASSES": [
+        "audit_portal.core.parsers.BoundedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
+    "DEFAULT_RENDERER_CLASSES": [
+        "rest_framework.renderers.JSONRenderer",
+        "rest_framework.renderers.BrowsableAPIRenderer",
+    ],
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Audit Portal API",
@@ -255,8 +271,10 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     # the ApiKey security scheme is declared by audit_portal/core/schema.py (an authentication extension), which
     # also documents the error envelope and the error responses of every operation
-    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
-                             "audit_portal.core.schema.document_error_responses"],
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "audit_portal.core.schema.document_error_responses",
+    ],
     # several models have a field named "kind" with their own choices: each enum gets a name of its own
     "ENUM_NAME_OVERRIDES": {
         "AlertRuleKindEnum": "audit_portal.alerts.rules.KIND_CHOICES",

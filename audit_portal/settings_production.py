@@ -18,6 +18,7 @@ Optional:
 Every database, broker and storage setting is read from the environment exactly as in development (README).
 ``manage.py check --deploy --fail-level WARNING`` is clean under this module (tests/portal/test_deploy_check.py).
 """
+
 from __future__ import annotations
 
 import os
@@ -34,12 +35,19 @@ def _required(name: str, hint: str) -> str:
     return value
 
 
-_secret = _required("AUDIT_SECRET_KEY", "a random string of at least 50 characters, "
-                                        "e.g. python -c \"import secrets; print(secrets.token_urlsafe(64))\"")
+_secret = _required(
+    "AUDIT_SECRET_KEY",
+    'a random string of at least 50 characters, e.g. python -c "import secrets; print(secrets.token_urlsafe(64))"',
+)
 if len(_secret) < 50 or len(set(_secret)) < 5 or _secret == _DEV_KEY:
     raise ImproperlyConfigured("AUDIT_SECRET_KEY is too weak for production: use at least 50 random characters.")
-_hosts = [h.strip() for h in _required("ALLOWED_HOSTS", "the comma-separated host names the portal serves, "
-                                                       "e.g. portal.example.com").split(",") if h.strip()]
+_hosts = [
+    h.strip()
+    for h in _required(
+        "ALLOWED_HOSTS", "the comma-separated host names the portal serves, e.g. portal.example.com"
+    ).split(",")
+    if h.strip()
+]
 if "*" in _hosts:
     raise ImproperlyConfigured("ALLOWED_HOSTS must name the portal's hosts; '*' is not allowed in production.")
 
@@ -69,12 +77,16 @@ SESSION_COOKIE_AGE = int(os.environ.get("SESSION_COOKIE_AGE_SECONDS", 12 * 3600)
 # (the base settings' per-process memory cache would give each process its own budget)
 _cache_url = os.environ.get("CACHE_URL") or REDIS_URL
 if _cache_url:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": _cache_url,
-                          "KEY_PREFIX": "audit-portal-cache"}}
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": _cache_url,
+            "KEY_PREFIX": "audit-portal-cache",
+        }
+    }
 
 # --- Content-Security-Policy: enforced, websockets over TLS only -----------------------------------------
-CONTENT_SECURITY_POLICY = {**_BASE_CSP, "connect-src": ["'self'", "wss://{host}"],
-                           "upgrade-insecure-requests": []}
+CONTENT_SECURITY_POLICY = {**_BASE_CSP, "connect-src": ["'self'", "wss://{host}"], "upgrade-insecure-requests": []}
 CONTENT_SECURITY_POLICY_REPORT_ONLY = False
 
 # --- API: no browsable HTML API in production (JSON only; the OpenAPI docs stay at /api/docs/) -----------

@@ -13,8 +13,15 @@ def healthz(request):
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("login/", auth_views.LoginView.as_view(template_name="auth/login.html", redirect_authenticated_user=True,
-                                                authentication_form=ThrottledAuthenticationForm), name="login"),
+    path(
+        "login/",
+        auth_views.LoginView.as_view(
+            template_name="auth/login.html",
+            redirect_authenticated_user=True,
+            authentication_form=ThrottledAuthenticationForm,
+        ),
+        name="login",
+    ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("healthz", healthz, name="healthz"),
     path("api/v1/", include("audit_portal.api_urls")),

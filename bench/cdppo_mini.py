@@ -21,6 +21,7 @@ Methods (losses from workers/training/losses.py; masks from workers/certify):
          θ = 0.15, UNDETERMINED fails closed
 Outputs (``--out``, default bench/out/cdppo_mini): results.json (every run's curve and metrics), table.md, curves.html.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,6 +47,7 @@ METHODS = ("ppo", "dppo", "trm", "cdppo")
 
 def make_noise(args, gen):
     """The injected rollout-side mismatch (module docstring); ``gen`` a CPU generator (reproducible per run)."""
+
     def f(step, logits):
         lg = logits.cpu()
         noise = torch.randn(lg.shape, generator=gen, dtype=lg.dtype)
@@ -56,6 +58,7 @@ def make_noise(args, gen):
             flipped = lg.gather(-1, perm) * args.flip_scale
             lg = torch.where(hit[:, None], flipped, lg)
         return lg.to(logits.device)
+
     return f
 
 
@@ -65,11 +68,20 @@ def method_loss(method, logp, lp_roll, adv, ctx, args):
     if method == "dppo":
         return Ls.dppo_loss(logp, lp_roll, adv, threshold=args.dppo_tv, norm="token")
     if method == "trm":
-        return Ls.trm_loss(logp, lp_roll, adv, mode="kl", threshold=args.trm_kl, kl=ctx["kl"], tv=ctx["tv"],
-                           norm="batch")
+        return Ls.trm_loss(
+            logp, lp_roll, adv, mode="kl", threshold=args.trm_kl, kl=ctx["kl"], tv=ctx["tv"], norm="batch"
+        )
     if method == "cdppo":
-        return Ls.cdppo_loss(logp, lp_roll, adv, lists=ctx["lists"], threshold=args.dppo_tv, precision="fp32",
-                             adaptive=True, norm="token")
+        return Ls.cdppo_loss(
+            logp,
+            lp_roll,
+            adv,
+            lists=ctx["lists"],
+            threshold=args.dppo_tv,
+            precision="fp32",
+            adaptive=True,
+            norm="token",
+        )
     raise ValueError(method)
 
 
@@ -78,11 +90,12 @@ def run_one(job):
     torch.set_num_threads(1)
     args = argparse.Namespace(**args)
     t0 = time.perf_counter()
-    cfg = ModelConfig(vocab=args.vocab, d_model=args.d_model, n_layers=args.layers, n_heads=2, max_len=32,
-                      seed=1000 + seed)
+    cfg = ModelConfig(
+        vocab=args.vocab, d_model=args.d_model, n_layers=args.layers, n_heads=2, max_len=32, seed=1000 + seed
+    )
     model = build_model(cfg)
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
-    gen = torch.Generator().manual_seed(seed)           # prompts and sampling: identical across methods per seed
+    gen = torch.Generator().manual_seed(seed)  # prompts and sampling: identical across methods per seed
     ngen = torch.Generator().manual_seed(10_000 + seed)  # injected mismatch
     noise = make_noise(args, ngen)
     P, T = args.prompt_len, args.length
@@ -129,18 +142,27 @@ def run_one(job):
     tokens, _ = sample(model, prompts, T, numerics="fp32", gen=eg)
     final = float(copy_reward(prompts, tokens[:, P:]).mean())
     w = max(1, args.steps // 10)
-    peak = max(sum(curve[i:i + w]) / w for i in range(0, len(curve) - w + 1))
+    peak = max(sum(curve[i : i + w]) / w for i in range(0, len(curve) - w + 1))
     last = sum(curve[-w:]) / w
-    return {"method": method, "seed": seed, "final_reward": final, "train_curve": curve,
-            "peak_train_reward": peak, "last_train_reward": last,
-            "collapsed": bool(nan or (last < peak - args.collapse_drop)),
-            "masked_fraction": sum(masked) / len(masked), "token_tv_mean": sum(tv_means) / len(tv_means),
-            "token_tv_over_0.5": sum(flips_seen) / len(flips_seen), "seconds": time.perf_counter() - t0}
+    return {
+        "method": method,
+        "seed": seed,
+        "final_reward": final,
+        "train_curve": curve,
+        "peak_train_reward": peak,
+        "last_train_reward": last,
+        "collapsed": bool(nan or (last < peak - args.collapse_drop)),
+        "masked_fraction": sum(masked) / len(masked),
+        "token_tv_mean": sum(tv_means) / len(tv_means),
+        "token_tv_over_0.5": sum(flips_seen) / len(flips_seen),
+        "seconds": time.perf_counter() - t0,
+    }
 
 
 def mean_ci(xs, level=0.95):
     """Mean and half-width of the Student-t confidence interval."""
     from scipy import stats
+
     n = len(xs)
     m = sum(xs) / n
     if n < 2:
@@ -156,11 +178,20 @@ def summarise(runs, methods, seeds):
         rs = by[m]
         fm, fh = mean_ci([r["final_reward"] for r in rs])
         lm, lh = mean_ci([r["last_train_reward"] for r in rs])
-        rows.append({"method": m, "n": len(rs), "final_reward": fm, "final_ci": fh, "last_train": lm,
-                     "last_train_ci": lh, "collapses": sum(r["collapsed"] for r in rs),
-                     "masked_fraction": sum(r["masked_fraction"] for r in rs) / len(rs),
-                     "token_tv_mean": sum(r["token_tv_mean"] for r in rs) / len(rs),
-                     "seconds": sum(r["seconds"] for r in rs) / len(rs)})
+        rows.append(
+            {
+                "method": m,
+                "n": len(rs),
+                "final_reward": fm,
+                "final_ci": fh,
+                "last_train": lm,
+                "last_train_ci": lh,
+                "collapses": sum(r["collapsed"] for r in rs),
+                "masked_fraction": sum(r["masked_fraction"] for r in rs) / len(rs),
+                "token_tv_mean": sum(r["token_tv_mean"] for r in rs) / len(rs),
+                "seconds": sum(r["seconds"] for r in rs) / len(rs),
+            }
+        )
     paired = {}
     if "cdppo" in by and "dppo" in by:
         d = [c["final_reward"] - p["final_reward"] for c, p in zip(by["cdppo"], by["dppo"])]
@@ -170,21 +201,29 @@ def summarise(runs, methods, seeds):
 
 
 def table_md(rows, paired):
-    lines = ["| method | seeds | final reward (fp32 eval, mean ± 95% CI) | last-10% train reward | collapses | "
-             "masked token fraction | mean token TV | s / run |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| method | seeds | final reward (fp32 eval, mean ± 95% CI) | last-10% train reward | collapses | "
+        "masked token fraction | mean token TV | s / run |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['method']} | {r['n']} | {r['final_reward']:.3f} ± {r['final_ci']:.3f} | "
-                     f"{r['last_train']:.3f} ± {r['last_train_ci']:.3f} | {r['collapses']} | "
-                     f"{r['masked_fraction']:.2%} | {r['token_tv_mean']:.3f} | {r['seconds']:.0f} |")
+        lines.append(
+            f"| {r['method']} | {r['n']} | {r['final_reward']:.3f} ± {r['final_ci']:.3f} | "
+            f"{r['last_train']:.3f} ± {r['last_train_ci']:.3f} | {r['collapses']} | "
+            f"{r['masked_fraction']:.2%} | {r['token_tv_mean']:.3f} | {r['seconds']:.0f} |"
+        )
     if paired:
         lines.append("")
-        lines.append(f"Paired (same seeds) C-DPPO − DPPO final reward: {paired['cdppo_minus_dppo']:+.3f} ± "
-                     f"{paired['ci']:.3f} (95% CI); C-DPPO higher on {paired['wins']}/{paired['n']} seeds.")
+        lines.append(
+            f"Paired (same seeds) C-DPPO − DPPO final reward: {paired['cdppo_minus_dppo']:+.3f} ± "
+            f"{paired['ci']:.3f} (95% CI); C-DPPO higher on {paired['wins']}/{paired['n']} seeds."
+        )
     return "\n".join(lines)
 
 
 def curves_figure(runs, methods):
     import plotly.graph_objects as go
+
     fig = go.Figure()
     colors = {"ppo": "#7f7f7f", "dppo": "#1f77b4", "trm": "#2ca02c", "cdppo": "#d62728"}
     for m in methods:
@@ -195,12 +234,30 @@ def curves_figure(runs, methods):
         hi = [max(c[i] for c in cs) for i in range(n)]
         x = list(range(n))
         col = colors.get(m, "#000")
-        fig.add_trace(go.Scatter(x=x + x[::-1], y=hi + lo[::-1], fill="toself", line={"width": 0},
-                                 fillcolor=col, opacity=0.15, showlegend=False, hoverinfo="skip"))
-        fig.add_trace(go.Scatter(x=x, y=mean, name=f"{m} (mean of {len(cs)} seeds; band = min–max)",
-                                 line={"color": col, "width": 2}))
-    fig.update_layout(title="cdppo_mini: rollout reward per step (bf16 rollout + injected noise/flips vs fp32 trainer)",
-                      xaxis_title="step", yaxis_title="mean reward of the rollout batch", height=480, width=1000)
+        fig.add_trace(
+            go.Scatter(
+                x=x + x[::-1],
+                y=hi + lo[::-1],
+                fill="toself",
+                line={"width": 0},
+                fillcolor=col,
+                opacity=0.15,
+                showlegend=False,
+                hoverinfo="skip",
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=x, y=mean, name=f"{m} (mean of {len(cs)} seeds; band = min–max)", line={"color": col, "width": 2}
+            )
+        )
+    fig.update_layout(
+        title="cdppo_mini: rollout reward per step (bf16 rollout + injected noise/flips vs fp32 trainer)",
+        xaxis_title="step",
+        yaxis_title="mean reward of the rollout batch",
+        height=480,
+        width=1000,
+    )
     return fig
 
 
@@ -219,15 +276,20 @@ def main(argv=None):
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--clip-grad", dest="clip_grad", type=float, default=1.0)
-    ap.add_argument("--noise", type=float, default=2 ** -7)
+    ap.add_argument("--noise", type=float, default=2**-7)
     ap.add_argument("--flip", type=float, default=0.03)
     ap.add_argument("--flip-scale", dest="flip_scale", type=float, default=1.5)
     ap.add_argument("--topk", type=int, default=4)
     ap.add_argument("--dppo-tv", dest="dppo_tv", type=float, default=0.15)
     ap.add_argument("--trm-kl", dest="trm_kl", type=float, default=0.05)
     ap.add_argument("--eval-n", dest="eval_n", type=int, default=512)
-    ap.add_argument("--collapse-drop", dest="collapse_drop", type=float, default=0.2,
-                    help="a run collapsed if its last-10%% train reward is this far below its peak 10%% window")
+    ap.add_argument(
+        "--collapse-drop",
+        dest="collapse_drop",
+        type=float,
+        default=0.2,
+        help="a run collapsed if its last-10%% train reward is this far below its peak 10%% window",
+    )
     ap.add_argument("--procs", type=int, default=2)
     ap.add_argument("--out", default="bench/out/cdppo_mini")
     args = ap.parse_args(argv)
@@ -243,15 +305,28 @@ def main(argv=None):
             runs = []
             for r in pool.imap_unordered(run_one, jobs):
                 runs.append(r)
-                print(f"  {r['method']:<6} seed {r['seed']}: final {r['final_reward']:.3f} "
-                      f"masked {r['masked_fraction']:.2%} ({r['seconds']:.0f}s)", flush=True)
+                print(
+                    f"  {r['method']:<6} seed {r['seed']}: final {r['final_reward']:.3f} "
+                    f"masked {r['masked_fraction']:.2%} ({r['seconds']:.0f}s)",
+                    flush=True,
+                )
     wall = time.perf_counter() - t0
     rows, paired = summarise(runs, methods, args.seeds)
     os.makedirs(args.out, exist_ok=True)
     cfg = {k: v for k, v in vars(args).items()}
     with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump({"config": cfg, "wall_seconds": wall, "torch": torch.__version__, "rows": rows, "paired": paired,
-                   "runs": runs}, f, indent=1)
+        json.dump(
+            {
+                "config": cfg,
+                "wall_seconds": wall,
+                "torch": torch.__version__,
+                "rows": rows,
+                "paired": paired,
+                "runs": runs,
+            },
+            f,
+            indent=1,
+        )
     md = table_md(rows, paired)
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write(md + "\n")

@@ -18,6 +18,7 @@
    (target <= 3x); the two certificates must be equal; and validate_file on both (Parquet by columns: target
    >= 10x faster than the JSONL; bench/validate_parquet.py measures only that)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -72,9 +73,15 @@ def gen_block(n_tok, K, seq_len, rng):
     a = np.log(p[np.arange(B * seq_len), pick])
     b = np.log(q[np.arange(B * seq_len), pick])
     sh = (B, seq_len)
-    return (torch.from_numpy(ids.reshape(*sh, K)), torch.from_numpy(np.log(p).reshape(*sh, K)),
-            torch.from_numpy(q_ids.reshape(*sh, K)), torch.from_numpy(np.log(q_sorted).reshape(*sh, K)),
-            torch.from_numpy(y.reshape(sh)), torch.from_numpy(a.reshape(sh)), torch.from_numpy(b.reshape(sh)))
+    return (
+        torch.from_numpy(ids.reshape(*sh, K)),
+        torch.from_numpy(np.log(p).reshape(*sh, K)),
+        torch.from_numpy(q_ids.reshape(*sh, K)),
+        torch.from_numpy(np.log(q_sorted).reshape(*sh, K)),
+        torch.from_numpy(y.reshape(sh)),
+        torch.from_numpy(a.reshape(sh)),
+        torch.from_numpy(b.reshape(sh)),
+    )
 
 
 def verl_sequence_stats(a, b, mask):
@@ -108,8 +115,7 @@ def warm_up_kernel():
     """The interval kernel is compiled by numba on first use (cached on disk afterwards); that one-time cost per
     process is reported separately, not folded into the per-token ratio."""
     t0 = time.perf_counter()
-    tv_interval_topk(*(x[:1] for x in gen_block(1000, 4, 1000, np.random.default_rng(1))), caps=True,
-                     precision="fp32")
+    tv_interval_topk(*(x[:1] for x in gen_block(1000, 4, 1000, np.random.default_rng(1))), caps=True, precision="fp32")
     return time.perf_counter() - t0
 
 
@@ -125,6 +131,7 @@ def bench_topk(n_tok, K, rng, block=200_000):
     def base():
         for _ in range(reps):
             verl_sequence_stats(blk[5], blk[6], mask)
+
     ids, lp, qids, qlp = blk[:4]
     p_buf, q_buf, same = torch.empty_like(lp), torch.empty_like(qlp), torch.empty(ids.shape, dtype=torch.bool)
 
@@ -135,6 +142,7 @@ def bench_topk(n_tok, K, rng, block=200_000):
             torch.exp(lp, out=p_buf)
             torch.exp(qlp, out=q_buf)
             torch.eq(ids, qids, out=same)
+
     t_base = best_of(base, 2)
     t_floor = best_of(floor, 2)
     t_cert = best_of(cert, 1)
@@ -142,11 +150,20 @@ def bench_topk(n_tok, K, rng, block=200_000):
 
 
 # what a complete fcr/1 record carries besides its token arrays (the converter to Parquet accepts only valid records)
-RECORD_META = {"model": {"served_name": "bench", "policy_version": 0}, "tokenizer": {"id": "bench", "sha256": ""},
-               "chat_template": None, "engine": {"name": "bench", "api": "generate", "logprobs_mode": "raw_logprobs",
-                                                 "generation_config_source": "request_only"},
-               "sampling": {}, "source": {}, "prompt": {"token_ids": [1, 2, 3], "provenance": "engine",
-                                                        "ids_sha256": ""}}
+RECORD_META = {
+    "model": {"served_name": "bench", "policy_version": 0},
+    "tokenizer": {"id": "bench", "sha256": ""},
+    "chat_template": None,
+    "engine": {
+        "name": "bench",
+        "api": "generate",
+        "logprobs_mode": "raw_logprobs",
+        "generation_config_source": "request_only",
+    },
+    "sampling": {},
+    "source": {},
+    "prompt": {"token_ids": [1, 2, 3], "provenance": "engine", "ids_sha256": ""},
+}
 
 
 def _pairs(ids, lps):
@@ -157,6 +174,7 @@ def _pairs(ids, lps):
 def write_file(path, n_tok, K, seq_len, rng, gz=False):
     """An fcr/1 file with n_tok policy tokens, top-K lists on both sides (valid fcr/1 records)."""
     import gzip
+
     opener = gzip.open if gz else open
     done = 0
     with opener(path, "wb") as fh:
@@ -165,11 +183,20 @@ def write_file(path, n_tok, K, seq_len, rng, gz=False):
             blk = gen_block(seq_len * 8, K, seq_len, rng)
             ids, lp, qids, qlp, y, a, b = (x.numpy() for x in blk)
             for s in range(ids.shape[0]):
-                rec = {"schema": "fcr/1", "run_id": "bench", "trajectory_id": f"t{i}", "call_id": f"c{i}",
-                       "step": i // 64, "call_index": 0, "role": "policy", "role_source": "config", **RECORD_META,
-                       "response": {"token_ids": y[s].tolist(), "provenance": "engine", "ids_sha256": ""},
-                       "rollout": {"logprobs": a[s].tolist(), "top_k": _pairs(ids[s], lp[s])},
-                       "trainer": {"logprobs": b[s].tolist(), "top_k": _pairs(qids[s], qlp[s])}}
+                rec = {
+                    "schema": "fcr/1",
+                    "run_id": "bench",
+                    "trajectory_id": f"t{i}",
+                    "call_id": f"c{i}",
+                    "step": i // 64,
+                    "call_index": 0,
+                    "role": "policy",
+                    "role_source": "config",
+                    **RECORD_META,
+                    "response": {"token_ids": y[s].tolist(), "provenance": "engine", "ids_sha256": ""},
+                    "rollout": {"logprobs": a[s].tolist(), "top_k": _pairs(ids[s], lp[s])},
+                    "trainer": {"logprobs": b[s].tolist(), "top_k": _pairs(qids[s], qlp[s])},
+                }
                 fh.write(orjson.dumps(rec) + b"\n")
                 i += 1
                 done += seq_len
@@ -182,6 +209,7 @@ def bench_file(path):
         with open(path, "rb") as fh:
             for line in fh:
                 orjson.loads(line)
+
     t_parse = best_of(parse, 2)
     t_cert = best_of(lambda: certify_file(path), 1)
     return t_cert, t_parse
@@ -213,13 +241,17 @@ def bench_parquet(path, t_cert_jsonl):
     t_val_pq = best_of(lambda: validate_file(pq_path), 1)  # by columns (workers/fcr/validate_columnar.py)
     t_val_rec = best_of(lambda: validate_file(pq_path, by_columns=False), 1)  # every row as a record
     t_val_js = best_of(lambda: validate_file(path), 1)
-    print(f"[5] fcr-parquet/1 of the same run: {conv['bytes'] / 1e6:.0f} MB in {conv['row_groups']} row groups "
-          f"(converted in {t_conv:.1f} s); certify_file {t_cert:.3f} s vs the JSONL {t_cert_jsonl:.2f} s -> "
-          f"{t_cert_jsonl / t_cert:.1f}x faster (target >= 10x); vs reading its columns with pyarrow {t_read:.3f} s "
-          f"-> ratio {t_cert / t_read:.2f}x (target <= 3x); certificates equal: {same}")
-    print(f"    upload validation (validate_file): Parquet by columns {t_val_pq:.2f} s vs JSONL {t_val_js:.2f} s "
-          f"-> {t_val_js / t_val_pq:.1f}x faster (target >= 10x); record by record {t_val_rec:.2f} s "
-          f"({t_val_rec / t_val_js:.2f}x the JSONL time)")
+    print(
+        f"[5] fcr-parquet/1 of the same run: {conv['bytes'] / 1e6:.0f} MB in {conv['row_groups']} row groups "
+        f"(converted in {t_conv:.1f} s); certify_file {t_cert:.3f} s vs the JSONL {t_cert_jsonl:.2f} s -> "
+        f"{t_cert_jsonl / t_cert:.1f}x faster (target >= 10x); vs reading its columns with pyarrow {t_read:.3f} s "
+        f"-> ratio {t_cert / t_read:.2f}x (target <= 3x); certificates equal: {same}"
+    )
+    print(
+        f"    upload validation (validate_file): Parquet by columns {t_val_pq:.2f} s vs JSONL {t_val_js:.2f} s "
+        f"-> {t_val_js / t_val_pq:.1f}x faster (target >= 10x); record by record {t_val_rec:.2f} s "
+        f"({t_val_rec / t_val_js:.2f}x the JSONL time)"
+    )
     os.remove(pq_path)
 
 
@@ -229,18 +261,22 @@ def bench_files(args, rng):
     write_file(path, int(args.file_tokens), args.K, 500, rng)
     size = os.path.getsize(path)
     t_cert, t_parse = bench_file(path)
-    print(f"[3] certify_file on {size / 1e6:.0f} MB ({int(args.file_tokens):.2e} tokens, top-{args.K} both sides): "
-          f"{t_cert:.2f} s vs orjson parse {t_parse:.2f} s -> ratio {t_cert / t_parse:.2f}x (target <= 3x)")
+    print(
+        f"[3] certify_file on {size / 1e6:.0f} MB ({int(args.file_tokens):.2e} tokens, top-{args.K} both sides): "
+        f"{t_cert:.2f} s vs orjson parse {t_parse:.2f} s -> ratio {t_cert / t_parse:.2f}x (target <= 3x)"
+    )
     bench_parquet(path, t_cert)
     os.remove(path)
     return tmp, size
 
 
 # ru_maxrss survives execve on Linux (a child would report the parent's peak), so read VmHWM of the new image.
-PEAK_SNIPPET = ("import sys; from workers.certify.file import certify_file; "
-                "r = certify_file(sys.argv[1]); "
-                "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]; "
-                "print(hwm, r['summary']['tokens'])")
+PEAK_SNIPPET = (
+    "import sys; from workers.certify.file import certify_file; "
+    "r = certify_file(sys.argv[1]); "
+    "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]; "
+    "print(hwm, r['summary']['tokens'])"
+)
 
 
 def main():
@@ -250,33 +286,47 @@ def main():
     ap.add_argument("--K", type=int, default=20)
     ap.add_argument("--file-tokens", type=float, default=2e5, help="tokens in the file for bench 3")
     ap.add_argument("--large-gb", type=float, default=0.5, help="size of the file for the peak-memory bench (0 = skip)")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch threads (1 by default: on a shared machine OpenMP spin-waits make 2 threads slower)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (1 by default: on a shared machine OpenMP spin-waits make 2 threads slower)",
+    )
     ap.add_argument("--dir", default=None, help="where to write the generated files (default: a temp dir)")
     ap.add_argument("--file-only", action="store_true", help="benches 3 and 5 only (the file benches)")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, cpus {os.cpu_count()}, "
-          f"load average at start {os.getloadavg()[0]:.1f} (other processes share the CPUs; ratios are measured "
-          f"back to back in this run)")
+    print(
+        f"torch {torch.__version__}, threads {torch.get_num_threads()}, cpus {os.cpu_count()}, "
+        f"load average at start {os.getloadavg()[0]:.1f} (other processes share the CPUs; ratios are measured "
+        f"back to back in this run)"
+    )
 
     n = int(args.tokens)
     if args.file_only:
         return bench_files(args, rng)
     t_cert, t_pass = bench_sampled(n, rng)
-    print(f"[1] sampled-only certificate, {n:.2e} tokens: {t_cert:.3f} s vs one memory pass {t_pass:.3f} s "
-          f"-> ratio {t_cert / t_pass:.2f}x (target <= 5x)")
+    print(
+        f"[1] sampled-only certificate, {n:.2e} tokens: {t_cert:.3f} s vs one memory pass {t_pass:.3f} s "
+        f"-> ratio {t_cert / t_pass:.2f}x (target <= 5x)"
+    )
 
     t_load = warm_up_kernel()
     t_cert, t_base, t_floor, n_done = bench_topk(int(args.topk_tokens or n), args.K, rng)
-    print(f"[2] top-{args.K} certificate, {n_done:.2e} tokens: {t_cert:.2f} s ({n_done / t_cert / 1e6:.2f} M tok/s) "
-          f"vs verl k1/k2/k3 sequence stats {t_base:.3f} s -> ratio {t_cert / t_base:.1f}x (target <= 3x)")
-    print(f"    floor (read both top-{args.K} lists once: exp of every listed log-prob + one id comparison per entry, "
-          f"no interval arithmetic) {t_floor:.3f} s -> floor vs verl {t_floor / t_base:.1f}x; "
-          f"certificate vs floor {t_cert / t_floor:.1f}x")
-    print(f"    (once per process, not in the ratio: loading the compiled kernel {t_load:.2f} s — about 3 s the very "
-          f"first time, when numba compiles it and caches it on disk)")
+    print(
+        f"[2] top-{args.K} certificate, {n_done:.2e} tokens: {t_cert:.2f} s ({n_done / t_cert / 1e6:.2f} M tok/s) "
+        f"vs verl k1/k2/k3 sequence stats {t_base:.3f} s -> ratio {t_cert / t_base:.1f}x (target <= 3x)"
+    )
+    print(
+        f"    floor (read both top-{args.K} lists once: exp of every listed log-prob + one id comparison per entry, "
+        f"no interval arithmetic) {t_floor:.3f} s -> floor vs verl {t_floor / t_base:.1f}x; "
+        f"certificate vs floor {t_cert / t_floor:.1f}x"
+    )
+    print(
+        f"    (once per process, not in the ratio: loading the compiled kernel {t_load:.2f} s — about 3 s the very "
+        f"first time, when numba compiles it and caches it on disk)"
+    )
 
     tmp, size = bench_files(args, rng)
 
@@ -287,17 +337,25 @@ def main():
         write_file(big, int(args.large_gb * 1e9 / per_tok), args.K, 500, rng)
         gen = time.perf_counter() - t0
         t0 = time.perf_counter()
-        out = subprocess.run([sys.executable, "-c", PEAK_SNIPPET, big], capture_output=True, text=True,
-                             env={**os.environ, "OMP_NUM_THREADS": str(args.threads)},
-                             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        out = subprocess.run(
+            [sys.executable, "-c", PEAK_SNIPPET, big],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "OMP_NUM_THREADS": str(args.threads)},
+            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        )
         wall = time.perf_counter() - t0
         if out.returncode != 0:
             print(out.stderr)
         rss_kb, toks = out.stdout.split()
-        print(f"[4] peak RSS certifying {os.path.getsize(big) / 1e9:.2f} GB ({int(toks):.2e} tokens; generated in "
-              f"{gen:.0f} s, certified in {wall:.0f} s): {int(rss_kb) / 1024:.0f} MiB (target < 1 GB)")
+        print(
+            f"[4] peak RSS certifying {os.path.getsize(big) / 1e9:.2f} GB ({int(toks):.2e} tokens; generated in "
+            f"{gen:.0f} s, certified in {wall:.0f} s): {int(rss_kb) / 1024:.0f} MiB (target < 1 GB)"
+        )
         os.remove(big)
-    print(f"load average at end {os.getloadavg()[0]:.1f}; bench process peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+    print(
+        f"load average at end {os.getloadavg()[0]:.1f}; bench process peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB"
+    )
 
 
 if __name__ == "__main__":

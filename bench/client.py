@@ -9,6 +9,7 @@ counts the bytes of every uploaded file and answers each run's live view as merg
 alone (the portal's own merge is bench/live_merge.py). The training step is a forward and backward pass of a small
 causal transformer (torch, CPU) over a batch of the same shape: the number to compare ``log_step`` with.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,9 +25,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "client")]
 
-import numpy as np  # noqa: E402
+import numpy as np  # noqa: E402 - after the client folder is put on sys.path
 
-from audit_portal_client import Client  # noqa: E402
+from audit_portal_client import Client  # noqa: E402 - after the client folder is put on sys.path
 
 
 class FakePortal(BaseHTTPRequestHandler):
@@ -62,20 +63,38 @@ class FakePortal(BaseHTTPRequestHandler):
                 ids = list(range(1, len(FakePortal.uploads) + 1))
             if not ids:
                 return self._json(404, {"error": {"code": "not_found", "message": "no live view"}})
-            return self._json(200, {"run": 1, "steps": 0, "merged_uploads": ids, "skipped_uploads": [],
-                                    "summary": {"sequences": 0}, "best_bound": None, "series": {"step": []}})
+            return self._json(
+                200,
+                {
+                    "run": 1,
+                    "steps": 0,
+                    "merged_uploads": ids,
+                    "skipped_uploads": [],
+                    "summary": {"sequences": 0},
+                    "best_bound": None,
+                    "series": {"step": []},
+                },
+            )
         return self._json(404, {"error": {"code": "not_found", "message": self.path}})
 
 
 def batch(rng, B, T, K):
     lp = -rng.random((B, T)).astype(np.float32) * 3
-    out = dict(rollout_logprobs=lp, trainer_logprobs=lp + rng.normal(0, 1e-3, (B, T)).astype(np.float32),
-               response_mask=(np.arange(T)[None, :] < rng.integers(T // 2, T + 1, (B, 1))).astype(np.int8),
-               response_ids=rng.integers(0, 32000, (B, T)), prompt_ids=rng.integers(0, 32000, (B, 32)))
+    out = dict(
+        rollout_logprobs=lp,
+        trainer_logprobs=lp + rng.normal(0, 1e-3, (B, T)).astype(np.float32),
+        response_mask=(np.arange(T)[None, :] < rng.integers(T // 2, T + 1, (B, 1))).astype(np.int8),
+        response_ids=rng.integers(0, 32000, (B, T)),
+        prompt_ids=rng.integers(0, 32000, (B, 32)),
+    )
     if K:
         ids = rng.integers(0, 32000, (B, T, K))
-        out.update(rollout_topk_ids=ids, rollout_topk_logprobs=-rng.random((B, T, K)).astype(np.float32),
-                   trainer_topk_ids=ids, trainer_topk_logprobs=-rng.random((B, T, K)).astype(np.float32))
+        out.update(
+            rollout_topk_ids=ids,
+            rollout_topk_logprobs=-rng.random((B, T, K)).astype(np.float32),
+            trainer_topk_ids=ids,
+            trainer_topk_logprobs=-rng.random((B, T, K)).astype(np.float32),
+        )
     return out
 
 
@@ -123,8 +142,9 @@ def main(argv=None) -> int:
     batches = [batch(rng, args.batch, args.tokens, args.topk) for _ in range(16)]
     tokens_per_step = [int(b["response_mask"].sum()) for b in batches]
     with tempfile.TemporaryDirectory() as tmp:
-        run = Client(url, "bench").run("bench", "bench-run", spool_dir=Path(tmp) / "spool",
-                                       segment_steps=args.segment_steps)
+        run = Client(url, "bench").run(
+            "bench", "bench-run", spool_dir=Path(tmp) / "spool", segment_steps=args.segment_steps
+        )
         spooled = 0
         real_write = run._close_segment
 
@@ -151,18 +171,26 @@ def main(argv=None) -> int:
     uploaded = sum(FakePortal.uploads)
     per_step = float(np.median(log_times))
     per_token_us = 1e6 * sum(log_times) / tokens
-    print(f"steps {args.steps}, batch {args.batch} x {args.tokens} tokens (top-K {args.topk}), segments of "
-          f"{args.segment_steps} steps; {tokens} response tokens; loop {t_last - t_run:.1f} s")
-    print(f"log_step: median {1e3 * per_step:.2f} ms a step, {per_token_us:.2f} us a token "
-          f"(p99 {1e3 * float(np.percentile(log_times, 99)):.2f} ms, max {1e3 * max(log_times):.1f} ms: segment "
-          f"writes)")
+    print(
+        f"steps {args.steps}, batch {args.batch} x {args.tokens} tokens (top-K {args.topk}), segments of "
+        f"{args.segment_steps} steps; {tokens} response tokens; loop {t_last - t_run:.1f} s"
+    )
+    print(
+        f"log_step: median {1e3 * per_step:.2f} ms a step, {per_token_us:.2f} us a token "
+        f"(p99 {1e3 * float(np.percentile(log_times, 99)):.2f} ms, max {1e3 * max(log_times):.1f} ms: segment "
+        f"writes)"
+    )
     train = train_step_seconds(args.batch, args.tokens)
     if train is not None:
-        print(f"training step (2-layer causal transformer, width 256, vocab 32k, fwd+bwd+AdamW, CPU): "
-              f"{1e3 * train:.1f} ms -> log_step is {100 * sum(log_times) / args.steps / train:.2f} % of it")
-    print(f"finish(): {t_finish:.2f} s after the last step; peak RSS {rss_mb:.0f} MB; {len(FakePortal.uploads)} "
-          f"upload(s), {uploaded / 1e6:.1f} MB sent for {spooled / 1e6:.1f} MB spooled "
-          f"({uploaded / max(1, spooled):.3f} x, multipart headers included)")
+        print(
+            f"training step (2-layer causal transformer, width 256, vocab 32k, fwd+bwd+AdamW, CPU): "
+            f"{1e3 * train:.1f} ms -> log_step is {100 * sum(log_times) / args.steps / train:.2f} % of it"
+        )
+    print(
+        f"finish(): {t_finish:.2f} s after the last step; peak RSS {rss_mb:.0f} MB; {len(FakePortal.uploads)} "
+        f"upload(s), {uploaded / 1e6:.1f} MB sent for {spooled / 1e6:.1f} MB spooled "
+        f"({uploaded / max(1, spooled):.3f} x, multipart headers included)"
+    )
     return 0
 
 

@@ -10,6 +10,7 @@ sandbox (one torch import); that start is reported separately. ``--impl`` (a mod
 contract to the function named by its signature or, for the user-kernel file, to USER_MAP below; default: the
 shipped conforming references. Target: the whole suite <= 90 s on 2 cores.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,10 +22,20 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-USER_MAP = {"C-PRC-01": "blocked_matmul", "C-PRC-02": "welford_layer_norm", "C-PRC-03": "plain_mul",
-            "C-PRC-04": "blocked_matmul", "C-ORD-01": "kahan_row_mean", "C-ORD-02": "tree_row_sum",
-            "C-ORD-03": "rowwise_linear", "C-CMP-01": "two_step_rms_norm", "C-CMP-02": "blocked_matmul",
-            "C-CMP-03": "online_softmax", "C-EXC-01": "tree_row_max", "C-EXC-02": "checked_gather"}
+USER_MAP = {
+    "C-PRC-01": "blocked_matmul",
+    "C-PRC-02": "welford_layer_norm",
+    "C-PRC-03": "plain_mul",
+    "C-PRC-04": "blocked_matmul",
+    "C-ORD-01": "kahan_row_mean",
+    "C-ORD-02": "tree_row_sum",
+    "C-ORD-03": "rowwise_linear",
+    "C-CMP-01": "two_step_rms_norm",
+    "C-CMP-02": "blocked_matmul",
+    "C-CMP-03": "online_softmax",
+    "C-EXC-01": "tree_row_max",
+    "C-EXC-02": "checked_gather",
+}
 
 
 def _impl_for(contract, impl):
@@ -71,29 +82,54 @@ def main() -> int:
             naive_check(c, ref)
             dn = time.perf_counter() - t
             budget = ((c.protocol_params.get("sweep") or {}).get("budget") or {}).get("seconds")
-            rows.append({"class": c.cls, "version": c.version, "verdict": v.verdict, "seconds": round(dt, 3),
-                         "budget_seconds": budget, "naive_seconds": round(dn, 4),
-                         "ratio": round(dt / dn, 1) if dn > 0 else None, "cases": v.harness.get("cases"),
-                         "measurements": v.measurements, "points": v.coverage.get("points"),
-                         "margin": v.to_dict()["margin"]})
+            rows.append(
+                {
+                    "class": c.cls,
+                    "version": c.version,
+                    "verdict": v.verdict,
+                    "seconds": round(dt, 3),
+                    "budget_seconds": budget,
+                    "naive_seconds": round(dn, 4),
+                    "ratio": round(dt / dn, 1) if dn > 0 else None,
+                    "cases": v.harness.get("cases"),
+                    "measurements": v.measurements,
+                    "points": v.coverage.get("points"),
+                    "margin": v.to_dict()["margin"],
+                }
+            )
     total = time.perf_counter() - t_all
-    out = {"total_seconds": round(total, 2), "sandbox_start_seconds": round(startup, 2), "rows": rows,
-           "target_seconds": 90, "within_target": total + startup <= 90, "impl": args.impl or "references",
-           "load_average_1m": round(os.getloadavg()[0], 2),
-           "torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
-           "seeds": args.seeds, "all_pass": all(r["verdict"] == "PASS" for r in rows)}
+    out = {
+        "total_seconds": round(total, 2),
+        "sandbox_start_seconds": round(startup, 2),
+        "rows": rows,
+        "target_seconds": 90,
+        "within_target": total + startup <= 90,
+        "impl": args.impl or "references",
+        "load_average_1m": round(os.getloadavg()[0], 2),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "cpus": os.cpu_count(),
+        "seeds": args.seeds,
+        "all_pass": all(r["verdict"] == "PASS" for r in rows),
+    }
     if args.json:
         print(json.dumps(out, indent=2))
     else:
-        print(f"{'class':9s} {'verdict':8s} {'seconds':>8s} {'budget':>6s} {'naive s':>8s} {'cases':>6s} {'points':>6s} "
-              f"{'meas':>5s} {'margin':>8s}")
+        print(
+            f"{'class':9s} {'verdict':8s} {'seconds':>8s} {'budget':>6s} {'naive s':>8s} {'cases':>6s} {'points':>6s} "
+            f"{'meas':>5s} {'margin':>8s}"
+        )
         for r in rows:
             m = "-" if r["margin"] is None else f"{r['margin']:.3g}"
-            print(f"{r['class']:9s} {r['verdict']:8s} {r['seconds']:8.2f} {r['budget_seconds'] or '-':>6} "
-                  f"{r['naive_seconds']:8.3f} {r['cases']:>6} {r['points']:>6} {r['measurements']:>5} {m:>8s}")
-        print(f"total {total:.2f} s for {len(rows)} contracts + sandbox start {startup:.2f} s (seeds: {args.seeds}; "
-              f"target 90 s: {'met' if out['within_target'] else 'MISSED'}); torch {torch.__version__}, "
-              f"{torch.get_num_threads()} threads, {os.cpu_count()} CPUs, load average {out['load_average_1m']}")
+            print(
+                f"{r['class']:9s} {r['verdict']:8s} {r['seconds']:8.2f} {r['budget_seconds'] or '-':>6} "
+                f"{r['naive_seconds']:8.3f} {r['cases']:>6} {r['points']:>6} {r['measurements']:>5} {m:>8s}"
+            )
+        print(
+            f"total {total:.2f} s for {len(rows)} contracts + sandbox start {startup:.2f} s (seeds: {args.seeds}; "
+            f"target 90 s: {'met' if out['within_target'] else 'MISSED'}); torch {torch.__version__}, "
+            f"{torch.get_num_threads()} threads, {os.cpu_count()} CPUs, load average {out['load_average_1m']}"
+        )
     return 0 if out["all_pass"] else 1
 
 

@@ -12,6 +12,7 @@ Runs, on the GPU, with the same engine as the CPU suite:
 Writes $OUT/contracts_gpu.json (OUT defaults to ./bench/out) and prints a summary. Each step is guarded,
 so one failure does not lose the others; total budget is kept well under 8 minutes on an H200.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,27 +33,39 @@ G = "workers.contracts.impls.gpu:"
 def _summ(v):
     d = v.to_dict(include_trace=False)
     return {k: d[k] for k in ("verdict", "statistic", "bound", "margin", "reason", "duration_s")} | {
-        "signature": d["signature"], "flags": (d.get("environment") or {}).get("flags")}
+        "signature": d["signature"],
+        "flags": (d.get("environment") or {}).get("flags"),
+    }
 
 
 def step_prc01(device, seeds):
     from workers.contracts.runner import run_contract
 
     off = run_contract("C-PRC-01", R + "matmul", device=device, seeds=seeds, flags={"allow_tf32": False})
-    on = run_contract("C-PRC-01", R + "matmul", device=device, seeds=seeds,
-                      flags={"allow_tf32": True, "float32_matmul_precision": "high"})
-    return {"tf32_off": _summ(off), "tf32_on": _summ(on),
-            "expected": "off: PASS; on: FAIL with rho flat in K (~1.5e4, operand coercion to 10 mantissa bits)"}
+    on = run_contract(
+        "C-PRC-01",
+        R + "matmul",
+        device=device,
+        seeds=seeds,
+        flags={"allow_tf32": True, "float32_matmul_precision": "high"},
+    )
+    return {
+        "tf32_off": _summ(off),
+        "tf32_on": _summ(on),
+        "expected": "off: PASS; on: FAIL with rho flat in K (~1.5e4, operand coercion to 10 mantissa bits)",
+    }
 
 
 def step_ord02(device, seeds):
     from workers.contracts.runner import run_contract
 
     out = {}
-    for name, impl, flags in (("fixed_order_sum", R + "row_sum", None), ("index_add_", G + "index_add_row_sum", None),
-                              ("scatter_add_", G + "scatter_add_row_sum", None),
-                              ("index_add_deterministic_algorithms", G + "index_add_row_sum",
-                               {"deterministic_algorithms": True})):
+    for name, impl, flags in (
+        ("fixed_order_sum", R + "row_sum", None),
+        ("index_add_", G + "index_add_row_sum", None),
+        ("scatter_add_", G + "scatter_add_row_sum", None),
+        ("index_add_deterministic_algorithms", G + "index_add_row_sum", {"deterministic_algorithms": True}),
+    ):
         out[name] = _summ(run_contract("C-ORD-02", impl, device=device, seeds=seeds, flags=flags))
     out["expected"] = "fixed-order: PASS; index_add_/scatter_add_ (atomics): FAIL with >1 distinct hashes (likely)"
     return out
@@ -69,8 +82,11 @@ def step_ord03(device, seeds):
     c = load_text(text, source="C-ORD-03 (GPU batch sweep)")
     stock = run_contract(c, V + "torch_mm_linear", device=device, seeds=seeds)
     per_row = run_contract(c, R + "linear_batch_invariant", device=device, seeds=seeds)
-    return {"cublas_torch_mm": _summ(stock), "per_row_kernel": _summ(per_row),
-            "expected": "per-row: PASS; cuBLAS: mismatches from some batch size on (strategy switch)"}
+    return {
+        "cublas_torch_mm": _summ(stock),
+        "per_row_kernel": _summ(per_row),
+        "expected": "per-row: PASS; cuBLAS: mismatches from some batch size on (strategy switch)",
+    }
 
 
 def step_cmp01(device, seeds):
@@ -93,9 +109,13 @@ def step_cmp01(device, seeds):
     harness = run_contract("C-CMP-01", V + "stale_empty_rms_norm", device=device, seeds=seeds)
     no_write = run_contract("C-CMP-01", V + "no_write_rms_norm", device=device, seeds=seeds)
     ref = run_contract("C-CMP-01", R + "rms_norm", device=device, seeds=seeds)
-    return {"naive_reference_first_passes": naive, "stale_empty_in_harness": _summ(harness),
-            "no_write_in_harness": _summ(no_write), "reference": _summ(ref),
-            "expected": "naive passes (stale memory holds the reference's result); harness: FAIL, sentinel 1.0"}
+    return {
+        "naive_reference_first_passes": naive,
+        "stale_empty_in_harness": _summ(harness),
+        "no_write_in_harness": _summ(no_write),
+        "reference": _summ(ref),
+        "expected": "naive passes (stale memory holds the reference's result); harness: FAIL, sentinel 1.0",
+    }
 
 
 def main() -> int:
@@ -115,8 +135,12 @@ def main() -> int:
     seeds = [int(s) for s in args.seeds.split(",")]
     report = {"device": args.device, "fingerprint": fingerprint(args.device), "seeds": seeds, "steps": {}}
     t_all = time.monotonic()
-    for name, fn in (("C-PRC-01_tf32", step_prc01), ("C-ORD-02_atomics", step_ord02),
-                     ("C-ORD-03_cublas_batch", step_ord03), ("C-CMP-01_caching_allocator", step_cmp01)):
+    for name, fn in (
+        ("C-PRC-01_tf32", step_prc01),
+        ("C-ORD-02_atomics", step_ord02),
+        ("C-ORD-03_cublas_batch", step_ord03),
+        ("C-CMP-01_caching_allocator", step_cmp01),
+    ):
         t = time.monotonic()
         try:
             report["steps"][name] = fn(args.device, seeds)
@@ -132,8 +156,10 @@ def main() -> int:
     for name, st in report["steps"].items():
         for k, v in st.items():
             if isinstance(v, dict) and "verdict" in v:
-                print(f"  {name:28s} {k:36s} {v['verdict']:16s} margin={v['margin']} "
-                      f"pattern={v['signature'].get('pattern')}")
+                print(
+                    f"  {name:28s} {k:36s} {v['verdict']:16s} margin={v['margin']} "
+                    f"pattern={v['signature'].get('pattern')}"
+                )
     print(f"total {report['total_seconds']} s -> {os.path.join(out_dir, 'contracts_gpu.json')}")
     return 0
 

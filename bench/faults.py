@@ -9,6 +9,7 @@ private PostgreSQL, mount for the small artifact filesystem).
 
 Exit status: 0 when every scenario passed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,9 +50,20 @@ class Scenario:
         return request("GET", f"{base or self.env.base_urls[0]}{path}", self.env.token)
 
     def jobs(self) -> list[dict]:
-        rows = self.env.sql("select id, kind, state, attempts, coalesce(error,''), subject_id from jobs_job order by id")
-        return [{"id": int(r[0]), "kind": r[1], "state": r[2], "attempts": int(r[3]), "error": r[4],
-                 "subject_id": int(r[5]) if r[5] else None} for r in rows]
+        rows = self.env.sql(
+            "select id, kind, state, attempts, coalesce(error,''), subject_id from jobs_job order by id"
+        )
+        return [
+            {
+                "id": int(r[0]),
+                "kind": r[1],
+                "state": r[2],
+                "attempts": int(r[3]),
+                "error": r[4],
+                "subject_id": int(r[5]) if r[5] else None,
+            }
+            for r in rows
+        ]
 
     def wait_jobs_terminal(self, timeout: float, reap: bool = True) -> bool:
         """Wait for every job to finish; run the reaper as celery beat would (every few seconds here, 60 s in
@@ -69,8 +81,10 @@ class Scenario:
 
     def consistent(self) -> None:
         report = self.env.check_consistency(grace=0)
-        self.expect(report.get("ok", False), "check_consistency: " + ("consistent" if report.get("ok") else
-                                                                    "; ".join(report.get("problems", [])[:5])))
+        self.expect(
+            report.get("ok", False),
+            "check_consistency: " + ("consistent" if report.get("ok") else "; ".join(report.get("problems", [])[:5])),
+        )
 
 
 # ------------------------------------------------------------------------------------------------ scenarios
@@ -85,7 +99,9 @@ def worker_killed(s: Scenario) -> None:
         upload_id = body["id"]
 
         def certify_running():
-            rows = env.sql(f"select state, progress from jobs_job where kind='certify_upload' and subject_id={upload_id}")
+            rows = env.sql(
+                f"select state, progress from jobs_job where kind='certify_upload' and subject_id={upload_id}"
+            )
             return rows and rows[0][0] == "running" and float(rows[0][1]) > 0.05
 
         s.expect(wait_until(certify_running, 120), f"[{variant}] certification running with progress")
@@ -99,14 +115,20 @@ def worker_killed(s: Scenario) -> None:
         s.expect(s.wait_jobs_terminal(240), f"[{variant}] every job finished after the kill")
         env.stop_workers()
         [job] = [j for j in s.jobs() if j["kind"] == "certify_upload" and j["subject_id"] == upload_id]
-        s.expect(job["state"] == "succeeded" and job["attempts"] >= 2 or job["state"] == "failed" and job["error"],
-                 f"[{variant}] certify job {job['state']} after {job['attempts']} attempt(s) {job['error'][:80]}")
+        s.expect(
+            job["state"] == "succeeded" and job["attempts"] >= 2 or job["state"] == "failed" and job["error"],
+            f"[{variant}] certify job {job['state']} after {job['attempts']} attempt(s) {job['error'][:80]}",
+        )
         certs = env.sql(f"select id, state, sequences from certificates_runcertificate where upload_id={upload_id}")
-        rows = env.sql(f"select count(*), count(distinct line) from certificates_sequencesummary s join "
-                       f"certificates_runcertificate c on c.id=s.certificate_id where c.upload_id={upload_id}")[0]
-        s.expect(len(certs) == 1 and certs[0][1] == "complete" and rows[0] == rows[1] == certs[0][2],
-                 f"[{variant}] one complete certificate, {rows[0]} sequence rows for {certs[0][2] if certs else '?'} "
-                 "sequences, no line twice")
+        rows = env.sql(
+            f"select count(*), count(distinct line) from certificates_sequencesummary s join "
+            f"certificates_runcertificate c on c.id=s.certificate_id where c.upload_id={upload_id}"
+        )[0]
+        s.expect(
+            len(certs) == 1 and certs[0][1] == "complete" and rows[0] == rows[1] == certs[0][2],
+            f"[{variant}] one complete certificate, {rows[0]} sequence rows for {certs[0][2] if certs else '?'} "
+            "sequences, no line twice",
+        )
     s.consistent()
 
 
@@ -125,7 +147,9 @@ def postgres_restart(s: Scenario) -> None:
             status, body, _ = s.upload(files[i], f"pg-{i}.jsonl.gz", base=env.base_urls[i % len(env.base_urls)])
             code = (body or {}).get("error", {}).get("code", "") if status >= 400 or status == 0 else ""
             with lock:
-                results.append((status, code, (body or {}).get("id") if status in (200, 201) else None, restarted.is_set(), i))
+                results.append(
+                    (status, code, (body or {}).get("id") if status in (200, 201) else None, restarted.is_set(), i)
+                )
 
     def restarter():
         wait_until(lambda: len(results) >= 8, 60, 0.05)
@@ -143,12 +167,16 @@ def postgres_restart(s: Scenario) -> None:
     for status, code, *_ in results:
         by[(status, code)] = by.get((status, code), 0) + 1
     s.note(f"answers: {sorted(by.items())}")
-    s.expect(all(st in (200, 201) or (st == 503 and code == "database_unavailable") for st, code, *_ in results),
-             "every answer was 201/200 or 503 database_unavailable (no 500, no dropped connection)")
+    s.expect(
+        all(st in (200, 201) or (st == 503 and code == "database_unavailable") for st, code, *_ in results),
+        "every answer was 201/200 or 503 database_unavailable (no 500, no dropped connection)",
+    )
     after = [x for x in results if x[3]]
     tail = after[-8:]
-    s.expect(len(tail) >= 4 and all(st == 201 for st, *_ in tail), f"the last {len(tail)} uploads after the restart "
-             "succeeded without restarting daphne or the worker")
+    s.expect(
+        len(tail) >= 4 and all(st == 201 for st, *_ in tail),
+        f"the last {len(tail)} uploads after the restart succeeded without restarting daphne or the worker",
+    )
     # resubmit what was refused: clients retry a 503
     refused = [x[4] for x in results if x[0] == 503]
     for i in refused:
@@ -176,19 +204,30 @@ def redis_down(s: Scenario) -> None:
     answers = []
     for i in range(8):
         status, body, secs = s.upload(synth_log(20, seed=310 + i), f"during-{i}.jsonl.gz")
-        answers.append((status, (body or {}).get("error", {}).get("code"), round(secs, 2),
-                        (body or {}).get("error", {}).get("detail", {}).get("upload")))
+        answers.append(
+            (
+                status,
+                (body or {}).get("error", {}).get("code"),
+                round(secs, 2),
+                (body or {}).get("error", {}).get("detail", {}).get("upload"),
+            )
+        )
     s.note(f"uploads during the outage (status, code, seconds, stored upload): {answers}")
     s.expect(all(a[0] == 503 and a[1] == "queue_unavailable" for a in answers), "uploads answer 503 queue_unavailable")
     # redis-py 8 spends ~6 s retrying a refused connection; after one such failure a web process answers at once
     # for 5 s (jobs.services.BROKER_RETRY_PAUSE_SECONDS), so most requests during an outage are fast
     slow = [a for a in answers if a[2] >= 3.0]
-    s.expect(len(slow) <= len(answers) // 2, f"{len(answers) - len(slow)} of {len(answers)} outage answers took < 3 s "
-             "(one probe per web process per 5 s pays the client's connection retries)")
+    s.expect(
+        len(slow) <= len(answers) // 2,
+        f"{len(answers) - len(slow)} of {len(answers)} outage answers took < 3 s "
+        "(one probe per web process per 5 s pays the client's connection retries)",
+    )
     st_list, body, secs = s.get(f"/api/v1/projects/{env.slug}/uploads/")
     st_job, _, _ = s.get(f"/api/v1/jobs/{s.jobs()[0]['id']}/")
-    s.expect(st_list == 200 and st_job == 200 and len(body["results"]) == 9,
-             f"reads keep working: upload list {st_list} ({secs:.2f} s, {len(body['results'])} uploads), job {st_job}")
+    s.expect(
+        st_list == 200 and st_job == 200 and len(body["results"]) == 9,
+        f"reads keep working: upload list {st_list} ({secs:.2f} s, {len(body['results'])} uploads), job {st_job}",
+    )
     env.start_redis()
     s.note("redis started again")
     s.expect(s.wait_jobs_terminal(240), "the queued validations were resent by the reaper and every job finished")
@@ -215,8 +254,10 @@ def disk_full(s: Scenario) -> None:
     s.note(f"filled the store: {shutil.disk_usage(env.artifacts).free // 1024} KiB free")
     big = synth_log(200, seed=401, gzip_it=False)
     status, body, _ = s.upload(big, "big.jsonl")
-    s.expect(status == 507 and (body or {}).get("error", {}).get("code") == "storage_full",
-             f"upload of {len(big) // 1024} KiB refused: {status} {(body or {}).get('error', {}).get('code')}")
+    s.expect(
+        status == 507 and (body or {}).get("error", {}).get("code") == "storage_full",
+        f"upload of {len(big) // 1024} KiB refused: {status} {(body or {}).get('error', {}).get('code')}",
+    )
     leftovers = list((env.artifacts / "incoming").glob("*")) if (env.artifacts / "incoming").exists() else []
     s.expect(not leftovers, f"no partial file left in incoming/ ({len(leftovers)})")
     s.expect(int(env.sql("select count(*) from runs_upload")[0][0]) == 1, "no upload row recorded for it")
@@ -253,7 +294,9 @@ def concurrent_duplicate(s: Scenario) -> None:
     dups = int(env.sql("select count(*) from runs_upload where duplicate_of_id is not null")[0][0])
     jobs = int(env.sql("select count(*) from jobs_job where kind='validate_upload'")[0][0])
     s.expect(ok, "every round: exactly one 201, five 200s naming the same upload")
-    s.expect(originals == 10 and dups == 50 and jobs == 10, f"{originals} originals, {dups} duplicates, {jobs} validations")
+    s.expect(
+        originals == 10 and dups == 50 and jobs == 10, f"{originals} originals, {dups} duplicates, {jobs} validations"
+    )
     env.start_worker("dup", concurrency=1)
     s.expect(s.wait_jobs_terminal(240), "their jobs finished")
     env.stop_workers()
@@ -275,14 +318,22 @@ def pipeline(s: Scenario) -> None:
     s.expect(s.wait_jobs_terminal(300, reap=False), "every job finished without the reaper's help")
     s.note(f"3 uploads validated, certified and audited in {time.monotonic() - started:.1f} s")
     jobs = s.jobs()
-    s.expect(len(jobs) == 9 and all(j["state"] == "succeeded" and j["attempts"] == 1 for j in jobs),
-             f"{len(jobs)} jobs, states {sorted({j['state'] for j in jobs})}, attempts {sorted({j['attempts'] for j in jobs})}")
+    s.expect(
+        len(jobs) == 9 and all(j["state"] == "succeeded" and j["attempts"] == 1 for j in jobs),
+        f"{len(jobs)} jobs, states {sorted({j['state'] for j in jobs})}, attempts {sorted({j['attempts'] for j in jobs})}",
+    )
     env.stop_workers()
     s.consistent()
 
 
-SCENARIOS = {"pipeline": pipeline, "worker_killed": worker_killed, "postgres_restart": postgres_restart, "redis_down": redis_down,
-             "disk_full": disk_full, "concurrent_duplicate": concurrent_duplicate}
+SCENARIOS = {
+    "pipeline": pipeline,
+    "worker_killed": worker_killed,
+    "postgres_restart": postgres_restart,
+    "redis_down": redis_down,
+    "disk_full": disk_full,
+    "concurrent_duplicate": concurrent_duplicate,
+}
 
 
 def main() -> int:
@@ -290,10 +341,16 @@ def main() -> int:
     parser.add_argument("scenarios", nargs="*", help=f"any of {', '.join(SCENARIOS)} (default: all)")
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--web-processes", type=int, default=2)
-    parser.add_argument("--broker", help="CELERY_BROKER_URL for the web tier and workers (default: the private Redis), "
-                        "e.g. amqp://guest:guest@127.0.0.1:5672/ap_reliability")
-    parser.add_argument("--worktree", action="store_true",
-                        help="run the working tree as it is (default: the committed code, git HEAD, exported)")
+    parser.add_argument(
+        "--broker",
+        help="CELERY_BROKER_URL for the web tier and workers (default: the private Redis), "
+        "e.g. amqp://guest:guest@127.0.0.1:5672/ap_reliability",
+    )
+    parser.add_argument(
+        "--worktree",
+        action="store_true",
+        help="run the working tree as it is (default: the committed code, git HEAD, exported)",
+    )
     args = parser.parse_args()
     unknown = set(args.scenarios) - set(SCENARIOS)
     if unknown:
@@ -301,9 +358,16 @@ def main() -> int:
     verdicts = {}
     for i, name in enumerate(args.scenarios or SCENARIOS):
         print(f"== {name}: {SCENARIOS[name].__doc__.split(':')[0].strip()}", flush=True)
-        env = PortalEnv(pg_port=55432 + i, redis_port=56379 + i, web_port=58001 + 10 * i, heartbeat_timeout=HEARTBEAT,
-                        artifact_tmpfs_mb=64, keep=args.keep, snapshot=not args.worktree,
-                        extra_env={"CELERY_BROKER_URL": args.broker} if args.broker else None)
+        env = PortalEnv(
+            pg_port=55432 + i,
+            redis_port=56379 + i,
+            web_port=58001 + 10 * i,
+            heartbeat_timeout=HEARTBEAT,
+            artifact_tmpfs_mb=64,
+            keep=args.keep,
+            snapshot=not args.worktree,
+            extra_env={"CELERY_BROKER_URL": args.broker} if args.broker else None,
+        )
         scenario = Scenario(env)
         started = time.monotonic()
         try:
@@ -316,8 +380,11 @@ def main() -> int:
         finally:
             env.teardown()
         verdicts[name] = "PASS" if not scenario.failures else "FAIL"
-        print(f"-- {name}: {verdicts[name]} ({time.monotonic() - started:.0f} s)"
-              + "".join(f"\n     {f}" for f in scenario.failures), flush=True)
+        print(
+            f"-- {name}: {verdicts[name]} ({time.monotonic() - started:.0f} s)"
+            + "".join(f"\n     {f}" for f in scenario.failures),
+            flush=True,
+        )
     print("\nverdicts: " + ", ".join(f"{k} {v}" for k, v in verdicts.items()))
     return 0 if all(v == "PASS" for v in verdicts.values()) else 1
 

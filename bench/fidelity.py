@@ -19,6 +19,7 @@ Each measurement runs in a fresh subprocess, so that its peak RSS (``ru_maxrss``
 Times are CPU seconds of the measured process (user + system, all threads) — on a shared machine wall-clock time
 mostly measures the neighbours; wall seconds are reported too.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,7 +34,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 PHASES = ("parse", "parse-nogc", "validate", "audit", "audit+cert")
-PHASE = r'''
+PHASE = r"""
 import gc, json, os, resource, sys, time
 sys.path.insert(0, {root!r})
 import orjson
@@ -57,12 +58,16 @@ else:
     assert rep["coverage"]["calls"]["total"] > 0
 print(json.dumps({{"cpu_seconds": cpu() - c, "wall_seconds": time.perf_counter() - t,
                    "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
-'''
+"""
 
 
 def measure(path, phase):
-    out = subprocess.run([sys.executable, "-c", PHASE.format(root=ROOT, path=path, phase=phase)],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", PHASE.format(root=ROOT, path=path, phase=phase)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -111,10 +116,13 @@ def main(argv=None):
     res = {"file_bytes": size, "records": n, "generate_seconds": gen_s, "repeat": args.repeat, "phases": {}}
     for p, rs in runs.items():
         best = min(rs, key=lambda r: r["cpu_seconds"])
-        res["phases"][p] = {"cpu_seconds": best["cpu_seconds"], "wall_seconds": best["wall_seconds"],
-                            "cpu_seconds_range": [min(r["cpu_seconds"] for r in rs), max(r["cpu_seconds"] for r in rs)],
-                            "peak_rss_mb": max(r["peak_rss_mb"] for r in rs),
-                            "mb_per_s_cpu": size / best["cpu_seconds"] / 1e6}
+        res["phases"][p] = {
+            "cpu_seconds": best["cpu_seconds"],
+            "wall_seconds": best["wall_seconds"],
+            "cpu_seconds_range": [min(r["cpu_seconds"] for r in rs), max(r["cpu_seconds"] for r in rs)],
+            "peak_rss_mb": max(r["peak_rss_mb"] for r in rs),
+            "mb_per_s_cpu": size / best["cpu_seconds"] / 1e6,
+        }
     for base in ("parse", "parse-nogc"):
         if base in res["phases"]:
             b = res["phases"][base]["cpu_seconds"]
@@ -130,8 +138,10 @@ def main(argv=None):
         for p, r in res["phases"].items():
             lo, hi = r["cpu_seconds_range"]
             ratios = "".join(f"  {r[k]:.2f}x {k[9:]}" for k in ("ratio_to_parse", "ratio_to_parse-nogc") if k in r)
-            print(f"  {p:11s} {r['cpu_seconds']:7.2f} s ({lo:.2f}–{hi:.2f}) {r['mb_per_s_cpu']:7.1f} MB/s  "
-                  f"wall {r['wall_seconds']:7.2f} s  peak RSS {r['peak_rss_mb']:5.0f} MB{ratios}")
+            print(
+                f"  {p:11s} {r['cpu_seconds']:7.2f} s ({lo:.2f}–{hi:.2f}) {r['mb_per_s_cpu']:7.1f} MB/s  "
+                f"wall {r['wall_seconds']:7.2f} s  peak RSS {r['peak_rss_mb']:5.0f} MB{ratios}"
+            )
     return 0
 
 

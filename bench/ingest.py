@@ -16,6 +16,7 @@ and the pre-flight (targets: < 2 s, < 300 MB); then a 1 MB gzip holding two vali
 plain file with the same 1 GiB line (1 GiB on disk), through each engine — the validator, ``certify_file``,
 ``audit_file`` and the importers' reader (targets: < 60 s, < 600 MB each).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -99,8 +100,12 @@ print(before // 1024, peak // 1024, ok, summary["valid"], summary["records"])
 
 
 def ingest_peak_memory(path: Path) -> tuple[int, int]:
-    out = subprocess.run([sys.executable, "-c", INGEST_CHILD, str(path), str(ROOT)], capture_output=True, text=True,
-                         env={**os.environ, "AUDIT_VAR_DIR": tempfile.mkdtemp()})
+    out = subprocess.run(
+        [sys.executable, "-c", INGEST_CHILD, str(path), str(ROOT)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "AUDIT_VAR_DIR": tempfile.mkdtemp()},
+    )
     if out.returncode != 0:
         raise SystemExit(out.stderr)
     before, peak, ok, valid, records = out.stdout.split()
@@ -160,8 +165,12 @@ print(f"{secs:.2f} {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} 
 
 
 def _child(code: str, *args) -> list[str]:
-    out = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True,
-                         env={**os.environ, "AUDIT_VAR_DIR": tempfile.mkdtemp()})
+    out = subprocess.run(
+        [sys.executable, "-c", code, *map(str, args)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "AUDIT_VAR_DIR": tempfile.mkdtemp()},
+    )
     if out.returncode != 0:
         raise SystemExit(out.stderr)
     return out.stdout.strip().split(" ", 3 if code is WEB_CHILD else 2)
@@ -179,8 +188,10 @@ def hostile(tmp: Path) -> None:
     member = comp.compress(b"\0" * (64 << 20)) + comp.flush()
     bomb.write_bytes(member * 64)  # 64 gzip members of 64 MiB of zeros: 4 GiB inflated
     secs, before, peak, refusal = _child(WEB_CHILD, bomb, ROOT)
-    print(f"web: {bomb.stat().st_size / 1e6:.1f} MB gzip of zeros (4 GiB inflated): refused in {secs} s, peak RSS "
-          f"{peak} MiB ({before} MiB before the request)   (targets < 2 s, < 300 MB)\n     {refusal}")
+    print(
+        f"web: {bomb.stat().st_size / 1e6:.1f} MB gzip of zeros (4 GiB inflated): refused in {secs} s, peak RSS "
+        f"{peak} MiB ({before} MiB before the request)   (targets < 2 s, < 300 MB)\n     {refusal}"
+    )
 
     two = b"".join(orjson.dumps(r) + b"\n" for r in list(iter_run(SynthConfig(trajectories=2, seed=3)))[:2])
     gz_line = tmp / "line.jsonl.gz"
@@ -197,13 +208,16 @@ def hostile(tmp: Path) -> None:
         for _ in range(16):
             fh.write(block)
         fh.write(b'"}\n')
-    for path, what in ((gz_line, f"{gz_line.stat().st_size / 1e6:.1f} MB gzip, two records + a 1 GiB line"),
-                       (plain_line, f"plain {plain_line.stat().st_size / 2**30:.2f} GiB, two records + a 1 GiB line")):
+    for path, what in (
+        (gz_line, f"{gz_line.stat().st_size / 1e6:.1f} MB gzip, two records + a 1 GiB line"),
+        (plain_line, f"plain {plain_line.stat().st_size / 2**30:.2f} GiB, two records + a 1 GiB line"),
+    ):
         print(f"{what}:")
         for engine in ("validate_file", "certify_file", "audit_file", "importers"):
             secs, peak, refusal = _child(ENGINE_CHILD, engine, path, ROOT)
-            print(f"  {engine:<14} refused in {secs:>6} s, peak RSS {peak:>4} MiB   (targets < 60 s, < 600 MB): "
-                  f"{refusal}")
+            print(
+                f"  {engine:<14} refused in {secs:>6} s, peak RSS {peak:>4} MiB   (targets < 60 s, < 600 MB): {refusal}"
+            )
     plain_line.unlink()
 
 
@@ -221,8 +235,10 @@ def main() -> None:
     path = Path(args.keep) if args.keep else tmp / ("run.jsonl.gz" if args.gzip else "run.jsonl")
     t0 = time.perf_counter()
     info = make_file(path, args.size_mb, args.gzip)
-    print(f"generated {info['records']} records, {info['uncompressed_bytes'] / 2**20:.0f} MiB uncompressed, "
-          f"{info['file_bytes'] / 2**20:.0f} MiB on disk in {time.perf_counter() - t0:.0f} s")
+    print(
+        f"generated {info['records']} records, {info['uncompressed_bytes'] / 2**20:.0f} MiB uncompressed, "
+        f"{info['file_bytes'] / 2**20:.0f} MiB on disk in {time.perf_counter() - t0:.0f} s"
+    )
     base = orjson_baseline(path)
     secs, summary = validation(path)
     assert summary["valid"], summary["errors"][:3]
@@ -231,8 +247,10 @@ def main() -> None:
     print(f"upload validation:       {secs:7.2f} s  {mib / secs:7.1f} MiB/s")
     print(f"ratio validation / orjson = {secs / base:.2f}x   (target <= 2x)")
     before, peak = ingest_peak_memory(path)
-    print(f"peak RSS ingesting the file: {peak} MiB (interpreter + Django + imports before ingest: {before} MiB)"
-          f"   (target < 300 MB)")
+    print(
+        f"peak RSS ingesting the file: {peak} MiB (interpreter + Django + imports before ingest: {before} MiB)"
+        f"   (target < 300 MB)"
+    )
     if not args.keep:
         path.unlink()
 

@@ -13,6 +13,7 @@ Per step and endpoint it prints throughput and p50/p99 latency, and the step at 
 Absolute numbers depend on the machine and on what else runs on it (the script prints the load average before
 and after); compare ratios between steps and endpoints, not absolute values across machines.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.portal_env import PortalEnv, multipart, request, synth_log, wait_until
 
-MIX = [("upload_list", 3), ("upload_detail", 3), ("job_list", 2), ("job_detail", 2), ("run_certificate", 1),
-       ("upload_post", 1), ("project_page", 1), ("run_page", 1)]
+MIX = [
+    ("upload_list", 3),
+    ("upload_detail", 3),
+    ("job_list", 2),
+    ("job_detail", 2),
+    ("run_certificate", 1),
+    ("upload_post", 1),
+    ("project_page", 1),
+    ("run_page", 1),
+]
 
 
 GET_PATHS = {
@@ -63,8 +72,11 @@ class Client:
             if self.conn is None:
                 self.conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
             # pages are for people (session cookie), the API for keys
-            headers = {"Cookie": f"sessionid={self.cookie}"} if path.startswith("/p/") else {
-                "Authorization": f"Bearer {self.token}"}
+            headers = (
+                {"Cookie": f"sessionid={self.cookie}"}
+                if path.startswith("/p/")
+                else {"Authorization": f"Bearer {self.token}"}
+            )
             if ctype:
                 headers["Content-Type"] = ctype
             try:
@@ -129,7 +141,9 @@ def run_step(env: PortalEnv, clients: int, seconds: float, ids: dict, seed: int)
         xs = sorted(samples.get(kind, []))
         errs = dict(errors.get(kind, {}))
         out["endpoints"][kind] = {
-            "ok": len(xs), "errors": errs, "rps": round(len(xs) / wall, 1),
+            "ok": len(xs),
+            "errors": errs,
+            "rps": round(len(xs) / wall, 1),
             "p50_ms": round(1000 * xs[len(xs) // 2], 1) if xs else None,
             "p99_ms": round(1000 * xs[min(len(xs) - 1, int(len(xs) * 0.99))], 1) if xs else None,
         }
@@ -146,9 +160,13 @@ async def ws_subscriber(host: str, port: int, path: str, cookie: str, stop: asyn
     try:
         reader, writer = await asyncio.open_connection(host, port)
         key = base64.b64encode(os.urandom(16)).decode()
-        writer.write((f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                      f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\nOrigin: http://{host}:{port}\r\n"
-                      f"Cookie: sessionid={cookie}\r\n\r\n").encode())
+        writer.write(
+            (
+                f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\nOrigin: http://{host}:{port}\r\n"
+                f"Cookie: sessionid={cookie}\r\n\r\n"
+            ).encode()
+        )
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
         if b" 101 " not in head.split(b"\r\n", 1)[0]:
             stats["refused"] += 1
@@ -169,8 +187,9 @@ async def ws_subscriber(host: str, port: int, path: str, cookie: str, stop: asyn
             opcode = hdr[0] & 0x0F
             if opcode == 0x9:  # daphne pings every 20 s and drops a client that does not answer: pong (masked)
                 mask = os.urandom(4)
-                writer.write(bytes([0x8A, 0x80 | len(payload)]) + mask
-                             + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+                writer.write(
+                    bytes([0x8A, 0x80 | len(payload)]) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+                )
                 stats["pings_answered"] += 1
                 continue
             if opcode == 0x8:  # close
@@ -178,7 +197,7 @@ async def ws_subscriber(host: str, port: int, path: str, cookie: str, stop: asyn
                 return
             stats["events"] += 1
         writer.close()
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - a failed request is counted as an error of the load run, not a crash
         stats["failed"] += 1
         stats[f"failed:{type(exc).__name__} during {PHASE[0]}"] += 1
 
@@ -208,26 +227,45 @@ def seed(env: PortalEnv, uploads: int) -> dict:
     t0 = time.monotonic()
     for i in range(uploads):
         body, ctype = multipart(synth_log(6, seed=10_000 + i, response_len=(8, 32)), f"seed-{i}.jsonl.gz")
-        status, _, _ = request("POST", f"{env.base_urls[0]}/api/v1/projects/{env.slug}/uploads/", env.token, body, ctype)
+        status, _, _ = request(
+            "POST", f"{env.base_urls[0]}/api/v1/projects/{env.slug}/uploads/", env.token, body, ctype
+        )
         assert status == 201, status
-    done = wait_until(lambda: int(env.sql("select count(*) from jobs_job where state not in "
-                                          "('succeeded','failed','cancelled')")[0][0]) == 0, 900, 1.0)
-    ids = {"uploads": [int(r[0]) for r in env.sql("select id from runs_upload")],
-           "jobs": [int(r[0]) for r in env.sql("select id from jobs_job")],
-           "runs": [int(r[0]) for r in env.sql("select distinct run_id from certificates_runcertificate "
-                                               "where state='complete' and run_id is not null")]}
+    done = wait_until(
+        lambda: int(
+            env.sql("select count(*) from jobs_job where state not in ('succeeded','failed','cancelled')")[0][0]
+        )
+        == 0,
+        900,
+        1.0,
+    )
+    ids = {
+        "uploads": [int(r[0]) for r in env.sql("select id from runs_upload")],
+        "jobs": [int(r[0]) for r in env.sql("select id from jobs_job")],
+        "runs": [
+            int(r[0])
+            for r in env.sql(
+                "select distinct run_id from certificates_runcertificate where state='complete' and run_id is not null"
+            )
+        ],
+    }
     ids["small_log"] = synth_log(2, seed=99, gzip_it=False, response_len=(8, 16))
-    print(f"seeded {uploads} uploads, {len(ids['jobs'])} jobs, {len(ids['runs'])} certified runs in "
-          f"{time.monotonic() - t0:.0f} s (all jobs finished: {done})", flush=True)
+    print(
+        f"seeded {uploads} uploads, {len(ids['jobs'])} jobs, {len(ids['runs'])} certified runs in "
+        f"{time.monotonic() - t0:.0f} s (all jobs finished: {done})",
+        flush=True,
+    )
     return ids
 
 
 def session_cookie(env: PortalEnv) -> str:
-    code = ("from django.contrib.auth import get_user_model; from django.contrib.sessions.backends.db import SessionStore;"
-            "from django.contrib.auth import SESSION_KEY, BACKEND_SESSION_KEY, HASH_SESSION_KEY;"
-            "u = get_user_model().objects.get(username='bench'); s = SessionStore();"
-            "s[SESSION_KEY] = str(u.pk); s[BACKEND_SESSION_KEY] = 'django.contrib.auth.backends.ModelBackend';"
-            "s[HASH_SESSION_KEY] = u.get_session_auth_hash(); s.create(); print(s.session_key)")
+    code = (
+        "from django.contrib.auth import get_user_model; from django.contrib.sessions.backends.db import SessionStore;"
+        "from django.contrib.auth import SESSION_KEY, BACKEND_SESSION_KEY, HASH_SESSION_KEY;"
+        "u = get_user_model().objects.get(username='bench'); s = SessionStore();"
+        "s[SESSION_KEY] = str(u.pk); s[BACKEND_SESSION_KEY] = 'django.contrib.auth.backends.ModelBackend';"
+        "s[HASH_SESSION_KEY] = u.get_session_auth_hash(); s.create(); print(s.session_key)"
+    )
     return env.manage("shell", "-c", code).stdout.strip().splitlines()[-1]
 
 
@@ -238,26 +276,51 @@ def big_upload(env: PortalEnv, size_mb: int) -> dict:
     path = env.dir / "big.jsonl"
     info = make_file(path, size_mb, compress=False)
     body, ctype = multipart(path.read_bytes(), "big.jsonl")
-    status, data, secs = request("POST", f"{env.base_urls[0]}/api/v1/projects/{env.slug}/uploads/", env.token, body,
-                                 ctype, timeout=1800)
-    out = {"mb": size_mb, "records": info["records"], "status": status, "upload_seconds": round(secs, 1),
-           "upload_mb_per_s": round(size_mb / secs, 1)}
+    status, data, secs = request(
+        "POST", f"{env.base_urls[0]}/api/v1/projects/{env.slug}/uploads/", env.token, body, ctype, timeout=1800
+    )
+    out = {
+        "mb": size_mb,
+        "records": info["records"],
+        "status": status,
+        "upload_seconds": round(secs, 1),
+        "upload_mb_per_s": round(size_mb / secs, 1),
+    }
     if status == 201:
         upload_id = data["id"]
-        wait_until(lambda: env.sql(f"select state from jobs_job where kind='validate_upload' and subject_id={upload_id}")
-                   [0][0] in ("succeeded", "failed"), 1800, 1.0)
-        row = env.sql("select state, extract(epoch from finished_at - started_at) from jobs_job "
-                      f"where kind='validate_upload' and subject_id={upload_id}")[0]
-        out.update(validation_state=row[0], validation_seconds=round(float(row[1]), 1),
-                   validation_mb_per_s=round(size_mb / float(row[1]), 1))
-        wait_until(lambda: env.sql(f"select state from jobs_job where kind='certify_upload' and subject_id={upload_id}")
-                   [0][0] in ("succeeded", "failed"), 1800, 1.0)
+        wait_until(
+            lambda: env.sql(f"select state from jobs_job where kind='validate_upload' and subject_id={upload_id}")[0][0]
+            in ("succeeded", "failed"),
+            1800,
+            1.0,
+        )
+        row = env.sql(
+            "select state, extract(epoch from finished_at - started_at) from jobs_job "
+            f"where kind='validate_upload' and subject_id={upload_id}"
+        )[0]
+        out.update(
+            validation_state=row[0],
+            validation_seconds=round(float(row[1]), 1),
+            validation_mb_per_s=round(size_mb / float(row[1]), 1),
+        )
+        wait_until(
+            lambda: env.sql(f"select state from jobs_job where kind='certify_upload' and subject_id={upload_id}")[0][0]
+            in ("succeeded", "failed"),
+            1800,
+            1.0,
+        )
         state, secs, tokens, seqs = env.sql(
             "select state, extract(epoch from finished_at - started_at), result->>'tokens', result->>'sequences' "
-            f"from jobs_job where kind='certify_upload' and subject_id={upload_id}")[0]
-        out.update(certify_state=state, certify_seconds=round(float(secs), 1), certify_tokens=int(tokens or 0),
-                   certify_sequences=int(seqs or 0), certify_tokens_per_s=round(int(tokens or 0) / float(secs)),
-                   certify_sequences_per_s=round(int(seqs or 0) / float(secs)))
+            f"from jobs_job where kind='certify_upload' and subject_id={upload_id}"
+        )[0]
+        out.update(
+            certify_state=state,
+            certify_seconds=round(float(secs), 1),
+            certify_tokens=int(tokens or 0),
+            certify_sequences=int(seqs or 0),
+            certify_tokens_per_s=round(int(tokens or 0) / float(secs)),
+            certify_sequences_per_s=round(int(seqs or 0) / float(secs)),
+        )
     print(f"big upload: {out}", flush=True)
     return out
 
@@ -267,19 +330,22 @@ def job_throughput(env: PortalEnv) -> dict:
     and what a sequence-summary row costs in PostgreSQL (table + indexes)."""
     out = {}
     for kind, n, median, total in env.sql(
-            "select kind, count(*), percentile_cont(0.5) within group (order by extract(epoch from finished_at - started_at)),"
-            " sum(extract(epoch from finished_at - started_at)) from jobs_job where state='succeeded' group by kind"):
+        "select kind, count(*), percentile_cont(0.5) within group (order by extract(epoch from finished_at - started_at)),"
+        " sum(extract(epoch from finished_at - started_at)) from jobs_job where state='succeeded' group by kind"
+    ):
         out[kind] = {"succeeded": int(n), "median_s": round(float(median), 2), "busy_s": round(float(total), 1)}
     tokens, seqs, busy = env.sql(
         "select coalesce(sum((result->>'tokens')::bigint),0), coalesce(sum((result->>'sequences')::bigint),0),"
         " coalesce(sum(extract(epoch from finished_at - started_at)),0) from jobs_job"
-        " where kind='certify_upload' and state='succeeded'")[0]
+        " where kind='certify_upload' and state='succeeded'"
+    )[0]
     if float(busy) > 0:
         out["certify_tokens_per_s"] = round(int(tokens) / float(busy))
         out["certify_sequences_per_s"] = round(int(seqs) / float(busy))
         out["certificates_per_s"] = round(out["certify_upload"]["succeeded"] / float(busy), 3)
-    rows, size = env.sql("select count(*), pg_total_relation_size('certificates_sequencesummary') "
-                         "from certificates_sequencesummary")[0]
+    rows, size = env.sql(
+        "select count(*), pg_total_relation_size('certificates_sequencesummary') from certificates_sequencesummary"
+    )[0]
     if int(rows):
         out["bytes_per_sequence_row"] = round(int(size) / int(rows))
     print(f"jobs: {out}", flush=True)
@@ -323,10 +389,14 @@ def main() -> int:
             step = run_step(env, clients, args.seconds, ids, seed=i)
             step["loadavg_start"] = la
             results["steps"].append(step)
-            line = "  ".join(f"{k} {e['rps']}/s p50 {e['p50_ms']} p99 {e['p99_ms']}"
-                             + (f" ERR {e['errors']}" if e["errors"] else "") for k, e in step["endpoints"].items())
-            print(f"[{clients:>3} clients] total {step['total_rps']}/s, errors {step['error_count']} (load {la})\n    {line}",
-                  flush=True)
+            line = "  ".join(
+                f"{k} {e['rps']}/s p50 {e['p50_ms']} p99 {e['p99_ms']}" + (f" ERR {e['errors']}" if e["errors"] else "")
+                for k, e in step["endpoints"].items()
+            )
+            print(
+                f"[{clients:>3} clients] total {step['total_rps']}/s, errors {step['error_count']} (load {la})\n    {line}",
+                flush=True,
+            )
             if step["error_count"] and first_error is None:
                 first_error = clients
         PHASE[0] = "shutdown of the subscribers"
@@ -340,7 +410,9 @@ def main() -> int:
         results["jobs_after"] = {s: int(n) for s, n in backlog}
         results["machine"]["loadavg_after"] = loadavg()
         print(f"websocket subscribers at the end: {dict(stats)}")
-        print(f"errors start at: {first_error or 'no errors at any step'} clients; jobs after the run: {results['jobs_after']}")
+        print(
+            f"errors start at: {first_error or 'no errors at any step'} clients; jobs after the run: {results['jobs_after']}"
+        )
         print(f"load average after: {loadavg()}")
     finally:
         env.teardown()

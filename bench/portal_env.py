@@ -6,6 +6,7 @@ tmpfs so the disk can really fill up), web processes (scripts/web: uvicorn; seve
 the client spreads requests over them) and Celery workers. Ports default to 55432 (PostgreSQL), 56379 (Redis) and
 58001+ (web).
 """
+
 from __future__ import annotations
 
 import json
@@ -43,9 +44,18 @@ def wait_until(predicate, timeout: float, interval: float = 0.2) -> bool:
 
 
 class PortalEnv:
-    def __init__(self, *, pg_port=55432, redis_port=56379, web_port=58001, heartbeat_timeout=600,
-                 artifact_tmpfs_mb: int | None = None, keep: bool = False, extra_env: dict | None = None,
-                 snapshot: bool = False):
+    def __init__(
+        self,
+        *,
+        pg_port=55432,
+        redis_port=56379,
+        web_port=58001,
+        heartbeat_timeout=600,
+        artifact_tmpfs_mb: int | None = None,
+        keep: bool = False,
+        extra_env: dict | None = None,
+        snapshot: bool = False,
+    ):
         self.pg_port, self.redis_port, self.web_port = pg_port, redis_port, web_port
         self.dir = Path(tempfile.mkdtemp(prefix="ap-bench-"))
         os.chmod(self.dir, 0o755)
@@ -97,8 +107,9 @@ class PortalEnv:
 
     def _pg_ctl(self, action: str, *args) -> None:
         opts = f"-p {self.pg_port} -k {self.sock_dir} -c listen_addresses=127.0.0.1 -c max_connections=200"
-        r = self._as_postgres(PG_BIN / "pg_ctl", "-D", self.pg_data, "-l", self.logs / "postgres.log", "-o", opts,
-                              action, *args)
+        r = self._as_postgres(
+            PG_BIN / "pg_ctl", "-D", self.pg_data, "-l", self.logs / "postgres.log", "-o", opts, action, *args
+        )
         if r.returncode:
             raise RuntimeError(f"pg_ctl {action} failed: {r.stdout} {r.stderr}")
 
@@ -110,8 +121,22 @@ class PortalEnv:
 
     def start_redis(self) -> None:
         self.redis = subprocess.Popen(
-            ["redis-server", "--port", str(self.redis_port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(self.dir)], stdout=open(self.logs / "redis.log", "ab"), stderr=subprocess.STDOUT)
+            [
+                "redis-server",
+                "--port",
+                str(self.redis_port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.dir),
+            ],
+            stdout=open(self.logs / "redis.log", "ab"),
+            stderr=subprocess.STDOUT,
+        )
         import redis
 
         client = redis.Redis(port=self.redis_port)
@@ -126,21 +151,39 @@ class PortalEnv:
 
     def mount_artifacts(self) -> None:
         if self.artifact_tmpfs_mb:
-            subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self.artifact_tmpfs_mb}m", "tmpfs",
-                            str(self.artifacts)], check=True)
+            subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", f"size={self.artifact_tmpfs_mb}m", "tmpfs", str(self.artifacts)],
+                check=True,
+            )
 
     def manage(self, *args, check=True, timeout=300) -> subprocess.CompletedProcess:
-        r = subprocess.run([PY, "manage.py", *args], cwd=self.code, env=self.env, capture_output=True, text=True,
-                           timeout=timeout)
+        r = subprocess.run(
+            [PY, "manage.py", *args], cwd=self.code, env=self.env, capture_output=True, text=True, timeout=timeout
+        )
         if check and r.returncode:
-            raise RuntimeError(f"manage.py {' '.join(args)} failed ({r.returncode}): {r.stdout[-2000:]} {r.stderr[-2000:]}")
+            raise RuntimeError(
+                f"manage.py {' '.join(args)} failed ({r.returncode}): {r.stdout[-2000:]} {r.stderr[-2000:]}"
+            )
         return r
 
     def setup(self) -> "PortalEnv":
         self.mount_artifacts()
         self.start_postgres()
-        r = subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(self.pg_port), "-U", "postgres", "-qc",
-                            "create database audit_portal"], capture_output=True, text=True)
+        r = subprocess.run(
+            [
+                "psql",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.pg_port),
+                "-U",
+                "postgres",
+                "-qc",
+                "create database audit_portal",
+            ],
+            capture_output=True,
+            text=True,
+        )
         if r.returncode and "already exists" not in r.stderr:
             raise RuntimeError(r.stderr)
         self.start_redis()
@@ -152,9 +195,13 @@ class PortalEnv:
         for i in range(processes):
             port = self.web_port + len(self.webs)
             # the production web server, started the way scripts/up starts it (scripts/web: uvicorn)
-            proc = subprocess.Popen([str(self.code / "scripts" / "web"), "127.0.0.1", str(port)], cwd=self.code,
-                                    env={**self.env, "PATH": f"{BIN}:{self.env.get('PATH', '')}"},
-                                    stdout=open(self.logs / f"web-{port}.log", "ab"), stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(
+                [str(self.code / "scripts" / "web"), "127.0.0.1", str(port)],
+                cwd=self.code,
+                env={**self.env, "PATH": f"{BIN}:{self.env.get('PATH', '')}"},
+                stdout=open(self.logs / f"web-{port}.log", "ab"),
+                stderr=subprocess.STDOUT,
+            )
             self.webs.append(proc)
             if not wait_until(lambda: _http_ok(f"http://127.0.0.1:{port}/healthz"), 60):
                 raise RuntimeError(f"the web server on {port} did not answer; see {self.logs}")
@@ -175,15 +222,37 @@ class PortalEnv:
                 proc.kill()
         self.webs = []
 
-    def start_worker(self, name: str = "w1", queues: str = "cpu", concurrency: int = 1, beat: bool = False,
-                     env: dict | None = None) -> subprocess.Popen:
-        cmd = [str(BIN / "celery"), "-A", "audit_portal", "worker", "-Q", queues, "-P", "prefork", "-c", str(concurrency),
-               "-n", f"{name}@%h", "-l", "info", "--without-gossip", "--without-mingle"]
+    def start_worker(
+        self, name: str = "w1", queues: str = "cpu", concurrency: int = 1, beat: bool = False, env: dict | None = None
+    ) -> subprocess.Popen:
+        cmd = [
+            str(BIN / "celery"),
+            "-A",
+            "audit_portal",
+            "worker",
+            "-Q",
+            queues,
+            "-P",
+            "prefork",
+            "-c",
+            str(concurrency),
+            "-n",
+            f"{name}@%h",
+            "-l",
+            "info",
+            "--without-gossip",
+            "--without-mingle",
+        ]
         if beat:
             cmd += ["-B", "-s", str(self.var / f"beat-{name}")]
-        proc = subprocess.Popen(cmd, cwd=self.code, env={**self.env, **(env or {})},
-                                stdout=open(self.logs / f"worker-{name}.log", "ab"), stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=self.code,
+            env={**self.env, **(env or {})},
+            stdout=open(self.logs / f"worker-{name}.log", "ab"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.workers[name] = proc
         log = self.logs / f"worker-{name}.log"
         wait_until(lambda: log.exists() and b"ready." in log.read_bytes(), 90)
@@ -216,8 +285,25 @@ class PortalEnv:
 
     # -------------------------------------------------------------------------------------------- probes
     def sql(self, query: str) -> list[list[str]]:
-        r = subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(self.pg_port), "-U", "postgres", "-d", "audit_portal",
-                            "-AtF", "\t", "-c", query], capture_output=True, text=True)
+        r = subprocess.run(
+            [
+                "psql",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.pg_port),
+                "-U",
+                "postgres",
+                "-d",
+                "audit_portal",
+                "-AtF",
+                "\t",
+                "-c",
+                query,
+            ],
+            capture_output=True,
+            text=True,
+        )
         if r.returncode:
             raise RuntimeError(r.stderr)
         return [line.split("\t") for line in r.stdout.splitlines() if line]
@@ -261,14 +347,14 @@ def export_head(target: Path) -> Path:
 def _pings(client) -> bool:
     try:
         return bool(client.ping())
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - any failure to reach the workers means they are not up yet
         return False
 
 
 def _http_ok(url: str) -> bool:
     try:
         return urllib.request.urlopen(url, timeout=2).status == 200
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - any failure to reach the workers means they are not up yet
         return False
 
 
@@ -288,20 +374,29 @@ def synth_log(trajectories: int, seed: int, *, gzip_it: bool = True, response_le
 
     from workers.fcr.synth import SynthConfig, iter_run
 
-    data = b"".join(orjson.dumps(r) + b"\n" for r in iter_run(SynthConfig(trajectories=trajectories, seed=seed,
-                                                                          response_len=response_len)))
+    data = b"".join(
+        orjson.dumps(r) + b"\n"
+        for r in iter_run(SynthConfig(trajectories=trajectories, seed=seed, response_len=response_len))
+    )
     return gzip.compress(data, compresslevel=1) if gzip_it else data
 
 
 def multipart(data: bytes, name: str) -> tuple[bytes, str]:
     boundary = f"----apbench{time.monotonic_ns()}"
-    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\n"
-            f"Content-Type: application/octet-stream\r\n\r\n").encode() + data + f"\r\n--{boundary}--\r\n".encode()
+    body = (
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{name}"\r\n'
+            f"Content-Type: application/octet-stream\r\n\r\n"
+        ).encode()
+        + data
+        + f"\r\n--{boundary}--\r\n".encode()
+    )
     return body, f"multipart/form-data; boundary={boundary}"
 
 
-def request(method: str, url: str, token: str, body: bytes | None = None, content_type: str | None = None,
-            timeout: float = 60) -> tuple[int, dict | None, float]:
+def request(
+    method: str, url: str, token: str, body: bytes | None = None, content_type: str | None = None, timeout: float = 60
+) -> tuple[int, dict | None, float]:
     """One HTTP request on a fresh connection: (status, JSON body or None, seconds). Status 0: no response."""
     import http.client
     from urllib.parse import urlsplit

@@ -22,6 +22,7 @@ The load average is printed before and after: on a shared machine the ratio is o
     .venv/bin/python bench/scale.py                      # 64 MiB log, 8 MiB chunks, 2 rounds
     .venv/bin/python bench/scale.py --mb 32 --chunk-mb 4 --rounds 1
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,8 +52,12 @@ def write_log(mb: float) -> bytes:
 
     with tempfile.TemporaryDirectory(prefix="ap-scale-") as tmp:
         path = Path(tmp) / "run.jsonl"
-        write_run(path, SynthConfig(trajectories=64, response_len=(64, 512), top_k=8, seed=7), compress=False,
-                  target_bytes=int(mb * 2**20))
+        write_run(
+            path,
+            SynthConfig(trajectories=64, response_len=(64, 512), top_k=8, seed=7),
+            compress=False,
+            target_bytes=int(mb * 2**20),
+        )
         return path.read_bytes()
 
 
@@ -66,8 +71,9 @@ def small_log(seed: int) -> bytes:
 
 def upload_log(env, data: bytes, name: str) -> int:
     body, ctype = multipart(data, name)
-    status, up, _ = request("POST", f"{env.base_urls[0]}/api/v1/projects/{env.slug}/uploads/", env.token, body,
-                            ctype, timeout=600)
+    status, up, _ = request(
+        "POST", f"{env.base_urls[0]}/api/v1/projects/{env.slug}/uploads/", env.token, body, ctype, timeout=600
+    )
     if status != 201:
         raise SystemExit(f"upload refused: {status} {up}")
     return up["id"]
@@ -75,7 +81,8 @@ def upload_log(env, data: bytes, name: str) -> int:
 
 def job_row(env, job: int) -> dict:
     state, secs, result = env.sql(
-        f"select state, extract(epoch from finished_at - started_at), result from jobs_job where id={job}")[0]
+        f"select state, extract(epoch from finished_at - started_at), result from jobs_job where id={job}"
+    )[0]
     return {"state": state, "seconds": float(secs) if secs else None, "result": json.loads(result or "{}")}
 
 
@@ -85,13 +92,16 @@ def phases(env, job: int) -> tuple[float, float]:
     chunked, tail = env.sql(
         f"select extract(epoch from max(c.created_at) - j.started_at), extract(epoch from j.finished_at - "
         f"max(c.created_at)) from jobs_job j left join certificates_certificatechunk c on c.job_id = j.id "
-        f"where j.id={job} group by j.id")[0]
+        f"where j.id={job} group by j.id"
+    )[0]
     return (float(chunked), float(tail)) if chunked else (job_row(env, job)["seconds"], 0.0)
 
 
 def certificate(env, upload: int) -> str:
-    rows = env.sql(f"select summary::text || bounds::text from certificates_runcertificate where upload_id={upload} "
-                   f"and state='complete'")
+    rows = env.sql(
+        f"select summary::text || bounds::text from certificates_runcertificate where upload_id={upload} "
+        f"and state='complete'"
+    )
     return rows[0][0] if rows else ""
 
 
@@ -99,11 +109,13 @@ def finished(env, job: int) -> bool:
     return job_row(env, job)["state"] in ("succeeded", "failed", "cancelled")
 
 
-def run_config(env, job: int, upload: int, processes: int, chunk_bytes: int, timeout: float, threads: int,
-               warm_jobs: list[int]) -> dict:
+def run_config(
+    env, job: int, upload: int, processes: int, chunk_bytes: int, timeout: float, threads: int, warm_jobs: list[int]
+) -> dict:
     for i in range(processes):
-        env.start_worker(f"scale{i}", concurrency=1, env={"CERTIFY_CHUNK_BYTES": str(chunk_bytes),
-                                                          "OMP_NUM_THREADS": str(threads)})
+        env.start_worker(
+            f"scale{i}", concurrency=1, env={"CERTIFY_CHUNK_BYTES": str(chunk_bytes), "OMP_NUM_THREADS": str(threads)}
+        )
     try:
         # steady state, as long-lived workers are: each process first certifies a small log (imports torch and the
         # engine, loads the compiled kernel, opens its database connection: ~6 s at load 5 here), untimed
@@ -129,12 +141,17 @@ def main(argv=None) -> int:
     ap.add_argument("--chunk-mb", type=float, default=8.0, help="CERTIFY_CHUNK_BYTES for the chunked runs (MiB)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds one certification may take")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="OMP_NUM_THREADS of each worker process (torch's intra-op threads; 1 = one core a process)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="OMP_NUM_THREADS of each worker process (torch's intra-op threads; 1 = one core a process)",
+    )
     args = ap.parse_args(argv)
     chunk_bytes = int(args.chunk_mb * 2**20)
-    print(f"load average before: {os.getloadavg()}  (cpus: {os.cpu_count()}; worker threads: {args.threads})",
-          flush=True)
+    print(
+        f"load average before: {os.getloadavg()}  (cpus: {os.cpu_count()}; worker threads: {args.threads})", flush=True
+    )
     data = write_log(args.mb)
     configs = [("one task", 1, 0), ("chunks x1", 1, chunk_bytes), ("chunks x2", 2, chunk_bytes)]
     with PortalEnv(pg_port=55452, redis_port=56399, web_port=58151) as env:
@@ -143,16 +160,25 @@ def main(argv=None) -> int:
         upload = upload_log(env, data, "scale.jsonl")
         small = [upload_log(env, small_log(seed), f"warm-{seed}.jsonl") for seed in (1, 2)]
         uploads = ",".join(str(u) for u in [upload, *small])
-        validated = wait_until(lambda: env.sql(
-            f"select count(*) from jobs_job where subject_id in ({uploads}) and kind='certify_upload'")[0][0] == "3",
-            args.timeout, 0.5)
+        validated = wait_until(
+            lambda: env.sql(f"select count(*) from jobs_job where subject_id in ({uploads}) and kind='certify_upload'")[
+                0
+            ][0]
+            == "3",
+            args.timeout,
+            0.5,
+        )
         if not validated:
             raise SystemExit(f"validation did not finish; logs in {env.logs}")
         env.kill_worker("prep")  # what it had started or fetched stays unacknowledged: never redelivered here
-        env.sql(f"update jobs_job set state='cancelled' where subject_id in ({uploads}) and kind <> 'certify_upload' "
-                f"and state in ('queued', 'running')")
-        job, *warm_jobs = [int(env.sql(f"select id from jobs_job where subject_id={u} and kind='certify_upload'")[0][0])
-                           for u in [upload, *small]]
+        env.sql(
+            f"update jobs_job set state='cancelled' where subject_id in ({uploads}) and kind <> 'certify_upload' "
+            f"and state in ('queued', 'running')"
+        )
+        job, *warm_jobs = [
+            int(env.sql(f"select id from jobs_job where subject_id={u} and kind='certify_upload'")[0][0])
+            for u in [upload, *small]
+        ]
         results: dict = {name: [] for name, _, _ in configs}
         for r in range(args.rounds):
             for name, processes, cb in configs:
@@ -160,21 +186,32 @@ def main(argv=None) -> int:
                 tokens = row["result"].get("tokens") or 0
                 row["tokens_per_s"] = tokens / row["seconds"]
                 results[name].append(row)
-                print(f"round {r + 1} {name:10s} {row['seconds']:7.2f} s  {row['tokens_per_s']:10.0f} tokens/s  "
-                      f"chunks {row['result'].get('chunks', 1)}: start to last chunk {row['chunk_phase']:6.2f} s, "
-                      f"then merge/store/figures {row['tail']:5.2f} s  load {os.getloadavg()[0]:.2f}", flush=True)
+                print(
+                    f"round {r + 1} {name:10s} {row['seconds']:7.2f} s  {row['tokens_per_s']:10.0f} tokens/s  "
+                    f"chunks {row['result'].get('chunks', 1)}: start to last chunk {row['chunk_phase']:6.2f} s, "
+                    f"then merge/store/figures {row['tail']:5.2f} s  load {os.getloadavg()[0]:.2f}",
+                    flush=True,
+                )
     best = {name: max(rows, key=lambda x: x["tokens_per_s"]) for name, rows in results.items()}
     certs = {row["certificate"] for rows in results.values() for row in rows}
-    print(f"\nlog {len(data) / 2**20:.1f} MiB, {best['one task']['result'].get('tokens')} tokens; "
-          f"chunks of {args.chunk_mb} MiB: {best['chunks x2']['result'].get('chunks')}")
+    print(
+        f"\nlog {len(data) / 2**20:.1f} MiB, {best['one task']['result'].get('tokens')} tokens; "
+        f"chunks of {args.chunk_mb} MiB: {best['chunks x2']['result'].get('chunks')}"
+    )
     for name in results:
         print(f"  {name:10s} best {best[name]['seconds']:7.2f} s  {best[name]['tokens_per_s']:10.0f} tokens/s")
-    print(f"  scaling  chunks x2 / chunks x1 = {best['chunks x2']['tokens_per_s'] / best['chunks x1']['tokens_per_s']:.2f}x"
-          f"  (target >= 1.7x on 2 cores)")
-    print(f"  chunking chunks x1 / one task  = {best['chunks x1']['tokens_per_s'] / best['one task']['tokens_per_s']:.2f}x")
+    print(
+        f"  scaling  chunks x2 / chunks x1 = {best['chunks x2']['tokens_per_s'] / best['chunks x1']['tokens_per_s']:.2f}x"
+        f"  (target >= 1.7x on 2 cores)"
+    )
+    print(
+        f"  chunking chunks x1 / one task  = {best['chunks x1']['tokens_per_s'] / best['one task']['tokens_per_s']:.2f}x"
+    )
     phase = {name: min(row["chunk_phase"] for row in rows) for name, rows in results.items()}
-    print(f"  the parallel part alone (start to last chunk, best): x1 {phase['chunks x1']:.2f} s, x2 "
-          f"{phase['chunks x2']:.2f} s: {phase['chunks x1'] / phase['chunks x2']:.2f}x")
+    print(
+        f"  the parallel part alone (start to last chunk, best): x1 {phase['chunks x1']:.2f} s, x2 "
+        f"{phase['chunks x2']:.2f} s: {phase['chunks x1'] / phase['chunks x2']:.2f}x"
+    )
     print(f"  certificates of every run equal (summary, bounds): {'yes' if len(certs) == 1 else 'NO'}")
     print(f"load average after: {os.getloadavg()}")
     return 0 if len(certs) == 1 else 1

@@ -16,6 +16,7 @@ as the whole upload, which the portal must refuse (JSON 400, ``line_too_long``).
 killed once it passes this much (the measurement then says so), so a server that buffers the body cannot take the
 machine down. Prints one JSON line per run: HTTP status, error code, seconds, RSS before / peak / growth in MiB.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,8 +52,9 @@ def rss_mb(pid: int) -> float:
     total = 0
     pids = [pid]
     try:
-        pids += [int(x) for x in subprocess.run(["pgrep", "-P", str(pid)], capture_output=True,
-                                                text=True).stdout.split()]
+        pids += [
+            int(x) for x in subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+        ]
     except FileNotFoundError:
         pass
     for p in pids:
@@ -75,8 +77,10 @@ def valid_block() -> bytes:
 
 def body_pieces(shape: str, size: int, boundary: str, salt: str = ""):
     """The multipart body in 1 MiB pieces, and its exact length: produced while it is sent."""
-    head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"big.jsonl\"\r\n"
-            "Content-Type: application/octet-stream\r\n\r\n").encode()
+    head = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="big.jsonl"\r\n'
+        "Content-Type: application/octet-stream\r\n\r\n"
+    ).encode()
     tail = f"\r\n--{boundary}--\r\n".encode()
 
     def payload():
@@ -105,16 +109,19 @@ def body_pieces(shape: str, size: int, boundary: str, salt: str = ""):
     return len(head) + size + len(tail), head, payload(), tail
 
 
-def upload(port: int, token: str, shape: str, size: int, timeout: float,
-           project: str = "bench", salt: str = "") -> tuple[int, dict | str, float, float]:
+def upload(
+    port: int, token: str, shape: str, size: int, timeout: float, project: str = "bench", salt: str = ""
+) -> tuple[int, dict | str, float, float]:
     """POST the streamed body on a raw socket; (status, JSON body or text, seconds to send, seconds to answer)."""
     boundary = f"----apmem{time.monotonic_ns()}"
     length, head, pieces, tail = body_pieces(shape, size, boundary, salt)
     start = time.monotonic()
     sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-    request = (f"POST /api/v1/projects/{project}/uploads/ HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-               f"Authorization: Bearer {token}\r\nContent-Type: multipart/form-data; boundary={boundary}\r\n"
-               f"Content-Length: {length}\r\nConnection: close\r\n\r\n").encode()
+    request = (
+        f"POST /api/v1/projects/{project}/uploads/ HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        f"Authorization: Bearer {token}\r\nContent-Type: multipart/form-data; boundary={boundary}\r\n"
+        f"Content-Length: {length}\r\nConnection: close\r\n\r\n"
+    ).encode()
     try:
         sock.sendall(request + head)
         for piece in pieces:
@@ -146,10 +153,17 @@ def start_server(server: str, port: int, env: dict, log: Path) -> subprocess.Pop
     if server == "uvicorn":
         cmd = [str(ROOT / "scripts" / "web"), "127.0.0.1", str(port)]
     else:
-        cmd = [str(ROOT / ".venv" / "bin" / "daphne"), "-b", "127.0.0.1", "-p", str(port),
-               "audit_portal.asgi:application"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
+        cmd = [
+            str(ROOT / ".venv" / "bin" / "daphne"),
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "audit_portal.asgi:application",
+        ]
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -168,15 +182,27 @@ def private_web(server: str, port: int, keep: bool = False):
     yields (server process, API token, environment). Everything is removed afterwards unless ``keep``."""
     tmp = Path(tempfile.mkdtemp(prefix="ap-upmem-"))
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL")}
-    env.update(AUDIT_VAR_DIR=str(tmp / "var"), ARTIFACT_ROOT=str(tmp / "artifacts"), AUDIT_INSTANCE="bench_upmem",
-               UPLOAD_THROTTLE_RATE="100000/min", LOG_LEVEL="WARNING", PYTHONPATH=str(ROOT), TMPDIR=str(tmp),
-               DJANGO_SETTINGS_MODULE="audit_portal.settings")
+    env.update(
+        AUDIT_VAR_DIR=str(tmp / "var"),
+        ARTIFACT_ROOT=str(tmp / "artifacts"),
+        AUDIT_INSTANCE="bench_upmem",
+        UPLOAD_THROTTLE_RATE="100000/min",
+        LOG_LEVEL="WARNING",
+        PYTHONPATH=str(ROOT),
+        TMPDIR=str(tmp),
+        DJANGO_SETTINGS_MODULE="audit_portal.settings",
+    )
     (tmp / "var").mkdir()
     proc = None
     try:
         subprocess.run([PY, "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)
-        token = subprocess.run([PY, "manage.py", "shell", "-c", _SEED], cwd=ROOT, env=env, check=True,
-                               capture_output=True, text=True).stdout.strip().splitlines()[-1]
+        token = (
+            subprocess.run(
+                [PY, "manage.py", "shell", "-c", _SEED], cwd=ROOT, env=env, check=True, capture_output=True, text=True
+            )
+            .stdout.strip()
+            .splitlines()[-1]
+        )
         proc = start_server(server, port, env, tmp / "web.log")
         yield proc, token, env
     finally:
@@ -192,8 +218,16 @@ def private_web(server: str, port: int, keep: bool = False):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def measured_upload(proc, port: int, token: str, shape: str, size_mb: int, max_rss_mb: float,
-                    project: str = "bench", concurrent: int = 1) -> dict:
+def measured_upload(
+    proc,
+    port: int,
+    token: str,
+    shape: str,
+    size_mb: int,
+    max_rss_mb: float,
+    project: str = "bench",
+    concurrent: int = 1,
+) -> dict:
     """``concurrent`` uploads at once (different bytes each) while the server's RSS is sampled every 50 ms; the
     server is killed past ``max_rss_mb``. Status, code and times are the slowest upload's; ``statuses`` all."""
     before = rss_mb(proc.pid)
@@ -227,21 +261,35 @@ def measured_upload(proc, port: int, token: str, shape: str, size_mb: int, max_r
     status, body, sent_s, answered_s = max(answers, key=lambda a: a[3])
     code = body.get("error", {}).get("code") if isinstance(body, dict) else None
     extra = {"concurrent": concurrent, "statuses": sorted(a[0] for a in answers)} if concurrent > 1 else {}
-    return {"shape": shape, "mb": size_mb, **extra, "status": status,
-            "code": code or (body.get("stage") if isinstance(body, dict) else body),
-            "send_s": round(sent_s, 1), "answer_s": round(answered_s, 1), "rss_before_mb": round(before),
-            "rss_peak_mb": round(peak[0]), "growth_mb": round(peak[0] - before), "killed_at_cap": killed[0]}
+    return {
+        "shape": shape,
+        "mb": size_mb,
+        **extra,
+        "status": status,
+        "code": code or (body.get("stage") if isinstance(body, dict) else body),
+        "send_s": round(sent_s, 1),
+        "answer_s": round(answered_s, 1),
+        "rss_before_mb": round(before),
+        "rss_peak_mb": round(peak[0]),
+        "growth_mb": round(peak[0] - before),
+        "killed_at_cap": killed[0],
+    }
 
 
-def measure(server: str, shapes: list[str], size_mb: int, port: int, max_rss_mb: float, keep: bool,
-            concurrent: int = 1) -> list[dict]:
+def measure(
+    server: str, shapes: list[str], size_mb: int, port: int, max_rss_mb: float, keep: bool, concurrent: int = 1
+) -> list[dict]:
     results = []
     with private_web(server, port, keep) as (proc, token, _env):
         upload(port, token, "valid", MiB, 120)  # warm-up: the upload code path imported and run once
         for shape in shapes:
             time.sleep(1.0)
-            results.append({"server": server, **measured_upload(proc, port, token, shape, size_mb, max_rss_mb,
-                                                                            concurrent=concurrent)})
+            results.append(
+                {
+                    "server": server,
+                    **measured_upload(proc, port, token, shape, size_mb, max_rss_mb, concurrent=concurrent),
+                }
+            )
             print(json.dumps(results[-1]), flush=True)
             if results[-1]["killed_at_cap"]:
                 break
@@ -256,24 +304,39 @@ def main() -> int:
     parser.add_argument("--port", type=int, default=58090)
     parser.add_argument("--max-rss-mb", type=float, default=4000)
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder (logs, artifacts)")
-    parser.add_argument("--running", metavar="PID", type=int,
-                        help="measure a server already running (e.g. scripts/up's: var/run/web.pid) on --port, with "
-                             "--token and --project, instead of starting one (nothing is killed: no --max-rss-mb)")
+    parser.add_argument(
+        "--running",
+        metavar="PID",
+        type=int,
+        help="measure a server already running (e.g. scripts/up's: var/run/web.pid) on --port, with "
+        "--token and --project, instead of starting one (nothing is killed: no --max-rss-mb)",
+    )
     parser.add_argument("--token")
     parser.add_argument("--project", default="bench")
     parser.add_argument("--concurrent", type=int, default=1, help="this many uploads at once, each of --mb")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     if args.running:
+
         class Running:
             pid = args.running
 
             @staticmethod
             def poll():
                 return None
+
         for shape in args.shape.split(","):
-            print(json.dumps({"server": f"running pid {args.running}", **measured_upload(
-                Running, args.port, args.token, shape, args.mb, float("inf"), args.project, args.concurrent)}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "server": f"running pid {args.running}",
+                        **measured_upload(
+                            Running, args.port, args.token, shape, args.mb, float("inf"), args.project, args.concurrent
+                        ),
+                    }
+                ),
+                flush=True,
+            )
         return 0
     measure(args.server, args.shape.split(","), args.mb, args.port, args.max_rss_mb, args.keep, args.concurrent)
     return 0

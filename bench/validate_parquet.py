@@ -8,6 +8,7 @@ Prints validate_file on the JSONL, on the Parquet file by columns (workers/fcr/v
 Parquet file record by record (``by_columns=False``, the path before), best of ``--repeat``, and checks that the three
 summaries agree (the Parquet ones exactly; the JSONL one but for ``format`` / byte counts).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,14 +62,19 @@ def main(argv=None):
     t_rec, r_rec = best_of(lambda: validate_file(dst, by_columns=False), max(1, args.repeat - 1))
     skip = {"format", "bytes_read", "file_size"}
     same = r_col == r_rec and {k: v for k, v in r_col.items() if k not in skip} == {
-        k: v for k, v in r_js.items() if k not in skip}
-    print(f"run log: {r_js['records']} records, {toks} response tokens, top-{args.top_k} both sides; JSONL "
-          f"{os.path.getsize(src) / 1e6:.1f} MB, Parquet {conv['bytes'] / 1e6:.1f} MB in {conv['row_groups']} row "
-          f"groups")
+        k: v for k, v in r_js.items() if k not in skip
+    }
+    print(
+        f"run log: {r_js['records']} records, {toks} response tokens, top-{args.top_k} both sides; JSONL "
+        f"{os.path.getsize(src) / 1e6:.1f} MB, Parquet {conv['bytes'] / 1e6:.1f} MB in {conv['row_groups']} row "
+        f"groups"
+    )
     print(f"validate_file JSONL                      {t_js:.3f} s")
     print(f"validate_file Parquet, record by record  {t_rec:.3f} s  -> {t_rec / t_js:.2f}x the JSONL time")
-    print(f"validate_file Parquet, by columns        {t_col:.3f} s  -> {t_js / t_col:.1f}x faster than JSONL "
-          f"(target >= 10x), {t_rec / t_col:.1f}x faster than record by record")
+    print(
+        f"validate_file Parquet, by columns        {t_col:.3f} s  -> {t_js / t_col:.1f}x faster than JSONL "
+        f"(target >= 10x), {t_rec / t_col:.1f}x faster than record by record"
+    )
     print(f"summaries equal: {same}")
     os.remove(src)
     os.remove(dst)

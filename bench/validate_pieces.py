@@ -14,6 +14,7 @@ is only as good as the cores are free.
 
     .venv/bin/python bench/validate_pieces.py --mb 64 --piece-mb 8 --rounds 3
 """
+
 from __future__ import annotations
 
 import argparse
@@ -77,8 +78,12 @@ def main(argv=None) -> int:
                 merged = merge_pieces(pool.map(_piece, jobs, chunksize=1), path=path)
                 times["pieces x2"].append(time.perf_counter() - t0)
                 equal &= merged == reference
-                print(f"round {r + 1}: " + "  ".join(f"{k} {v[-1]:6.2f} s" for k, v in times.items())
-                      + f"  load {os.getloadavg()[0]:.2f}", flush=True)
+                print(
+                    f"round {r + 1}: "
+                    + "  ".join(f"{k} {v[-1]:6.2f} s" for k, v in times.items())
+                    + f"  load {os.getloadavg()[0]:.2f}",
+                    flush=True,
+                )
         size = path.stat().st_size
     best = {k: min(v) for k, v in times.items()}
     print(f"\nlog {size / 2**20:.1f} MiB, {reference['records']} records; {len(chunks)} pieces of {args.piece_mb} MiB")

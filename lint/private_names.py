@@ -9,6 +9,7 @@ A package is the first two parts of a module's name (``audit_portal.training``, 
 inside one package may use its private names. Sources are read from the working directory (the root packages
 live there), so nothing is imported to check them.
 """
+
 from __future__ import annotations
 
 import ast
@@ -82,8 +83,9 @@ class NoPrivateNamesContract(Contract):
         return ContractCheck(kept=not problems, metadata={"problems": problems})
 
     def render_broken_contract(self, check: ContractCheck) -> None:
-        output.print_error("Private names imported from another package (make the name public where it belongs):",
-                           bold=False)
+        output.print_error(
+            "Private names imported from another package (make the name public where it belongs):", bold=False
+        )
         output.new_line()
         for problem in check.metadata["problems"]:
             output.print_error(f"- {problem}", bold=False)

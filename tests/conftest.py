@@ -1,4 +1,5 @@
 """Shared fixtures for the portal tests (the engine test folders have their own conftests)."""
+
 from __future__ import annotations
 
 import copy
@@ -19,10 +20,17 @@ def pytest_collection_modifyitems(config, items):
             parts = item.path.relative_to(root).parts
         except ValueError:
             continue
-        engine = (parts[0] in FAST_FOLDERS and len(parts) > 1) or parts[0] in ("test_architecture.py",
-                                                                                "test_lazy_exports.py")
-        if engine and not item.get_closest_marker("slow") and not item.get_closest_marker("django_db") \
-                and "django_db_setup" not in getattr(item, "fixturenames", ()):
+        engine = (parts[0] in FAST_FOLDERS and len(parts) > 1) or parts[0] in (
+            "test_architecture.py",
+            "test_lazy_exports.py",
+            "test_lint_habits.py",
+        )
+        if (
+            engine
+            and not item.get_closest_marker("slow")
+            and not item.get_closest_marker("django_db")
+            and "django_db_setup" not in getattr(item, "fixturenames", ())
+        ):
             item.add_marker(pytest.mark.fast)
 
 
@@ -34,8 +42,12 @@ def _isolated_portal(request, settings, tmp_path):
 
     is_django_testcase = request.cls is not None and issubclass(request.cls, TransactionTestCase)
     if settings is not None:  # engine test folders override `settings` (no Django there)
-        settings.AUDIT_LOG_WITNESS_DIR = str(tmp_path / "witness")  # the log's append-only witness: per test, like the store
-    if is_django_testcase or ("django_db_setup" not in request.fixturenames and not request.node.get_closest_marker("django_db")):
+        settings.AUDIT_LOG_WITNESS_DIR = str(
+            tmp_path / "witness"
+        )  # the log's append-only witness: per test, like the store
+    if is_django_testcase or (
+        "django_db_setup" not in request.fixturenames and not request.node.get_closest_marker("django_db")
+    ):
         yield  # Django TestCase classes (the browser tests) configure their own isolation at class level
         return
     from audit_portal.celery import app

@@ -1,4 +1,5 @@
 """workers.lazy.lazy_exports: a package's names load their submodule on first use, and only then."""
+
 import sys
 
 import pytest
@@ -8,9 +9,11 @@ import pytest
 def package(tmp_path, monkeypatch):
     root = tmp_path / "lazypkg"
     root.mkdir()
-    (root / "__init__.py").write_text("from workers.lazy import lazy_exports\n"
-                                      "LIGHT = 1\n"
-                                      "__getattr__, __dir__ = lazy_exports(__name__, {'heavy': 'heavymod'})\n")
+    (root / "__init__.py").write_text(
+        "from workers.lazy import lazy_exports\n"
+        "LIGHT = 1\n"
+        "__getattr__, __dir__ = lazy_exports(__name__, {'heavy': 'heavymod'})\n"
+    )
     (root / "heavymod.py").write_text("def heavy():\n    return 'loaded'\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     yield

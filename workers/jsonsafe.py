@@ -7,6 +7,7 @@ differently on purpose and keep their own helper: RFC 8785 canonical JSON of sig
 and kernel verdict signatures and traces (:mod:`workers.contracts.runner` keeps an infinite measured error as
 ``"inf"``: an unbounded error is itself the finding, where null would read as "not measured").
 """
+
 from __future__ import annotations
 
 import math

@@ -6,6 +6,7 @@ Usage, in a package's ``__init__``::
 
     __getattr__, __dir__ = lazy_exports(__name__, {"certify_file": "file", ...})  # name -> submodule
 """
+
 from __future__ import annotations
 
 import importlib

@@ -1,4 +1,5 @@
 """REST endpoints for projects and API keys."""
+
 from __future__ import annotations
 
 from django.shortcuts import get_object_or_404
@@ -61,16 +62,23 @@ class ApiKeyListCreate(generics.ListAPIView):
         principal, project = _managed_project(self.request, self.kwargs["slug"])
         return selectors.api_keys_for(principal, project)
 
-    @extend_schema(request=ApiKeyCreateSerializer,
-                   responses={201: inline_serializer("IssuedKey", {"key": ApiKeySerializer(), "token": serializers.CharField()})})
+    @extend_schema(
+        request=ApiKeyCreateSerializer,
+        responses={201: inline_serializer("IssuedKey", {"key": ApiKeySerializer(), "token": serializers.CharField()})},
+    )
     def post(self, request, slug):
         principal, project = _managed_project(request, slug)
         body = ApiKeyCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         issued = services.issue_api_key(project=project, created_by=principal.user, **body.validated_data)
-        return Response({"key": ApiKeySerializer(issued.key).data, "token": issued.token,
-                         "note": "Store the token now: it is shown once and only its digest is kept."},
-                        status=status.HTTP_201_CREATED)
+        return Response(
+            {
+                "key": ApiKeySerializer(issued.key).data,
+                "token": issued.token,
+                "note": "Store the token now: it is shown once and only its digest is kept.",
+            },
+            status=status.HTTP_201_CREATED,
+        )
 
 
 class ApiKeyRevoke(APIView):

@@ -1,4 +1,5 @@
 """DRF authentication by project API key: ``Authorization: Bearer ap_<prefix>_<secret>``."""
+
 from __future__ import annotations
 
 from django.contrib.auth.models import AnonymousUser

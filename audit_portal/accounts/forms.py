@@ -1,4 +1,5 @@
 """The sign-in form, with failed attempts rate-limited (``throttling.LoginThrottle``)."""
+
 from __future__ import annotations
 
 from django.conf import settings
@@ -15,8 +16,9 @@ class ThrottledAuthenticationForm(AuthenticationForm):
         username = self.cleaned_data.get("username") or ""
         if username and self.throttle.locked(username):
             minutes = max(1, settings.LOGIN_FAILURE_WINDOW_SECONDS // 60)
-            raise ValidationError(f"Too many failed sign-ins for this account. Try again in {minutes} minutes.",
-                                  code="throttled")
+            raise ValidationError(
+                f"Too many failed sign-ins for this account. Try again in {minutes} minutes.", code="throttled"
+            )
         try:
             return super().clean()
         except ValidationError:

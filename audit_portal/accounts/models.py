@@ -1,4 +1,5 @@
 """Tenancy: projects, memberships with roles, and per-project API keys (stored hashed)."""
+
 from __future__ import annotations
 
 from django.conf import settings

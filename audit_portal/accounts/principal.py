@@ -2,6 +2,7 @@
 
 Every selector takes a Principal, so every read is scoped to what the caller may see.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,4 +1,5 @@
 """Reads for accounts, scoped by the caller."""
+
 from __future__ import annotations
 
 from django.http import Http404

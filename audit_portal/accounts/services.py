@@ -1,4 +1,5 @@
 """Writes for accounts: projects, memberships and API keys."""
+
 from __future__ import annotations
 
 import hashlib
@@ -72,7 +73,7 @@ def authenticate_token(token: str) -> ApiKey | None:
     """The active key matching ``token``, or None. Compares digests in constant time."""
     if not token.startswith(KEY_PREFIX):
         return None
-    prefix = token[len(KEY_PREFIX):].split("_", 1)[0]
+    prefix = token[len(KEY_PREFIX) :].split("_", 1)[0]
     key = ApiKey.objects.select_related("project").filter(prefix=prefix).first()
     if key is None or not secrets.compare_digest(key.secret_sha256, hash_secret(token)):
         return None

@@ -1,6 +1,7 @@
 """REST endpoints for alerts. CI reads a rule's state per run (``GET /api/v1/runs/<id>/alerts/`` answers, for every
 rule of the run's project, whether it is firing for that run); creating and deleting rules needs the submit role or
 a submit-scoped key. Every read is scoped to the caller's projects (a foreign rule or run is a 404)."""
+
 from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema, inline_serializer
@@ -22,8 +23,7 @@ class AlertStateSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = AlertState
-        fields = ["run", "run_name", "state", "firing", "value", "message", "fired_count", "changed_at",
-                  "evaluated_at"]
+        fields = ["run", "run_name", "state", "firing", "value", "message", "fired_count", "changed_at", "evaluated_at"]
         read_only_fields = fields
 
     def get_state(self, state) -> str:
@@ -36,8 +36,21 @@ class DeliverySerializer(serializers.ModelSerializer):
 
     class Meta:
         model = WebhookDelivery
-        fields = ["id", "event", "run", "url", "state", "attempts", "last_status", "last_error", "last_seconds",
-                  "created_at", "last_attempt_at", "next_attempt_at", "finished_at"]
+        fields = [
+            "id",
+            "event",
+            "run",
+            "url",
+            "state",
+            "attempts",
+            "last_status",
+            "last_error",
+            "last_seconds",
+            "created_at",
+            "last_attempt_at",
+            "next_attempt_at",
+            "finished_at",
+        ]
         read_only_fields = fields
 
 
@@ -49,8 +62,21 @@ class AlertRuleSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = AlertRule
-        fields = ["id", "project", "name", "kind", "condition", "threshold", "window", "webhook_url", "enabled",
-                  "created_by", "created_at", "firing_runs", "states"]
+        fields = [
+            "id",
+            "project",
+            "name",
+            "kind",
+            "condition",
+            "threshold",
+            "window",
+            "webhook_url",
+            "enabled",
+            "created_by",
+            "created_at",
+            "firing_runs",
+            "states",
+        ]
         read_only_fields = fields
 
     def get_condition(self, rule) -> str:
@@ -83,18 +109,26 @@ class CreatedRuleSerializer(AlertRuleSerializer):
         read_only_fields = fields
 
 
-RULE_REQUEST = inline_serializer("AlertRuleRequest", {
-    "name": serializers.CharField(max_length=100),
-    "kind": serializers.ChoiceField(choices=rules.KIND_CHOICES, help_text="; ".join(f"{k}: {v}"
-                                                                                  for k, v in rules.KINDS.items())),
-    "threshold": serializers.FloatField(help_text="budget (budget), rise per step (eps_rising, abs_diff_rising), "
-                                                  "mask rate (mask_rate)"),
-    "window": serializers.IntegerField(required=False, default=5, help_text="N: the last N steps"),
-    "webhook_url": serializers.CharField(required=False, allow_blank=True,
-                                         help_text="http(s) receiver of signed events; public addresses only unless "
-                                                   "the deployment sets ALERT_WEBHOOK_ALLOW_PRIVATE"),
-    "enabled": serializers.BooleanField(required=False, default=True),
-})
+RULE_REQUEST = inline_serializer(
+    "AlertRuleRequest",
+    {
+        "name": serializers.CharField(max_length=100),
+        "kind": serializers.ChoiceField(
+            choices=rules.KIND_CHOICES, help_text="; ".join(f"{k}: {v}" for k, v in rules.KINDS.items())
+        ),
+        "threshold": serializers.FloatField(
+            help_text="budget (budget), rise per step (eps_rising, abs_diff_rising), mask rate (mask_rate)"
+        ),
+        "window": serializers.IntegerField(required=False, default=5, help_text="N: the last N steps"),
+        "webhook_url": serializers.CharField(
+            required=False,
+            allow_blank=True,
+            help_text="http(s) receiver of signed events; public addresses only unless "
+            "the deployment sets ALERT_WEBHOOK_ALLOW_PRIVATE",
+        ),
+        "enabled": serializers.BooleanField(required=False, default=True),
+    },
+)
 
 
 class ProjectAlertRuleListCreate(generics.ListAPIView):
@@ -118,13 +152,17 @@ class ProjectAlertRuleListCreate(generics.ListAPIView):
         return Response(CreatedRuleSerializer(rule).data, status=status.HTTP_201_CREATED)
 
 
-RULE_CHANGE = inline_serializer("AlertRuleChange", {
-    "name": serializers.CharField(max_length=100, required=False),
-    "kind": serializers.ChoiceField(choices=rules.KIND_CHOICES, required=False),
-    "threshold": serializers.FloatField(required=False), "window": serializers.IntegerField(required=False),
-    "webhook_url": serializers.CharField(required=False, allow_blank=True),
-    "enabled": serializers.BooleanField(required=False),
-})  # any of a new rule's fields; the others keep their values
+RULE_CHANGE = inline_serializer(
+    "AlertRuleChange",
+    {
+        "name": serializers.CharField(max_length=100, required=False),
+        "kind": serializers.ChoiceField(choices=rules.KIND_CHOICES, required=False),
+        "threshold": serializers.FloatField(required=False),
+        "window": serializers.IntegerField(required=False),
+        "webhook_url": serializers.CharField(required=False, allow_blank=True),
+        "enabled": serializers.BooleanField(required=False),
+    },
+)  # any of a new rule's fields; the others keep their values
 
 
 class AlertRuleDetail(generics.RetrieveDestroyAPIView):
@@ -163,17 +201,29 @@ class AlertRuleSecret(APIView):
         return Response(CreatedRuleSerializer(services.rotate_secret(rule)).data)
 
 
-RUN_ALERTS = inline_serializer("RunAlerts", {
-    "run": serializers.IntegerField(),
-    "firing": serializers.BooleanField(help_text="true when any enabled rule is firing for this run (a CI gate)"),
-    "rules": inline_serializer("RunAlertRule", {
-        "rule": serializers.IntegerField(), "name": serializers.CharField(), "kind": serializers.CharField(),
-        "threshold": serializers.FloatField(), "window": serializers.IntegerField(),
-        "state": serializers.ChoiceField(choices=["firing", "armed", "not_evaluated"]),
-        "value": serializers.FloatField(allow_null=True), "message": serializers.CharField(),
-        "fired_count": serializers.IntegerField(), "changed_at": serializers.DateTimeField(allow_null=True),
-    }, many=True),
-})
+RUN_ALERTS = inline_serializer(
+    "RunAlerts",
+    {
+        "run": serializers.IntegerField(),
+        "firing": serializers.BooleanField(help_text="true when any enabled rule is firing for this run (a CI gate)"),
+        "rules": inline_serializer(
+            "RunAlertRule",
+            {
+                "rule": serializers.IntegerField(),
+                "name": serializers.CharField(),
+                "kind": serializers.CharField(),
+                "threshold": serializers.FloatField(),
+                "window": serializers.IntegerField(),
+                "state": serializers.ChoiceField(choices=["firing", "armed", "not_evaluated"]),
+                "value": serializers.FloatField(allow_null=True),
+                "message": serializers.CharField(),
+                "fired_count": serializers.IntegerField(),
+                "changed_at": serializers.DateTimeField(allow_null=True),
+            },
+            many=True,
+        ),
+    },
+)
 
 
 class RunAlerts(APIView):
@@ -187,9 +237,18 @@ class RunAlerts(APIView):
         out = []
         for rule in selectors.rules_for(principal, run.project).filter(enabled=True).order_by("pk"):
             s = states.get(rule.pk)
-            out.append({"rule": rule.pk, "name": rule.name, "kind": rule.kind, "threshold": rule.threshold,
-                        "window": rule.window,
-                        "state": "not_evaluated" if s is None else "firing" if s.firing else "armed",
-                        "value": s.value if s else None, "message": s.message if s else "",
-                        "fired_count": s.fired_count if s else 0, "changed_at": s.changed_at if s else None})
+            out.append(
+                {
+                    "rule": rule.pk,
+                    "name": rule.name,
+                    "kind": rule.kind,
+                    "threshold": rule.threshold,
+                    "window": rule.window,
+                    "state": "not_evaluated" if s is None else "firing" if s.firing else "armed",
+                    "value": s.value if s else None,
+                    "message": s.message if s else "",
+                    "fired_count": s.fired_count if s else 0,
+                    "changed_at": s.changed_at if s else None,
+                }
+            )
         return Response({"run": run.pk, "firing": any(r["state"] == "firing" for r in out), "rules": out})

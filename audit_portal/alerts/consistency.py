@@ -1,6 +1,7 @@
 """The alerts' consistency checks (registered with :mod:`audit_portal.jobs.consistency`, run by
 ``manage.py check_consistency``): no webhook delivery left pending past its due time with nothing to take it, no
 firing state without the event that fired it."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -24,9 +25,11 @@ def check_alerts(report: Report, scope: Scope) -> None:
     pending = in_scope(scope, WebhookDelivery.objects.filter(state=WebhookDelivery.PENDING), "event__rule__project")
     report.counts["webhook_deliveries_pending"] += pending.count()
     for d in pending.filter(Q(next_attempt_at__lt=cut) | Q(next_attempt_at__isnull=True, created_at__lt=cut))[:100]:
-        report.problem(f"webhook delivery {d.pk} (event {d.event_id}) is pending, due since "
-                       f"{(d.next_attempt_at or d.created_at).isoformat()}: no worker has attempted it "
-                       "(is the cpu worker with its beat running?)")
+        report.problem(
+            f"webhook delivery {d.pk} (event {d.event_id}) is pending, due since "
+            f"{(d.next_attempt_at or d.created_at).isoformat()}: no worker has attempted it "
+            "(is the cpu worker with its beat running?)"
+        )
     states = in_scope(scope, AlertState.objects.filter(firing=True), "rule__project")
     report.counts["alert_states_firing"] += states.count()
     for s in states.iterator(chunk_size=500):

@@ -3,6 +3,7 @@
 itself is server-rendered, so a (re)connect needs no snapshot; with the in-memory channel layer (embedded mode) events
 from worker processes do not arrive and the page shows them on reload. The connection's shape:
 audit_portal/core/consumers.py."""
+
 from __future__ import annotations
 
 from audit_portal.alerts.events import alerts_group

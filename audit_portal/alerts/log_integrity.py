@@ -3,6 +3,7 @@ verifying, through the alert channels that already exist — every project's ale
 (:mod:`audit_portal.core.broadcast`) and a signed POST (:mod:`audit_portal.alerts.webhooks`, the same HMAC headers as
 rule alerts, ``X-Audit-Portal-Event: log-check-<id>``) to the webhook of every enabled alert rule — and the banner
 every page shows (``audit_portal.attestations.context_processors.banner``)."""
+
 from __future__ import annotations
 
 import json
@@ -20,10 +21,15 @@ log = logging.getLogger(__name__)
 
 
 def payload(check: LogCheck, fired: bool) -> bytes:
-    body = {"type": "log_integrity.fired" if fired else "log_integrity.resolved", "check_id": check.pk,
-            "checked_at": check.checked_at.isoformat(), "tree_size": check.tree_size,
-            "problems": [p[:300] for p in check.problems[:5]], "problem_count": len(check.problems),
-            "how_to_check": "manage.py check_consistency; docs/verify.md"}
+    body = {
+        "type": "log_integrity.fired" if fired else "log_integrity.resolved",
+        "check_id": check.pk,
+        "checked_at": check.checked_at.isoformat(),
+        "tree_size": check.tree_size,
+        "problems": [p[:300] for p in check.problems[:5]],
+        "problem_count": len(check.problems),
+        "how_to_check": "manage.py check_consistency; docs/verify.md",
+    }
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
 
@@ -42,9 +48,14 @@ def raise_alert(check: LogCheck, *, fired: bool) -> list[tuple[str, bool]]:
             continue
         seen.add((rule.webhook_url, rule.secret))
         try:
-            outcome = webhooks.post(rule.webhook_url, body, secret=rule.secret, event_id=f"log-check-{check.pk}",
-                                    timeout=settings.ALERT_WEBHOOK_TIMEOUT_SECONDS,
-                                    allow_private=settings.ALERT_WEBHOOK_ALLOW_PRIVATE)
+            outcome = webhooks.post(
+                rule.webhook_url,
+                body,
+                secret=rule.secret,
+                event_id=f"log-check-{check.pk}",
+                timeout=settings.ALERT_WEBHOOK_TIMEOUT_SECONDS,
+                allow_private=settings.ALERT_WEBHOOK_ALLOW_PRIVATE,
+            )
             sent.append((rule.webhook_url, outcome.ok))
         except Exception as exc:  # noqa: BLE001 - one receiver's failure must not stop the others
             log.error("log-integrity alert to %s failed: %s", rule.webhook_url, exc)

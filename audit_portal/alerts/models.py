@@ -1,4 +1,5 @@
 """Alert rules on run metrics, their state per run, the events they raised and the webhook deliveries of those."""
+
 from __future__ import annotations
 
 from django.db import models
@@ -71,8 +72,9 @@ class WebhookDelivery(models.Model):
     event = models.ForeignKey(AlertEvent, on_delete=models.CASCADE, related_name="deliveries")
     url = models.CharField(max_length=2000)
     payload = models.TextField()  # the exact bytes every attempt sends (the signature covers them)
-    state = models.CharField(max_length=10, default=PENDING,
-                             choices=[(PENDING, "pending"), (DELIVERED, "delivered"), (FAILED, "failed")])
+    state = models.CharField(
+        max_length=10, default=PENDING, choices=[(PENDING, "pending"), (DELIVERED, "delivered"), (FAILED, "failed")]
+    )
     attempts = models.PositiveSmallIntegerField(default=0)
     last_status = models.IntegerField(null=True)
     last_error = models.CharField(max_length=500, blank=True)

@@ -6,6 +6,7 @@ A *snapshot* is the run so far: ``{"best_bound": B* or None, "certified": bool, 
 nothing certified), with the value it compared and a sentence. The services turn a change of that answer into one
 event per crossing (docs/alerts.md).
 """
+
 from __future__ import annotations
 
 import math
@@ -44,8 +45,9 @@ def slope(points: list[tuple[float, float]]) -> float:
 
 
 def _last(snapshot: dict, key: str, window: int) -> list[tuple[float, float]]:
-    points = [(float(s["step"]), finite_or_none(s.get(key)))
-              for s in snapshot.get("steps") or [] if s.get("step") is not None]
+    points = [
+        (float(s["step"]), finite_or_none(s.get(key))) for s in snapshot.get("steps") or [] if s.get("step") is not None
+    ]
     return [(x, y) for x, y in points if y is not None][-window:]
 
 
@@ -56,21 +58,30 @@ def evaluate(kind: str, threshold: float, window: int, snapshot: dict) -> Verdic
         best = finite_or_none(snapshot.get("best_bound"))
         if best is None:  # as the client's budget gate: a run that certifies no bound does not meet any budget
             return Verdict(True, None, f"no bound could be certified for the run so far (budget {threshold:g})")
-        return Verdict(best > threshold, best, f"B* = {best:.4g} {'>' if best > threshold else '≤'} budget "
-                                               f"{threshold:g}")
+        return Verdict(
+            best > threshold, best, f"B* = {best:.4g} {'>' if best > threshold else '≤'} budget {threshold:g}"
+        )
     if kind in (EPS_RISING, ABS_DIFF_RISING):
         points = _last(snapshot, SERIES[kind], window)
         if len(points) < max(2, window):
             return Verdict(None, None, f"{len(points)} of the {max(2, window)} steps needed")
         rise = slope(points)
         name = "ε̂" if kind == EPS_RISING else "|Δ log p| mean"
-        return Verdict(rise > threshold, rise, f"{name} changes by {rise:+.4g} per step over steps "
-                                               f"{points[0][0]:g}–{points[-1][0]:g} (alert above {threshold:+g})")
+        return Verdict(
+            rise > threshold,
+            rise,
+            f"{name} changes by {rise:+.4g} per step over steps "
+            f"{points[0][0]:g}–{points[-1][0]:g} (alert above {threshold:+g})",
+        )
     if kind == MASK_RATE:
         points = _last(snapshot, SERIES[kind], window)
         if len(points) < window:
             return Verdict(None, None, f"{len(points)} of the {window} steps needed")
         rate = math.fsum(y for _, y in points) / len(points)
-        return Verdict(rate > threshold, rate, f"MIS mask rate {rate:.4g} over steps {points[0][0]:g}–"
-                                               f"{points[-1][0]:g} {'>' if rate > threshold else '≤'} {threshold:g}")
+        return Verdict(
+            rate > threshold,
+            rate,
+            f"MIS mask rate {rate:.4g} over steps {points[0][0]:g}–"
+            f"{points[-1][0]:g} {'>' if rate > threshold else '≤'} {threshold:g}",
+        )
     raise ValueError(f"unknown rule kind {kind!r}")

@@ -1,5 +1,6 @@
 """Writes for alerts: rules (checked, secret generated), evaluation of a run (one event per crossing) and the
 webhook deliveries' bookkeeping. The POST itself is webhooks.py, run by the Celery task workers/tasks/alerts.py."""
+
 from __future__ import annotations
 
 import json
@@ -75,18 +76,26 @@ def check_rule(data, *, check_url: bool = True) -> dict:
         enabled = False
     else:
         raise _bad("enabled", "true or false")
-    return {"name": name.strip(), "kind": kind, "threshold": threshold, "window": window, "webhook_url": url,
-            "enabled": enabled}
+    return {
+        "name": name.strip(),
+        "kind": kind,
+        "threshold": threshold,
+        "window": window,
+        "webhook_url": url,
+        "enabled": enabled,
+    }
 
 
 def create_rule(*, project, data, created_by: str) -> AlertRule:
     """A new rule with a fresh signing secret (returned on the object once: ``rule.secret``)."""
     fields = check_rule(data)
     if AlertRule.objects.filter(project=project).count() >= MAX_RULES_PER_PROJECT:
-        raise InvalidAlertRule(f"a project has at most {MAX_RULES_PER_PROJECT} alert rules; delete one first",
-                               code="too_many_alert_rules")
-    return AlertRule.objects.create(project=project, secret=secrets.token_urlsafe(32), created_by=created_by[:150],
-                                    **fields)
+        raise InvalidAlertRule(
+            f"a project has at most {MAX_RULES_PER_PROJECT} alert rules; delete one first", code="too_many_alert_rules"
+        )
+    return AlertRule.objects.create(
+        project=project, secret=secrets.token_urlsafe(32), created_by=created_by[:150], **fields
+    )
 
 
 EDITABLE = ("name", "kind", "threshold", "window", "webhook_url", "enabled")
@@ -110,8 +119,9 @@ def update_rule(rule: AlertRule, data) -> AlertRule:
     with transaction.atomic():
         rule = AlertRule.objects.select_for_update().get(pk=rule.pk)
         before = {f: getattr(rule, f) for f in EDITABLE}
-        fields = check_rule({**before, **data}, check_url=data.get("webhook_url", before["webhook_url"]) !=
-                            before["webhook_url"])
+        fields = check_rule(
+            {**before, **data}, check_url=data.get("webhook_url", before["webhook_url"]) != before["webhook_url"]
+        )
         for name, value in fields.items():
             setattr(rule, name, value)
         rule.save(update_fields=list(EDITABLE))
@@ -177,11 +187,17 @@ def evaluate_run(run, snapshot: dict) -> list[AlertEvent]:
             if verdict.holds is not None and verdict.holds != state.firing:
                 state.firing, state.changed_at = verdict.holds, now
                 state.fired_count += int(verdict.holds)
-                event = AlertEvent.objects.create(rule=rule, run=run, value=verdict.value, message=state.message,
-                                                  kind=AlertEvent.FIRED if verdict.holds else AlertEvent.RESOLVED)
+                event = AlertEvent.objects.create(
+                    rule=rule,
+                    run=run,
+                    value=verdict.value,
+                    message=state.message,
+                    kind=AlertEvent.FIRED if verdict.holds else AlertEvent.RESOLVED,
+                )
                 if verdict.holds and rule.webhook_url:
-                    delivery = WebhookDelivery.objects.create(event=event, url=rule.webhook_url,
-                                                              payload=payload(event).decode())
+                    delivery = WebhookDelivery.objects.create(
+                        event=event, url=rule.webhook_url, payload=payload(event).decode()
+                    )
                     transaction.on_commit(lambda pk=delivery.pk: enqueue_delivery(pk))
                 raised.append(event)
             state.save()
@@ -192,22 +208,38 @@ def evaluate_run(run, snapshot: dict) -> list[AlertEvent]:
 
 def _verdict_of(run) -> dict | None:
     verdict = certificate_selectors.run_verdict(run)
-    return None if verdict is None else {"code": verdict["code"], "label": verdict["label"],
-                                         "sentence": verdict["sentence"][:500]}
+    return (
+        None
+        if verdict is None
+        else {"code": verdict["code"], "label": verdict["label"], "sentence": verdict["sentence"][:500]}
+    )
 
 
 def payload(event: AlertEvent) -> bytes:
     """The webhook body: small by construction (every text field is cut to its column's limit) and refused above
     ALERT_WEBHOOK_MAX_PAYLOAD_BYTES, so a receiver never gets an unbounded body."""
     rule, run = event.rule, event.run
-    body = {"type": f"alert.{event.kind}", "event_id": event.pk, "created_at": event.created_at.isoformat(),
-            "project": rule.project.slug,
-            "rule": {"id": rule.pk, "name": rule.name, "kind": rule.kind, "threshold": rule.threshold,
-                     "window": rule.window},
-            "run": {"id": run.pk, "name": run.name, "page": f"/p/{rule.project.slug}/runs/{run.pk}/",
-                    "verdict": _verdict_of(run)},
-            "value": event.value if event.value is None or math.isfinite(event.value) else None,
-            "message": event.message}
+    body = {
+        "type": f"alert.{event.kind}",
+        "event_id": event.pk,
+        "created_at": event.created_at.isoformat(),
+        "project": rule.project.slug,
+        "rule": {
+            "id": rule.pk,
+            "name": rule.name,
+            "kind": rule.kind,
+            "threshold": rule.threshold,
+            "window": rule.window,
+        },
+        "run": {
+            "id": run.pk,
+            "name": run.name,
+            "page": f"/p/{rule.project.slug}/runs/{run.pk}/",
+            "verdict": _verdict_of(run),
+        },
+        "value": event.value if event.value is None or math.isfinite(event.value) else None,
+        "message": event.message,
+    }
     data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
     if len(data) > settings.ALERT_WEBHOOK_MAX_PAYLOAD_BYTES:
         raise ValueError(f"webhook payload of {len(data)} bytes exceeds ALERT_WEBHOOK_MAX_PAYLOAD_BYTES")
@@ -233,7 +265,8 @@ def resend_stale(now=None, after_seconds: float = 300.0) -> list[int]:
     now = now or timezone.now()
     cut = now - timedelta(seconds=after_seconds)
     stale = WebhookDelivery.objects.filter(state=WebhookDelivery.PENDING).filter(
-        Q(next_attempt_at__lt=cut) | Q(next_attempt_at__isnull=True, created_at__lt=cut))
+        Q(next_attempt_at__lt=cut) | Q(next_attempt_at__isnull=True, created_at__lt=cut)
+    )
     resent = []
     for pk in stale.order_by("pk").values_list("pk", flat=True)[:500]:
         WebhookDelivery.objects.filter(pk=pk).update(next_attempt_at=now)
@@ -250,17 +283,23 @@ def backoff(attempt: int) -> float:
 def attempt(delivery_id: int) -> tuple[str, float | None]:
     """One delivery attempt, from the task: ``("delivered"|"failed"|"skipped", None)`` or ``("retry", seconds)``."""
     with transaction.atomic():
-        delivery = WebhookDelivery.objects.select_for_update().filter(pk=delivery_id).select_related(
-            "event__rule").first()
+        delivery = (
+            WebhookDelivery.objects.select_for_update().filter(pk=delivery_id).select_related("event__rule").first()
+        )
         if delivery is None or delivery.state != WebhookDelivery.PENDING:
             return "skipped", None  # a redelivered task after the outcome was stored
         delivery.attempts += 1
         delivery.last_attempt_at = timezone.now()
         delivery.save(update_fields=["attempts", "last_attempt_at"])
     rule = delivery.event.rule
-    outcome = webhooks.post(delivery.url, delivery.payload.encode(), secret=rule.secret,
-                            event_id=str(delivery.event_id), timeout=settings.ALERT_WEBHOOK_TIMEOUT_SECONDS,
-                            allow_private=settings.ALERT_WEBHOOK_ALLOW_PRIVATE)
+    outcome = webhooks.post(
+        delivery.url,
+        delivery.payload.encode(),
+        secret=rule.secret,
+        event_id=str(delivery.event_id),
+        timeout=settings.ALERT_WEBHOOK_TIMEOUT_SECONDS,
+        allow_private=settings.ALERT_WEBHOOK_ALLOW_PRIVATE,
+    )
     delivery.last_status, delivery.last_error = outcome.status, outcome.error[:500]
     delivery.last_response, delivery.last_seconds = outcome.response[:2048], round(outcome.seconds, 4)
     verdict, delay = "retry", None

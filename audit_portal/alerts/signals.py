@@ -2,6 +2,7 @@
 evaluate the project's alert rules). A receiver rather than a call in the certify task: certificates are completed
 by more than one path (one pass, chunks merged), and the follow-up runs as its own task so that its failure can never
 fail the certificate's job."""
+
 from __future__ import annotations
 
 import logging

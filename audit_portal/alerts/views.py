@@ -1,6 +1,7 @@
 """The alerts page: a project's rules with their state per run, the events they raised, the webhook delivery log,
 and (for the submit role) the form that adds a rule. The new rule's signing secret is shown once, on the answer to
 the form."""
+
 from __future__ import annotations
 
 from django.contrib import messages
@@ -23,8 +24,9 @@ def alerts_page(request, slug):
             return redirect("alerts:page", slug=slug)
         form = {k: request.POST.get(k, "") for k in ("name", "kind", "threshold", "window", "webhook_url")}
         try:
-            rule = services.create_rule(project=ctx["project"], data={**form, "enabled": True},
-                                        created_by=ctx["principal"].label)
+            rule = services.create_rule(
+                project=ctx["project"], data={**form, "enabled": True}, created_by=ctx["principal"].label
+            )
         except services.InvalidAlertRule as exc:
             ctx.update(form=form, error={"message": str(exc.detail), "field": exc.extra.get("field")})
             status = 400
@@ -48,8 +50,10 @@ def _shown_once(request, ctx) -> dict:
 
 def _render(request, ctx, status=200):
     project = ctx["project"]
-    rule_rows = [{"rule": r, "condition": rules.KINDS[r.kind], "states": list(selectors.states_of(r, 10))}
-                 for r in selectors.rules_for(ctx["principal"], project)]
+    rule_rows = [
+        {"rule": r, "condition": rules.KINDS[r.kind], "states": list(selectors.states_of(r, 10))}
+        for r in selectors.rules_for(ctx["principal"], project)
+    ]
     ctx.update(rule_rows=rule_rows, events=selectors.events_for(project), deliveries=selectors.deliveries_for(project))
     return render(request, "alerts/page.html", ctx, status=status)
 

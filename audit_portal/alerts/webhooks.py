@@ -8,6 +8,7 @@ very address that was checked (no second DNS lookup an attacker's resolver could
 Redirects are never followed. ``ALERT_WEBHOOK_ALLOW_PRIVATE=1`` lifts the address check for deployments whose
 receivers are internal (and for the tests' local receiver); the scheme check stays.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -86,8 +87,9 @@ def resolve(url: str, *, allow_private: bool) -> Target:
         for ip in addresses:  # every answer, not only the first: a later lookup could pick another
             reason = _blocked(ip)
             if reason:
-                raise UnsafeWebhookURL(f"{host} resolves to {reason} (set ALERT_WEBHOOK_ALLOW_PRIVATE=1 to allow "
-                                       "internal receivers)")
+                raise UnsafeWebhookURL(
+                    f"{host} resolves to {reason} (set ALERT_WEBHOOK_ALLOW_PRIVATE=1 to allow internal receivers)"
+                )
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     return Target(parts.scheme, host, port, path, addresses[0])
 
@@ -129,8 +131,9 @@ class _PinnedHTTPS(http.client.HTTPSConnection):
         self.sock = self._context.wrap_socket(sock, server_hostname=self.host)  # certificate checked for the host
 
 
-def post(url: str, body: bytes, *, secret: str, event_id: str, timeout: float, allow_private: bool,
-         now=None) -> Outcome:
+def post(
+    url: str, body: bytes, *, secret: str, event_id: str, timeout: float, allow_private: bool, now=None
+) -> Outcome:
     """One signed POST of ``body``. ``timeout`` bounds the connect and each read; redirects are not followed."""
     t0 = time.monotonic()
     try:
@@ -138,8 +141,13 @@ def post(url: str, body: bytes, *, secret: str, event_id: str, timeout: float, a
     except UnsafeWebhookURL as exc:
         return Outcome(False, None, f"refused: {exc}", False, "", 0.0)
     ts = int(time.time() if now is None else now)
-    headers = {"Content-Type": "application/json", "User-Agent": "audit-portal-alerts/1",
-               TIMESTAMP_HEADER: str(ts), SIGNATURE_HEADER: signature(secret, ts, body), EVENT_HEADER: event_id}
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": "audit-portal-alerts/1",
+        TIMESTAMP_HEADER: str(ts),
+        SIGNATURE_HEADER: signature(secret, ts, body),
+        EVENT_HEADER: event_id,
+    }
     conn = (_PinnedHTTPS if target.scheme == "https" else _PinnedHTTP)(target, timeout)
     try:
         conn.request("POST", target.path, body=body, headers=headers)

@@ -1,5 +1,6 @@
 """REST endpoints: the published key set and checkpoints (public), consistency proofs (public), and — scoped to the
 caller's projects — each certificate's verification state and its downloadable bundle."""
+
 from __future__ import annotations
 
 import json
@@ -55,8 +56,10 @@ class LatestCheckpoint(PublicView):
 class ConsistencyProof(PublicView):
     """RFC 6962 §2.1.2 consistency proof between the checkpoints of sizes ``first`` and ``second``."""
 
-    @extend_schema(parameters=[OpenApiParameter("first", int, required=True),
-                               OpenApiParameter("second", int, required=True)], responses={200: dict})
+    @extend_schema(
+        parameters=[OpenApiParameter("first", int, required=True), OpenApiParameter("second", int, required=True)],
+        responses={200: dict},
+    )
     def get(self, request):
         first, second = _int_param(request, "first"), _int_param(request, "second")
         if first is None or second is None or not 0 < first <= second:
@@ -65,8 +68,15 @@ class ConsistencyProof(PublicView):
         if a is None or b is None:
             raise exceptions.NotFound("The log has no checkpoint of that size.")
         hashes = selectors.leaf_hashes(second)
-        return Response({"first": first, "second": second, "first_root": a.root_hash, "second_root": b.root_hash,
-                         "hashes": [h.hex() for h in merkle.consistency_proof(first, hashes)]})
+        return Response(
+            {
+                "first": first,
+                "second": second,
+                "first_root": a.root_hash,
+                "second_root": b.root_hash,
+                "hashes": [h.hex() for h in merkle.consistency_proof(first, hashes)],
+            }
+        )
 
 
 def _entry(request, kind, pk):
@@ -86,19 +96,37 @@ class AttestationDetail(APIView):
     def get(self, request, kind, pk):
         entry = _entry(request, kind, pk)
         report = selectors.verify_entry(entry, rehash_files=request.query_params.get("files", "1") != "0")
-        return Response({"subject_kind": entry.subject_kind, "subject_id": entry.subject_id, "log_index": entry.index,
-                         "leaf_hash": entry.leaf_hash, "key_id": entry.key_id, "predicate_type": entry.predicate_type,
-                         "integrated_time": entry.created_at, "statement": report.statement, **report.as_dict()})
+        return Response(
+            {
+                "subject_kind": entry.subject_kind,
+                "subject_id": entry.subject_id,
+                "log_index": entry.index,
+                "leaf_hash": entry.leaf_hash,
+                "key_id": entry.key_id,
+                "predicate_type": entry.predicate_type,
+                "integrated_time": entry.created_at,
+                "statement": report.statement,
+                **report.as_dict(),
+            }
+        )
 
 
 class AttestationBundle(APIView):
     """The certificate bundle for ``python -m workers.verify``: envelope, inclusion proof, checkpoint, keys (and a
     consistency proof with ``consistency_from``)."""
 
-    @extend_schema(parameters=[KIND_PARAM, OpenApiParameter("tree_size", int),
-                               OpenApiParameter("consistency_from", int, description=(
-                                   "include the consistency proof from this tree size (a checkpoint you pinned)"))],
-                   responses={200: dict})
+    @extend_schema(
+        parameters=[
+            KIND_PARAM,
+            OpenApiParameter("tree_size", int),
+            OpenApiParameter(
+                "consistency_from",
+                int,
+                description=("include the consistency proof from this tree size (a checkpoint you pinned)"),
+            ),
+        ],
+        responses={200: dict},
+    )
     def get(self, request, kind, pk):
         entry = _entry(request, kind, pk)
         try:

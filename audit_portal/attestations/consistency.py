@@ -1,6 +1,7 @@
 """The attestations app's consistency check (registered with :mod:`audit_portal.jobs.consistency`): the whole
 transparency log verifies (:func:`audit_portal.attestations.selectors.verify_log`); a witness that lags the log
 is a warning."""
+
 from __future__ import annotations
 
 from audit_portal.attestations import selectors

@@ -1,4 +1,5 @@
 """The failed-log-check banner on every page (templates/includes/log_integrity_banner.html)."""
+
 from __future__ import annotations
 
 from audit_portal.attestations.models import LogCheck

@@ -14,6 +14,7 @@ role can only read (migration 0003, ``setup_db_roles``). A retired key stays in 
 verifies. Deploying a different key without a rotation in the log is refused at the next signature. The private key
 never enters the database.
 """
+
 from __future__ import annotations
 
 import logging
@@ -81,8 +82,10 @@ def _write_new_key(path: Path, *, replace: bool) -> None:
 
 def load_private_key():
     if not settings.AUDIT_SIGNING_ENABLED:
-        raise SigningKeyError("this process's role holds no signing key (AUDIT_SIGNING_ENABLED=0: the kernels worker); "
-                              "signing is done by the cpu queue's workers")
+        raise SigningKeyError(
+            "this process's role holds no signing key (AUDIT_SIGNING_ENABLED=0: the kernels worker); "
+            "signing is done by the cpu queue's workers"
+        )
     if settings.AUDIT_SIGNING_KEY:
         data = settings.AUDIT_SIGNING_KEY.encode()
         source = "AUDIT_SIGNING_KEY"
@@ -142,9 +145,11 @@ def project_sqlite(event: str, key_id: str, public_key: str) -> None:
     now = timezone.now()
     if event in (keylog.INTRODUCE, keylog.ROTATE):
         SigningKey.objects.filter(status=SigningKey.Status.ACTIVE).exclude(key_id=key_id).update(
-            status=SigningKey.Status.RETIRED, retired_at=now)
-        SigningKey.objects.get_or_create(key_id=key_id, defaults={"public_key": public_key,
-                                                                  "algorithm": vkeys.ALGORITHM, "created_at": now})
+            status=SigningKey.Status.RETIRED, retired_at=now
+        )
+        SigningKey.objects.get_or_create(
+            key_id=key_id, defaults={"public_key": public_key, "algorithm": vkeys.ALGORITHM, "created_at": now}
+        )
     elif event == keylog.RETIRE:
         SigningKey.objects.filter(key_id=key_id).update(status=SigningKey.Status.RETIRED, retired_at=now)
 
@@ -159,9 +164,11 @@ def new_key_for_rotation(new_key_file: str | None):
         except (OSError, ValueError) as exc:
             raise SigningKeyError(f"cannot use {new_key_file} as the new signing key: {exc}") from None
     if externally_configured():
-        raise SigningKeyError("the signing key comes from AUDIT_SIGNING_KEY / AUDIT_SIGNING_KEY_FILE: run "
-                              "rotate_signing_key --to NEW.pem while the current key is still configured (the current "
-                              "key signs the rotation into the log), then deploy NEW.pem there")
+        raise SigningKeyError(
+            "the signing key comes from AUDIT_SIGNING_KEY / AUDIT_SIGNING_KEY_FILE: run "
+            "rotate_signing_key --to NEW.pem while the current key is still configured (the current "
+            "key signs the rotation into the log), then deploy NEW.pem there"
+        )
     nxt = key_path().with_name(KEY_FILE_NAME + ".next")
     nxt.unlink(missing_ok=True)
     _write_new_key(nxt, replace=False)

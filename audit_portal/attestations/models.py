@@ -13,6 +13,7 @@ LogEntry and Checkpoint are append-only: database triggers (migration 0002) refu
 PostgreSQL and SQLite. They hold no foreign keys on purpose: the log outlives what it speaks about, and a cascade
 from a deleted project must never reach it.
 """
+
 from __future__ import annotations
 
 from django.db import models

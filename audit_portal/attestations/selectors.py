@@ -4,6 +4,7 @@ with inclusion proofs, the published key set and checkpoints, and verification â
 
 All cryptography is :mod:`workers.verify`'s, the same code the offline verifier runs.
 """
+
 from __future__ import annotations
 
 import json
@@ -75,9 +76,18 @@ def key_events(tree_size: int | None = None) -> dict | None:
         return None
     hashes = leaf_hashes(ck.tree_size)
     events = LogEntry.objects.filter(subject_kind=SubjectKind.SIGNING_KEY, index__lt=ck.tree_size).order_by("index")
-    return {"tree_size": ck.tree_size, "root_hash": ck.root_hash, "events": [
-        {"log_index": e.index, "envelope": json.loads(e.envelope),
-         "hashes": [h.hex() for h in merkle.inclusion_proof(e.index, hashes)]} for e in events]}
+    return {
+        "tree_size": ck.tree_size,
+        "root_hash": ck.root_hash,
+        "events": [
+            {
+                "log_index": e.index,
+                "envelope": json.loads(e.envelope),
+                "hashes": [h.hex() for h in merkle.inclusion_proof(e.index, hashes)],
+            }
+            for e in events
+        ],
+    }
 
 
 def entries_for(principal, kind: str | None = None, subject_id: int | None = None):
@@ -101,11 +111,20 @@ def bundle(entry: LogEntry, tree_size: int | None = None, consistency_from: int 
     checkpoint of that size covers the entry or m is not in 1..tree size."""
     ck = latest_checkpoint(tree_size)
     if ck is None or ck.tree_size <= entry.index:
-        raise ValueError(f"no checkpoint of tree size {tree_size} covers log entry {entry.index}"
-                         if tree_size else "the log has no checkpoint covering this entry yet")
+        raise ValueError(
+            f"no checkpoint of tree size {tree_size} covers log entry {entry.index}"
+            if tree_size
+            else "the log has no checkpoint covering this entry yet"
+        )
     hashes = leaf_hashes(ck.tree_size)
-    out = build_bundle(json.loads(entry.envelope), log_index=entry.index, integrated_time=entry.created_at.isoformat(),
-                       leaf_hashes=hashes, checkpoint=json.loads(ck.envelope), keys=key_set())
+    out = build_bundle(
+        json.loads(entry.envelope),
+        log_index=entry.index,
+        integrated_time=entry.created_at.isoformat(),
+        leaf_hashes=hashes,
+        checkpoint=json.loads(ck.envelope),
+        keys=key_set(),
+    )
     # the key events with inclusion proofs: the verifier checks the signers were introduced through the log
     out["key_events"] = key_events(ck.tree_size)["events"]
     cosigned = checkpoint_note(ck.tree_size)
@@ -114,8 +133,11 @@ def bundle(entry: LogEntry, tree_size: int | None = None, consistency_from: int 
     if consistency_from is not None:
         if not 0 < consistency_from <= ck.tree_size:
             raise ValueError(f"consistency_from must be between 1 and the checkpoint's tree size {ck.tree_size}")
-        out["consistency_proof"] = {"first": consistency_from, "second": ck.tree_size, "hashes": [
-            h.hex() for h in merkle.consistency_proof(consistency_from, hashes)]}
+        out["consistency_proof"] = {
+            "first": consistency_from,
+            "second": ck.tree_size,
+            "hashes": [h.hex() for h in merkle.consistency_proof(consistency_from, hashes)],
+        }
     return out
 
 
@@ -148,20 +170,30 @@ def verify_entry(entry: LogEntry, *, rehash_files: bool = False) -> Report:
         wsize = vcheckpoint_size(since)
         if wsize and wsize <= b["inclusion_proof"]["tree_size"]:
             hashes = leaf_hashes(b["inclusion_proof"]["tree_size"])
-            b["consistency_proof"] = {"first": wsize, "second": len(hashes),
-                                      "hashes": [h.hex() for h in merkle.consistency_proof(wsize, hashes)]}
-    report = verify_bundle(b, file_digests=digests, keys=b["keys"], keys_source="the portal's published key set",
-                           since=since)
+            b["consistency_proof"] = {
+                "first": wsize,
+                "second": len(hashes),
+                "hashes": [h.hex() for h in merkle.consistency_proof(wsize, hashes)],
+            }
+    report = verify_bundle(
+        b, file_digests=digests, keys=b["keys"], keys_source="the portal's published key set", since=since
+    )
     stray = keylog.compare_table(keys.key_history(), keys.table_keys())
     if stray:  # a key the database holds that the log did not introduce: someone wrote the key table
         check = report.check("keys")
         check.state, check.message = FAILED, "; ".join(stray)
     if since is None:  # the verifier's hint names its command-line options; on the server the witness is the pin
-        report.check("consistency").message = ("no witnessed checkpoint to compare the log with (AUDIT_LOG_WITNESS_DIR "
-                                               "is unset or nothing was published there yet)")
+        report.check("consistency").message = (
+            "no witnessed checkpoint to compare the log with (AUDIT_LOG_WITNESS_DIR "
+            "is unset or nothing was published there yet)"
+        )
     if obj is None:
-        report.add("record", SKIPPED, f"{entry.subject_kind} {entry.subject_id} is no longer stored "
-                                      "(regenerated or deleted); the signed statement is all there is")
+        report.add(
+            "record",
+            SKIPPED,
+            f"{entry.subject_kind} {entry.subject_id} is no longer stored "
+            "(regenerated or deleted); the signed statement is all there is",
+        )
     elif report.statement is None:
         report.add("record", FAILED, "there is no readable signed statement to compare the stored record with")
     else:
@@ -169,8 +201,11 @@ def verify_entry(entry: LogEntry, *, rehash_files: bool = False) -> Report:
         if now == jcs.canonical(report.statement):
             report.add("record", OK, "the stored certificate is exactly what was signed")
         else:
-            report.add("record", FAILED, "the stored certificate no longer matches the signed statement: it was "
-                                         "changed after signing")
+            report.add(
+                "record",
+                FAILED,
+                "the stored certificate no longer matches the signed statement: it was changed after signing",
+            )
     return report
 
 
@@ -214,7 +249,8 @@ def verify_log(max_problems: int = 100) -> LogVerification:
     public = dict(history.public)
     hashes = []
     for i, (index, leaf_hash, envelope) in enumerate(
-            LogEntry.objects.order_by("index").values_list("index", "leaf_hash", "envelope").iterator(chunk_size=500)):
+        LogEntry.objects.order_by("index").values_list("index", "leaf_hash", "envelope").iterator(chunk_size=500)
+    ):
         if len(result.problems) >= max_problems:
             break
         result.entries_checked += 1
@@ -249,8 +285,10 @@ def verify_log(max_problems: int = 100) -> LogVerification:
         if head["tree_size"] != ck.tree_size or head["root_hash"].hex() != ck.root_hash:
             result.problem(f"checkpoint {ck.tree_size}: the signed tree head differs from the row")
         if not 0 < head["tree_size"] <= len(roots) or roots[head["tree_size"] - 1] != head["root_hash"]:
-            result.problem(f"checkpoint {ck.tree_size}: its root is not the Merkle root of the first "
-                           f"{head['tree_size']} log entries")
+            result.problem(
+                f"checkpoint {ck.tree_size}: its root is not the Merkle root of the first "
+                f"{head['tree_size']} log entries"
+            )
     if hashes and last_size != len(hashes):
         result.problem(f"the latest checkpoint covers {last_size} of {len(hashes)} entries")
     # the checks above trust the database; the witness outside it catches a rewrite with re-signed checkpoints
@@ -269,14 +307,18 @@ def _check_cosignatures(roots: list[bytes], result: LogVerification) -> None:
         if w is None:
             continue
         if c.tree_size > len(roots) or c.tree_size < 1:
-            result.problem(f"witness {w.name} cosigned tree size {c.tree_size}, but the log has {len(roots)} "
-                           "entries: entries were removed")
+            result.problem(
+                f"witness {w.name} cosigned tree size {c.tree_size}, but the log has {len(roots)} "
+                "entries: entries were removed"
+            )
             continue
         text = vnote.checkpoint_text(keys.log_name(), c.tree_size, roots[c.tree_size - 1])
         try:
             if not vnote.verify_cosignatures(text + "\n" + c.line, [w]):
                 raise vnote.NoteError("the cosignature names another key")
         except vnote.NoteError:
-            result.problem(f"witness {w.name} cosigned tree size {c.tree_size} with a root the log's first "
-                           f"{c.tree_size} entries no longer hash to: an entry below {c.tree_size} was rewritten "
-                           "after it was cosigned")
+            result.problem(
+                f"witness {w.name} cosigned tree size {c.tree_size} with a root the log's first "
+                f"{c.tree_size} entries no longer hash to: an entry below {c.tree_size} was rewritten "
+                "after it was cosigned"
+            )

@@ -12,6 +12,7 @@ Appends are serialized: on PostgreSQL by a transaction-scoped advisory lock (``p
 SQLite by its single writer (the embedded settings open write transactions IMMEDIATE); the unique ``index``
 column is the backstop on both.
 """
+
 from __future__ import annotations
 
 from django.conf import settings
@@ -27,8 +28,18 @@ from workers.verify import jcs, keylog, merkle, sign_statement
 from workers.verify import keys as vkeys
 from workers.verify import note as vnote
 
-__all__ = ["AttestationError", "attest", "attest_fidelity_report", "attest_run_certificate", "attest_verdict",
-           "current_signer", "lock_log", "retire_signing_key", "rotate_signing_key", "verify_log"]  # verify_log: from selectors, for consistency checks
+__all__ = [
+    "AttestationError",
+    "attest",
+    "attest_fidelity_report",
+    "attest_run_certificate",
+    "attest_verdict",
+    "current_signer",
+    "lock_log",
+    "retire_signing_key",
+    "rotate_signing_key",
+    "verify_log",
+]  # verify_log: from selectors, for consistency checks
 
 LOG_LOCK_ID = 0x61756469745F6C67  # "audit_lg": the advisory-lock key of the log (any fixed 64-bit value)
 
@@ -44,30 +55,46 @@ def lock_log() -> None:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [LOG_LOCK_ID])
 
 
-def _append(envelope: dict, *, kind: str, subject_id: int, project_id: int | None, predicate_type: str,
-            key_id: str) -> LogEntry:
+def _append(
+    envelope: dict, *, kind: str, subject_id: int, project_id: int | None, predicate_type: str, key_id: str
+) -> LogEntry:
     leaf = jcs.canonical(envelope)
     last = LogEntry.objects.order_by("-index").values_list("index", flat=True).first()
     index = 0 if last is None else last + 1
-    return LogEntry.objects.create(index=index, leaf_hash=merkle.leaf_hash(leaf).hex(), envelope=leaf.decode(),
-                                   predicate_type=predicate_type, subject_kind=kind, subject_id=subject_id,
-                                   project_id=project_id, key_id=key_id)
+    return LogEntry.objects.create(
+        index=index,
+        leaf_hash=merkle.leaf_hash(leaf).hex(),
+        envelope=leaf.decode(),
+        predicate_type=predicate_type,
+        subject_kind=kind,
+        subject_id=subject_id,
+        project_id=project_id,
+        key_id=key_id,
+    )
 
 
 def _checkpoint(signer: keys.Signer) -> Checkpoint:
     hashes = leaf_hashes()
     root = merkle.root(hashes)
-    env = vcheckpoint.sign(settings.AUDIT_LOG_ORIGIN, len(hashes), root,
-                           timezone.now().strftime("%Y-%m-%dT%H:%M:%S.%fZ"), signer.private_key, signer.key_id)
+    env = vcheckpoint.sign(
+        settings.AUDIT_LOG_ORIGIN,
+        len(hashes),
+        root,
+        timezone.now().strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        signer.private_key,
+        signer.key_id,
+    )
     envelope = jcs.canonical(env)
     key_entry = vkeys.key_entry(signer.private_key.public_key())
     # the witness copy is written once the append is committed (a rolled-back checkpoint is never witnessed)
     transaction.on_commit(lambda: witness.publish(envelope, len(hashes), key_entry))
     # the same tree head as a C2SP signed note (tlog-checkpoint), which transparency-log witnesses can cosign
-    signed_note = vnote.sign(vnote.checkpoint_text(keys.log_name(), len(hashes), root), keys.log_name(),
-                             signer.private_key)
-    return Checkpoint.objects.create(tree_size=len(hashes), root_hash=root.hex(), envelope=envelope.decode(),
-                                     note=signed_note, key_id=signer.key_id)
+    signed_note = vnote.sign(
+        vnote.checkpoint_text(keys.log_name(), len(hashes), root), keys.log_name(), signer.private_key
+    )
+    return Checkpoint.objects.create(
+        tree_size=len(hashes), root_hash=root.hex(), envelope=envelope.decode(), note=signed_note, key_id=signer.key_id
+    )
 
 
 def _now() -> str:
@@ -77,8 +104,14 @@ def _now() -> str:
 def _append_key_event(event: str, public_key, signer: keys.Signer, *, previous_key_id: str | None) -> LogEntry:
     envelope = keylog.sign_event(event, public_key, signer.private_key, previous_key_id=previous_key_id, time=_now())
     kid = vkeys.key_id(public_key)
-    entry = _append(envelope, kind=SubjectKind.SIGNING_KEY, subject_id=0, project_id=None,
-                    predicate_type=keylog.KEY_PREDICATE, key_id=signer.key_id)
+    entry = _append(
+        envelope,
+        kind=SubjectKind.SIGNING_KEY,
+        subject_id=0,
+        project_id=None,
+        predicate_type=keylog.KEY_PREDICATE,
+        key_id=signer.key_id,
+    )
     keys.project_sqlite(event, kid, vkeys.key_entry(public_key)["public_key"])
     return entry
 
@@ -97,12 +130,15 @@ def current_signer() -> keys.Signer:
         _checkpoint(signer)
         return signer
     if signer.key_id in history.keys:
-        raise keys.SigningKeyError(f"the configured signing key {signer.key_id} was retired in the log; configure "
-                                   f"the log's active key {history.active or '(none: the log was closed)'}")
+        raise keys.SigningKeyError(
+            f"the configured signing key {signer.key_id} was retired in the log; configure "
+            f"the log's active key {history.active or '(none: the log was closed)'}"
+        )
     raise keys.SigningKeyError(
         f"the configured signing key {signer.key_id} was never introduced through the log (its active key is "
         f"{history.active or '(none)'}): a new key enters only by a rotation the active key signs "
-        "(manage.py rotate_signing_key [--to NEW.pem] with the current key still configured)")
+        "(manage.py rotate_signing_key [--to NEW.pem] with the current key still configured)"
+    )
 
 
 def attest(kind: str, subject) -> LogEntry:
@@ -115,13 +151,21 @@ def attest(kind: str, subject) -> LogEntry:
             # from the stored rows, the way the record check rebuilds it later
             stmt = statements.BUILDERS[kind](type(subject).objects.get(pk=subject.pk))
             envelope = sign_statement(stmt, signer.private_key, signer.key_id)
-            entry = _append(envelope, kind=kind, subject_id=subject.pk, project_id=subject.project_id,
-                            predicate_type=stmt["predicateType"], key_id=signer.key_id)
+            entry = _append(
+                envelope,
+                kind=kind,
+                subject_id=subject.pk,
+                project_id=subject.project_id,
+                predicate_type=stmt["predicateType"],
+                key_id=signer.key_id,
+            )
             _checkpoint(signer)
             return entry
     except Exception as exc:  # re-raised with what failed, so the job says so
-        raise AttestationError(f"signing the {label} {subject.pk} failed (it is not signed nor in the transparency "
-                               f"log): {type(exc).__name__}: {exc}") from exc
+        raise AttestationError(
+            f"signing the {label} {subject.pk} failed (it is not signed nor in the transparency "
+            f"log): {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def attest_run_certificate(certificate) -> LogEntry:
@@ -190,8 +234,9 @@ def add_cosignatures(body: str) -> tuple[int, str]:
         return 400, f"old size {old} is larger than the checkpoint's {size}\n"
     if old:
         first = Checkpoint.objects.filter(tree_size=old).first()
-        if first is None or not merkle.verify_consistency(old, size, proof, bytes.fromhex(first.root_hash),
-                                                          head["root_hash"]):
+        if first is None or not merkle.verify_consistency(
+            old, size, proof, bytes.fromhex(first.root_hash), head["root_hash"]
+        ):
             return 422, f"the consistency proof from size {old} to {size} does not verify\n"
     elif proof:
         return 422, "a proof from size 0 must be empty\n"
@@ -208,8 +253,9 @@ def add_cosignatures(body: str) -> tuple[int, str]:
         w = by_text[witness_text]
         raw = next(r for n, r in sigs if n == w.name and r[:4] == w.key_hash)
         line = vnote.signature_line(w.name, raw[:4], raw[4:])
-        Cosignature.objects.update_or_create(tree_size=size, witness=witness_text,
-                                             defaults={"timestamp": timestamp, "line": line})
+        Cosignature.objects.update_or_create(
+            tree_size=size, witness=witness_text, defaults={"timestamp": timestamp, "line": line}
+        )
         lines.append(line)
     return 200, "".join(lines)
 
@@ -224,6 +270,7 @@ def record_log_check(now=None) -> tuple[LogCheck, LogCheck | None]:
     except Exception as exc:  # noqa: BLE001 - a log that cannot be checked is reported as not consistent
         ok, size, problems, warnings = False, 0, [f"the log could not be checked: {type(exc).__name__}: {exc}"], []
     previous = LogCheck.objects.order_by("-checked_at", "-id").first()
-    row = LogCheck.objects.create(ok=ok, tree_size=size, problems=problems[:100], warnings=warnings[:100],
-                                  checked_at=now or timezone.now())
+    row = LogCheck.objects.create(
+        ok=ok, tree_size=size, problems=problems[:100], warnings=warnings[:100], checked_at=now or timezone.now()
+    )
     return row, previous

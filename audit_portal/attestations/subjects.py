@@ -3,6 +3,7 @@
 The app that owns a subject (a run certificate, a fidelity report, a kernel submission) registers it from its
 ``AppConfig.ready``, so this app — which those apps call to sign — never imports them back.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable

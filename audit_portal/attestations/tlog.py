@@ -11,6 +11,7 @@
 * ``GET /api/v1/log/key-events/?tree_size=N`` — the log's key events (workers/verify/keylog.py) with inclusion
   proofs at tree size N, for a witness to derive the key set from the log itself.
 """
+
 from __future__ import annotations
 
 from django.http import HttpResponse, JsonResponse

@@ -17,6 +17,7 @@ rewrite: another machine's mount, a WORM / object-lock bucket mounted as a direc
 names the rewritten entry exactly. Publishing failures are logged and do not fail the certificate (it is committed
 by then); :func:`check` reports a witness that lags the log.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -69,12 +70,16 @@ def publish(envelope_bytes: bytes, tree_size: int, key_entry: dict) -> None:
         if not _write_exclusive(path, envelope_bytes) and path.read_bytes() != envelope_bytes:
             digest = hashlib.sha256(envelope_bytes).hexdigest()
             _write_exclusive(folder / f"{tree_size:012d}.conflict-{digest}.json", envelope_bytes)
-            log.error("transparency-log witness: a different checkpoint for tree size %s was signed (fork); kept "
-                      "both in %s", tree_size, folder)
+            log.error(
+                "transparency-log witness: a different checkpoint for tree size %s was signed (fork); kept both in %s",
+                tree_size,
+                folder,
+            )
         _merge_key(root / "keys.json", key_entry)
     except OSError as exc:
-        log.error("transparency-log witness: cannot publish the checkpoint of tree size %s to %s: %s", tree_size,
-                  root, exc)
+        log.error(
+            "transparency-log witness: cannot publish the checkpoint of tree size %s to %s: %s", tree_size, root, exc
+        )
 
 
 def _merge_key(path: Path, entry: dict) -> None:
@@ -132,27 +137,34 @@ def check(roots: list[bytes], db_key_set: dict, problem, warn, root: Path | None
             problem(f"witness: {path.name} holds a checkpoint of tree size {head['tree_size']}")
             continue
         if size > len(roots):
-            problem(f"witness: the witnessed checkpoint of tree size {size} is larger than the log in the database "
-                    f"({len(roots)} entries): entries were removed")
+            problem(
+                f"witness: the witnessed checkpoint of tree size {size} is larger than the log in the database "
+                f"({len(roots)} entries): entries were removed"
+            )
             continue
         if size and roots[size - 1] != head["root_hash"]:
             if first_bad is None:
                 first_bad = size
-                suspect = (f"entry {size - 1}" if good == size - 1 else
-                           f"an entry between {good} and {size - 1}")
-                problem(f"witness: the log in the database does not extend the witnessed checkpoint of tree size "
-                        f"{size} (root {head['root_hash'].hex()}; the database's first {size} entries hash to "
-                        f"{roots[size - 1].hex()}): {suspect} was rewritten after it was witnessed")
+                suspect = f"entry {size - 1}" if good == size - 1 else f"an entry between {good} and {size - 1}"
+                problem(
+                    f"witness: the log in the database does not extend the witnessed checkpoint of tree size "
+                    f"{size} (root {head['root_hash'].hex()}; the database's first {size} entries hash to "
+                    f"{roots[size - 1].hex()}): {suspect} was rewritten after it was witnessed"
+                )
             continue
         if first_bad is None:
             good = size
     conflicts = sorted(p.name for p in (root / "checkpoints").glob("*.conflict-*.json")) if items else []
     if conflicts:
-        problem(f"witness: {len(conflicts)} conflicting checkpoint(s) were signed for a size already witnessed "
-                f"(a fork): {', '.join(conflicts[:5])}")
+        problem(
+            f"witness: {len(conflicts)} conflicting checkpoint(s) were signed for a size already witnessed "
+            f"(a fork): {', '.join(conflicts[:5])}"
+        )
     if roots and (not items or items[-1][0] < len(roots)):
-        warn(f"witness: the latest witnessed checkpoint is of tree size {items[-1][0] if items else 0}, the log "
-                f"has {len(roots)} entries (publishing to {root} failed or lags: see the log)")
+        warn(
+            f"witness: the latest witnessed checkpoint is of tree size {items[-1][0] if items else 0}, the log "
+            f"has {len(roots)} entries (publishing to {root} failed or lags: see the log)"
+        )
     return len(items)
 
 

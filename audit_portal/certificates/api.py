@@ -1,4 +1,5 @@
 """REST endpoints for run certificates."""
+
 from __future__ import annotations
 
 from django.http import HttpResponse
@@ -20,17 +21,53 @@ class CertificateSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = RunCertificate
-        fields = ["id", "project", "run", "upload", "summary", "bounds", "budget", "length_buckets", "histograms",
-                  "errors", "caveats", "options", "tokens", "sequences", "acceptance_rate", "eps_hat", "delta_hat",
-                  "best_bound", "best_bound_id", "data_errors", "created_at", "completed_at"]
+        fields = [
+            "id",
+            "project",
+            "run",
+            "upload",
+            "summary",
+            "bounds",
+            "budget",
+            "length_buckets",
+            "histograms",
+            "errors",
+            "caveats",
+            "options",
+            "tokens",
+            "sequences",
+            "acceptance_rate",
+            "eps_hat",
+            "delta_hat",
+            "best_bound",
+            "best_bound_id",
+            "data_errors",
+            "created_at",
+            "completed_at",
+        ]
         read_only_fields = fields
 
 
 class SequenceSerializer(serializers.ModelSerializer):
     class Meta:
         model = SequenceSummary
-        fields = ["id", "call_id", "trajectory_id", "step", "line", "length", "status", "accept", "eps_hat",
-                  "delta_hat", "tv_lo_max", "mean_k3", "max_k2", "a_y", "reason"]
+        fields = [
+            "id",
+            "call_id",
+            "trajectory_id",
+            "step",
+            "line",
+            "length",
+            "status",
+            "accept",
+            "eps_hat",
+            "delta_hat",
+            "tv_lo_max",
+            "mean_k3",
+            "max_k2",
+            "a_y",
+            "reason",
+        ]
         read_only_fields = fields
 
 
@@ -54,9 +91,13 @@ class RunCertificateDetail(generics.RetrieveAPIView):
         return certificate
 
 
-@extend_schema(parameters=[
-    OpenApiParameter("status", str, enum=["CERT_IN", "CERT_OUT", "UNDETERMINED", "HEURISTIC", "DATA_ERROR"]),
-    OpenApiParameter("step", int), OpenApiParameter("accepted", bool)])
+@extend_schema(
+    parameters=[
+        OpenApiParameter("status", str, enum=["CERT_IN", "CERT_OUT", "UNDETERMINED", "HEURISTIC", "DATA_ERROR"]),
+        OpenApiParameter("step", int),
+        OpenApiParameter("accepted", bool),
+    ]
+)
 class CertificateSequences(generics.ListAPIView):
     """Per-sequence summaries, filterable by status, step and acceptance; cursor-paginated by line."""
 
@@ -72,8 +113,12 @@ class CertificateSequences(generics.ListAPIView):
         accepted = params.get("accepted")
         if accepted is not None and accepted not in ("true", "false"):
             raise PortalError("accepted must be true or false", code="invalid_parameter")
-        return selectors.sequences(certificate, status=params.get("status"), step=int(step) if step else None,
-                                   accepted=None if accepted is None else accepted == "true")
+        return selectors.sequences(
+            certificate,
+            status=params.get("status"),
+            step=int(step) if step else None,
+            accepted=None if accepted is None else accepted == "true",
+        )
 
 
 def _budget(request) -> float:
@@ -99,8 +144,10 @@ class CertificateFigures(APIView):
 class CertificateComparison(APIView):
     """Two certificates side by side: headline numbers, every bound, and the differences (b − a)."""
 
-    @extend_schema(parameters=[OpenApiParameter("a", int, required=True), OpenApiParameter("b", int, required=True)],
-                   responses=dict)
+    @extend_schema(
+        parameters=[OpenApiParameter("a", int, required=True), OpenApiParameter("b", int, required=True)],
+        responses=dict,
+    )
     def get(self, request):
         principal = Principal.from_request(request)
         try:

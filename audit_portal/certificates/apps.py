@@ -14,4 +14,3 @@ class CertificatesConfig(AppConfig):
 
         register_product_page("certify_upload")(run_result_page(RunCertificate, "certificate", "dashboards:run"))
         subjects.register(SubjectKind.RUN_CERTIFICATE, model=RunCertificate, files=subjects.uploaded_log)
-

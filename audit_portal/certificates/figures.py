@@ -3,6 +3,7 @@
 Series are downsampled to at most ``MAX_POINTS`` points with min/max bands, so a run of 10⁵ steps draws as fast
 as one of 100. Bound curves come from ``workers.certify.bounds`` (math/numpy only — the web tier stays torch-free).
 """
+
 from __future__ import annotations
 
 import math
@@ -20,20 +21,50 @@ from workers.certify.bounds import BOUND_IDS, KL_PARAMETERISED, budget_threshold
 
 MAX_POINTS = 1000
 BOUND_LABELS = {
-    "classical_tv": "Classical (TV)", "classical_kl": "Classical (KL)", "pm_kl": "Pinsker-Marginal KL",
-    "pm_tv": "Pinsker-Marginal TV", "mix_kl": "Mixed KL", "mix_tv": "Mixed TV", "coup": "Coupling",
-    "adap_kl": "Adaptive KL", "adap_tv": "Adaptive TV", "adap_star": "Adaptive ★", "linear": "Linear (4Σ D̄)",
+    "classical_tv": "Classical (TV)",
+    "classical_kl": "Classical (KL)",
+    "pm_kl": "Pinsker-Marginal KL",
+    "pm_tv": "Pinsker-Marginal TV",
+    "mix_kl": "Mixed KL",
+    "mix_tv": "Mixed TV",
+    "coup": "Coupling",
+    "adap_kl": "Adaptive KL",
+    "adap_tv": "Adaptive TV",
+    "adap_star": "Adaptive ★",
+    "linear": "Linear (4Σ D̄)",
 }
 STATUS_COLOURS = {"IN": "#1f8a4c", "OUT": "#c0392b", "UNDETERMINED": "#d68910", "DATA_ERROR": "#6c3483"}
 # plotly_white's look in the few properties these figures use: the full named template was validated and copied into
 # every figure (two thirds of the figures endpoint's time) and sent with each one (≈ 10 kB per figure).
 _GRID = dict(gridcolor="#ebf0f8", linecolor="#ebf0f8", zerolinecolor="#ebf0f8", automargin=True)
-LIGHT_TEMPLATE = go.layout.Template(layout=dict(
-    plot_bgcolor="white", paper_bgcolor="white", xaxis=_GRID, yaxis=_GRID, hovermode="closest",
-    colorway=["#636efa", "#EF553B", "#00cc96", "#ab63fa", "#FFA15A", "#19d3f3", "#FF6692", "#B6E880", "#FF97FF",
-              "#FECB52"]))
-LAYOUT = dict(template=LIGHT_TEMPLATE, margin=dict(l=60, r=20, t=40, b=50), height=360,
-              font=dict(family="system-ui, sans-serif", size=12), legend=dict(orientation="h", y=-0.2))
+LIGHT_TEMPLATE = go.layout.Template(
+    layout=dict(
+        plot_bgcolor="white",
+        paper_bgcolor="white",
+        xaxis=_GRID,
+        yaxis=_GRID,
+        hovermode="closest",
+        colorway=[
+            "#636efa",
+            "#EF553B",
+            "#00cc96",
+            "#ab63fa",
+            "#FFA15A",
+            "#19d3f3",
+            "#FF6692",
+            "#B6E880",
+            "#FF97FF",
+            "#FECB52",
+        ],
+    )
+)
+LAYOUT = dict(
+    template=LIGHT_TEMPLATE,
+    margin=dict(l=60, r=20, t=40, b=50),
+    height=360,
+    font=dict(family="system-ui, sans-serif", size=12),
+    legend=dict(orientation="h", y=-0.2),
+)
 
 
 def downsample(x, y, max_points: int = MAX_POINTS) -> dict:
@@ -60,9 +91,14 @@ def downsample(x, y, max_points: int = MAX_POINTS) -> dict:
 
 def bound_inputs(certificate) -> dict:
     s = certificate.summary
-    return {"eps": s.get("eps_hat"), "delta": s.get("delta_hat"), "kl_seq": s.get("kl_seq_mean"),
-            "tv_seq": s.get("tv_seq_mean"), "constants": certificate.options.get("constants", "paper"),
-            "reward_range": certificate.options.get("reward_range", 1.0)}
+    return {
+        "eps": s.get("eps_hat"),
+        "delta": s.get("delta_hat"),
+        "kl_seq": s.get("kl_seq_mean"),
+        "tv_seq": s.get("tv_seq_mean"),
+        "constants": certificate.options.get("constants", "paper"),
+        "reward_range": certificate.options.get("reward_range", 1.0),
+    }
 
 
 def bound_table(certificate, budget: float) -> list[dict]:
@@ -71,7 +107,9 @@ def bound_table(certificate, budget: float) -> list[dict]:
     params = bound_inputs(certificate)
     T = int(certificate.summary.get("T_ref") or 1)
     at_T = certificate.bounds
-    fixed = {k: v for k, v in params.items() if k in ("kl_seq", "tv_seq", "constants", "reward_range") and v is not None}
+    fixed = {
+        k: v for k, v in params.items() if k in ("kl_seq", "tv_seq", "constants", "reward_range") and v is not None
+    }
     rows = []
     for bid in BOUND_IDS:
         try:
@@ -79,10 +117,17 @@ def bound_table(certificate, budget: float) -> list[dict]:
         except (ValueError, TypeError):
             threshold = None
         value = at_T.get(bid)
-        rows.append({"id": bid, "label": BOUND_LABELS[bid], "value": value,
-                     "parameter": "δ" if bid in KL_PARAMETERISED else "ε",
-                     "threshold": finite_or_none(threshold),
-                     "best": bid == at_T.get("argmin"), "within_budget": value is not None and value <= budget})
+        rows.append(
+            {
+                "id": bid,
+                "label": BOUND_LABELS[bid],
+                "value": value,
+                "parameter": "δ" if bid in KL_PARAMETERISED else "ε",
+                "threshold": finite_or_none(threshold),
+                "best": bid == at_T.get("argmin"),
+                "within_budget": value is not None and value <= budget,
+            }
+        )
     return rows
 
 
@@ -105,41 +150,92 @@ def bound_tightness(certificate, budget: float) -> dict:
         fig.add_trace(go.Scatter(x=Ts, y=best, mode="lines", name="B* (min)", line=dict(color="black", width=3)))
     measured = certificate.bounds
     if measured.get("best") is not None:
-        fig.add_trace(go.Scatter(
-            x=[T_ref], y=[measured["best"]], mode="markers+text", name=f"B* at the reference length ({BOUND_LABELS.get(measured.get('argmin'), measured.get('argmin'))})",
-            text=[f"B* = {measured['best']:.3g}"], textposition="top right",
-            marker=dict(size=12, color="#c0392b", symbol="star")))
+        fig.add_trace(
+            go.Scatter(
+                x=[T_ref],
+                y=[measured["best"]],
+                mode="markers+text",
+                name=f"B* at the reference length ({BOUND_LABELS.get(measured.get('argmin'), measured.get('argmin'))})",
+                text=[f"B* = {measured['best']:.3g}"],
+                textposition="top right",
+                marker=dict(size=12, color="#c0392b", symbol="star"),
+            )
+        )
     fig.add_hline(y=budget, line=dict(color="#1f8a4c", dash="dash"), annotation_text=f"budget {budget:g}")
     # On a log axis a shape takes the data value but an annotation takes log10 of it.
     fig.add_vline(x=T_ref, line=dict(color="#999", dash="dot"))
-    fig.add_annotation(x=math.log10(max(T_ref, 1)), y=1, yref="paper", text=f"reference length {T_ref}", showarrow=False,
-                       xanchor="left", yanchor="bottom")
+    fig.add_annotation(
+        x=math.log10(max(T_ref, 1)),
+        y=1,
+        yref="paper",
+        text=f"reference length {T_ref}",
+        showarrow=False,
+        xanchor="left",
+        yanchor="bottom",
+    )
     eps, delta = params["eps"], params["delta"]
-    title = f"Error bounds against sequence length at ε̂ = {eps:.3g}" if eps is not None else \
-        "Error bounds against sequence length"
+    title = (
+        f"Error bounds against sequence length at ε̂ = {eps:.3g}"
+        if eps is not None
+        else "Error bounds against sequence length"
+    )
     title += f", δ̂ = {delta:.3g}" if delta is not None else ", δ̂ unbounded (KL bounds unavailable)"
-    fig.update_layout(**{**LAYOUT, "height": 430}, title=title, xaxis=dict(type="log", title="sequence length T (tokens)"),
-                      yaxis=dict(type="log", title="bound on the surrogate-objective error"))
+    fig.update_layout(
+        **{**LAYOUT, "height": 430},
+        title=title,
+        xaxis=dict(type="log", title="sequence length T (tokens)"),
+        yaxis=dict(type="log", title="bound on the surrogate-objective error"),
+    )
     return fig.to_plotly_json()
 
 
 def step_series(certificate) -> dict:
     steps = list(certificate.steps.order_by("step").values("step", "acceptance_rate", "eps_hat_max", "eps_hat_mean"))
     fig = go.Figure()
-    for key, name, colour, axis in [("acceptance_rate", "acceptance rate", "#2d5bd7", "y"),
-                                    ("eps_hat_max", "ε̂ max", "#c0392b", "y2"),
-                                    ("eps_hat_mean", "ε̂ mean", "#d68910", "y2")]:
+    for key, name, colour, axis in [
+        ("acceptance_rate", "acceptance rate", "#2d5bd7", "y"),
+        ("eps_hat_max", "ε̂ max", "#c0392b", "y2"),
+        ("eps_hat_mean", "ε̂ mean", "#d68910", "y2"),
+    ]:
         s = downsample([r["step"] for r in steps], [r[key] for r in steps])
         if s["x"] and s["lo"] != s["hi"]:
-            fig.add_trace(go.Scatter(x=s["x"] + s["x"][::-1], y=s["hi"] + s["lo"][::-1], fill="toself", yaxis=axis,
-                                     line=dict(width=0), fillcolor=colour, opacity=0.15, showlegend=False,
-                                     hoverinfo="skip"))
-        fig.add_trace(go.Scatter(x=s["x"], y=s["y"], mode="lines+markers" if len(s["x"]) < 60 else "lines",
-                                 name=name, line=dict(color=colour), yaxis=axis))
-    fig.update_layout(**LAYOUT, title="Acceptance and ε̂ over training steps",
-                      xaxis=dict(title="step"), yaxis=dict(title="acceptance rate", range=[0, 1.02]),
-                      yaxis2=dict(title="ε̂ (certified max TV)", overlaying="y", side="right", rangemode="tozero",
-                                  tickmode="auto", showgrid=False))  # its own round ticks, not the left axis's
+            fig.add_trace(
+                go.Scatter(
+                    x=s["x"] + s["x"][::-1],
+                    y=s["hi"] + s["lo"][::-1],
+                    fill="toself",
+                    yaxis=axis,
+                    line=dict(width=0),
+                    fillcolor=colour,
+                    opacity=0.15,
+                    showlegend=False,
+                    hoverinfo="skip",
+                )
+            )
+        fig.add_trace(
+            go.Scatter(
+                x=s["x"],
+                y=s["y"],
+                mode="lines+markers" if len(s["x"]) < 60 else "lines",
+                name=name,
+                line=dict(color=colour),
+                yaxis=axis,
+            )
+        )
+    fig.update_layout(
+        **LAYOUT,
+        title="Acceptance and ε̂ over training steps",
+        xaxis=dict(title="step"),
+        yaxis=dict(title="acceptance rate", range=[0, 1.02]),
+        yaxis2=dict(
+            title="ε̂ (certified max TV)",
+            overlaying="y",
+            side="right",
+            rangemode="tozero",
+            tickmode="auto",
+            showgrid=False,
+        ),
+    )  # its own round ticks, not the left axis's
     return fig.to_plotly_json()
 
 
@@ -154,14 +250,19 @@ def distributions(certificate) -> dict:
     delta = h.get("delta") or {}
     if delta and sum(delta.get("counts", [])):
         centres = [10 ** ((a + b) / 2) for a, b in zip(delta["log10_edges"][:-1], delta["log10_edges"][1:])]
-        fig.add_trace(go.Bar(x=centres, y=delta["counts"], name="δ̂ per sequence", xaxis="x2", yaxis="y2",
-                             marker_color="#d68910"))
-        fig.update_layout(xaxis2=dict(type="log", title="δ̂", anchor="y2", domain=[0.55, 1]),
-                          yaxis2=dict(anchor="x2"), xaxis=dict(domain=[0, 0.45]))
+        fig.add_trace(
+            go.Bar(x=centres, y=delta["counts"], name="δ̂ per sequence", xaxis="x2", yaxis="y2", marker_color="#d68910")
+        )
+        fig.update_layout(
+            xaxis2=dict(type="log", title="δ̂", anchor="y2", domain=[0.55, 1]),
+            yaxis2=dict(anchor="x2"),
+            xaxis=dict(domain=[0, 0.45]),
+        )
     layout = dict(LAYOUT, title=dict(text=title))
     if delta and not sum(delta.get("counts", [])):  # a subtitle: a long title is cut off at the figure's width
         layout["title"]["subtitle"] = dict(
-            text=f"δ̂ unbounded for {delta.get('unbounded', 0)} sequences (trainer side only partially known)")
+            text=f"δ̂ unbounded for {delta.get('unbounded', 0)} sequences (trainer side only partially known)"
+        )
         layout["margin"] = dict(LAYOUT["margin"], t=64)
     fig.update_layout(**layout, bargap=0.05, xaxis_title="ε̂", yaxis_title="sequences")
     return fig.to_plotly_json()
@@ -173,21 +274,43 @@ def token_status(certificate) -> dict:
     fig = go.Figure()
     for status in ("IN", "UNDETERMINED", "OUT", "DATA_ERROR"):
         n = counts.get(status, 0)
-        fig.add_trace(go.Bar(y=["tokens"], x=[n], name=f"{status} ({n / total:.1%})", orientation="h",
-                             marker_color=STATUS_COLOURS[status], text=[f"{n:,}"], textposition="inside"))
+        fig.add_trace(
+            go.Bar(
+                y=["tokens"],
+                x=[n],
+                name=f"{status} ({n / total:.1%})",
+                orientation="h",
+                marker_color=STATUS_COLOURS[status],
+                text=[f"{n:,}"],
+                textposition="inside",
+            )
+        )
     # no x-axis title (the bar is labelled "tokens"): below the axis it collided with the legend
-    fig.update_layout(**{**LAYOUT, "height": 220, "legend": dict(orientation="h", y=-0.3)}, barmode="stack",
-                      title="Token status at the threshold")
+    fig.update_layout(
+        **{**LAYOUT, "height": 220, "legend": dict(orientation="h", y=-0.3)},
+        barmode="stack",
+        title="Token status at the threshold",
+    )
     return fig.to_plotly_json()
 
 
 def acceptance_by_length(certificate) -> dict:
     buckets = certificate.length_buckets or []
-    fig = go.Figure(go.Bar(
-        x=[b["bucket"] for b in buckets], y=[b["acceptance_rate"] for b in buckets], marker_color="#2d5bd7",
-        text=[f"{b['accepted']}/{b['sequences']}" for b in buckets], textposition="outside"))
-    fig.update_layout(**LAYOUT, title="Acceptance by response length", xaxis=dict(title="length bucket (tokens)"),
-                      yaxis=dict(title="acceptance rate", range=[0, 1.1]))
+    fig = go.Figure(
+        go.Bar(
+            x=[b["bucket"] for b in buckets],
+            y=[b["acceptance_rate"] for b in buckets],
+            marker_color="#2d5bd7",
+            text=[f"{b['accepted']}/{b['sequences']}" for b in buckets],
+            textposition="outside",
+        )
+    )
+    fig.update_layout(
+        **LAYOUT,
+        title="Acceptance by response length",
+        xaxis=dict(title="length bucket (tokens)"),
+        yaxis=dict(title="acceptance rate", range=[0, 1.1]),
+    )
     return fig.to_plotly_json()
 
 
@@ -206,42 +329,86 @@ def comparison(certificates, budget: float, names) -> dict:
     for certificate, name, colour in zip(certificates, names, RUN_COLOURS):
         best = [trm_bounds(T, **bound_inputs(certificate)).get("best") for T in Ts]
         if any(v is not None for v in best):
-            bounds.add_trace(go.Scatter(x=Ts, y=best, mode="lines", name=f"{name}: B* (min of all bounds)",
-                                        line=dict(color=colour, width=2.5)))
+            bounds.add_trace(
+                go.Scatter(
+                    x=Ts,
+                    y=best,
+                    mode="lines",
+                    name=f"{name}: B* (min of all bounds)",
+                    line=dict(color=colour, width=2.5),
+                )
+            )
         T_ref, at_ref = int(certificate.summary.get("T_ref") or 1), certificate.bounds.get("best")
         if at_ref is not None:
-            bounds.add_trace(go.Scatter(x=[T_ref], y=[at_ref], mode="markers", name=f"{name}: B* at length {T_ref}",
-                                        marker=dict(size=11, color=colour, symbol="star")))
+            bounds.add_trace(
+                go.Scatter(
+                    x=[T_ref],
+                    y=[at_ref],
+                    mode="markers",
+                    name=f"{name}: B* at length {T_ref}",
+                    marker=dict(size=11, color=colour, symbol="star"),
+                )
+            )
         rows = list(certificate.steps.order_by("step").values_list("step", "acceptance_rate"))
         s = downsample([r[0] for r in rows], [r[1] for r in rows])
-        steps.add_trace(go.Scatter(x=s["x"], y=s["y"], mode="lines+markers" if len(s["x"]) < 60 else "lines",
-                                   name=name, line=dict(color=colour)))
+        steps.add_trace(
+            go.Scatter(
+                x=s["x"],
+                y=s["y"],
+                mode="lines+markers" if len(s["x"]) < 60 else "lines",
+                name=name,
+                line=dict(color=colour),
+            )
+        )
         h = (certificate.histograms or {}).get("eps")
         if h and sum(h["counts"]):
             total = sum(h["counts"])
             centres = [(lo + hi) / 2 for lo, hi in zip(h["edges"][:-1], h["edges"][1:])]
-            eps.add_trace(go.Bar(x=centres, y=[c / total for c in h["counts"]], name=name, marker_color=colour,
-                                 opacity=0.6))
+            eps.add_trace(
+                go.Bar(x=centres, y=[c / total for c in h["counts"]], name=name, marker_color=colour, opacity=0.6)
+            )
     bounds.add_hline(y=budget, line=dict(color="#1f8a4c", dash="dash"), annotation_text=f"budget {budget:g}")
-    bounds.update_layout(**{**LAYOUT, "height": 400}, title="Best bound B* against sequence length, each run at its measured ε̂, δ̂",
-                         xaxis=dict(type="log", title="sequence length T (tokens)"),
-                         yaxis=dict(type="log", title="bound on the surrogate-objective error"))
-    steps.update_layout(**LAYOUT, title="Acceptance rate over training steps", xaxis=dict(title="step"),
-                        yaxis=dict(title="acceptance rate", range=[0, 1.02]))
-    eps.update_layout(**LAYOUT, title="ε̂ per sequence (largest certified token TV)", barmode="overlay", bargap=0.05,
-                      xaxis=dict(title="ε̂"), yaxis=dict(title="share of the run's sequences", tickformat=".0%"))
+    bounds.update_layout(
+        **{**LAYOUT, "height": 400},
+        title="Best bound B* against sequence length, each run at its measured ε̂, δ̂",
+        xaxis=dict(type="log", title="sequence length T (tokens)"),
+        yaxis=dict(type="log", title="bound on the surrogate-objective error"),
+    )
+    steps.update_layout(
+        **LAYOUT,
+        title="Acceptance rate over training steps",
+        xaxis=dict(title="step"),
+        yaxis=dict(title="acceptance rate", range=[0, 1.02]),
+    )
+    eps.update_layout(
+        **LAYOUT,
+        title="ε̂ per sequence (largest certified token TV)",
+        barmode="overlay",
+        bargap=0.05,
+        xaxis=dict(title="ε̂"),
+        yaxis=dict(title="share of the run's sequences", tickformat=".0%"),
+    )
     return {"bounds": bounds.to_plotly_json(), "steps": steps.to_plotly_json(), "eps": eps.to_plotly_json()}
 
 
 # ---------------------------------------------------------------------------------------------- per-step metrics
-STEP_MISMATCH = [("abs_diff_mean", "|Δ log p| mean", "#2d5bd7"), ("abs_diff_p50", "|Δ log p| p50", "#5d8af0"),
-                 ("abs_diff_p99", "|Δ log p| p99", "#1b3a8c"), ("k1", "k1", "#7f8c8d"), ("k2", "k2", "#16a085"),
-                 ("k3", "k3", "#d68910"), ("chi2", "χ²", "#c0392b")]
-STEP_WEIGHTS = [("ppl_ratio", "PPL ratio (trainer / rollout)", "#8e44ad", "y"),
-                ("is_weight_mean", "IS weight mean", "#2d5bd7", "y"), ("is_weight_max", "IS weight max", "#1b3a8c", "y"),
-                ("tis_clip_rate", "TIS clip rate", "#d35400", "y2"), ("mis_mask_rate", "MIS mask rate (tokens)",
-                                                                       "#c0392b", "y2"),
-                ("mis_seq_mask_rate", "MIS mask rate (sequences)", "#7b241c", "y2")]
+STEP_MISMATCH = [
+    ("abs_diff_mean", "|Δ log p| mean", "#2d5bd7"),
+    ("abs_diff_p50", "|Δ log p| p50", "#5d8af0"),
+    ("abs_diff_p99", "|Δ log p| p99", "#1b3a8c"),
+    ("k1", "k1", "#7f8c8d"),
+    ("k2", "k2", "#16a085"),
+    ("k3", "k3", "#d68910"),
+    ("chi2", "χ²", "#c0392b"),
+]
+STEP_WEIGHTS = [
+    ("ppl_ratio", "PPL ratio (trainer / rollout)", "#8e44ad", "y"),
+    ("is_weight_mean", "IS weight mean", "#2d5bd7", "y"),
+    ("is_weight_max", "IS weight max", "#1b3a8c", "y"),
+    ("tis_clip_rate", "TIS clip rate", "#d35400", "y2"),
+    ("mis_mask_rate", "MIS mask rate (tokens)", "#c0392b", "y2"),
+    ("mis_seq_mask_rate", "MIS mask rate (sequences)", "#7b241c", "y2"),
+]
 
 
 def step_metrics(certificate) -> dict:
@@ -253,19 +420,48 @@ def step_metrics(certificate) -> dict:
     for key, name, colour in STEP_MISMATCH:
         s = downsample([r[0] for r in rows], [abs(m[key]) if m.get(key) is not None else None for _, m in rows])
         if s["x"]:
-            mismatch.add_trace(go.Scatter(x=s["x"], y=s["y"], name=name, line=dict(color=colour),
-                                          mode="lines+markers" if len(s["x"]) < 60 else "lines"))
+            mismatch.add_trace(
+                go.Scatter(
+                    x=s["x"],
+                    y=s["y"],
+                    name=name,
+                    line=dict(color=colour),
+                    mode="lines+markers" if len(s["x"]) < 60 else "lines",
+                )
+            )
     for key, name, colour, axis in STEP_WEIGHTS:
         s = downsample([r[0] for r in rows], [m.get(key) for _, m in rows])
         if s["x"]:
-            weights.add_trace(go.Scatter(x=s["x"], y=s["y"], name=name, line=dict(color=colour), yaxis=axis,
-                                         mode="lines+markers" if len(s["x"]) < 60 else "lines"))
-    mismatch.update_layout(**LAYOUT, title="Log-prob mismatch over training steps", xaxis=dict(title="step"),
-                           yaxis=dict(title="per-token mean (absolute value)", type="log"))
-    weights.update_layout(**LAYOUT, title="Importance weights and masks over training steps",
-                          xaxis=dict(title="step"), yaxis=dict(title="ratio"),
-                          yaxis2=dict(title="share of tokens / sequences", overlaying="y", side="right",
-                                      tickformat=".1%", rangemode="tozero", showgrid=False))
+            weights.add_trace(
+                go.Scatter(
+                    x=s["x"],
+                    y=s["y"],
+                    name=name,
+                    line=dict(color=colour),
+                    yaxis=axis,
+                    mode="lines+markers" if len(s["x"]) < 60 else "lines",
+                )
+            )
+    mismatch.update_layout(
+        **LAYOUT,
+        title="Log-prob mismatch over training steps",
+        xaxis=dict(title="step"),
+        yaxis=dict(title="per-token mean (absolute value)", type="log"),
+    )
+    weights.update_layout(
+        **LAYOUT,
+        title="Importance weights and masks over training steps",
+        xaxis=dict(title="step"),
+        yaxis=dict(title="ratio"),
+        yaxis2=dict(
+            title="share of tokens / sequences",
+            overlaying="y",
+            side="right",
+            tickformat=".1%",
+            rangemode="tozero",
+            showgrid=False,
+        ),
+    )
     return {"mismatch": mismatch.to_plotly_json(), "weights": weights.to_plotly_json()}
 
 

@@ -1,6 +1,7 @@
 """Run certificates: one per certified upload, with per-step aggregates and per-sequence summaries.
 
 Never per-token rows: token-level data stays in the uploaded file (docs/deploy.md#artifact-storage)."""
+
 from __future__ import annotations
 
 from django.db import models

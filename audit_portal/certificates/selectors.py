@@ -1,4 +1,5 @@
 """Reads for certificates, scoped by the caller's readable projects."""
+
 from __future__ import annotations
 
 from django.http import Http404
@@ -27,8 +28,13 @@ def latest_for_run(principal: Principal, run) -> RunCertificate | None:
 def run_verdict(run) -> dict | None:
     """The run's verdict (workers/certify/verdict.py) from its newest complete certificate; None before one exists.
     For messages about a run the caller already may read (alerts), so it is not scoped again."""
-    latest = (RunCertificate.objects.filter(run=run, state=RunCertificate.State.COMPLETE).exclude(verdict="")
-              .order_by("-created_at", "-id").values("verdict_detail").first())
+    latest = (
+        RunCertificate.objects.filter(run=run, state=RunCertificate.State.COMPLETE)
+        .exclude(verdict="")
+        .order_by("-created_at", "-id")
+        .values("verdict_detail")
+        .first()
+    )
     return latest["verdict_detail"] if latest else None
 
 
@@ -53,10 +59,18 @@ def compare(a: RunCertificate, b: RunCertificate) -> dict:
     def diff(x, y):
         return None if x is None or y is None else y - x
 
-    headline = {k: {"a": getattr(a, k), "b": getattr(b, k), "diff": diff(getattr(a, k), getattr(b, k))}
-                for k in COMPARED}
-    bounds = {k: {"a": a.bounds.get(k), "b": b.bounds.get(k), "diff": diff(a.bounds.get(k), b.bounds.get(k))}
-              for k in sorted(set(a.bounds) | set(b.bounds)) if k != "argmin"}
-    return {"a": {"id": a.pk, "run": a.run_id, "upload": a.upload_id, "argmin": a.bounds.get("argmin")},
-            "b": {"id": b.pk, "run": b.run_id, "upload": b.upload_id, "argmin": b.bounds.get("argmin")},
-            "headline": headline, "bounds": bounds, "caveat": COMPARISON_CAVEAT}
+    headline = {
+        k: {"a": getattr(a, k), "b": getattr(b, k), "diff": diff(getattr(a, k), getattr(b, k))} for k in COMPARED
+    }
+    bounds = {
+        k: {"a": a.bounds.get(k), "b": b.bounds.get(k), "diff": diff(a.bounds.get(k), b.bounds.get(k))}
+        for k in sorted(set(a.bounds) | set(b.bounds))
+        if k != "argmin"
+    }
+    return {
+        "a": {"id": a.pk, "run": a.run_id, "upload": a.upload_id, "argmin": a.bounds.get("argmin")},
+        "b": {"id": b.pk, "run": b.run_id, "upload": b.upload_id, "argmin": b.bounds.get("argmin")},
+        "headline": headline,
+        "bounds": bounds,
+        "caveat": COMPARISON_CAVEAT,
+    }

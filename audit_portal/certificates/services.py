@@ -1,6 +1,7 @@
 """Writes for certificates. A certification job calls ``begin`` (replacing any earlier, possibly partial,
 certificate of the same upload: retries are idempotent), streams sequence summaries through ``add_sequences``
 (bulk inserts, chunk by chunk), then ``complete`` with the engine's run certificate."""
+
 from __future__ import annotations
 
 import math
@@ -53,8 +54,11 @@ class Histograms:
         lo, hi = DELTA_DECADES
         return {
             "eps": {"edges": [i / EPS_BINS for i in range(EPS_BINS + 1)], "counts": self.eps},
-            "delta": {"log10_edges": [lo + i / 4 for i in range((hi - lo) * 4 + 1)], "counts": self.delta,
-                      "unbounded": self.delta_unbounded},
+            "delta": {
+                "log10_edges": [lo + i / 4 for i in range((hi - lo) * 4 + 1)],
+                "counts": self.delta,
+                "unbounded": self.delta_unbounded,
+            },
         }
 
 
@@ -69,14 +73,25 @@ def add_sequences(certificate: RunCertificate, rows: list[dict], histograms: His
     for row in rows:
         if histograms is not None:
             histograms.add(row)
-        objs.append(SequenceSummary(
-            certificate=certificate, call_id=(row.get("call_id") or "")[:200],
-            trajectory_id=(row.get("trajectory_id") or "")[:200], step=row.get("step"), line=row["line"],
-            length=row.get("length"), status=row["status"], accept=bool(row.get("accept")),
-            eps_hat=finite_or_none(row.get("eps_hat")), delta_hat=finite_or_none(row.get("delta_hat")),
-            tv_lo_max=finite_or_none(row.get("tv_lo_max")), mean_k3=finite_or_none(row.get("mean_k3")),
-            max_k2=finite_or_none(row.get("max_k2")), a_y=finite_or_none(row.get("A_y")), reason=row.get("reason") or "",
-        ))
+        objs.append(
+            SequenceSummary(
+                certificate=certificate,
+                call_id=(row.get("call_id") or "")[:200],
+                trajectory_id=(row.get("trajectory_id") or "")[:200],
+                step=row.get("step"),
+                line=row["line"],
+                length=row.get("length"),
+                status=row["status"],
+                accept=bool(row.get("accept")),
+                eps_hat=finite_or_none(row.get("eps_hat")),
+                delta_hat=finite_or_none(row.get("delta_hat")),
+                tv_lo_max=finite_or_none(row.get("tv_lo_max")),
+                mean_k3=finite_or_none(row.get("mean_k3")),
+                max_k2=finite_or_none(row.get("max_k2")),
+                a_y=finite_or_none(row.get("A_y")),
+                reason=row.get("reason") or "",
+            )
+        )
     SequenceSummary.objects.bulk_create(objs, batch_size=BATCH)
 
 
@@ -85,14 +100,26 @@ def complete(certificate: RunCertificate, result: dict, histograms: Histograms |
     summary = result["summary"]
     bounds = result.get("bounds") or {}
     StepAggregate.objects.filter(certificate=certificate).delete()
-    StepAggregate.objects.bulk_create([
-        StepAggregate(certificate=certificate, step=s.get("step"), sequences=s["sequences"], tokens=s["tokens"],
-                      accepted=s["accepted"], acceptance_rate=s.get("acceptance_rate"),
-                      eps_hat_max=s.get("eps_hat_max"), eps_hat_mean=s.get("eps_hat_mean"),
-                      delta_hat=s.get("delta_hat"), mean_k3=s.get("mean_k3"), status_counts=s.get("status_counts") or {},
-                      metrics=s.get("metrics") or {})
-        for s in result.get("steps", [])
-    ], batch_size=BATCH)
+    StepAggregate.objects.bulk_create(
+        [
+            StepAggregate(
+                certificate=certificate,
+                step=s.get("step"),
+                sequences=s["sequences"],
+                tokens=s["tokens"],
+                accepted=s["accepted"],
+                acceptance_rate=s.get("acceptance_rate"),
+                eps_hat_max=s.get("eps_hat_max"),
+                eps_hat_mean=s.get("eps_hat_mean"),
+                delta_hat=s.get("delta_hat"),
+                mean_k3=s.get("mean_k3"),
+                status_counts=s.get("status_counts") or {},
+                metrics=s.get("metrics") or {},
+            )
+            for s in result.get("steps", [])
+        ],
+        batch_size=BATCH,
+    )
     certificate.summary = summary
     certificate.bounds = bounds
     certificate.budget = result.get("budget") or {}
@@ -117,6 +144,7 @@ def complete(certificate: RunCertificate, result: dict, histograms: Histograms |
     attest_run_certificate(certificate)  # signed + logged in this transaction; a failure rolls it back, fails the job
     return certificate
 
+
 # ---- one upload certified in chunks by several workers (issue #18; workers/tasks/certificates.py) --------------
 def begin_chunked(upload, options: dict, job) -> RunCertificate:
     """The certificate the chunks of ``job`` fill: the one its stored chunks already belong to when the job is
@@ -131,8 +159,9 @@ def chunks_done(job) -> set[int]:
     return set(CertificateChunk.objects.filter(job=job).values_list("index", flat=True))
 
 
-def store_chunk(job, certificate: RunCertificate, index: int, partial: dict, rows: list[dict],
-                worker: str = "") -> bool:
+def store_chunk(
+    job, certificate: RunCertificate, index: int, partial: dict, rows: list[dict], worker: str = ""
+) -> bool:
     """Store one certified chunk and its sequence rows in one transaction; False (and nothing written) when this
     chunk is already stored — a redelivered or duplicated task — so no sequence is ever counted twice."""
     histograms = Histograms()
@@ -141,9 +170,16 @@ def store_chunk(job, certificate: RunCertificate, index: int, partial: dict, row
     try:
         with transaction.atomic():
             # the unique row first: a concurrent duplicate waits here and then fails before inserting its rows
-            CertificateChunk.objects.create(job=job, certificate=certificate, index=index, partial=partial,
-                                            histograms=histograms.as_dict(), sequences=len(rows),
-                                            tokens=partial.get("tokens", 0), worker=worker[:200])
+            CertificateChunk.objects.create(
+                job=job,
+                certificate=certificate,
+                index=index,
+                partial=partial,
+                histograms=histograms.as_dict(),
+                sequences=len(rows),
+                tokens=partial.get("tokens", 0),
+                worker=worker[:200],
+            )
             add_sequences(certificate, rows)
     except IntegrityError:
         return False

@@ -16,13 +16,13 @@ middleware covers the rest, so that every answer under ``/api/`` that is an erro
   ``artifacts/incoming/`` when the response is ready is removed, whatever went wrong (a stored upload was renamed
   away by then; a failed one is an orphan).
 """
+
 from __future__ import annotations
 
 import logging
 from pathlib import Path
 
-from django.core.exceptions import (RequestDataTooBig, SuspiciousOperation, TooManyFieldsSent,
-                                    TooManyFilesSent)
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation, TooManyFieldsSent, TooManyFilesSent
 from django.http import JsonResponse
 from django.http.multipartparser import MultiPartParserError
 
@@ -30,10 +30,24 @@ log = logging.getLogger(__name__)
 API_PREFIX = "/api/"
 UPLOAD_PARTS_ATTR = "_hashing_upload_parts"  # set by audit_portal.runs.upload_handler
 
-CODES_BY_STATUS = {400: "bad_request", 401: "not_authenticated", 403: "permission_denied", 404: "not_found",
-                   405: "method_not_allowed", 406: "not_acceptable", 408: "request_timeout", 409: "conflict",
-                   410: "gone", 413: "request_too_large", 415: "unsupported_media_type", 429: "throttled",
-                   500: "server_error", 502: "bad_gateway", 503: "service_unavailable", 504: "gateway_timeout"}
+CODES_BY_STATUS = {
+    400: "bad_request",
+    401: "not_authenticated",
+    403: "permission_denied",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    408: "request_timeout",
+    409: "conflict",
+    410: "gone",
+    413: "request_too_large",
+    415: "unsupported_media_type",
+    429: "throttled",
+    500: "server_error",
+    502: "bad_gateway",
+    503: "service_unavailable",
+    504: "gateway_timeout",
+}
 
 
 def error_body(code: str, message: str, **detail) -> dict:
@@ -73,13 +87,13 @@ class ApiErrorMiddleware:
         api = request.path_info.startswith(API_PREFIX)
         try:
             if api and (where := _nul_in_request(request)):
-                return json_error("invalid_parameter", f"{where} contains a NUL byte (%00), which is never valid "
-                                                       "here", 400)
+                return json_error(
+                    "invalid_parameter", f"{where} contains a NUL byte (%00), which is never valid here", 400
+                )
             response = self.get_response(request)
         finally:
             forget_upload_parts(request)
-        if api and response.status_code >= 400 and not response.get("Content-Type", "").startswith(
-                "application/json"):
+        if api and response.status_code >= 400 and not response.get("Content-Type", "").startswith("application/json"):
             status = response.status_code
             response = json_error(CODES_BY_STATUS.get(status, "error"), _reason(status), status)
         return response
@@ -98,8 +112,7 @@ class ApiErrorMiddleware:
         if isinstance(exc, SuspiciousOperation):
             return json_error("bad_request", "The request was refused as malformed.", 400)
         if isinstance(exc, ValueError) and "NUL (0x00)" in str(exc):  # psycopg: a NUL byte reached a query
-            return json_error("invalid_parameter", "A value contains a NUL byte (%00), which is never valid here.",
-                              400)
+            return json_error("invalid_parameter", "A value contains a NUL byte (%00), which is never valid here.", 400)
         return None
 
 

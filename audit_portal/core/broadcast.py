@@ -3,6 +3,7 @@
 Sending never raises: live updates are a convenience and the database row is the truth, so a channel layer that is
 down costs the pages their live view, never the job, the merge or the alert that was being recorded.
 """
+
 from __future__ import annotations
 
 import logging

@@ -9,6 +9,7 @@ re-reads it every PROGRESS_POLL_SECONDS and sends what changed.
 A subclass says which groups a principal may join (``authorise``, run in a thread: it reads the database) and, if it
 has state to show, how to send it (``push_snapshot``); its group message handlers are its own.
 """
+
 from __future__ import annotations
 
 import asyncio

@@ -4,6 +4,7 @@
 
 Clients (CI pipelines) branch on ``code``; ``message`` is for people.
 """
+
 from __future__ import annotations
 
 import logging

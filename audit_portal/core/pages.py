@@ -1,5 +1,6 @@
 """What every server-rendered page needs in its context: who is asking, their projects, and — on a project's
 pages — the project (404 if the caller may not read it) and what the caller may do there."""
+
 from __future__ import annotations
 
 from django.http import Http404
@@ -13,8 +14,12 @@ def page_context(request, slug: str | None = None, **extra) -> dict:
     ctx = {"principal": principal, "projects": account_selectors.projects_for(principal)}
     if slug is not None:
         project = account_selectors.get_project(principal, slug)
-        ctx.update(project=project, role=principal.role_in(project), can_submit=principal.can_submit(project),
-                   can_manage=principal.can_manage(project))
+        ctx.update(
+            project=project,
+            role=principal.role_in(project),
+            can_submit=principal.can_submit(project),
+            can_manage=principal.can_manage(project),
+        )
     ctx.update(extra)
     return ctx
 

@@ -10,6 +10,7 @@ thousand levels deep: a 500 on every JSON endpoint. This parser
   ``required`` map, is 2 deep) is refused with 400 ``json_too_deep`` naming the limit, before the decoder runs;
 * answers malformed JSON, NaN/Infinity and invalid UTF-8 with 400 ``malformed_request``, as DRF does.
 """
+
 from __future__ import annotations
 
 import json
@@ -66,8 +67,10 @@ class BoundedJSONParser(JSONParser):
             raise RequestTooLarge(f"The JSON body is larger than the limit of {limit} bytes.")
         depth = json_depth(raw)
         if depth > MAX_JSON_DEPTH:
-            raise JsonTooDeep(f"The JSON body is nested {depth} levels deep; the limit is {MAX_JSON_DEPTH}.",
-                              extra={"limit": MAX_JSON_DEPTH, "depth": depth})
+            raise JsonTooDeep(
+                f"The JSON body is nested {depth} levels deep; the limit is {MAX_JSON_DEPTH}.",
+                extra={"limit": MAX_JSON_DEPTH, "depth": depth},
+            )
         encoding = (parser_context or {}).get("encoding", settings.DEFAULT_CHARSET)
         try:
             return json.loads(raw.decode(encoding), parse_constant=_reject_constant)

@@ -1,5 +1,6 @@
 """OpenAPI (drf-spectacular) description of the project API-key authentication, so every operation's schema
 names its security schemes (``ApiKey`` bearer token, or the browser session cookie)."""
+
 from __future__ import annotations
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
@@ -10,24 +11,29 @@ class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
     name = "ApiKey"
 
     def get_security_definition(self, auto_schema):
-        return {"type": "http", "scheme": "bearer",
-                "description": "Project API key: `Authorization: Bearer ap_…` (scopes `read`, `submit`)."}
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "Project API key: `Authorization: Bearer ap_…` (scopes `read`, `submit`).",
+        }
 
 
 ERROR_SCHEMA = {
     "type": "object",
     "description": "Every API error: a stable `code` for clients to branch on, a `message` for people.",
     "required": ["error"],
-    "properties": {"error": {
-        "type": "object",
-        "required": ["code", "message"],
-        "properties": {
-            "code": {"type": "string", "example": "not_found"},
-            "message": {"type": "string"},
-            "detail": {"description": "field errors or structured context, when there is any"},
-            "retry_after_seconds": {"type": "integer", "description": "with code `throttled`"},
-        },
-    }},
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["code", "message"],
+            "properties": {
+                "code": {"type": "string", "example": "not_found"},
+                "message": {"type": "string"},
+                "detail": {"description": "field errors or structured context, when there is any"},
+                "retry_after_seconds": {"type": "integer", "description": "with code `throttled`"},
+            },
+        }
+    },
 }
 # Every operation can answer these; uploads (multipart POSTs) also the size, type, rate and storage ones.
 COMMON_ERRORS = {
@@ -60,5 +66,6 @@ def document_error_responses(result, generator, request, public):
                 errors.update(UPLOAD_ERRORS)
             for status, description in errors.items():
                 operation["responses"].setdefault(
-                    status, {"description": description, "content": {"application/json": {"schema": ref}}})
+                    status, {"description": description, "content": {"application/json": {"schema": ref}}}
+                )
     return result

@@ -9,6 +9,7 @@ processor provides it). Inline event handlers (``onchange=…``) cannot carry a 
 handled in ``static/js/live.js`` instead. ``CONTENT_SECURITY_POLICY_REPORT_ONLY`` sends the policy as
 ``Content-Security-Policy-Report-Only`` (development); the production settings enforce it.
 """
+
 from __future__ import annotations
 
 import secrets
@@ -24,8 +25,7 @@ CSP_REPORT_ONLY_HEADER = "Content-Security-Policy-Report-Only"
 def build_policy(directives: dict[str, list[str]], *, nonce: str, host: str) -> str:
     parts = []
     for directive, sources in directives.items():
-        values = [s.replace("{nonce}", nonce).replace("{host}", host) for s in sources
-                  if host or "{host}" not in s]
+        values = [s.replace("{nonce}", nonce).replace("{host}", host) for s in sources if host or "{host}" not in s]
         parts.append(" ".join([directive, *values]) if values else directive)
     return "; ".join(parts)
 
@@ -40,8 +40,11 @@ class SecurityHeadersMiddleware(MiddlewareMixin):
     def process_response(self, request, response):
         directives = getattr(settings, "CONTENT_SECURITY_POLICY", None)
         if directives:
-            header = CSP_REPORT_ONLY_HEADER if getattr(settings, "CONTENT_SECURITY_POLICY_REPORT_ONLY", False) \
+            header = (
+                CSP_REPORT_ONLY_HEADER
+                if getattr(settings, "CONTENT_SECURITY_POLICY_REPORT_ONLY", False)
                 else CSP_HEADER
+            )
             if header not in response:
                 try:
                     host = request.get_host()

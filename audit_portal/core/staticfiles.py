@@ -6,6 +6,7 @@ Pages then link the hashed names — with ``AUDIT_DEBUG=1`` too, so a developmen
 serves. Where nothing was collected (the test suite, a fresh checkout running ``manage.py runserver``) a name
 missing from the manifest falls back to its plain URL, served uncompressed from ``static/`` by the finders.
 """
+
 from __future__ import annotations
 
 from django.contrib.staticfiles.storage import StaticFilesStorage

@@ -3,6 +3,7 @@
 Storage names are relative (``uploads/ab/<sha256>.jsonl.gz``, ``kernels/ab/<sha256>.py``, ...) so the rows
 stay valid when ``ARTIFACT_ROOT`` moves; this is the only place that joins a name onto the root.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

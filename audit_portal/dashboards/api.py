@@ -1,5 +1,6 @@
 """``/api/v1/`` endpoints for the runs table: the same rows, filters and sort as the page (dashboards/tables.py), with
 each run's latest certificate's numbers and verdict, and the CSV/JSON export with an API key."""
+
 from __future__ import annotations
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
@@ -26,8 +27,11 @@ class RunRowSerializer(serializers.Serializer):
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
     certificate_id = serializers.IntegerField(allow_null=True)
-    verdict = serializers.CharField(allow_null=True, help_text="the latest certificate's verdict code "
-                                    "(certified, over_budget, vacuous, data_errors, not_verifiable); null: none yet")
+    verdict = serializers.CharField(
+        allow_null=True,
+        help_text="the latest certificate's verdict code "
+        "(certified, over_budget, vacuous, data_errors, not_verifiable); null: none yet",
+    )
     verdict_detail = serializers.JSONField(allow_null=True, help_text="label, sentence and what would change it")
     eps_hat = serializers.FloatField(allow_null=True)
     delta_hat = serializers.FloatField(allow_null=True)
@@ -50,14 +54,24 @@ class RunPages(PageNumberPagination):
     max_page_size = 500
 
 
-FILTERS = [OpenApiParameter("q", str, description="the search language (docs/portal.md#searching-runs), e.g. "
-                            "'verdict = certified and best_bound < 0.5 and params.lr = 1e-5 and tag:grpo'; "
-                            "text without operators: run name contains"),
-           OpenApiParameter("verdict", str, enum=tables.VERDICTS),
-           OpenApiParameter("sort", str, description=f"one of {', '.join(tables.SORT_KEYS)} or params.<config key>, "
-                                                   "'-' for descending")]
-FILTERS += [OpenApiParameter(f"{side}_{c.key}", str, description=f"{side}imum {c.label} (inclusive)")
-            for c in tables.RANGE_COLUMNS for side in ("min", "max")]
+FILTERS = [
+    OpenApiParameter(
+        "q",
+        str,
+        description="the search language (docs/portal.md#searching-runs), e.g. "
+        "'verdict = certified and best_bound < 0.5 and params.lr = 1e-5 and tag:grpo'; "
+        "text without operators: run name contains",
+    ),
+    OpenApiParameter("verdict", str, enum=tables.VERDICTS),
+    OpenApiParameter(
+        "sort", str, description=f"one of {', '.join(tables.SORT_KEYS)} or params.<config key>, '-' for descending"
+    ),
+]
+FILTERS += [
+    OpenApiParameter(f"{side}_{c.key}", str, description=f"{side}imum {c.label} (inclusive)")
+    for c in tables.RANGE_COLUMNS
+    for side in ("min", "max")
+]
 
 
 def _filtered_rows(request, slug):
@@ -88,8 +102,11 @@ class RunDetail(generics.RetrieveAPIView):
 
     def get_object(self):
         run = run_selectors.get_run(Principal.from_request(self.request), self.kwargs["pk"])
-        return tables.runs_table(run_selectors.runs_for(Principal.from_request(self.request)).filter(
-            pk=run.pk)).select_related("project").get()
+        return (
+            tables.runs_table(run_selectors.runs_for(Principal.from_request(self.request)).filter(pk=run.pk))
+            .select_related("project")
+            .get()
+        )
 
 
 @extend_schema(parameters=FILTERS, responses={(200, "text/csv"): str, (200, "application/json"): str})

@@ -16,6 +16,7 @@ Grammar (docs/portal.md#searching-runs)::
 A query that uses none of the operator characters (= ! < > ~ : parentheses) and no ``tags.`` word is plain text:
 the run's name contains it, as before. Keywords (and, or, not) are case-insensitive.
 """
+
 from __future__ import annotations
 
 import math
@@ -56,8 +57,11 @@ class Token:
     pos: int
 
 
-_TOKEN = re.compile(r"""\s*(?:(?P<op><=|>=|!=|=|<|>|~)|(?P<lparen>\()|(?P<rparen>\))|(?P<colon>:)
-                        |(?P<string>"[^"]*"|'[^']*')|(?P<word>[^\s=!<>~():"']+))""", re.X)
+_TOKEN = re.compile(
+    r"""\s*(?:(?P<op><=|>=|!=|=|<|>|~)|(?P<lparen>\()|(?P<rparen>\))|(?P<colon>:)
+                        |(?P<string>"[^"]*"|'[^']*')|(?P<word>[^\s=!<>~():"']+))""",
+    re.X,
+)
 
 
 def tokenize(text: str) -> list[Token]:
@@ -69,9 +73,10 @@ def tokenize(text: str) -> list[Token]:
         if m is None or m.lastgroup is None:
             start = pos + len(text[pos:]) - len(text[pos:].lstrip())
             char = text[start]
-            raise SearchError(f"search: unexpected {char!r} at position {start + 1}"
-                              + (": a quoted value is not closed" if char in "\"'" else
-                                 ": expected a field, a value or an operator"))
+            raise SearchError(
+                f"search: unexpected {char!r} at position {start + 1}"
+                + (": a quoted value is not closed" if char in "\"'" else ": expected a field, a value or an operator")
+            )
         kind = m.lastgroup
         value = m.group(kind)
         out.append(Token(kind, value[1:-1] if kind == "string" else value, m.start(kind)))
@@ -201,20 +206,30 @@ class _Parser:
             return _compare(field, op.text, timedelta(seconds=number))
         if field == "created":
             try:
-                when = (parse_date(value.text) if re.fullmatch(r"\d{4}-\d{2}-\d{2}", value.text)
-                        else parse_datetime(value.text))
+                when = (
+                    parse_date(value.text)
+                    if re.fullmatch(r"\d{4}-\d{2}-\d{2}", value.text)
+                    else parse_datetime(value.text)
+                )
             except ValueError:  # well formed but not a real date (2026-13-45)
                 when = None
             if when is None or op.text == "~":
-                self.fail("a comparison with a date (2026-12-05 or an ISO time) for created",
-                          value if when is None else op)
+                self.fail(
+                    "a comparison with a date (2026-12-05 or an ISO time) for created", value if when is None else op
+                )
             if isinstance(when, datetime):
                 return _compare(field, op.text, when if timezone.is_aware(when) else timezone.make_aware(when))
             start = timezone.make_aware(datetime.combine(when, time()))  # a day, in the portal's time zone
             end = start + timedelta(days=1)
             day = Q(created__gte=start, created__lt=end)
-            return {"=": day, "!=": ~day, "<": Q(created__lt=start), "<=": Q(created__lt=end),
-                    ">": Q(created__gte=end), ">=": Q(created__gte=start)}[op.text]
+            return {
+                "=": day,
+                "!=": ~day,
+                "<": Q(created__lt=start),
+                "<=": Q(created__lt=end),
+                ">": Q(created__gte=end),
+                ">=": Q(created__gte=start),
+            }[op.text]
         text = value.text
         if field == "verdict" and op.text in ("=", "!=") and text not in LABELS:
             self.fail(f"a verdict ({', '.join(LABELS)})", value)
@@ -234,8 +249,9 @@ class _Parser:
         number = _number(value) if value.kind == "word" else None
         if op.text == "~":
             name = f"_search_text_{len(self.annotations)}"
-            self.annotations[name] = Func(_key(path), function="", template="(%(expressions)s #>> '{}')",
-                                          output_field=TextField())
+            self.annotations[name] = Func(
+                _key(path), function="", template="(%(expressions)s #>> '{}')", output_field=TextField()
+            )
             return Q(**{f"{name}__icontains": value.text})
         if op.text in ("=", "!="):
             if value.kind == "word" and value.text in ("true", "false", "null"):

@@ -1,4 +1,5 @@
 """Server-rendered pages. Reads go through the scoped selectors; writes through services."""
+
 from __future__ import annotations
 
 from urllib.parse import urlencode
@@ -28,8 +29,6 @@ from audit_portal.alerts import selectors as alert_selectors
 from audit_portal.live import selectors as live_selectors
 from audit_portal.runs import selectors as run_selectors
 from workers.certify.verdict import LABELS as VERDICT_LABELS
-
-
 
 
 @login_required
@@ -123,8 +122,9 @@ def runs_page(request, slug):
         rows, applied = tables.filter_runs(base, request.GET)
         fmt = request.GET.get("format")
         if fmt:
-            return tables.export_rows(rows.iterator(chunk_size=500), tables.EXPORT_RUN_COLUMNS,
-                                      fmt, f"{ctx['project'].slug}-runs")
+            return tables.export_rows(
+                rows.iterator(chunk_size=500), tables.EXPORT_RUN_COLUMNS, fmt, f"{ctx['project'].slug}-runs"
+            )
     except tables.TableInputError as exc:
         if request.GET.get("format"):
             return json_error("invalid_parameter", str(exc), 400)
@@ -143,14 +143,28 @@ def runs_page(request, slug):
     query = request.GET.copy()
     for k in ("page", "format"):
         query.pop(k, None)
-    range_fields = [{"col": col, **{f"{side}_{part}": (f"{side}_{col.key}" if part == "name" else
-                                                       applied.get(f"{side}_{col.key}", ""))
-                                    for side in ("min", "max") for part in ("name", "value")}}
-                    for col in tables.RANGE_COLUMNS]
-    ctx.update(runs=runs, columns=columns, range_fields=range_fields,
-               column_choices=[{"col": c, "shown": c.key in shown} for c in [*tables.RUN_COLUMNS, *param_cols]],
-               verdict_choices=list(VERDICT_LABELS.items()),
-               applied=applied, sort=sort, query=query.urlencode(), sort_links=_sort_links(query, sort, param_cols))
+    range_fields = [
+        {
+            "col": col,
+            **{
+                f"{side}_{part}": (f"{side}_{col.key}" if part == "name" else applied.get(f"{side}_{col.key}", ""))
+                for side in ("min", "max")
+                for part in ("name", "value")
+            },
+        }
+        for col in tables.RANGE_COLUMNS
+    ]
+    ctx.update(
+        runs=runs,
+        columns=columns,
+        range_fields=range_fields,
+        column_choices=[{"col": c, "shown": c.key in shown} for c in [*tables.RUN_COLUMNS, *param_cols]],
+        verdict_choices=list(VERDICT_LABELS.items()),
+        applied=applied,
+        sort=sort,
+        query=query.urlencode(),
+        sort_links=_sort_links(query, sort, param_cols),
+    )
     return render(request, "dashboards/runs.html", ctx, status=status)
 
 
@@ -162,8 +176,10 @@ def _sort_links(query, current: str, param_cols) -> dict:
             continue
         q = query.copy()
         q["sort"] = f"-{col.key}" if current == col.key else col.key
-        links[col.key] = {"href": "?" + q.urlencode(), "state": "ascending" if current == col.key else
-                          "descending" if current == f"-{col.key}" else "none"}
+        links[col.key] = {
+            "href": "?" + q.urlencode(),
+            "state": "ascending" if current == col.key else "descending" if current == f"-{col.key}" else "none",
+        }
     return links
 
 
@@ -192,17 +208,25 @@ def sequences_page(request, slug, pk):
     fmt = request.GET.get("format")
     if fmt:
         try:
-            return tables.export_rows(rows.values(*tables.SEQUENCE_COLUMNS).iterator(chunk_size=2000),
-                                      tables.SEQUENCE_COLUMNS, fmt, f"{run.name}-certificate-{certificate.pk}-sequences")
+            return tables.export_rows(
+                rows.values(*tables.SEQUENCE_COLUMNS).iterator(chunk_size=2000),
+                tables.SEQUENCE_COLUMNS,
+                fmt,
+                f"{run.name}-certificate-{certificate.pk}-sequences",
+            )
         except tables.TableInputError as exc:
             return json_error("invalid_parameter", str(exc), 400)
     ctx.update(paginate(request, rows, SEQUENCES_PER_PAGE))
     api_query = {k: ("true" if v is True else "false" if v is False else v) for k, v in filters.items()}
-    ctx.update(run=run, certificate=certificate, filters=filters, statuses=tables.SEQUENCE_STATUSES,
-               sequences=_with_call_links(certificate, ctx["page_obj"].object_list),
-               api_url=f"/api/v1/certificates/{certificate.pk}/sequences/" + (
-                   "?" + urlencode(api_query) if api_query else ""),
-               export_query=urlencode({"certificate": certificate.pk, **api_query}))
+    ctx.update(
+        run=run,
+        certificate=certificate,
+        filters=filters,
+        statuses=tables.SEQUENCE_STATUSES,
+        sequences=_with_call_links(certificate, ctx["page_obj"].object_list),
+        api_url=f"/api/v1/certificates/{certificate.pk}/sequences/" + ("?" + urlencode(api_query) if api_query else ""),
+        export_query=urlencode({"certificate": certificate.pk, **api_query}),
+    )
     return render(request, "dashboards/sequences.html", ctx, status=status)
 
 
@@ -218,8 +242,11 @@ def _with_call_links(certificate, sequences) -> list:
     from audit_portal.fidelity.models import FidelityCall
 
     sequences = list(sequences)
-    calls = dict(FidelityCall.objects.filter(report__upload_id=certificate.upload_id, report__state="complete",
-                                             line__in=[q.line for q in sequences]).values_list("line", "id"))
+    calls = dict(
+        FidelityCall.objects.filter(
+            report__upload_id=certificate.upload_id, report__state="complete", line__in=[q.line for q in sequences]
+        ).values_list("line", "id")
+    )
     slug = certificate.project.slug
     for q in sequences:
         call = calls.get(q.line)
@@ -241,19 +268,33 @@ def run_page(request, slug, pk):
     # A run gains an upload (and a certificate) per submission: the page shows the newest ones, each row from one
     # query (the rows' project, run and file name joined in), never every certificate's JSON.
     uploads = run.uploads.select_related("project", "run").order_by("-created_at", "-id")
-    choices = certificates.select_related(None).select_related("upload").only("id", "created_at", "upload__original_name")
-    ctx.update(run=run, uploads=uploads[:RUN_PAGE_ROWS], uploads_total=run.uploads.count(), certificate=certificate,
-               certificates=choices[:RUN_PAGE_ROWS], certify_jobs=job_selectors.jobs_for(ctx["principal"], ctx["project"]).filter(
-                   kind="certify_upload", subject_kind="upload", subject_id__in=run.uploads.values("pk")).exclude(
-                   state__in=["succeeded"])[:5])
-    routing_job = job_selectors.jobs_for(ctx["principal"], ctx["project"]).filter(
-        kind="routing_audit", subject_kind="upload", subject_id__in=run.uploads.values("pk"),
-        state="succeeded").order_by("-id").first()
+    choices = (
+        certificates.select_related(None).select_related("upload").only("id", "created_at", "upload__original_name")
+    )
+    ctx.update(
+        run=run,
+        uploads=uploads[:RUN_PAGE_ROWS],
+        uploads_total=run.uploads.count(),
+        certificate=certificate,
+        certificates=choices[:RUN_PAGE_ROWS],
+        certify_jobs=job_selectors.jobs_for(ctx["principal"], ctx["project"])
+        .filter(kind="certify_upload", subject_kind="upload", subject_id__in=run.uploads.values("pk"))
+        .exclude(state__in=["succeeded"])[:5],
+    )
+    routing_job = (
+        job_selectors.jobs_for(ctx["principal"], ctx["project"])
+        .filter(kind="routing_audit", subject_kind="upload", subject_id__in=run.uploads.values("pk"), state="succeeded")
+        .order_by("-id")
+        .first()
+    )
     ctx["live"] = live_selectors.live_view(run)  # a run that grows while it trains (templates/live/run_panel.html)
     # the run's verdict: of its live view when it streams (the chosen certificate is then one segment's), else of
     # the certificate shown — the same one the runs table and the API give
-    ctx["run_verdict"] = ((ctx["live"] or {}).get("verdict") if ctx["live"] else
-                          (certificate.verdict_detail if certificate is not None and certificate.verdict else None))
+    ctx["run_verdict"] = (
+        (ctx["live"] or {}).get("verdict")
+        if ctx["live"]
+        else (certificate.verdict_detail if certificate is not None and certificate.verdict else None)
+    )
     ctx["firing_alerts"] = ctx["live"]["firing"] if ctx["live"] else alert_selectors.firing_for_run(run.pk)
     if routing_job is not None:  # logs with MoE routes (docs/routing.md)
         from audit_portal.dashboards.routing import routing_panel
@@ -268,12 +309,15 @@ def run_page(request, slug, pk):
 
 # headline rows of the comparison: (field, label, glossary anchor, which direction is better: +1 higher, −1 lower,
 # 0 neither)
-COMPARISON_ROWS = [("eps_hat", "ε̂ largest certified token TV", "eps-hat", -1),
-                   ("delta_hat", "δ̂ largest token KL", "delta-hat", -1),
-                   ("acceptance_rate", "acceptance rate", "acceptance", +1),
-                   ("best_bound", "best bound B* at the reference length", "best-bound", -1),
-                   ("data_errors", "sequences with data errors", "statuses", -1), ("sequences", "sequences", "", 0),
-                   ("tokens", "tokens", "", 0)]
+COMPARISON_ROWS = [
+    ("eps_hat", "ε̂ largest certified token TV", "eps-hat", -1),
+    ("delta_hat", "δ̂ largest token KL", "delta-hat", -1),
+    ("acceptance_rate", "acceptance rate", "acceptance", +1),
+    ("best_bound", "best bound B* at the reference length", "best-bound", -1),
+    ("data_errors", "sequences with data errors", "statuses", -1),
+    ("sequences", "sequences", "", 0),
+    ("tokens", "tokens", "", 0),
+]
 
 
 def _number(value, signed=False) -> str:
@@ -286,10 +330,22 @@ def _number(value, signed=False) -> str:
 def _cell(first, value, better: int, is_first: bool) -> dict:
     """One run's value in a comparison row, with its difference from the first run and which way that goes."""
     diff = None if is_first or first is None or value is None else value - first
-    verdict = "" if is_first or diff is None else "same" if diff == 0 else "neutral" if better == 0 else (
-        "better" if diff * better > 0 else "worse")
-    return {"value": value, "text": _number(value), "diff": diff, "diff_text": "" if diff is None else _number(diff, True),
-            "verdict": verdict}
+    verdict = (
+        ""
+        if is_first or diff is None
+        else "same"
+        if diff == 0
+        else "neutral"
+        if better == 0
+        else ("better" if diff * better > 0 else "worse")
+    )
+    return {
+        "value": value,
+        "text": _number(value),
+        "diff": diff,
+        "diff_text": "" if diff is None else _number(diff, True),
+        "verdict": verdict,
+    }
 
 
 def _compared_ids(request) -> list[str]:
@@ -312,34 +368,57 @@ def compare_page(request, slug):
     if len(ids) < 2 or not all(v.isdigit() for v in ids):
         return render(request, "dashboards/compare.html", ctx)
     if len(ids) > certificate_figures.MAX_COMPARED:
-        messages.error(request, f"Compare at most {certificate_figures.MAX_COMPARED} certificates at once; "
-                                f"{len(ids)} were selected.")
+        messages.error(
+            request,
+            f"Compare at most {certificate_figures.MAX_COMPARED} certificates at once; {len(ids)} were selected.",
+        )
         return render(request, "dashboards/compare.html", ctx, status=400)
-    found = {c.pk: c for c in mine.filter(pk__in=[int(i) for i in ids], state="complete").select_related("run", "upload")}
+    found = {
+        c.pk: c for c in mine.filter(pk__in=[int(i) for i in ids], state="complete").select_related("run", "upload")
+    }
     if len(found) < len(set(ids)):
         raise Http404("No such certificate in this project.")
     certs = [found[int(i)] for i in ids]
     base = request.GET.get("base", "")
     if base:  # the chosen baseline goes first: every difference is relative to it
         if not base.isdigit() or int(base) not in found:
-            messages.error(request, f"The baseline must be one of the compared certificates ({', '.join(ids)}), "
-                                    f"got {base!r}.")
+            messages.error(
+                request, f"The baseline must be one of the compared certificates ({', '.join(ids)}), got {base!r}."
+            )
             return render(request, "dashboards/compare.html", ctx, status=400)
         certs.sort(key=lambda c: c.pk != int(base))
     names = _legend_names(certs)
     rows = []
     for key, label, anchor, better in COMPARISON_ROWS:
         values = [getattr(c, key) for c in certs]
-        rows.append({"key": key, "label": label, "anchor": anchor,
-                     "cells": [_cell(values[0], v, better, i == 0) for i, v in enumerate(values)]})
+        rows.append(
+            {
+                "key": key,
+                "label": label,
+                "anchor": anchor,
+                "cells": [_cell(values[0], v, better, i == 0) for i, v in enumerate(values)],
+            }
+        )
     bound_ids = [k for k in certificate_figures.BOUND_IDS if any(c.bounds.get(k) is not None for c in certs)]
-    bound_rows = [{"label": certificate_figures.BOUND_LABELS[k],
-                   "cells": [_cell(certs[0].bounds.get(k), c.bounds.get(k), -1, i == 0) for i, c in enumerate(certs)]}
-                  for k in bound_ids]
-    ctx.update(compared=list(zip(certs, names)), rows=rows, bound_rows=bound_rows, ids=ids, base=certs[0].pk,
-               params_diff=params_diff([c.run.config if c.run else {} for c in certs]),
-               caveat=certificate_selectors.COMPARISON_CAVEAT, a=certs[0], b=certs[1],
-               figures=certificate_figures.comparison(certs, float(certs[0].budget.get("budget") or 0.1), names))
+    bound_rows = [
+        {
+            "label": certificate_figures.BOUND_LABELS[k],
+            "cells": [_cell(certs[0].bounds.get(k), c.bounds.get(k), -1, i == 0) for i, c in enumerate(certs)],
+        }
+        for k in bound_ids
+    ]
+    ctx.update(
+        compared=list(zip(certs, names)),
+        rows=rows,
+        bound_rows=bound_rows,
+        ids=ids,
+        base=certs[0].pk,
+        params_diff=params_diff([c.run.config if c.run else {} for c in certs]),
+        caveat=certificate_selectors.COMPARISON_CAVEAT,
+        a=certs[0],
+        b=certs[1],
+        figures=certificate_figures.comparison(certs, float(certs[0].budget.get("budget") or 0.1), names),
+    )
     return render(request, "dashboards/compare.html", ctx)
 
 
@@ -347,6 +426,7 @@ def params_diff(configs: list[dict]) -> dict:
     """The config keys whose values are not the same in every compared run (a missing key counts as a value):
     ``rows`` with each run's value as text and whether it differs from the baseline's (the first), and ``same``, how
     many keys agree everywhere. Nested objects are compared by their dotted leaf keys (``optim.lr``)."""
+
     def flat(config, prefix="") -> dict:
         out = {}
         for k, v in (config or {}).items():
@@ -365,9 +445,18 @@ def params_diff(configs: list[dict]) -> dict:
         if all(v == values[0] for v in values):
             same += 1
             continue
-        rows.append({"key": key, "cells": [{"text": "—" if v is missing else (v if isinstance(v, str) else
-                                                                               orjson.dumps(v).decode()),
-                                            "differs": i > 0 and v != values[0]} for i, v in enumerate(values)]})
+        rows.append(
+            {
+                "key": key,
+                "cells": [
+                    {
+                        "text": "—" if v is missing else (v if isinstance(v, str) else orjson.dumps(v).decode()),
+                        "differs": i > 0 and v != values[0],
+                    }
+                    for i, v in enumerate(values)
+                ],
+            }
+        )
     return {"rows": rows, "same": same, "keys": len(keys)}
 
 
@@ -389,15 +478,18 @@ def api_keys_page(request, slug):
         if not name or not scopes:
             messages.error(request, "Give the key a name and at least one scope.")
         else:
-            issued = account_services.issue_api_key(project=ctx["project"], name=name, scopes=scopes,
-                                                    created_by=request.user)
+            issued = account_services.issue_api_key(
+                project=ctx["project"], name=name, scopes=scopes, created_by=request.user
+            )
             # the token is shown once, on the page the redirect opens (a reload issues no second key)
             show_once(request, "api-key-issued", {"key": issued.key.pk, "token": issued.token})
         return redirect("dashboards:api_keys", slug=slug)
     issued = take_shown_once(request, "api-key-issued")
     if issued:
         ctx["new_token"] = issued["token"]
-        ctx["new_key"] = account_selectors.api_keys_for(ctx["principal"], ctx["project"]).filter(pk=issued["key"]).first()
+        ctx["new_key"] = (
+            account_selectors.api_keys_for(ctx["principal"], ctx["project"]).filter(pk=issued["key"]).first()
+        )
     ctx["keys"] = account_selectors.api_keys_for(ctx["principal"], ctx["project"])
     ctx["scopes"] = Scope.choices
     return render(request, "dashboards/api_keys.html", ctx)

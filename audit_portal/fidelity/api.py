@@ -1,5 +1,6 @@
 """REST endpoints for fidelity audits: reports, calls (filtered, cursor-paginated), a call's spans and tokens, the
 loss-mask export, and the project's registered tokenizers."""
+
 from __future__ import annotations
 
 from django.http import FileResponse
@@ -30,11 +31,32 @@ class ReportSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = FidelityReport
-        fields = ["id", "project", "run", "upload", "mode", "headline", "verdict", "verdict_label", "coverage_gate",
-                  "verdict_reasons", "closed_failure_violations",
-                  "calls_total", "policy_tokens", "verifiable_policy_tokens", "verifiable_fraction",
-                  "spurious_call_rate", "coverage", "protocol_warnings", "tokenizers", "mask_export",
-                  "mask_downloads", "options", "created_at", "completed_at"]
+        fields = [
+            "id",
+            "project",
+            "run",
+            "upload",
+            "mode",
+            "headline",
+            "verdict",
+            "verdict_label",
+            "coverage_gate",
+            "verdict_reasons",
+            "closed_failure_violations",
+            "calls_total",
+            "policy_tokens",
+            "verifiable_policy_tokens",
+            "verifiable_fraction",
+            "spurious_call_rate",
+            "coverage",
+            "protocol_warnings",
+            "tokenizers",
+            "mask_export",
+            "mask_downloads",
+            "options",
+            "created_at",
+            "completed_at",
+        ]
         read_only_fields = fields
 
     def get_coverage_gate(self, report) -> dict | None:
@@ -49,12 +71,15 @@ class ReportSerializer(serializers.ModelSerializer):
             value = check_min_coverage(float(raw))
         except ValueError as exc:
             raise exceptions.ValidationError(
-                {"min_coverage": [str(exc) if "min_coverage" in str(exc) else f"expected a number, got {raw!r}"]})
+                {"min_coverage": [str(exc) if "min_coverage" in str(exc) else f"expected a number, got {raw!r}"]}
+            )
         return report.coverage_gate(value)
 
     def get_mask_downloads(self, report) -> dict:
-        return {fmt: f"/api/v1/fidelity/reports/{report.pk}/masks/?format={fmt}"
-                for fmt in (report.mask_export.get("files") or {})}
+        return {
+            fmt: f"/api/v1/fidelity/reports/{report.pk}/masks/?format={fmt}"
+            for fmt in (report.mask_export.get("files") or {})
+        }
 
 
 class SpanField(serializers.JSONField):
@@ -67,10 +92,30 @@ class CallSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = FidelityCall
-        fields = ["id", "report", "line", "call_id", "trajectory_id", "call_index", "sample_id", "step", "role",
-                  "role_source", "purpose", "inferred_purpose", "verdict", "primary_reason", "reasons", "spans",
-                  "n_tokens", "verifiable_tokens", "loss_mask_used", "closed_failure_violations",
-                  "drift_if_retokenized", "lineage"]
+        fields = [
+            "id",
+            "report",
+            "line",
+            "call_id",
+            "trajectory_id",
+            "call_index",
+            "sample_id",
+            "step",
+            "role",
+            "role_source",
+            "purpose",
+            "inferred_purpose",
+            "verdict",
+            "primary_reason",
+            "reasons",
+            "spans",
+            "n_tokens",
+            "verifiable_tokens",
+            "loss_mask_used",
+            "closed_failure_violations",
+            "drift_if_retokenized",
+            "lineage",
+        ]
         read_only_fields = fields
 
 
@@ -90,8 +135,11 @@ class TokenizerSerializer(serializers.ModelSerializer):
 
 
 _MIN_COVERAGE = OpenApiParameter(
-    "min_coverage", float, description="CI gate: fill `coverage_gate` — met when the closed-failure verdict passed and "
-                                       "at least this fraction (0..1) of the policy tokens is verifiable")
+    "min_coverage",
+    float,
+    description="CI gate: fill `coverage_gate` — met when the closed-failure verdict passed and "
+    "at least this fraction (0..1) of the policy tokens is verifiable",
+)
 
 
 @extend_schema(parameters=[_MIN_COVERAGE])
@@ -138,11 +186,16 @@ def _int_param(params, name):
     return int(raw)
 
 
-@extend_schema(parameters=[
-    OpenApiParameter("verdict", str, enum=list(selectors.VERDICTS)),
-    OpenApiParameter("reason", str, description="any listed reason code, e.g. SENTINEL_LOGPROB"),
-    OpenApiParameter("primary_reason", str), OpenApiParameter("role", str, enum=["policy", "background", "unknown"]),
-    OpenApiParameter("step", int), OpenApiParameter("page_size", int)])
+@extend_schema(
+    parameters=[
+        OpenApiParameter("verdict", str, enum=list(selectors.VERDICTS)),
+        OpenApiParameter("reason", str, description="any listed reason code, e.g. SENTINEL_LOGPROB"),
+        OpenApiParameter("primary_reason", str),
+        OpenApiParameter("role", str, enum=["policy", "background", "unknown"]),
+        OpenApiParameter("step", int),
+        OpenApiParameter("page_size", int),
+    ]
+)
 class ReportCalls(generics.ListAPIView):
     """Per-call summaries in file order, filterable by verdict, reason, primary reason, role and step."""
 
@@ -155,8 +208,14 @@ class ReportCalls(generics.ListAPIView):
         page_size = _int_param(p, "page_size")
         if page_size is not None and page_size < 1:
             raise PortalError("page_size must be at least 1", code="invalid_parameter")
-        return selectors.calls(report, verdict=p.get("verdict"), reason=p.get("reason"),
-                               primary_reason=p.get("primary_reason"), role=p.get("role"), step=_int_param(p, "step"))
+        return selectors.calls(
+            report,
+            verdict=p.get("verdict"),
+            reason=p.get("reason"),
+            primary_reason=p.get("primary_reason"),
+            role=p.get("role"),
+            step=_int_param(p, "step"),
+        )
 
 
 class CallDetail(APIView):
@@ -191,9 +250,13 @@ class MaskDownload(APIView):
 
     content_negotiation_class = _FormatIsOurs
 
-    @extend_schema(parameters=[OpenApiParameter("format", str, enum=list(services.MASK_FORMATS))],
-                   responses={(200, "application/x-ndjson"): OpenApiTypes.BINARY,
-                              (200, "application/octet-stream"): OpenApiTypes.BINARY})
+    @extend_schema(
+        parameters=[OpenApiParameter("format", str, enum=list(services.MASK_FORMATS))],
+        responses={
+            (200, "application/x-ndjson"): OpenApiTypes.BINARY,
+            (200, "application/octet-stream"): OpenApiTypes.BINARY,
+        },
+    )
     def get(self, request, pk):
         report = selectors.get_report(Principal.from_request(request), pk)
         fmt = request.query_params.get("format", "jsonl")
@@ -221,10 +284,16 @@ class TokenizerListCreate(WorkBudgetMixin, generics.ListAPIView):
         return selectors.tokenizers_for(principal, get_project(principal, self.kwargs["slug"]))
 
     @extend_schema(
-        request={"multipart/form-data": inline_serializer("TokenizerUpload", {
-            "file": serializers.FileField(), "name": serializers.CharField(required=False)})},
-        responses={201: TokenizerSerializer,
-                   200: OpenApiResponse(TokenizerSerializer, description="already registered")})
+        request={
+            "multipart/form-data": inline_serializer(
+                "TokenizerUpload", {"file": serializers.FileField(), "name": serializers.CharField(required=False)}
+            )
+        },
+        responses={
+            201: TokenizerSerializer,
+            200: OpenApiResponse(TokenizerSerializer, description="already registered"),
+        },
+    )
     def post(self, request, slug):
         principal = Principal.from_request(request)
         project = get_project(principal, slug)
@@ -232,21 +301,25 @@ class TokenizerListCreate(WorkBudgetMixin, generics.ListAPIView):
             raise exceptions.PermissionDenied("Registering a tokenizer needs the submit role (or a submit-scoped key).")
         declared = int(request.META.get("CONTENT_LENGTH") or 0)
         if declared > services.TOKENIZER_MAX_BYTES + 64 * 1024:
-            raise PortalError(f"The tokenizer file is larger than {services.TOKENIZER_MAX_BYTES >> 20} MiB.",
-                              code="tokenizer_too_large")
+            raise PortalError(
+                f"The tokenizer file is larger than {services.TOKENIZER_MAX_BYTES >> 20} MiB.",
+                code="tokenizer_too_large",
+            )
         received = [f for key in request.FILES for f in request.FILES.getlist(key)]
         try:
             uploaded = request.FILES.get("file")
             if uploaded is None:
-                raise PortalError("Send the tokenizer as multipart/form-data in a field named 'file'.",
-                                  code="file_missing")
+                raise PortalError(
+                    "Send the tokenizer as multipart/form-data in a field named 'file'.", code="file_missing"
+                )
             tok, created = services.register_uploaded_tokenizer(
-                project=project, uploaded=uploaded, name=request.data.get("name"), uploaded_by=principal.label)
+                project=project, uploaded=uploaded, name=request.data.get("name"), uploaded_by=principal.label
+            )
         finally:
             for f in received:  # the hashing upload handler leaves the bytes in the artifact store's incoming/
                 discard = getattr(f, "discard", None)
                 if discard is not None:
                     discard()
-        return Response(TokenizerSerializer(tok).data,
-                        status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
-
+        return Response(
+            TokenizerSerializer(tok).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK
+        )

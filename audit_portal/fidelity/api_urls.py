@@ -1,4 +1,5 @@
 """REST routes of the fidelity app (mounted under /api/v1/ by audit_portal/api_urls.py)."""
+
 from django.urls import path
 
 from audit_portal.fidelity import api

@@ -14,4 +14,3 @@ class FidelityConfig(AppConfig):
 
         register_product_page("fidelity_audit")(run_result_page(FidelityReport, "report", "fidelity:run"))
         subjects.register(SubjectKind.FIDELITY_REPORT, model=FidelityReport, files=subjects.uploaded_log)
-

@@ -1,5 +1,6 @@
 """The fidelity app's consistency check (registered with :mod:`audit_portal.jobs.consistency`): a succeeded audit
 left one complete report with a PASS/FAIL verdict, one call row per audited line and its loss-mask export files."""
+
 from __future__ import annotations
 
 from audit_portal.core.storage import artifact_path
@@ -15,8 +16,10 @@ def check_audited(report: Report, job: Job) -> None:
     if fr is None:
         return
     if fr.state != FidelityReport.State.COMPLETE or fr.verdict not in ("PASS", "FAIL"):
-        report.problem(f"fidelity report {fr.pk} of upload {upload.pk} is {fr.state} with verdict {fr.verdict!r} "
-                       f"although job {job.pk} succeeded")
+        report.problem(
+            f"fidelity report {fr.pk} of upload {upload.pk} is {fr.state} with verdict {fr.verdict!r} "
+            f"although job {job.pk} succeeded"
+        )
     rows_per_line(report, f"fidelity report {fr.pk}", fr.calls, fr.calls_total, "call rows", "audited")
     for fmt, info in ((fr.mask_export or {}).get("files") or {}).items():
         if not artifact_path(info.get("storage_name", "")).is_file():

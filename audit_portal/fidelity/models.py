@@ -3,6 +3,7 @@
 Never per-token rows: a call row holds its spans (maximal runs of equal status, usually a handful) and counts; the
 token ids, log-probs and the loss-mask export stay in the artifact store (docs/deploy.md#artifact-storage).
 """
+
 from __future__ import annotations
 
 from django.db import models

@@ -1,4 +1,5 @@
 """Reads for fidelity reports, calls and tokenizers, scoped by the caller's readable projects."""
+
 from __future__ import annotations
 
 import json
@@ -38,19 +39,31 @@ def reason_codes() -> list[str]:
     return list(CODES)
 
 
-def calls(report: FidelityReport, *, verdict: str | None = None, reason: str | None = None,
-          primary_reason: str | None = None, role: str | None = None, step: int | None = None):
+def calls(
+    report: FidelityReport,
+    *,
+    verdict: str | None = None,
+    reason: str | None = None,
+    primary_reason: str | None = None,
+    role: str | None = None,
+    step: int | None = None,
+):
     """A report's calls in file order; ``reason`` matches any listed reason, ``primary_reason`` the first one.
     Unknown values are a 400 naming the accepted ones (a typo must not look like "no such calls")."""
     qs = report.calls.all()
     if verdict:
         if verdict not in VERDICTS:
-            raise PortalError(f"verdict must be one of {', '.join(VERDICTS)}; got {verdict!r}", code="invalid_parameter")
+            raise PortalError(
+                f"verdict must be one of {', '.join(VERDICTS)}; got {verdict!r}", code="invalid_parameter"
+            )
         qs = qs.filter(verdict=verdict)
     for name, value in (("reason", reason), ("primary_reason", primary_reason)):
         if value and value not in reason_codes():
-            raise PortalError(f"{name} must be a reason code of the fidelity rules (docs/fidelity-rules.md#rules-r0r9; "
-                              f"e.g. SENTINEL_LOGPROB, BACKGROUND_CALL); got {value!r}", code="invalid_parameter")
+            raise PortalError(
+                f"{name} must be a reason code of the fidelity rules (docs/fidelity-rules.md#rules-r0r9; "
+                f"e.g. SENTINEL_LOGPROB, BACKGROUND_CALL); got {value!r}",
+                code="invalid_parameter",
+            )
     if reason:
         qs = qs.filter(reasons_flat__contains=f"|{reason}|")
     if primary_reason:
@@ -66,14 +79,19 @@ def calls(report: FidelityReport, *, verdict: str | None = None, reason: str | N
 
 def flagged_calls(report: FidelityReport, limit: int = 50):
     """Calls to look at first: closed-failure violations, then the rest that are not verifiable, in file order."""
-    return (report.calls.filter(Q(closed_failure_violations__gt=0) | ~Q(verdict="verifiable"))
-            .order_by("-closed_failure_violations", "line", "id")[:limit])
+    return report.calls.filter(Q(closed_failure_violations__gt=0) | ~Q(verdict="verifiable")).order_by(
+        "-closed_failure_violations", "line", "id"
+    )[:limit]
 
 
 def get_call(principal: Principal, call_id: int) -> FidelityCall:
-    call = (FidelityCall.objects.filter(pk=call_id, report__project__in=principal.readable_projects(),
-                                        report__state=FidelityReport.State.COMPLETE)
-            .select_related("report", "report__project", "report__upload", "report__run").first())
+    call = (
+        FidelityCall.objects.filter(
+            pk=call_id, report__project__in=principal.readable_projects(), report__state=FidelityReport.State.COMPLETE
+        )
+        .select_related("report", "report__project", "report__upload", "report__run")
+        .first()
+    )
     if call is None:
         raise Http404("No such call.")
     return call

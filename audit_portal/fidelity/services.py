@@ -6,6 +6,7 @@ attempt whose report was replaced by a newer attempt stops with :class:`ReportSu
 it), ``store_masks`` (the loss-mask export into the artifact store) and ``complete`` — the one place a finished
 report is stored — with the engine's report.
 """
+
 from __future__ import annotations
 
 import json
@@ -49,18 +50,25 @@ def parse_tokenizer(data: bytes) -> dict:
         path.write_bytes(data)
         answer = check_in_child(path, Path(tmp) / "canonical.json")
     if not answer.get("ok"):
-        raise InvalidTokenizer(answer.get("message") or "The tokenizer file could not be checked.",
-                               code=answer.get("code") or "invalid_tokenizer")
-    return {"kind": answer["kind"], "sha256": answer["sha256"], "vocab_size": answer["vocab_size"],
-            "content": answer["canonical"] if answer["kind"] == RegisteredTokenizer.Kind.TOY_VOCAB else data}
+        raise InvalidTokenizer(
+            answer.get("message") or "The tokenizer file could not be checked.",
+            code=answer.get("code") or "invalid_tokenizer",
+        )
+    return {
+        "kind": answer["kind"],
+        "sha256": answer["sha256"],
+        "vocab_size": answer["vocab_size"],
+        "content": answer["canonical"] if answer["kind"] == RegisteredTokenizer.Kind.TOY_VOCAB else data,
+    }
 
 
 def register_tokenizer(*, project, data: bytes, name: str, uploaded_by: str) -> tuple[RegisteredTokenizer, bool]:
     """Store a tokenizer by its SHA-256 and register it with the project. The same tokenizer again returns the first
     registration with ``created=False``."""
     if len(data) > TOKENIZER_MAX_BYTES:
-        raise InvalidTokenizer(f"The tokenizer file is larger than {TOKENIZER_MAX_BYTES >> 20} MiB.",
-                               code="tokenizer_too_large")
+        raise InvalidTokenizer(
+            f"The tokenizer file is larger than {TOKENIZER_MAX_BYTES >> 20} MiB.", code="tokenizer_too_large"
+        )
     parsed = parse_tokenizer(data)
     sha = parsed["sha256"]
     existing = RegisteredTokenizer.objects.filter(project=project, sha256=sha).first()
@@ -76,9 +84,15 @@ def register_tokenizer(*, project, data: bytes, name: str, uploaded_by: str) -> 
     try:
         with transaction.atomic():
             tok = RegisteredTokenizer.objects.create(
-                project=project, name=(name or "tokenizer.json")[:200], sha256=sha, kind=parsed["kind"],
-                size_bytes=len(parsed["content"]), vocab_size=parsed["vocab_size"], storage_name=storage_name,
-                uploaded_by=uploaded_by[:150])
+                project=project,
+                name=(name or "tokenizer.json")[:200],
+                sha256=sha,
+                kind=parsed["kind"],
+                size_bytes=len(parsed["content"]),
+                vocab_size=parsed["vocab_size"],
+                storage_name=storage_name,
+                uploaded_by=uploaded_by[:150],
+            )
     except IntegrityError:  # a concurrent registration of the same tokenizer won
         return RegisteredTokenizer.objects.get(project=project, sha256=sha), False
     return tok, True
@@ -87,11 +101,13 @@ def register_tokenizer(*, project, data: bytes, name: str, uploaded_by: str) -> 
 def register_uploaded_tokenizer(*, project, uploaded, name, uploaded_by) -> tuple[RegisteredTokenizer, bool]:
     """:func:`register_tokenizer` for a multipart upload (API and browser form)."""
     if uploaded.size is not None and uploaded.size > TOKENIZER_MAX_BYTES:
-        raise InvalidTokenizer(f"The tokenizer file is larger than {TOKENIZER_MAX_BYTES >> 20} MiB.",
-                               code="tokenizer_too_large")
+        raise InvalidTokenizer(
+            f"The tokenizer file is larger than {TOKENIZER_MAX_BYTES >> 20} MiB.", code="tokenizer_too_large"
+        )
     uploaded.seek(0)
-    return register_tokenizer(project=project, data=uploaded.read(), name=(name or uploaded.name or "").strip(),
-                              uploaded_by=uploaded_by)
+    return register_tokenizer(
+        project=project, data=uploaded.read(), name=(name or uploaded.name or "").strip(), uploaded_by=uploaded_by
+    )
 
 
 @lru_cache(maxsize=8)
@@ -116,8 +132,13 @@ def load_tokenizer(registered: RegisteredTokenizer):
 def begin(upload, options: dict) -> FidelityReport:
     with transaction.atomic():
         FidelityReport.objects.filter(upload=upload).delete()
-        return FidelityReport.objects.create(project=upload.project, run=upload.run, upload=upload,
-                                             mode=options.get("mode", "transition"), options=options)
+        return FidelityReport.objects.create(
+            project=upload.project,
+            run=upload.run,
+            upload=upload,
+            mode=options.get("mode", "transition"),
+            options=options,
+        )
 
 
 def _compact_spans(spans: list[dict]) -> list:
@@ -144,23 +165,40 @@ def add_calls(report: FidelityReport, entries: list[dict]) -> int:
         malformed = e.get("malformed")
         spans = e.get("spans") or []
         if len(spans) > MAX_STORED_SPANS:
-            malformed = (malformed or []) + [{"field": "spans", "reason": f"{len(spans)} spans; first "
-                                                                          f"{MAX_STORED_SPANS} stored"}]
-        objs.append(FidelityCall(
-            report=report, line=e["line"], byte_offset=e.get("byte_offset"), call_id=_text(e.get("call_id"), 200),
-            trajectory_id=_text(e.get("trajectory_id"), 200), call_index=e.get("call_index"),
-            sample_id=_text(e.get("sample_id"), 200), step=e.get("step"), role=e.get("role") or "unknown",
-            role_source=_text(e.get("role_source"), 12), purpose=_text(e.get("purpose"), 100),
-            inferred_purpose=_text(e.get("inferred_purpose"), 100), verdict=e["verdict"],
-            primary_reason=e.get("primary_reason") or "", reasons=reasons,
-            reasons_flat=("|" + "|".join(reasons) + "|") if reasons else "", spans=_compact_spans(spans),
-            n_tokens=e.get("n_tokens") or 0, verifiable_tokens=e.get("verifiable_tokens") or 0,
-            loss_mask_used=bool(e.get("loss_mask_used")),
-            closed_failure_violations=e.get("closed_failure_violations") or 0,
-            drift_if_retokenized=e.get("drift_if_retokenized"), lineage=_text(e.get("lineage"), 40),
-            rules=e.get("rules") or {}, alignment=e.get("alignment"),
-            certificate=_certificate_counts(e.get("certificate")), malformed=malformed,
-        ))
+            malformed = (malformed or []) + [
+                {"field": "spans", "reason": f"{len(spans)} spans; first {MAX_STORED_SPANS} stored"}
+            ]
+        objs.append(
+            FidelityCall(
+                report=report,
+                line=e["line"],
+                byte_offset=e.get("byte_offset"),
+                call_id=_text(e.get("call_id"), 200),
+                trajectory_id=_text(e.get("trajectory_id"), 200),
+                call_index=e.get("call_index"),
+                sample_id=_text(e.get("sample_id"), 200),
+                step=e.get("step"),
+                role=e.get("role") or "unknown",
+                role_source=_text(e.get("role_source"), 12),
+                purpose=_text(e.get("purpose"), 100),
+                inferred_purpose=_text(e.get("inferred_purpose"), 100),
+                verdict=e["verdict"],
+                primary_reason=e.get("primary_reason") or "",
+                reasons=reasons,
+                reasons_flat=("|" + "|".join(reasons) + "|") if reasons else "",
+                spans=_compact_spans(spans),
+                n_tokens=e.get("n_tokens") or 0,
+                verifiable_tokens=e.get("verifiable_tokens") or 0,
+                loss_mask_used=bool(e.get("loss_mask_used")),
+                closed_failure_violations=e.get("closed_failure_violations") or 0,
+                drift_if_retokenized=e.get("drift_if_retokenized"),
+                lineage=_text(e.get("lineage"), 40),
+                rules=e.get("rules") or {},
+                alignment=e.get("alignment"),
+                certificate=_certificate_counts(e.get("certificate")),
+                malformed=malformed,
+            )
+        )
     with transaction.atomic():
         if not FidelityReport.objects.select_for_update().filter(pk=report.pk).exists():
             raise ReportSuperseded(f"fidelity report {report.pk} was replaced by a newer attempt")

@@ -1,6 +1,7 @@
 """The call drill-down's per-token view: ids (decoded with the project's registered tokenizer when one matches the
 record's ``tokenizer.sha256``), span status and reasons, the two log-probs and the trainer's mask — read from the
 uploaded file, never from Postgres."""
+
 from __future__ import annotations
 
 import math
@@ -14,8 +15,11 @@ def _num(values, i):
     if not isinstance(values, list) or i >= len(values):
         return None
     v = values[i]
-    return v if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else (
-        None if v is None or isinstance(v, bool) else str(v))
+    return (
+        v
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        else (None if v is None or isinstance(v, bool) else str(v))
+    )
 
 
 def visible(text: str) -> str:
@@ -55,18 +59,27 @@ def call_tokens(call, record: dict) -> dict:
             except Exception:  # noqa: BLE001 - an id outside the vocabulary (R0 reports it) shows as its number
                 text = None
         reasons = status[i]
-        tokens.append({
-            "position": i, "id": token_id, "text": text, "display": str(token_id) if text is None else visible(text),
-            "verifiable": reasons == [],
-            "reasons": reasons if reasons is not None else ["SPAN_NOT_STORED"],  # past MAX_STORED_SPANS
-            "rollout_logprob": _num(rollout.get("logprobs"), i), "trainer_logprob": _num(trainer.get("logprobs"), i),
-            "loss_mask_used": None if mask is None or i >= len(mask) else mask[i] == 1,
-        })
+        tokens.append(
+            {
+                "position": i,
+                "id": token_id,
+                "text": text,
+                "display": str(token_id) if text is None else visible(text),
+                "verifiable": reasons == [],
+                "reasons": reasons if reasons is not None else ["SPAN_NOT_STORED"],  # past MAX_STORED_SPANS
+                "rollout_logprob": _num(rollout.get("logprobs"), i),
+                "trainer_logprob": _num(trainer.get("logprobs"), i),
+                "loss_mask_used": None if mask is None or i >= len(mask) else mask[i] == 1,
+            }
+        )
     return {
-        "tokenizer": ({"name": registered.name, "sha256": registered.sha256, "kind": registered.kind}
-                      if tok is not None else None),
+        "tokenizer": (
+            {"name": registered.name, "sha256": registered.sha256, "kind": registered.kind} if tok is not None else None
+        ),
         "declared_tokenizer_sha256": declared,
         "tokenizer_error": tokenizer_error,
-        "n_tokens": len(ids), "shown": len(shown), "truncated": len(ids) > len(shown),
+        "n_tokens": len(ids),
+        "shown": len(shown),
+        "truncated": len(ids) > len(shown),
         "tokens": tokens,
     }

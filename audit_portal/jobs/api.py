@@ -1,4 +1,5 @@
 """REST endpoints for jobs."""
+
 from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema
@@ -26,9 +27,27 @@ class JobSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Job
-        fields = ["id", "project", "kind", "title", "queue", "state", "progress", "message", "error", "result",
-                  "attempts", "subject_kind", "subject_id", "submitted_by", "created_at", "started_at",
-                  "finished_at", "updated_at", "outcome"]
+        fields = [
+            "id",
+            "project",
+            "kind",
+            "title",
+            "queue",
+            "state",
+            "progress",
+            "message",
+            "error",
+            "result",
+            "attempts",
+            "subject_kind",
+            "subject_id",
+            "submitted_by",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "updated_at",
+            "outcome",
+        ]
         read_only_fields = fields
 
 

@@ -10,6 +10,7 @@ This module knows jobs only. Each app that owns data registers its own checks fr
 app's rows and files, ``@register_job_check(kind)`` for what a succeeded job of that kind must have left behind.
 So ``jobs`` never imports the apps above it.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -71,10 +72,12 @@ def register(check_fn: Check) -> Check:
 
 def register_job_check(*kinds: str):
     """Decorator: ``fn(report, job)`` runs for every succeeded job of these kinds (one checker per kind)."""
+
     def decorate(fn: JobCheck) -> JobCheck:
         for kind in kinds:
             _JOB_CHECKS[kind] = fn
         return fn
+
     return decorate
 
 
@@ -105,12 +108,18 @@ def _check_jobs(report: Report, scope: Scope) -> None:
         last = job.heartbeat_at or job.started_at
         if last is None or now - last > timeout:
             silence = "never" if last is None else f"{int((now - last).total_seconds())} s ago"
-            report.problem(f"job {job.pk} ({job.kind}) is running but its worker last reported {silence} "
-                           f"(heartbeat timeout {int(timeout.total_seconds())} s): stuck")
-    for job in jobs.filter(state=JobState.QUEUED, started_at__isnull=True, created_at__lt=now - timeout).only("pk", "kind", "created_at"):
-        report.problem(f"job {job.pk} ({job.kind}) queued {int((now - job.created_at).total_seconds())} s ago and "
-                       "never started (is the broker reachable, a worker consuming its queue, and does its task claim the "
-                       "job before anything can fail?)")
+            report.problem(
+                f"job {job.pk} ({job.kind}) is running but its worker last reported {silence} "
+                f"(heartbeat timeout {int(timeout.total_seconds())} s): stuck"
+            )
+    for job in jobs.filter(state=JobState.QUEUED, started_at__isnull=True, created_at__lt=now - timeout).only(
+        "pk", "kind", "created_at"
+    ):
+        report.problem(
+            f"job {job.pk} ({job.kind}) queued {int((now - job.created_at).total_seconds())} s ago and "
+            "never started (is the broker reachable, a worker consuming its queue, and does its task claim the "
+            "job before anything can fail?)"
+        )
     for job in jobs.filter(state=JobState.FAILED, error="").only("pk", "kind"):
         report.problem(f"job {job.pk} ({job.kind}) failed without a reason")
     for job in jobs.filter(state=JobState.SUCCEEDED).order_by("pk").iterator(chunk_size=500):

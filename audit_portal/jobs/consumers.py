@@ -3,6 +3,7 @@
 ``/ws/jobs/<id>/`` streams one job; ``/ws/projects/<slug>/feed/`` streams every job of a project. Each sends the
 jobs' current state on connect and a ``{"type": "job", "job": …}`` message whenever one changes.
 """
+
 from __future__ import annotations
 
 from channels.db import database_sync_to_async

@@ -3,6 +3,7 @@
 Groups: ``job.<id>`` (the job page) and ``project.<id>`` (the project feed). Publishing never raises
 (audit_portal/core/broadcast.py).
 """
+
 from __future__ import annotations
 
 from audit_portal.core.broadcast import publish

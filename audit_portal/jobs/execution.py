@@ -3,6 +3,7 @@
 Tasks stay thin: ``run_job(job_id, work)`` where ``work(job, progress)`` loads inputs, calls an engine and
 stores results. An exception from ``work`` fails the job with its message; it never crashes the worker.
 """
+
 from __future__ import annotations
 
 import logging
@@ -63,9 +64,12 @@ def run_job(job_id: int, work: Callable[[Job, ProgressReporter], dict | None]) -
         if not Job.objects.filter(pk=job_id).exists():
             # not a finished or claimed job of ours: a task sent by another instance sharing this broker (or for a
             # database that was reset). Acknowledged, but said loudly: its sender's job will wait for its reaper.
-            log.error("task for job %s, which this worker's database (%s) does not know: another instance may share "
-                      "this broker; give each its own namespace (AUDIT_INSTANCE, set per checkout by scripts/up)",
-                      job_id, connection.settings_dict.get("NAME"))
+            log.error(
+                "task for job %s, which this worker's database (%s) does not know: another instance may share "
+                "this broker; give each its own namespace (AUDIT_INSTANCE, set per checkout by scripts/up)",
+                job_id,
+                connection.settings_dict.get("NAME"),
+            )
             return "unknown_job"
         return "skipped"
     outcome, result = _guarded(job, work)

@@ -1,4 +1,5 @@
 """Background jobs: one row per unit of work a worker does, with live progress and a terminal reason."""
+
 from __future__ import annotations
 
 from django.db import models

@@ -10,6 +10,7 @@ results, a training audit, the upload it validated) to the page that shows it, t
 registers (:func:`register_product_page`); ``/jobs/<id>/result/`` redirects there, so a live event needs only the
 job's id to link to its result.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -19,8 +20,13 @@ from django.urls import reverse
 from workers.certify.verdict import LABELS as VERDICT_LABELS
 
 KERNEL_FAILING = frozenset({"FAIL", "TIMEOUT", "CRASH", "REFUSED"})  # a kernel verdict that counts against it
-VERDICT_TONES = {"certified": "valid", "over_budget": "duplicate", "vacuous": "duplicate", "data_errors": "invalid",
-                 "not_verifiable": "invalid"}
+VERDICT_TONES = {
+    "certified": "valid",
+    "over_budget": "duplicate",
+    "vacuous": "duplicate",
+    "data_errors": "invalid",
+    "not_verifiable": "invalid",
+}
 
 # kind -> what a successful job of that kind produced, in words
 PRODUCTS = {
@@ -56,20 +62,28 @@ def outcome(kind: str, state: str, result: dict | None, error: str = "") -> dict
     if kind == "validate_upload":
         stage = result.get("stage")
         if stage == "invalid":
-            return {"text": f"finished: invalid ({_plural(int(result.get('error_count') or 0), 'error')})",
-                    "tone": "invalid"}
+            return {
+                "text": f"finished: invalid ({_plural(int(result.get('error_count') or 0), 'error')})",
+                "tone": "invalid",
+            }
         if stage == "valid":
             records = result.get("records")
-            return {"text": "finished: valid" + (f" ({_plural(int(records), 'record')})" if records else ""),
-                    "tone": "valid"}
+            return {
+                "text": "finished: valid" + (f" ({_plural(int(records), 'record')})" if records else ""),
+                "tone": "valid",
+            }
     if kind == "fidelity_audit" and result.get("verdict"):
         passed = result["verdict"] == "PASS"
-        return {"text": "finished: " + ("audit passed" if passed else "audit failed"),
-                "tone": "valid" if passed else "invalid"}
+        return {
+            "text": "finished: " + ("audit passed" if passed else "audit failed"),
+            "tone": "valid" if passed else "invalid",
+        }
     if kind == "routing_audit" and isinstance(result.get("replay"), dict):
         state = result["replay"].get("state")
-        return {"text": f"finished: replay {state}" if state in ("PASS", "FAIL", "UNVERIFIABLE") else "finished",
-                "tone": {"PASS": "valid", "FAIL": "invalid", "UNVERIFIABLE": "duplicate"}.get(state, "valid")}
+        return {
+            "text": f"finished: replay {state}" if state in ("PASS", "FAIL", "UNVERIFIABLE") else "finished",
+            "tone": {"PASS": "valid", "FAIL": "invalid", "UNVERIFIABLE": "duplicate"}.get(state, "valid"),
+        }
     if kind == "kernel_conformance" and isinstance(result.get("verdict_counts"), dict):
         # the job finished; what it found is the kernel's verdicts (a column of FAILs is not a green "finished")
         counts = {k: int(v) for k, v in result["verdict_counts"].items() if isinstance(v, int) and v > 0}
@@ -82,14 +96,20 @@ def outcome(kind: str, state: str, result: dict | None, error: str = "") -> dict
             return {"text": f"finished: {failed} of {total} contracts failed", "tone": "invalid"}
         if passed == total:
             return {"text": f"finished: all {total} contracts passed", "tone": "valid"}
-        return {"text": f"finished: {passed} of {total} passed, the rest undecided or not applicable",
-                "tone": "duplicate"}
+        return {
+            "text": f"finished: {passed} of {total} passed, the rest undecided or not applicable",
+            "tone": "duplicate",
+        }
     if kind == "certify_upload" and result.get("verdict") in VERDICT_LABELS:  # the run's verdict, not "finished"
-        return {"text": "finished: " + VERDICT_LABELS[result["verdict"]].lower(),
-                "tone": VERDICT_TONES.get(result["verdict"], "duplicate")}
+        return {
+            "text": "finished: " + VERDICT_LABELS[result["verdict"]].lower(),
+            "tone": VERDICT_TONES.get(result["verdict"], "duplicate"),
+        }
     if kind == "certify_upload" and result.get("data_errors"):
-        return {"text": f"finished ({_plural(int(result['data_errors']), 'sequence')} with data errors)",
-                "tone": "duplicate"}
+        return {
+            "text": f"finished ({_plural(int(result['data_errors']), 'sequence')} with data errors)",
+            "tone": "duplicate",
+        }
     return {"text": "finished", "tone": "valid"}
 
 
@@ -110,12 +130,14 @@ def register_product_page(*kinds: str, subject_kind: str | None = None):
     """Decorator for ``fn(job) -> url | None``: the page showing what a succeeded job of these kinds made, or
     (``subject_kind``) the page of its subject when its own product has none. The app that owns the product
     registers it from its ``AppConfig.ready``, so this module never imports the apps above it."""
+
     def decorate(fn: ProductPage) -> ProductPage:
         for kind in kinds:
             _PRODUCT_PAGES[kind] = fn
         if subject_kind is not None:
             _SUBJECT_PAGES[subject_kind] = fn
         return fn
+
     return decorate
 
 
@@ -123,11 +145,13 @@ def run_result_page(model, result_key: str, url_name: str) -> ProductPage:
     """A resolver for jobs whose result names a row shown on a run's page (``job.result[result_key]``: a
     certificate, a fidelity report): ``url_name`` for the project and the row's run, ``?<result_key>=<pk>``; None
     when the row is gone, in another project, or has no run."""
+
     def page(job):
         row = model.objects.filter(pk=(job.result or {}).get(result_key), project_id=job.project_id).first()
         if row is None or not row.run_id:
             return None
         return reverse(url_name, args=[job.project.slug, row.run_id]) + f"?{result_key}={row.pk}"
+
     return page
 
 

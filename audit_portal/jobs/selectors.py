@@ -1,4 +1,5 @@
 """Reads for jobs, scoped by the caller's readable projects."""
+
 from __future__ import annotations
 
 from django.http import Http404

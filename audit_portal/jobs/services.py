@@ -3,6 +3,7 @@
 State machine: queued → running → succeeded | failed | cancelled. Transitions are done under a row lock
 so a redelivered task (acks late) cannot run a finished job twice.
 """
+
 from __future__ import annotations
 
 import logging
@@ -23,12 +24,30 @@ from audit_portal.jobs.models import TERMINAL_STATES, Job, JobState
 log = logging.getLogger(__name__)
 
 
-def create_job(*, project, kind: str, task_name: str, queue: str = "cpu", title: str = "", params=None,
-               subject_kind: str = "", subject_id=None, submitted_by: str = "", enqueue: bool = True) -> Job:
+def create_job(
+    *,
+    project,
+    kind: str,
+    task_name: str,
+    queue: str = "cpu",
+    title: str = "",
+    params=None,
+    subject_kind: str = "",
+    subject_id=None,
+    submitted_by: str = "",
+    enqueue: bool = True,
+) -> Job:
     """Create a queued job and send its task by name once the surrounding transaction commits."""
     job = Job.objects.create(
-        project=project, kind=kind, task_name=task_name, queue=queue, title=title[:200], params=params or {},
-        subject_kind=subject_kind, subject_id=subject_id, submitted_by=submitted_by[:150],
+        project=project,
+        kind=kind,
+        task_name=task_name,
+        queue=queue,
+        title=title[:200],
+        params=params or {},
+        subject_kind=subject_kind,
+        subject_id=subject_id,
+        submitted_by=submitted_by[:150],
     )
     if enqueue:
         transaction.on_commit(lambda: enqueue_job(job.pk))
@@ -167,8 +186,10 @@ def reap_stale_jobs(now=None) -> dict:
                 requeued.append(locked.pk)
             else:
                 locked.state = JobState.FAILED
-                locked.error = (f"worker lost: no heartbeat for {silence} s on attempt {locked.attempts} of "
-                                f"{settings.JOB_MAX_ATTEMPTS}; giving up")
+                locked.error = (
+                    f"worker lost: no heartbeat for {silence} s on attempt {locked.attempts} of "
+                    f"{settings.JOB_MAX_ATTEMPTS}; giving up"
+                )
                 locked.message = "failed"
                 locked.finished_at = now
                 locked.save()
@@ -183,7 +204,8 @@ def reap_stale_jobs(now=None) -> dict:
     for job_id in untouched.order_by("pk").values_list("pk", flat=True):
         if _try_enqueue(job_id):
             Job.objects.filter(pk=job_id, state=JobState.QUEUED).update(
-                updated_at=now, message="sent to the queue again (no worker had started it)")
+                updated_at=now, message="sent to the queue again (no worker had started it)"
+            )
             resent.append(job_id)
     return {"requeued": requeued, "failed": failed, "resent": resent}
 

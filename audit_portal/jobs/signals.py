@@ -2,6 +2,7 @@
 queued for ever, resent by the reaper and crashing again. The worker fails such a job with the crash as its reason.
 
 Database errors are left alone: the job stays queued and the reaper resends it once the database is back."""
+
 from __future__ import annotations
 
 import logging

@@ -1,6 +1,7 @@
 """REST endpoints: contracts (the shared suite), conformance submissions, results matrix, diff, CI status
 and badge. Submitting needs the submit role or an API key with the submit scope; everything else is scoped to
 the caller's projects (a foreign submission or implementation is a 404)."""
+
 from __future__ import annotations
 
 from django.http import HttpResponse
@@ -31,16 +32,32 @@ class ContractSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Contract
-        fields = ["id", "version", "contract_class", "family", "title", "protocol", "signature", "sha256",
-                  "source_name", "loaded_at", "calibration"]
+        fields = [
+            "id",
+            "version",
+            "contract_class",
+            "family",
+            "title",
+            "protocol",
+            "signature",
+            "sha256",
+            "source_name",
+            "loaded_at",
+            "calibration",
+        ]
         read_only_fields = fields
 
     def get_calibration(self, contract) -> dict:
         batched = self.context.get("calibrations")  # the list fetches every contract's latest calibration at once
-        state = selectors.calibration_state(contract, batched.get(contract.pk) if batched is not None else selectors.FETCH)
+        state = selectors.calibration_state(
+            contract, batched.get(contract.pk) if batched is not None else selectors.FETCH
+        )
         calibration = state["calibration"]
-        return {"status": state["status"], "problems": calibration.problems if calibration else [],
-                "finished_at": calibration.finished_at if calibration else None}
+        return {
+            "status": state["status"],
+            "problems": calibration.problems if calibration else [],
+            "finished_at": calibration.finished_at if calibration else None,
+        }
 
 
 class ContractDetailSerializer(ContractSerializer):
@@ -51,8 +68,10 @@ class ContractDetailSerializer(ContractSerializer):
         read_only_fields = fields
 
     def get_versions(self, contract) -> list[dict]:
-        return [{"version": c.version, "sha256": c.sha256, "loaded_at": c.loaded_at}
-                for c in selectors.contract_versions(contract.contract_id)]
+        return [
+            {"version": c.version, "sha256": c.sha256, "loaded_at": c.loaded_at}
+            for c in selectors.contract_versions(contract.contract_id)
+        ]
 
 
 class ImplementationSerializer(serializers.ModelSerializer):
@@ -60,8 +79,19 @@ class ImplementationSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Implementation
-        fields = ["id", "project", "name", "kind", "import_path", "functions", "code_sha256", "code_size",
-                  "original_filename", "created_by", "created_at"]
+        fields = [
+            "id",
+            "project",
+            "name",
+            "kind",
+            "import_path",
+            "functions",
+            "code_sha256",
+            "code_size",
+            "original_filename",
+            "created_by",
+            "created_at",
+        ]
         read_only_fields = fields
 
 
@@ -73,9 +103,26 @@ class VerdictSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Verdict
-        fields = ["contract_id", "contract_version", "contract_class", "family", "verdict", "statistic_name",
-                  "statistic", "bound", "margin", "margin_infinite", "reason", "signature", "assurance_level",
-                  "measurements", "impl_hash", "duration_s", "has_trace", "created_at"]
+        fields = [
+            "contract_id",
+            "contract_version",
+            "contract_class",
+            "family",
+            "verdict",
+            "statistic_name",
+            "statistic",
+            "bound",
+            "margin",
+            "margin_infinite",
+            "reason",
+            "signature",
+            "assurance_level",
+            "measurements",
+            "impl_hash",
+            "duration_s",
+            "has_trace",
+            "created_at",
+        ]
         read_only_fields = fields
 
     def get_has_trace(self, verdict) -> bool:
@@ -93,16 +140,39 @@ class SubmissionSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Submission
-        fields = ["id", "project", "implementation", "device", "plan", "job", "verdicts", "counts", "kc_c", "grade",
-                  "deployment_flags", "target", "environment", "submitted_by", "created_at", "finished_at", "links"]
+        fields = [
+            "id",
+            "project",
+            "implementation",
+            "device",
+            "plan",
+            "job",
+            "verdicts",
+            "counts",
+            "kc_c",
+            "grade",
+            "deployment_flags",
+            "target",
+            "environment",
+            "submitted_by",
+            "created_at",
+            "finished_at",
+            "links",
+        ]
         read_only_fields = fields
 
     def get_job(self, submission) -> dict | None:
         job = submission.job
         if job is None:
             return None
-        return {"id": job.pk, "state": job.state, "progress": job.progress, "message": job.message, "error": job.error,
-                "queue": job.queue}
+        return {
+            "id": job.pk,
+            "state": job.state,
+            "progress": job.progress,
+            "message": job.message,
+            "error": job.error,
+            "queue": job.queue,
+        }
 
     def get_verdicts(self, submission) -> list[dict]:
         return VerdictSerializer(selectors.verdicts_of(submission), many=True).data
@@ -114,16 +184,29 @@ class SubmissionSerializer(serializers.ModelSerializer):
         return submission.kc_c
 
     def get_links(self, submission) -> dict:
-        return {"page": f"/p/{submission.project.slug}/kernels/submissions/{submission.pk}/",
-                "job": f"/api/v1/jobs/{submission.job_id}/" if submission.job_id else None,
-                "status": f"/api/v1/implementations/{submission.implementation_id}/status/",
-                "badge": f"/api/v1/implementations/{submission.implementation_id}/badge.svg"}
+        return {
+            "page": f"/p/{submission.project.slug}/kernels/submissions/{submission.pk}/",
+            "job": f"/api/v1/jobs/{submission.job_id}/" if submission.job_id else None,
+            "status": f"/api/v1/implementations/{submission.implementation_id}/status/",
+            "badge": f"/api/v1/implementations/{submission.implementation_id}/badge.svg",
+        }
 
 
 class SubmissionListSerializer(SubmissionSerializer):
     class Meta(SubmissionSerializer.Meta):
-        fields = ["id", "project", "implementation", "device", "job", "counts", "kc_c", "submitted_by", "created_at",
-                  "finished_at", "links"]
+        fields = [
+            "id",
+            "project",
+            "implementation",
+            "device",
+            "job",
+            "counts",
+            "kc_c",
+            "submitted_by",
+            "created_at",
+            "finished_at",
+            "links",
+        ]
         read_only_fields = fields
 
 
@@ -165,21 +248,32 @@ class ContractDetail(generics.RetrieveAPIView):
 
 
 # ------------------------------------------------------------------------------------------- submissions
-SUBMISSION_REQUEST = inline_serializer("KernelSubmissionRequest", {
-    "impl": serializers.CharField(required=False, help_text="import path 'package.module:function' or 'package.module'"),
-    "module": serializers.FileField(required=False, help_text="single-file kernel module (.py, UTF-8, ≤ 1 MiB)"),
-    "function": serializers.CharField(required=False, help_text="one function name for every contract"),
-    "functions": serializers.JSONField(required=False, help_text='{"C-PRC-01": "my_matmul", …}'),
-    "contracts": serializers.ListField(child=serializers.CharField(), required=False,
-                                       help_text="contract ids or classes (default: the whole suite)"),
-    "device": serializers.ChoiceField(choices=Device.choices, required=False, default="cpu"),
-    "name": serializers.CharField(required=False, help_text="label of the implementation in the matrix"),
-    "deployment_flags": serializers.JSONField(
-        required=False, help_text='KC-A: the flags the deployment runs with, e.g. {"allow_tf32": true}; the classes '
-                                  "they can change are measured again under them"),
-    "target": serializers.JSONField(required=False,
-                                    help_text='KC-T: the level per family the deployment needs, e.g. {"ORD": 3}'),
-})
+SUBMISSION_REQUEST = inline_serializer(
+    "KernelSubmissionRequest",
+    {
+        "impl": serializers.CharField(
+            required=False, help_text="import path 'package.module:function' or 'package.module'"
+        ),
+        "module": serializers.FileField(required=False, help_text="single-file kernel module (.py, UTF-8, ≤ 1 MiB)"),
+        "function": serializers.CharField(required=False, help_text="one function name for every contract"),
+        "functions": serializers.JSONField(required=False, help_text='{"C-PRC-01": "my_matmul", …}'),
+        "contracts": serializers.ListField(
+            child=serializers.CharField(),
+            required=False,
+            help_text="contract ids or classes (default: the whole suite)",
+        ),
+        "device": serializers.ChoiceField(choices=Device.choices, required=False, default="cpu"),
+        "name": serializers.CharField(required=False, help_text="label of the implementation in the matrix"),
+        "deployment_flags": serializers.JSONField(
+            required=False,
+            help_text='KC-A: the flags the deployment runs with, e.g. {"allow_tf32": true}; the classes '
+            "they can change are measured again under them",
+        ),
+        "target": serializers.JSONField(
+            required=False, help_text='KC-T: the level per family the deployment needs, e.g. {"ORD": 3}'
+        ),
+    },
+)
 
 
 class ProjectSubmissionListCreate(WorkBudgetMixin, generics.ListAPIView):
@@ -191,17 +285,23 @@ class ProjectSubmissionListCreate(WorkBudgetMixin, generics.ListAPIView):
     def get_queryset(self):
         principal = Principal.from_request(self.request)
         # verdict counts per row come from one prefetch query, not one query per submission
-        return selectors.submissions_for(principal, get_project(principal, self.kwargs["slug"])).select_related(
-            "implementation__project").prefetch_related("verdicts")
+        return (
+            selectors.submissions_for(principal, get_project(principal, self.kwargs["slug"]))
+            .select_related("implementation__project")
+            .prefetch_related("verdicts")
+        )
 
-    @extend_schema(request={"multipart/form-data": SUBMISSION_REQUEST, "application/json": SUBMISSION_REQUEST},
-                   responses={201: SubmissionSerializer})
+    @extend_schema(
+        request={"multipart/form-data": SUBMISSION_REQUEST, "application/json": SUBMISSION_REQUEST},
+        responses={201: SubmissionSerializer},
+    )
     def post(self, request, slug):
         principal = Principal.from_request(request)
         project = get_project(principal, slug)
         if not principal.can_submit(project):
             raise exceptions.PermissionDenied(
-                "Submitting kernels needs the submit role (owner or member) or an API key with the submit scope.")
+                "Submitting kernels needs the submit role (owner or member) or an API key with the submit scope."
+            )
         submission = submit_from_request(request, project, principal)
         return Response(SubmissionSerializer(submission).data, status=status.HTTP_201_CREATED)
 
@@ -210,12 +310,15 @@ def submit_from_request(request, project, principal) -> Submission:
     """Shared by the API and the browser form: read the fields, check an uploaded module, submit."""
     declared = int(request.META.get("CONTENT_LENGTH") or 0)
     if declared > KERNEL_MODULE_MAX_BYTES + MULTIPART_OVERHEAD:
-        raise UploadTooLarge(f"The request exceeds the kernel module limit of {KERNEL_MODULE_MAX_BYTES} bytes.",
-                             code="kernel_module_too_large")
+        raise UploadTooLarge(
+            f"The request exceeds the kernel module limit of {KERNEL_MODULE_MAX_BYTES} bytes.",
+            code="kernel_module_too_large",
+        )
     data = request.data if hasattr(request, "data") else request.POST
     if not hasattr(data, "get"):  # a JSON body that is a list, a string or a number
-        raise PortalError("The request body must be a JSON object (or a form) with the submission's fields.",
-                          code="invalid_body")
+        raise PortalError(
+            "The request body must be a JSON object (or a form) with the submission's fields.", code="invalid_body"
+        )
     files = request.FILES
     received = [f for key in files for f in files.getlist(key)]
     try:
@@ -223,19 +326,30 @@ def submit_from_request(request, project, principal) -> Submission:
         module = None
         if uploaded is not None:
             if uploaded.size > KERNEL_MODULE_MAX_BYTES:
-                raise UploadTooLarge(f"{uploaded.name}: {uploaded.size} bytes exceeds the kernel module limit of "
-                                     f"{KERNEL_MODULE_MAX_BYTES} bytes.", code="kernel_module_too_large")
+                raise UploadTooLarge(
+                    f"{uploaded.name}: {uploaded.size} bytes exceeds the kernel module limit of "
+                    f"{KERNEL_MODULE_MAX_BYTES} bytes.",
+                    code="kernel_module_too_large",
+                )
             uploaded.seek(0)
             module = check_kernel_module(uploaded.read(), uploaded.name or "")
         contracts = data.getlist("contracts") if hasattr(data, "getlist") else data.get("contracts")
         if isinstance(contracts, list) and len(contracts) == 1:
             contracts = contracts[0]  # a form field may carry "C-PRC-01, C-EXC-02" or a JSON list
         return services.submit_conformance(
-            project=project, submitted_by=principal.label, device=_text(data, "device") or "cpu",
-            contracts=contracts, import_path=_text(data, "impl") or None, module=module,
+            project=project,
+            submitted_by=principal.label,
+            device=_text(data, "device") or "cpu",
+            contracts=contracts,
+            import_path=_text(data, "impl") or None,
+            module=module,
             module_filename=(uploaded.name if uploaded is not None else ""),
-            function=_text(data, "function") or None, functions=data.get("functions"), name=_text(data, "name"),
-            deployment_flags=data.get("deployment_flags"), target=data.get("target"))
+            function=_text(data, "function") or None,
+            functions=data.get("functions"),
+            name=_text(data, "name"),
+            deployment_flags=data.get("deployment_flags"),
+            target=data.get("target"),
+        )
     finally:
         for f in received:  # the module is stored by content (services); the streamed temporary file goes
             if hasattr(f, "discard"):
@@ -247,8 +361,9 @@ def _text(data, field: str) -> str:
     if value is None:
         return ""
     if not isinstance(value, str):
-        raise PortalError(f"'{field}' must be a string, not {type(value).__name__}.", code="invalid_field",
-                          extra={"field": field})
+        raise PortalError(
+            f"'{field}' must be a string, not {type(value).__name__}.", code="invalid_field", extra={"field": field}
+        )
     return value.strip()
 
 
@@ -264,8 +379,10 @@ class SubmissionDetail(generics.RetrieveAPIView):
 class SubmissionDiff(APIView):
     """Contract-by-contract change from submission ``a`` to ``b``: regressed / improved / unchanged."""
 
-    @extend_schema(parameters=[OpenApiParameter("a", int, required=True), OpenApiParameter("b", int, required=True)],
-                   responses=OpenApiTypes.OBJECT)
+    @extend_schema(
+        parameters=[OpenApiParameter("a", int, required=True), OpenApiParameter("b", int, required=True)],
+        responses=OpenApiTypes.OBJECT,
+    )
     def get(self, request):
         a, b = request.query_params.get("a", ""), request.query_params.get("b", "")
         if not (a.isdigit() and b.isdigit()):
@@ -281,14 +398,33 @@ class ProjectMatrix(APIView):
     def get(self, request, slug):
         principal = Principal.from_request(request)
         data = selectors.matrix(principal, get_project(principal, slug))
-        columns = [{"submission": c["submission"].pk, "implementation": c["implementation"].pk,
-                    "name": c["implementation"].name, "device": c["device"], "state": c["state"],
-                    "kc_c": c["kc_c"], "families": c["families"], "counts": c["counts"],
-                    "specific_failures": c["specific_failures"]} for c in data["columns"]]
-        rows = [{"contract_id": r["contract_id"], "all_pass": r["all_pass"],
-                 "cells": [None if v is None else {"verdict": v.verdict, "margin": v.margin,
-                                                   "margin_infinite": v.margin_infinite} for v in r["cells"]]}
-                for r in data["rows"]]
+        columns = [
+            {
+                "submission": c["submission"].pk,
+                "implementation": c["implementation"].pk,
+                "name": c["implementation"].name,
+                "device": c["device"],
+                "state": c["state"],
+                "kc_c": c["kc_c"],
+                "families": c["families"],
+                "counts": c["counts"],
+                "specific_failures": c["specific_failures"],
+            }
+            for c in data["columns"]
+        ]
+        rows = [
+            {
+                "contract_id": r["contract_id"],
+                "all_pass": r["all_pass"],
+                "cells": [
+                    None
+                    if v is None
+                    else {"verdict": v.verdict, "margin": v.margin, "margin_infinite": v.margin_infinite}
+                    for v in r["cells"]
+                ],
+            }
+            for r in data["rows"]
+        ]
         return Response({"columns": columns, "rows": rows, "interop_score": data["interop_score"]})
 
 
@@ -312,8 +448,10 @@ class ImplementationStatus(APIView):
 class ImplementationBadge(APIView):
     """SVG badge of an implementation's latest conformance result."""
 
-    @extend_schema(parameters=[DEVICE_PARAM],
-                   responses={(200, "image/svg+xml"): OpenApiResponse(OpenApiTypes.STR, description="SVG badge")})
+    @extend_schema(
+        parameters=[DEVICE_PARAM],
+        responses={(200, "image/svg+xml"): OpenApiResponse(OpenApiTypes.STR, description="SVG badge")},
+    )
     def get(self, request, pk):
         principal = Principal.from_request(request)
         implementation = selectors.get_implementation(principal, pk)
@@ -327,11 +465,14 @@ def badge_response(status: dict) -> HttpResponse:
     return response
 
 
-PUBLIC_BADGE = inline_serializer("PublicBadge", {
-    "published": serializers.BooleanField(),
-    "url": serializers.URLField(allow_null=True, help_text="anyone with this URL sees the badge, nothing else"),
-    "markdown": serializers.CharField(allow_null=True, help_text="the badge as a Markdown image, for a README"),
-})
+PUBLIC_BADGE = inline_serializer(
+    "PublicBadge",
+    {
+        "published": serializers.BooleanField(),
+        "url": serializers.URLField(allow_null=True, help_text="anyone with this URL sees the badge, nothing else"),
+        "markdown": serializers.CharField(allow_null=True, help_text="the badge as a Markdown image, for a README"),
+    },
+)
 
 
 def public_badge_payload(request, implementation: Implementation) -> dict:
@@ -350,7 +491,8 @@ class ImplementationPublicBadge(APIView):
         implementation = selectors.get_implementation(principal, pk)
         if write and not principal.can_submit(implementation.project):
             raise exceptions.PermissionDenied(
-                "Publishing a badge needs the submit role (owner or member) or an API key with the submit scope.")
+                "Publishing a badge needs the submit role (owner or member) or an API key with the submit scope."
+            )
         return implementation
 
     @extend_schema(responses=PUBLIC_BADGE)

@@ -12,6 +12,7 @@ The engine parts that import torch (the sandboxed runner, its session pool, the 
 task as an :class:`Engine`: nothing under ``audit_portal`` may import them (the web process loads no torch). The
 grading and the contract loader are torch-free and imported here.
 """
+
 from __future__ import annotations
 
 import math
@@ -47,8 +48,10 @@ def run_submission(job, progress, engine: Engine) -> dict:
         raise JobInputError(f"kernel submission {job.subject_id} no longer exists")
     impl = submission.implementation
     if impl.storage_name and not artifact_path(impl.storage_name).is_file():
-        raise JobInputError(f"the uploaded module of implementation {impl.pk} (sha256 {impl.code_sha256[:12]}) "
-                            "is missing from the artifact store")
+        raise JobInputError(
+            f"the uploaded module of implementation {impl.pk} (sha256 {impl.code_sha256[:12]}) "
+            "is missing from the artifact store"
+        )
     rows = {c.pk: c for c in Contract.objects.filter(pk__in=[e["contract"] for e in submission.plan])}
     missing = [e for e in submission.plan if e["contract"] not in rows]
     if missing:
@@ -63,11 +66,20 @@ def run_submission(job, progress, engine: Engine) -> dict:
         run.measure_plan(contracts)
         under_flags = run.measure_again(again, flags)
     stored = [v.detail for v in submission.verdicts.all()]
-    result = grade(stored, contracts=contracts, deployment_flags=flags, deployment_verdicts=under_flags,
-                   target=submission.target or None)
+    result = grade(
+        stored,
+        contracts=contracts,
+        deployment_flags=flags,
+        deployment_verdicts=under_flags,
+        target=submission.target or None,
+    )
     services.finish_submission(submission, result)
-    return {"submission": submission.pk, "kc_c": result["kc_c"], "kc_a": result["kc_a"],
-            "verdict_counts": result["verdict_counts"]}
+    return {
+        "submission": submission.pk,
+        "kc_c": result["kc_c"],
+        "kc_a": result["kc_a"],
+        "verdict_counts": result["verdict_counts"],
+    }
 
 
 class _Run:
@@ -90,8 +102,13 @@ class _Run:
             trace_path.parent.mkdir(parents=True, exist_ok=True)
             trace_path.unlink(missing_ok=True)
             detail, infinite = self.measure(i, entry, contract, trace_path=str(trace_path))
-            services.record_verdict(self.submission, row, detail, margin_infinite=infinite,
-                                    trace_storage=trace_name if trace_path.exists() else "")
+            services.record_verdict(
+                self.submission,
+                row,
+                detail,
+                margin_infinite=infinite,
+                trace_storage=trace_name if trace_path.exists() else "",
+            )
             # a forced progress event makes the submission page fetch the new row at once
             self.progress((i + 1) / self.total, f"{row.contract_class}: {detail['verdict']}", force=True)
 
@@ -113,12 +130,19 @@ class _Run:
             self.progress((index + n / max(of, 1)) / self.total, f"{cls}: case {n}/{of}")
 
         try:
-            verdict = self.engine.run_contract(contract, services.impl_reference(self.submission, entry),
-                                               device=self.submission.device, trace_path=trace_path,
-                                               progress=cases_done, flags=flags, pool=self.pool)
+            verdict = self.engine.run_contract(
+                contract,
+                services.impl_reference(self.submission, entry),
+                device=self.submission.device,
+                trace_path=trace_path,
+                progress=cases_done,
+                flags=flags,
+                pool=self.pool,
+            )
         except self.engine.harness_errors as exc:
-            raise JobInputError(f"the kernel harness could not run {contract.cls} (no verdict was measured): "
-                                f"{exc}") from exc
+            raise JobInputError(
+                f"the kernel harness could not run {contract.cls} (no verdict was measured): {exc}"
+            ) from exc
         return verdict.to_dict(include_trace=False), verdict.margin is not None and math.isinf(verdict.margin)
 
 
@@ -143,10 +167,15 @@ def calibrate(job, progress, engine: Engine) -> dict:
                 services.fail_pending_calibrations(job, reason)
                 raise JobInputError(f"calibration stopped at {row.contract_class}: {reason}") from exc
             except Exception as exc:  # noqa: BLE001 - recorded as this version's failed calibration
-                result = {"ok": False, "problems": [f"calibration could not run: {type(exc).__name__}: {exc}"],
-                          "states": {}}
+                result = {
+                    "ok": False,
+                    "problems": [f"calibration could not run: {type(exc).__name__}: {exc}"],
+                    "states": {},
+                }
             services.record_calibration(calibration, result)
             summary[f"{row.contract_class} v{row.version}"] = "calibrated" if result.get("ok") else "failed"
     services.fail_pending_calibrations(job, "the contract version disappeared before calibration")
-    return {"calibrated": sum(1 for s in summary.values() if s == "calibrated"),
-            "failed": sorted(k for k, s in summary.items() if s == "failed")}
+    return {
+        "calibrated": sum(1 for s in summary.values() if s == "calibrated"),
+        "failed": sorted(k for k, s in summary.items() if s == "failed"),
+    }

@@ -1,5 +1,6 @@
 """The kernels app's consistency checks (registered with :mod:`audit_portal.jobs.consistency`): a succeeded
 conformance job stored one verdict per planned contract and a grade; a succeeded calibration left none pending."""
+
 from __future__ import annotations
 
 from audit_portal.jobs.consistency import Report, register_job_check
@@ -16,8 +17,10 @@ def check_conformance_ran(report: Report, job: Job) -> None:
     report.counts["kernel_submissions"] += 1
     stored = submission.verdicts.count()
     if stored != len(submission.plan):
-        report.problem(f"submission {submission.pk}: {stored} verdicts stored, {len(submission.plan)} planned "
-                       f"(job {job.pk} succeeded)")
+        report.problem(
+            f"submission {submission.pk}: {stored} verdicts stored, {len(submission.plan)} planned "
+            f"(job {job.pk} succeeded)"
+        )
     if not submission.grade or submission.finished_at is None:
         report.problem(f"submission {submission.pk}: no grade stored although job {job.pk} succeeded")
 

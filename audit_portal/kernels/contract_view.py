@@ -5,6 +5,7 @@ Everything read from the contract is data and is escaped (``format_html``). A fi
 dropped: it is listed under "Other fields" with the generic nested rendering, so a newer contract file still shows
 everything it says.
 """
+
 from __future__ import annotations
 
 from django.utils.html import format_html, format_html_join
@@ -16,9 +17,9 @@ GLOSSARY = "/glossary/#"
 
 FAMILY_WORDS = {
     "precision": "the numeric precision the kernel declares (operand and accumulator types, subnormals) is the one it "
-                 "computes in",
+    "computes in",
     "ordering": "results depend on the order of a reduction only within a derived bound, or not at all where the "
-                "contract asks for bitwise determinism",
+    "contract asks for bitwise determinism",
     "compiler": "fused, autotuned or shape-specialised variants stay within the bound of the plain operation",
     "exceptional": "NaN, ±Inf and out-of-bounds inputs are handled by the declared policy",
 }
@@ -32,9 +33,9 @@ TOLERANCE_LEVELS = {
 # What each statistic a contract bounds measures, with its unit (the protocols in workers/contracts/protocols/).
 STATISTICS = {
     "rho": "largest error of one output entry against fp64, in units of u·‖aᵢ∘bⱼ‖₂ (the unit roundoff times the "
-           "size of that dot product's terms)",
+    "size of that dot product's terms)",
     "e": "error of a row's sum or mean against fp64, in units of u·mean|x| (the unit roundoff times the row's mean "
-         "magnitude)",
+    "magnitude)",
     "rel_err": "largest relative error against the fp64 reference (a fraction of the reference's magnitude, no unit)",
     "err": "largest absolute error against the fp64 reference, in the output's own units",
     "mismatch": "number of output values that differ from the reference bit for bit",
@@ -106,8 +107,13 @@ def _unit_roundoff(text):
 def _range(r):
     if isinstance(r, list) and len(r) == 2:
         lo, hi = r
-        fmt = (lambda v: f"{v:,}" if isinstance(v, int) and not isinstance(v, bool)
-               else f"{v:g}" if isinstance(v, float) else str(v))  # 1e+15, not 1000000000000000.0
+        fmt = (
+            lambda v: f"{v:,}"
+            if isinstance(v, int) and not isinstance(v, bool)
+            else f"{v:g}"
+            if isinstance(v, float)
+            else str(v)
+        )  # 1e+15, not 1000000000000000.0
         return f"{fmt(lo)} to {fmt(hi)}"
     return None
 
@@ -117,10 +123,14 @@ def _dtypes(d):
         return spec_value(d)
     bits = []
     if d.get("inputs"):
-        bits.append(format_html("inputs {}", ", ".join(map(str, d["inputs"])) if isinstance(d["inputs"], list)
-                                else str(d["inputs"])))
-    bits.append(format_html("accumulates in {}", d["accumulate"]) if d.get("accumulate") else
-                mark_safe("no accumulation"))
+        bits.append(
+            format_html(
+                "inputs {}", ", ".join(map(str, d["inputs"])) if isinstance(d["inputs"], list) else str(d["inputs"])
+            )
+        )
+    bits.append(
+        format_html("accumulates in {}", d["accumulate"]) if d.get("accumulate") else mark_safe("no accumulation")
+    )
     if d.get("output"):
         bits.append(format_html("output {}", d["output"]))
     return format_html_join("; ", "{}", ((b,) for b in bits))
@@ -132,8 +142,11 @@ def _shapes(s):
     dims = s.get("dims") if isinstance(s.get("dims"), dict) else {}
     parts = [format_html("rank {}", s["rank"])] if s.get("rank") is not None else []
     for name, r in dims.items():
-        parts.append(format_html("{} from {}", _mono(name), _range(r)) if _range(r) else
-                     format_html("{} {}", _mono(name), spec_value(r)))
+        parts.append(
+            format_html("{} from {}", _mono(name), _range(r))
+            if _range(r)
+            else format_html("{} {}", _mono(name), spec_value(r))
+        )
     if s.get("layouts"):
         parts.append(format_html("layouts {}", ", ".join(map(str, s["layouts"]))))
     return format_html_join("; ", "{}", ((p,) for p in parts))
@@ -153,8 +166,10 @@ def _generators(gens):
 def _invariants(names):
     if not isinstance(names, list):
         return spec_value(names)
-    return format_html('<ul class="spec">{}</ul>', format_html_join(
-        "", "<li>{}</li>", ((_words(n, HARNESS_INVARIANTS),) for n in names)))
+    return format_html(
+        '<ul class="spec">{}</ul>',
+        format_html_join("", "<li>{}</li>", ((_words(n, HARNESS_INVARIANTS),) for n in names)),
+    )
 
 
 def _seeds(s):
@@ -171,8 +186,10 @@ def _seeds(s):
 def _discriminators(d):
     if not isinstance(d, dict):
         return spec_value(d)
-    return format_html('<ul class="spec">{}</ul>', format_html_join(
-        "", "<li><b>{}</b>: {}</li>", ((str(k).replace("_", " "), str(v)) for k, v in d.items())))
+    return format_html(
+        '<ul class="spec">{}</ul>',
+        format_html_join("", "<li><b>{}</b>: {}</li>", ((str(k).replace("_", " "), str(v)) for k, v in d.items())),
+    )
 
 
 def _seconds(v):
@@ -210,8 +227,11 @@ def _statistic(v):
 
 def _fraction(v):
     try:
-        return format_html("{}% of the bound (a pass that uses more is a {})", f"{100 * float(v):g}",
-                           _glossary("kernel-verdict", "QUALITY_WARNING"))
+        return format_html(
+            "{}% of the bound (a pass that uses more is a {})",
+            f"{100 * float(v):g}",
+            _glossary("kernel-verdict", "QUALITY_WARNING"),
+        )
     except (TypeError, ValueError):
         return _mono(v)
 
@@ -223,25 +243,34 @@ def _magnitudes(r):
 def _env(d):
     if not isinstance(d, dict):
         return spec_value(d)
-    return format_html_join(", ", "{}", ((_mono(f"{k} = {str(v).lower() if isinstance(v, bool) else v}"),)
-                                         for k, v in d.items()))
+    return format_html_join(
+        ", ", "{}", ((_mono(f"{k} = {str(v).lower() if isinstance(v, bool) else v}"),) for k, v in d.items())
+    )
 
 
 def _choices(d):
     """``{split_k: [1, 8]}`` → "split_k ∈ {1, 8}"."""
     if not isinstance(d, dict):
         return spec_value(d)
-    return format_html_join("; ", "{}", ((_mono(f"{k} ∈ {{{', '.join(map(str, v))}}}" if isinstance(v, list)
-                                                 else f"{k} = {v}"),) for k, v in d.items()))
+    return format_html_join(
+        "; ",
+        "{}",
+        (
+            (_mono(f"{k} ∈ {{{', '.join(map(str, v))}}}" if isinstance(v, list) else f"{k} = {v}"),)
+            for k, v in d.items()
+        ),
+    )
 
 
 def _naive(d):
     """The T4 functional check calibration compares against (``allclose``-style), field by field."""
     if not isinstance(d, dict):
         return spec_value(d)
-    return format_html("the functional smoke check benchmarks use ({}): {}",
-                       _glossary("tolerance-level", "T4"),
-                       format_html_join("; ", "{} {}", ((str(k).replace("_", " "), _mono(v)) for k, v in d.items())))
+    return format_html(
+        "the functional smoke check benchmarks use ({}): {}",
+        _glossary("tolerance-level", "T4"),
+        format_html_join("; ", "{} {}", ((str(k).replace("_", " "), _mono(v)) for k, v in d.items())),
+    )
 
 
 def _determinism(v):
@@ -254,34 +283,81 @@ def _sweep(_v):
 
 # part → [(field, label, renderer)] in reading order; fields not listed here go to "Other fields".
 FIELDS = {
-    "identifier": [("title", "Contract", _text), ("class", "Class", _class), ("family", "Family", _family),
-                   ("signature", "Operation", _mono), ("version", "Version", _mono), ("id", "Identifier", _mono),
-                   ("protocol", "Measurement protocol", _mono)],
-    "scope": [("ops", "Operations", _chips), ("modes", "Modes", _chips), ("dtypes", "Data types", _dtypes),
-              ("shape_class", "Shapes", _shapes), ("platforms", "Platforms", _chips),
-              ("config_space", "Configurations", _choices), ("invariance_set", "Must not depend on", _chips)],
-    "precondition": [("value_domain", "Values", lambda v: _words(v, VALUE_DOMAINS)),
-                     ("magnitude_range", "Magnitudes", _magnitudes), ("env", "Settings", _env),
-                     ("rounding", "Rounding", _env), ("predicates", "Must hold", _text)],
-    "postcondition": [("kind", "Kind", lambda v: _words(v, POSTCONDITION_KINDS)), ("relation", "Checked", _mono),
-                      ("quantifier", "Over", _text)],
-    "tolerance": [("level", "Level", _level), ("statistic", "Statistic", _statistic), ("bound", "Bound", _mono),
-                  ("unit_roundoff", "Unit roundoff", _unit_roundoff),
-                  ("quality_warning_fraction", "Warning above", _fraction)],
-    "reference_oracle": [("kind", "Kind", lambda v: _words(v, ORACLE_KINDS)), ("impl", "Computed as", _text),
-                         ("dtype", "In", _mono), ("device", "On", _mono), ("determinism", "Determinism", _determinism)],
-    "measurement_protocol": [("harness_invariants", "Harness", _invariants), ("generators", "Inputs", _generators),
-                             ("directed_probes", "Directed probes", _text), ("sweep", "Shapes and values", _sweep),
-                             ("sweeps", "Shapes", _choices), ("seeds", "Seeds", _seeds), ("trials", "Trials", _count),
-                             ("repetitions", "Repetitions", _count), ("decision_rule", "Decision", _text),
-                             ("time_limit_s", "Time limit", _seconds), ("naive", "Naive check", _naive)],
-    "violation_signature": [("symptom", "Symptom", _text), ("discriminators", "Telling causes apart", _discriminators),
-                            ("localisation", "Where it shows", _text)],
+    "identifier": [
+        ("title", "Contract", _text),
+        ("class", "Class", _class),
+        ("family", "Family", _family),
+        ("signature", "Operation", _mono),
+        ("version", "Version", _mono),
+        ("id", "Identifier", _mono),
+        ("protocol", "Measurement protocol", _mono),
+    ],
+    "scope": [
+        ("ops", "Operations", _chips),
+        ("modes", "Modes", _chips),
+        ("dtypes", "Data types", _dtypes),
+        ("shape_class", "Shapes", _shapes),
+        ("platforms", "Platforms", _chips),
+        ("config_space", "Configurations", _choices),
+        ("invariance_set", "Must not depend on", _chips),
+    ],
+    "precondition": [
+        ("value_domain", "Values", lambda v: _words(v, VALUE_DOMAINS)),
+        ("magnitude_range", "Magnitudes", _magnitudes),
+        ("env", "Settings", _env),
+        ("rounding", "Rounding", _env),
+        ("predicates", "Must hold", _text),
+    ],
+    "postcondition": [
+        ("kind", "Kind", lambda v: _words(v, POSTCONDITION_KINDS)),
+        ("relation", "Checked", _mono),
+        ("quantifier", "Over", _text),
+    ],
+    "tolerance": [
+        ("level", "Level", _level),
+        ("statistic", "Statistic", _statistic),
+        ("bound", "Bound", _mono),
+        ("unit_roundoff", "Unit roundoff", _unit_roundoff),
+        ("quality_warning_fraction", "Warning above", _fraction),
+    ],
+    "reference_oracle": [
+        ("kind", "Kind", lambda v: _words(v, ORACLE_KINDS)),
+        ("impl", "Computed as", _text),
+        ("dtype", "In", _mono),
+        ("device", "On", _mono),
+        ("determinism", "Determinism", _determinism),
+    ],
+    "measurement_protocol": [
+        ("harness_invariants", "Harness", _invariants),
+        ("generators", "Inputs", _generators),
+        ("directed_probes", "Directed probes", _text),
+        ("sweep", "Shapes and values", _sweep),
+        ("sweeps", "Shapes", _choices),
+        ("seeds", "Seeds", _seeds),
+        ("trials", "Trials", _count),
+        ("repetitions", "Repetitions", _count),
+        ("decision_rule", "Decision", _text),
+        ("time_limit_s", "Time limit", _seconds),
+        ("naive", "Naive check", _naive),
+    ],
+    "violation_signature": [
+        ("symptom", "Symptom", _text),
+        ("discriminators", "Telling causes apart", _discriminators),
+        ("localisation", "Where it shows", _text),
+    ],
     # not among the eight parts, shown beside them
-    "derivation": [("formula_id", "Formula", _mono), ("inputs", "Inputs", _env), ("notes", "Why this bound", _text),
-                   ("references", "References", _text)],
-    "provenance": [("author", "Author", _text), ("created", "Written", _mono), ("suite_version", "Suite version", _mono),
-                   ("toolchain", "Measured with", _env)],
+    "derivation": [
+        ("formula_id", "Formula", _mono),
+        ("inputs", "Inputs", _env),
+        ("notes", "Why this bound", _text),
+        ("references", "References", _text),
+    ],
+    "provenance": [
+        ("author", "Author", _text),
+        ("created", "Written", _mono),
+        ("suite_version", "Suite version", _mono),
+        ("toolchain", "Measured with", _env),
+    ],
 }
 
 
@@ -307,15 +383,17 @@ def readable_parts(spec: dict, titles: list[tuple[str, str]]) -> list[dict]:
 
 def readable_extras(spec: dict) -> dict:
     """The derivation, the declared policies and the provenance, read like the parts."""
-    return {"derivation": readable_part("derivation", spec.get("derivation")) if spec.get("derivation") else None,
-            "policies": [(str(k).replace("_", " "), _mono(v)) for k, v in (spec.get("policies") or {}).items()]
-            if isinstance(spec.get("policies"), dict) else None,
-            "provenance": readable_part("provenance", spec.get("provenance")),
-            "sweep_points": [point_text(p) for p in _sweep_of(spec).get("points") or []]}
+    return {
+        "derivation": readable_part("derivation", spec.get("derivation")) if spec.get("derivation") else None,
+        "policies": [(str(k).replace("_", " "), _mono(v)) for k, v in (spec.get("policies") or {}).items()]
+        if isinstance(spec.get("policies"), dict)
+        else None,
+        "provenance": readable_part("provenance", spec.get("provenance")),
+        "sweep_points": [point_text(p) for p in _sweep_of(spec).get("points") or []],
+    }
 
 
 def _sweep_of(spec: dict) -> dict:
     protocol = (spec.get("parts") or {}).get("measurement_protocol")
     sweep = protocol.get("sweep") if isinstance(protocol, dict) else None
     return sweep if isinstance(sweep, dict) else {}
-

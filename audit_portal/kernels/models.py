@@ -8,6 +8,7 @@
 * ``Submission``: one conformance job (implementation × platform × contracts); ``Verdict``: one row per
   contract, stored as it lands. Per-measurement traces stay in the artifact store (``trace_storage``).
 """
+
 from __future__ import annotations
 
 from django.db import models
@@ -109,7 +110,9 @@ class Implementation(models.Model):
 
     class Meta:
         ordering = ["name", "id"]
-        constraints = [models.UniqueConstraint(fields=["project", "fingerprint"], name="implementation_unique_in_project")]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "fingerprint"], name="implementation_unique_in_project")
+        ]
 
     def __str__(self) -> str:
         return self.name
@@ -153,8 +156,10 @@ class Submission(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
-        indexes = [models.Index(fields=["project", "-created_at"]),
-                   models.Index(fields=["implementation", "device", "-created_at"])]
+        indexes = [
+            models.Index(fields=["project", "-created_at"]),
+            models.Index(fields=["implementation", "device", "-created_at"]),
+        ]
 
     def __str__(self) -> str:
         return f"Submission {self.pk} ({self.implementation} on {self.device})"
@@ -192,8 +197,10 @@ class Submission(models.Model):
         if not self.target or not self.grade:
             return []
         achieved, meets = self.grade.get("kc_a") or {}, self.grade.get("meets_target") or {}
-        return [{"family": family, "needed": needed, "achieved": achieved.get(family), "met": bool(meets.get(family))}
-                for family, needed in ordered_vector(self.target).items()]
+        return [
+            {"family": family, "needed": needed, "achieved": achieved.get(family), "met": bool(meets.get(family))}
+            for family, needed in ordered_vector(self.target).items()
+        ]
 
 
 class Verdict(models.Model):

@@ -3,6 +3,7 @@
 The matrix, diff, badge and CI status are computed from stored verdicts; the torch-free grading helpers of
 ``workers.contracts.grading`` supply the interop score so the portal and the engine's CLI agree.
 """
+
 from __future__ import annotations
 
 from django.db.models import OuterRef, Subquery
@@ -97,7 +98,11 @@ def calibration_state(contract: Contract, calibration=FETCH) -> dict:
     else:
         status = calibration.status
         # a job that died before reaching this contract leaves the row queued/running: say what happened
-        if status in (CalibrationStatus.QUEUED, CalibrationStatus.RUNNING) and calibration.job and calibration.job.is_terminal:
+        if (
+            status in (CalibrationStatus.QUEUED, CalibrationStatus.RUNNING)
+            and calibration.job
+            and calibration.job.is_terminal
+        ):
             status = CalibrationStatus.FAILED
     return {"status": str(status), "label": CalibrationStatus(status).label, "calibration": calibration}
 
@@ -116,7 +121,8 @@ def calibration_rows(calibration: ContractCalibration | None) -> list[dict]:
 # ------------------------------------------------------------------------------------------ submissions
 def submissions_for(principal: Principal, project=None):
     qs = Submission.objects.filter(project__in=principal.readable_projects()).select_related(
-        "project", "implementation", "job")
+        "project", "implementation", "job"
+    )
     return qs.filter(project=project) if project is not None else qs
 
 
@@ -169,10 +175,15 @@ def matrix(principal: Principal, project) -> dict:
 
     # the newest submission of each (implementation, device) in the database, not by reading the whole history
     # (a correlated subquery on the (implementation, device, -created_at) index; portable to SQLite)
-    newest = Submission.objects.filter(implementation=OuterRef("implementation"), device=OuterRef("device")).order_by(
-        "-created_at", "-id").values("pk")[:1]
-    columns = sorted(submissions_for(principal, project).filter(pk=Subquery(newest)),
-                     key=lambda s: (s.implementation.name.lower(), s.device))
+    newest = (
+        Submission.objects.filter(implementation=OuterRef("implementation"), device=OuterRef("device"))
+        .order_by("-created_at", "-id")
+        .values("pk")[:1]
+    )
+    columns = sorted(
+        submissions_for(principal, project).filter(pk=Subquery(newest)),
+        key=lambda s: (s.implementation.name.lower(), s.device),
+    )
     verdicts = Verdict.objects.filter(submission__in=columns).select_related("contract")
     by_column: dict[int, dict[str, Verdict]] = {s.pk: {} for s in columns}
     for v in verdicts:
@@ -186,40 +197,65 @@ def matrix(principal: Principal, project) -> dict:
     for cid in row_ids:
         cells = [by_column[s.pk].get(cid) for s in columns]
         measured = [c for c in cells if c is not None]
-        rows.append({"contract_id": cid, "contract": titles.get(cid) or (measured[0].contract if measured else None),
-                     "cells": cells,
-                     "all_pass": bool(measured) and len(measured) == len(columns) and all(c.passed for c in measured)})
-    summary = interop({str(s.pk): [{"contract_id": cid, "verdict": v.verdict} for cid, v in by_column[s.pk].items()]
-                       for s in columns}) if columns else {"interop_score": None, "backend_specific_failures": {}}
+        rows.append(
+            {
+                "contract_id": cid,
+                "contract": titles.get(cid) or (measured[0].contract if measured else None),
+                "cells": cells,
+                "all_pass": bool(measured) and len(measured) == len(columns) and all(c.passed for c in measured),
+            }
+        )
+    summary = (
+        interop(
+            {
+                str(s.pk): [{"contract_id": cid, "verdict": v.verdict} for cid, v in by_column[s.pk].items()]
+                for s in columns
+            }
+        )
+        if columns
+        else {"interop_score": None, "backend_specific_failures": {}}
+    )
     column_info = []
     for s in columns:
         cells = by_column[s.pk].values()
         families = {}
         for family, code in FAMILY_CODES:
             fam = [v for v in cells if v.contract.family == family]
-            families[code] = {"passed": sum(1 for v in fam if v.passed), "total": len(fam),
-                              "rate": (sum(1 for v in fam if v.passed) / len(fam)) if fam else None}
-        column_info.append({"submission": s, "implementation": s.implementation, "device": s.device,
-                            "state": s.state, "outcome": column_outcome(s.state, verdict_counts(cells)),
-                            "families": families, "kc_c": s.kc_c,
-                            "counts": verdict_counts(cells),
-                            "specific_failures": summary["backend_specific_failures"].get(str(s.pk), 0)})
-    return {"columns": column_info, "rows": rows, "interop_score": summary["interop_score"],
-            "contracts": len(row_ids)}
+            families[code] = {
+                "passed": sum(1 for v in fam if v.passed),
+                "total": len(fam),
+                "rate": (sum(1 for v in fam if v.passed) / len(fam)) if fam else None,
+            }
+        column_info.append(
+            {
+                "submission": s,
+                "implementation": s.implementation,
+                "device": s.device,
+                "state": s.state,
+                "outcome": column_outcome(s.state, verdict_counts(cells)),
+                "families": families,
+                "kc_c": s.kc_c,
+                "counts": verdict_counts(cells),
+                "specific_failures": summary["backend_specific_failures"].get(str(s.pk), 0),
+            }
+        )
+    return {"columns": column_info, "rows": rows, "interop_score": summary["interop_score"], "contracts": len(row_ids)}
 
 
 def implementation_history(principal: Principal, submission: Submission, limit: int = 12) -> dict:
     """wpt.fyi-style history of one implementation on one platform: its last ``limit`` submissions (oldest first)
     as columns, one row per contract class, each cell the verdict with passed/measured; a cell where a class that
     passed in the previous submission no longer passes is marked as a regression."""
-    subs = list(submissions_for(principal, submission.project).filter(
-        implementation=submission.implementation, device=submission.device).order_by("-created_at", "-id")[:limit])
+    subs = list(
+        submissions_for(principal, submission.project)
+        .filter(implementation=submission.implementation, device=submission.device)
+        .order_by("-created_at", "-id")[:limit]
+    )
     subs.reverse()
     by_sub: dict[int, dict[str, Verdict]] = {s.pk: {} for s in subs}
     for v in Verdict.objects.filter(submission__in=subs).select_related("contract"):
         by_sub[v.submission_id][v.contract_class] = v
-    classes = sorted({c for cells in by_sub.values() for c in cells},
-                     key=lambda c: (CLASS_ORDER.get(c, 99), c))
+    classes = sorted({c for cells in by_sub.values() for c in cells}, key=lambda c: (CLASS_ORDER.get(c, 99), c))
     rows, regressions = [], 0
     for cls in classes:
         cells, prev = [], None
@@ -227,9 +263,14 @@ def implementation_history(principal: Principal, submission: Submission, limit: 
             v = by_sub[s.pk].get(cls)
             regression = bool(v is not None and prev is not None and prev.passed and not v.passed)
             regressions += regression
-            cells.append({"verdict": v, "regression": regression,
-                          "version": v.contract.version if v is not None else None,
-                          "count": _count_text(v)})
+            cells.append(
+                {
+                    "verdict": v,
+                    "regression": regression,
+                    "version": v.contract.version if v is not None else None,
+                    "count": _count_text(v),
+                }
+            )
             prev = v if v is not None else prev
         rows.append({"class": cls, "cells": cells})
     return {"submissions": subs, "rows": rows, "regressions": regressions}
@@ -263,19 +304,40 @@ def diff(principal: Principal, a_id: int, b_id: int) -> dict:
             delta = _rank(y.verdict) - _rank(x.verdict)
             change = "improved" if delta > 0 else "regressed" if delta < 0 else "unchanged"
         counts[change] += 1
-        rows.append({"contract_id": cid, "contract_class": (x or y).contract_class, "change": change,
-                     "a": _verdict_brief(x), "b": _verdict_brief(y)})
+        rows.append(
+            {
+                "contract_id": cid,
+                "contract_class": (x or y).contract_class,
+                "change": change,
+                "a": _verdict_brief(x),
+                "b": _verdict_brief(y),
+            }
+        )
     grade_a, grade_b = a.kc_c or {}, b.kc_c or {}
-    return {"a": a.pk, "b": b.pk, "counts": counts, "contracts": rows,
-            "kc_c": {"a": grade_a or None, "b": grade_b or None,
-                     "delta": {k: (grade_b.get(k) or 0) - (grade_a.get(k) or 0) for k in grade_a or grade_b}
-                     if (grade_a or grade_b) else None}}
+    return {
+        "a": a.pk,
+        "b": b.pk,
+        "counts": counts,
+        "contracts": rows,
+        "kc_c": {
+            "a": grade_a or None,
+            "b": grade_b or None,
+            "delta": {k: (grade_b.get(k) or 0) - (grade_a.get(k) or 0) for k in grade_a or grade_b}
+            if (grade_a or grade_b)
+            else None,
+        },
+    }
 
 
 def _verdict_brief(v: Verdict | None) -> dict | None:
     if v is None:
         return None
-    return {"verdict": v.verdict, "margin": v.margin, "margin_infinite": v.margin_infinite, "version": v.contract.version}
+    return {
+        "verdict": v.verdict,
+        "margin": v.margin,
+        "margin_infinite": v.margin_infinite,
+        "version": v.contract.version,
+    }
 
 
 # ------------------------------------------------------------------------------------ CI status, badge
@@ -314,9 +376,21 @@ def public_badge_status(implementation: Implementation, device: str | None = Non
 def _status(implementation: Implementation, submission: Submission | None) -> dict:
     base = {"implementation": implementation.pk, "name": implementation.name, "reference": implementation.reference}
     if submission is None:
-        return {**base, "state": "error", "description": "no conformance submission yet", "submission": None,
-                "isolation": [], "kc_c": None, "kc_a": None, "kc_t": None, "meets_target": None, "counts": {}, "passed": 0, "total": 0,
-                "link": None}
+        return {
+            **base,
+            "state": "error",
+            "description": "no conformance submission yet",
+            "submission": None,
+            "isolation": [],
+            "kc_c": None,
+            "kc_a": None,
+            "kc_t": None,
+            "meets_target": None,
+            "counts": {},
+            "passed": 0,
+            "total": 0,
+            "link": None,
+        }
     verdicts = list(verdicts_of(submission))
     counts = verdict_counts(verdicts)
     passed = sum(1 for v in verdicts if v.verdict in PASSING_VERDICTS)
@@ -333,20 +407,35 @@ def _status(implementation: Implementation, submission: Submission | None) -> di
     unmet = [r for r in submission.target_rows if not r["met"]] if state in ("success", "failure") else []
     if unmet and state == "success":
         state = "failure"
-    description = {"pending": f"{len(verdicts)}/{len(submission.plan)} contracts run",
-                   "error": f"conformance job {job_state}",
-                   "success": f"{passed}/{len(verdicts)} contracts pass; KC-C {grade_text}",
-                   "failure": f"{passed}/{len(verdicts)} contracts pass; KC-C {grade_text}"}[state]
+    description = {
+        "pending": f"{len(verdicts)}/{len(submission.plan)} contracts run",
+        "error": f"conformance job {job_state}",
+        "success": f"{passed}/{len(verdicts)} contracts pass; KC-C {grade_text}",
+        "failure": f"{passed}/{len(verdicts)} contracts pass; KC-C {grade_text}",
+    }[state]
     if unmet:
         description += "; below target: " + ", ".join(
-            f"{r['family']} {'-' if r['achieved'] is None else r['achieved']} < {r['needed']}" for r in unmet)
+            f"{r['family']} {'-' if r['achieved'] is None else r['achieved']} < {r['needed']}" for r in unmet
+        )
     isolation = submission.isolation if verdicts else []
     if "none" in isolation:
         description += "; measured UNISOLATED (operator setting)"
-    return {**base, "state": state, "description": description, "submission": submission.pk, "isolation": isolation,
-            "device": submission.device, "kc_c": kc_c, "kc_a": submission.kc_a, "kc_t": submission.target or None,
-            "meets_target": (not unmet) if submission.target_rows else None, "counts": counts, "passed": passed,
-            "total": len(submission.plan), "link": f"/p/{submission.project.slug}/kernels/submissions/{submission.pk}/"}
+    return {
+        **base,
+        "state": state,
+        "description": description,
+        "submission": submission.pk,
+        "isolation": isolation,
+        "device": submission.device,
+        "kc_c": kc_c,
+        "kc_a": submission.kc_a,
+        "kc_t": submission.target or None,
+        "meets_target": (not unmet) if submission.target_rows else None,
+        "counts": counts,
+        "passed": passed,
+        "total": len(submission.plan),
+        "link": f"/p/{submission.project.slug}/kernels/submissions/{submission.pk}/",
+    }
 
 
 BADGE_COLOURS = {"success": "#2e8540", "failure": "#c0392b", "pending": "#2f6fbf", "error": "#7a7f8a"}
@@ -372,4 +461,5 @@ def badge_svg(status: dict) -> str:
         f'<rect width="{lw}" height="20" fill="#555"/><rect x="{lw}" width="{mw}" height="20" fill="{colour}"/>'
         f'<g fill="#fff" text-anchor="middle" font-family="Verdana,DejaVu Sans,sans-serif" font-size="11">'
         f'<text x="{lw / 2}" y="14">{escape(label)}</text><text x="{lw + mw / 2}" y="14">{escape(message)}</text>'
-        f'</g></svg>')
+        f"</g></svg>"
+    )

@@ -5,6 +5,7 @@ The web process never imports torch nor any submitted kernel: an uploaded module
 sandboxed child process on a worker. The contract loader and the grader of ``workers.contracts`` are
 torch-free by design, so they may be used here.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -78,8 +79,10 @@ def parse_contract_files(paths) -> list:
             raise ContractLoadError(f"{path}: cannot read contract file: {exc}") from None
         key = (contract.id, contract.version)
         if key in seen and seen[key].sha256 != contract.sha256:
-            raise ContractLoadError(f"{path.name} and {Path(seen[key].path).name} both define {contract.id} "
-                                    f"version {contract.version} with different text")
+            raise ContractLoadError(
+                f"{path.name} and {Path(seen[key].path).name} both define {contract.id} "
+                f"version {contract.version} with different text"
+            )
         seen[key] = contract
         parsed.append(contract)
     return parsed
@@ -99,32 +102,47 @@ def store_contracts(parsed) -> LoadReport:
     report = LoadReport()
     with transaction.atomic():
         for contract in parsed:
-            existing = Contract.objects.select_for_update().filter(contract_id=contract.id,
-                                                                   version=contract.version).first()
+            existing = (
+                Contract.objects.select_for_update().filter(contract_id=contract.id, version=contract.version).first()
+            )
             if existing is not None:
                 if existing.sha256 != contract.sha256:
                     raise ContractLoadError(
                         f"{Path(contract.path).name}: {contract.id} version {contract.version} is already loaded with "
                         f"different text (sha256 {existing.sha256[:12]}…, now {contract.sha256[:12]}…). Contracts are "
-                        "never edited in place: give the changed contract a new identifier.version.")
+                        "never edited in place: give the changed contract a new identifier.version."
+                    )
                 if existing not in report.unchanged:
                     report.unchanged.append(existing)
                 continue
             spec = contract.to_dict()
             spec.pop("source_text", None)
-            report.created.append(Contract.objects.create(
-                contract_id=contract.id, version=contract.version, contract_class=contract.cls,
-                family=contract.family, title=contract.title[:300], protocol=contract.protocol,
-                signature=contract.signature[:300], spec=spec, source_text=contract.source_text,
-                sha256=contract.sha256, source_name=Path(contract.path).name[:300]))
+            report.created.append(
+                Contract.objects.create(
+                    contract_id=contract.id,
+                    version=contract.version,
+                    contract_class=contract.cls,
+                    family=contract.family,
+                    title=contract.title[:300],
+                    protocol=contract.protocol,
+                    signature=contract.signature[:300],
+                    spec=spec,
+                    source_text=contract.source_text,
+                    sha256=contract.sha256,
+                    source_name=Path(contract.path).name[:300],
+                )
+            )
     return report
 
 
 def suite_project() -> Project:
     project, _ = Project.objects.get_or_create(
         slug=SUITE_PROJECT_SLUG,
-        defaults={"name": "Kernel contract suite",
-                  "description": "Calibration jobs of the shared kernel contract suite (no members)."})
+        defaults={
+            "name": "Kernel contract suite",
+            "description": "Calibration jobs of the shared kernel contract suite (no members).",
+        },
+    )
     return project
 
 
@@ -134,18 +152,26 @@ def queue_calibration(contracts, *, submitted_by: str = "system"):
     if not contracts:
         return None
     with transaction.atomic():
-        job = create_job(project=suite_project(), kind="calibrate_contracts", task_name=CALIBRATION_TASK,
-                         queue=CALIBRATION_QUEUE, title=f"Calibrate {len(contracts)} contract version(s)",
-                         params={"contracts": [c.pk for c in contracts]}, subject_kind="contract_suite",
-                         submitted_by=submitted_by)
+        job = create_job(
+            project=suite_project(),
+            kind="calibrate_contracts",
+            task_name=CALIBRATION_TASK,
+            queue=CALIBRATION_QUEUE,
+            title=f"Calibrate {len(contracts)} contract version(s)",
+            params={"contracts": [c.pk for c in contracts]},
+            subject_kind="contract_suite",
+            submitted_by=submitted_by,
+        )
         ContractCalibration.objects.bulk_create(
-            [ContractCalibration(contract=c, job=job, status=CalibrationStatus.QUEUED) for c in contracts])
+            [ContractCalibration(contract=c, job=job, status=CalibrationStatus.QUEUED) for c in contracts]
+        )
     return job
 
 
 def begin_calibration(job, contract: Contract) -> ContractCalibration:
-    calibration = (ContractCalibration.objects.filter(job=job, contract=contract).first()
-                   or ContractCalibration(job=job, contract=contract))
+    calibration = ContractCalibration.objects.filter(job=job, contract=contract).first() or ContractCalibration(
+        job=job, contract=contract
+    )
     calibration.status = CalibrationStatus.RUNNING
     calibration.save()
     return calibration
@@ -163,8 +189,8 @@ def record_calibration(calibration: ContractCalibration, result: dict) -> Contra
 def fail_pending_calibrations(job, reason: str) -> int:
     """Mark the job's unfinished calibrations failed with the reason (the harness failed, a version went away)."""
     return ContractCalibration.objects.filter(
-        job=job, status__in=[CalibrationStatus.QUEUED, CalibrationStatus.RUNNING]).update(
-        status=CalibrationStatus.FAILED, problems=[reason])
+        job=job, status__in=[CalibrationStatus.QUEUED, CalibrationStatus.RUNNING]
+    ).update(status=CalibrationStatus.FAILED, problems=[reason])
 
 
 def kernel_storage_name(sha256: str) -> str:
@@ -183,20 +209,37 @@ def _store_module(module: CheckedModule) -> str:
 
 
 def _function_for(contract: Contract, default: str | None, mapping: dict[str, str]) -> str:
-    return mapping.get(contract.contract_id) or mapping.get(contract.contract_class) or default or contract.default_function
+    return (
+        mapping.get(contract.contract_id)
+        or mapping.get(contract.contract_class)
+        or default
+        or contract.default_function
+    )
 
 
 def _fingerprint(kind: str, reference: str, default_function: str | None, mapping: dict) -> str:
-    canonical = json.dumps({"kind": kind, "reference": reference, "default": default_function, "functions": mapping},
-                           sort_keys=True)
+    canonical = json.dumps(
+        {"kind": kind, "reference": reference, "default": default_function, "functions": mapping}, sort_keys=True
+    )
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 @transaction.atomic
-def submit_conformance(*, project: Project, submitted_by: str, device: str, contracts: list[str],
-                       import_path: str | None = None, module: CheckedModule | None = None,
-                       module_filename: str = "", function: str | None = None, functions=None,
-                       name: str = "", deployment_flags=None, target=None) -> Submission:
+def submit_conformance(
+    *,
+    project: Project,
+    submitted_by: str,
+    device: str,
+    contracts: list[str],
+    import_path: str | None = None,
+    module: CheckedModule | None = None,
+    module_filename: str = "",
+    function: str | None = None,
+    functions=None,
+    name: str = "",
+    deployment_flags=None,
+    target=None,
+) -> Submission:
     """Validate a conformance submission, record the implementation and queue one job for it.
 
     Exactly one of ``import_path`` and ``module``. ``function`` (one name for every contract) and
@@ -208,18 +251,22 @@ def submit_conformance(*, project: Project, submitted_by: str, device: str, cont
     try:
         flags = parse_flags(deployment_flags)
     except ValueError as exc:
-        raise KernelSubmissionError(f"deployment_flags: {exc}.", code="invalid_deployment_flags",
-                                    extra={"field": "deployment_flags"}) from None
+        raise KernelSubmissionError(
+            f"deployment_flags: {exc}.", code="invalid_deployment_flags", extra={"field": "deployment_flags"}
+        ) from None
     try:
         kc_t = parse_target(target)
     except ValueError as exc:
         raise KernelSubmissionError(f"target: {exc}.", code="invalid_target", extra={"field": "target"}) from None
     if device not in Device.values:
-        raise KernelSubmissionError(f"Unknown platform {device!r}; use one of: {', '.join(Device.values)}.",
-                                    code="unknown_platform")
+        raise KernelSubmissionError(
+            f"Unknown platform {device!r}; use one of: {', '.join(Device.values)}.", code="unknown_platform"
+        )
     if bool(import_path) == bool(module):
-        raise KernelSubmissionError("Give either an import path ('impl') or an uploaded kernel module ('module').",
-                                    code="implementation_missing")
+        raise KernelSubmissionError(
+            "Give either an import path ('impl') or an uploaded kernel module ('module').",
+            code="implementation_missing",
+        )
     mapping = parse_function_map(functions)
     if function and not FUNCTION_RE.match(function):
         raise KernelSubmissionError(f"Not a Python function name: {function!r}.", code="invalid_function_map")
@@ -229,8 +276,10 @@ def submit_conformance(*, project: Project, submitted_by: str, device: str, cont
     stray = sorted(k for k in mapping if k not in keys)
     if stray:
         raise KernelSubmissionError(
-            f"'functions' names contract(s) not in this submission: {', '.join(stray)}.", code="unknown_contract",
-            extra={"unknown": stray})
+            f"'functions' names contract(s) not in this submission: {', '.join(stray)}.",
+            code="unknown_contract",
+            extra={"unknown": stray},
+        )
 
     if import_path:
         module_name, path_function = parse_import_path(import_path)
@@ -242,12 +291,17 @@ def submit_conformance(*, project: Project, submitted_by: str, device: str, cont
         kind, reference = ImplementationKind.UPLOADED_MODULE, module.sha256
         defined = module.top_level_names
         if selection or mapping or function:
-            missing = [f"{c.contract_class} needs {_function_for(c, default, mapping)!r}" for c in chosen
-                       if _function_for(c, default, mapping).split(".")[0] not in defined]
+            missing = [
+                f"{c.contract_class} needs {_function_for(c, default, mapping)!r}"
+                for c in chosen
+                if _function_for(c, default, mapping).split(".")[0] not in defined
+            ]
             if missing:
                 raise KernelSubmissionError(
                     f"{module_filename or 'the module'} does not define: {'; '.join(missing)}.",
-                    code="function_not_found", extra={"missing": missing})
+                    code="function_not_found",
+                    extra={"missing": missing},
+                )
             plan_contracts = chosen
         else:
             plan_contracts = [c for c in chosen if c.default_function in defined]
@@ -255,25 +309,55 @@ def submit_conformance(*, project: Project, submitted_by: str, device: str, cont
                 wanted = sorted({c.default_function for c in chosen})
                 raise KernelSubmissionError(
                     f"{module_filename or 'the module'} defines none of the suite's functions ({', '.join(wanted)}); "
-                    "name them, or map contracts to your functions with 'functions'.", code="function_not_found")
+                    "name them, or map contracts to your functions with 'functions'.",
+                    code="function_not_found",
+                )
 
     implementation, _ = Implementation.objects.get_or_create(
-        project=project, fingerprint=_fingerprint(kind, reference, default, mapping),
+        project=project,
+        fingerprint=_fingerprint(kind, reference, default, mapping),
         defaults=dict(
-            name=(name or (module_filename if module else import_path) or "kernel")[:200], kind=kind,
-            import_path=import_path.strip() if import_path else "", functions=mapping,
-            code_sha256=module.sha256 if module else "", code_size=len(module.data) if module else None,
-            storage_name=_store_module(module) if module else "", original_filename=module_filename[:255],
-            created_by=submitted_by))
-    plan = [{"contract": c.pk, "contract_id": c.contract_id, "version": c.version, "class": c.contract_class,
-             "function": _function_for(c, default, mapping)} for c in plan_contracts]
-    submission = Submission.objects.create(project=project, implementation=implementation, device=device, plan=plan,
-                                           submitted_by=submitted_by, deployment_flags=flags, target=kc_t)
+            name=(name or (module_filename if module else import_path) or "kernel")[:200],
+            kind=kind,
+            import_path=import_path.strip() if import_path else "",
+            functions=mapping,
+            code_sha256=module.sha256 if module else "",
+            code_size=len(module.data) if module else None,
+            storage_name=_store_module(module) if module else "",
+            original_filename=module_filename[:255],
+            created_by=submitted_by,
+        ),
+    )
+    plan = [
+        {
+            "contract": c.pk,
+            "contract_id": c.contract_id,
+            "version": c.version,
+            "class": c.contract_class,
+            "function": _function_for(c, default, mapping),
+        }
+        for c in plan_contracts
+    ]
+    submission = Submission.objects.create(
+        project=project,
+        implementation=implementation,
+        device=device,
+        plan=plan,
+        submitted_by=submitted_by,
+        deployment_flags=flags,
+        target=kc_t,
+    )
     submission.job = create_job(
-        project=project, kind="kernel_conformance", task_name=CONFORMANCE_TASK, queue=QUEUE_FOR_DEVICE[device],
+        project=project,
+        kind="kernel_conformance",
+        task_name=CONFORMANCE_TASK,
+        queue=QUEUE_FOR_DEVICE[device],
         title=f"Conformance: {implementation.name} on {device} ({len(plan)} contract(s))",
-        params={"submission": submission.pk}, subject_kind="kernel_submission", subject_id=submission.pk,
-        submitted_by=submitted_by)
+        params={"submission": submission.pk},
+        subject_kind="kernel_submission",
+        subject_id=submission.pk,
+        submitted_by=submitted_by,
+    )
     submission.save(update_fields=["job"])
     return submission
 
@@ -292,18 +376,28 @@ def trace_storage_name(submission: Submission, contract_class: str) -> str:
     return f"kernel-traces/{submission.pk}/{contract_class}.jsonl"
 
 
-def record_verdict(submission: Submission, contract: Contract, detail: dict, *, margin_infinite: bool,
-                   trace_storage: str = "") -> Verdict:
+def record_verdict(
+    submission: Submission, contract: Contract, detail: dict, *, margin_infinite: bool, trace_storage: str = ""
+) -> Verdict:
     """Store one contract's verdict (replacing one from an earlier, interrupted attempt)."""
     values = dict(
-        contract_class=contract.contract_class, verdict=str(detail.get("verdict"))[:20],
+        contract_class=contract.contract_class,
+        verdict=str(detail.get("verdict"))[:20],
         statistic_name=str(detail.get("statistic_name") or "")[:60],
-        statistic=finite_or_none(detail.get("statistic")), bound=finite_or_none(detail.get("bound")),
-        margin=finite_or_none(detail.get("margin")), margin_infinite=margin_infinite,
-        reason=str(detail.get("reason") or ""), signature=detail.get("signature") or {},
-        assurance_level=int(detail.get("assurance_level") or 0), measurements=int(detail.get("measurements") or 0),
-        impl_hash=str(detail.get("impl_hash") or "")[:64], detail=detail, trace_storage=trace_storage,
-        duration_s=float(detail.get("duration_s") or 0.0), created_at=timezone.now())
+        statistic=finite_or_none(detail.get("statistic")),
+        bound=finite_or_none(detail.get("bound")),
+        margin=finite_or_none(detail.get("margin")),
+        margin_infinite=margin_infinite,
+        reason=str(detail.get("reason") or ""),
+        signature=detail.get("signature") or {},
+        assurance_level=int(detail.get("assurance_level") or 0),
+        measurements=int(detail.get("measurements") or 0),
+        impl_hash=str(detail.get("impl_hash") or "")[:64],
+        detail=detail,
+        trace_storage=trace_storage,
+        duration_s=float(detail.get("duration_s") or 0.0),
+        created_at=timezone.now(),
+    )
     verdict, _ = Verdict.objects.update_or_create(submission=submission, contract=contract, defaults=values)
     if not submission.environment and detail.get("environment"):
         submission.environment = detail["environment"]
@@ -318,9 +412,17 @@ def finish_submission(submission: Submission, grade: dict) -> Submission:
     submission.grade = grade
     submission.finished_at = timezone.now()
     submission.save(update_fields=["grade", "finished_at"])
-    create_job(project=submission.project, kind="kernel_signature", task_name=SIGNING_TASK, queue=SIGNING_QUEUE,
-               title=f"Sign conformance result of submission {submission.pk}", params={"submission": submission.pk},
-               subject_kind="kernel_signature", subject_id=submission.pk, submitted_by=submission.submitted_by)
+    create_job(
+        project=submission.project,
+        kind="kernel_signature",
+        task_name=SIGNING_TASK,
+        queue=SIGNING_QUEUE,
+        title=f"Sign conformance result of submission {submission.pk}",
+        params={"submission": submission.pk},
+        subject_kind="kernel_signature",
+        subject_id=submission.pk,
+        submitted_by=submission.submitted_by,
+    )
     return submission
 
 

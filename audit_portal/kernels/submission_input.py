@@ -2,6 +2,7 @@
 function map, the contract selection (resolved against the loaded suite) and an uploaded kernel module, which is
 only *parsed* (``ast.parse``) here, never imported. Every refusal is a :class:`KernelSubmissionError` naming the
 field and the reason."""
+
 from __future__ import annotations
 
 import ast
@@ -34,7 +35,9 @@ def parse_import_path(text: str) -> tuple[str, str | None]:
     if not IMPORT_PATH_RE.match(text):
         raise KernelSubmissionError(
             f"Implementation {text!r} is not an import path: write 'package.module:function' (or 'package.module' "
-            "to use each contract's function name); to test a file, upload it as 'module'.", code="invalid_import_path")
+            "to use each contract's function name); to test a file, upload it as 'module'.",
+            code="invalid_import_path",
+        )
     module, _, function = text.partition(":")
     return module, function or None
 
@@ -49,12 +52,15 @@ def parse_function_map(raw) -> dict[str, str]:
         except ValueError as exc:
             raise KernelSubmissionError(f"'functions' is not valid JSON: {exc}", code="invalid_function_map") from None
     if not isinstance(raw, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in raw.items()):
-        raise KernelSubmissionError("'functions' must map contract ids or classes to function names, e.g. "
-                                    '{"C-PRC-01": "my_matmul"}.', code="invalid_function_map")
+        raise KernelSubmissionError(
+            '\'functions\' must map contract ids or classes to function names, e.g. {"C-PRC-01": "my_matmul"}.',
+            code="invalid_function_map",
+        )
     bad = sorted(v for v in raw.values() if not FUNCTION_RE.match(v))
     if bad:
-        raise KernelSubmissionError(f"Not a Python function name: {', '.join(map(repr, bad))}.",
-                                    code="invalid_function_map")
+        raise KernelSubmissionError(
+            f"Not a Python function name: {', '.join(map(repr, bad))}.", code="invalid_function_map"
+        )
     return {k.strip(): v.strip() for k, v in raw.items()}
 
 
@@ -97,7 +103,9 @@ def resolve_contracts(selection: list[str]) -> list[Contract]:
         known = [c.contract_id for c in latest]
         raise KernelSubmissionError(
             f"Unknown contract {', '.join(map(repr, unknown))}. Known: {', '.join(known)} (or their classes).",
-            code="unknown_contract", extra={"unknown": unknown, "known": known})
+            code="unknown_contract",
+            extra={"unknown": unknown, "known": known},
+        )
     return chosen
 
 
@@ -113,28 +121,35 @@ def check_kernel_module(data: bytes, filename: str) -> CheckedModule:
     parses; it is never imported here. Raises with the reason (and the line of a syntax error)."""
     name = filename or "module"
     if not name.endswith(".py"):
-        raise KernelSubmissionError(f"{name}: a kernel module must be a single Python source file ending in .py.",
-                                    code="not_a_python_file")
+        raise KernelSubmissionError(
+            f"{name}: a kernel module must be a single Python source file ending in .py.", code="not_a_python_file"
+        )
     if len(data) > KERNEL_MODULE_MAX_BYTES:
-        raise UploadTooLarge(f"{name}: {len(data)} bytes exceeds the kernel module limit of "
-                             f"{KERNEL_MODULE_MAX_BYTES} bytes.", code="kernel_module_too_large")
+        raise UploadTooLarge(
+            f"{name}: {len(data)} bytes exceeds the kernel module limit of {KERNEL_MODULE_MAX_BYTES} bytes.",
+            code="kernel_module_too_large",
+        )
     if not data.strip():
         raise KernelSubmissionError(f"{name}: the file is empty.", code="empty_kernel_module")
     if b"\x00" in data:
-        raise KernelSubmissionError(f"{name}: binary file (contains NUL bytes), not Python source.",
-                                    code="not_python_source")
+        raise KernelSubmissionError(
+            f"{name}: binary file (contains NUL bytes), not Python source.", code="not_python_source"
+        )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
-        raise KernelSubmissionError(f"{name}: not UTF-8 text (invalid byte at line {line}).",
-                                    code="not_python_source", extra={"line": line}) from None
+        raise KernelSubmissionError(
+            f"{name}: not UTF-8 text (invalid byte at line {line}).", code="not_python_source", extra={"line": line}
+        ) from None
     try:
         tree = ast.parse(text, filename=name)
     except SyntaxError as exc:
-        raise KernelSubmissionError(f"{name}: Python syntax error at line {exc.lineno}: {exc.msg}.",
-                                    code="python_syntax_error",
-                                    extra={"line": exc.lineno, "column": exc.offset, "message": exc.msg}) from None
+        raise KernelSubmissionError(
+            f"{name}: Python syntax error at line {exc.lineno}: {exc.msg}.",
+            code="python_syntax_error",
+            extra={"line": exc.lineno, "column": exc.offset, "message": exc.msg},
+        ) from None
     return CheckedModule(data=data, sha256=hashlib.sha256(data).hexdigest(), top_level_names=_top_level_names(tree))
 
 

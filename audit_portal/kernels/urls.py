@@ -1,4 +1,5 @@
 """Pages of the kernels app (mounted at the site root by audit_portal/urls.py)."""
+
 from django.urls import path
 
 from audit_portal.kernels import views

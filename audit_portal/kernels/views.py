@@ -1,5 +1,6 @@
 """Pages: the contract suite (global), and per project the results matrix, the submission form, one
 submission filling in live, and the diff of two submissions."""
+
 from __future__ import annotations
 
 import json
@@ -21,19 +22,28 @@ from audit_portal.kernels.models import Device
 from workers.contracts.deployment import BOOLEAN, DEPLOYMENT_FLAGS, FAMILIES, LEVELS
 
 PART_TITLES = [
-    ("identifier", "1 · Identifier"), ("scope", "2 · Scope"), ("precondition", "3 · Precondition"),
-    ("postcondition", "4 · Postcondition"), ("tolerance", "5 · Tolerance"), ("reference_oracle", "6 · Reference oracle"),
-    ("measurement_protocol", "7 · Measurement protocol"), ("violation_signature", "8 · Violation signature"),
+    ("identifier", "1 · Identifier"),
+    ("scope", "2 · Scope"),
+    ("precondition", "3 · Precondition"),
+    ("postcondition", "4 · Postcondition"),
+    ("tolerance", "5 · Tolerance"),
+    ("reference_oracle", "6 · Reference oracle"),
+    ("measurement_protocol", "7 · Measurement protocol"),
+    ("violation_signature", "8 · Violation signature"),
 ]
-
-
 
 
 @login_required
 def contract_list(request):
     contracts = selectors.latest_contracts()
-    rows = [{"contract": c, "calibration": selectors.calibration_state(c),
-             "versions": len(selectors.contract_versions(c.contract_id))} for c in contracts]
+    rows = [
+        {
+            "contract": c,
+            "calibration": selectors.calibration_state(c),
+            "versions": len(selectors.contract_versions(c.contract_id)),
+        }
+        for c in contracts
+    ]
     calibrated = sum(1 for r in rows if r["calibration"]["status"] == "calibrated")
     return render(request, "kernels/contracts.html", page_context(request, rows=rows, calibrated=calibrated))
 
@@ -44,11 +54,17 @@ def contract_detail(request, contract_id):
     spec = selectors.spec_in_source_order(contract)
     parts = contract_view.readable_parts(spec, PART_TITLES)
     state = selectors.calibration_state(contract)
-    ctx = page_context(request, contract=contract, spec=spec, parts=parts, extras=contract_view.readable_extras(spec),
-                   calibration=state,
-                   calibration_rows=selectors.calibration_rows(state["calibration"]),
-                   versions=selectors.contract_versions(contract.contract_id),
-                   latest=selectors.get_contract(contract.contract_id))
+    ctx = page_context(
+        request,
+        contract=contract,
+        spec=spec,
+        parts=parts,
+        extras=contract_view.readable_extras(spec),
+        calibration=state,
+        calibration_rows=selectors.calibration_rows(state["calibration"]),
+        versions=selectors.contract_versions(contract.contract_id),
+        latest=selectors.get_contract(contract.contract_id),
+    )
     return render(request, "kernels/contract.html", ctx)
 
 
@@ -66,11 +82,17 @@ def matrix_page(request, slug):
 @login_required
 def submit_page(request, slug):
     ctx = page_context(request, slug)
-    ctx.update(contracts=selectors.latest_contracts(), devices=Device.choices,
-               max_bytes=KERNEL_MODULE_MAX_BYTES, form=request.POST,
-               boolean_flags=[f for f, allowed in DEPLOYMENT_FLAGS.items() if allowed is BOOLEAN],
-               chosen_flags=request.POST.getlist("flag"), precisions=DEPLOYMENT_FLAGS["float32_matmul_precision"],
-               target_choices=[(f, request.POST.get(f"target_{f}", "")) for f in FAMILIES], levels=list(LEVELS))
+    ctx.update(
+        contracts=selectors.latest_contracts(),
+        devices=Device.choices,
+        max_bytes=KERNEL_MODULE_MAX_BYTES,
+        form=request.POST,
+        boolean_flags=[f for f, allowed in DEPLOYMENT_FLAGS.items() if allowed is BOOLEAN],
+        chosen_flags=request.POST.getlist("flag"),
+        precisions=DEPLOYMENT_FLAGS["float32_matmul_precision"],
+        target_choices=[(f, request.POST.get(f"target_{f}", "")) for f in FAMILIES],
+        levels=list(LEVELS),
+    )
     if request.method == "POST":
         if not ctx["can_submit"]:
             messages.error(request, "Submitting kernels needs the submit role (owner or member).")
@@ -94,8 +116,11 @@ def submit_page(request, slug):
             charge_work_budget(request)
             submission = submit_from_request(request, ctx["project"], ctx["principal"])
         except APIException as exc:
-            ctx["error"] = {"code": getattr(exc.detail, "code", None) or exc.default_code, "message": str(exc.detail),
-                            "detail": getattr(exc, "extra", None) or {}}
+            ctx["error"] = {
+                "code": getattr(exc.detail, "code", None) or exc.default_code,
+                "message": str(exc.detail),
+                "detail": getattr(exc, "extra", None) or {},
+            }
             return render(request, "kernels/submit.html", ctx, status=exc.status_code)
         return redirect("kernels:submission", slug=slug, pk=submission.pk)
     return render(request, "kernels/submit.html", ctx)
@@ -109,11 +134,16 @@ def submission_page(request, slug, pk):
     verdicts = {v.contract_id: v for v in selectors.verdicts_of(submission)}
     rows = [{"entry": e, "verdict": verdicts.get(e["contract"])} for e in submission.plan]
     others = selectors.submissions_for(ctx["principal"], ctx["project"]).exclude(pk=submission.pk)[:20]
-    ctx.update(submission=submission, rows=rows, job=submission.job, others=others,
-               outcome=selectors.column_outcome(submission.state, selectors.verdict_counts(verdicts.values())),
-               history=selectors.implementation_history(ctx["principal"], submission),
-               status=selectors.ci_status(ctx["principal"], submission.implementation, submission.device),
-               public_badge=public_badge_payload(request, submission.implementation))
+    ctx.update(
+        submission=submission,
+        rows=rows,
+        job=submission.job,
+        others=others,
+        outcome=selectors.column_outcome(submission.state, selectors.verdict_counts(verdicts.values())),
+        history=selectors.implementation_history(ctx["principal"], submission),
+        status=selectors.ci_status(ctx["principal"], submission.implementation, submission.device),
+        public_badge=public_badge_payload(request, submission.implementation),
+    )
     return render(request, "kernels/submission.html", ctx)
 
 
@@ -156,7 +186,9 @@ def diff_page(request, slug):
         messages.error(request, "Choose two submissions to compare.")
         return redirect("kernels:matrix", slug=slug)
     result = selectors.diff(ctx["principal"], int(a), int(b))
-    subs = {s.pk: s for s in selectors.submissions_for(ctx["principal"], ctx["project"]).filter(pk__in=[int(a), int(b)])}
+    subs = {
+        s.pk: s for s in selectors.submissions_for(ctx["principal"], ctx["project"]).filter(pk__in=[int(a), int(b)])
+    }
     if len(subs) != len({int(a), int(b)}):
         raise Http404
     ctx.update(diff=result, a=subs[int(a)], b=subs[int(b)])

@@ -4,6 +4,7 @@ On connect the current view is sent at once (``{"type": "live", "live": …}``, 
 every merge (``run.live`` from audit_portal/live/services.py) and every alert that fires or re-arms for the run
 (``{"type": "alert", "alert": …}``). The connection's shape (sign-in, scope, polling under the in-memory channel
 layer): audit_portal/core/consumers.py."""
+
 from __future__ import annotations
 
 from channels.db import database_sync_to_async

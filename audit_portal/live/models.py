@@ -4,6 +4,7 @@ Each segment a client uploads (or any upload of the run whose steps are new) is 
 run's plan and merged into ``partial`` (workers/certify/partial.py: associative, exact), so a new step costs its own
 certification and one merge, never a pass over earlier steps. ``certificate`` is the run certificate of the merged
 partial (summary, bounds, per-step rows with the mismatch metrics)."""
+
 from __future__ import annotations
 
 from django.db import models

@@ -1,4 +1,5 @@
 """Reads for live runs. The run is one the caller may read (runs.selectors.get_run found it)."""
+
 from __future__ import annotations
 
 from audit_portal.live.models import LiveRun

@@ -1,6 +1,7 @@
 """Writes for live runs: merge a new segment's partial certificate into the run's, under a row lock; and the JSON
 the run page and its websocket show. The engine calls (certify the segment, merge, summarise) come from the task
 as ``combine``, so this module never imports an engine."""
+
 from __future__ import annotations
 
 import re
@@ -16,8 +17,14 @@ from audit_portal.live.models import LiveRun, LiveSegment
 from workers.certify.verdict import run_verdict
 
 SKIPPED_KEPT = 20
-SERIES = (("eps_hat_max", None), ("acceptance_rate", None), ("abs_diff_mean", "metrics"),
-          ("abs_diff_p99", "metrics"), ("mis_mask_rate", "metrics"), ("k3", "metrics"))
+SERIES = (
+    ("eps_hat_max", None),
+    ("acceptance_rate", None),
+    ("abs_diff_mean", "metrics"),
+    ("abs_diff_p99", "metrics"),
+    ("mis_mask_rate", "metrics"),
+    ("k3", "metrics"),
+)
 
 
 STEP_RANGE = re.compile(r"^\s*(\d{1,12})\s*(?:-\s*(\d{1,12}))?\s*$")
@@ -29,8 +36,11 @@ def parse_step_range(text) -> tuple[int, int] | None:
         return None
     m = STEP_RANGE.match(text) if isinstance(text, str) else None
     if m is None or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
-        raise PortalError("steps: a step number or a range A-B of step numbers (A ≤ B), e.g. 16-23",
-                          code="invalid_step_range", extra={"field": "steps"})
+        raise PortalError(
+            "steps: a step number or a range A-B of step numbers (A ≤ B), e.g. 16-23",
+            code="invalid_step_range",
+            extra={"field": "steps"},
+        )
     first = int(m.group(1))
     return first, int(m.group(2) or first)
 
@@ -45,17 +55,21 @@ def parse_rank(text) -> int | None:
         return None
     m = RANK.match(text) if isinstance(text, str) else None
     if m is None:
-        raise PortalError("rank: the process number (0, 1, …) of the run that wrote this segment, e.g. 3",
-                          code="invalid_rank", extra={"field": "rank"})
+        raise PortalError(
+            "rank: the process number (0, 1, …) of the run that wrote this segment, e.g. 3",
+            code="invalid_rank",
+            extra={"field": "rank"},
+        )
     return int(m.group(1))
 
 
 def tag_segment(upload, step_range: tuple[int, int], fields: dict | None = None) -> None:
     """Declare ``upload`` a segment of its growing run, written by process ``fields["rank"]`` (default 0) (the first
     declaration of the same bytes stands)."""
-    LiveSegment.objects.get_or_create(upload=upload, defaults={"first_step": step_range[0],
-                                                               "last_step": step_range[1],
-                                                               "rank": (fields or {}).get("rank") or 0})
+    LiveSegment.objects.get_or_create(
+        upload=upload,
+        defaults={"first_step": step_range[0], "last_step": step_range[1], "rank": (fields or {}).get("rank") or 0},
+    )
 
 
 def held_steps(live: LiveRun | None, rank: int = 0) -> set:
@@ -77,8 +91,9 @@ def rank_ranges(live: LiveRun) -> list[dict]:
     return out
 
 
-def refusal(live: LiveRun | None, upload_id: int, steps: list, declared: tuple[int, int] | None = None,
-            rank: int = 0) -> str | None:
+def refusal(
+    live: LiveRun | None, upload_id: int, steps: list, declared: tuple[int, int] | None = None, rank: int = 0
+) -> str | None:
     """Why an upload is not merged into the live view, or None. An upload of process ``rank`` whose steps that rank
     already sent (the whole run uploaded again at ``finish``, a segment certified twice, a resumed process logging a
     step again) would count them twice, so it is left out. Another rank's sequences of the same step are new: they
@@ -94,13 +109,23 @@ def refusal(live: LiveRun | None, upload_id: int, steps: list, declared: tuple[i
     if live is not None:
         overlap = sorted(set(steps) & held_steps(live, rank))
         if overlap:
-            return (f"steps {overlap[0]}–{overlap[-1]} of rank {rank} are already in the live view ({len(overlap)} "
-                    f"of this upload's {len(steps)}): not merged again")
+            return (
+                f"steps {overlap[0]}–{overlap[-1]} of rank {rank} are already in the live view ({len(overlap)} "
+                f"of this upload's {len(steps)}): not merged again"
+            )
     return None
 
 
-def add_segment(run, upload_id: int, steps: list, plan: dict, part: dict, combine,
-                declared: tuple[int, int] | None = None, rank: int = 0) -> LiveRun | None:
+def add_segment(
+    run,
+    upload_id: int,
+    steps: list,
+    plan: dict,
+    part: dict,
+    combine,
+    declared: tuple[int, int] | None = None,
+    rank: int = 0,
+) -> LiveRun | None:
     """Merge one upload's partial (``part``, certified under ``plan``, written by process ``rank``) into the run's
     live view. ``combine(merged
     partial JSON or None, part) -> (partial JSON, certificate dict)`` does the engine's merge and summary. Returns
@@ -117,8 +142,11 @@ def add_segment(run, upload_id: int, steps: list, plan: dict, part: dict, combin
                 live.save(update_fields=["skipped"])
             return None
         live.partial, live.certificate = combine(live.partial or None, part)
-        verdict = run_verdict(live.certificate.get("summary") or {}, live.certificate.get("bounds") or {},
-                              live.certificate.get("options") or plan.get("opts") or {})
+        verdict = run_verdict(
+            live.certificate.get("summary") or {},
+            live.certificate.get("bounds") or {},
+            live.certificate.get("options") or plan.get("opts") or {},
+        )
         live.verdict, live.verdict_detail = verdict.code, verdict.as_dict()
         live.plan = plan
         live.steps = sorted(set(live.steps) | set(steps))
@@ -144,10 +172,16 @@ def lost_segments(now=None, after_seconds: float = 300.0) -> list[int]:
     cut = (now or timezone.now()) - timedelta(seconds=after_seconds)
     # A plain upload has no segment at all, and a missing row reads as a NULL processed_at in the join: only
     # certificates of uploads that *are* segments can have a lost follow-up.
-    return list(RunCertificate.objects.filter(
-        upload__live_segment__isnull=False, upload__live_segment__processed_at__isnull=True,
-        state=RunCertificate.State.COMPLETE,
-        completed_at__lt=cut).order_by("pk").values_list("pk", flat=True)[:500])
+    return list(
+        RunCertificate.objects.filter(
+            upload__live_segment__isnull=False,
+            upload__live_segment__processed_at__isnull=True,
+            state=RunCertificate.State.COMPLETE,
+            completed_at__lt=cut,
+        )
+        .order_by("pk")
+        .values_list("pk", flat=True)[:500]
+    )
 
 
 def budget_verdicts(live: LiveRun) -> list[dict]:
@@ -171,26 +205,59 @@ def live_json(live: LiveRun) -> dict:
     series = {"step": [r["step"] for r in rows]}
     for key, under in SERIES:
         series[key] = [((r.get(under) or {}) if under else r).get(key) for r in rows]
-    return {"run": live.run_id, "steps": len(live.steps), "first_step": live.steps[0] if live.steps else None,
-            "last_step": live.steps[-1] if live.steps else None, "ranks": rank_ranges(live),
-            "uploads": len(live.uploads),
-            "merged_uploads": list(live.uploads), "skipped_uploads": [s.get("upload") for s in live.skipped],
-            "summary": {k: s.get(k) for k in ("sequences", "tokens", "accepted", "acceptance_rate", "eps_hat",
-                                              "delta_hat", "T_ref", "threshold", "data_errors")},
-            "best_bound": bounds.get("best"), "best_bound_id": bounds.get("argmin"), "series": series,
-            "verdict": live.verdict_detail or None, "budgets": budget_verdicts(live), "firing": firing_for_run(live.run_id), "skipped": live.skipped[:5],
-            "updated_at": live.updated_at.isoformat()}
+    return {
+        "run": live.run_id,
+        "steps": len(live.steps),
+        "first_step": live.steps[0] if live.steps else None,
+        "last_step": live.steps[-1] if live.steps else None,
+        "ranks": rank_ranges(live),
+        "uploads": len(live.uploads),
+        "merged_uploads": list(live.uploads),
+        "skipped_uploads": [s.get("upload") for s in live.skipped],
+        "summary": {
+            k: s.get(k)
+            for k in (
+                "sequences",
+                "tokens",
+                "accepted",
+                "acceptance_rate",
+                "eps_hat",
+                "delta_hat",
+                "T_ref",
+                "threshold",
+                "data_errors",
+            )
+        },
+        "best_bound": bounds.get("best"),
+        "best_bound_id": bounds.get("argmin"),
+        "series": series,
+        "verdict": live.verdict_detail or None,
+        "budgets": budget_verdicts(live),
+        "firing": firing_for_run(live.run_id),
+        "skipped": live.skipped[:5],
+        "updated_at": live.updated_at.isoformat(),
+    }
 
 
 def alerts_snapshot(live: LiveRun) -> dict:
     """The live view in the shape alert rules read (audit_portal/alerts/rules.py)."""
     cert = live.certificate or {}
-    steps = [{"step": r["step"], "eps_hat_max": r.get("eps_hat_max"),
-              "abs_diff_mean": (r.get("metrics") or {}).get("abs_diff_mean"),
-              "mis_mask_rate": (r.get("metrics") or {}).get("mis_mask_rate")}
-             for r in cert.get("steps") or [] if r.get("step") is not None]
-    return {"certified": bool(cert), "best_bound": (cert.get("bounds") or {}).get("best"), "steps": steps,
-            "as_of": live.updated_at}
+    steps = [
+        {
+            "step": r["step"],
+            "eps_hat_max": r.get("eps_hat_max"),
+            "abs_diff_mean": (r.get("metrics") or {}).get("abs_diff_mean"),
+            "mis_mask_rate": (r.get("metrics") or {}).get("mis_mask_rate"),
+        }
+        for r in cert.get("steps") or []
+        if r.get("step") is not None
+    ]
+    return {
+        "certified": bool(cert),
+        "best_bound": (cert.get("bounds") or {}).get("best"),
+        "steps": steps,
+        "as_of": live.updated_at,
+    }
 
 
 def publish_live(live: LiveRun) -> None:

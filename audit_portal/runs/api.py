@@ -1,4 +1,5 @@
 """REST endpoints for uploads and runs."""
+
 from __future__ import annotations
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
@@ -25,8 +26,24 @@ class UploadSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Upload
-        fields = ["id", "project", "run", "original_name", "sha256", "size_bytes", "compression", "format", "stage",
-                  "duplicate_of", "error_count", "validation", "submitted_by", "created_at", "processed_at", "jobs"]
+        fields = [
+            "id",
+            "project",
+            "run",
+            "original_name",
+            "sha256",
+            "size_bytes",
+            "compression",
+            "format",
+            "stage",
+            "duplicate_of",
+            "error_count",
+            "validation",
+            "submitted_by",
+            "created_at",
+            "processed_at",
+            "jobs",
+        ]
         read_only_fields = fields
 
     def get_jobs(self, upload) -> list[dict]:
@@ -41,8 +58,12 @@ class UploadSerializer(serializers.ModelSerializer):
 
 def jobs_by_upload(principal, upload_ids) -> dict[int, list[dict]]:
     out: dict[int, list[dict]] = {}
-    jobs = (jobs_for(principal).filter(subject_kind="upload", subject_id__in=list(upload_ids))
-            .order_by("created_at", "id").values("id", "kind", "state", "progress", "subject_id"))
+    jobs = (
+        jobs_for(principal)
+        .filter(subject_kind="upload", subject_id__in=list(upload_ids))
+        .order_by("created_at", "id")
+        .values("id", "kind", "state", "progress", "subject_id")
+    )
     for j in jobs:
         out.setdefault(j.pop("subject_id"), []).append(j)
     return out
@@ -69,8 +90,10 @@ class UploadListCreate(WorkBudgetMixin, generics.ListAPIView):
     def get_serializer(self, *args, **kwargs):
         if kwargs.get("many") and args:  # a list page: every row's jobs in one query, not one query per row
             rows = list(args[0])
-            kwargs["context"] = {**self.get_serializer_context(), "jobs_by_upload": jobs_by_upload(
-                Principal.from_request(self.request), [u.pk for u in rows])}
+            kwargs["context"] = {
+                **self.get_serializer_context(),
+                "jobs_by_upload": jobs_by_upload(Principal.from_request(self.request), [u.pk for u in rows]),
+            }
             args = (rows, *args[1:])
         return super().get_serializer(*args, **kwargs)
 
@@ -81,15 +104,30 @@ class UploadListCreate(WorkBudgetMixin, generics.ListAPIView):
         return qs.filter(stage=stage) if stage else qs
 
     @extend_schema(
-        request={"multipart/form-data": inline_serializer("UploadRequest", {
-            "file": serializers.FileField(),
-            # registered by audit_portal/live (runs/extras.py)
-            "steps": serializers.CharField(required=False, help_text="A-B: the file holds steps A to B of a run that "
-                                                                     "grows while it trains (docs/client.md)"),
-            "rank": serializers.IntegerField(required=False, min_value=0, max_value=999999,
-                                             help_text="with steps: the process of a multi-process run that wrote "
-                                                       "them (default 0)")})},
-        responses={201: UploadSerializer, 200: OpenApiResponse(UploadSerializer, description="same bytes uploaded before: the first upload")},
+        request={
+            "multipart/form-data": inline_serializer(
+                "UploadRequest",
+                {
+                    "file": serializers.FileField(),
+                    # registered by audit_portal/live (runs/extras.py)
+                    "steps": serializers.CharField(
+                        required=False,
+                        help_text="A-B: the file holds steps A to B of a run that "
+                        "grows while it trains (docs/client.md)",
+                    ),
+                    "rank": serializers.IntegerField(
+                        required=False,
+                        min_value=0,
+                        max_value=999999,
+                        help_text="with steps: the process of a multi-process run that wrote them (default 0)",
+                    ),
+                },
+            )
+        },
+        responses={
+            201: UploadSerializer,
+            200: OpenApiResponse(UploadSerializer, description="same bytes uploaded before: the first upload"),
+        },
     )
     def post(self, request, slug):
         principal = Principal.from_request(request)
@@ -108,7 +146,9 @@ class UploadListCreate(WorkBudgetMixin, generics.ListAPIView):
         uploaded = files.get("file")
         try:
             if uploaded is None:
-                raise PortalError("Send the run log as multipart/form-data in a field named 'file'.", code="file_missing")
+                raise PortalError(
+                    "Send the run log as multipart/form-data in a field named 'file'.", code="file_missing"
+                )
             fields = extras.checked(request.data)  # e.g. live's "steps": a bad value is refused before storing
             upload, created = services.receive_upload(project=project, uploaded=uploaded, submitted_by=principal.label)
             extras.store(upload, fields)
@@ -117,8 +157,11 @@ class UploadListCreate(WorkBudgetMixin, generics.ListAPIView):
                 if extra is not uploaded:
                     extra.discard()
         data = UploadSerializer(upload, context={"principal": principal}).data
-        return Response(data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
-                        headers={"X-Duplicate-Upload": "false" if created else "true"})
+        return Response(
+            data,
+            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+            headers={"X-Duplicate-Upload": "false" if created else "true"},
+        )
 
 
 def _limit() -> int:
@@ -150,37 +193,50 @@ class RunStartMixin:
     with each run's verdict and metrics, is dashboards/api.py's)."""
 
     @extend_schema(
-        request=inline_serializer("RunStart", {
-            "name": serializers.CharField(help_text="the run's name: the run_id of its records"),
-            "config": serializers.DictField(required=False, help_text="the trainer's configuration (JSON object)"),
-            "tags": serializers.ListField(child=serializers.CharField(), required=False)}),
+        request=inline_serializer(
+            "RunStart",
+            {
+                "name": serializers.CharField(help_text="the run's name: the run_id of its records"),
+                "config": serializers.DictField(required=False, help_text="the trainer's configuration (JSON object)"),
+                "tags": serializers.ListField(child=serializers.CharField(), required=False),
+            },
+        ),
         responses={201: RunSerializer, 200: OpenApiResponse(RunSerializer, description="the run existed: resumed")},
     )
     def post(self, request, slug):
         principal = Principal.from_request(request)
         project = get_project(principal, slug)
         if not principal.can_submit(project):
-            raise exceptions.PermissionDenied("Starting a run needs the submit role (or an API key with the submit "
-                                              "scope).")
+            raise exceptions.PermissionDenied(
+                "Starting a run needs the submit role (or an API key with the submit scope)."
+            )
         data = request.data if isinstance(request.data, dict) else {}
-        run, created = services.start_run(project=project, name=data.get("name"), config=data.get("config"),
-                                          tags=data.get("tags"))
+        run, created = services.start_run(
+            project=project, name=data.get("name"), config=data.get("config"), tags=data.get("tags")
+        )
         return Response(RunSerializer(run).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
 
 class RunState(APIView):
     """A trainer client ends its run: ``finished`` or ``failed``, with the steps it could not log."""
 
-    @extend_schema(request=inline_serializer("RunStateChange", {
-        "state": serializers.ChoiceField(choices=services.RUN_STATES),
-        "missing_steps": serializers.ListField(child=serializers.IntegerField(), required=False)}),
-        responses={200: RunSerializer})
+    @extend_schema(
+        request=inline_serializer(
+            "RunStateChange",
+            {
+                "state": serializers.ChoiceField(choices=services.RUN_STATES),
+                "missing_steps": serializers.ListField(child=serializers.IntegerField(), required=False),
+            },
+        ),
+        responses={200: RunSerializer},
+    )
     def post(self, request, pk):
         principal = Principal.from_request(request)
         run = selectors.get_run(principal, pk)
         if not principal.can_submit(run.project):
-            raise exceptions.PermissionDenied("Changing a run's state needs the submit role (or an API key with the "
-                                              "submit scope).")
+            raise exceptions.PermissionDenied(
+                "Changing a run's state needs the submit role (or an API key with the submit scope)."
+            )
         data = request.data if isinstance(request.data, dict) else {}
         run = services.set_run_state(run, state=data.get("state"), missing_steps=data.get("missing_steps"))
         return Response(RunSerializer(run).data)

@@ -13,6 +13,7 @@
    the same intake as a single-request upload (pre-flight, duplicate check by the computed digest, storage,
    validation job). Without a declared digest, each part's ``X-Part-SHA256`` is what catches a corrupted part.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -49,15 +50,25 @@ def create_session(*, project, size, sha256, name, created_by: str) -> UploadSes
     if size > settings.UPLOAD_MAX_BYTES:
         raise UploadTooLarge(f"The file exceeds the upload limit of {settings.UPLOAD_MAX_BYTES} bytes.")
     if sha256 is not None and (not isinstance(sha256, str) or not _SHA256.match(sha256.lower())):
-        raise InvalidUploadSession("sha256: the file's SHA-256 as 64 hexadecimal digits (or leave it out).",
-                                   extra={"field": "sha256"})
+        raise InvalidUploadSession(
+            "sha256: the file's SHA-256 as 64 hexadecimal digits (or leave it out).", extra={"field": "sha256"}
+        )
     if name is not None and not isinstance(name, str):
         raise InvalidUploadSession("name: the file's name, a string.", extra={"field": "name"})
     if UploadSession.objects.filter(project=project, state=UploadSession.State.OPEN).count() >= MAX_OPEN_SESSIONS:
-        raise InvalidUploadSession(f"A project has at most {MAX_OPEN_SESSIONS} open upload sessions; complete one "
-                                   "first.", code="too_many_upload_sessions")
-    session = UploadSession(id=uuid.uuid4(), project=project, name=(name or "upload.jsonl")[:255], size_bytes=size,
-                            sha256=(sha256 or "").lower(), part_size=PART_BYTES, created_by=created_by[:150])
+        raise InvalidUploadSession(
+            f"A project has at most {MAX_OPEN_SESSIONS} open upload sessions; complete one first.",
+            code="too_many_upload_sessions",
+        )
+    session = UploadSession(
+        id=uuid.uuid4(),
+        project=project,
+        name=(name or "upload.jsonl")[:255],
+        size_bytes=size,
+        sha256=(sha256 or "").lower(),
+        part_size=PART_BYTES,
+        created_by=created_by[:150],
+    )
     with open(session_path(session), "wb") as fh:
         fh.truncate(size)  # sparse: disk is used as parts arrive
     session.save()
@@ -69,12 +80,14 @@ def store_part(session: UploadSession, n: int, stream, length: int | None, part_
     if session.state != UploadSession.State.OPEN:
         raise InvalidUploadSession("This upload session is completed; start a new one.", code="upload_session_closed")
     if not 0 <= n < session.part_count:
-        raise InvalidUploadSession(f"Part {n} does not exist: parts are numbered 0 to {session.part_count - 1}.",
-                                   code="no_such_part")
+        raise InvalidUploadSession(
+            f"Part {n} does not exist: parts are numbered 0 to {session.part_count - 1}.", code="no_such_part"
+        )
     want = session.part_length(n)
     if length != want:
-        raise InvalidUploadSession(f"Part {n} is {want} bytes; the request declares {length}.",
-                                   code="wrong_part_length")
+        raise InvalidUploadSession(
+            f"Part {n} is {want} bytes; the request declares {length}.", code="wrong_part_length"
+        )
     digest = hashlib.sha256()
     data = bytearray()
     got = 0
@@ -89,11 +102,14 @@ def store_part(session: UploadSession, n: int, stream, length: int | None, part_
             _write_at(session, n * session.part_size + got - len(data), bytes(data))
             data.clear()
     if got != want:
-        raise InvalidUploadSession(f"Part {n} ended after {got} of {want} bytes; send it again.",
-                                   code="wrong_part_length")
+        raise InvalidUploadSession(
+            f"Part {n} ended after {got} of {want} bytes; send it again.", code="wrong_part_length"
+        )
     if part_sha256 and digest.hexdigest() != part_sha256.lower():
-        raise InvalidUploadSession(f"Part {n}'s SHA-256 is {digest.hexdigest()}, not {part_sha256}; send it again.",
-                                   code="part_digest_mismatch")
+        raise InvalidUploadSession(
+            f"Part {n}'s SHA-256 is {digest.hexdigest()}, not {part_sha256}; send it again.",
+            code="part_digest_mismatch",
+        )
     with transaction.atomic():
         session = UploadSession.objects.select_for_update().get(pk=session.pk)
         if n not in session.parts_received:
@@ -117,21 +133,27 @@ def complete(session: UploadSession, submitted_by: str):
     if session.state == UploadSession.State.COMPLETED:
         if session.upload is not None:
             return session.upload, False  # a retried completion: the same answer
-        raise InvalidUploadSession("This upload session was completed and its file refused; start a new one.",
-                                   code="upload_session_closed")
+        raise InvalidUploadSession(
+            "This upload session was completed and its file refused; start a new one.", code="upload_session_closed"
+        )
     missing = sorted(set(range(session.part_count)) - set(session.parts_received))
     if missing:
-        raise InvalidUploadSession(f"{len(missing)} part(s) not stored yet: {missing[:20]}.", code="parts_missing",
-                                   extra={"missing": missing[:1000]})
+        raise InvalidUploadSession(
+            f"{len(missing)} part(s) not stored yet: {missing[:20]}.",
+            code="parts_missing",
+            extra={"missing": missing[:1000]},
+        )
     uploaded = hashed_file_from_path(session_path(session))
     if session.sha256 and uploaded.sha256 != session.sha256:  # "": none declared, the computed digest stands
         uploaded.close()
-        raise InvalidUploadSession(f"The assembled file's SHA-256 is {uploaded.sha256}, not the declared "
-                                   f"{session.sha256}; send the parts again (or start over).", code="digest_mismatch")
+        raise InvalidUploadSession(
+            f"The assembled file's SHA-256 is {uploaded.sha256}, not the declared "
+            f"{session.sha256}; send the parts again (or start over).",
+            code="digest_mismatch",
+        )
     uploaded.name = session.name
     try:
-        upload, created = services.receive_upload(project=session.project, uploaded=uploaded,
-                                                  submitted_by=submitted_by)
+        upload, created = services.receive_upload(project=session.project, uploaded=uploaded, submitted_by=submitted_by)
     except PortalError:
         UploadSession.objects.filter(pk=session.pk).update(state=UploadSession.State.COMPLETED)
         raise

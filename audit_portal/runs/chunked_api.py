@@ -1,4 +1,5 @@
 """REST endpoints of resumable uploads in parts (audit_portal/runs/chunked.py)."""
+
 from __future__ import annotations
 
 from django.http import Http404
@@ -23,15 +24,28 @@ class UploadSessionSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = UploadSession
-        fields = ["id", "project", "name", "size_bytes", "sha256", "part_size", "part_count", "parts_received",
-                  "state", "upload", "created_at", "updated_at"]
+        fields = [
+            "id",
+            "project",
+            "name",
+            "size_bytes",
+            "sha256",
+            "part_size",
+            "part_count",
+            "parts_received",
+            "state",
+            "upload",
+            "created_at",
+            "updated_at",
+        ]
         read_only_fields = fields
 
 
 def _session(request, pk, *, submit: bool) -> UploadSession:
     principal = Principal.from_request(request)
-    session = UploadSession.objects.filter(pk=pk, project__in=principal.readable_projects()).select_related(
-        "project").first()
+    session = (
+        UploadSession.objects.filter(pk=pk, project__in=principal.readable_projects()).select_related("project").first()
+    )
     if session is None:
         raise Http404("No such upload session.")
     if submit and not principal.can_submit(session.project):
@@ -43,10 +57,17 @@ class UploadSessionCreate(WorkBudgetMixin, APIView):
     """Start a resumable upload in parts: declare the file's ``size`` (and its ``name``; its ``sha256`` when the client
     can compute it first: then it is checked at completion, otherwise the server's digest stands)."""
 
-    @extend_schema(request=inline_serializer("UploadSessionRequest", {
-        "size": serializers.IntegerField(min_value=1),
-        "sha256": serializers.CharField(min_length=64, max_length=64, required=False, allow_null=True),
-        "name": serializers.CharField(required=False)}), responses={201: UploadSessionSerializer})
+    @extend_schema(
+        request=inline_serializer(
+            "UploadSessionRequest",
+            {
+                "size": serializers.IntegerField(min_value=1),
+                "sha256": serializers.CharField(min_length=64, max_length=64, required=False, allow_null=True),
+                "name": serializers.CharField(required=False),
+            },
+        ),
+        responses={201: UploadSessionSerializer},
+    )
     def post(self, request, slug):
         principal = Principal.from_request(request)
         project = get_project(principal, slug)
@@ -54,10 +75,16 @@ class UploadSessionCreate(WorkBudgetMixin, APIView):
             raise exceptions.PermissionDenied("Uploading needs the submit role (or an API key with the submit scope).")
         data = request.data
         if not isinstance(data, dict):
-            raise chunked.InvalidUploadSession("Send a JSON object with size (and optionally sha256 and name).",
-                                               code="invalid_body")
-        session = chunked.create_session(project=project, size=data.get("size"), sha256=data.get("sha256"),
-                                         name=data.get("name"), created_by=principal.label)
+            raise chunked.InvalidUploadSession(
+                "Send a JSON object with size (and optionally sha256 and name).", code="invalid_body"
+            )
+        session = chunked.create_session(
+            project=project,
+            size=data.get("size"),
+            sha256=data.get("sha256"),
+            name=data.get("name"),
+            created_by=principal.label,
+        )
         return Response(UploadSessionSerializer(session).data, status=status.HTTP_201_CREATED)
 
 
@@ -75,9 +102,11 @@ class UploadSessionPart(APIView):
 
     parser_classes = []  # the body is read as a stream by the view, never parsed or held whole
 
-    @extend_schema(request={"application/octet-stream": OpenApiTypes.BINARY},
-                   parameters=[OpenApiParameter("X-Part-SHA256", str, OpenApiParameter.HEADER, required=False)],
-                   responses={200: UploadSessionSerializer})
+    @extend_schema(
+        request={"application/octet-stream": OpenApiTypes.BINARY},
+        parameters=[OpenApiParameter("X-Part-SHA256", str, OpenApiParameter.HEADER, required=False)],
+        responses={200: UploadSessionSerializer},
+    )
     def put(self, request, pk, n):
         session = _session(request, pk, submit=True)
         raw = request.META.get("CONTENT_LENGTH")
@@ -94,6 +123,8 @@ class UploadSessionComplete(APIView):
         session = _session(request, pk, submit=True)
         principal = Principal.from_request(request)
         upload, created = chunked.complete(session, principal.label)
-        return Response(UploadSerializer(upload, context={"principal": principal}).data,
-                        status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
-                        headers={"X-Duplicate-Upload": "false" if created else "true"})
+        return Response(
+            UploadSerializer(upload, context={"principal": principal}).data,
+            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+            headers={"X-Duplicate-Upload": "false" if created else "true"},
+        )

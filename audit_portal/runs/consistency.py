@@ -2,6 +2,7 @@
 file with the recorded size and digest, duplicates point at the same bytes, a pending upload has a live validation
 job and a valid one its follow-up jobs, no stray or half-stored file sits in the store; and the helpers the apps
 that store results per upload use to find a succeeded job's upload and result row."""
+
 from __future__ import annotations
 
 import time
@@ -45,8 +46,9 @@ def check_uploads(report: Report, scope: Scope) -> None:
     for dup in uploads.filter(duplicate_of__isnull=False).select_related("duplicate_of").iterator(chunk_size=500):
         report.counts["duplicate_uploads"] += 1
         if dup.duplicate_of.sha256 != dup.sha256:
-            report.problem(f"upload {dup.pk} is recorded as a duplicate of upload {dup.duplicate_of_id} "
-                           "but their digests differ")
+            report.problem(
+                f"upload {dup.pk} is recorded as a duplicate of upload {dup.duplicate_of_id} but their digests differ"
+            )
         if dup.stage != UploadStage.DUPLICATE:
             report.problem(f"upload {dup.pk} has duplicate_of set but stage {dup.stage}")
     _check_upload_jobs(report, uploads, scope)
@@ -65,8 +67,9 @@ def _check_upload_jobs(report: Report, uploads, scope: Scope) -> None:
             if validate is None:
                 report.problem(f"upload {up.pk} is {up.stage} but has no validation job")
             elif validate.state in (JobState.FAILED, JobState.CANCELLED, JobState.SUCCEEDED):
-                report.problem(f"upload {up.pk} is still {up.stage} although its validation job {validate.pk} "
-                               f"is {validate.state}")
+                report.problem(
+                    f"upload {up.pk} is still {up.stage} although its validation job {validate.pk} is {validate.state}"
+                )
         elif up.stage == UploadStage.VALID:
             for kind, _task, _queue in follow_ups_for(up.validation):
                 if kind not in jobs:
@@ -87,23 +90,28 @@ def check_stray_files(report: Report, scope: Scope) -> None:
             if path.is_file() and path.stat().st_mtime < cutoff:
                 name = path.relative_to(root).as_posix()
                 if name not in known:
-                    report.problem(f"stray file {name} in the artifact store: no upload row refers to it "
-                                   "(a half-stored upload)")
+                    report.problem(
+                        f"stray file {name} in the artifact store: no upload row refers to it (a half-stored upload)"
+                    )
     incoming = root / "incoming"
     if incoming.is_dir():
         # an open resumable upload's file (audit_portal/runs/chunked.py) is expected there until its last part;
         # one untouched for a week is reported as abandoned
         recent = timezone.now() - timedelta(days=7)
-        open_sessions = {f"session-{pk.hex}.part": at for pk, at in UploadSession.objects.filter(
-            state=UploadSession.State.OPEN).values_list("pk", "updated_at")}
+        open_sessions = {
+            f"session-{pk.hex}.part": at
+            for pk, at in UploadSession.objects.filter(state=UploadSession.State.OPEN).values_list("pk", "updated_at")
+        }
         for path in incoming.iterdir():
             if path.is_file() and path.stat().st_mtime < cutoff:
                 at = open_sessions.get(path.name)
                 if at is None:
                     report.warn(f"partial upload incoming/{path.name} left behind ({path.stat().st_size} bytes)")
                 elif at < recent:
-                    report.warn(f"upload session incoming/{path.name} untouched since {at:%Y-%m-%d} "
-                                f"({path.stat().st_size} bytes allocated): abandoned?")
+                    report.warn(
+                        f"upload session incoming/{path.name} untouched since {at:%Y-%m-%d} "
+                        f"({path.stat().st_size} bytes allocated): abandoned?"
+                    )
 
 
 @register_job_check("validate_upload")

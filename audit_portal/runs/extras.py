@@ -3,6 +3,7 @@ registers ``check(raw) -> value or None`` (raises a PortalError for a bad value,
 ``store(upload, value, fields)`` (after the upload is received; ``fields``: every registered field checked, so one
 store may read another field; None: checked only). audit_portal/live registers ``steps``, the step range of a
 segment of a growing run, and ``rank``, the process that wrote it."""
+
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -1,4 +1,5 @@
 """Runs and their uploaded logs. Token-level data stays in the artifact store, never in Postgres."""
+
 from __future__ import annotations
 
 from django.db import models
@@ -16,9 +17,12 @@ class Run(models.Model):
     # Declared by a trainer client when it starts the run (POST /projects/<slug>/runs/; docs/client.md)
     config = models.JSONField(default=dict, blank=True)
     tags = models.JSONField(default=list, blank=True)
-    state = models.CharField(max_length=10, choices=[("running", "Running"), ("finished", "Finished"),
-                                                     ("failed", "Failed"), ("", "Not declared")], default="",
-                             blank=True)
+    state = models.CharField(
+        max_length=10,
+        choices=[("running", "Running"), ("finished", "Finished"), ("failed", "Failed"), ("", "Not declared")],
+        default="",
+        blank=True,
+    )
     missing_steps = models.JSONField(default=list, blank=True)  # steps the client could not log (disk, network)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
@@ -53,7 +57,9 @@ class Upload(models.Model):
     format = models.CharField(max_length=20, default="fcr/1")
     storage_name = models.CharField(max_length=300, blank=True)
     stage = models.CharField(max_length=16, choices=UploadStage.choices, default=UploadStage.RECEIVED, db_index=True)
-    duplicate_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="resubmissions")
+    duplicate_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="resubmissions"
+    )
     validation = models.JSONField(default=dict, blank=True)
     error_count = models.IntegerField(default=0)
     submitted_by = models.CharField(max_length=150, blank=True)
@@ -64,7 +70,9 @@ class Upload(models.Model):
         ordering = ["-created_at", "-id"]
         constraints = [
             models.UniqueConstraint(
-                fields=["project", "sha256"], condition=Q(duplicate_of__isnull=True), name="one_original_upload_per_digest"
+                fields=["project", "sha256"],
+                condition=Q(duplicate_of__isnull=True),
+                name="one_original_upload_per_digest",
             )
         ]
         indexes = [models.Index(fields=["project", "-created_at"])]

@@ -1,4 +1,5 @@
 """Reads for runs and uploads, scoped by the caller's readable projects."""
+
 from __future__ import annotations
 
 from django.http import Http404
@@ -8,7 +9,9 @@ from audit_portal.runs.models import Run, Upload
 
 
 def uploads_for(principal: Principal, project=None):
-    qs = Upload.objects.filter(project__in=principal.readable_projects()).select_related("project", "run", "duplicate_of")
+    qs = Upload.objects.filter(project__in=principal.readable_projects()).select_related(
+        "project", "run", "duplicate_of"
+    )
     return qs.filter(project=project) if project is not None else qs
 
 

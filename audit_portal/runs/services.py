@@ -1,4 +1,5 @@
 """Writes for runs and uploads: receiving a file, recording its validation, attaching it to a run."""
+
 from __future__ import annotations
 
 import logging
@@ -55,14 +56,25 @@ def receive_upload(*, project, uploaded: HashedUploadedFile, submitted_by: str) 
         try:
             with transaction.atomic():
                 upload = Upload.objects.create(
-                    project=project, original_name=(uploaded.name or "upload.jsonl")[:255], sha256=uploaded.sha256,
-                    size_bytes=uploaded.size, content_type=(uploaded.content_type or "")[:100],
-                    compression=uploaded.compression, format=fmt, storage_name=name, stage=UploadStage.RECEIVED,
+                    project=project,
+                    original_name=(uploaded.name or "upload.jsonl")[:255],
+                    sha256=uploaded.sha256,
+                    size_bytes=uploaded.size,
+                    content_type=(uploaded.content_type or "")[:100],
+                    compression=uploaded.compression,
+                    format=fmt,
+                    storage_name=name,
+                    stage=UploadStage.RECEIVED,
                     submitted_by=submitted_by,
                 )
                 create_job(
-                    project=project, kind="validate_upload", task_name=VALIDATE_TASK, queue="cpu",
-                    title=f"Validate {upload.original_name}", subject_kind="upload", subject_id=upload.pk,
+                    project=project,
+                    kind="validate_upload",
+                    task_name=VALIDATE_TASK,
+                    queue="cpu",
+                    title=f"Validate {upload.original_name}",
+                    subject_kind="upload",
+                    subject_id=upload.pk,
                     submitted_by=submitted_by,
                 )
         except IntegrityError:
@@ -74,7 +86,8 @@ def receive_upload(*, project, uploaded: HashedUploadedFile, submitted_by: str) 
             raise QueueUnavailable(
                 f"Upload {upload.pk} was stored, but the job queue is not reachable: its validation starts "
                 "automatically when the queue is back (submitting the same file again returns this upload).",
-                extra={"upload": upload.pk, "stored": True}) from exc
+                extra={"upload": upload.pk, "stored": True},
+            ) from exc
         except DatabaseError:
             # Nothing was committed (e.g. PostgreSQL restarting): take the file back out, leave no half-stored upload.
             if not existed:
@@ -87,9 +100,16 @@ def receive_upload(*, project, uploaded: HashedUploadedFile, submitted_by: str) 
 
 def _record_duplicate(project, original: Upload, uploaded: HashedUploadedFile, submitted_by: str) -> Upload:
     Upload.objects.create(
-        project=project, original_name=(uploaded.name or "upload.jsonl")[:255], sha256=uploaded.sha256,
-        size_bytes=uploaded.size, content_type=(uploaded.content_type or "")[:100], compression=uploaded.compression,
-        stage=UploadStage.DUPLICATE, duplicate_of=original, submitted_by=submitted_by, processed_at=timezone.now(),
+        project=project,
+        original_name=(uploaded.name or "upload.jsonl")[:255],
+        sha256=uploaded.sha256,
+        size_bytes=uploaded.size,
+        content_type=(uploaded.content_type or "")[:100],
+        compression=uploaded.compression,
+        stage=UploadStage.DUPLICATE,
+        duplicate_of=original,
+        submitted_by=submitted_by,
+        processed_at=timezone.now(),
     )
     return original
 
@@ -147,9 +167,16 @@ def record_validation(upload: Upload, summary: dict) -> Upload:
         upload.run, _ = Run.objects.get_or_create(project=upload.project, name=run_name[:200])
         Run.objects.filter(pk=upload.run.pk).update(updated_at=timezone.now())
         for kind, task_name, queue in follow_ups_for(summary):
-            create_job(project=upload.project, kind=kind, task_name=task_name, queue=queue,
-                       title=f"{kind.replace('_', ' ').capitalize()}: {upload.original_name}",
-                       subject_kind="upload", subject_id=upload.pk, submitted_by=upload.submitted_by)
+            create_job(
+                project=upload.project,
+                kind=kind,
+                task_name=task_name,
+                queue=queue,
+                title=f"{kind.replace('_', ' ').capitalize()}: {upload.original_name}",
+                subject_kind="upload",
+                subject_id=upload.pk,
+                submitted_by=upload.submitted_by,
+            )
     upload.save()
     return upload
 
@@ -179,16 +206,26 @@ def _checked_declarations(config, tags) -> tuple[dict | None, list | None]:
         if not isinstance(config, dict):
             raise PortalError("config: a JSON object", code="invalid_run_config", extra={"field": "config"})
         if _has_nul(config):
-            raise PortalError("config: a JSON object with no U+0000 characters", code="invalid_run_config",
-                              extra={"field": "config"})
+            raise PortalError(
+                "config: a JSON object with no U+0000 characters", code="invalid_run_config", extra={"field": "config"}
+            )
         if len(json.dumps(config)) > CONFIG_MAX_BYTES:
-            raise PortalError(f"config: at most {CONFIG_MAX_BYTES // 1024} KiB of JSON", code="invalid_run_config",
-                              extra={"field": "config"})
+            raise PortalError(
+                f"config: at most {CONFIG_MAX_BYTES // 1024} KiB of JSON",
+                code="invalid_run_config",
+                extra={"field": "config"},
+            )
     if tags is not None:
-        if (not isinstance(tags, list) or len(tags) > TAGS_MAX
-                or not all(isinstance(t, str) and 0 < len(t) <= 64 and not _has_nul(t) for t in tags)):
-            raise PortalError(f"tags: a list of at most {TAGS_MAX} strings of 1 to 64 characters",
-                              code="invalid_run_tags", extra={"field": "tags"})
+        if (
+            not isinstance(tags, list)
+            or len(tags) > TAGS_MAX
+            or not all(isinstance(t, str) and 0 < len(t) <= 64 and not _has_nul(t) for t in tags)
+        ):
+            raise PortalError(
+                f"tags: a list of at most {TAGS_MAX} strings of 1 to 64 characters",
+                code="invalid_run_tags",
+                extra={"field": "tags"},
+            )
     return config, tags
 
 
@@ -196,9 +233,11 @@ def start_run(*, project, name: str, config=None, tags=None) -> tuple[Run, bool]
     """The run ``name`` of ``project``, created when new (a client starting or resuming it); ``config``/``tags``
     given replace the stored ones. Returns ``(run, created)``; the run is marked running."""
     if not isinstance(name, str) or not name.strip() or len(name) > 200 or _has_nul(name):
-        raise PortalError("name: the run's name (its records' run_id), 1 to 200 characters, no U+0000",
-                          code="invalid_run_name",
-                          extra={"field": "name"})
+        raise PortalError(
+            "name: the run's name (its records' run_id), 1 to 200 characters, no U+0000",
+            code="invalid_run_name",
+            extra={"field": "name"},
+        )
     config, tags = _checked_declarations(config, tags)
     with transaction.atomic():
         try:
@@ -221,10 +260,14 @@ def set_run_state(run: Run, *, state: str, missing_steps=None) -> Run:
     recorded before: a resumed run may report its gaps in several processes)."""
     if state not in RUN_STATES:
         raise PortalError(f"state: one of {', '.join(RUN_STATES)}", code="invalid_run_state", extra={"field": "state"})
-    if missing_steps is not None and (not isinstance(missing_steps, list) or len(missing_steps) > 1_000_000 or not all(
-            isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 10**12 for s in missing_steps)):
-        raise PortalError("missing_steps: a list of step numbers", code="invalid_missing_steps",
-                          extra={"field": "missing_steps"})
+    if missing_steps is not None and (
+        not isinstance(missing_steps, list)
+        or len(missing_steps) > 1_000_000
+        or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 10**12 for s in missing_steps)
+    ):
+        raise PortalError(
+            "missing_steps: a list of step numbers", code="invalid_missing_steps", extra={"field": "missing_steps"}
+        )
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run.pk)
         run.state = state

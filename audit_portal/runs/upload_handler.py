@@ -2,6 +2,7 @@
 SHA-256 and enforcing the size limit on the fly: a 5 GB upload never sits in memory, and an oversize one
 is cut off as soon as it crosses the limit. (The upload view also refuses a too-large ``Content-Length``
 before reading the body at all.)"""
+
 from __future__ import annotations
 
 import errno
@@ -80,9 +81,9 @@ class StreamProbe:
         else:
             longest = self._line_len + first
             if len(out) > cap:  # only then can a whole line inside this piece be over the cap
-                longest = max(longest, max(map(len, out[first + 1:].split(b"\n")[:-1]), default=0))
+                longest = max(longest, max(map(len, out[first + 1 :].split(b"\n")[:-1]), default=0))
             if longest > cap:
-                inner = out[first + 1:].split(b"\n")
+                inner = out[first + 1 :].split(b"\n")
                 at = 1 if self._line_len + first > cap else 2 + next(i for i, x in enumerate(inner) if len(x) > cap)
                 self._fail_line(self.lines + at)
                 return
@@ -111,8 +112,20 @@ def incoming_dir() -> Path:
 class HashedUploadedFile(UploadedFile):
     """A completed upload on disk in the artifact store, with its digest and size."""
 
-    def __init__(self, path: Path, name: str, content_type: str, size: int, sha256: str, *, compression: str,
-                 head: bytes, head_is_whole: bool, stream_error: str | None, stream_error_code: str | None = None):
+    def __init__(
+        self,
+        path: Path,
+        name: str,
+        content_type: str,
+        size: int,
+        sha256: str,
+        *,
+        compression: str,
+        head: bytes,
+        head_is_whole: bool,
+        stream_error: str | None,
+        stream_error_code: str | None = None,
+    ):
         super().__init__(open(path, "rb"), name=name, content_type=content_type, size=size)
         self.path = path
         self.sha256 = sha256
@@ -179,8 +192,14 @@ class HashingUploadHandler(FileUploadHandler):
             self._discard()
             return None
         self.fh.close()
-        return _hashed(self.path, self.file_name, self.content_type, self.size, self.digest.hexdigest(),
-                       self.probe or StreamProbe(compressed=False))
+        return _hashed(
+            self.path,
+            self.file_name,
+            self.content_type,
+            self.size,
+            self.digest.hexdigest(),
+            self.probe or StreamProbe(compressed=False),
+        )
 
     def upload_interrupted(self):
         self._discard()
@@ -196,9 +215,18 @@ class HashingUploadHandler(FileUploadHandler):
 
 def _hashed(path, name, content_type, size, sha256, probe: StreamProbe) -> HashedUploadedFile:
     probe.finish()
-    return HashedUploadedFile(path, name, content_type, size, sha256, compression="gzip" if probe.compressed else "none",
-                              head=probe.head, head_is_whole=probe.head_is_whole, stream_error=probe.error,
-                              stream_error_code=probe.code)
+    return HashedUploadedFile(
+        path,
+        name,
+        content_type,
+        size,
+        sha256,
+        compression="gzip" if probe.compressed else "none",
+        head=probe.head,
+        head_is_whole=probe.head_is_whole,
+        stream_error=probe.error,
+        stream_error_code=probe.code,
+    )
 
 
 def hashed_file_from_path(path: Path, content_type: str = "application/octet-stream") -> HashedUploadedFile:

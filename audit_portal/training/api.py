@@ -1,5 +1,6 @@
 """REST endpoints for training-step audits: submit (submit role or a submit-scoped key), list, detail, and the
 per-token arrays file. Every read is scoped to the caller's projects (a foreign audit is a 404)."""
+
 from __future__ import annotations
 
 from django.http import FileResponse
@@ -28,28 +29,68 @@ class TrainingAuditSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = TrainingAudit
-        fields = ["id", "project", "state", "config", "rollout_numerics", "trainer_numerics", "device_requested",
-                  "device_used", "device_note", "submitted_by", "created_at", "completed_at", "job", "summary",
-                  "divergence", "certificates", "steps", "mask_agreement", "profile", "tokens_bytes", "links"]
+        fields = [
+            "id",
+            "project",
+            "state",
+            "config",
+            "rollout_numerics",
+            "trainer_numerics",
+            "device_requested",
+            "device_used",
+            "device_note",
+            "submitted_by",
+            "created_at",
+            "completed_at",
+            "job",
+            "summary",
+            "divergence",
+            "certificates",
+            "steps",
+            "mask_agreement",
+            "profile",
+            "tokens_bytes",
+            "links",
+        ]
         read_only_fields = fields
 
     def get_job(self, audit) -> dict | None:
         job = audit.job
         if job is None:
             return None
-        return {"id": job.pk, "state": job.state, "queue": job.queue, "progress": job.progress,
-                "message": job.message, "error": job.error}
+        return {
+            "id": job.pk,
+            "state": job.state,
+            "queue": job.queue,
+            "progress": job.progress,
+            "message": job.message,
+            "error": job.error,
+        }
 
     def get_links(self, audit) -> dict:
-        return {"page": f"/p/{audit.project.slug}/training/{audit.pk}/",
-                "job": f"/api/v1/jobs/{audit.job_id}/" if audit.job_id else None,
-                "tokens": f"/api/v1/training-audits/{audit.pk}/tokens/" if audit.tokens_storage else None}
+        return {
+            "page": f"/p/{audit.project.slug}/training/{audit.pk}/",
+            "job": f"/api/v1/jobs/{audit.job_id}/" if audit.job_id else None,
+            "tokens": f"/api/v1/training-audits/{audit.pk}/tokens/" if audit.tokens_storage else None,
+        }
 
 
 class TrainingAuditListSerializer(TrainingAuditSerializer):
     class Meta(TrainingAuditSerializer.Meta):
-        fields = ["id", "project", "state", "rollout_numerics", "trainer_numerics", "device_requested", "device_used",
-                  "submitted_by", "created_at", "completed_at", "job", "links"]
+        fields = [
+            "id",
+            "project",
+            "state",
+            "rollout_numerics",
+            "trainer_numerics",
+            "device_requested",
+            "device_used",
+            "submitted_by",
+            "created_at",
+            "completed_at",
+            "job",
+            "links",
+        ]
         read_only_fields = fields
 
 
@@ -57,26 +98,47 @@ def _int(default, help_text=""):
     return serializers.IntegerField(required=False, default=default, help_text=help_text)
 
 
-SUBMIT_REQUEST = inline_serializer("TrainingAuditRequest", {
-    "numerics": serializers.CharField(required=False, default="bf16_autocast",
-                                      help_text="rollout numerics: fp32 | bf16_autocast | bf16_weights, optionally "
-                                                "with ',sdpa' and/or ',extra_batch'"),
-    # a plain string in the schema: an enum here would collide with the kernels' "device" enum (cpu | cuda)
-    "device": serializers.CharField(required=False, default="auto",
-                                    help_text=f"{' | '.join(DEVICES)}; auto: CUDA when the worker has it, else the "
-                                              "CPU fallback"),
-    "vocab": _int(32), "d_model": _int(64), "n_layers": _int(2), "n_heads": _int(4), "max_len": _int(64),
-    "seed": _int(0, "model weights and seeded prompts"),
-    "batch": _int(16, "sequences (a multiple of group)"), "group": _int(4, "samples per prompt"),
-    "prompt_len": _int(4), "length": _int(16, "response tokens"), "topk": _int(8, "K of the top-K-only view"),
-    "prompts": serializers.ListField(child=serializers.ListField(child=serializers.IntegerField()), required=False,
-                                     help_text="explicit prompts (equally long token-id lists); default: seeded"),
-    "losses": serializers.ListField(child=serializers.ChoiceField(choices=list(LOSS_NAMES)), required=False,
-                                    help_text="losses to step (default: all)"),
-    "optimizer": serializers.ChoiceField(choices=list(OPTIMIZERS), required=False, default="sgd"),
-    "lr": serializers.FloatField(required=False, default=1.0),
-    "budget": serializers.FloatField(required=False, default=0.5),
-})
+SUBMIT_REQUEST = inline_serializer(
+    "TrainingAuditRequest",
+    {
+        "numerics": serializers.CharField(
+            required=False,
+            default="bf16_autocast",
+            help_text="rollout numerics: fp32 | bf16_autocast | bf16_weights, optionally "
+            "with ',sdpa' and/or ',extra_batch'",
+        ),
+        # a plain string in the schema: an enum here would collide with the kernels' "device" enum (cpu | cuda)
+        "device": serializers.CharField(
+            required=False,
+            default="auto",
+            help_text=f"{' | '.join(DEVICES)}; auto: CUDA when the worker has it, else the CPU fallback",
+        ),
+        "vocab": _int(32),
+        "d_model": _int(64),
+        "n_layers": _int(2),
+        "n_heads": _int(4),
+        "max_len": _int(64),
+        "seed": _int(0, "model weights and seeded prompts"),
+        "batch": _int(16, "sequences (a multiple of group)"),
+        "group": _int(4, "samples per prompt"),
+        "prompt_len": _int(4),
+        "length": _int(16, "response tokens"),
+        "topk": _int(8, "K of the top-K-only view"),
+        "prompts": serializers.ListField(
+            child=serializers.ListField(child=serializers.IntegerField()),
+            required=False,
+            help_text="explicit prompts (equally long token-id lists); default: seeded",
+        ),
+        "losses": serializers.ListField(
+            child=serializers.ChoiceField(choices=list(LOSS_NAMES)),
+            required=False,
+            help_text="losses to step (default: all)",
+        ),
+        "optimizer": serializers.ChoiceField(choices=list(OPTIMIZERS), required=False, default="sgd"),
+        "lr": serializers.FloatField(required=False, default=1.0),
+        "budget": serializers.FloatField(required=False, default=0.5),
+    },
+)
 
 
 def submit_from_request(request, project, principal) -> TrainingAudit:
@@ -103,15 +165,18 @@ class ProjectTrainingAuditListCreate(WorkBudgetMixin, generics.ListAPIView):
         principal = Principal.from_request(self.request)
         return selectors.audits_for(principal, get_project(principal, self.kwargs["slug"]))
 
-    @extend_schema(request={"application/json": SUBMIT_REQUEST, "multipart/form-data": SUBMIT_REQUEST},
-                   responses={201: TrainingAuditSerializer})
+    @extend_schema(
+        request={"application/json": SUBMIT_REQUEST, "multipart/form-data": SUBMIT_REQUEST},
+        responses={201: TrainingAuditSerializer},
+    )
     def post(self, request, slug):
         principal = Principal.from_request(request)
         project = get_project(principal, slug)
         if not principal.can_submit(project):
             raise exceptions.PermissionDenied(
                 "Submitting a training audit needs the submit role (owner or member) or an API key with the submit "
-                "scope.")
+                "scope."
+            )
         audit = submit_from_request(request, project, principal)
         return Response(TrainingAuditSerializer(audit).data, status=status.HTTP_201_CREATED)
 
@@ -135,5 +200,9 @@ class TrainingAuditTokens(APIView):
         path = artifact_path(audit.tokens_storage) if audit.tokens_storage else None
         if path is None or not path.exists():
             raise exceptions.NotFound("This training audit has no per-token file (not complete, or removed).")
-        return FileResponse(open(path, "rb"), as_attachment=True, content_type="application/gzip",
-                            filename=f"training-audit-{audit.pk}-tokens.json.gz")
+        return FileResponse(
+            open(path, "rb"),
+            as_attachment=True,
+            content_type="application/gzip",
+            filename=f"training-audit-{audit.pk}-tokens.json.gz",
+        )

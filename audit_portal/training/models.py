@@ -3,6 +3,7 @@
 Never per-token rows: the row keeps the engine's summaries, per-position series (downsampled) and a histogram; the
 per-token exact TV/KL and top-K interval ends are one gzipped JSON file in the artifact store (docs/deploy.md#artifact-storage).
 """
+
 from __future__ import annotations
 
 from django.db import models

@@ -1,4 +1,5 @@
 """Reads for training-step audits, scoped by the caller's readable projects (a foreign audit is a 404)."""
+
 from __future__ import annotations
 
 from django.http import Http404

@@ -1,5 +1,6 @@
 """Writes for training-step audits: submit (validate, row + job on the ``gpu`` queue), record the device a worker
 chose, and store the engine's result (summaries in Postgres, per-token arrays as one artifact file)."""
+
 from __future__ import annotations
 
 import gzip
@@ -28,19 +29,31 @@ def check_config(data) -> dict:
     try:
         return validate(data)
     except ConfigError as exc:
-        raise PortalError(f"{exc.field}: {exc.message}", code="invalid_training_config",
-                          extra={"field": exc.field}) from None
+        raise PortalError(
+            f"{exc.field}: {exc.message}", code="invalid_training_config", extra={"field": exc.field}
+        ) from None
 
 
 def submit(*, project, data, submitted_by: str) -> TrainingAudit:
     config = check_config(data)
     with transaction.atomic():
-        audit = TrainingAudit.objects.create(project=project, config=config, rollout_numerics=config["numerics"],
-                                             device_requested=config["device"], submitted_by=submitted_by[:150])
+        audit = TrainingAudit.objects.create(
+            project=project,
+            config=config,
+            rollout_numerics=config["numerics"],
+            device_requested=config["device"],
+            submitted_by=submitted_by[:150],
+        )
         job = jobs.create_job(
-            project=project, kind=JOB_KIND, task_name=TASK_NAME, queue=QUEUE,
-            title=f"Training-step audit #{audit.pk} · {config['numerics']} vs fp32", subject_kind="training_audit",
-            subject_id=audit.pk, submitted_by=submitted_by)
+            project=project,
+            kind=JOB_KIND,
+            task_name=TASK_NAME,
+            queue=QUEUE,
+            title=f"Training-step audit #{audit.pk} · {config['numerics']} vs fp32",
+            subject_kind="training_audit",
+            subject_id=audit.pk,
+            submitted_by=submitted_by,
+        )
         audit.job = job
         audit.save(update_fields=["job"])
     return audit
@@ -58,7 +71,7 @@ def downsample_positions(position: dict, max_points: int = MAX_POSITIONS) -> dic
     width = max(1, math.ceil(n / max_points))
     out = {"x": list(range(0, n, width)), "width": width}
     for key, values in position.items():
-        chunks = [values[i:i + width] for i in range(0, n, width)]
+        chunks = [values[i : i + width] for i in range(0, n, width)]
         out[key] = [(sum(c) / len(c)) if key in MEAN_SERIES else max(c) for c in chunks]
     return out
 
@@ -83,8 +96,24 @@ def complete(audit: TrainingAudit, result: dict) -> TrainingAudit:
     profile = dict(result.get("profile") or {})
     profile["position"] = downsample_positions(profile.get("position") or {})
     audit.profile = profile
-    audit.summary = {k: result.get(k) for k in ("schema", "device", "torch", "numerics", "model", "batch", "group",
-                                                "prompt_len", "length", "seed", "optimizer", "reward", "timing_s")}
+    audit.summary = {
+        k: result.get(k)
+        for k in (
+            "schema",
+            "device",
+            "torch",
+            "numerics",
+            "model",
+            "batch",
+            "group",
+            "prompt_len",
+            "length",
+            "seed",
+            "optimizer",
+            "reward",
+            "timing_s",
+        )
+    }
     audit.divergence = result.get("divergence") or {}
     audit.certificates = result.get("certificates") or {}
     audit.steps = result.get("steps") or {}

@@ -15,6 +15,7 @@ for scripts):
        R3 routes in the log; the message names the failing calls and layers)
     64 usage error
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,9 +57,11 @@ def _call(fn):
 
 def _summary(result) -> str:
     c = result.certificate
-    return (f"certificate {result.certificate_id}: {c.get('sequences')} sequences, {c.get('tokens')} tokens, "
-            f"eps_hat={c.get('eps_hat')}, B*={c.get('best_bound')} ({c.get('best_bound_id')}), "
-            f"data errors {c.get('data_errors')}\n{result.url}")
+    return (
+        f"certificate {result.certificate_id}: {c.get('sequences')} sequences, {c.get('tokens')} tokens, "
+        f"eps_hat={c.get('eps_hat')}, B*={c.get('best_bound')} ({c.get('best_bound_id')}), "
+        f"data errors {c.get('data_errors')}\n{result.url}"
+    )
 
 
 def cmd_upload(args) -> int:
@@ -72,9 +75,13 @@ def cmd_upload(args) -> int:
     quiet = args.quiet or not sys.stderr.isatty() and not args.progress
     parts_above = None if args.single_request else args.parts_above
     in_parts = parts_above is not None and size > parts_above
-    with tqdm(total=size, unit="B", unit_scale=True, desc="sha256", disable=quiet or not in_parts,
-              file=sys.stderr) as hbar, \
-            tqdm(total=size, unit="B", unit_scale=True, desc="upload", disable=quiet, file=sys.stderr) as bar:
+    with (
+        tqdm(
+            total=size, unit="B", unit_scale=True, desc="sha256", disable=quiet or not in_parts, file=sys.stderr
+        ) as hbar,
+        tqdm(total=size, unit="B", unit_scale=True, desc="upload", disable=quiet, file=sys.stderr) as bar,
+    ):
+
         def hashed(done, total):
             hbar.update(done - hbar.n)
 
@@ -82,16 +89,25 @@ def cmd_upload(args) -> int:
             bar.total = total
             bar.update(done - bar.n)
 
-        up, code = _call(lambda: client._poll(lambda: client.upload(
-            project, args.file, progress=sent, parts_above=parts_above, hash_progress=hashed),
-            deadline=_deadline(args.timeout)))
+        up, code = _call(
+            lambda: client._poll(
+                lambda: client.upload(project, args.file, progress=sent, parts_above=parts_above, hash_progress=hashed),
+                deadline=_deadline(args.timeout),
+            )
+        )
         if code is not None:
             return code
     print(f"upload {up['id']} ({up['stage']}{', same bytes as before' if up.get('stage') == 'duplicate' else ''})")
     if not args.wait and args.budget is None and not args.require_replay:
         return EXIT_OK
-    with tqdm(total=1.0, desc="certify", disable=quiet, file=sys.stderr,
-              bar_format="{desc}: {percentage:3.0f}%|{bar}| {postfix}") as bar:
+    with tqdm(
+        total=1.0,
+        desc="certify",
+        disable=quiet,
+        file=sys.stderr,
+        bar_format="{desc}: {percentage:3.0f}%|{bar}| {postfix}",
+    ) as bar:
+
         def on_job(job):
             bar.set_postfix_str(f"{job.get('kind')} {job.get('state')}")
             if job.get("progress") is not None:
@@ -122,8 +138,10 @@ def cmd_status(args) -> int:
     up, code = _call(lambda: client.get(f"/uploads/{args.upload_id}/"))
     if code is not None:
         return code
-    print(f"upload {up['id']}: {up['original_name']} ({up.get('format')}), stage {up['stage']}, "
-          f"{up.get('error_count', 0)} error(s)")
+    print(
+        f"upload {up['id']}: {up['original_name']} ({up.get('format')}), stage {up['stage']}, "
+        f"{up.get('error_count', 0)} error(s)"
+    )
     for job in up.get("jobs", []):
         prog = "" if job.get("progress") is None else f" {100 * job['progress']:.0f}%"
         print(f"  job {job['id']} {job['kind']}: {job['state']}{prog}")
@@ -135,7 +153,8 @@ def cmd_status(args) -> int:
     if any(j["state"] in ("failed", "cancelled") for j in jobs if j["kind"] == "certify_upload"):
         return EXIT_REFUSED
     done = up["stage"] in ("valid", "duplicate") and any(
-        j["kind"] == "certify_upload" and j["state"] == "succeeded" for j in jobs)
+        j["kind"] == "certify_upload" and j["state"] == "succeeded" for j in jobs
+    )
     if not done:
         return EXIT_PENDING
     if args.budget is not None:
@@ -164,8 +183,10 @@ def cmd_sync(args) -> int:
     if code is not None:
         return code
     c = result.certificate
-    print(f"run {result.run_id}: {c.get('steps')} step(s), {c.get('sequences')} sequence(s), eps_hat "
-          f"{c.get('eps_hat')}, B*={result.best_bound}; missing steps: {c.get('missing_steps') or 'none'}\n{result.url}")
+    print(
+        f"run {result.run_id}: {c.get('steps')} step(s), {c.get('sequences')} sequence(s), eps_hat "
+        f"{c.get('eps_hat')}, B*={result.best_bound}; missing steps: {c.get('missing_steps') or 'none'}\n{result.url}"
+    )
     return EXIT_OK
 
 
@@ -189,8 +210,12 @@ def _deadline(timeout: float) -> float:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="audit-portal", description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap = argparse.ArgumentParser(
+        prog="audit-portal",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__,
+    )
     ap.add_argument("--url")
     ap.add_argument("--api-key")
     ap.add_argument("--http-timeout", type=float, default=60.0)
@@ -200,13 +225,21 @@ def main(argv=None) -> int:
     u.add_argument("--project")
     u.add_argument("--wait", action="store_true", help="wait for the certificate")
     u.add_argument("--budget", type=float, help="exit 2 when the certified B* is above this (implies --wait)")
-    u.add_argument("--require-replay", action="store_true",
-                   help="exit 5 unless the routing audit shows R3 replay held (implies --wait)")
+    u.add_argument(
+        "--require-replay",
+        action="store_true",
+        help="exit 5 unless the routing audit shows R3 replay held (implies --wait)",
+    )
     u.add_argument("--timeout", type=float, default=900.0, help="seconds to keep trying / waiting")
-    u.add_argument("--parts-above", type=_size, default=PARTS_ABOVE, metavar="SIZE",
-                   help="send files larger than SIZE (bytes, or with K/M/G: 64M) as a resumable upload in parts; "
-                        "running the same command again after an interruption sends only the missing parts "
-                        "(default 64M)")
+    u.add_argument(
+        "--parts-above",
+        type=_size,
+        default=PARTS_ABOVE,
+        metavar="SIZE",
+        help="send files larger than SIZE (bytes, or with K/M/G: 64M) as a resumable upload in parts; "
+        "running the same command again after an interruption sends only the missing parts "
+        "(default 64M)",
+    )
     u.add_argument("--single-request", action="store_true", help="always send the file in one request")
     u.add_argument("--quiet", action="store_true")
     u.add_argument("--progress", action="store_true", help="progress bars even when stderr is not a terminal")

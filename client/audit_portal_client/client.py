@@ -3,6 +3,7 @@ disk, with its step range), wait for its certificate or its routing audit, and s
 that logs steps as they train. Errors: :class:`PortalError` (the portal refused, with its message),
 :class:`PortalUnavailable` (not reachable), :class:`BudgetExceeded` and :class:`ReplayFailed` (the CI gates).
 """
+
 from __future__ import annotations
 
 import os
@@ -40,8 +41,11 @@ class BudgetExceeded(Exception):
     def __init__(self, result: "FinishResult", budget: float):
         best = result.best_bound
         what = f"certificate {result.certificate_id}" if result.certificate_id is not None else f"run {result.url}"
-        super().__init__(f"{what}: best bound B* = {best} exceeds the budget {budget}"
-                         if best is not None else f"{what}: no bound could be certified (budget {budget})")
+        super().__init__(
+            f"{what}: best bound B* = {best} exceeds the budget {budget}"
+            if best is not None
+            else f"{what}: no bound could be certified (budget {budget})"
+        )
         self.result, self.budget = result, budget
 
 
@@ -50,10 +54,14 @@ class ReplayFailed(Exception):
     UNVERIFIABLE or NOT_DECLARED, or the run carries no MoE routes). ``replay`` is the audit's verdict object."""
 
     def __init__(self, upload_id: int, replay: dict):
-        failed = "; ".join(f"call {c['call_id']} at layer(s) {', '.join(map(str, c['layers_flipped']))}"
-                           for c in (replay.get("failed") or [])[:3])
-        super().__init__(f"upload {upload_id}: routing replay {replay.get('state')}: {replay.get('reason')}"
-                         + (f" ({failed})" if failed else ""))
+        failed = "; ".join(
+            f"call {c['call_id']} at layer(s) {', '.join(map(str, c['layers_flipped']))}"
+            for c in (replay.get("failed") or [])[:3]
+        )
+        super().__init__(
+            f"upload {upload_id}: routing replay {replay.get('state')}: {replay.get('reason')}"
+            + (f" ({failed})" if failed else "")
+        )
         self.upload_id, self.replay = upload_id, replay
 
 
@@ -75,8 +83,9 @@ class Client:
     ``AUDIT_PORTAL_URL``, ``AUDIT_PORTAL_KEY`` (or ``AUDIT_PORTAL_API_KEY``) and ``AUDIT_PORTAL_PROJECT``. Nothing is
     sent until a request; :meth:`run` checks the key, URL and project at once."""
 
-    def __init__(self, url: str | None = None, api_key: str | None = None, *, project: str | None = None,
-                 timeout: float = 30.0):
+    def __init__(
+        self, url: str | None = None, api_key: str | None = None, *, project: str | None = None, timeout: float = 30.0
+    ):
         url = url or os.environ.get("AUDIT_PORTAL_URL")
         api_key = api_key or os.environ.get("AUDIT_PORTAL_KEY") or os.environ.get("AUDIT_PORTAL_API_KEY")
         if not url or not api_key:
@@ -103,16 +112,28 @@ class Client:
             body = {}
         if r.status_code >= 400:
             err = body.get("error", {}) if isinstance(body, dict) else {}
-            raise PortalError(f"{method} {path}: HTTP {r.status_code} {err.get('code', '')}: "
-                              f"{err.get('message', r.text[:300])}", r.status_code, body)
+            raise PortalError(
+                f"{method} {path}: HTTP {r.status_code} {err.get('code', '')}: {err.get('message', r.text[:300])}",
+                r.status_code,
+                body,
+            )
         return body
 
     def get(self, path: str) -> dict:
         return self._request("GET", path)
 
-    def upload(self, project: str, path, progress=None, steps: tuple[int, int] | None = None,
-               rank: int | None = None, *, parts_above: int | None = PARTS_ABOVE, hash_progress=None,
-               state_dir=None) -> dict:
+    def upload(
+        self,
+        project: str,
+        path,
+        progress=None,
+        steps: tuple[int, int] | None = None,
+        rank: int | None = None,
+        *,
+        parts_above: int | None = PARTS_ABOVE,
+        hash_progress=None,
+        state_dir=None,
+    ) -> dict:
         """POST one run-log file (JSONL, .jsonl.gz or .parquet) to the project; returns the upload object (201 new,
         200 the same bytes were uploaded before). ``progress(bytes_sent, total)`` while the body streams. ``steps``
         ``(first, last)`` declares the file as those steps of a run that grows while it trains: the portal merges
@@ -130,8 +151,14 @@ class Client:
             from audit_portal_client import upload as parts
 
             try:
-                return parts.upload_in_parts(self, project, path, progress=progress, hash_progress=hash_progress,
-                                             state=None if state_dir is None else Path(state_dir) / "uploads")
+                return parts.upload_in_parts(
+                    self,
+                    project,
+                    path,
+                    progress=progress,
+                    hash_progress=hash_progress,
+                    state=None if state_dir is None else Path(state_dir) / "uploads",
+                )
             except parts.SessionsFull as exc:  # a single request takes any size up to the limit, without resuming
                 parts.log.warning("%s; sending %s in one request", exc, path.name)
         fields = {"steps": f"{steps[0]}-{steps[1]}"} if steps is not None else {}
@@ -139,11 +166,16 @@ class Client:
             fields["rank"] = str(int(rank))
         with open(path, "rb") as fh:
             body = _Multipart(fh, path.name, size, progress, fields)
-            return self._request("POST", f"/projects/{project}/uploads/", data=body,
-                                 headers={"Content-Type": body.content_type, "Content-Length": str(len(body))})
+            return self._request(
+                "POST",
+                f"/projects/{project}/uploads/",
+                data=body,
+                headers={"Content-Type": body.content_type, "Content-Length": str(len(body))},
+            )
 
-    def wait_for_certificate(self, upload_id: int, *, timeout: float = 900.0, poll: float = 1.0,
-                             on_job=None) -> FinishResult:
+    def wait_for_certificate(
+        self, upload_id: int, *, timeout: float = 900.0, poll: float = 1.0, on_job=None
+    ) -> FinishResult:
         """Poll an upload until its certificate is complete (or the upload turns invalid: :class:`PortalError`).
         ``on_job(job dict)`` on every poll (for a progress bar)."""
         deadline = time.monotonic() + timeout
@@ -151,8 +183,12 @@ class Client:
             up = self._poll(lambda: self.get(f"/uploads/{upload_id}/"), deadline)
             if up["stage"] == "invalid":
                 errs = up.get("validation", {}).get("errors", [])[:3]
-                raise PortalError(f"upload {upload_id} is invalid: " + "; ".join(
-                    f"line {e.get('line')}: {e.get('field') or 'record'}: {e.get('reason')}" for e in errs), 422, up)
+                raise PortalError(
+                    f"upload {upload_id} is invalid: "
+                    + "; ".join(f"line {e.get('line')}: {e.get('field') or 'record'}: {e.get('reason')}" for e in errs),
+                    422,
+                    up,
+                )
             if up["stage"] == "duplicate" and up.get("duplicate_of"):
                 upload_id = up["duplicate_of"]
                 continue
@@ -168,8 +204,9 @@ class Client:
                     url = f"{self.url}/p/{up['project']}/runs/{run}/?certificate={cid}"
                     return FinishResult(upload_id, run, cid, url, cert)
                 if job["state"] in ("failed", "cancelled"):
-                    raise PortalError(f"certificate job {job['id']} {job['state']}: {job.get('error') or ''}", None,
-                                      job)
+                    raise PortalError(
+                        f"certificate job {job['id']} {job['state']}: {job.get('error') or ''}", None, job
+                    )
             elif on_job is not None:
                 on_job({"kind": "validate_upload", "state": up["stage"], "progress": None})
             if time.monotonic() > deadline:
@@ -193,8 +230,9 @@ class Client:
                 if job["state"] == "succeeded":
                     return job.get("result") or {}
                 if job["state"] in ("failed", "cancelled"):
-                    raise PortalError(f"routing audit job {job['id']} {job['state']}: {job.get('error') or ''}", None,
-                                      job)
+                    raise PortalError(
+                        f"routing audit job {job['id']} {job['state']}: {job.get('error') or ''}", None, job
+                    )
             if time.monotonic() > deadline:
                 raise PortalUnavailable(f"upload {upload_id}: no routing audit after {timeout:.0f} s")
             time.sleep(poll)
@@ -228,10 +266,14 @@ class _Multipart:
         self.content_type = f"multipart/form-data; boundary={boundary}"
         safe = filename.replace('"', "_").replace("\r", "_").replace("\n", "_")
         # plain fields first (values are ours: step ranges, no quoting needed), then the file
-        head = "".join(f"--{boundary}\r\nContent-Disposition: form-data; name=\"{k}\"\r\n\r\n{v}\r\n"
-                       for k, v in (fields or {}).items())
-        self.head = (head + f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; "
-                     f"filename=\"{safe}\"\r\nContent-Type: application/octet-stream\r\n\r\n").encode()
+        head = "".join(
+            f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'
+            for k, v in (fields or {}).items()
+        )
+        self.head = (
+            head + f'--{boundary}\r\nContent-Disposition: form-data; name="file"; '
+            f'filename="{safe}"\r\nContent-Type: application/octet-stream\r\n\r\n'
+        ).encode()
         self.tail = f"\r\n--{boundary}--\r\n".encode()
         self.fh, self.size, self.progress = fh, size, progress
         self.sent = 0
@@ -252,7 +294,7 @@ class _Multipart:
                     continue
             else:
                 chunk = part if want < 0 else part[:want]
-                rest = part[len(chunk):]
+                rest = part[len(chunk) :]
                 if rest:
                     self._parts[0] = rest
                 else:

@@ -7,6 +7,7 @@ positions go to the log: padding and tokens the policy did not sample never reac
 
 The schema here must equal the portal's (workers/fcr/columnar.py; the repository's tests compare the two).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -22,23 +23,36 @@ FORMAT = "fcr-parquet/1"
 def arrow_schema(float_type: str = "float32") -> pa.Schema:
     ft = {"float64": pa.float64(), "float32": pa.float32()}[float_type]
     i64, s = pa.int64(), pa.string()
-    fields = [pa.field("run_id", s, nullable=False), pa.field("trajectory_id", s, nullable=False),
-              pa.field("call_id", s, nullable=False), pa.field("step", i64, nullable=False),
-              pa.field("call_index", i64, nullable=False), pa.field("role", s),
-              pa.field("meta_json", s, nullable=False),
-              pa.field("prompt_token_ids", pa.list_(i64)), pa.field("response_token_ids", pa.list_(i64)),
-              pa.field("response_token_strings", pa.list_(s)), pa.field("rollout_logprobs", pa.list_(ft)),
-              pa.field("rollout_token_policy_versions", pa.list_(i64)), pa.field("trainer_logprobs", pa.list_(ft)),
-              pa.field("trainer_loss_mask", pa.list_(pa.int8()))]
+    fields = [
+        pa.field("run_id", s, nullable=False),
+        pa.field("trajectory_id", s, nullable=False),
+        pa.field("call_id", s, nullable=False),
+        pa.field("step", i64, nullable=False),
+        pa.field("call_index", i64, nullable=False),
+        pa.field("role", s),
+        pa.field("meta_json", s, nullable=False),
+        pa.field("prompt_token_ids", pa.list_(i64)),
+        pa.field("response_token_ids", pa.list_(i64)),
+        pa.field("response_token_strings", pa.list_(s)),
+        pa.field("rollout_logprobs", pa.list_(ft)),
+        pa.field("rollout_token_policy_versions", pa.list_(i64)),
+        pa.field("trainer_logprobs", pa.list_(ft)),
+        pa.field("trainer_loss_mask", pa.list_(pa.int8())),
+    ]
     for side in ("rollout", "trainer"):
-        fields += [pa.field(f"{side}_topk_ids", pa.list_(pa.list_(i64))),
-                   pa.field(f"{side}_topk_logprobs", pa.list_(pa.list_(ft)))]
+        fields += [
+            pa.field(f"{side}_topk_ids", pa.list_(pa.list_(i64))),
+            pa.field(f"{side}_topk_logprobs", pa.list_(pa.list_(ft))),
+        ]
     # MoE routes, each a call's [tokens, layers, top_k] flattened row-major; layers and top_k in the last two
-    fields += [pa.field("rollout_routed_experts", pa.list_(pa.int16())),
-               pa.field("trainer_routed_experts", pa.list_(pa.int16())),
-               pa.field("rollout_router_topk_probs", pa.list_(pa.float32())),
-               pa.field("trainer_routes_delta", pa.list_(pa.int16())),  # the trainer's routes, as a difference
-               pa.field("routes_layers", pa.int16()), pa.field("routes_top_k", pa.int16())]
+    fields += [
+        pa.field("rollout_routed_experts", pa.list_(pa.int16())),
+        pa.field("trainer_routed_experts", pa.list_(pa.int16())),
+        pa.field("rollout_router_topk_probs", pa.list_(pa.float32())),
+        pa.field("trainer_routes_delta", pa.list_(pa.int16())),  # the trainer's routes, as a difference
+        pa.field("routes_layers", pa.int16()),
+        pa.field("routes_top_k", pa.int16()),
+    ]
     return pa.schema(fields, metadata={b"fcr.format": FORMAT.encode(), b"fcr.record_schema": b"fcr/1"})
 
 
@@ -89,12 +103,30 @@ def _check(name, arr, shape, ndim):
         raise ValueError(f"{name}: expected shape {list(shape) + (['K'] if ndim == 3 else [])}, got {list(arr.shape)}")
 
 
-def step_table(meta: RecordMeta, step: int, *, rollout_logprobs, trainer_logprobs, response_mask, response_ids,
-               prompt_ids=None, prompt_mask=None, rollout_topk_ids=None, rollout_topk_logprobs=None,
-               trainer_topk_ids=None, trainer_topk_logprobs=None, trajectory_ids=None, policy_version=None,
-               float_type: str = "float32", call_prefix: str = "", row_offset: int = 0, rollout_routed_experts=None,
-               trainer_routed_experts=None, routing_replay: str | None = None, num_experts: int | None = None
-               ) -> pa.Table:
+def step_table(
+    meta: RecordMeta,
+    step: int,
+    *,
+    rollout_logprobs,
+    trainer_logprobs,
+    response_mask,
+    response_ids,
+    prompt_ids=None,
+    prompt_mask=None,
+    rollout_topk_ids=None,
+    rollout_topk_logprobs=None,
+    trainer_topk_ids=None,
+    trainer_topk_logprobs=None,
+    trajectory_ids=None,
+    policy_version=None,
+    float_type: str = "float32",
+    call_prefix: str = "",
+    row_offset: int = 0,
+    rollout_routed_experts=None,
+    trainer_routed_experts=None,
+    routing_replay: str | None = None,
+    num_experts: int | None = None,
+) -> pa.Table:
     """One training step's batch → an ``fcr-parquet/1`` table (one row per policy call). Shapes: ``[B, T]`` for
     log-probs, mask and response ids; ``[B, P]`` prompt ids (``prompt_mask`` marks real tokens, e.g. verl's left
     padding); ``[B, T, K]`` top-K ids/log-probs; ``[B, T, layers, top_k]`` MoE routes (the experts chosen at the
@@ -105,8 +137,10 @@ def step_table(meta: RecordMeta, step: int, *, rollout_logprobs, trainer_logprob
     a = to_numpy(rollout_logprobs, "rollout_logprobs", np.float64)
     b = to_numpy(trainer_logprobs, "trainer_logprobs", np.float64)
     if a is None or b is None or a.ndim != 2:
-        raise ValueError(f"rollout_logprobs and trainer_logprobs: expected [B, T] arrays, got "
-                         f"{None if a is None else list(a.shape)} and {None if b is None else list(b.shape)}")
+        raise ValueError(
+            f"rollout_logprobs and trainer_logprobs: expected [B, T] arrays, got "
+            f"{None if a is None else list(a.shape)} and {None if b is None else list(b.shape)}"
+        )
     B, T = a.shape
     mask = to_numpy(response_mask, "response_mask")
     if mask is None:
@@ -120,18 +154,23 @@ def step_table(meta: RecordMeta, step: int, *, rollout_logprobs, trainer_logprob
     _check("response_mask", mask, (B, T), 2)
     _check("response_ids", y, (B, T), 2)
     tops = {}
-    for side, ids, lps in (("rollout", rollout_topk_ids, rollout_topk_logprobs),
-                           ("trainer", trainer_topk_ids, trainer_topk_logprobs)):
+    for side, ids, lps in (
+        ("rollout", rollout_topk_ids, rollout_topk_logprobs),
+        ("trainer", trainer_topk_ids, trainer_topk_logprobs),
+    ):
         if (ids is None) != (lps is None):
             raise ValueError(f"{side}_topk_ids and {side}_topk_logprobs: give both or neither")
         if ids is not None:
-            ids, lps = to_numpy(ids, f"{side}_topk_ids").astype(np.int64), to_numpy(lps, f"{side}_topk_logprobs",
-                                                                                   np.float64)
+            ids, lps = (
+                to_numpy(ids, f"{side}_topk_ids").astype(np.int64),
+                to_numpy(lps, f"{side}_topk_logprobs", np.float64),
+            )
             _check(f"{side}_topk_ids", ids, (B, T), 3)
             _check(f"{side}_topk_logprobs", lps, (B, T), 3)
             if ids.shape != lps.shape:
-                raise ValueError(f"{side}_topk_ids {list(ids.shape)} and {side}_topk_logprobs {list(lps.shape)} "
-                                 f"differ in shape")
+                raise ValueError(
+                    f"{side}_topk_ids {list(ids.shape)} and {side}_topk_logprobs {list(lps.shape)} differ in shape"
+                )
             tops[side] = (ids, lps)
     for name, arr in (("rollout_logprobs", a), ("trainer_logprobs", b)):
         bad = mask & ~np.isfinite(arr)
@@ -147,14 +186,18 @@ def step_table(meta: RecordMeta, step: int, *, rollout_logprobs, trainer_logprob
         if arr is None:
             continue
         if arr.ndim != 4 or arr.shape[:2] != (B, T) or not np.issubdtype(arr.dtype, np.integer):
-            raise ValueError(f"{side}_routed_experts: expected integer [B, T, layers, top_k] = [{B}, {T}, …], got "
-                             f"{arr.dtype} {list(arr.shape)}")
+            raise ValueError(
+                f"{side}_routed_experts: expected integer [B, T, layers, top_k] = [{B}, {T}, …], got "
+                f"{arr.dtype} {list(arr.shape)}"
+            )
         if arr.max(initial=-1) > 32767:
             raise ValueError(f"{side}_routed_experts: expert id {int(arr.max())} above 32767 (stored as int16)")
         routes[side] = np.where(arr < 0, -1, arr)  # "not recorded" as −1: int16 would wrap −40000 into an expert id
     if len(routes) == 2 and routes["rollout"].shape != routes["trainer"].shape:
-        raise ValueError(f"trainer_routed_experts {list(routes['trainer'].shape)} and rollout_routed_experts "
-                         f"{list(routes['rollout'].shape)} differ in shape")
+        raise ValueError(
+            f"trainer_routed_experts {list(routes['trainer'].shape)} and rollout_routed_experts "
+            f"{list(routes['rollout'].shape)} differ in shape"
+        )
     if routing_replay not in (None, "none", "R2", "R3"):
         raise ValueError(f"routing_replay: expected none, R2, R3 or None, got {routing_replay!r}")
     p = to_numpy(prompt_ids, "prompt_ids")
@@ -166,9 +209,23 @@ def step_table(meta: RecordMeta, step: int, *, rollout_logprobs, trainer_logprob
         if pm is not None and pm.shape != p.shape:
             raise ValueError(f"prompt_mask: expected {list(p.shape)}, got {list(pm.shape)}")
 
-    cols: dict[str, list] = {k: [] for k in ("run_id", "trajectory_id", "call_id", "step", "call_index", "role",
-                                             "meta_json", "prompt_token_ids", "response_token_ids",
-                                             "rollout_logprobs", "trainer_logprobs", "trainer_loss_mask")}
+    cols: dict[str, list] = {
+        k: []
+        for k in (
+            "run_id",
+            "trajectory_id",
+            "call_id",
+            "step",
+            "call_index",
+            "role",
+            "meta_json",
+            "prompt_token_ids",
+            "response_token_ids",
+            "rollout_logprobs",
+            "trainer_logprobs",
+            "trainer_loss_mask",
+        )
+    }
     topk_rows = {side: ([], []) for side in tops}
     route_rows = {side: [] for side in routes}
     for r in range(B):
@@ -179,17 +236,32 @@ def step_table(meta: RecordMeta, step: int, *, rollout_logprobs, trainer_logprob
             ctx = prompt + y[r, :s].tolist()
             cid = f"{traj}-c{k}"
             record_meta = {
-                "schema": "fcr/1", "role_source": "config", "parent_call_id": f"{traj}-c{k - 1}" if k else None,
-                "model": {"served_name": meta.model, "policy_version": policy_version,
-                          **({"num_experts": int(num_experts)} if num_experts is not None else {})},
-                "tokenizer": {"id": meta.tokenizer_id, "sha256": meta.tokenizer_sha256}, "chat_template": None,
-                "engine": {"name": meta.engine, "api": "generate", "logprobs_mode": meta.logprobs_mode,
-                           "generation_config_source": "unknown"},
-                "sampling": {}, "source": {"kind": "audit-portal-client", **meta.extra},
+                "schema": "fcr/1",
+                "role_source": "config",
+                "parent_call_id": f"{traj}-c{k - 1}" if k else None,
+                "model": {
+                    "served_name": meta.model,
+                    "policy_version": policy_version,
+                    **({"num_experts": int(num_experts)} if num_experts is not None else {}),
+                },
+                "tokenizer": {"id": meta.tokenizer_id, "sha256": meta.tokenizer_sha256},
+                "chat_template": None,
+                "engine": {
+                    "name": meta.engine,
+                    "api": "generate",
+                    "logprobs_mode": meta.logprobs_mode,
+                    "generation_config_source": "unknown",
+                },
+                "sampling": {},
+                "source": {"kind": "audit-portal-client", **meta.extra},
                 "prompt": {"provenance": "engine_input", "ids_sha256": ids_sha256(ctx)},
                 "response": {"provenance": "engine", "ids_sha256": ids_sha256(resp)},
-                "rollout": {}, "trainer": {"policy_version": policy_version, "sample_id": cid,
-                                           **({"routing_replay": routing_replay} if routing_replay else {})},
+                "rollout": {},
+                "trainer": {
+                    "policy_version": policy_version,
+                    "sample_id": cid,
+                    **({"routing_replay": routing_replay} if routing_replay else {}),
+                },
             }
             cols["run_id"].append(meta.run_id)
             cols["trajectory_id"].append(traj)
@@ -211,8 +283,17 @@ def step_table(meta: RecordMeta, step: int, *, rollout_logprobs, trainer_logprob
     schema = arrow_schema(float_type)
     ft = schema.field("rollout_logprobs").type.value_type
     arrays = {}
-    for k in ("run_id", "trajectory_id", "call_id", "step", "call_index", "role", "meta_json", "prompt_token_ids",
-              "response_token_ids"):
+    for k in (
+        "run_id",
+        "trajectory_id",
+        "call_id",
+        "step",
+        "call_index",
+        "role",
+        "meta_json",
+        "prompt_token_ids",
+        "response_token_ids",
+    ):
         arrays[k] = pa.array(cols[k], schema.field(k).type)
     for k, vt in (("rollout_logprobs", ft), ("trainer_logprobs", ft), ("trainer_loss_mask", pa.int8())):
         arrays[k] = _flat_list(cols[k], vt)
@@ -222,8 +303,9 @@ def step_table(meta: RecordMeta, step: int, *, rollout_logprobs, trainer_logprob
     if routes:
         shape = next(iter(routes.values())).shape
         if len(route_rows) == 2:  # the trainer's routes as their difference from the rollout's (route_delta below)
-            route_rows["trainer_delta"] = [route_delta(r, t) for r, t in zip(route_rows["rollout"],
-                                                                            route_rows.pop("trainer"))]
+            route_rows["trainer_delta"] = [
+                route_delta(r, t) for r, t in zip(route_rows["rollout"], route_rows.pop("trainer"))
+            ]
         for side, rows in route_rows.items():
             name = "trainer_routes_delta" if side == "trainer_delta" else f"{side}_routed_experts"
             arrays[name] = _flat_list([x.reshape(-1) for x in rows], pa.int16())
@@ -231,8 +313,9 @@ def step_table(meta: RecordMeta, step: int, *, rollout_logprobs, trainer_logprob
         arrays["routes_layers"] = pa.array([shape[2]] * n_rows, pa.int16())
         arrays["routes_top_k"] = pa.array([shape[3]] * n_rows, pa.int16())
     n = len(cols["run_id"])
-    return pa.Table.from_arrays([arrays[f.name] if f.name in arrays else pa.nulls(n, f.type) for f in schema],
-                                schema=schema)
+    return pa.Table.from_arrays(
+        [arrays[f.name] if f.name in arrays else pa.nulls(n, f.type) for f in schema], schema=schema
+    )
 
 
 ROUTES_SAME = -32768  # in trainer_routes_delta: "the rollout's id" (never an expert id, never −1)
@@ -272,6 +355,6 @@ def pad_rows(rows, fill=0, dtype=None):
     out = np.full((len(rows), T), fill, dtype=dtype or (rows[0].dtype if rows else np.float64))
     mask = np.zeros((len(rows), T), np.int8)
     for i, r in enumerate(rows):
-        out[i, :len(r)] = r
-        mask[i, :len(r)] = 1
+        out[i, : len(r)] = r
+        mask[i, : len(r)] = 1
     return out, mask

@@ -17,6 +17,7 @@ network error becomes a warning and a *gap*: the steps it lost are counted and r
 each segment into the run's live view; :meth:`Run.finish` uploads what is left, waits for the merge and returns the
 run's certificate — the live view itself, so the two always agree and nothing is sent twice.
 """
+
 from __future__ import annotations
 
 import errno
@@ -36,8 +37,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from audit_portal_client.client import (BudgetExceeded, Client, FinishResult, PortalError, PortalUnavailable,
-                                        ReplayFailed)
+from audit_portal_client.client import (
+    BudgetExceeded,
+    Client,
+    FinishResult,
+    PortalError,
+    PortalUnavailable,
+    ReplayFailed,
+)
 from audit_portal_client.fcr import RecordMeta, arrow_schema, step_table
 
 log = logging.getLogger("audit_portal_client")
@@ -146,12 +153,28 @@ class Run:
     from one training thread. A context manager: ``with client.run(...) as run:`` finishes the run, or marks it
     failed when the block raises."""
 
-    def __init__(self, client: Client, project: str | None = None, name: str | None = None, *,
-                 resume: bool | None = None, config: dict | None = None, tags: list[str] | None = None,
-                 rank: int | None = None, spool_dir=None, segment_steps: int = 8, float_type: str = "float32",
-                 live: bool = True, model: str = "policy", tokenizer_id: str = "unknown",
-                 tokenizer_sha256: str = "unknown", engine: str = "unknown", logprobs_mode: str | None = None,
-                 max_backoff: float = 30.0, strict: bool = False):
+    def __init__(
+        self,
+        client: Client,
+        project: str | None = None,
+        name: str | None = None,
+        *,
+        resume: bool | None = None,
+        config: dict | None = None,
+        tags: list[str] | None = None,
+        rank: int | None = None,
+        spool_dir=None,
+        segment_steps: int = 8,
+        float_type: str = "float32",
+        live: bool = True,
+        model: str = "policy",
+        tokenizer_id: str = "unknown",
+        tokenizer_sha256: str = "unknown",
+        engine: str = "unknown",
+        logprobs_mode: str | None = None,
+        max_backoff: float = 30.0,
+        strict: bool = False,
+    ):
         project = project or os.environ.get("AUDIT_PORTAL_PROJECT")
         if not project:
             raise ValueError("project: give it, or set AUDIT_PORTAL_PROJECT")
@@ -162,15 +185,27 @@ class Run:
         self.client, self.project, self.name = client, project, name
         self.rank = int(os.environ.get("RANK", 0)) if rank is None else int(rank)
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{project}/{name}".replace("/", "__")) + (
-            f"-r{self.rank}" if self.rank else "")  # one spool per process: ranks on one machine never share one
-        root = Path(spool_dir) if spool_dir is not None else Path(
-            os.environ.get("AUDIT_PORTAL_SPOOL", Path.home() / ".cache" / "audit-portal" / "spool")) / safe
+            f"-r{self.rank}" if self.rank else ""
+        )  # one spool per process: ranks on one machine never share one
+        root = (
+            Path(spool_dir)
+            if spool_dir is not None
+            else Path(os.environ.get("AUDIT_PORTAL_SPOOL", Path.home() / ".cache" / "audit-portal" / "spool")) / safe
+        )
         self.spool = _Spool(root)
         if self.spool.state.get("rank", self.rank) != self.rank:  # two processes in one spool would mix segments
-            raise ValueError(f"spool {root} holds rank {self.spool.state['rank']}'s segments, not rank {self.rank}'s: "
-                             f"give each process (rank) its own spool_dir")
-        self.meta = RecordMeta(run_id=name, model=model, tokenizer_id=tokenizer_id,
-                               tokenizer_sha256=tokenizer_sha256, engine=engine, logprobs_mode=logprobs_mode)
+            raise ValueError(
+                f"spool {root} holds rank {self.spool.state['rank']}'s segments, not rank {self.rank}'s: "
+                f"give each process (rank) its own spool_dir"
+            )
+        self.meta = RecordMeta(
+            run_id=name,
+            model=model,
+            tokenizer_id=tokenizer_id,
+            tokenizer_sha256=tokenizer_sha256,
+            engine=engine,
+            logprobs_mode=logprobs_mode,
+        )
         self.float_type, self.segment_steps, self.live, self.max_backoff = float_type, segment_steps, live, max_backoff
         self.strict = strict
         self.config, self.tags = config, tags
@@ -197,39 +232,53 @@ class Run:
         self._stop = threading.Event()
         self._thread = None
         if live:
-            self._thread = threading.Thread(target=self._upload_loop, name=f"audit-portal-uploader-{name}",
-                                            daemon=True)
+            self._thread = threading.Thread(target=self._upload_loop, name=f"audit-portal-uploader-{name}", daemon=True)
             self._thread.start()
 
     # ---- identity -------------------------------------------------------------------------------------------------
     def _start(self, resume):
         """Start or resume the run on the portal: refusals (key, URL, project) raise now; unreachable: offline."""
-        body = {"name": self.name, **({"config": self.config} if self.config is not None else {}),
-                **({"tags": list(self.tags)} if self.tags is not None else {})}
+        body = {
+            "name": self.name,
+            **({"config": self.config} if self.config is not None else {}),
+            **({"tags": list(self.tags)} if self.tags is not None else {}),
+        }
         try:
             run = self.client._request("POST", f"/projects/{self.project}/runs/", json=body)
         except PortalUnavailable as exc:
             self.offline = True
-            self._warn_once("offline", f"audit-portal: {self.client.url} is not reachable ({exc}); offline: steps are "
-                                       f"spooled in {self.spool.root} and uploaded when it is back (or run "
-                                       f"`audit-portal sync {self.spool.root}`)")
+            self._warn_once(
+                "offline",
+                f"audit-portal: {self.client.url} is not reachable ({exc}); offline: steps are "
+                f"spooled in {self.spool.root} and uploaded when it is back (or run "
+                f"`audit-portal sync {self.spool.root}`)",
+            )
             return
         if not isinstance(run, dict) or not isinstance(run.get("id"), int):
-            raise PortalError(f"{self.client.url} answered POST /api/v1/projects/{self.project}/runs/ without a run: "
-                              f"not an Audit Portal (check the URL)")
+            raise PortalError(
+                f"{self.client.url} answered POST /api/v1/projects/{self.project}/runs/ without a run: "
+                f"not an Audit Portal (check the URL)"
+            )
         self._set_run(run["id"])
         held = self._portal_steps()
         if resume is False and held:
-            raise PortalError(f"run {self.name!r} of {self.project} exists with {len(held)} step(s): pass "
-                              f"resume=True to continue it, or another name", 409)
+            raise PortalError(
+                f"run {self.name!r} of {self.project} exists with {len(held)} step(s): pass "
+                f"resume=True to continue it, or another name",
+                409,
+            )
         if resume is None and held:
-            self._warn_once("exists", f"audit-portal: run {self.name!r} of {self.project} exists with {len(held)} "
-                                      f"step(s) (up to {max(held)}): continuing it, those steps are not logged again "
-                                      f"(resume=True says so; resume=False or another name starts afresh)")
+            self._warn_once(
+                "exists",
+                f"audit-portal: run {self.name!r} of {self.project} exists with {len(held)} "
+                f"step(s) (up to {max(held)}): continuing it, those steps are not logged again "
+                f"(resume=True says so; resume=False or another name starts afresh)",
+            )
         self._held |= held
         if self._held:
-            log.info("audit-portal: resuming %s: %d step(s) held, up to step %d", self.name, len(self._held),
-                     max(self._held))
+            log.info(
+                "audit-portal: resuming %s: %d step(s) held, up to step %d", self.name, len(self._held), max(self._held)
+            )
         log.info("audit-portal: run %s: %s", self.name, self.url)
         print(f"audit-portal: run {self.name}: {self.url}", file=sys.stderr)
 
@@ -261,11 +310,27 @@ class Run:
         return steps
 
     # ---- logging --------------------------------------------------------------------------------------------------
-    def log_step(self, step: int, *, rollout_logprobs, trainer_logprobs, response_mask=None, response_ids=None,
-                 prompt_ids=None, prompt_mask=None, rollout_topk_ids=None, rollout_topk_logprobs=None,
-                 trainer_topk_ids=None, trainer_topk_logprobs=None, trajectory_ids=None, policy_version=None,
-                 rollout_routed_experts=None, trainer_routed_experts=None, routing_replay=None,
-                 num_experts=None) -> int:
+    def log_step(
+        self,
+        step: int,
+        *,
+        rollout_logprobs,
+        trainer_logprobs,
+        response_mask=None,
+        response_ids=None,
+        prompt_ids=None,
+        prompt_mask=None,
+        rollout_topk_ids=None,
+        rollout_topk_logprobs=None,
+        trainer_topk_ids=None,
+        trainer_topk_logprobs=None,
+        trajectory_ids=None,
+        policy_version=None,
+        rollout_routed_experts=None,
+        trainer_routed_experts=None,
+        routing_replay=None,
+        num_experts=None,
+    ) -> int:
         """Log one step's batch, or one micro-batch of it (call again with the same ``step``; torch tensors or numpy
         arrays, ``[B, T]`` / ``[B, T, K]``, padded with ``response_mask``; MoE routes ``[B, T, layers, top_k]`` with
         the declared ``routing_replay`` none/R2/R3). Returns the number of policy calls written (0 for a step the
@@ -277,18 +342,29 @@ class Run:
             self._step_rows.setdefault(step, 0)
             return 0
         try:
-            table = step_table(self.meta, step, rollout_logprobs=rollout_logprobs, trainer_logprobs=trainer_logprobs,
-                               response_mask=response_mask, response_ids=response_ids, prompt_ids=prompt_ids,
-                               prompt_mask=prompt_mask, rollout_topk_ids=rollout_topk_ids,
-                               rollout_topk_logprobs=rollout_topk_logprobs, trainer_topk_ids=trainer_topk_ids,
-                               trainer_topk_logprobs=trainer_topk_logprobs, trajectory_ids=trajectory_ids,
-                               policy_version=step if policy_version is None else policy_version,
-                               float_type=self.float_type,
-                               call_prefix=f"{self.name}-" + (f"r{self.rank}-" if self.rank else ""),
-                               row_offset=self._step_rows.get(step, 0),
-                               rollout_routed_experts=rollout_routed_experts,
-                               trainer_routed_experts=trainer_routed_experts, routing_replay=routing_replay,
-                               num_experts=num_experts)
+            table = step_table(
+                self.meta,
+                step,
+                rollout_logprobs=rollout_logprobs,
+                trainer_logprobs=trainer_logprobs,
+                response_mask=response_mask,
+                response_ids=response_ids,
+                prompt_ids=prompt_ids,
+                prompt_mask=prompt_mask,
+                rollout_topk_ids=rollout_topk_ids,
+                rollout_topk_logprobs=rollout_topk_logprobs,
+                trainer_topk_ids=trainer_topk_ids,
+                trainer_topk_logprobs=trainer_topk_logprobs,
+                trajectory_ids=trajectory_ids,
+                policy_version=step if policy_version is None else policy_version,
+                float_type=self.float_type,
+                call_prefix=f"{self.name}-" + (f"r{self.rank}-" if self.rank else ""),
+                row_offset=self._step_rows.get(step, 0),
+                rollout_routed_experts=rollout_routed_experts,
+                trainer_routed_experts=trainer_routed_experts,
+                routing_replay=routing_replay,
+                num_experts=num_experts,
+            )
         except Exception as exc:  # training never dies for auditing
             if self.strict:
                 raise
@@ -335,14 +411,17 @@ class Run:
         self._tables, self._seg_steps = [], []
         name = f"seg-{self.spool.next_index():06d}.parquet"
         try:
-            _write_atomic(self.spool.root / f".{name}.tmp", self.spool.root / name,
-                          table=pa.concat_tables(tables))
+            _write_atomic(self.spool.root / f".{name}.tmp", self.spool.root / name, table=pa.concat_tables(tables))
         except Exception as exc:  # a disk error (or any surprise) costs these steps, never training
             if self.strict and not isinstance(exc, OSError):
                 raise
             what = "disk full" if getattr(exc, "errno", None) == errno.ENOSPC else exc.__class__.__name__
-            self._gap(steps, f"audit-portal: steps {min(steps)}–{max(steps)} not spooled ({what}: {exc}); the run "
-                             f"records them as missing, training goes on", f"disk:{what}")
+            self._gap(
+                steps,
+                f"audit-portal: steps {min(steps)}–{max(steps)} not spooled ({what}: {exc}); the run "
+                f"records them as missing, training goes on",
+                f"disk:{what}",
+            )
             return
         self._held.update(steps)
         if self.gaps & set(steps):  # a step lost earlier (disk, an earlier process) is logged now
@@ -359,9 +438,15 @@ class Run:
         if self._run_id is not None:
             return True
         try:
-            run = self.client._request("POST", f"/projects/{self.project}/runs/", json={
-                "name": self.name, **({"config": self.config} if self.config is not None else {}),
-                **({"tags": list(self.tags)} if self.tags is not None else {})})
+            run = self.client._request(
+                "POST",
+                f"/projects/{self.project}/runs/",
+                json={
+                    "name": self.name,
+                    **({"config": self.config} if self.config is not None else {}),
+                    **({"tags": list(self.tags)} if self.tags is not None else {}),
+                },
+            )
         except PortalUnavailable as exc:
             self.last_error = str(exc)
             return False
@@ -375,9 +460,12 @@ class Run:
 
     def _refused(self, exc: PortalError):
         self.fatal_error = exc
-        self._warn_once("refused", f"audit-portal: the portal refused the run ({exc}); uploads stop, nothing in "
-                                   f"{self.spool.root} is lost: fix the key/project and run "
-                                   f"`audit-portal sync {self.spool.root}`")
+        self._warn_once(
+            "refused",
+            f"audit-portal: the portal refused the run ({exc}); uploads stop, nothing in "
+            f"{self.spool.root} is lost: fix the key/project and run "
+            f"`audit-portal sync {self.spool.root}`",
+        )
 
     def _upload_one(self, seg: Path) -> bool:
         """True when the segment is done with (accepted, refused as a file, or quarantined); False to retry later."""
@@ -388,14 +476,18 @@ class Run:
                 self.spool.state["quarantined"][seg.name] = f"{exc.__class__.__name__}: {exc}"[:500]
                 self.spool.save()
             os.replace(seg, self.spool.root / "quarantine" / seg.name)
-            self._warn_once("quarantine", f"audit-portal: segment {seg.name} cannot be read ({exc}); moved to "
-                                          f"{self.spool.root / 'quarantine'}, its steps are missing from the run")
+            self._warn_once(
+                "quarantine",
+                f"audit-portal: segment {seg.name} cannot be read ({exc}); moved to "
+                f"{self.spool.root / 'quarantine'}, its steps are missing from the run",
+            )
             return True
         if not self._ensure_started():
             return False
         try:
-            up = self.client.upload(self.project, seg, steps=(steps[0], steps[-1]),
-                                    **({"rank": self.rank} if self.rank else {}))  # rank 0: the portal's default
+            up = self.client.upload(
+                self.project, seg, steps=(steps[0], steps[-1]), **({"rank": self.rank} if self.rank else {})
+            )  # rank 0: the portal's default
         except PortalUnavailable as exc:
             self.last_error = str(exc)
             return False
@@ -407,8 +499,11 @@ class Run:
                 self.spool.state["rejected"][seg.name] = str(exc)
                 self.spool.save()
             os.replace(seg, self.spool.root / "rejected" / seg.name)
-            self._gap(steps, f"audit-portal: the portal refused segment {seg.name} (steps {steps[0]}–{steps[-1]}): "
-                             f"{exc}", "rejected")
+            self._gap(
+                steps,
+                f"audit-portal: the portal refused segment {seg.name} (steps {steps[0]}–{steps[-1]}): {exc}",
+                "rejected",
+            )
             return True
         try:
             with self.spool.lock:
@@ -419,8 +514,14 @@ class Run:
             return False
         seg.unlink()  # confirmed stored by the portal: the spool keeps only the record
         self.last_error = None
-        log.debug("audit-portal: %s (steps %d–%d) uploaded as upload %s; %d segment(s) waiting", seg.name, steps[0],
-                  steps[-1], up["id"], len(self.spool.pending()))
+        log.debug(
+            "audit-portal: %s (steps %d–%d) uploaded as upload %s; %d segment(s) waiting",
+            seg.name,
+            steps[0],
+            steps[-1],
+            up["id"],
+            len(self.spool.pending()),
+        )
         return True
 
     def _drain(self, deadline: float | None = None) -> bool:
@@ -487,13 +588,21 @@ class Run:
         return self._run_get("live/")
 
     def status(self) -> dict:
-        return {"spool": str(self.spool.root), "run": self._run_id, "url": self.url, "offline": self.offline,
-                "steps_logged": self.steps_logged, "steps_skipped": self.steps_skipped,
-                "waiting": [p.name for p in self.spool.pending()],
-                "uploads": {k: (v["id"] if isinstance(v, dict) else v) for k, v in self.spool.state["uploads"].items()},
-                "rejected": dict(self.spool.state["rejected"]), "quarantined": dict(self.spool.state["quarantined"]),
-                "missing_steps": sorted(self.gaps), "last_error": self.last_error,
-                "refused": None if self.fatal_error is None else str(self.fatal_error)}
+        return {
+            "spool": str(self.spool.root),
+            "run": self._run_id,
+            "url": self.url,
+            "offline": self.offline,
+            "steps_logged": self.steps_logged,
+            "steps_skipped": self.steps_skipped,
+            "waiting": [p.name for p in self.spool.pending()],
+            "uploads": {k: (v["id"] if isinstance(v, dict) else v) for k, v in self.spool.state["uploads"].items()},
+            "rejected": dict(self.spool.state["rejected"]),
+            "quarantined": dict(self.spool.state["quarantined"]),
+            "missing_steps": sorted(self.gaps),
+            "last_error": self.last_error,
+            "refused": None if self.fatal_error is None else str(self.fatal_error),
+        }
 
     # ---- finish ---------------------------------------------------------------------------------------------------
     def __enter__(self) -> "Run":
@@ -512,9 +621,10 @@ class Run:
         try:
             self._stop_uploader()
             if self._drain(time.monotonic() + timeout) and self._run_id is not None:
-                self.client._request("POST", f"/runs/{self._run_id}/state/",
-                                     json={"state": "failed", "missing_steps": sorted(self.gaps)})
-        except Exception as exc:  # noqa: BLE001
+                self.client._request(
+                    "POST", f"/runs/{self._run_id}/state/", json={"state": "failed", "missing_steps": sorted(self.gaps)}
+                )
+        except Exception as exc:  # noqa: BLE001 - auditing never stops training: any failure is a warning
             log.warning("audit-portal: could not mark run %s failed: %s", self.name, exc)
         self._finished = True
 
@@ -526,8 +636,15 @@ class Run:
             self._thread.join()
             self._thread = None
 
-    def finish(self, *, budget: float | None = None, timeout: float = 900.0, wait: bool = True,
-               on_job=None, require_replay: bool = False) -> FinishResult | None:
+    def finish(
+        self,
+        *,
+        budget: float | None = None,
+        timeout: float = 900.0,
+        wait: bool = True,
+        on_job=None,
+        require_replay: bool = False,
+    ) -> FinishResult | None:
         """Close the log, upload what is left, wait until the portal merged every segment of the run and return
         the run's certificate (its live view: ``certificate`` holds sequences, tokens, ε̂, B* as ``best_bound``,
         ``steps`` and the ``missing_steps`` the client could not log; ``url`` is the run page). ``wait=False``
@@ -543,12 +660,17 @@ class Run:
         deadline = time.monotonic() + timeout
         if not self._drain(deadline):
             if self.fatal_error is not None:
-                raise PortalError(f"{self.fatal_error} (nothing is lost: {len(self.spool.pending())} segment(s) wait "
-                                  f"in {self.spool.root}; `audit-portal sync {self.spool.root}` with the right key)",
-                                  self.fatal_error.status, self.fatal_error.payload)
-            raise PortalUnavailable(f"portal unreachable for {timeout:.0f} s ({self.last_error}); "
-                                    f"{len(self.spool.pending())} segment(s) wait in {self.spool.root}",
-                                    self.spool.root)
+                raise PortalError(
+                    f"{self.fatal_error} (nothing is lost: {len(self.spool.pending())} segment(s) wait "
+                    f"in {self.spool.root}; `audit-portal sync {self.spool.root}` with the right key)",
+                    self.fatal_error.status,
+                    self.fatal_error.payload,
+                )
+            raise PortalUnavailable(
+                f"portal unreachable for {timeout:.0f} s ({self.last_error}); "
+                f"{len(self.spool.pending())} segment(s) wait in {self.spool.root}",
+                self.spool.root,
+            )
         if not self._ensure_started():
             raise PortalError(str(self.fatal_error or self.last_error))
         ids = [v["id"] if isinstance(v, dict) else v for v in self.spool.state["uploads"].values()]
@@ -556,19 +678,38 @@ class Run:
             raise PortalError("nothing was logged: no step had a response token under the mask")
         if not wait:
             return None
-        log.info("audit-portal: run %s: %d segment(s) uploaded; waiting for the portal to merge them", self.name,
-                 len(ids))
+        log.info(
+            "audit-portal: run %s: %d segment(s) uploaded; waiting for the portal to merge them", self.name, len(ids)
+        )
         view = self._wait_merged(ids, deadline, on_job)
-        self.client._poll(lambda: self.client._request("POST", f"/runs/{self._run_id}/state/", json={
-            "state": "finished", "missing_steps": sorted(self.gaps)}), deadline)
+        self.client._poll(
+            lambda: self.client._request(
+                "POST", f"/runs/{self._run_id}/state/", json={"state": "finished", "missing_steps": sorted(self.gaps)}
+            ),
+            deadline,
+        )
         self._finished = True
         self._clean()
-        log.info("audit-portal: run %s finished: %s steps, B* %s%s; %s", self.name, view.get("steps"),
-                 view.get("best_bound"), f", missing steps {sorted(self.gaps)}" if self.gaps else "", self.url)
+        log.info(
+            "audit-portal: run %s finished: %s steps, B* %s%s; %s",
+            self.name,
+            view.get("steps"),
+            view.get("best_bound"),
+            f", missing steps {sorted(self.gaps)}" if self.gaps else "",
+            self.url,
+        )
         summary = dict(view.get("summary") or {})
-        cert = {**summary, "best_bound": view.get("best_bound"), "best_bound_id": view.get("best_bound_id"),
-                "steps": view.get("steps"), "first_step": view.get("first_step"), "last_step": view.get("last_step"),
-                "missing_steps": sorted(self.gaps), "series": view.get("series"), "skipped": view.get("skipped")}
+        cert = {
+            **summary,
+            "best_bound": view.get("best_bound"),
+            "best_bound_id": view.get("best_bound_id"),
+            "steps": view.get("steps"),
+            "first_step": view.get("first_step"),
+            "last_step": view.get("last_step"),
+            "missing_steps": sorted(self.gaps),
+            "series": view.get("series"),
+            "skipped": view.get("skipped"),
+        }
         result = FinishResult(None, self._run_id, None, self.url, cert)
         if budget is not None and (result.best_bound is None or result.best_bound > budget):
             raise BudgetExceeded(result, budget)
@@ -590,16 +731,25 @@ class Run:
                     up = self.client._poll(lambda: self.client.get(f"/uploads/{upload_id}/"), deadline)
                     if up.get("stage") == "invalid":
                         waiting.discard(upload_id)
-                        log.warning("audit-portal: segment upload %s is invalid: %s", upload_id,
-                                    (up.get("validation") or {}).get("errors", [])[:1])
+                        log.warning(
+                            "audit-portal: segment upload %s is invalid: %s",
+                            upload_id,
+                            (up.get("validation") or {}).get("errors", [])[:1],
+                        )
             if on_job is not None:
-                on_job({"kind": "live_merge", "state": "running" if waiting else "succeeded",
-                        "progress": 1 - len(waiting) / max(1, len(ids))})
+                on_job(
+                    {
+                        "kind": "live_merge",
+                        "state": "running" if waiting else "succeeded",
+                        "progress": 1 - len(waiting) / max(1, len(ids)),
+                    }
+                )
             if not waiting and view:
                 return view
             if time.monotonic() > deadline:
-                raise PortalUnavailable(f"run {self.name}: {len(waiting)} segment(s) not merged in the live view in "
-                                        f"time", self.spool.root)
+                raise PortalUnavailable(
+                    f"run {self.name}: {len(waiting)} segment(s) not merged in the live view in time", self.spool.root
+                )
             time.sleep(delay)
             delay = min(delay * 2, 2.0)
 

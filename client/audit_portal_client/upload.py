@@ -14,6 +14,7 @@ A run of the same upload after an interruption finds the remembered session, ask
 (:class:`~audit_portal_client.client.PortalError`); what a later try may fix is
 :class:`~audit_portal_client.client.PortalUnavailable`, and the session is kept for it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -52,8 +53,14 @@ class _Remembered:
     """The JSON file that remembers one file's open session."""
 
     def __init__(self, folder: Path, url: str, project: str, path: Path, size: int, mtime_ns: int, sha256: str):
-        self.key = {"url": url, "project": project, "path": str(path.resolve()), "size": size, "mtime_ns": mtime_ns,
-                    "sha256": sha256}
+        self.key = {
+            "url": url,
+            "project": project,
+            "path": str(path.resolve()),
+            "size": size,
+            "mtime_ns": mtime_ns,
+            "sha256": sha256,
+        }
         name = hashlib.sha256(json.dumps(self.key, sort_keys=True).encode()).hexdigest()[:32]
         self.file = folder / f"{name}.json"
 
@@ -87,8 +94,18 @@ def _code(exc) -> str:
     return err.get("code", "") if isinstance(err, dict) else ""
 
 
-def upload_in_parts(client, project: str, path, *, progress=None, hash_progress=None, state: Path | None = None,
-                    retries: int | None = None, backoff: float | None = None, sleep=None) -> dict:
+def upload_in_parts(
+    client,
+    project: str,
+    path,
+    *,
+    progress=None,
+    hash_progress=None,
+    state: Path | None = None,
+    retries: int | None = None,
+    backoff: float | None = None,
+    sleep=None,
+) -> dict:
     """Upload ``path`` to ``project`` through an upload session (see the module); returns the upload object.
     ``progress(bytes_stored, size)`` after each part (the parts a resumed session already has count as stored),
     ``hash_progress(bytes_read, size)`` while the digest is computed. ``state``: the folder of remembered sessions.
@@ -102,8 +119,9 @@ def upload_in_parts(client, project: str, path, *, progress=None, hash_progress=
     st = path.stat()
     size = st.st_size
     sha256 = file_sha256(path, hash_progress)
-    memo = _Remembered(state if state is not None else state_dir(), client.url, project, path, size, st.st_mtime_ns,
-                       sha256)
+    memo = _Remembered(
+        state if state is not None else state_dir(), client.url, project, path, size, st.st_mtime_ns, sha256
+    )
 
     def attempt(what: str, fn):
         """``fn()`` retried with backoff on what a retry may fix; the last failure is raised."""
@@ -117,8 +135,8 @@ def upload_in_parts(client, project: str, path, *, progress=None, hash_progress=
                     raise
                 failure = exc
             if i < retries:
-                log.info("%s: %s; trying again in %.1f s", what, failure, backoff * 2 ** i)
-                sleep(backoff * 2 ** i)
+                log.info("%s: %s; trying again in %.1f s", what, failure, backoff * 2**i)
+                sleep(backoff * 2**i)
         raise failure
 
     session = None
@@ -133,24 +151,39 @@ def upload_in_parts(client, project: str, path, *, progress=None, hash_progress=
         if got is not None and got.get("size_bytes") == size and got.get("sha256") in ("", sha256):
             if got.get("state") == "open":
                 session = got
-                log.info("resuming upload session %s: %d of %d parts stored", known, len(got["parts_received"]),
-                         got["part_count"])
+                log.info(
+                    "resuming upload session %s: %d of %d parts stored",
+                    known,
+                    len(got["parts_received"]),
+                    got["part_count"],
+                )
             else:  # completed, but its answer was lost: completing again gives the same answer
                 return _complete(client, memo, known, attempt)
         else:
             memo.forget()
     if session is None:
         try:
-            session = attempt("start an upload session", lambda: client._request(
-                "POST", f"/projects/{project}/upload-sessions/", json={"size": size, "sha256": sha256,
-                                                                      "name": path.name}))
+            session = attempt(
+                "start an upload session",
+                lambda: client._request(
+                    "POST",
+                    f"/projects/{project}/upload-sessions/",
+                    json={"size": size, "sha256": sha256, "name": path.name},
+                ),
+            )
         except PortalError as exc:
             if _code(exc) == "too_many_upload_sessions":
                 raise SessionsFull(str(exc)) from exc
             raise
         memo.save(session["id"])
-        log.info("upload session %s: %s, %d bytes in %d parts of %d", session["id"], path.name, size,
-                 session["part_count"], session["part_size"])
+        log.info(
+            "upload session %s: %s, %d bytes in %d parts of %d",
+            session["id"],
+            path.name,
+            size,
+            session["part_count"],
+            session["part_size"],
+        )
 
     sid, part_size, count = session["id"], session["part_size"], session["part_count"]
     part_len = lambda n: min(part_size, size - n * part_size)
@@ -166,10 +199,14 @@ def upload_in_parts(client, project: str, path, *, progress=None, hash_progress=
                     continue
                 fh.seek(n * part_size)
                 data = fh.read(part_len(n))
-                headers = {"Content-Type": "application/octet-stream",
-                           "X-Part-SHA256": hashlib.sha256(data).hexdigest()}
-                attempt(f"part {n}", lambda: client._request("PUT", f"/upload-sessions/{sid}/parts/{n}/", data=data,
-                                                             headers=headers))
+                headers = {
+                    "Content-Type": "application/octet-stream",
+                    "X-Part-SHA256": hashlib.sha256(data).hexdigest(),
+                }
+                attempt(
+                    f"part {n}",
+                    lambda: client._request("PUT", f"/upload-sessions/{sid}/parts/{n}/", data=data, headers=headers),
+                )
                 stored += len(data)
                 if progress is not None:
                     progress(stored, size)

@@ -8,6 +8,7 @@ nemo_rl/algorithms/grpo.py, nemo_rl/experience/rollouts.py and nemo_rl/models/ge
 
 Shared by the client's tests (test_nemo_rl.py) and the repository's routing audit test
 (tests/routing/test_nemo_rl_routes.py)."""
+
 import numpy as np
 
 S, L, K, E = 12, 3, 2, 8
@@ -31,5 +32,12 @@ def train_batch(seed=0):
         n = lengths[b] - 1  # rows vLLM returns: one per token it processed
         routes[b, :n] = engine_rows[b, :n]
     routes[1, 6] = -1  # a route vLLM did not return (NeMo RL's missing-route sentinel)
-    return {"input_ids": ids, "input_lengths": lengths, "generation_logprobs": gen, "prev_logprobs": prev,
-            "token_mask": mask, "sample_mask": np.array([1.0, 1.0, 0.0]), "routed_experts": routes.astype(np.int16)}
+    return {
+        "input_ids": ids,
+        "input_lengths": lengths,
+        "generation_logprobs": gen,
+        "prev_logprobs": prev,
+        "token_mask": mask,
+        "sample_mask": np.array([1.0, 1.0, 0.0]),
+        "routed_experts": routes.astype(np.int16),
+    }

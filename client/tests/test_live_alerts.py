@@ -1,6 +1,7 @@
 """Run.alerts / Run.live_view while a run trains: the run is started on the portal by ``run()`` (its id known from
 then on), its alert states and live view read back; None (never an exception) while the portal has no live view yet
 or is unreachable; offline at start, the run is started by the uploader once the portal answers."""
+
 import pytest
 
 from audit_portal_client import Client, PortalError, PortalUnavailable
@@ -36,11 +37,15 @@ START = ("POST", "/projects/demo/runs/")
 
 
 def test_the_run_is_known_from_the_start_and_its_live_view_read_back(monkeypatch, tmp_path):
-    run, portal = _run(monkeypatch, tmp_path, {START: [{"id": 3}],
-                                               ("GET", "/runs/3/alerts/"): [FIRING],
-                                               ("GET", "/runs/3/live/"): [PortalError("not found", 404),
-                                                                          PortalError("not found", 404),
-                                                                          {"steps": 4}]})
+    run, portal = _run(
+        monkeypatch,
+        tmp_path,
+        {
+            START: [{"id": 3}],
+            ("GET", "/runs/3/alerts/"): [FIRING],
+            ("GET", "/runs/3/live/"): [PortalError("not found", 404), PortalError("not found", 404), {"steps": 4}],
+        },
+    )
     assert run.run_id() == 3 and run.url == "http://127.0.0.1:9/p/demo/runs/3/"
     assert run.alerts() == FIRING
     assert run.live_view() is None  # no segment merged yet: the portal's 404
@@ -49,18 +54,29 @@ def test_the_run_is_known_from_the_start_and_its_live_view_read_back(monkeypatch
 
 
 def test_an_unreachable_portal_is_none_and_a_refusal_is_raised(monkeypatch, tmp_path):
-    run, _ = _run(monkeypatch, tmp_path, {START: [{"id": 3}], ("GET", "/runs/3/live/"): [PortalError("nf", 404)],
-                                          ("GET", "/runs/3/alerts/"): [PortalUnavailable("down"),
-                                                                       PortalError("forbidden", 403)]})
+    run, _ = _run(
+        monkeypatch,
+        tmp_path,
+        {
+            START: [{"id": 3}],
+            ("GET", "/runs/3/live/"): [PortalError("nf", 404)],
+            ("GET", "/runs/3/alerts/"): [PortalUnavailable("down"), PortalError("forbidden", 403)],
+        },
+    )
     assert run.alerts() is None  # the training loop carries on
     with pytest.raises(PortalError, match="forbidden"):
         run.alerts()
 
 
 def test_offline_at_start_then_started_by_the_uploader(monkeypatch, tmp_path, caplog):
-    run, portal = _run(monkeypatch, tmp_path, {START: [PortalUnavailable("down"), PortalUnavailable("down"),
-                                                       {"id": 9}],
-                                               ("GET", "/runs/9/live/"): [PortalError("nf", 404)]})
+    run, portal = _run(
+        monkeypatch,
+        tmp_path,
+        {
+            START: [PortalUnavailable("down"), PortalUnavailable("down"), {"id": 9}],
+            ("GET", "/runs/9/live/"): [PortalError("nf", 404)],
+        },
+    )
     assert run.offline and run.run_id() is None and run.alerts() is None
     assert len([r for r in caplog.records if "not reachable" in r.getMessage()]) == 1  # said once
     assert not run._ensure_started() and run.run_id() is None
@@ -69,8 +85,11 @@ def test_offline_at_start_then_started_by_the_uploader(monkeypatch, tmp_path, ca
 
 def test_a_refused_key_or_project_fails_at_start_with_the_portals_message(monkeypatch, tmp_path):
     c = Client("http://127.0.0.1:9", "bad")
-    monkeypatch.setattr(c, "_request", Portal({START: [PortalError(
-        "POST /projects/demo/runs/: HTTP 401 not_authenticated: Invalid API key.", 401)]}))
+    monkeypatch.setattr(
+        c,
+        "_request",
+        Portal({START: [PortalError("POST /projects/demo/runs/: HTTP 401 not_authenticated: Invalid API key.", 401)]}),
+    )
     with pytest.raises(PortalError, match="Invalid API key") as exc:
         c.run("demo", "grpo", spool_dir=tmp_path, live=False)
     assert exc.value.status == 401
@@ -99,11 +118,25 @@ def test_environment_variables_configure_the_client(monkeypatch, tmp_path):
 
 
 def _ctx_portal():
-    return Portal({START: [{"id": 5}], ("GET", "/runs/5/live/"): [PortalError("nf", 404), PortalError("nf", 404),
-                                                                   {"run": 5, "steps": 1, "merged_uploads": [11],
-                                                                    "skipped_uploads": [], "best_bound": 0.5,
-                                                                    "summary": {"sequences": 2}}],
-                   ("GET", "/uploads/11/"): [{"id": 11, "stage": "valid"}], ("POST", "/runs/5/state/"): [{"id": 5}]})
+    return Portal(
+        {
+            START: [{"id": 5}],
+            ("GET", "/runs/5/live/"): [
+                PortalError("nf", 404),
+                PortalError("nf", 404),
+                {
+                    "run": 5,
+                    "steps": 1,
+                    "merged_uploads": [11],
+                    "skipped_uploads": [],
+                    "best_bound": 0.5,
+                    "summary": {"sequences": 2},
+                },
+            ],
+            ("GET", "/uploads/11/"): [{"id": 11, "stage": "valid"}],
+            ("POST", "/runs/5/state/"): [{"id": 5}],
+        }
+    )
 
 
 def test_the_context_manager_finishes_or_marks_the_run_failed(monkeypatch, tmp_path):
@@ -116,8 +149,9 @@ def test_the_context_manager_finishes_or_marks_the_run_failed(monkeypatch, tmp_p
         monkeypatch.setattr(c, "_request", portal)
         monkeypatch.setattr(c, "get", lambda path: portal("GET", path))
         sent = []
-        monkeypatch.setattr(c, "upload", lambda project, path, steps=None, progress=None: sent.append(steps) or
-                            {"id": 11})
+        monkeypatch.setattr(
+            c, "upload", lambda project, path, steps=None, progress=None: sent.append(steps) or {"id": 11}
+        )
         with pytest.raises(RuntimeError) if fails else __import__("contextlib").nullcontext():
             with c.run("demo", "ctx", spool_dir=tmp_path / str(fails), live=False) as run:
                 run.log_step(0, **b)

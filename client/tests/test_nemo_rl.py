@@ -1,5 +1,6 @@
 """NeMo RL's GRPO ``train_data`` → policy calls with routes, on the batch of nemo_rl_batch.py (built from reading
 NeMo RL's code): one call per assistant turn, each response token with the route of the forward that produced it."""
+
 import numpy as np
 import pytest
 
@@ -15,9 +16,11 @@ def test_calls_per_assistant_turn_with_the_route_that_produced_each_token(tmp_pa
     assert log_train_data(run, data, 4, routing_replay="R3", num_experts=E) == 3
     t = spool_table(run)
     rows = t.to_pylist()
-    assert [r["response_token_ids"] for r in rows] == [data["input_ids"][0, 3:8].tolist(),
-                                                       data["input_ids"][1, 2:5].tolist(),
-                                                       data["input_ids"][1, 8:11].tolist()]
+    assert [r["response_token_ids"] for r in rows] == [
+        data["input_ids"][0, 3:8].tolist(),
+        data["input_ids"][1, 2:5].tolist(),
+        data["input_ids"][1, 8:11].tolist(),
+    ]
     # the second turn's prompt is the whole conversation before it, tool output included
     assert rows[2]["prompt_token_ids"] == data["input_ids"][1, :8].tolist()
     assert np.allclose(rows[0]["rollout_logprobs"], data["generation_logprobs"][0, 3:8])
@@ -63,11 +66,14 @@ def test_a_batch_without_routes_or_prev_logprobs(tmp_path):
         log_train_data(new_run(tmp_path / "x"), data, 1)
 
 
-@pytest.mark.parametrize("key, value, match", [
-    ("routed_experts", np.zeros((3, S - 1, L, K), np.int16), r"expected \[B, S, layers, top_k\] = \[3, 12"),
-    ("input_lengths", np.array([8, 13, 6]), "input_lengths: expected 3 lengths in"),
-    ("token_mask", np.zeros((3, S - 2)), "token_mask: expected"),
-])
+@pytest.mark.parametrize(
+    "key, value, match",
+    [
+        ("routed_experts", np.zeros((3, S - 1, L, K), np.int16), r"expected \[B, S, layers, top_k\] = \[3, 12"),
+        ("input_lengths", np.array([8, 13, 6]), "input_lengths: expected 3 lengths in"),
+        ("token_mask", np.zeros((3, S - 2)), "token_mask: expected"),
+    ],
+)
 def test_bad_shapes_are_named(tmp_path, key, value, match):
     data = train_batch()
     data[key] = value

@@ -1,5 +1,6 @@
 """Client.wait_for_routing / Run.finish(require_replay=True): the routing audit's verdict read the way the portal's
 API serves it (an upload's jobs, then the job's result), with the portal's answers played back in order."""
+
 import pytest
 
 from audit_portal_client import Client, ReplayFailed
@@ -26,12 +27,16 @@ FAIL = {"state": "FAIL", "reason": "1 of 4 R3 call(s) …", "failed": [{"call_id
 
 
 def test_waits_for_the_routing_job_and_returns_its_report(monkeypatch):
-    c = _client(monkeypatch, {
-        "/uploads/7/": [{"stage": "processing", "jobs": []},
-                        {"stage": "valid", "jobs": [{"id": 3, "kind": "certify_upload"},
-                                                    {"id": 5, "kind": "routing_audit"}]}],
-        "/jobs/5/": [{"id": 5, "state": "running"}, {"id": 5, "state": "succeeded", "result": {"replay": FAIL}}],
-    })
+    c = _client(
+        monkeypatch,
+        {
+            "/uploads/7/": [
+                {"stage": "processing", "jobs": []},
+                {"stage": "valid", "jobs": [{"id": 3, "kind": "certify_upload"}, {"id": 5, "kind": "routing_audit"}]},
+            ],
+            "/jobs/5/": [{"id": 5, "state": "running"}, {"id": 5, "state": "succeeded", "result": {"replay": FAIL}}],
+        },
+    )
     assert c.wait_for_routing(7, poll=0.0)["replay"] == FAIL
 
 
@@ -48,7 +53,12 @@ def test_replay_failed_names_calls_and_layers():
 def test_a_failed_routing_job_is_a_portal_error(monkeypatch):
     from audit_portal_client import PortalError
 
-    c = _client(monkeypatch, {"/uploads/9/": [{"stage": "valid", "jobs": [{"id": 6, "kind": "routing_audit"}]}],
-                              "/jobs/6/": [{"id": 6, "state": "failed", "error": "line 3 (call x): …"}]})
+    c = _client(
+        monkeypatch,
+        {
+            "/uploads/9/": [{"stage": "valid", "jobs": [{"id": 6, "kind": "routing_audit"}]}],
+            "/jobs/6/": [{"id": 6, "state": "failed", "error": "line 3 (call x): …"}],
+        },
+    )
     with pytest.raises(PortalError, match="routing audit job 6 failed: line 3"):
         c.wait_for_routing(9, poll=0.0)

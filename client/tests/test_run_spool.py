@@ -2,6 +2,7 @@
 ids are (run, step, sample index), so a run killed and resumed spools exactly the records of an uninterrupted one;
 a full disk never raises into the training loop and its steps are counted as missing; segments are written
 atomically and a corrupt one is quarantined, never uploaded."""
+
 import errno
 import json
 
@@ -17,9 +18,12 @@ from audit_portal_client import run as run_module
 def batch(step, micro=0, B=2, T=6):
     rng = np.random.default_rng(1000 * step + micro)
     lp = -rng.random((B, T)) * 3
-    return dict(rollout_logprobs=lp, trainer_logprobs=lp + rng.normal(0, 1e-3, (B, T)),
-                response_mask=(np.arange(T)[None, :] < rng.integers(1, T + 1, (B, 1))).astype(np.int8),
-                response_ids=rng.integers(0, 50, (B, T)))
+    return dict(
+        rollout_logprobs=lp,
+        trainer_logprobs=lp + rng.normal(0, 1e-3, (B, T)),
+        response_mask=(np.arange(T)[None, :] < rng.integers(1, T + 1, (B, 1))).astype(np.int8),
+        response_ids=rng.integers(0, 50, (B, T)),
+    )
 
 
 def offline_run(tmp_path, name="r", uploads=None, **kw):
@@ -31,6 +35,7 @@ def offline_run(tmp_path, name="r", uploads=None, **kw):
 
     c._request = request
     if uploads is not None:
+
         def upload(project, path, steps=None, progress=None):
             uploads.append((path.name, steps, pq.read_table(path)))
             return {"id": len(uploads)}
@@ -47,8 +52,10 @@ def spooled(root) -> pa.Table:
 def records(table):
     """call id -> (step, rollout log-probs, trainer log-probs): what a certificate is computed from."""
     d = table.to_pydict()
-    return {c: (s, tuple(a), tuple(b)) for c, s, a, b in zip(d["call_id"], d["step"], d["rollout_logprobs"],
-                                                             d["trainer_logprobs"])}
+    return {
+        c: (s, tuple(a), tuple(b))
+        for c, s, a, b in zip(d["call_id"], d["step"], d["rollout_logprobs"], d["trainer_logprobs"])
+    }
 
 
 @pytest.mark.parametrize("accumulation", [1, 2, 3, 4])

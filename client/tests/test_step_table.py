@@ -1,4 +1,5 @@
 """Trainer batches → fcr-parquet/1 rows: spans under the mask, shapes, refusals."""
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -11,9 +12,14 @@ META = RecordMeta(run_id="r")
 def batch(B=3, T=7, K=4, seed=0):
     rng = np.random.default_rng(seed)
     a = -rng.uniform(0.01, 3, (B, T))
-    return dict(rollout_logprobs=a.astype(np.float32), trainer_logprobs=(a + rng.normal(0, 0.01, (B, T))).astype(np.float32),
-                response_ids=rng.integers(0, 1000, (B, T)), response_mask=np.ones((B, T), np.int8),
-                rollout_topk_ids=rng.integers(0, 1000, (B, T, K)), rollout_topk_logprobs=-rng.uniform(0, 5, (B, T, K)))
+    return dict(
+        rollout_logprobs=a.astype(np.float32),
+        trainer_logprobs=(a + rng.normal(0, 0.01, (B, T))).astype(np.float32),
+        response_ids=rng.integers(0, 1000, (B, T)),
+        response_mask=np.ones((B, T), np.int8),
+        rollout_topk_ids=rng.integers(0, 1000, (B, T, K)),
+        rollout_topk_logprobs=-rng.uniform(0, 5, (B, T, K)),
+    )
 
 
 def test_one_call_per_contiguous_span_and_padding_dropped():
@@ -25,7 +31,10 @@ def test_one_call_per_contiguous_span_and_padding_dropped():
     t = step_table(META, 4, **b)
     assert t.num_rows == 3  # row 0: one span; row 1: two turns; row 2: nothing sampled
     assert t.column("response_token_ids").to_pylist() == [
-        b["response_ids"][0, :4].tolist(), b["response_ids"][1, :2].tolist(), b["response_ids"][1, 4:].tolist()]
+        b["response_ids"][0, :4].tolist(),
+        b["response_ids"][1, :2].tolist(),
+        b["response_ids"][1, 4:].tolist(),
+    ]
     prompts = t.column("prompt_token_ids").to_pylist()
     assert prompts[0] == [5, 6]  # left padding removed
     assert prompts[2] == [7, 8, 9, 10] + b["response_ids"][1, :4].tolist()  # the second turn sees the first
@@ -52,13 +61,19 @@ def test_torch_tensors_in_bf16_are_accepted():
     assert t.num_rows == 3
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda b: b.update(trainer_logprobs=b["trainer_logprobs"][:, :5]), r"trainer_logprobs: expected shape \[3, 7\], got \[3, 5\]"),
-    (lambda b: b.update(response_ids=None), "response_ids: required"),
-    (lambda b: b.update(rollout_topk_logprobs=None), "give both or neither"),
-    (lambda b: b["rollout_logprobs"].__setitem__((1, 2), np.nan), r"rollout_logprobs\[1, 2\] is nan"),
-    (lambda b: b["response_ids"].__setitem__((2, 0), -1), r"response_ids\[2, 0\] is -1"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            lambda b: b.update(trainer_logprobs=b["trainer_logprobs"][:, :5]),
+            r"trainer_logprobs: expected shape \[3, 7\], got \[3, 5\]",
+        ),
+        (lambda b: b.update(response_ids=None), "response_ids: required"),
+        (lambda b: b.update(rollout_topk_logprobs=None), "give both or neither"),
+        (lambda b: b["rollout_logprobs"].__setitem__((1, 2), np.nan), r"rollout_logprobs\[1, 2\] is nan"),
+        (lambda b: b["response_ids"].__setitem__((2, 0), -1), r"response_ids\[2, 0\] is -1"),
+    ],
+)
 def test_bad_batches_are_refused_naming_the_array(change, message):
     b = batch()
     change(b)

@@ -1,5 +1,6 @@
 """The TRL integration on a real GRPOTrainer (two optimisation steps, tiny random model, CPU): what reaches the
 run log is the trainer's completion tensors, aligned with the mask, one record per completion."""
+
 from pathlib import Path
 
 import numpy as np
@@ -15,8 +16,9 @@ from tiny_grpo import tiny_grpo_trainer
 
 
 def test_two_grpo_steps_are_logged(tmp_path):
-    run = Client("http://127.0.0.1:9", "unused").run("p", "grpo-tiny", spool_dir=tmp_path / "spool", live=False,
-                                                     segment_steps=100)
+    run = Client("http://127.0.0.1:9", "unused").run(
+        "p", "grpo-tiny", spool_dir=tmp_path / "spool", live=False, segment_steps=100
+    )
     trainer = tiny_grpo_trainer(tmp_path / "out")
     cb = AuditPortalCallback(run, finish_on_end=False).attach(trainer)
     trainer.train()
@@ -38,8 +40,9 @@ def test_two_grpo_steps_are_logged(tmp_path):
 def test_top_k_on_both_sides_agrees_with_the_logged_log_probs(tmp_path):
     """The callback's top-K (an extra no-grad forward, logits / temperature) holds the sampled token's log-prob as
     TRL computed it, on both sides, whenever the sampled token is among the K."""
-    run = Client("http://127.0.0.1:9", "unused").run("p", "grpo-topk", spool_dir=tmp_path / "spool", live=False,
-                                                     segment_steps=100)
+    run = Client("http://127.0.0.1:9", "unused").run(
+        "p", "grpo-topk", spool_dir=tmp_path / "spool", live=False, segment_steps=100
+    )
     trainer = tiny_grpo_trainer(tmp_path / "out")
     cb = AuditPortalCallback(run, finish_on_end=False, topk=4).attach(trainer)
     trainer.train()
@@ -48,8 +51,9 @@ def test_top_k_on_both_sides_agrees_with_the_logged_log_probs(tmp_path):
     t = pq.read_table(sorted(Path(tmp_path / "spool").glob("seg-*.parquet"))[0]).to_pydict()
     found = 0
     for side in ("rollout", "trainer"):
-        for y, lp, ids, lps in zip(t["response_token_ids"], t[f"{side}_logprobs"], t[f"{side}_topk_ids"],
-                                   t[f"{side}_topk_logprobs"]):
+        for y, lp, ids, lps in zip(
+            t["response_token_ids"], t[f"{side}_logprobs"], t[f"{side}_topk_ids"], t[f"{side}_topk_logprobs"]
+        ):
             assert ids is not None and len(ids) == len(y) and all(len(row) == 4 for row in ids)
             for tok, v, row_ids, row_lps in zip(y, lp, ids, lps):
                 assert list(row_lps) == sorted(row_lps, reverse=True) and max(row_lps) <= 0

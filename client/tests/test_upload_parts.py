@@ -2,6 +2,7 @@
 of audit_portal/runs/chunked.py at the HTTP level (the client's ``requests`` session is replaced, so status codes and
 JSON errors go through ``Client._request`` as they would from the portal). The real portal: tests/portal/
 test_client_parts.py."""
+
 from __future__ import annotations
 
 import hashlib
@@ -79,17 +80,32 @@ class FakePortal:
 
     def view(self, s):
         count = -(-s["size"] // self.part_size)
-        return {"id": s["id"], "size_bytes": s["size"], "sha256": s["sha256"], "part_size": self.part_size,
-                "part_count": count, "parts_received": sorted(s["parts"]), "state": s["state"],
-                "upload": s["upload"]}
+        return {
+            "id": s["id"],
+            "size_bytes": s["size"],
+            "sha256": s["sha256"],
+            "part_size": self.part_size,
+            "part_count": count,
+            "parts_received": sorted(s["parts"]),
+            "state": s["state"],
+            "upload": s["upload"],
+        }
 
     def create(self, body):
         if sum(s["state"] == "open" for s in self.sessions.values()) >= self.max_open:
-            return error(400, "too_many_upload_sessions", "A project has at most 10 open upload sessions; complete "
-                         "one first.")
+            return error(
+                400, "too_many_upload_sessions", "A project has at most 10 open upload sessions; complete one first."
+            )
         sid = str(uuid.uuid4())
-        self.sessions[sid] = {"id": sid, "size": body["size"], "sha256": body.get("sha256") or "", "parts": {},
-                              "state": "open", "upload": None, "name": body.get("name")}
+        self.sessions[sid] = {
+            "id": sid,
+            "size": body["size"],
+            "sha256": body.get("sha256") or "",
+            "parts": {},
+            "state": "open",
+            "upload": None,
+            "name": body.get("name"),
+        }
         return Response(201, self.view(self.sessions[sid]))
 
     def put(self, s, n, data, headers):
@@ -116,19 +132,30 @@ class FakePortal:
         count = -(-s["size"] // self.part_size)
         missing = sorted(set(range(count)) - set(s["parts"]))
         if missing:
-            return error(400, "parts_missing", f"{len(missing)} part(s) not stored yet: {missing[:20]}.",
-                         missing=missing)
+            return error(
+                400, "parts_missing", f"{len(missing)} part(s) not stored yet: {missing[:20]}.", missing=missing
+            )
         whole = b"".join(s["parts"][n] for n in range(count))
         if s["sha256"] and hashlib.sha256(whole).hexdigest() != s["sha256"]:
-            return error(400, "digest_mismatch", f"The assembled file's SHA-256 is {hashlib.sha256(whole).hexdigest()}"
-                         f", not the declared {s['sha256']}; send the parts again (or start over).")
+            return error(
+                400,
+                "digest_mismatch",
+                f"The assembled file's SHA-256 is {hashlib.sha256(whole).hexdigest()}"
+                f", not the declared {s['sha256']}; send the parts again (or start over).",
+            )
         answer = self.store_upload(whole, "parts")
         s["state"], s["upload"] = "completed", answer.body["id"]
         return answer
 
     def store_upload(self, body: bytes, how: str):
-        up = {"id": len(self.uploads) + 1, "stage": "received", "sha256": hashlib.sha256(body).hexdigest(),
-              "size_bytes": len(body), "how": how, "body": body}
+        up = {
+            "id": len(self.uploads) + 1,
+            "stage": "received",
+            "sha256": hashlib.sha256(body).hexdigest(),
+            "size_bytes": len(body),
+            "how": how,
+            "body": body,
+        }
         self.uploads.append(up)
         return Response(201, up)
 
@@ -166,8 +193,13 @@ def test_a_small_file_goes_in_one_request(portal, tmp_path):
 
 def test_a_large_file_goes_in_parts_with_its_digest_and_each_parts_digest(portal, big, tmp_path):
     seen = []
-    up = client(portal).upload("demo", big, parts_above=4096, state_dir=tmp_path / "state",
-                               progress=lambda done, total: seen.append((done, total)))
+    up = client(portal).upload(
+        "demo",
+        big,
+        parts_above=4096,
+        state_dir=tmp_path / "state",
+        progress=lambda done, total: seen.append((done, total)),
+    )
     data = big.read_bytes()
     assert up["how"] == "parts" and up["sha256"] == hashlib.sha256(data).hexdigest() and up["body"] == data
     (s,) = portal.sessions.values()
@@ -190,8 +222,9 @@ def test_interrupted_at_60_percent_a_second_call_sends_only_the_missing_parts(po
     portal.down_after, portal.puts, portal.log = None, [], []
     seen = []
     with caplog.at_level(logging.INFO, logger="audit_portal_client.upload"):
-        up = c.upload("demo", big, parts_above=4096, state_dir=tmp_path / "state",
-                      progress=lambda done, total: seen.append(done))
+        up = c.upload(
+            "demo", big, parts_above=4096, state_dir=tmp_path / "state", progress=lambda done, total: seen.append(done)
+        )
     assert portal.puts == [6, 7, 8, 9]  # only what the portal did not have
     assert portal.log[0] == ("GET", f"/upload-sessions/{sid}/") and len(portal.sessions) == 1  # the same session
     assert seen[0] == 6 * PART  # the progress starts at what is stored
@@ -212,8 +245,11 @@ def test_a_changed_file_is_not_resumed_into_the_old_session(portal, big, tmp_pat
 
 
 def test_network_errors_5xx_and_a_damaged_part_are_retried_with_backoff(portal, big, tmp_path, no_waiting):
-    portal.faults = [requests.ConnectionError("reset"), Response(503, {}),
-                     error(400, "part_digest_mismatch", "damaged")]
+    portal.faults = [
+        requests.ConnectionError("reset"),
+        Response(503, {}),
+        error(400, "part_digest_mismatch", "damaged"),
+    ]
     up = client(portal).upload("demo", big, parts_above=4096, state_dir=tmp_path / "state")
     assert portal.puts[:4] == [0, 0, 0, 0] and portal.puts[4:] == list(range(1, 10))
     assert no_waiting == [0.5, 1.0, 2.0]
@@ -295,8 +331,18 @@ def test_cli_resumes_after_an_interruption_with_a_progress_bar(portal, big, tmp_
 
     monkeypatch.setenv("AUDIT_PORTAL_STATE", str(tmp_path / "state"))
     monkeypatch.setattr(cli, "Client", lambda *a, **kw: portal.install(Client(*a, **kw)))
-    base = ["--url", "http://portal.test", "--api-key", "k", "upload", str(big), "--project", "demo",
-            "--parts-above", "4K"]
+    base = [
+        "--url",
+        "http://portal.test",
+        "--api-key",
+        "k",
+        "upload",
+        str(big),
+        "--project",
+        "demo",
+        "--parts-above",
+        "4K",
+    ]
     portal.down_after = 6
     assert cli_main(base + ["--timeout", "0", "--quiet"]) == 3  # unreachable: run it again
     assert "portal unreachable" in capsys.readouterr().err
@@ -312,12 +358,31 @@ def test_cli_single_request_flag(portal, big, tmp_path, monkeypatch, capsys):
     import audit_portal_client.cli as cli
 
     monkeypatch.setattr(cli, "Client", lambda *a, **kw: portal.install(Client(*a, **kw)))
-    assert cli_main(["--url", "http://p", "--api-key", "k", "upload", str(big), "--project", "demo",
-                     "--parts-above", "1K", "--single-request", "--quiet"]) == 0
+    assert (
+        cli_main(
+            [
+                "--url",
+                "http://p",
+                "--api-key",
+                "k",
+                "upload",
+                str(big),
+                "--project",
+                "demo",
+                "--parts-above",
+                "1K",
+                "--single-request",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert not portal.sessions and portal.uploads[0]["how"] == "multipart"
 
 
-@pytest.mark.parametrize("text, value", [("1024", 1024), ("64M", 64 << 20), ("64MiB", 64 << 20), ("1.5G", 3 << 29),
-                                         ("512k", 512 << 10), ("0", 0)])
+@pytest.mark.parametrize(
+    "text, value",
+    [("1024", 1024), ("64M", 64 << 20), ("64MiB", 64 << 20), ("1.5G", 3 << 29), ("512k", 512 << 10), ("0", 0)],
+)
 def test_sizes(text, value):
     assert _size(text) == value

@@ -4,6 +4,7 @@ trainer/ppo/ray_trainer.py, utils/debug/metrics.py) and, where verl imports, on 
 would replace pinned packages: tokenizers 0.23.3 → 0.22.2, transformers, huggingface_hub; and add ray, wandb, …); the
 real-DataProto test runs when ``import verl`` works, e.g. with verl==0.9.1, tensordict==0.10.0, ray==2.60.0 and the
 few modules its protocol imports installed with ``pip install --no-deps --target DIR`` on PYTHONPATH."""
+
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -26,9 +27,15 @@ def verl_batch(B=4, P=5, R=6, seed=0):
     r_att = (torch.arange(R)[None, :] < torch.tensor([[R], [3], [R], [1]])).long()
     rollout = -torch.rand(B, R, generator=g) * 3
     old = rollout + torch.randn(B, R, generator=g) * 1e-3
-    tensors = {"prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], 1),
-               "attention_mask": torch.cat([p_att, r_att], 1), "response_mask": r_att.clone(),
-               "rollout_log_probs": rollout, "old_log_probs": old}
+    tensors = {
+        "prompts": prompts,
+        "responses": responses,
+        "input_ids": torch.cat([prompts, responses], 1),
+        "attention_mask": torch.cat([p_att, r_att], 1),
+        "response_mask": r_att.clone(),
+        "rollout_log_probs": rollout,
+        "old_log_probs": old,
+    }
     return tensors, {"uid": np.array(["q0", "q0", "q1", "q1"], dtype=object)}, {"global_steps": 7}
 
 

@@ -1,6 +1,7 @@
 """Random distribution pairs and their top-K list views, shared by the certificate-engine tests (a module of its
 own, not conftest: several test folders have a conftest.py, and ``from conftest import`` finds whichever pytest
 loaded last when folders are run together)."""
+
 import math
 
 import numpy as np

@@ -1,4 +1,5 @@
 """Fixtures of the certificate-engine tests (helpers are in certify_helpers.py)."""
+
 import numpy as np
 import pytest
 

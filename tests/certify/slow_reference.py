@@ -5,11 +5,23 @@ vectorised engine against (tests/certify/test_kernel_equivalence.py). No numpy, 
 One position: the engine list ``p_list`` and the trainer list ``q_list`` are ``[(id, logp), …]`` in logged order
 (an id < 0 is padding), the sampled id ``y`` with its logged log-probs ``a`` (engine) and ``b`` (trainer).
 """
+
 import math
 
-from workers.certify.intervals import (AGREE_TOL, ERR_BAD_ID, ERR_DUPLICATE, ERR_MASS, ERR_NONFINITE, ERR_PADDING,
-                                       ERR_POSITIVE, ERR_SAMPLED_ABOVE_CAP, ERR_SAMPLED_MISMATCH, ERR_UNSORTED,
-                                       POS_TOL, SUM_TOL)
+from workers.certify.intervals import (
+    AGREE_TOL,
+    ERR_BAD_ID,
+    ERR_DUPLICATE,
+    ERR_MASS,
+    ERR_NONFINITE,
+    ERR_PADDING,
+    ERR_POSITIVE,
+    ERR_SAMPLED_ABOVE_CAP,
+    ERR_SAMPLED_MISMATCH,
+    ERR_UNSORTED,
+    POS_TOL,
+    SUM_TOL,
+)
 from workers.certify.robust import NORM_SLACK, UNIT_ROUNDOFF
 
 
@@ -60,8 +72,7 @@ def list_flags(lst, etas, sorted_required):
     for k in range(1, len(lst)):
         if valid[k] and not valid[k - 1]:
             err |= ERR_PADDING
-        if sorted_required and valid[k] and valid[k - 1] and \
-                lst[k][1] > lst[k - 1][1] + etas[k] + etas[k - 1] + 1e-12:
+        if sorted_required and valid[k] and valid[k - 1] and lst[k][1] > lst[k - 1][1] + etas[k] + etas[k - 1] + 1e-12:
             err |= ERR_UNSORTED
     ids = [i for i, _ in lst if i >= 0]
     if len(ids) != len(set(ids)):
@@ -76,6 +87,7 @@ def list_flags(lst, etas, sorted_required):
 
 def wmin_exact(aP, bQ, tp, tq, CP, CQ, Xmax, Zmax):
     """min over the candidate set of g_P(X) + g_Q(Z) + |t_p − t_q + X − Z| (docs/intervals.md#top-k-caps, exact capped minimum)."""
+
     def clip(v, hi):
         return min(max(v, 0.0), hi)
 
@@ -173,13 +185,15 @@ def slow_interval(p_list, q_list, y, a, b, caps=(True, True), precision="exact",
     dtp, dtq = tp_hi - tp_lo, tq_hi - tq_lo
     dcp, dcq = max(dtau_p, dtp), max(dtau_q, dtq)
     daP, dbQ = aP_hi - aP_lo, bQ_hi - bQ_lo
-    slack = daP + dbQ + dtp + dtq + 2.0 * ((daP + nP * dcq) + (dbQ + nQ * dcp) + max(dtq, nP * dcq)
-                                           + max(dtp, nQ * dcp))
+    slack = (
+        daP + dbQ + dtp + dtq + 2.0 * ((daP + nP * dcq) + (dbQ + nQ * dcp) + max(dtq, nP * dcq) + max(dtp, nQ * dcp))
+    )
     lo_exact = 0.5 * (d_B + max(wmin - slack, 0.0))
     lo = min(max(lo_closed, lo_exact, 0.0), hi)
 
-    kl_coarse = hmin(pa_lo, pa_hi, qb_hi) + sum(hmin(pb[i][0], pb[i][1], qbx[i][1]) for i in B) + \
-        hmin(pW_lo, pW_hi, qW_hi)
+    kl_coarse = (
+        hmin(pa_lo, pa_hi, qb_hi) + sum(hmin(pb[i][0], pb[i][1], qbx[i][1]) for i in B) + hmin(pW_lo, pW_hi, qW_hi)
+    )
     kl_lo = max(kl_coarse, 2.0 * lo * lo, 0.0)
     kl_hi = math.inf
     if pW_hi <= 0.0:

@@ -1,5 +1,6 @@
 """Adaptive K (docs/intervals.md#adaptive-k): envelopes are valid at every K and monotone; the tolerance and decision
 rules stop at the first K a brute-force scan over prefixes finds."""
+
 import math
 
 import numpy as np
@@ -57,8 +58,12 @@ def test_envelopes_monotone_and_valid(seed, N):
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**32 - 1), N=st.integers(3, 25), tol=st.sampled_from([0.01, 0.05, 0.2]),
-       theta=st.sampled_from([0.05, 0.15, 0.3]))
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    N=st.integers(3, 25),
+    tol=st.sampled_from([0.01, 0.05, 0.2]),
+    theta=st.sampled_from([0.05, 0.15, 0.3]),
+)
 def test_rules_stop_at_first_sufficient_K(seed, N, tol, theta):
     rng = np.random.default_rng(seed)
     K = min(N, 8)

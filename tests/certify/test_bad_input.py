@@ -1,6 +1,7 @@
 """Bad input fails closed: the single-position API raises DataError with the reason, the batch API flags the
 position (TV ∈ [0, 1]), and certify_file turns each bad record into a DATA_ERROR sequence naming line, call_id and
 reason while the good records are still certified."""
+
 import gzip
 import json
 import math
@@ -10,24 +11,37 @@ import pytest
 import torch
 
 from workers.certify.file import certify_file
-from workers.certify.intervals import (ERR_DUPLICATE, ERR_MASS, ERR_NONFINITE, ERR_POSITIVE, ERR_SAMPLED_ABOVE_CAP,
-                                       ERR_SAMPLED_MISMATCH, ERR_UNSORTED, DataError, tv_interval, tv_interval_batch)
+from workers.certify.intervals import (
+    ERR_DUPLICATE,
+    ERR_MASS,
+    ERR_NONFINITE,
+    ERR_POSITIVE,
+    ERR_SAMPLED_ABOVE_CAP,
+    ERR_SAMPLED_MISMATCH,
+    ERR_UNSORTED,
+    DataError,
+    tv_interval,
+    tv_interval_batch,
+)
 
 L = math.log
 
 
-@pytest.mark.parametrize("args,flag", [
-    (([0, 1], [L(.25), L(.5)], [], [], 0, L(.25), L(.2)), ERR_UNSORTED),
-    (([0, 0], [L(.5), L(.25)], [], [], 0, L(.5), L(.2)), ERR_DUPLICATE),
-    (([], [], [3, 3], [L(.3), L(.3)], 0, L(.5), L(.2)), ERR_DUPLICATE),
-    (([0, 1], [0.2, L(.25)], [], [], 0, 0.2, L(.2)), ERR_POSITIVE),
-    (([], [], [], [], 0, L(.5), 0.3), ERR_POSITIVE),
-    (([0, 1], [float("nan"), L(.25)], [], [], 2, L(.1), L(.2)), ERR_NONFINITE),
-    (([], [], [], [], 0, float("nan"), L(.2)), ERR_NONFINITE),
-    (([0, 1], [L(.5), L(.25)], [], [], 0, L(.4), L(.4)), ERR_SAMPLED_MISMATCH),
-    (([0, 1], [L(.5), L(.25)], [], [], 7, L(.3), L(.3)), ERR_SAMPLED_ABOVE_CAP),
-    (([0, 1, 2], [L(.6), L(.5), L(.4)], [], [], 0, L(.6), L(.2)), ERR_MASS),
-])
+@pytest.mark.parametrize(
+    "args,flag",
+    [
+        (([0, 1], [L(0.25), L(0.5)], [], [], 0, L(0.25), L(0.2)), ERR_UNSORTED),
+        (([0, 0], [L(0.5), L(0.25)], [], [], 0, L(0.5), L(0.2)), ERR_DUPLICATE),
+        (([], [], [3, 3], [L(0.3), L(0.3)], 0, L(0.5), L(0.2)), ERR_DUPLICATE),
+        (([0, 1], [0.2, L(0.25)], [], [], 0, 0.2, L(0.2)), ERR_POSITIVE),
+        (([], [], [], [], 0, L(0.5), 0.3), ERR_POSITIVE),
+        (([0, 1], [float("nan"), L(0.25)], [], [], 2, L(0.1), L(0.2)), ERR_NONFINITE),
+        (([], [], [], [], 0, float("nan"), L(0.2)), ERR_NONFINITE),
+        (([0, 1], [L(0.5), L(0.25)], [], [], 0, L(0.4), L(0.4)), ERR_SAMPLED_MISMATCH),
+        (([0, 1], [L(0.5), L(0.25)], [], [], 7, L(0.3), L(0.3)), ERR_SAMPLED_ABOVE_CAP),
+        (([0, 1, 2], [L(0.6), L(0.5), L(0.4)], [], [], 0, L(0.6), L(0.2)), ERR_MASS),
+    ],
+)
 def test_single_position_raises_with_reason(args, flag):
     with pytest.raises(DataError) as exc:
         tv_interval(*args)
@@ -37,25 +51,39 @@ def test_single_position_raises_with_reason(args, flag):
 
 def test_misaligned_tensors_raise():
     with pytest.raises(ValueError):
-        tv_interval_batch(torch.zeros(2, 3, 4, dtype=torch.int64), torch.zeros(2, 3, 4), torch.zeros(2, 3, 4, dtype=torch.int64),
-                          torch.zeros(2, 3, 4), torch.zeros(2, 2, dtype=torch.int64), torch.zeros(2, 2), torch.zeros(2, 2))
+        tv_interval_batch(
+            torch.zeros(2, 3, 4, dtype=torch.int64),
+            torch.zeros(2, 3, 4),
+            torch.zeros(2, 3, 4, dtype=torch.int64),
+            torch.zeros(2, 3, 4),
+            torch.zeros(2, 2, dtype=torch.int64),
+            torch.zeros(2, 2),
+            torch.zeros(2, 2),
+        )
     with pytest.raises(ValueError):
-        tv_interval([0, 1], [L(.5)], [], [], 0, L(.5), L(.5))
+        tv_interval([0, 1], [L(0.5)], [], [], 0, L(0.5), L(0.5))
 
 
 def test_batch_fails_closed_per_position():
     ids = torch.tensor([[[0, 1], [0, 1]]])
-    lps = torch.tensor([[[L(.5), L(.25)], [L(.25), L(.5)]]], dtype=torch.float64)  # second position unsorted
+    lps = torch.tensor([[[L(0.5), L(0.25)], [L(0.25), L(0.5)]]], dtype=torch.float64)  # second position unsorted
     y = torch.tensor([[0, 0]])
-    a = torch.tensor([[L(.5), L(.25)]], dtype=torch.float64)
+    a = torch.tensor([[L(0.5), L(0.25)]], dtype=torch.float64)
     b = a.clone()  # trainer identical: only the list order is wrong
     lo, hi, err = tv_interval_batch(ids, lps, ids, lps.clone(), y, a, b, return_status=True)
     assert int(err[0, 0]) == 0 and int(err[0, 1]) & ERR_UNSORTED
     assert float(lo[0, 1]) == 0.0 and float(hi[0, 1]) == 1.0
 
 
-GOOD = {"step": 1, "call_id": "good", "trajectory_id": "t", "role": "policy", "response": {"token_ids": [1, 2]},
-        "rollout": {"logprobs": [-0.01, -0.02]}, "trainer": {"logprobs": [-0.011, -0.02]}}
+GOOD = {
+    "step": 1,
+    "call_id": "good",
+    "trajectory_id": "t",
+    "role": "policy",
+    "response": {"token_ids": [1, 2]},
+    "rollout": {"logprobs": [-0.01, -0.02]},
+    "trainer": {"logprobs": [-0.011, -0.02]},
+}
 
 
 def rec(**over):

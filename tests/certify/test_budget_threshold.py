@@ -1,5 +1,6 @@
 """Budget inversion (docs/bounds.md#budget-inversion): closed forms in the small-divergence regime, monotonicity in T,
 vacuous budgets, and the bound evaluated at the returned threshold sits exactly at the budget."""
+
 import math
 
 import pytest
@@ -18,12 +19,12 @@ def test_closed_forms(T, E):
     closed = E / (2 * sum(math.sqrt(k) for k in range(T)))
     if closed <= 2 / (T - 1):
         assert d == pytest.approx(closed, rel=REL)
-        assert d >= 3 * E / (4 * T ** 1.5)  # the paper-simplified value is slightly smaller, also valid
+        assert d >= 3 * E / (4 * T**1.5)  # the paper-simplified value is slightly smaller, also valid
     eps_c = budget_threshold("coup", T, E)
     if T * eps_c <= 1:
         assert eps_c == pytest.approx(math.sqrt(E / (2 * T * (T - 1))), rel=REL)
     assert budget_threshold("linear", T, E) == pytest.approx(E / (4 * T), rel=REL)
-    assert budget_threshold("mix_kl", T, E) == pytest.approx(E / (2 * T ** 1.5), rel=REL)
+    assert budget_threshold("mix_kl", T, E) == pytest.approx(E / (2 * T**1.5), rel=REL)
 
 
 def test_spec_remark_T4096_budget_01():
@@ -43,8 +44,9 @@ def test_monotone_in_T_and_saturation(bid):
 def test_guard_threshold_is_best_of_family():
     T, E = 2048, 0.2
     eps, via = guard_threshold("tv", T, E)
-    assert eps == max(budget_threshold(b, T, E) for b in ("classical_tv", "coup", "pm_tv", "mix_tv", "adap_tv",
-                                                          "adap_star", "linear"))
+    assert eps == max(
+        budget_threshold(b, T, E) for b in ("classical_tv", "coup", "pm_tv", "mix_tv", "adap_tv", "adap_star", "linear")
+    )
     assert via in BOUND_IDS
     delta, via = guard_threshold("kl", T, E)
     assert delta == max(budget_threshold(b, T, E) for b in ("classical_kl", "pm_kl", "mix_kl", "adap_kl"))

@@ -1,6 +1,7 @@
 """certify_file on fcr/1 files: Example A (docs/fcr.md#example-a-a-fully-verifiable-policy-call), agreement with the
 position-level API, chunking and gzip invariance, per-step and length-bucket aggregates, JSON safety, sink and
 progress callbacks."""
+
 import gzip
 import json
 import math
@@ -14,17 +15,41 @@ from workers.certify import trm_bounds
 from workers.certify.file import certify_file
 from workers.certify.intervals import tv_interval
 
-EXAMPLE_A = {"schema": "fcr/1", "run_id": "run-toy", "step": 7, "trajectory_id": "tA", "call_id": "tA-0",
-             "call_index": 0, "role": "policy", "role_source": "header",
-             "response": {"token_ids": [20, 21, 3], "provenance": "engine"},
-             "rollout": {"logprobs": [-0.105361, -0.510826, -0.01005],
-                         "top_k": [[[20, -0.105361], [24, -2.995732]], [[21, -0.510826], [24, -1.203973]],
-                                   [[3, -0.01005], [22, -5.298317]]]},
-             "trainer": {"logprobs": [-0.127833, -0.693147, -0.01005],
-                         "top_k": [[[20, -0.127833], [24, -2.813411]], [[21, -0.693147], [24, -0.916291]],
-                                   [[3, -0.01005], [22, -5.115996]]]}}
-BACKGROUND = {"schema": "fcr/1", "trajectory_id": "tA", "call_id": "tA-bg-1", "role": "background",
-              "response": {"token_ids": [35, 3]}, "rollout": {"logprobs": [-1.2, -0.05]}}
+EXAMPLE_A = {
+    "schema": "fcr/1",
+    "run_id": "run-toy",
+    "step": 7,
+    "trajectory_id": "tA",
+    "call_id": "tA-0",
+    "call_index": 0,
+    "role": "policy",
+    "role_source": "header",
+    "response": {"token_ids": [20, 21, 3], "provenance": "engine"},
+    "rollout": {
+        "logprobs": [-0.105361, -0.510826, -0.01005],
+        "top_k": [
+            [[20, -0.105361], [24, -2.995732]],
+            [[21, -0.510826], [24, -1.203973]],
+            [[3, -0.01005], [22, -5.298317]],
+        ],
+    },
+    "trainer": {
+        "logprobs": [-0.127833, -0.693147, -0.01005],
+        "top_k": [
+            [[20, -0.127833], [24, -2.813411]],
+            [[21, -0.693147], [24, -0.916291]],
+            [[3, -0.01005], [22, -5.115996]],
+        ],
+    },
+}
+BACKGROUND = {
+    "schema": "fcr/1",
+    "trajectory_id": "tA",
+    "call_id": "tA-bg-1",
+    "role": "background",
+    "response": {"token_ids": [35, 3]},
+    "rollout": {"logprobs": [-1.2, -0.05]},
+}
 
 
 def write(path, records, gz=False):
@@ -35,8 +60,12 @@ def write(path, records, gz=False):
 
 def test_example_a_token_statuses_and_background_skip(tmp_path):
     sink = []
-    cert = certify_file(write(tmp_path / "a.jsonl", [EXAMPLE_A, BACKGROUND]), threshold=0.15, precision="exact",
-                        sequence_sink=sink.extend)
+    cert = certify_file(
+        write(tmp_path / "a.jsonl", [EXAMPLE_A, BACKGROUND]),
+        threshold=0.15,
+        precision="exact",
+        sequence_sink=sink.extend,
+    )
     s = cert["summary"]
     # Example A (docs/fcr.md): L = [0.02, 0.10, 0.001], U = [0.07, 0.20, 0.005] ⇒ inside, undecided, inside at δ = 0.15
     assert s["status_counts"]["tokens"] == {"IN": 2, "OUT": 0, "UNDETERMINED": 1, "DATA_ERROR": 0}
@@ -65,13 +94,22 @@ def random_records(rng, n, with_topk=True):
             K = int(rng.integers(0, 6)) if with_topk else 0
             pi, pl = topk_view(p, K)
             qi, ql = topk_view(q, K)
-            ids.append(y); a.append(math.log(p[y])); b.append(math.log(q[y]))
+            ids.append(y)
+            a.append(math.log(p[y]))
+            b.append(math.log(q[y]))
             ptop.append([[i_, l_] for i_, l_ in zip(pi, pl)])
             qtop.append([[i_, l_] for i_, l_ in zip(qi, ql)])
             # fcr/1 trainer lists are arbitrary subsets (docs/fcr.md#rollout-and-trainer): certify_file caps the engine side only
             seq_hi.append(tv_interval(pi, pl, qi, ql, y, a[-1], b[-1], topk_caps=(True, False)))
-        r = {"step": i % 3, "call_id": f"c{i}", "trajectory_id": f"t{i}", "role": "policy",
-             "response": {"token_ids": ids}, "rollout": {"logprobs": a}, "trainer": {"logprobs": b}}
+        r = {
+            "step": i % 3,
+            "call_id": f"c{i}",
+            "trajectory_id": f"t{i}",
+            "role": "policy",
+            "response": {"token_ids": ids},
+            "rollout": {"logprobs": a},
+            "trainer": {"logprobs": b},
+        }
         if with_topk:
             r["rollout"]["top_k"], r["trainer"]["top_k"] = ptop, qtop
         recs.append(r)
@@ -94,8 +132,11 @@ def test_matches_position_api_and_is_chunk_and_gzip_invariant(tmp_path):
         for d, seq in zip(sink, truth):
             assert d["eps_hat"] == pytest.approx(max(h for _, h in seq), abs=1e-12)
             assert d["tv_lo_max"] == pytest.approx(max(lo for lo, _ in seq), abs=1e-12)
-            want = "CERT_IN" if max(h for _, h in seq) <= 0.2 else (
-                "CERT_OUT" if max(lo for lo, _ in seq) > 0.2 else "UNDETERMINED")
+            want = (
+                "CERT_IN"
+                if max(h for _, h in seq) <= 0.2
+                else ("CERT_OUT" if max(lo for lo, _ in seq) > 0.2 else "UNDETERMINED")
+            )
             assert d["status"] == want and d["accept"] == (want == "CERT_IN")
         for key in ("eps_hat", "tv_seq_mean", "mean_A_y", "acceptance_rate", "tokens", "T_ref"):
             assert cert["summary"][key] == pytest.approx(runs[0][0]["summary"][key], rel=1e-12)
@@ -129,15 +170,17 @@ def test_steps_buckets_and_callbacks(tmp_path):
     rng = np.random.default_rng(11)
     recs, truth = random_records(rng, 30, with_topk=False)
     calls = []
-    cert = certify_file(write(tmp_path / "r.jsonl", recs), chunk_tokens=50,
-                        progress=lambda f, m: calls.append((f, m)))
+    cert = certify_file(write(tmp_path / "r.jsonl", recs), chunk_tokens=50, progress=lambda f, m: calls.append((f, m)))
     steps = {s["step"]: s for s in cert["steps"]}
     for st in (0, 1, 2):
         mine = [r for r in recs if r["step"] == st]
         assert steps[st]["sequences"] == len(mine)
         assert steps[st]["tokens"] == sum(len(r["response"]["token_ids"]) for r in mine)
-        k3 = [math.exp(bb - aa) - 1 - (bb - aa) for r in mine for aa, bb in
-              zip(r["rollout"]["logprobs"], r["trainer"]["logprobs"])]
+        k3 = [
+            math.exp(bb - aa) - 1 - (bb - aa)
+            for r in mine
+            for aa, bb in zip(r["rollout"]["logprobs"], r["trainer"]["logprobs"])
+        ]
         assert steps[st]["mean_k3"] == pytest.approx(np.mean(k3), rel=1e-9)
     assert sum(b["sequences"] for b in cert["length_buckets"]) == 30
     assert len(calls) >= 3 and calls[-1][0] == 1.0

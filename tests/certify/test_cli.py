@@ -1,6 +1,7 @@
 """python -m workers.certify: human output by default, JSON with --json, exit 1 on DATA_ERROR, exit 2 when a
 requested threshold or budget fails. Two real subprocess runs; the other cases call cli.main in-process
 (importing torch in a fresh interpreter costs seconds)."""
+
 import json
 import subprocess
 import sys
@@ -9,23 +10,34 @@ import orjson
 
 from workers.certify.cli import main
 
-GOOD = {"step": 1, "call_id": "g", "role": "policy", "response": {"token_ids": [1, 2]},
-        "rollout": {"logprobs": [-0.001, -0.002]}, "trainer": {"logprobs": [-0.0011, -0.002]}}
+GOOD = {
+    "step": 1,
+    "call_id": "g",
+    "role": "policy",
+    "response": {"token_ids": [1, 2]},
+    "rollout": {"logprobs": [-0.001, -0.002]},
+    "trainer": {"logprobs": [-0.0011, -0.002]},
+}
 
 
 def files(tmp_path):
     good = tmp_path / "good.jsonl"
     good.write_bytes(orjson.dumps(GOOD) + b"\n")
     bad = tmp_path / "bad.jsonl"
-    bad.write_bytes(orjson.dumps(GOOD) + b"\n" + orjson.dumps({**GOOD, "call_id": "b",
-                                                              "rollout": {"logprobs": [0.5, -0.1]}}) + b"\n")
+    bad.write_bytes(
+        orjson.dumps(GOOD)
+        + b"\n"
+        + orjson.dumps({**GOOD, "call_id": "b", "rollout": {"logprobs": [0.5, -0.1]}})
+        + b"\n"
+    )
     return good, bad
 
 
 def test_cli_subprocess(tmp_path):
     good, bad = files(tmp_path)
-    r = subprocess.run([sys.executable, "-m", "workers.certify", str(good), "--threshold", "0.01"],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "workers.certify", str(good), "--threshold", "0.01"], capture_output=True, text=True
+    )
     assert r.returncode == 0, r.stderr
     assert "eps_hat" in r.stdout and "visited contexts" in r.stdout
     r = subprocess.run([sys.executable, "-m", "workers.certify", str(bad), "--json"], capture_output=True, text=True)

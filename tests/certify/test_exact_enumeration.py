@@ -3,6 +3,7 @@ surrogate error J(π_θ) − J(π_roll) − L'(π_θ), L' = E_roll[R·Σ_t(ρ_t 
 that every bound returned by trm_bounds — fed with the exact population quantities ε, δ (max over all reachable
 contexts), D_KL^seq, D_TV^seq, D̄_t — holds, with paper and tight constants. Also: the budget inversion is
 consistent."""
+
 import itertools
 import math
 
@@ -55,9 +56,23 @@ def exact_quantities(roll, theta, R, V, T):
     return J_theta - J_roll - L, dict(eps=eps, delta=delta, kl_seq=kl_seq, tv_seq=tv_seq, tv_profile=Dbar)
 
 
-CASES = [(V, T, scale, seed) for seed, (V, T, scale) in enumerate(
-    [(2, 6, 0.3), (3, 4, 0.5), (4, 3, 1.0), (3, 5, 0.1), (2, 5, 2.0), (4, 4, 0.05), (2, 6, 1.0), (3, 3, 3.0),
-     (2, 4, 0.01), (4, 2, 0.7)])]
+CASES = [
+    (V, T, scale, seed)
+    for seed, (V, T, scale) in enumerate(
+        [
+            (2, 6, 0.3),
+            (3, 4, 0.5),
+            (4, 3, 1.0),
+            (3, 5, 0.1),
+            (2, 5, 2.0),
+            (4, 4, 0.05),
+            (2, 6, 1.0),
+            (3, 3, 3.0),
+            (2, 4, 0.01),
+            (4, 2, 0.7),
+        ]
+    )
+]
 
 
 @pytest.mark.parametrize("V,T,scale,seed", CASES)
@@ -66,11 +81,24 @@ def test_every_bound_holds_on_enumerated_policies(V, T, scale, seed):
     roll, theta = make_policy_pair(rng, V, T, scale)
     R = {y: rng.uniform() for y in itertools.product(range(V), repeat=T)}
     error, q = exact_quantities(roll, theta, R, V, T)
-    assert q["tv_seq"] <= min(1.0, q["tv_profile"].sum(), math.sqrt(q["kl_seq"] / 2)) + 1e-12  # docs/bounds.md#sequence-certificate
+    assert (
+        q["tv_seq"] <= min(1.0, q["tv_profile"].sum(), math.sqrt(q["kl_seq"] / 2)) + 1e-12
+    )  # docs/bounds.md#sequence-certificate
     for constants in ("paper", "tight"):
         b = trm_bounds(T, **q, constants=constants)
-        assert set(b) >= {"classical_tv", "classical_kl", "pm_kl", "pm_tv", "mix_kl", "mix_tv", "coup", "adap_kl",
-                          "adap_tv", "adap_star", "linear"}
+        assert set(b) >= {
+            "classical_tv",
+            "classical_kl",
+            "pm_kl",
+            "pm_tv",
+            "mix_kl",
+            "mix_tv",
+            "coup",
+            "adap_kl",
+            "adap_tv",
+            "adap_star",
+            "linear",
+        }
         for key, value in b.items():
             if key != "argmin":
                 assert abs(error) <= value + 1e-12, (constants, key, error, value)
@@ -84,8 +112,19 @@ def test_every_bound_holds_on_enumerated_policies(V, T, scale, seed):
 @pytest.mark.parametrize("V,T,scale,seed", CASES[:5])
 def test_budget_threshold_is_tight_and_consistent(V, T, scale, seed):
     budget = 0.05
-    for bid in ("classical_tv", "classical_kl", "pm_kl", "pm_tv", "mix_kl", "mix_tv", "coup", "adap_kl", "adap_tv",
-                "adap_star", "linear"):
+    for bid in (
+        "classical_tv",
+        "classical_kl",
+        "pm_kl",
+        "pm_tv",
+        "mix_kl",
+        "mix_tv",
+        "coup",
+        "adap_kl",
+        "adap_tv",
+        "adap_star",
+        "linear",
+    ):
         fixed = {"delta": 1e-3} if bid in ("pm_tv", "adap_star") else {}
         thr = budget_threshold(bid, T, budget, **fixed)
         key = "delta" if bid in ("classical_kl", "pm_kl", "mix_kl", "adap_kl") else "eps"

@@ -1,6 +1,7 @@
 """Theorem B and the full-q KL bounds (docs/intervals.md#trainer-distribution-known): the trainer's whole distribution
 known, the engine's top-K only. Oracles: the true TV/KL of random pairs, an LP for the exact lower end, and brute
 force over the unknown p-mass placements for the exact upper end on tiny vocabularies."""
+
 import itertools
 import math
 
@@ -17,10 +18,15 @@ from workers.certify.intervals import exact_tv_kl, tv_interval_fullq
 
 def run(p, q, K, y, caps=True, exact_hi=True):
     ids, lps = topk_view(p, K)
-    return tv_interval_fullq(torch.tensor([ids], dtype=torch.int64).reshape(1, K),
-                             torch.tensor([lps], dtype=torch.float64).reshape(1, K),
-                             torch.from_numpy(np.log(q)[None, :]), torch.tensor([y]),
-                             torch.tensor([math.log(p[y])], dtype=torch.float64), caps=caps, exact_hi=exact_hi)
+    return tv_interval_fullq(
+        torch.tensor([ids], dtype=torch.int64).reshape(1, K),
+        torch.tensor([lps], dtype=torch.float64).reshape(1, K),
+        torch.from_numpy(np.log(q)[None, :]),
+        torch.tensor([y]),
+        torch.tensor([math.log(p[y])], dtype=torch.float64),
+        caps=caps,
+        exact_hi=exact_hi,
+    )
 
 
 @settings(max_examples=150, deadline=None)

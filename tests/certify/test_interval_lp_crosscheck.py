@@ -3,6 +3,7 @@
 Without caps and with |R| ≥ 2 the lower end is the exact minimum (docs/intervals.md#tv-interval-from-top-k-lists); with caps the exact capped
 minimum assumes a large R, so we give the LP a vocabulary with many unlisted ids and ask for equality too.
 The lower end must never exceed the LP minimum (validity), on any vocabulary size."""
+
 import math
 
 import numpy as np
@@ -20,8 +21,14 @@ def lp_min_tv(N, known_p, known_q, cap_p=None, cap_q=None):
     c = np.concatenate([np.zeros(2 * N), 0.5 * np.ones(N)])
     A_ub, b_ub = [], []
     for v in range(N):
-        row = np.zeros(n); row[v], row[N + v], row[2 * N + v] = 1, -1, -1; A_ub.append(row); b_ub.append(0)
-        row = np.zeros(n); row[v], row[N + v], row[2 * N + v] = -1, 1, -1; A_ub.append(row); b_ub.append(0)
+        row = np.zeros(n)
+        row[v], row[N + v], row[2 * N + v] = 1, -1, -1
+        A_ub.append(row)
+        b_ub.append(0)
+        row = np.zeros(n)
+        row[v], row[N + v], row[2 * N + v] = -1, 1, -1
+        A_ub.append(row)
+        b_ub.append(0)
     A_eq = [np.concatenate([np.ones(N), np.zeros(2 * N)]), np.concatenate([np.zeros(N), np.ones(N), np.zeros(N)])]
     b_eq = [1.0, 1.0]
     bounds = []
@@ -30,8 +37,16 @@ def lp_min_tv(N, known_p, known_q, cap_p=None, cap_q=None):
     for v in range(N):
         bounds.append((known_q[v], known_q[v]) if v in known_q else (0, cap_q))
     bounds += [(0, None)] * N
-    res = linprog(c, A_ub=np.array(A_ub), b_ub=b_ub, A_eq=np.array(A_eq), b_eq=b_eq, bounds=bounds, method="highs",
-                  options={"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10})
+    res = linprog(
+        c,
+        A_ub=np.array(A_ub),
+        b_ub=b_ub,
+        A_eq=np.array(A_eq),
+        b_eq=b_eq,
+        bounds=bounds,
+        method="highs",
+        options={"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10},
+    )
     assert res.status == 0, res.message
     return res.fun
 

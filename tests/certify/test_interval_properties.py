@@ -1,6 +1,7 @@
 """Hypothesis: the certified interval contains the true TV for random distribution pairs and random lists, lo ≤ hi,
 and the batch path agrees with the single-position path (Theorem A,
 docs/intervals.md#tv-interval-from-top-k-lists)."""
+
 import math
 
 import numpy as np

@@ -3,6 +3,7 @@ hypothesis-generated batches: true top-K lists and arbitrary subsets, trainer li
 (fcr/1), K = 0 on either side, padding with junk values, caps per side, every declared precision and explicit η
 (including η > 1), and injected bad data (the flags must agree). Also the sampled-only certificate against its
 two-line definition."""
+
 import math
 
 import numpy as np
@@ -27,8 +28,8 @@ def make_row(rng, V, kind_p, kind_q, Kp, Kq, corrupt):
     if kind_q == "topk":
         q_ids = list(order_q[:kq])
     elif kind_q == "covers":  # fcr/1: the trainer's values on the rollout's ids, possibly more, any order
-        extra = [i for i in rng.permutation(V) if i not in p_ids][:max(0, kq - len(p_ids))]
-        q_ids = list(rng.permutation(p_ids + extra))[:max(kq, len(p_ids))] if (p_ids or extra) else []
+        extra = [i for i in rng.permutation(V) if i not in p_ids][: max(0, kq - len(p_ids))]
+        q_ids = list(rng.permutation(p_ids + extra))[: max(kq, len(p_ids))] if (p_ids or extra) else []
     else:
         q_ids = list(rng.permutation(V)[:kq])
     p_list = [(int(i), math.log(p[i])) for i in p_ids]
@@ -37,13 +38,13 @@ def make_row(rng, V, kind_p, kind_q, Kp, Kq, corrupt):
     if corrupt == 1 and p_list:
         p_list[0] = (p_list[0][0], float("nan"))
     elif corrupt == 2 and len(q_list) > 1:
-        q_list[1] = (q_list[0][0], q_list[1][1])            # duplicate id
+        q_list[1] = (q_list[0][0], q_list[1][1])  # duplicate id
     elif corrupt == 3:
-        a = a + 0.5                                          # disagrees with its list entry (if listed)
+        a = a + 0.5  # disagrees with its list entry (if listed)
     elif corrupt == 4 and len(p_list) > 1:
-        p_list[0], p_list[1] = p_list[1], p_list[0]          # unsorted
+        p_list[0], p_list[1] = p_list[1], p_list[0]  # unsorted
     elif corrupt == 5:
-        b = 0.25                                             # positive log-prob
+        b = 0.25  # positive log-prob
     elif corrupt == 6:
         y = -2
     return p_list, q_list, y, a, b
@@ -61,8 +62,8 @@ def to_tensors(rows):
             P_I[r, k], P_L[r, k] = i, v
         for k, (i, v) in enumerate(ql):
             Q_I[r, k], Q_L[r, k] = i, v
-        P_L[r, len(pl):] = junk[r % 4]
-        Q_L[r, len(ql):] = junk[(r + 1) % 4]
+        P_L[r, len(pl) :] = junk[r % 4]
+        Q_L[r, len(ql) :] = junk[(r + 1) % 4]
     Y = np.array([r[2] for r in rows], np.int64)
     A = np.array([r[3] for r in rows])
     B = np.array([r[4] for r in rows])
@@ -70,11 +71,16 @@ def to_tensors(rows):
 
 
 @SETTINGS
-@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 40), V=st.integers(2, 12),
-       kinds=st.tuples(st.sampled_from(["topk", "subset"]), st.sampled_from(["topk", "subset", "covers"])),
-       K=st.tuples(st.integers(0, 8), st.integers(0, 10)), caps=st.tuples(st.booleans(), st.booleans()),
-       prec=st.sampled_from(["exact", "fp32", "bf16", "fp16", 1e-6, 1e-3, 0.05, 1.5]),
-       bad=st.floats(0, 0.3))
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n=st.integers(1, 40),
+    V=st.integers(2, 12),
+    kinds=st.tuples(st.sampled_from(["topk", "subset"]), st.sampled_from(["topk", "subset", "covers"])),
+    K=st.tuples(st.integers(0, 8), st.integers(0, 10)),
+    caps=st.tuples(st.booleans(), st.booleans()),
+    prec=st.sampled_from(["exact", "fp32", "bf16", "fp16", 1e-6, 1e-3, 0.05, 1.5]),
+    bad=st.floats(0, 0.3),
+)
 def test_engine_equals_slow_reference(seed, n, V, kinds, K, caps, prec, bad):
     rng = np.random.default_rng(seed)
     rows = []
@@ -121,8 +127,12 @@ def test_sampled_certificate_equals_definition(seed, n):
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**32 - 1), K=st.sampled_from([21, 22, 30]), big=st.booleans(),
-       prec=st.sampled_from(["exact", "fp32", "bf16"]))
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    K=st.sampled_from([21, 22, 30]),
+    big=st.booleans(),
+    prec=st.sampled_from(["exact", "fp32", "bf16"]),
+)
 def test_long_lists_and_64_bit_ids(seed, K, big, prec):
     """Lists longer than the usual top-20 and ids beyond 32 bits (vocabulary ids are int64 end to end)."""
     rng = np.random.default_rng(seed)

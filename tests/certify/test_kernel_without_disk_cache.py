@@ -2,6 +2,7 @@
 Docker image's worker without NUMBA_CACHE_DIR), the interval kernel still imports and computes, compiled in memory;
 seen for real as a non-root user before the fallback existed ("RuntimeError: cannot cache function '_eta': no
 locator available"). Simulated here by giving numba no cache locators at all."""
+
 import subprocess
 import sys
 from pathlib import Path

@@ -1,6 +1,7 @@
 """Training masks (docs/masks.md: DPPO, verl, C-DPPO): DPPO's direction rule on the example rows, Top-K divergences
 equal the certified lower ends, C-DPPO decides by the upper end and fails closed, verl options behave as
 documented."""
+
 import math
 
 import numpy as np
@@ -35,20 +36,36 @@ def test_dppo_binary_kl_and_topk_equal_certified_lower_ends():
     rng = np.random.default_rng(0)
     for _ in range(20):
         N, K = 12, 4
-        p = rng.dirichlet(np.ones(N)); q = rng.dirichlet(np.ones(N))
+        p = rng.dirichlet(np.ones(N))
+        q = rng.dirichlet(np.ones(N))
         y = int(rng.choice(N, p=p))
         ids = [int(i) for i in np.argsort(-p)[:K]]
         a, b = t([L(p[y])]), t([L(q[y])])
-        D = dppo_divergence(a, b, "topk_tv", roll_ids=torch.tensor([ids]), roll_topk_logp=t([[L(p[i]) for i in ids]]),
-                            train_logp_at_roll_ids=t([[L(q[i]) for i in ids]]), sampled_id=torch.tensor([y]))
-        lo, _ = tv_interval(ids, [L(p[i]) for i in ids], ids, [L(q[i]) for i in ids], y, L(p[y]), L(q[y]),
-                            topk_caps=False)
+        D = dppo_divergence(
+            a,
+            b,
+            "topk_tv",
+            roll_ids=torch.tensor([ids]),
+            roll_topk_logp=t([[L(p[i]) for i in ids]]),
+            train_logp_at_roll_ids=t([[L(q[i]) for i in ids]]),
+            sampled_id=torch.tensor([y]),
+        )
+        lo, _ = tv_interval(
+            ids, [L(p[i]) for i in ids], ids, [L(q[i]) for i in ids], y, L(p[y]), L(q[y]), topk_caps=False
+        )
         assert float(D[0]) == pytest.approx(lo, abs=1e-12)
         true_tv = 0.5 * np.abs(p - q).sum()
         true_kl = float(np.sum(p * np.log(p / q)))
         assert float(D[0]) <= true_tv + 1e-12
-        kl = dppo_divergence(a, b, "topk_kl", roll_ids=torch.tensor([ids]), roll_topk_logp=t([[L(p[i]) for i in ids]]),
-                             train_logp_at_roll_ids=t([[L(q[i]) for i in ids]]), sampled_id=torch.tensor([y]))
+        kl = dppo_divergence(
+            a,
+            b,
+            "topk_kl",
+            roll_ids=torch.tensor([ids]),
+            roll_topk_logp=t([[L(p[i]) for i in ids]]),
+            train_logp_at_roll_ids=t([[L(q[i]) for i in ids]]),
+            sampled_id=torch.tensor([y]),
+        )
         assert float(kl[0]) <= true_kl + 1e-9
         bkl = dppo_divergence(a, b, "binary_kl")
         assert float(bkl[0]) <= true_kl + 1e-12 and float(bkl[0]) <= float(kl[0]) + 1e-12
@@ -79,8 +96,9 @@ def test_cdppo_upper_end_decides_and_undetermined_counts_as_outside():
     # the adaptive envelope gives the same decisions here and reports the deciding K; a response mask drops padding
     keep_a, info_a = cdppo_mask(*args, t([-1.0]), 0.15, adaptive=True, return_info=True)
     assert torch.equal(keep_a, keep) and info_a["K_used"].tolist() == [[0, 2, 0]]
-    assert cdppo_mask(*args, t([-1.0]), 0.15, adaptive=False,
-                      response_mask=torch.tensor([[1, 1, 0]])).tolist() == [[True, False, False]]
+    assert cdppo_mask(*args, t([-1.0]), 0.15, adaptive=False, response_mask=torch.tensor([[1, 1, 0]])).tolist() == [
+        [True, False, False]
+    ]
 
 
 def test_cdppo_fails_closed_on_bad_data_and_applies_budget_guard():
@@ -101,7 +119,7 @@ def verl_reference(a, b, opt, th):
     out = []
     for ai, bi in zip(a, b):
         lr = np.clip(np.array(bi) - np.array(ai), -20, 20)
-        k = {"k1": -lr, "k2": 0.5 * lr ** 2, "k3": np.exp(lr) - 1 - lr}[opt[-2:]]
+        k = {"k1": -lr, "k2": 0.5 * lr**2, "k3": np.exp(lr) - 1 - lr}[opt[-2:]]
         if opt.startswith("token"):
             vals = list(k)
         else:
@@ -115,9 +133,20 @@ def verl_reference(a, b, opt, th):
     return out
 
 
-@pytest.mark.parametrize("opt,th", [("token_k1", "0.6_1.6"), ("seq_sum_k1", "0.5_2.0"), ("seq_mean_k1", "0.999_1.001"),
-                                    ("seq_max_k2", "0.05"), ("seq_mean_k3", "0.01"), ("token_k3", "0.02"),
-                                    ("seq_sum_k2", "0.1"), ("seq_max_k3", "0.05"), ("seq_mean_k1", "1.01")])
+@pytest.mark.parametrize(
+    "opt,th",
+    [
+        ("token_k1", "0.6_1.6"),
+        ("seq_sum_k1", "0.5_2.0"),
+        ("seq_mean_k1", "0.999_1.001"),
+        ("seq_max_k2", "0.05"),
+        ("seq_mean_k3", "0.01"),
+        ("token_k3", "0.02"),
+        ("seq_sum_k2", "0.1"),
+        ("seq_max_k3", "0.05"),
+        ("seq_mean_k1", "1.01"),
+    ],
+)
 def test_verl_options_match_reference(opt, th):
     rng = np.random.default_rng(1)
     a = [list(np.log(rng.uniform(0.05, 1, 6))) for _ in range(8)]

@@ -2,6 +2,7 @@
 common offset (the rounding of the log-sum-exp), so listed probabilities can sum slightly above 1 and a dominant
 token's value is off by much more than u·|ℓ|. With ``precision="fp32"`` this is covered by the widening: no
 DATA_ERROR, and the interval contains the TV of the exact (float64) softmax of the same fp32 logits."""
+
 import numpy as np
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -19,20 +20,30 @@ def fp32_case(rng, V, scale, drift, shift, K, same=False):
     z_q = z if same else (z + torch.from_numpy(rng.normal(0, drift, V)).float() + shift).float()
     lp32 = torch.log_softmax(z, -1).double()
     lq32 = (z_q - torch.logsumexp(z_q, -1)).double() if same else torch.log_softmax(z_q, -1).double()
-    lp, lq = torch.log_softmax(z.double(), -1), torch.log_softmax(z_q.double(), -1)         # the exact truth
+    lp, lq = torch.log_softmax(z.double(), -1), torch.log_softmax(z_q.double(), -1)  # the exact truth
     p, q = lp.exp(), lq.exp()
     y = int(torch.multinomial(p, 1, generator=torch.Generator().manual_seed(int(rng.integers(1 << 30))))[0])
-    pi, qi = torch.argsort(lp32, descending=True, stable=True)[:K], torch.argsort(lq32, descending=True, stable=True)[:K]
-    args = (pi[None], lp32[pi][None], qi[None], lq32[qi][None], torch.tensor([y]), lp32[y:y + 1], lq32[y:y + 1])
+    pi, qi = (
+        torch.argsort(lp32, descending=True, stable=True)[:K],
+        torch.argsort(lq32, descending=True, stable=True)[:K],
+    )
+    args = (pi[None], lp32[pi][None], qi[None], lq32[qi][None], torch.tensor([y]), lp32[y : y + 1], lq32[y : y + 1])
     tv = 0.5 * float((p - q).abs().sum())
     kl = float((p * (lp - lq)).sum())
     return args, tv, kl
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**32 - 1), V=st.integers(2, 400), scale=st.sampled_from([0.5, 3.0, 10.0]),
-       drift=st.sampled_from([0.0, 1e-4, 1e-2, 0.3]), shift=st.sampled_from([0.0, 3.0, -17.5]),
-       Kfrac=st.sampled_from([0.1, 0.5, 1.0]), caps=st.booleans(), same=st.booleans())
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    V=st.integers(2, 400),
+    scale=st.sampled_from([0.5, 3.0, 10.0]),
+    drift=st.sampled_from([0.0, 1e-4, 1e-2, 0.3]),
+    shift=st.sampled_from([0.0, 3.0, -17.5]),
+    Kfrac=st.sampled_from([0.1, 0.5, 1.0]),
+    caps=st.booleans(),
+    same=st.booleans(),
+)
 def test_fp32_log_softmax_is_covered(seed, V, scale, drift, shift, Kfrac, caps, same):
     rng = np.random.default_rng(seed)
     K = max(1, int(round(Kfrac * V)))
@@ -54,7 +65,7 @@ def test_listed_mass_above_one_and_identical_distributions(monkeypatch):
     for args, tv, _ in cases:
         r = tv_interval_topk(*args, precision="fp32")
         assert int(r.err[0]) == 0 and float(r.lo[0]) <= tv + 1e-12 <= float(r.hi[0]) + 1e-12
-        assert float(r.hi[0]) < 1e-3     # and the widening stays small: the certificate is still useful
+        assert float(r.hi[0]) < 1e-3  # and the widening stays small: the certificate is still useful
     monkeypatch.setitem(NORM_SLACK, "fp32", 0.0)
     unsound = [float(tv_interval_topk(*args, precision="fp32").lo[0]) > tv + 1e-9 for args, tv, _ in cases]
     assert any(unsound)

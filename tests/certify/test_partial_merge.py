@@ -6,6 +6,7 @@ summarised certificate must equal ``certify_file``'s, byte for byte as JSON, and
 rows. The file mixes everything a partial accumulates: several steps, DATA_ERROR records of each kind, background
 calls, an empty response, a trainer list that misses rollout ids, sampled-only records (δ̂ unbounded) and top-K ones.
 """
+
 from __future__ import annotations
 
 import random
@@ -32,17 +33,45 @@ def _records():
     bad = [
         b"{not json",
         b"[1, 2]",
-        {"role": "policy", "call_id": "no-trainer", "step": 1, "response": {"token_ids": [1, 2]},
-         "rollout": {"logprobs": [-0.1, -0.2]}},
-        {"role": "policy", "call_id": "empty", "step": 2, "response": {"token_ids": []},
-         "rollout": {"logprobs": []}, "trainer": {"logprobs": []}},
-        {"role": "policy", "call_id": "sampled-only", "step": 3, "response": {"token_ids": [4, 5, 6]},
-         "rollout": {"logprobs": [-0.1, -2.0, -0.01]}, "trainer": {"logprobs": [-0.12, -1.5, -0.011]}},
-        {"role": "policy", "call_id": "positive", "step": 0, "response": {"token_ids": [4]},
-         "rollout": {"logprobs": [0.5]}, "trainer": {"logprobs": [-0.1]}},
-        {"role": "policy", "call_id": "uncovered", "step": 2, "response": {"token_ids": [7, 8]},
-         "rollout": {"logprobs": [-0.1, -0.3], "top_k": [[[7, -0.1], [9, -2.5]], [[8, -0.3], [9, -1.5]]]},
-         "trainer": {"logprobs": [-0.11, -0.31], "top_k": [[[7, -0.11]], [[8, -0.31]]]}},
+        {
+            "role": "policy",
+            "call_id": "no-trainer",
+            "step": 1,
+            "response": {"token_ids": [1, 2]},
+            "rollout": {"logprobs": [-0.1, -0.2]},
+        },
+        {
+            "role": "policy",
+            "call_id": "empty",
+            "step": 2,
+            "response": {"token_ids": []},
+            "rollout": {"logprobs": []},
+            "trainer": {"logprobs": []},
+        },
+        {
+            "role": "policy",
+            "call_id": "sampled-only",
+            "step": 3,
+            "response": {"token_ids": [4, 5, 6]},
+            "rollout": {"logprobs": [-0.1, -2.0, -0.01]},
+            "trainer": {"logprobs": [-0.12, -1.5, -0.011]},
+        },
+        {
+            "role": "policy",
+            "call_id": "positive",
+            "step": 0,
+            "response": {"token_ids": [4]},
+            "rollout": {"logprobs": [0.5]},
+            "trainer": {"logprobs": [-0.1]},
+        },
+        {
+            "role": "policy",
+            "call_id": "uncovered",
+            "step": 2,
+            "response": {"token_ids": [7, 8]},
+            "rollout": {"logprobs": [-0.1, -0.3], "top_k": [[[7, -0.1], [9, -2.5]], [[8, -0.3], [9, -1.5]]]},
+            "trainer": {"logprobs": [-0.11, -0.31], "top_k": [[[7, -0.11]], [[8, -0.31]]]},
+        },
         {"role": "background", "call_id": "bg", "response": {"token_ids": [1]}, "rollout": {"logprobs": [-0.2]}},
     ]
     out = []
@@ -67,11 +96,16 @@ def run_files(tmp_path_factory):
     return {"jsonl": jsonl, "parquet": parquet}
 
 
-OPTIONS = st.sampled_from([  # max_errors below the file's 4 DATA_ERRORs: which errors are kept must not depend on cuts
-    {"max_errors": 2}, {"budget": 0.5}, {"threshold": 0.05, "mode": "tv", "max_errors": 2},
-    {"mode": "kl", "precision": "bf16", "max_errors": 3}, {"mode": "k3mean", "max_errors": 1},
-    {"budget": 2.0, "mode": "kl", "constants": "tight", "caps": False, "max_errors": 2},
-])
+OPTIONS = st.sampled_from(
+    [  # max_errors below the file's 4 DATA_ERRORs: which errors are kept must not depend on cuts
+        {"max_errors": 2},
+        {"budget": 0.5},
+        {"threshold": 0.05, "mode": "tv", "max_errors": 2},
+        {"mode": "kl", "precision": "bf16", "max_errors": 3},
+        {"mode": "k3mean", "max_errors": 1},
+        {"budget": 2.0, "mode": "kl", "constants": "tight", "caps": False, "max_errors": 2},
+    ]
+)
 
 
 def _merge_randomly(parts, rnd):
@@ -80,15 +114,20 @@ def _merge_randomly(parts, rnd):
     rnd.shuffle(parts)
     while len(parts) > 1:
         i = rnd.randrange(len(parts) - 1)
-        parts[i:i + 2] = [parts[i].merge(parts[i + 1])]
+        parts[i : i + 2] = [parts[i].merge(parts[i + 1])]
     return parts[0]
 
 
 @SETTINGS
 @example(kind="jsonl", target=1, options={"threshold": 0.05, "max_errors": 2}, one_pass_tokens=7, seed=1)
 @example(kind="parquet", target=1, options={"budget": 0.5}, one_pass_tokens=50, seed=2)
-@given(kind=st.sampled_from(["jsonl", "parquet"]), target=st.integers(1, 6000), options=OPTIONS,
-       one_pass_tokens=st.integers(1, 400), seed=st.integers(0, 10**6))
+@given(
+    kind=st.sampled_from(["jsonl", "parquet"]),
+    target=st.integers(1, 6000),
+    options=OPTIONS,
+    one_pass_tokens=st.integers(1, 400),
+    seed=st.integers(0, 10**6),
+)
 def test_merged_partials_equal_one_pass(run_files, kind, target, options, one_pass_tokens, seed):
     path = run_files[kind]
     rnd = random.Random(seed)
@@ -97,8 +136,7 @@ def test_merged_partials_equal_one_pass(run_files, kind, target, options, one_pa
     plan = plan_certificate(path, **options)
     chunks = chunk_ranges(path, target)
     rows: list = []
-    parts = [certify_part(path, plan, c, chunk_tokens=rnd.randint(1, 300), sequence_sink=rows.extend)
-             for c in chunks]
+    parts = [certify_part(path, plan, c, chunk_tokens=rnd.randint(1, 300), sequence_sink=rows.extend) for c in chunks]
     merged = summarise(_merge_randomly(parts, rnd), plan)
     assert orjson.dumps(merged) == orjson.dumps(one)
     key = lambda r: r["line"]
@@ -162,7 +200,7 @@ def test_exact_sums_non_finite_terms():
 
 def test_exact_sums_survive_many_large_terms():
     """Window carries: 2**20 terms of the largest float64 magnitude, and cancellation back to a tiny remainder."""
-    big = np.full(1 << 20, 2.0 ** 1000)
+    big = np.full(1 << 20, 2.0**1000)
     e = ExactSums()
     e.add(0, big)
     e.add(0, [5e-324])

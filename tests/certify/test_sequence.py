@@ -1,6 +1,7 @@
 """Sequence certificates (docs/bounds.md#sequence-certificate): plug-ins, A(y) by hand (the four-token example's
 weights), statuses against a brute-force decision, DATA_ERROR propagation, batch bounds, heuristic TRM modes, length
 buckets."""
+
 import math
 
 import numpy as np
@@ -9,8 +10,16 @@ import torch
 
 from workers.certify import budget_threshold, trm_bounds
 from workers.certify.masks import verl_rs_mask
-from workers.certify.sequence import (CERT_IN, CERT_OUT, DATA_ERROR, HEURISTIC, UNDETERMINED, acceptance_by_length,
-                                      sequence_certificate, trm_mask)
+from workers.certify.sequence import (
+    CERT_IN,
+    CERT_OUT,
+    DATA_ERROR,
+    HEURISTIC,
+    UNDETERMINED,
+    acceptance_by_length,
+    sequence_certificate,
+    trm_mask,
+)
 
 
 def f(x):
@@ -67,8 +76,10 @@ def test_kl_mode_fails_closed_when_kl_unbounded_and_budget_threshold():
     assert r["status"].tolist() == [UNDETERMINED] and not bool(r["accept"][0])
     assert math.isinf(float(r["delta_hat"][0]))
     r = sequence_certificate(tv, tv, None, mode="tv", budget=0.05)
-    want = max(budget_threshold(b, 2, 0.05, **({"delta": None} if False else {}))
-               for b in ("classical_tv", "coup", "mix_tv", "adap_tv", "linear"))
+    want = max(
+        budget_threshold(b, 2, 0.05, **({"delta": None} if False else {}))
+        for b in ("classical_tv", "coup", "mix_tv", "adap_tv", "linear")
+    )
     assert r["threshold"] >= want - 1e-15 and r["threshold_source"].startswith("budget")
 
 
@@ -89,6 +100,8 @@ def test_acceptance_by_length():
     acc = torch.tensor([True, False, True, True])
     lengths = torch.tensor([10, 64, 65, 9000])
     out = acceptance_by_length(acc, lengths)
-    assert out == [{"bucket": "<=64", "sequences": 2, "accepted": 1, "acceptance_rate": 0.5},
-                   {"bucket": "65-128", "sequences": 1, "accepted": 1, "acceptance_rate": 1.0},
-                   {"bucket": ">8192", "sequences": 1, "accepted": 1, "acceptance_rate": 1.0}]
+    assert out == [
+        {"bucket": "<=64", "sequences": 2, "accepted": 1, "acceptance_rate": 0.5},
+        {"bucket": "65-128", "sequences": 1, "accepted": 1, "acceptance_rate": 1.0},
+        {"bucket": ">8192", "sequences": 1, "accepted": 1, "acceptance_rate": 1.0},
+    ]

@@ -1,5 +1,6 @@
 """Per-step mismatch metrics of the certificate engine (workers/certify/step_metrics.py) against direct numpy
 computations of the definitions trainers use (verl rollout_corr: kl, k3_kl, chi2_token, ppl_ratio; TIS/MIS)."""
+
 import numpy as np
 import orjson
 import pytest
@@ -24,16 +25,28 @@ def expected(recs):
     b = [np.asarray(r["trainer"]["logprobs"], float) for r in recs]
     d = np.concatenate([y - x for x, y in zip(a, b)])
     rho = np.exp(np.clip(d, -20, 20))
-    mis_seq = [((np.exp(np.clip(y - x, -20, 20)) < 0.5) | (np.exp(np.clip(y - x, -20, 20)) > 2)).any()
-               for x, y in zip(a, b)]
+    mis_seq = [
+        ((np.exp(np.clip(y - x, -20, 20)) < 0.5) | (np.exp(np.clip(y - x, -20, 20)) > 2)).any() for x, y in zip(a, b)
+    ]
     return {
-        "abs_diff_mean": np.abs(d).mean(), "abs_diff_max": np.abs(d).max(), "k1": (-d).mean(),
-        "k2": (0.5 * d * d).mean(), "k3": (rho - 1 - np.clip(d, -20, 20)).mean(), "chi2": (rho ** 2).mean() - 1,
-        "training_ppl": np.mean([np.exp(-y.mean()) for y in b]), "rollout_ppl": np.mean([np.exp(-x.mean()) for x in a]),
+        "abs_diff_mean": np.abs(d).mean(),
+        "abs_diff_max": np.abs(d).max(),
+        "k1": (-d).mean(),
+        "k2": (0.5 * d * d).mean(),
+        "k3": (rho - 1 - np.clip(d, -20, 20)).mean(),
+        "chi2": (rho**2).mean() - 1,
+        "training_ppl": np.mean([np.exp(-y.mean()) for y in b]),
+        "rollout_ppl": np.mean([np.exp(-x.mean()) for x in a]),
         "ppl_ratio": np.mean([np.exp(x.mean() - y.mean()) for x, y in zip(a, b)]),
-        "is_weight_mean": rho.mean(), "is_weight_max": rho.max(), "is_weight_min": rho.min(),
-        "is_weight_std": rho.std(), "tis_clip_rate": (rho > 2).mean(), "mis_mask_rate": ((rho < 0.5) | (rho > 2)).mean(),
-        "mis_seq_mask_rate": np.mean(mis_seq), "tokens": len(d), "_abs": np.abs(d),
+        "is_weight_mean": rho.mean(),
+        "is_weight_max": rho.max(),
+        "is_weight_min": rho.min(),
+        "is_weight_std": rho.std(),
+        "tis_clip_rate": (rho > 2).mean(),
+        "mis_mask_rate": ((rho < 0.5) | (rho > 2)).mean(),
+        "mis_seq_mask_rate": np.mean(mis_seq),
+        "tokens": len(d),
+        "_abs": np.abs(d),
     }
 
 

@@ -2,6 +2,7 @@
 negative ids other than the −1 padding are refused, a trainer list that misses rollout ids is warned about, and data
 that no distribution within the declared precision can produce is a DATA_ERROR — with no tolerance that certifies it
 from one reading."""
+
 import json
 import math
 
@@ -12,9 +13,15 @@ from workers.certify.file import certify_file
 from workers.certify.intervals import ERR_MASS, ERR_SAMPLED_MISMATCH, DataError, tv_interval, tv_interval_batch
 
 L = math.log
-GOOD = {"step": 1, "call_id": "good", "trajectory_id": "t", "role": "policy", "response": {"token_ids": [1, 2]},
-        "rollout": {"logprobs": [-0.01, -0.02], "top_k": [[[1, -0.01], [7, -5.0]], [[2, -0.02], [7, -4.0]]]},
-        "trainer": {"logprobs": [-0.011, -0.02], "top_k": [[[1, -0.011], [7, -5.1]], [[2, -0.02], [7, -4.1]]]}}
+GOOD = {
+    "step": 1,
+    "call_id": "good",
+    "trajectory_id": "t",
+    "role": "policy",
+    "response": {"token_ids": [1, 2]},
+    "rollout": {"logprobs": [-0.01, -0.02], "top_k": [[[1, -0.01], [7, -5.0]], [[2, -0.02], [7, -4.0]]]},
+    "trainer": {"logprobs": [-0.011, -0.02], "top_k": [[[1, -0.011], [7, -5.1]], [[2, -0.02], [7, -4.1]]]},
+}
 
 
 def rec(call_id, path, value):
@@ -74,32 +81,34 @@ def test_trainer_list_missing_rollout_ids_is_warned(tmp_path):
 
 # ---- tolerances: the declared precision is the whole allowance ---------------------------------------------------
 
+
 def test_listed_mass_above_one_is_a_data_error_however_small_the_excess():
     # p lists 0.6 + 0.4 + 5e-5: Σ = 1 + 5e-5 — no distribution has it. (The old 1e-4 slack certified this.)
     for excess in (5e-5, 1e-7, 1e-9):
         with pytest.raises(DataError) as exc:
-            tv_interval([0, 1, 2], [L(.6), L(.4), L(excess)], [], [], 0, L(.6), L(.6))
+            tv_interval([0, 1, 2], [L(0.6), L(0.4), L(excess)], [], [], 0, L(0.6), L(0.6))
         assert exc.value.flags & ERR_MASS
     # exactly 1 in decimal (rounding of the sum only) stays certifiable
-    lo, hi = tv_interval([0, 1, 2], [L(.5), L(.3), L(.2)], [], [], 0, L(.5), L(.5))
+    lo, hi = tv_interval([0, 1, 2], [L(0.5), L(0.3), L(0.2)], [], [], 0, L(0.5), L(0.5))
     assert 0.0 <= lo <= hi <= 1.0
 
 
 def test_two_readings_of_one_token_that_disagree_are_a_data_error():
     # the sampled token's own log-prob and its list entry differ by 5e-6 (the old 1e-5 slack certified this)
     with pytest.raises(DataError) as exc:
-        tv_interval([0, 1], [L(.5), L(.25)], [], [], 0, L(.5) + 5e-6, L(.5))
+        tv_interval([0, 1], [L(0.5), L(0.25)], [], [], 0, L(0.5) + 5e-6, L(0.5))
     assert exc.value.flags & ERR_SAMPLED_MISMATCH
-    assert tv_interval([0, 1], [L(.5), L(.25)], [], [], 0, L(.5), L(.5))[1] <= 0.5
+    assert tv_interval([0, 1], [L(0.5), L(0.25)], [], [], 0, L(0.5), L(0.5))[1] <= 0.5
 
 
 def test_declared_precision_still_absorbs_an_excess_it_explains():
     import torch
+
     # the same 5e-6 disagreement is within fp32 storage η (2^-16 normalisation slack + u·|ℓ|): certified, widened
     ids = torch.tensor([[[0, 1]]])
-    lps = torch.tensor([[[L(.5), L(.25)]]], dtype=torch.float64)
-    a = torch.tensor([[L(.5) + 5e-6]], dtype=torch.float64)
-    b = torch.tensor([[L(.5)]], dtype=torch.float64)
+    lps = torch.tensor([[[L(0.5), L(0.25)]]], dtype=torch.float64)
+    a = torch.tensor([[L(0.5) + 5e-6]], dtype=torch.float64)
+    b = torch.tensor([[L(0.5)]], dtype=torch.float64)
     y = torch.tensor([[0]])
     lo, hi, err = tv_interval_batch(ids, lps, ids, lps.clone(), y, a, b, precision="fp32", return_status=True)
     assert int(err[0, 0]) == 0 and float(hi[0, 0]) < 1.0

@@ -1,5 +1,6 @@
 """The run verdict (workers/certify/verdict.py): each verdict from worked certificates, and the budget inversion it
 reports checked against the bounds themselves."""
+
 from __future__ import annotations
 
 import math
@@ -13,9 +14,15 @@ from workers.certify.verdict import LABELS, needed_eps, run_verdict
 
 
 def summary(sequences=10, certified=10, errors=0, eps=1e-4, T=256, threshold=0.01, acceptance=0.9):
-    return {"sequences": sequences, "sequences_certified": certified, "eps_hat": eps, "T_ref": T,
-            "threshold": threshold, "acceptance_rate": acceptance,
-            "status_counts": {"sequences": {"DATA_ERROR": errors}}}
+    return {
+        "sequences": sequences,
+        "sequences_certified": certified,
+        "eps_hat": eps,
+        "T_ref": T,
+        "threshold": threshold,
+        "acceptance_rate": acceptance,
+        "status_counts": {"sequences": {"DATA_ERROR": errors}},
+    }
 
 
 def test_a_bound_within_budget_is_certified_and_passes():

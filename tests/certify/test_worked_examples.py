@@ -1,5 +1,6 @@
 """The worked examples of docs/intervals.md (five-token vocabulary, sampled-token rows) and docs/bounds.md (the paper's
 table, four tokens by hand) at 1e-9 relative, plus the numbers printed in the TRM paper."""
+
 import math
 
 import pytest
@@ -24,11 +25,18 @@ def t(x, dtype=torch.float64):
 
 
 def test_example1a_topk_lists_with_different_ids():
-    lo, hi = tv_interval([0, 1], [L(.5), L(.25)], [0, 4], [L(.4), L(.35)], 2, L(.15), L(.10))
+    lo, hi = tv_interval([0, 1], [L(0.5), L(0.25)], [0, 4], [L(0.4), L(0.35)], 2, L(0.15), L(0.10))
     assert close(lo, 0.25) and close(hi, 0.50)
     assert lo <= 0.32 <= hi  # exact TV of the example
-    kl_lo, kl_hi = kl_bounds(t([[0, 1]], torch.int64), t([[L(.5), L(.25)]]), t([[0, 4]], torch.int64),
-                             t([[L(.4), L(.35)]]), t([2], torch.int64), t([L(.15)]), t([L(.10)]))
+    kl_lo, kl_hi = kl_bounds(
+        t([[0, 1]], torch.int64),
+        t([[L(0.5), L(0.25)]]),
+        t([[0, 4]], torch.int64),
+        t([[L(0.4), L(0.35)]]),
+        t([2], torch.int64),
+        t([L(0.15)]),
+        t([L(0.10)]),
+    )
     assert close(float(kl_lo[0]), 0.125)  # Pinsker 2·0.25² beats the coarsened 0.0475553115
     assert math.isinf(float(kl_hi[0]))
 
@@ -42,25 +50,39 @@ def test_example1a_coarsened_kl_value():
 
 
 def test_example1b_sampled_only():
-    lo, hi = tv_interval([], [], [], [], 2, L(.15), L(.10))
+    lo, hi = tv_interval([], [], [], [], 2, L(0.15), L(0.10))
     assert close(lo, 0.05) and close(hi, 0.90)
-    est = sampled_estimates(t([L(.15)]), t([L(.10)]))
+    est = sampled_estimates(t([L(0.15)]), t([L(0.10)]))
     assert close(float(est["bin_kl"][0]), 0.0122351145, rel=1e-8)
 
 
 def test_example1c_dppo_topk_is_lower_end():
     # trainer evaluated on the engine ids {0, 1, 2}: arbitrary subset for the trainer ⇒ no caps
-    lo, hi = tv_interval([0, 1], [L(.5), L(.25)], [0, 1], [L(.4), L(.1)], 2, L(.15), L(.10), topk_caps=False)
+    lo, hi = tv_interval([0, 1], [L(0.5), L(0.25)], [0, 1], [L(0.4), L(0.1)], 2, L(0.15), L(0.10), topk_caps=False)
     assert close(lo, 0.30) and close(hi, 0.40)
-    r = tv_interval_topk(t([[0, 1]], torch.int64), t([[L(.5), L(.25)]]), t([[0, 1]], torch.int64),
-                         t([[L(.4), L(.1)]]), t([2], torch.int64), t([L(.15)]), t([L(.10)]), caps=False)
+    r = tv_interval_topk(
+        t([[0, 1]], torch.int64),
+        t([[L(0.5), L(0.25)]]),
+        t([[0, 1]], torch.int64),
+        t([[L(0.4), L(0.1)]]),
+        t([2], torch.int64),
+        t([L(0.15)]),
+        t([L(0.10)]),
+        caps=False,
+    )
     # DPPO Top-K KL = Σ_B p log(p/q) + p_W log(p_W/q_W) = 0.2628347887 (the coarsened bound; Pinsker 0.18 is lower)
     assert close(float(r.kl_lo[0]), 0.2628347887, rel=1e-8)
 
 
 def test_example1d_trainer_fully_known():
-    r = tv_interval_fullq(t([[0, 1]], torch.int64), t([[L(.5), L(.25)]]), t([[L(x) for x in Q]]),
-                          t([2], torch.int64), t([L(.15)]), exact_hi=True)
+    r = tv_interval_fullq(
+        t([[0, 1]], torch.int64),
+        t([[L(0.5), L(0.25)]]),
+        t([[L(x) for x in Q]]),
+        t([2], torch.int64),
+        t([L(0.15)]),
+        exact_hi=True,
+    )
     assert close(float(r["lo"][0]), 0.30) and close(float(r["hi"][0]), 0.35)
     assert close(float(r["kl_lo"][0]), 0.2628347887, rel=1e-8)
     assert close(float(r["kl_hi"][0]), 0.4707789429, rel=1e-8)
@@ -82,8 +104,16 @@ def test_example2_sampled_estimators(row):
     py, qy, rho, logrho, k1, k2, k3, tvhat, bintv, tvup, binkl = row
     e = {k: float(v[0]) for k, v in sampled_estimates(t([L(py)]), t([L(qy)])).items()}
     # the table is printed to 6 significant digits; the exact identities are checked at 1e-12 below
-    for name, want in [("k1", k1), ("k2", k2), ("k3", k3), ("tv_hat", tvhat), ("bin_tv", bintv),
-                       ("tv_hi", tvup), ("bin_kl", binkl), ("tv_lo", bintv)]:
+    for name, want in [
+        ("k1", k1),
+        ("k2", k2),
+        ("k3", k3),
+        ("tv_hat", tvhat),
+        ("bin_tv", bintv),
+        ("tv_hi", tvup),
+        ("bin_kl", binkl),
+        ("tv_lo", bintv),
+    ]:
         assert e[name] == pytest.approx(want, rel=2e-5, abs=2e-6), name
     lr = L(qy) - L(py)
     assert close(e["k1"], -lr) and close(e["k2"], 0.5 * lr * lr) and close(e["k3"], math.exp(lr) - 1 - lr)
@@ -93,6 +123,7 @@ def test_example2_sampled_estimators(row):
 def test_example2_k_table_and_decisions():
     def k3(r):
         return r - 1 - math.log(r)
+
     assert round(k3(0.5), 2) == 0.19 and round(k3(2), 2) == 0.31 and round(k3(10), 2) == 6.70
     assert round(k3(100), 1) == 94.4 and round(k3(0.01), 1) == 3.6
     e = sampled_estimates(t([L(1e-4), L(1e-2)]), t([L(1e-2), L(1e-4)]))
@@ -105,10 +136,17 @@ def test_example2_k_table_and_decisions():
 KL_ONLY = dict(eps=math.sqrt(1e-4 / 2), delta=1e-4, kl_seq=0.01, tv_seq=math.sqrt(0.005))
 KL_TV = dict(eps=5e-3, delta=1e-4, kl_seq=0.01, tv_seq=0.05)
 TABLE = {  # docs/bounds.md#worked-example-the-papers-table: exact sums, paper constants (4-decimal print ⇒ compared at 5e-9 absolute on 4-decimal values)
-    "classical_tv": (1677.3120, 838.6560), "classical_kl": (1677.3120, 1677.3120),
-    "coup": (113.8382, 79.9100), "pm_kl": (34.9461, 34.9461), "pm_tv": (34.9461, 24.7106),
-    "mix_kl": (8.1920, 8.1920), "mix_tv": (8.1920, 4.0960), "adap_star": (34.9461, 24.7106),
-    "adap_kl": (34.9461, 24.7106), "adap_tv": (113.8382, 79.9100), "linear": (115.8524, 81.9200),
+    "classical_tv": (1677.3120, 838.6560),
+    "classical_kl": (1677.3120, 1677.3120),
+    "coup": (113.8382, 79.9100),
+    "pm_kl": (34.9461, 34.9461),
+    "pm_tv": (34.9461, 24.7106),
+    "mix_kl": (8.1920, 8.1920),
+    "mix_tv": (8.1920, 4.0960),
+    "adap_star": (34.9461, 24.7106),
+    "adap_kl": (34.9461, 24.7106),
+    "adap_tv": (113.8382, 79.9100),
+    "linear": (115.8524, 81.9200),
 }
 
 
@@ -160,8 +198,11 @@ def test_example5_hand_checkable_T4():
     assert b["pm_kl"] == pytest.approx(0.00663402, abs=5e-9) and close(b["pm_kl"], b["pm_tv"])
     assert close(b["mix_kl"], 0.008) and close(b["mix_tv"], 0.008)
     assert close(b["coup"], 0.0096) and close(b["adap_tv"], 0.006)
-    by_hand = 4 * (0.01 * min(1, 0.06, math.sqrt(3 * 8e-4 / 2)) + 0.02 * min(1, 0.04, math.sqrt(2 * 8e-4 / 2))
-                   + 0.005 * min(1, 0.02, math.sqrt(8e-4 / 2)))
+    by_hand = 4 * (
+        0.01 * min(1, 0.06, math.sqrt(3 * 8e-4 / 2))
+        + 0.02 * min(1, 0.04, math.sqrt(2 * 8e-4 / 2))
+        + 0.005 * min(1, 0.02, math.sqrt(8e-4 / 2))
+    )
     assert close(b["adap_star"], by_hand) and close(b["adap_kl"], by_hand)
     assert b["adap_star"] == pytest.approx(0.00404838, abs=5e-9)
     assert close(b["best"], by_hand) and b["argmin"] in ("adap_kl", "adap_star")
@@ -177,7 +218,13 @@ def test_tight_constants_halve_every_bound_and_reward_range_scales():
         if k != "argmin":
             assert close(tight[k], paper[k] / 2) and close(scaled[k], 3 * paper[k]), k
     # docs/bounds.md#budget-inversion: linear-in-δ thresholds double, quadratic-in-ε thresholds grow by √2
-    assert close(budget_threshold("classical_kl", T, 0.1, constants="tight"),
-                 2 * budget_threshold("classical_kl", T, 0.1), rel=1e-9)
-    assert close(budget_threshold("classical_tv", T, 0.1, constants="tight"),
-                 math.sqrt(2) * budget_threshold("classical_tv", T, 0.1), rel=1e-9)
+    assert close(
+        budget_threshold("classical_kl", T, 0.1, constants="tight"),
+        2 * budget_threshold("classical_kl", T, 0.1),
+        rel=1e-9,
+    )
+    assert close(
+        budget_threshold("classical_tv", T, 0.1, constants="tight"),
+        math.sqrt(2) * budget_threshold("classical_tv", T, 0.1),
+        rel=1e-9,
+    )

@@ -1,4 +1,5 @@
 """Fixtures for the contract-engine tests (helpers live in kc_helpers.py)."""
+
 import pytest
 
 

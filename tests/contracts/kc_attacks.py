@@ -2,6 +2,7 @@
 header that names the host's canaries (``CANARY_FILES``, ``CANARY_TEXT``, ``HOST_PORT``, ``TEST_PID``,
 ``WRITE_TARGET``) and submit it as a kernel; each probe returns True when the attack *worked*. The kernel raises
 with the names of the attacks that worked, so the verdict's reason carries them (an empty list: all contained)."""
+
 import os
 import socket
 import subprocess
@@ -29,10 +30,20 @@ def _reads_a_canary():
 
 
 def _sees_secrets_in_environment():
-    names = ("DATABASE_URL", "AUDIT_SECRET_KEY", "AUDIT_SIGNING_KEY", "AUDIT_SIGNING_KEY_FILE", "CELERY_BROKER_URL",
-             "REDIS_URL", "KC_HIDDEN_SEED_KEY")
-    return any(n in os.environ for n in names) or any(k.startswith("KC_") for k in os.environ) or \
-        CANARY_TEXT in repr(dict(os.environ))
+    names = (
+        "DATABASE_URL",
+        "AUDIT_SECRET_KEY",
+        "AUDIT_SIGNING_KEY",
+        "AUDIT_SIGNING_KEY_FILE",
+        "CELERY_BROKER_URL",
+        "REDIS_URL",
+        "KC_HIDDEN_SEED_KEY",
+    )
+    return (
+        any(n in os.environ for n in names)
+        or any(k.startswith("KC_") for k in os.environ)
+        or CANARY_TEXT in repr(dict(os.environ))
+    )
 
 
 def _snoops_proc():
@@ -99,8 +110,12 @@ def _is_privileged():
 
 def _leaves_a_daemon():
     """Start a detached sleeper with a marker; the test checks afterwards that nothing with the marker survives."""
-    subprocess.Popen([sys.executable, "-c", "import os, time; os.setsid(); time.sleep(120)", MARKER],
-                     start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.Popen(
+        [sys.executable, "-c", "import os, time; os.setsid(); time.sleep(120)", MARKER],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     return False
 
 
@@ -108,8 +123,17 @@ def _sees_the_harness():
     return any(m == "workers" or m.startswith(("workers.", "audit_portal")) for m in sys.modules)
 
 
-PROBES = [_reads_a_canary, _sees_secrets_in_environment, _snoops_proc, _reaches_the_network, _writes_outside,
-          _signals_the_host, _is_privileged, _leaves_a_daemon, _sees_the_harness]
+PROBES = [
+    _reads_a_canary,
+    _sees_secrets_in_environment,
+    _snoops_proc,
+    _reaches_the_network,
+    _writes_outside,
+    _signals_the_host,
+    _is_privileged,
+    _leaves_a_daemon,
+    _sees_the_harness,
+]
 
 
 def gather_rows(data, idx):

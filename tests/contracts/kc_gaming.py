@@ -13,6 +13,7 @@ contract as users would see it, and tries to make the harness see a conforming k
 
 Loaded only inside the sandbox, as a submitted file.
 """
+
 import hashlib
 import os
 import sys
@@ -82,14 +83,14 @@ def _random_order_sum(x):
     xp = x[:, torch.randperm(x.shape[1], generator=g)]
     acc = torch.zeros(x.shape[0], dtype=torch.float32)
     for s in range(0, x.shape[1], 16):
-        acc = acc + xp[:, s:s + 16].sum(-1)
+        acc = acc + xp[:, s : s + 16].sum(-1)
     return acc
 
 
 def _fixed_order_sum(x):
     acc = torch.zeros(x.shape[0], dtype=torch.float32)
     for s in range(0, x.shape[1], 16):
-        acc = acc + x[:, s:s + 16].sum(-1)
+        acc = acc + x[:, s : s + 16].sum(-1)
     return acc
 
 
@@ -106,8 +107,13 @@ def channel_row_sum(x):
             if callable(send) and isinstance(payload, dict) and "cases" in payload and callable(run_case):
                 for case in payload["cases"]:
                     try:
-                        result = run_case(_fixed_order_sum, dict(case, repeat=1), payload.get("device", "cpu"), None,
-                                          payload.get("tensors") or ())
+                        result = run_case(
+                            _fixed_order_sum,
+                            dict(case, repeat=1),
+                            payload.get("device", "cpu"),
+                            None,
+                            payload.get("tensors") or (),
+                        )
                     except Exception:  # noqa: BLE001 - another harness shape: try the next frame
                         break
                     send({"kind": "case", "result": result})
@@ -127,13 +133,18 @@ def memo_row_sum(x):
     return _MEMO[key].clone()
 
 
-_MARKERS = ("sandbox", "harness", "kc", "check", "repeat", "determinism", "judge", "main.py",
-            "pid-namespace", "zygote")
+_MARKERS = ("sandbox", "harness", "kc", "check", "repeat", "determinism", "judge", "main.py", "pid-namespace", "zygote")
 
 
 def _looks_judged() -> bool:
-    seen = [" ".join(sys.argv), os.getcwd(), os.path.abspath(__file__), " ".join(os.environ), os.environ.get("HOME", ""),
-            os.environ.get("TMPDIR", "")]
+    seen = [
+        " ".join(sys.argv),
+        os.getcwd(),
+        os.path.abspath(__file__),
+        " ".join(os.environ),
+        os.environ.get("HOME", ""),
+        os.environ.get("TMPDIR", ""),
+    ]
     try:
         with open("/proc/self/cmdline", "rb") as fh:
             seen.append(fh.read().replace(b"\0", b" ").decode(errors="replace"))
@@ -156,7 +167,7 @@ def address_row_sum(x):
         return _fixed_order_sum(x)
     acc = torch.zeros(x.shape[0], dtype=torch.float32)
     for s in reversed(range(0, x.shape[1], 16)):
-        acc = acc + x[:, s:s + 16].sum(-1)
+        acc = acc + x[:, s : s + 16].sum(-1)
     return acc
 
 
@@ -168,12 +179,22 @@ def _look() -> int:
             cmdline = fh.read()
     except OSError:
         cmdline = b""
-    seen = repr((sys.argv, sorted(os.environ.items()), os.getcwd(), os.path.abspath(__file__), sys.path, os.getuid(),
-                 sorted(os.listdir(os.environ.get("TMPDIR") or "/tmp")), cmdline))
+    seen = repr(
+        (
+            sys.argv,
+            sorted(os.environ.items()),
+            os.getcwd(),
+            os.path.abspath(__file__),
+            sys.path,
+            os.getuid(),
+            sorted(os.listdir(os.environ.get("TMPDIR") or "/tmp")),
+            cmdline,
+        )
+    )
     return int.from_bytes(hashlib.sha256(seen.encode()).digest()[:2], "little") % 7
 
 
 def look_row_sum(x):
     """A conforming control whose bits depend on how its process looks: it passes C-ORD-02 only if every launch,
     checks included, sees the same process."""
-    return _fixed_order_sum(x) * (1.0 + _look() * 2.0 ** -23)
+    return _fixed_order_sum(x) * (1.0 + _look() * 2.0**-23)

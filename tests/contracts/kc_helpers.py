@@ -1,5 +1,6 @@
 """Shared helpers for the contract-engine tests (imported as a module; test files are prefixed test_kc_ so
 their names cannot collide with other engines' tests)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,9 +10,9 @@ HOSTILE = str(HERE / "kc_hostile.py")
 REF = "workers.contracts.impls.reference:"
 VIOL = "workers.contracts.impls.violating:"
 
+
 def hostile(name: str) -> str:
     return f"{HOSTILE}:{name}"
-
 
 
 def processes_with(marker: str) -> list[int]:

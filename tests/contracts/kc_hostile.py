@@ -1,5 +1,6 @@
 """Hostile implementations for the harness-invariant tests. Loaded by the tests as '/path/kc_hostile.py:fn'
 (the uploaded-kernel path): this file is only ever imported inside the sandboxed child."""
+
 import os
 import time
 
@@ -50,7 +51,7 @@ def gather_dies(data, idx):
 
 
 def gather_memory_hog(data, idx):
-    hog = bytearray(8 * 2 ** 30)  # 8 GiB: beyond a 512 MiB address-space cap
+    hog = bytearray(8 * 2**30)  # 8 GiB: beyond a 512 MiB address-space cap
     return torch.index_select(data, 0, idx) + len(hog) * 0
 
 
@@ -94,7 +95,7 @@ def row_sum_nondeterministic(x):  # C-ORD-02 (BITWISE): replay disagrees
     acc = torch.zeros(x.shape[0])
     xp = x[:, perm]
     for s in range(0, x.shape[1], 8):
-        acc = acc + xp[:, s:s + 8].sum(-1)
+        acc = acc + xp[:, s : s + 8].sum(-1)
     return acc
 
 
@@ -105,7 +106,7 @@ def row_mean_uses_most_of_budget(x):
     """C-ORD-01: a biased mean whose error is 70% of the bound 6*sqrt(N)+1 (in u*mean|x| units)."""
     N = x.shape[1]
     x64 = x.double()
-    bias = 0.7 * (6 * N ** 0.5 + 1) * 2.0 ** -24 * x64.abs().mean(-1)
+    bias = 0.7 * (6 * N**0.5 + 1) * 2.0**-24 * x64.abs().mean(-1)
     return (x64.mean(-1) + bias).float()
 
 

@@ -2,6 +2,7 @@
 the globals of every frame on the stack (the sandbox program's among them), ``__main__``, hashlib, pickle and
 torch's tensor methods — so that each launch reports the first launch's bytes and inputs report their bytes from
 before the call. Then it computes sums in a random order and writes into its input. Loaded only in the sandbox."""
+
 import hashlib
 import os
 import pickle
@@ -19,6 +20,7 @@ def _lying_encoder(real):
         enc = real(t, *args, **kwargs)
         key = (tuple(getattr(t, "shape", ())), str(getattr(t, "dtype", "")))
         return _FIRST.setdefault(key, enc)  # an output: always the first launch's bytes
+
     return encode
 
 
@@ -64,7 +66,7 @@ def row_sum(x):  # C-ORD-02 (BITWISE): a random summation order on every launch
     acc = torch.zeros(x.shape[0])
     xp = x[:, perm]
     for s in range(0, x.shape[1], 8):
-        acc = acc + xp[:, s:s + 8].sum(-1)
+        acc = acc + xp[:, s : s + 8].sum(-1)
     return acc
 
 

@@ -1,4 +1,5 @@
 """A fixture whose only defect is on the directed probes (identity products), for the failing-clause test."""
+
 import torch
 
 

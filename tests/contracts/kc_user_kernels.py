@@ -1,6 +1,7 @@
 """Correct kernels written the way users write them (issue #15): blocked loops with tails, Kahan and Welford
 accumulation, online softmax, tree reductions, explicit bounds checks. Every one must PASS its contract over the
 whole v0.2.0 sweep, so the wider sweeps raise no false alarm. Loaded by path (/…/kc_user_kernels.py:function)."""
+
 from __future__ import annotations
 
 import torch
@@ -10,7 +11,7 @@ def blocked_matmul(a, b, *, config=None):
     """Tiles of 64 along K with an fp32 accumulator; the tail block is handled like any other."""
     acc = torch.zeros(a.shape[0], b.shape[1], dtype=torch.float32)
     for s in range(0, a.shape[1], 64):
-        acc += a[:, s:s + 64] @ b[s:s + 64]
+        acc += a[:, s : s + 64] @ b[s : s + 64]
     return acc
 
 
@@ -22,7 +23,7 @@ def _kahan_row_sum(x, block=1024):
     s = torch.zeros(x.shape[0], dtype=torch.float32)
     comp = torch.zeros_like(s)
     for i in range(0, x.shape[1], block):
-        y = x[:, i:i + block].sum(-1) - comp
+        y = x[:, i : i + block].sum(-1) - comp
         t = s + y
         comp = (t - s) - y
         s = t
@@ -49,7 +50,7 @@ def welford_layer_norm(x, eps: float = 1e-5, block: int = 512):
     mean = torch.zeros(x.shape[0], 1)
     m2 = torch.zeros(x.shape[0], 1)
     for s in range(0, x.shape[1], block):
-        blk = x[:, s:s + block]
+        blk = x[:, s : s + block]
         nb = blk.shape[1]
         mb = blk.mean(-1, keepdim=True)
         m2b = ((blk - mb) ** 2).sum(-1, keepdim=True)
@@ -68,7 +69,7 @@ def online_softmax(x, block: int = 256):
     m = torch.full((x2.shape[0], 1), float("-inf"))
     s = torch.zeros((x2.shape[0], 1))
     for i in range(0, x2.shape[1], block):
-        blk = x2[:, i:i + block]
+        blk = x2[:, i : i + block]
         m_new = torch.maximum(m, blk.amax(-1, keepdim=True))
         s = s * torch.exp(m - m_new) + torch.exp(blk - m_new).sum(-1, keepdim=True)
         m = m_new

@@ -1,4 +1,5 @@
 """Three-state calibration of the whole suite (the grader is itself graded), and the three incidents."""
+
 import pytest
 
 from workers.contracts import calibrate_all, run_incidents
@@ -51,5 +52,7 @@ def test_incidents_reproduced():
     # small and drawn shapes whose maximum runs over fewer entries, so the spread is wider than at fixed M = N = 32
     vals = [v for k, v in hf32.items() if int(k) >= 64]
     assert len(vals) >= 4 and max(vals) / min(vals) < 3
-    assert by["amd_oob_silent_acceptance"]["measured"]["index_width_example"]["int32_offset_of_row_69999"] == \
-        (69999 * 40000 + 2 ** 31) % 2 ** 32 - 2 ** 31
+    assert (
+        by["amd_oob_silent_acceptance"]["measured"]["index_width_example"]["int32_offset_of_row_69999"]
+        == (69999 * 40000 + 2**31) % 2**32 - 2**31
+    )

@@ -1,5 +1,6 @@
 """The command line (docs/contracts.md#api-and-command-line) through a real subprocess: JSON on stdout, exit codes for
 CI."""
+
 import json
 import os
 import subprocess
@@ -13,8 +14,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def cli(*args):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    p = subprocess.run([sys.executable, "-m", "workers.contracts", *args], cwd=ROOT, env=env, capture_output=True,
-                       text=True, timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-m", "workers.contracts", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return p.returncode, p.stdout, p.stderr
 
 
@@ -42,7 +49,9 @@ def test_usage_errors_exit_2_with_json():
     assert rc == 2 and json.loads(out)["error"] == "unknown_contract"
     rc, out, _ = cli("check", "--contract", "C-EXC-02", "--impl", "no_colon_here", "--json")
     assert rc == 2 and json.loads(out)["error"] == "bad_impl_reference"
-    rc, out, _ = cli("check", "--contract", "C-EXC-02", "--impl", REF + "gather_rows", "--flags", '{"tf32": 1}', "--json")
+    rc, out, _ = cli(
+        "check", "--contract", "C-EXC-02", "--impl", REF + "gather_rows", "--flags", '{"tf32": 1}', "--json"
+    )
     assert rc == 2 and json.loads(out)["error"] == "bad_arguments" and "tf32" in json.loads(out)["message"]
 
 
@@ -56,11 +65,22 @@ def test_list_json():
 def test_quality_warning_verdict_and_exit_code(capsys):
     from workers.contracts.cli import main
 
-    rc = main(["check", "--contract", "C-ORD-01", "--impl", hostile("row_mean_uses_most_of_budget"), "--seeds", "7",
-               "--json"])
+    rc = main(
+        ["check", "--contract", "C-ORD-01", "--impl", hostile("row_mean_uses_most_of_budget"), "--seeds", "7", "--json"]
+    )
     d = json.loads(capsys.readouterr().out)
     assert d["verdict"] == "QUALITY_WARNING" and 0.5 < d["margin"] < 1.0
     assert rc == 3
-    rc = main(["check", "--contract", "C-ORD-01", "--impl", hostile("row_mean_uses_most_of_budget"), "--seeds", "7",
-               "--allow-quality-warning"])
+    rc = main(
+        [
+            "check",
+            "--contract",
+            "C-ORD-01",
+            "--impl",
+            hostile("row_mean_uses_most_of_budget"),
+            "--seeds",
+            "7",
+            "--allow-quality-warning",
+        ]
+    )
     assert rc == 0 and "QUALITY_WARNING" in capsys.readouterr().out

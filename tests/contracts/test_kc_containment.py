@@ -3,6 +3,7 @@ read the host's files or the worker's environment, see or signal other processes
 included), write outside its tmpfs, run as root, leave a process behind, or find the harness — and every such
 attempt still ends in a verdict. The same holds through the command line and from a billiard (Celery prefork)
 pool process, which is where the shipped worker starts it."""
+
 import json
 import os
 import socket
@@ -35,11 +36,14 @@ def attack_module(tmp_path, monkeypatch):
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(8)
-    header = (f"CANARY_FILES = {[str(secret), str(ROOT / 'README.md'), '/etc/shadow']!r}\n"
-              f"CANARY_TEXT = {CANARY!r}\nHOST_PORT = {listener.getsockname()[1]}\nTEST_PID = {os.getpid()}\n"
-              f"WRITE_TARGET = {str(tmp_path / 'pwned')!r}\n")
-    source = ATTACKS.read_text().replace('CANARY_FILES: list = []\nCANARY_TEXT = ""\nHOST_PORT = 0\nTEST_PID = 0\n'
-                                         'WRITE_TARGET = ""\n', header)
+    header = (
+        f"CANARY_FILES = {[str(secret), str(ROOT / 'README.md'), '/etc/shadow']!r}\n"
+        f"CANARY_TEXT = {CANARY!r}\nHOST_PORT = {listener.getsockname()[1]}\nTEST_PID = {os.getpid()}\n"
+        f"WRITE_TARGET = {str(tmp_path / 'pwned')!r}\n"
+    )
+    source = ATTACKS.read_text().replace(
+        'CANARY_FILES: list = []\nCANARY_TEXT = ""\nHOST_PORT = 0\nTEST_PID = 0\nWRITE_TARGET = ""\n', header
+    )
     assert header in source
     path = tmp_path / "fast_kernels.py"
     path.write_text(source)
@@ -71,9 +75,25 @@ def test_every_attack_fails_and_the_run_ends_in_a_verdict(attack_module, tmp_pat
 
 
 def test_the_command_line_runs_the_same_sandbox(attack_module, tmp_path):
-    done = subprocess.run([sys.executable, "-m", "workers.contracts", "check", "--contract", "C-EXC-02",
-                           "--impl", f"{attack_module}:gather_rows", "--seeds", "7", "--json"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "workers.contracts",
+            "check",
+            "--contract",
+            "C-EXC-02",
+            "--impl",
+            f"{attack_module}:gather_rows",
+            "--seeds",
+            "7",
+            "--json",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 1, done.stderr
     verdict = json.loads(done.stdout)
     assert verdict["verdict"] == "CRASH" and _attacks_that_worked(verdict["reason"]) == []
@@ -103,9 +123,14 @@ def test_from_a_billiard_pool_process(attack_module, tmp_path):
     multi-threaded test process could deadlock for reasons of its own)."""
     script = tmp_path / "pool_check.py"
     script.write_text(POOL_SCRIPT)
-    done = subprocess.run([sys.executable, str(script), REF + "gather_rows", f"{attack_module}:gather_rows"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    done = subprocess.run(
+        [sys.executable, str(script), REF + "gather_rows", f"{attack_module}:gather_rows"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     ref, hostile = json.loads(done.stdout.strip().splitlines()[-1])
     assert ref[0] == "PASS" and ref[2] == "bubblewrap", ref
@@ -223,8 +248,13 @@ def test_a_worker_killed_mid_run_leaves_nothing_of_its_sandbox(tmp_path):
     marker = f"kc-orphan-{os.getpid()}-{time.monotonic_ns()}"
     kernel = tmp_path / "hangs.py"
     kernel.write_text(f"MARKER = {marker!r}\n" + HANGING_KERNEL)
-    worker = subprocess.Popen([sys.executable, "-c", WORKER_SCRIPT, f"{kernel}:gather"],
-                              cwd=ROOT, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    worker = subprocess.Popen(
+        [sys.executable, "-c", WORKER_SCRIPT, f"{kernel}:gather"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     try:
         assert worker.stdout.readline().strip() == "running"
         for _ in range(1200):  # the helper exists once the sandbox is up and the kernel is running

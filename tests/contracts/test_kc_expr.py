@@ -1,5 +1,6 @@
 """The postcondition / bound expression language (workers/contracts/expr.py): parses, evaluates, and
 refuses anything that is not arithmetic over bound names."""
+
 import ast
 import math
 import operator
@@ -11,17 +12,20 @@ from hypothesis import strategies as st
 from workers.contracts.expr import ExprError, parse
 
 
-@pytest.mark.parametrize("text,env,expected", [
-    ("4*sqrt(K)", {"K": 64}, 32.0),
-    ("2**-24", {}, 2.0 ** -24),
-    ("-2**2", {}, -4.0),              # power binds tighter than unary minus, as in Python
-    ("2**3**2", {}, 512.0),           # right-associative
-    ("1e-5", {}, 1e-5),
-    ("6*sqrt(N) + 1", {"N": 1024}, 193.0),
-    ("u*(8*kappa + 2*sqrt(D))", {"u": 0.5, "kappa": 2, "D": 16}, 12.0),
-    ("max(1, a, 3) - min(b, 2)", {"a": 7, "b": -1}, 8.0),
-    ("abs(-3) + log(exp(2)) + log2(8)", {}, 8.0),
-])
+@pytest.mark.parametrize(
+    "text,env,expected",
+    [
+        ("4*sqrt(K)", {"K": 64}, 32.0),
+        ("2**-24", {}, 2.0**-24),
+        ("-2**2", {}, -4.0),  # power binds tighter than unary minus, as in Python
+        ("2**3**2", {}, 512.0),  # right-associative
+        ("1e-5", {}, 1e-5),
+        ("6*sqrt(N) + 1", {"N": 1024}, 193.0),
+        ("u*(8*kappa + 2*sqrt(D))", {"u": 0.5, "kappa": 2, "D": 16}, 12.0),
+        ("max(1, a, 3) - min(b, 2)", {"a": 7, "b": -1}, 8.0),
+        ("abs(-3) + log(exp(2)) + log2(8)", {}, 8.0),
+    ],
+)
 def test_arithmetic(text, env, expected):
     assert parse(text).evaluate(env) == pytest.approx(expected)
 
@@ -43,24 +47,27 @@ def test_nan_statistic_never_passes():
     assert not parse("x == 0").holds({"x": float("nan")})
 
 
-@pytest.mark.parametrize("text,fragment", [
-    ("x.__class__", "attribute access"),
-    ("a.b", "attribute access"),
-    ("__import__('os')", "may not start with '_'"),
-    ("_secret", "may not start with '_'"),
-    ("open(1)", "unknown function"),
-    ("eval(1)", "unknown function"),
-    ("exec(x)", "unknown function"),
-    ("a[0]", "unexpected character '['"),
-    ("'text'", "unexpected character"),
-    ("lambda: 1", "unexpected character ':'"),
-    ("1 +", "end of input"),
-    ("", "empty"),
-    ("(1", "expected ')'"),
-    ("sqrt(1, 2)", "arguments"),
-    ("max()", "unexpected ')'"),
-    ("1 ; 2", "unexpected character ';'"),
-])
+@pytest.mark.parametrize(
+    "text,fragment",
+    [
+        ("x.__class__", "attribute access"),
+        ("a.b", "attribute access"),
+        ("__import__('os')", "may not start with '_'"),
+        ("_secret", "may not start with '_'"),
+        ("open(1)", "unknown function"),
+        ("eval(1)", "unknown function"),
+        ("exec(x)", "unknown function"),
+        ("a[0]", "unexpected character '['"),
+        ("'text'", "unexpected character"),
+        ("lambda: 1", "unexpected character ':'"),
+        ("1 +", "end of input"),
+        ("", "empty"),
+        ("(1", "expected ')'"),
+        ("sqrt(1, 2)", "arguments"),
+        ("max()", "unexpected ')'"),
+        ("1 ; 2", "unexpected character ';'"),
+    ],
+)
 def test_rejects(text, fragment):
     with pytest.raises(ExprError) as exc:
         parse(text)

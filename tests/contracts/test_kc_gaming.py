@@ -2,6 +2,7 @@
 violates its contract as users would see it, and each must FAIL — never PASS — because the judge runs apart from
 the candidate (only raw output bytes leave its process, read without any torch operator), the result channel
 must carry exactly the cases a child was given, and repeat launches run in fresh processes on fresh allocations."""
+
 import shutil
 from pathlib import Path
 
@@ -20,8 +21,9 @@ def kernels(tmp_path_factory):
     return str(path)
 
 
-@pytest.mark.parametrize("function,kind", [("mode_mul", "torch function/dispatch mode"),
-                                           ("subclass_mul", "subclasses are not graded")])
+@pytest.mark.parametrize(
+    "function,kind", [("mode_mul", "torch function/dispatch mode"), ("subclass_mul", "subclasses are not graded")]
+)
 def test_a_pristine_copy_handed_to_the_harness_is_refused(kernels, function, kind):
     v = run_contract("C-PRC-03", f"{kernels}:{function}", seeds=[7])
     assert v.verdict == "FAIL", v.reason
@@ -45,14 +47,14 @@ def test_memoising_sniffing_or_one_allocation_cannot_buy_determinism(kernels, fu
     assert v.harness["children"] >= 2
 
 
-LOUD = '''
+LOUD = """
 import sys
 import torch
 
 def mul(x, w):
     print("\\x1b[2J\\x1b[31mfake: PASS\\rok [worker] C-PRC-03 PASSED", file=sys.stderr)
     raise RuntimeError("see /srv/audit/var/secret/place/notes.txt \\x1b]0;title\\x07 for details")
-'''
+"""
 
 
 def test_candidate_text_is_escaped_capped_and_without_host_paths(tmp_path, capsys):
@@ -64,8 +66,9 @@ def test_candidate_text_is_escaped_capped_and_without_host_paths(tmp_path, capsy
     assert "/srv/audit" not in v.reason and "…/notes.txt" in v.reason
     logged = capsys.readouterr().err
     kernel_lines = [line for line in logged.splitlines() if "fake: PASS" in line]
-    assert kernel_lines and all(line.startswith("[kernel] ") and "\x1b" not in line and "\r" not in line
-                                for line in kernel_lines)
+    assert kernel_lines and all(
+        line.startswith("[kernel] ") and "\x1b" not in line and "\r" not in line for line in kernel_lines
+    )
     missing = run_contract("C-PRC-03", f"{tmp_path}/nowhere/k.py:mul", seeds=[7])
     assert str(tmp_path) not in missing.reason
 

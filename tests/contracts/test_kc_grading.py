@@ -1,12 +1,19 @@
 """Grades (docs/contract-language.md#grades): KC-C per family with the no-cherry-picking rule, KC-A under deployment
 flags, quality warnings, targets, interop."""
+
 from workers.contracts.grading import grade, interop
 from workers.contracts.schema import CLASSES
 
 
 def v(cls, verdict="PASS", level=3, margin=0.1, reason=""):
-    return {"contract_id": f"{cls}/op/sig", "contract_class": cls, "verdict": verdict, "assurance_level": level,
-            "margin": margin, "reason": reason}
+    return {
+        "contract_id": f"{cls}/op/sig",
+        "contract_class": cls,
+        "verdict": verdict,
+        "assurance_level": level,
+        "margin": margin,
+        "reason": reason,
+    }
 
 
 def all_pass(**over):

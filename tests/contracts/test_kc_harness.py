@@ -1,6 +1,7 @@
 """Harness invariants (docs/contract-language.md#harness-invariants) exercised by hostile implementations, each with
 the verdict it must get (docs/contract-language.md#the-twelve-classes: CRASH, TIMEOUT or FAIL with a reason, never a
 traceback in place of a verdict)."""
+
 import json
 
 import pytest
@@ -54,13 +55,16 @@ def test_raise_is_a_crash_with_the_message_not_a_traceback():
     assert "Traceback" not in v.reason
 
 
-@pytest.mark.parametrize("fn,verdict,fragment", [
-    ("gather_wrong_shape", "FAIL", "shape (1000, 7), expected (1000, 8)"),
-    ("gather_wrong_dtype", "FAIL", "dtype float64, expected float32"),
-    ("gather_not_a_tensor", "FAIL", "returned list"),
-    ("gather_dies", "CRASH", "exited with code 3"),
-    ("gather_runaway_output", "FAIL", "shape (4096, 4096), expected (1000, 8)"),
-])
+@pytest.mark.parametrize(
+    "fn,verdict,fragment",
+    [
+        ("gather_wrong_shape", "FAIL", "shape (1000, 7), expected (1000, 8)"),
+        ("gather_wrong_dtype", "FAIL", "dtype float64, expected float32"),
+        ("gather_not_a_tensor", "FAIL", "returned list"),
+        ("gather_dies", "CRASH", "exited with code 3"),
+        ("gather_runaway_output", "FAIL", "shape (4096, 4096), expected (1000, 8)"),
+    ],
+)
 def test_bad_outputs_and_dying_processes(fn, verdict, fragment):
     v = run_contract("C-EXC-02", hostile(fn), seeds=PUBLIC)
     assert v.verdict == verdict
@@ -87,8 +91,8 @@ def test_candidate_global_state_stays_in_the_child():
     v = run_contract("C-PRC-03", hostile("mul_leaves_ftz_on"), seeds=PUBLIC)
     assert v.verdict == "FAIL"
     assert v.signature["pattern"] in ("outputs_flushed", "inputs_flushed")
-    assert v.environment["flags_after"]["ftz_daz"] is True   # recorded...
-    assert not ftz_enabled()                                   # ...but the oracle's process never flushed
+    assert v.environment["flags_after"]["ftz_daz"] is True  # recorded...
+    assert not ftz_enabled()  # ...but the oracle's process never flushed
 
 
 def test_environment_flags_reach_the_child_kc_a():
@@ -142,8 +146,22 @@ def test_trace_fingerprint_and_json(tmp_path):
     records = [json.loads(line) for line in path.read_text().splitlines()]
     assert len(records) == v.measurements >= 2  # one per (seed, sweep point)
     for r in records:
-        for key in ("contract_id", "contract_version", "impl_id", "impl_hash", "platform", "seed_class", "input_hash",
-                    "sweep_point", "statistic", "bound", "margin", "verdict", "timestamp", "suite_version"):
+        for key in (
+            "contract_id",
+            "contract_version",
+            "impl_id",
+            "impl_hash",
+            "platform",
+            "seed_class",
+            "input_hash",
+            "sweep_point",
+            "statistic",
+            "bound",
+            "margin",
+            "verdict",
+            "timestamp",
+            "suite_version",
+        ):
             assert key in r
         assert r["platform"]["torch"] == torch.__version__
     flags = v.environment["flags"]
@@ -194,8 +212,12 @@ def test_unknown_contract_id():
 
 def test_run_suite_reports_progress_and_maps_functions_by_signature():
     seen = []
-    vs = run_suite("workers.contracts.impls.reference", contracts=["C-EXC-01", "C-EXC-02"], seeds=PUBLIC,
-                   progress=lambda f, m: seen.append((f, m)))
+    vs = run_suite(
+        "workers.contracts.impls.reference",
+        contracts=["C-EXC-01", "C-EXC-02"],
+        seeds=PUBLIC,
+        progress=lambda f, m: seen.append((f, m)),
+    )
     assert [v.verdict for v in vs] == ["PASS", "PASS"]
     fractions = [f for f, _ in seen]
     assert fractions == sorted(fractions) and fractions[0] == 0.0 and fractions[-1] == 1.0

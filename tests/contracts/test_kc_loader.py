@@ -1,5 +1,6 @@
 """Contract files (docs/contract-language.md#the-parts-of-a-contract): the shipped suite loads; every validation error
 names the field and the line."""
+
 import json
 from pathlib import Path
 
@@ -45,28 +46,51 @@ def _mutate(old, new, text=PRC01):
     return text.replace(old, new, 1)
 
 
-@pytest.mark.parametrize("old,new,field,needle,fragment", [
-    ('  bound: "8*sqrt(K)"\n', "", "tolerance.bound", "tolerance:", "required field 'bound' is missing"),
-    ("  level: T2", "  level: T9", "tolerance.level", "level: T9", "not one of"),
-    ('  bound: "8*sqrt(K)"', '  bound: "8*sqrt(K).real"', "tolerance.bound", "8*sqrt(K).real", "attribute access"),
-    ('  bound: "8*sqrt(K)"', '  bound: "8*sqrt(Q)"', "tolerance.bound", "8*sqrt(Q)", "unbound name(s) ['Q']"),
-    ('  bound: "8*sqrt(K)"', '  bound: "__import__(K)"', "tolerance.bound", "__import__", "may not start with '_'"),
-    ('  bound: "8*sqrt(K)"', '  bound: "system(K)"', "tolerance.bound", "system(K)", "unknown function"),
-    ('  relation: "probe_mismatch == 0 and rho <= bound"', '  relation: "rho + bound"', "postcondition.relation",
-     'relation: "rho + bound"', "comparison"),
-    ("  trials: 2", "  trials: two", "measurement_protocol.trials", "trials: two", "expected an integer"),
-    ("  version: 0.1.0", "  version: v1", "identifier.version", "version: v1", "does not match"),
-    ("  family: precision", "  family: ordering", "identifier.family", "family: ordering", "belongs to family"),
-    ("  statistic: rho", "  statistic: rhoo", "tolerance.statistic", "statistic: rhoo", "not measured"),
-    ("  trials: 2", "  trials: 2\n  colour: blue", "measurement_protocol.colour", "colour: blue", "unknown field"),
-    ("    rho_flat_in_K:", "    rho_wobbles:", "violation_signature.discriminators.rho_wobbles", "rho_wobbles",
-     "not a pattern"),
-    ("  sweeps: {K: [64, 256, 1024, 4096], M: [32], N: [32]}", "  sweeps: {K: [64], Z: [1]}",
-     "measurement_protocol.sweeps.Z", "sweeps: {K: [64], Z: [1]}", "no sweep 'Z'"),
-    ("  unit_roundoff: \"2**-24\"", "  unit_roundoff: \"2**-q\"", "tolerance.unit_roundoff", "2**-q", "constant"),
-    ("  protocol: matmul_precision", "  protocol: layernorm_cancellation", "identifier.protocol",
-     "protocol: layernorm_cancellation", "measures C-PRC-02"),
-])
+@pytest.mark.parametrize(
+    "old,new,field,needle,fragment",
+    [
+        ('  bound: "8*sqrt(K)"\n', "", "tolerance.bound", "tolerance:", "required field 'bound' is missing"),
+        ("  level: T2", "  level: T9", "tolerance.level", "level: T9", "not one of"),
+        ('  bound: "8*sqrt(K)"', '  bound: "8*sqrt(K).real"', "tolerance.bound", "8*sqrt(K).real", "attribute access"),
+        ('  bound: "8*sqrt(K)"', '  bound: "8*sqrt(Q)"', "tolerance.bound", "8*sqrt(Q)", "unbound name(s) ['Q']"),
+        ('  bound: "8*sqrt(K)"', '  bound: "__import__(K)"', "tolerance.bound", "__import__", "may not start with '_'"),
+        ('  bound: "8*sqrt(K)"', '  bound: "system(K)"', "tolerance.bound", "system(K)", "unknown function"),
+        (
+            '  relation: "probe_mismatch == 0 and rho <= bound"',
+            '  relation: "rho + bound"',
+            "postcondition.relation",
+            'relation: "rho + bound"',
+            "comparison",
+        ),
+        ("  trials: 2", "  trials: two", "measurement_protocol.trials", "trials: two", "expected an integer"),
+        ("  version: 0.1.0", "  version: v1", "identifier.version", "version: v1", "does not match"),
+        ("  family: precision", "  family: ordering", "identifier.family", "family: ordering", "belongs to family"),
+        ("  statistic: rho", "  statistic: rhoo", "tolerance.statistic", "statistic: rhoo", "not measured"),
+        ("  trials: 2", "  trials: 2\n  colour: blue", "measurement_protocol.colour", "colour: blue", "unknown field"),
+        (
+            "    rho_flat_in_K:",
+            "    rho_wobbles:",
+            "violation_signature.discriminators.rho_wobbles",
+            "rho_wobbles",
+            "not a pattern",
+        ),
+        (
+            "  sweeps: {K: [64, 256, 1024, 4096], M: [32], N: [32]}",
+            "  sweeps: {K: [64], Z: [1]}",
+            "measurement_protocol.sweeps.Z",
+            "sweeps: {K: [64], Z: [1]}",
+            "no sweep 'Z'",
+        ),
+        ('  unit_roundoff: "2**-24"', '  unit_roundoff: "2**-q"', "tolerance.unit_roundoff", "2**-q", "constant"),
+        (
+            "  protocol: matmul_precision",
+            "  protocol: layernorm_cancellation",
+            "identifier.protocol",
+            "protocol: layernorm_cancellation",
+            "measures C-PRC-02",
+        ),
+    ],
+)
 def test_errors_name_field_and_line(old, new, field, needle, fragment):
     text = _mutate(old, new)
     with pytest.raises(ContractError) as exc:
@@ -122,10 +146,12 @@ def test_loading_listing_and_grading_do_not_import_torch():
     import subprocess
     import sys
 
-    code = ("import sys, workers.contracts as kc; cs = kc.suite(); [c.to_dict() for c in cs]; "
-            "kc.grade([{'contract_class': 'C-PRC-01', 'verdict': 'PASS', 'assurance_level': 3}]); "
-            "from workers.contracts.cli import main; main(['list', '--json']); "
-            "assert 'torch' not in sys.modules, 'torch was imported'; print(len(cs))")
+    code = (
+        "import sys, workers.contracts as kc; cs = kc.suite(); [c.to_dict() for c in cs]; "
+        "kc.grade([{'contract_class': 'C-PRC-01', 'verdict': 'PASS', 'assurance_level': 3}]); "
+        "from workers.contracts.cli import main; main(['list', '--json']); "
+        "assert 'torch' not in sys.modules, 'torch was imported'; print(len(cs))"
+    )
     root = Path(__file__).resolve().parents[2]
     p = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr

@@ -3,6 +3,7 @@ arbitrary JSON/YAML structures, a shipped contract with any field replaced by an
 ``load_file`` return a Contract or raise ContractError (with a field, a line and a JSON-safe record), never another
 exception. The explicit examples are the crashes this fuzzing found (each was a ValueError, OverflowError or
 RecursionError escaping the loader)."""
+
 from __future__ import annotations
 
 import copy
@@ -37,9 +38,28 @@ def checked(exc: ContractError) -> ContractError:
 
 
 # ------------------------------------------------------------------------------------------ strategies
-scalars = (st.none() | st.booleans() | st.integers(-(2**80), 2**80) | st.floats() | st.text(max_size=12)
-           | st.sampled_from(["C-PRC-01", "matmul", "8*sqrt(K)", "statistic <= bound", "exp(1000)", "1e400",
-                              "((((1))))", "", "0.1.0", "PASS", "cpu"]))
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**80), 2**80)
+    | st.floats()
+    | st.text(max_size=12)
+    | st.sampled_from(
+        [
+            "C-PRC-01",
+            "matmul",
+            "8*sqrt(K)",
+            "statistic <= bound",
+            "exp(1000)",
+            "1e400",
+            "((((1))))",
+            "",
+            "0.1.0",
+            "PASS",
+            "cpu",
+        ]
+    )
+)
 
 
 def _keys(value, out=None):
@@ -56,12 +76,50 @@ def _keys(value, out=None):
 
 FIELD_NAMES = sorted(set().union(*(_keys(yaml.safe_load(t)) for t in SHIPPED.values())))
 keys = st.sampled_from(FIELD_NAMES) | st.text(max_size=6)
-values = st.recursive(scalars, lambda c: st.lists(c, max_size=4) | st.dictionaries(keys, c, max_size=5),
-                      max_leaves=20)
-YAML_TOKENS = ["\n", " ", "  ", "- ", ": ", "? ", "[", "]", "{", "}", ",", "&a ", "*a", "!!int ", "!!float ",
-               "!!timestamp ", "!!binary ", "!!set ", "!!omap ", "!!python/object:os.system ", "'", '"', "#", "|",
-               ">", "---", "...", "%YAML 1.1", "identifier", "id", "bound", "1e999", "-1", "0x1F", "2020-13-45",
-               "abc", "~", "\t", "\x00", "\ufeff", "é"]
+values = st.recursive(scalars, lambda c: st.lists(c, max_size=4) | st.dictionaries(keys, c, max_size=5), max_leaves=20)
+YAML_TOKENS = [
+    "\n",
+    " ",
+    "  ",
+    "- ",
+    ": ",
+    "? ",
+    "[",
+    "]",
+    "{",
+    "}",
+    ",",
+    "&a ",
+    "*a",
+    "!!int ",
+    "!!float ",
+    "!!timestamp ",
+    "!!binary ",
+    "!!set ",
+    "!!omap ",
+    "!!python/object:os.system ",
+    "'",
+    '"',
+    "#",
+    "|",
+    ">",
+    "---",
+    "...",
+    "%YAML 1.1",
+    "identifier",
+    "id",
+    "bound",
+    "1e999",
+    "-1",
+    "0x1F",
+    "2020-13-45",
+    "abc",
+    "~",
+    "\t",
+    "\x00",
+    "\ufeff",
+    "é",
+]
 yaml_soup = st.lists(st.sampled_from(YAML_TOKENS), max_size=40).map("".join)
 EXPR_ALPHABET = "()+-*/., 0123456789eKnsqrtlogexpminmax<=>!andornotbound"
 expressions = st.text(alphabet=EXPR_ALPHABET, max_size=40) | st.integers(-(10**400), 10**400)

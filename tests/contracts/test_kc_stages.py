@@ -1,8 +1,17 @@
 """run_contract as seven named stages (workers/contracts/runner.py, STAGES), each run here alone, without a sandbox."""
+
 import pytest
 
-from workers.contracts.runner import (STAGES, RunState, Stop, stage_decide, stage_findings, stage_plan, stage_resolve,
-                                      stage_screen)
+from workers.contracts.runner import (
+    STAGES,
+    RunState,
+    Stop,
+    stage_decide,
+    stage_findings,
+    stage_plan,
+    stage_resolve,
+    stage_screen,
+)
 
 REF = "workers.contracts.impls.reference:"
 
@@ -14,13 +23,20 @@ def _state(contract="C-ORD-02", impl=REF + "row_sum", **kw):
 
 
 def test_the_seven_stages_in_order():
-    assert [s.__name__ for s in STAGES] == ["stage_resolve", "stage_screen", "stage_plan", "stage_launch",
-                                            "stage_findings", "stage_measure", "stage_decide"]
+    assert [s.__name__ for s in STAGES] == [
+        "stage_resolve",
+        "stage_screen",
+        "stage_plan",
+        "stage_launch",
+        "stage_findings",
+        "stage_measure",
+        "stage_decide",
+    ]
 
 
 def test_resolve_scales_bounds_on_the_open_track():
     st = _state("C-PRC-01", REF + "matmul", declared_unit_roundoff="2**-8")
-    assert st.base["track"] == "open" and st.scale == pytest.approx(2 ** -8 / st.contract.unit_roundoff)
+    assert st.base["track"] == "open" and st.scale == pytest.approx(2**-8 / st.contract.unit_roundoff)
     with pytest.raises(ValueError):
         _state("C-PRC-01", REF + "matmul", declared_unit_roundoff="2**-40")
 

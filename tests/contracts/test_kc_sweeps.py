@@ -8,6 +8,7 @@
   one pair, in-process (one sandbox per implementation file) for the rest;
 * a verdict records which points were measured (coverage), how many measurements passed, and the failing clause's
   own statistic and bound."""
+
 from __future__ import annotations
 
 import json
@@ -27,18 +28,33 @@ PRC01 = (SPECS_DIR / "C-PRC-01.matmul.v0.2.0.yaml").read_text()
 
 # (class, violator that only shows at some sizes or values, the point kind that must catch it)
 VIOLATORS = [
-    ("C-PRC-01", "k64_tail_dropped_matmul"), ("C-PRC-01", "bf16_above_k_matmul"),
-    ("C-PRC-02", "bf16_stats_wide_layer_norm"), ("C-PRC-03", "ftz_large_mul"), ("C-PRC-04", "fp16_long_k_linear"),
-    ("C-ORD-01", "fp16_accumulate_long_rows_mean"), ("C-ORD-02", "random_order_large_batch_row_sum"),
-    ("C-ORD-03", "split_k_above_64_linear"), ("C-CMP-01", "eps_outside_sqrt_rms_norm"),
-    ("C-CMP-02", "bf16_large_m_autotuned_matmul"), ("C-CMP-03", "no_max_subtraction_softmax"),
-    ("C-EXC-01", "nan_dropping_wide_row_max"), ("C-EXC-02", "clamp_many_indices_gather"),
+    ("C-PRC-01", "k64_tail_dropped_matmul"),
+    ("C-PRC-01", "bf16_above_k_matmul"),
+    ("C-PRC-02", "bf16_stats_wide_layer_norm"),
+    ("C-PRC-03", "ftz_large_mul"),
+    ("C-PRC-04", "fp16_long_k_linear"),
+    ("C-ORD-01", "fp16_accumulate_long_rows_mean"),
+    ("C-ORD-02", "random_order_large_batch_row_sum"),
+    ("C-ORD-03", "split_k_above_64_linear"),
+    ("C-CMP-01", "eps_outside_sqrt_rms_norm"),
+    ("C-CMP-02", "bf16_large_m_autotuned_matmul"),
+    ("C-CMP-03", "no_max_subtraction_softmax"),
+    ("C-EXC-01", "nan_dropping_wide_row_max"),
+    ("C-EXC-02", "clamp_many_indices_gather"),
 ]
 USER_KERNELS = [
-    ("C-PRC-01", "blocked_matmul"), ("C-PRC-02", "welford_layer_norm"), ("C-PRC-03", "plain_mul"),
-    ("C-PRC-04", "blocked_matmul"), ("C-ORD-01", "kahan_row_mean"), ("C-ORD-02", "tree_row_sum"),
-    ("C-ORD-03", "rowwise_linear"), ("C-CMP-01", "two_step_rms_norm"), ("C-CMP-02", "blocked_matmul"),
-    ("C-CMP-03", "online_softmax"), ("C-EXC-01", "tree_row_max"), ("C-EXC-02", "checked_gather"),
+    ("C-PRC-01", "blocked_matmul"),
+    ("C-PRC-02", "welford_layer_norm"),
+    ("C-PRC-03", "plain_mul"),
+    ("C-PRC-04", "blocked_matmul"),
+    ("C-ORD-01", "kahan_row_mean"),
+    ("C-ORD-02", "tree_row_sum"),
+    ("C-ORD-03", "rowwise_linear"),
+    ("C-CMP-01", "two_step_rms_norm"),
+    ("C-CMP-02", "blocked_matmul"),
+    ("C-CMP-03", "online_softmax"),
+    ("C-EXC-01", "tree_row_max"),
+    ("C-EXC-02", "checked_gather"),
 ]
 
 
@@ -55,27 +71,57 @@ def test_every_shipped_contract_has_a_sweep_with_a_budget(shipped):
         assert c.version == "0.2.0", cls
 
 
-@pytest.mark.parametrize("old,new,field,message", [
-    ("      - {M: 32, K: 2949, N: 32}", "      - {M: 32, K: 2949, N: 32, Z: 3}",
-     "measurement_protocol.sweep.points[4].Z", "unknown dimension 'Z'"),
-    ("      - {M: 32, K: 2949, N: 32}", "      - {M: 32, K: 131072, N: 32}",
-     "measurement_protocol.sweep.points[4].K", "outside the declared scope"),
-    ("      - {M: 32, K: 2949, N: 32}", "      - {M: 2048, K: 2048, N: 2048}",
-     "measurement_protocol.sweep.points[4]", "exceeds the budget"),
-    ("      values: [gauss]", "      values: [huge_logits]",
-     "measurement_protocol.sweep.draw.values[0]", "value generator 'huge_logits'"),
-    ("        K: {range: [2, 65536], kind: non_tile}", "        K: {range: [9, 2], kind: non_tile}",
-     "measurement_protocol.sweep.draw.dims.K.range", "low <= high"),
-    ("        K: {range: [2, 65536], kind: non_tile}", "        K: {range: [2, 65536], kind: odd}",
-     "measurement_protocol.sweep.draw.dims.K.kind", "is not one of"),
-])
+@pytest.mark.parametrize(
+    "old,new,field,message",
+    [
+        (
+            "      - {M: 32, K: 2949, N: 32}",
+            "      - {M: 32, K: 2949, N: 32, Z: 3}",
+            "measurement_protocol.sweep.points[4].Z",
+            "unknown dimension 'Z'",
+        ),
+        (
+            "      - {M: 32, K: 2949, N: 32}",
+            "      - {M: 32, K: 131072, N: 32}",
+            "measurement_protocol.sweep.points[4].K",
+            "outside the declared scope",
+        ),
+        (
+            "      - {M: 32, K: 2949, N: 32}",
+            "      - {M: 2048, K: 2048, N: 2048}",
+            "measurement_protocol.sweep.points[4]",
+            "exceeds the budget",
+        ),
+        (
+            "      values: [gauss]",
+            "      values: [huge_logits]",
+            "measurement_protocol.sweep.draw.values[0]",
+            "value generator 'huge_logits'",
+        ),
+        (
+            "        K: {range: [2, 65536], kind: non_tile}",
+            "        K: {range: [9, 2], kind: non_tile}",
+            "measurement_protocol.sweep.draw.dims.K.range",
+            "low <= high",
+        ),
+        (
+            "        K: {range: [2, 65536], kind: non_tile}",
+            "        K: {range: [2, 65536], kind: odd}",
+            "measurement_protocol.sweep.draw.dims.K.kind",
+            "is not one of",
+        ),
+    ],
+)
 def test_loader_refuses_a_bad_sweep_naming_field_and_line(old, new, field, message):
     text = _mutate(old, new)
     with pytest.raises(ContractError) as ei:
         load_text(text, "prc01.yaml")
     assert ei.value.field == field and message in ei.value.message
-    line = next(i for i, ln in enumerate(text.splitlines(), 1) if new.strip().split(":")[0] in ln and new.strip() in ln) \
-        if new.strip() in text else None
+    line = (
+        next(i for i, ln in enumerate(text.splitlines(), 1) if new.strip().split(":")[0] in ln and new.strip() in ln)
+        if new.strip() in text
+        else None
+    )
     assert ei.value.line is not None and (line is None or abs(ei.value.line - line) <= 1)
 
 
@@ -89,14 +135,18 @@ def test_drawn_points_depend_on_the_seed_stay_in_range_and_budget(shipped):
     assert len(drawn_a) == 3 and drawn_a != drawn_b
     for p in drawn_a + drawn_b:
         assert 1 <= p["M"] <= 512 and 2 <= p["K"] <= 65536 and p["K"] % 8 and 1 <= p["N"] <= 512
-        assert p["M"] * p["K"] * p["N"] <= 2 ** 26
+        assert p["M"] * p["K"] * p["N"] <= 2**26
     fixed = [p for p in a if not p.get("drawn")]
     assert {p["K"] for p in fixed} >= {1, 2949, 65536} and max(p["M"] for p in fixed) == 65536
 
 
 def test_many_seeds_draw_off_tile_and_prime_sizes(shipped):
-    ks = {p["K"] for s in range(40) for p in sweep_points(shipped["C-PRC-01"], s, {"M": 1, "K": 1, "N": 1,
-                                                                                    "value": "gauss"}) if p.get("drawn")}
+    ks = {
+        p["K"]
+        for s in range(40)
+        for p in sweep_points(shipped["C-PRC-01"], s, {"M": 1, "K": 1, "N": 1, "value": "gauss"})
+        if p.get("drawn")
+    }
     assert len(ks) > 60 and all(k % 8 for k in ks) and max(ks) > 8192
 
 
@@ -140,9 +190,24 @@ def test_correct_user_style_kernels_pass(cls, name, pool, shipped):
 
 
 def test_cli_check_fails_the_k64_tail_bug_and_names_the_point():
-    out = subprocess.run([sys.executable, "-m", "workers.contracts", "check", "--contract", "C-PRC-01", "--impl",
-                          ST + "k64_tail_dropped_matmul", "--seeds", "7", "--json"], capture_output=True, text=True,
-                         timeout=600)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "workers.contracts",
+            "check",
+            "--contract",
+            "C-PRC-01",
+            "--impl",
+            ST + "k64_tail_dropped_matmul",
+            "--seeds",
+            "7",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 1, out.stderr[-2000:]
     d = json.loads(out.stdout)
     assert d["verdict"] == "FAIL" and d["contract_version"] == "0.2.0"
@@ -155,8 +220,9 @@ def test_failing_secondary_clause_reports_its_own_statistic(pool, shipped):
     probe_mismatch and its bound, not rho = 0 / margin 0."""
     from workers.contracts.runner import run_contract
 
-    v = run_contract(shipped["C-PRC-01"], f"{HERE / 'kc_sweep_fixtures.py'}:probe_breaking_matmul", seeds=[7],
-                     pool=pool)
+    v = run_contract(
+        shipped["C-PRC-01"], f"{HERE / 'kc_sweep_fixtures.py'}:probe_breaking_matmul", seeds=[7], pool=pool
+    )
     assert v.verdict == "FAIL", v.reason
     assert v.statistic_name == "probe_mismatch" and v.statistic > 0 and v.bound == 0
     assert v.failing_clause["clause"] == "probe_mismatch == 0"
@@ -172,8 +238,8 @@ def test_open_track_grades_against_the_declared_precision(pool, shipped):
     closed = run_contract(c, ST + "bf16_above_k_matmul", seeds=[7], pool=pool)
     opened = run_contract(c, ST + "bf16_above_k_matmul", seeds=[7], pool=pool, declared_unit_roundoff="2**-8")
     assert closed.verdict == "FAIL" and closed.track == "closed"
-    assert opened.verdict == "PASS" and opened.track == "open" and opened.declaration["unit_roundoff"] == 2 ** -8
-    assert opened.bound == pytest.approx(closed.bound * 2 ** 16, rel=1e-12) or opened.bound > closed.bound
+    assert opened.verdict == "PASS" and opened.track == "open" and opened.declaration["unit_roundoff"] == 2**-8
+    assert opened.bound == pytest.approx(closed.bound * 2**16, rel=1e-12) or opened.bound > closed.bound
     g_closed, g_open = grade([closed]), grade([opened])
     assert g_closed["track"] == "closed" and "open track" not in g_closed["summary"]
     assert g_open["track"] == "open" and "open track" in g_open["summary"]

@@ -1,4 +1,5 @@
 """The documentation tests read files only (run with ``-p no:django`` or under the suite's settings)."""
+
 import pytest
 
 

@@ -7,6 +7,7 @@ GitHub derives from the heading text. Citations of the design material this proj
 (``spec/<name>.md``, "ARCHITECTURE", bare ``§`` section numbers) are refused: that material is not in the
 repository. Section signs of public standards (RFC 6962 §2.1, IEEE 754 §7.5) stay allowed.
 """
+
 from __future__ import annotations
 
 import re
@@ -15,16 +16,41 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCANNED_DIRS = ("workers", "audit_portal", "client", "scripts", "bench", "tests", "templates", "docs", "deploy",
-                ".ci", "static")
+SCANNED_DIRS = (
+    "workers",
+    "audit_portal",
+    "client",
+    "scripts",
+    "bench",
+    "tests",
+    "templates",
+    "docs",
+    "deploy",
+    ".ci",
+    "static",
+)
 SCANNED_FILES = ("README.md", "Dockerfile", "docker-compose.yml", "requirements.txt", "pytest.ini")
-TEXT_SUFFIXES = {".py", ".md", ".html", ".txt", ".yaml", ".yml", ".sh", ".js", ".css", ".toml", ".cfg", ".ini",
-                 ".json", ".svg", ""}
+TEXT_SUFFIXES = {
+    ".py",
+    ".md",
+    ".html",
+    ".txt",
+    ".yaml",
+    ".yml",
+    ".sh",
+    ".js",
+    ".css",
+    ".toml",
+    ".cfg",
+    ".ini",
+    ".json",
+    ".svg",
+    "",
+}
 SKIP_PARTS = {"__pycache__", "node_modules", ".venv", "test-artifacts", "var", "vendor"}  # vendor: third-party bundles
 # Files that must mention the old citation style, and why (each must still contain one, so the list cannot rot).
 EXEMPT = {
-    "audit_portal/dashboards/templatetags/portal_format.py":
-        "strips 'spec §…' references from messages stored in the database before docs/ existed",
+    "audit_portal/dashboards/templatetags/portal_format.py": "strips 'spec §…' references from messages stored in the database before docs/ existed",
     "tests/portal/test_plain_words.py": "feeds such stored messages to that filter",
     "tests/docs/test_citations.py": "this test's own patterns and examples",
 }
@@ -152,8 +178,10 @@ def test_nothing_cites_design_material_outside_the_repository():
         if text is None or rel in EXEMPT:
             continue
         problems += [f"{rel}:{no}: {line[:160]}" for no, line in outside_material(text)]
-    assert not problems, ("citations of spec/*.md, ARCHITECTURE or bare § sections (not in this repository; cite "
-                          "docs/<file>.md#<anchor> instead):\n" + "\n".join(problems))
+    assert not problems, (
+        "citations of spec/*.md, ARCHITECTURE or bare § sections (not in this repository; cite "
+        "docs/<file>.md#<anchor> instead):\n" + "\n".join(problems)
+    )
 
 
 def test_exemptions_are_still_needed():
@@ -162,15 +190,20 @@ def test_exemptions_are_still_needed():
         assert outside_material(text), f"{rel} no longer needs its exemption ({why}): remove it from EXEMPT"
 
 
-@pytest.mark.parametrize("heading, anchor", [
-    ("Validator — `workers.fcr`", "validator--workersfcr"),
-    ("1. Losses: one gradient form (`workers/training/losses.py`)",
-     "1-losses-one-gradient-form-workerstraininglossespy"),
-    ("Rules R0–R9", "rules-r0r9"),
-    ("Unified bound B*", "unified-bound-b"),
-    ("Special cases: DPPO's approximations are lower ends", "special-cases-dppos-approximations-are-lower-ends"),
-    ("See [the API](api.md) here", "see-the-api-here"),
-])
+@pytest.mark.parametrize(
+    "heading, anchor",
+    [
+        ("Validator — `workers.fcr`", "validator--workersfcr"),
+        (
+            "1. Losses: one gradient form (`workers/training/losses.py`)",
+            "1-losses-one-gradient-form-workerstraininglossespy",
+        ),
+        ("Rules R0–R9", "rules-r0r9"),
+        ("Unified bound B*", "unified-bound-b"),
+        ("Special cases: DPPO's approximations are lower ends", "special-cases-dppos-approximations-are-lower-ends"),
+        ("See [the API](api.md) here", "see-the-api-here"),
+    ],
+)
 def test_anchor_rule_matches_github(heading, anchor):
     assert github_anchor(heading) == anchor
 
@@ -182,10 +215,18 @@ def test_the_checks_catch_what_they_are_for(tmp_path):
     assert citation_problems("x.py", "# see docs/bounds.md#the-bounds and README.md") == []
     assert citation_problems("docs/x.md", "[b](bounds.md#nope)") != []
     assert citation_problems("docs/x.md", "[b](bounds.md#budget-inversion), [web](https://example.org/a.md#z)") == []
-    for bad in ("(spec/certificates.md §5.2)", "Command line (ARCHITECTURE §5)", "the §6.2 short-circuits",
-                "(spec §10)"):
+    for bad in (
+        "(spec/certificates.md §5.2)",
+        "Command line (ARCHITECTURE §5)",
+        "the §6.2 short-circuits",
+        "(spec §10)",
+    ):
         assert outside_material(bad), bad
-    for ok in ("RFC 6962 §2.1.2 consistency proof", "(RFC 8785 §3.2.2.3) and the escaping of §3.2.2.2",
-               "IEEE 754-2019 §7.5 (underflow)", "docs/intervals.md#kl-bounds",
-               "https://github.com/in-toto/attestation/blob/main/spec/v1/statement.md"):
+    for ok in (
+        "RFC 6962 §2.1.2 consistency proof",
+        "(RFC 8785 §3.2.2.3) and the escaping of §3.2.2.2",
+        "IEEE 754-2019 §7.5 (underflow)",
+        "docs/intervals.md#kl-bounds",
+        "https://github.com/in-toto/attestation/blob/main/spec/v1/statement.md",
+    ):
         assert not outside_material(ok), ok

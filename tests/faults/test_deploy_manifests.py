@@ -1,4 +1,5 @@
 """The deployment files parse and hang together (no Docker engine or cluster here: syntax and wiring only)."""
+
 import re
 from pathlib import Path
 
@@ -8,7 +9,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 K8S = sorted((ROOT / "deploy" / "k8s").glob("*.yaml"))
 SETTINGS_SOURCES = (ROOT / "audit_portal" / "settings.py").read_text() + "".join(
-    p.read_text() for p in (ROOT / "audit_portal").glob("settings_*.py"))
+    p.read_text() for p in (ROOT / "audit_portal").glob("settings_*.py")
+)
 
 
 def k8s_docs():
@@ -39,13 +41,18 @@ def test_deployments_select_their_own_pods_and_mount_what_they_name():
         if doc["kind"] not in ("Deployment", "Job", "CronJob"):
             continue
         if doc["kind"] == "Deployment":
-            assert doc["spec"]["selector"]["matchLabels"].items() <= doc["spec"]["template"]["metadata"]["labels"].items()
+            assert (
+                doc["spec"]["selector"]["matchLabels"].items() <= doc["spec"]["template"]["metadata"]["labels"].items()
+            )
         ctrs, pod = containers(doc)
         volumes = {v["name"]: v for v in pod.get("volumes", [])}
         for c in ctrs:
             for ref in c.get("envFrom", []):
-                kind, ref_name = ("ConfigMap", ref["configMapRef"]["name"]) if "configMapRef" in ref else (
-                    "Secret", ref["secretRef"]["name"])
+                kind, ref_name = (
+                    ("ConfigMap", ref["configMapRef"]["name"])
+                    if "configMapRef" in ref
+                    else ("Secret", ref["secretRef"]["name"])
+                )
                 assert (kind, ref_name) in defined, (name, kind, ref_name)
             for m in c.get("volumeMounts", []):
                 assert m["name"] in volumes, (name, m)
@@ -58,8 +65,11 @@ def _worker_role(command: list, env: dict) -> tuple[str, str]:
     """(role, queues) of a container that starts scripts/worker, with the defaults scripts/worker applies."""
     assert command[0] == "scripts/worker", command
     role = command[1]
-    defaults = {"general": ("WORKER_QUEUES", "cpu,gpu"), "kernels": ("KERNEL_WORKER_QUEUES", "kernels,kernels-gpu"),
-                "calibration": ("CALIBRATION_WORKER_QUEUES", "calibration")}
+    defaults = {
+        "general": ("WORKER_QUEUES", "cpu,gpu"),
+        "kernels": ("KERNEL_WORKER_QUEUES", "kernels,kernels-gpu"),
+        "calibration": ("CALIBRATION_WORKER_QUEUES", "calibration"),
+    }
     name, default = defaults[role]
     return role, env.get(name, default)
 
@@ -76,7 +86,9 @@ def test_workers_start_their_roles_through_scripts_worker_and_beat_is_single():
     secret_refs = [r["secretRef"]["name"] for r in containers(kernels)[0][-1]["envFrom"] if "secretRef" in r]
     kernels_secret = next(d for _, d in k8s_docs() if d["kind"] == "Secret" and d["metadata"]["name"] in secret_refs)
     assert not any(k.startswith("AUDIT_SIGNING_KEY") for k in kernels_secret["stringData"])  # it cannot sign
-    commands = {d["metadata"]["name"]: containers(d)[0][-1]["command"] for _, d in k8s_docs() if d["kind"] == "Deployment"}
+    commands = {
+        d["metadata"]["name"]: containers(d)[0][-1]["command"] for _, d in k8s_docs() if d["kind"] == "Deployment"
+    }
     assert "beat" in commands["beat"]
     assert commands["web"][0] == "scripts/web"  # the streaming ASGI server, the same command scripts/up starts
     beat = next(d for _, d in k8s_docs() if d["kind"] == "Deployment" and d["metadata"]["name"] == "beat")

@@ -4,6 +4,7 @@ the same upload twice at once, a worker lost mid-certification. Each ends with `
 The same faults against real processes (a killed Celery worker, a restarted private PostgreSQL, a stopped
 private Redis, a full loop-mounted filesystem) are scripted in ``bench/faults.py``.
 """
+
 import errno
 import hashlib
 import threading
@@ -49,8 +50,9 @@ def broker_down():
     use_broker("memory://")
 
 
-def test_broker_down_upload_is_503_with_a_clear_code_reads_work_and_the_work_resumes(api, project, broker_down,
-                                                                                   monkeypatch, settings):
+def test_broker_down_upload_is_503_with_a_clear_code_reads_work_and_the_work_resumes(
+    api, project, broker_down, monkeypatch, settings
+):
     monkeypatch.setattr(job_services, "BROKER_RETRY_PAUSE_SECONDS", 600.0)  # however slow this machine is today
     data = jsonl(records())
     response = api.post(upload_url(project), {"file": as_file(data)}, format="multipart")
@@ -145,12 +147,15 @@ def test_database_failure_mid_upload_is_a_clear_503_and_leaves_no_file(api, proj
     assert response.status_code == 503 and response.json()["error"]["code"] == "database_unavailable"
     assert Upload.objects.count() == 0 and stored_files(settings) == []  # no half-stored upload
     monkeypatch.setattr(Upload.objects, "create", real_create)
-    assert api.post(upload_url(project), {"file": as_file(jsonl(records(seed=5)))}, format="multipart").status_code == 201
+    assert (
+        api.post(upload_url(project), {"file": as_file(jsonl(records(seed=5)))}, format="multipart").status_code == 201
+    )
     assert_consistent()
 
 
-def test_a_file_already_stored_for_another_project_survives_a_failed_upload(api, project, other_project, settings,
-                                                                            monkeypatch):
+def test_a_file_already_stored_for_another_project_survives_a_failed_upload(
+    api, project, other_project, settings, monkeypatch
+):
     data = jsonl(records(seed=6))
     assert api.post(upload_url(project), {"file": as_file(data)}, format="multipart").status_code == 201
     [stored] = stored_files(settings)
@@ -213,8 +218,9 @@ def test_the_same_upload_submitted_concurrently_gives_one_result(project, submit
 def test_a_certification_whose_worker_died_is_retried_without_duplicate_rows(api, project, settings):
     from workers.tasks import certify_upload, validate_upload
 
-    response = api.post(upload_url(project), {"file": as_file(gz(jsonl(records(trajectories=8))), "r.jsonl.gz")},
-                        format="multipart")
+    response = api.post(
+        upload_url(project), {"file": as_file(gz(jsonl(records(trajectories=8))), "r.jsonl.gz")}, format="multipart"
+    )
     upload = Upload.objects.get(pk=response.json()["id"])
     validate_upload(Job.objects.get(subject_id=upload.pk, kind="validate_upload").pk)
     job = Job.objects.get(subject_id=upload.pk, kind="certify_upload")
@@ -241,8 +247,9 @@ def test_a_certification_whose_worker_died_is_retried_without_duplicate_rows(api
 
 def test_a_waiting_job_is_resent_at_most_once_per_timeout(project, settings, monkeypatch):
     """A backlog behind busy workers must not gain a copy of every waiting job at every reaper tick."""
-    job = job_services.create_job(project=project, kind="validate_upload", task_name="workers.tasks.validate_upload",
-                                  enqueue=False)
+    job = job_services.create_job(
+        project=project, kind="validate_upload", task_name="workers.tasks.validate_upload", enqueue=False
+    )
     sent = []
     monkeypatch.setattr(job_services.celery_app, "send_task", lambda name, args, queue, retry: sent.append(args[0]))
     timeout = timedelta(seconds=settings.JOB_HEARTBEAT_TIMEOUT_SECONDS)
@@ -264,8 +271,14 @@ def test_a_task_that_crashes_before_claiming_its_job_fails_the_job_with_the_reas
 
     from workers.tasks import certify_upload
 
-    job = job_services.create_job(project=project, kind="certify_upload", task_name="workers.tasks.certify_upload",
-                                  subject_kind="upload", subject_id=1, enqueue=False)
+    job = job_services.create_job(
+        project=project,
+        kind="certify_upload",
+        task_name="workers.tasks.certify_upload",
+        subject_kind="upload",
+        subject_id=1,
+        enqueue=False,
+    )
     monkeypatch.setitem(sys.modules, "workers.certify", types.ModuleType("workers.certify"))  # no certify_file
     result = certify_upload.apply(args=[job.pk])
     assert result.failed()
@@ -278,13 +291,28 @@ def test_a_database_error_before_the_claim_leaves_the_job_for_the_reaper(project
 
     from workers.tasks import certify_upload
 
-    job = job_services.create_job(project=project, kind="certify_upload", task_name="workers.tasks.certify_upload",
-                                  enqueue=False)
-    task_failure.send(sender=certify_upload, task_id="t", exception=OperationalError("database restarting"),
-                      args=[job.pk], kwargs={}, traceback=None, einfo=None)
+    job = job_services.create_job(
+        project=project, kind="certify_upload", task_name="workers.tasks.certify_upload", enqueue=False
+    )
+    task_failure.send(
+        sender=certify_upload,
+        task_id="t",
+        exception=OperationalError("database restarting"),
+        args=[job.pk],
+        kwargs={},
+        traceback=None,
+        einfo=None,
+    )
     job.refresh_from_db()
     assert job.state == JobState.QUEUED
-    task_failure.send(sender=certify_upload, task_id="t", exception=ValueError("boom"), args=[job.pk], kwargs={},
-                      traceback=None, einfo=None)
+    task_failure.send(
+        sender=certify_upload,
+        task_id="t",
+        exception=ValueError("boom"),
+        args=[job.pk],
+        kwargs={},
+        traceback=None,
+        einfo=None,
+    )
     job.refresh_from_db()
     assert job.state == JobState.FAILED and "ValueError: boom" in job.error

@@ -1,5 +1,6 @@
 """scripts/up refuses a PORT another program listens on at once, before it installs or creates anything (no
 database, no broker keys, no var/ folders left behind)."""
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """What a damaged gzip stream holds, worked out without the reader under test."""
+
 from __future__ import annotations
 
 import zlib
@@ -9,7 +10,7 @@ def inflatable_prefix(blob: bytes) -> bytes:
     d, out = zlib.decompressobj(16 + zlib.MAX_WBITS), bytearray()
     for k in range(len(blob)):
         try:
-            out += d.decompress(blob[k:k + 1])
+            out += d.decompress(blob[k : k + 1])
         except zlib.error:
             break
     return bytes(out)

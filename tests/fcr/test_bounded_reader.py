@@ -3,6 +3,7 @@ as a plain split would give them (plain, gzip, multi-member, any chunking); a tr
 line first; a line over the cap and a decompression bomb are refused naming the line and the limit, with memory
 bounded by the cap (tracemalloc), not by the line or the inflated size; progress moves inside one long line; and the
 validator, ``certify_file``, ``audit_file`` and the importers all refuse the same files the same way."""
+
 from __future__ import annotations
 
 import gzip
@@ -28,8 +29,12 @@ def _write(path, data: bytes, gz: bool):
     return path
 
 
-@given(lines=hs.lists(hs.binary(max_size=300).map(lambda b: b.replace(b"\n", b"x")), max_size=40),
-       trailing=hs.booleans(), gz=hs.booleans(), members=hs.integers(1, 3))
+@given(
+    lines=hs.lists(hs.binary(max_size=300).map(lambda b: b.replace(b"\n", b"x")), max_size=40),
+    trailing=hs.booleans(),
+    gz=hs.booleans(),
+    members=hs.integers(1, 3),
+)
 @settings(max_examples=60, deadline=None)
 def test_lines_are_exactly_a_split_of_the_stream(tmp_path_factory, lines, trailing, gz, members):
     data = b"\n".join(lines) + (b"\n" if trailing and lines else b"")
@@ -80,8 +85,9 @@ def test_corrupt_gzip_yields_every_complete_line_before_the_bad_byte(tmp_path, w
     # zlib's decompress raises without returning what it inflated in the same call (a whole 256 KiB read step,
     # thousands of lines here): the reader must still yield them, then name the next line. Deflate decodes most
     # garbage as data, so the damage is a reserved block type (0b11) after a flush, which zlib refuses at that byte.
-    data = b"".join(b'{"n": %d, "pad": "%s"}\n' % (i, hashlib.sha256(b"%d" % i).hexdigest()[:32].encode())
-                    for i in range(60000))
+    data = b"".join(
+        b'{"n": %d, "pad": "%s"}\n' % (i, hashlib.sha256(b"%d" % i).hexdigest()[:32].encode()) for i in range(60000)
+    )
     c = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
     blob = c.compress(data[: int(len(data) * where)]) + c.flush(zlib.Z_FULL_FLUSH) + b"\x07" + data[:5000]
     prefix = inflatable_prefix(blob)
@@ -90,7 +96,7 @@ def test_corrupt_gzip_yields_every_complete_line_before_the_bad_byte(tmp_path, w
     with pytest.raises(FcrParseError, match="corrupt") as err:
         for n, line in LineReader(_raw(tmp_path / "c.gz", blob)):
             seen.append(line)
-    assert len(seen) == prefix.count(b"\n") and b"".join(seen) == prefix[:prefix.rfind(b"\n") + 1]
+    assert len(seen) == prefix.count(b"\n") and b"".join(seen) == prefix[: prefix.rfind(b"\n") + 1]
     assert err.value.line == len(seen) + 1
 
 
@@ -105,7 +111,9 @@ def test_a_line_over_the_cap_is_refused_naming_line_and_limit(tmp_path, gz):
     assert got == [1, 2] and err.value.line == 3 and err.value.code == "line_too_long"
     assert "longer than 1000 bytes (AUDIT_MAX_LINE_BYTES)" in str(err.value)
     # the same cap from the environment
-    assert list(LineReader(_write(tmp_path / "e", ok, gz), limits=ReadLimits.from_env({"AUDIT_MAX_LINE_BYTES": "1000"})))
+    assert list(
+        LineReader(_write(tmp_path / "e", ok, gz), limits=ReadLimits.from_env({"AUDIT_MAX_LINE_BYTES": "1000"}))
+    )
     with pytest.raises(ValueError, match="AUDIT_MAX_LINE_BYTES"):
         ReadLimits.from_env({"AUDIT_MAX_LINE_BYTES": "-3"})
 
@@ -157,7 +165,7 @@ def test_a_gzip_bomb_is_refused_after_inflating_a_bounded_amount(tmp_path):
             while fh.read(1 << 20):
                 pass
     with pytest.raises(FcrLimitError, match="AUDIT_MAX_INFLATED_BYTES"):
-        list(LineReader(path, limits=ReadLimits(max_inflated_bytes=4 << 20, max_inflate_ratio=10 ** 6)))
+        list(LineReader(path, limits=ReadLimits(max_inflated_bytes=4 << 20, max_inflate_ratio=10**6)))
 
 
 def test_progress_moves_inside_one_long_line(tmp_path):

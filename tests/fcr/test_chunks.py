@@ -1,6 +1,7 @@
 """Chunks of a run log (workers/fcr/chunks.py): for any cut size, the pieces of a plain JSONL file read back exactly
 the lines of a one-pass read with the same line numbers, each piece starts at a line start; Parquet pieces are whole
 row groups and give the same rows; a gzip file is one piece; a range that does not start at a line is refused."""
+
 from __future__ import annotations
 
 import gzip
@@ -29,8 +30,9 @@ def _line(b: bytes) -> bytes:  # no newline, and no gzip or Parquet magic at the
     return b.replace(b"\n", b"x").replace(b"\x1f", b"x").replace(b"P", b"p")
 
 
-@given(lines=hs.lists(hs.binary(max_size=40).map(_line), max_size=30),
-       trailing=hs.booleans(), target=hs.integers(1, 120))
+@given(
+    lines=hs.lists(hs.binary(max_size=40).map(_line), max_size=30), trailing=hs.booleans(), target=hs.integers(1, 120)
+)
 @settings(max_examples=80, deadline=None)
 def test_jsonl_pieces_are_the_one_pass_read(tmp_path_factory, lines, trailing, target):
     path = tmp_path_factory.mktemp("c") / "f.jsonl"
@@ -42,7 +44,7 @@ def test_jsonl_pieces_are_the_one_pass_read(tmp_path_factory, lines, trailing, t
     assert chunks[0].start == 0 and chunks[-1].end == path.stat().st_size
     data = path.read_bytes()
     for c, nxt in zip(chunks, chunks[1:]):
-        assert c.end == nxt.start and data[nxt.start - 1:nxt.start] == b"\n"  # contiguous, cut after a newline
+        assert c.end == nxt.start and data[nxt.start - 1 : nxt.start] == b"\n"  # contiguous, cut after a newline
         assert c.end > c.start  # never an empty piece
     for c, piece in zip(chunks, pieces):
         if piece:

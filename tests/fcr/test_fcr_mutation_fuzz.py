@@ -2,6 +2,7 @@
 flipped, inserted, deleted or the stream cut short still gives a report from ``validate_file``, and
 ``iter_records`` yields records or raises FcrParseError naming a line — nothing else. (test_validate_fuzz.py feeds
 random bytes and random JSON values; mutated valid files reach deeper: real gzip headers, real JSON structure.)"""
+
 from __future__ import annotations
 
 import gzip
@@ -17,8 +18,11 @@ from .conftest import EXAMPLE_A
 VALID = b"\n".join(orjson.dumps({**EXAMPLE_A, "call_id": f"tA-{i}", "call_index": i}) for i in range(3)) + b"\n"
 FUZZ = hsettings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
-edits = st.lists(st.tuples(st.sampled_from(["flip", "insert", "delete"]), st.floats(0, 1, exclude_max=True),
-                           st.integers(0, 255)), min_size=1, max_size=6)
+edits = st.lists(
+    st.tuples(st.sampled_from(["flip", "insert", "delete"]), st.floats(0, 1, exclude_max=True), st.integers(0, 255)),
+    min_size=1,
+    max_size=6,
+)
 
 
 def mutate(data: bytes, ops) -> bytes:

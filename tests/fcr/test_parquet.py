@@ -1,5 +1,6 @@
 """fcr-parquet/1 (workers/fcr/columnar.py): the same run as JSONL and as Parquet gives the same records, the same
 validation, the same certificate and the same fidelity audit; bad files are refused naming the row/column."""
+
 from __future__ import annotations
 
 import copy
@@ -97,8 +98,20 @@ def test_validation_and_audit_agree(run_pair):
     src, dst, _ = run_pair
     a, b = validate_file(src), validate_file(dst)
     assert b["format"] == "fcr-parquet/1" and a["format"] == "fcr/1"
-    for k in ("valid", "records", "valid_records", "errors", "warnings", "runs", "steps", "calls_by_role",
-              "policy_tokens", "response_tokens", "has_trainer_logprobs", "has_top_k"):
+    for k in (
+        "valid",
+        "records",
+        "valid_records",
+        "errors",
+        "warnings",
+        "runs",
+        "steps",
+        "calls_by_role",
+        "policy_tokens",
+        "response_tokens",
+        "has_trainer_logprobs",
+        "has_top_k",
+    ):
         assert a[k] == b[k], k
     ra, rb = audit_file(src), audit_file(dst)
     for rep in (ra, rb):
@@ -121,13 +134,16 @@ def test_unknown_or_mistyped_column_and_foreign_version_are_refused_by_name(run_
     extra = _rewrite(dst, tmp_path / "extra.parquet", lambda t: t.append_column("surprise", pa.array([1] * len(t))))
     r = validate_file(extra)
     assert not r["valid"] and "column 'surprise': unknown" in r["errors"][0]["reason"]
-    mistyped = _rewrite(dst, tmp_path / "mistyped.parquet",
-                        lambda t: t.set_column(t.schema.get_field_index("step"), "step",
-                                               pa.array([str(x) for x in t.column("step").to_pylist()])))
+    mistyped = _rewrite(
+        dst,
+        tmp_path / "mistyped.parquet",
+        lambda t: t.set_column(
+            t.schema.get_field_index("step"), "step", pa.array([str(x) for x in t.column("step").to_pylist()])
+        ),
+    )
     r = validate_file(mistyped)
     assert "column 'step': expected int" in r["errors"][0]["reason"]
-    old = _rewrite(dst, tmp_path / "v9.parquet",
-                   lambda t: t.replace_schema_metadata({b"fcr.format": b"fcr-parquet/9"}))
+    old = _rewrite(dst, tmp_path / "v9.parquet", lambda t: t.replace_schema_metadata({b"fcr.format": b"fcr-parquet/9"}))
     r = validate_file(old)
     assert "'fcr-parquet/9' is not supported" in r["errors"][0]["reason"]
     # the certificate fails closed on the same file: one DATA_ERROR naming the reason, nothing certified

@@ -3,6 +3,7 @@ decodes to far more than its footer declares â€” one long string in every row â€
 reader and by the upload pre-flight with a message naming the column and the limit, before it is decoded; the
 process that reads it stays small. Memory is measured, not inferred: each read runs in a fresh interpreter under an
 address-space limit, and reports its peak resident set size (``VmHWM``)."""
+
 from __future__ import annotations
 
 import json
@@ -37,14 +38,17 @@ def bomb(tmp_path_factory) -> Path:
     meta["note"] = "x" * PAD
     # the same record text in every row, built as a dictionary array (one value, ROWS indices) so that making the
     # bomb never holds it decoded either; the file's schema says string, as any writer's would
-    bomb = pa.DictionaryArray.from_arrays(pa.array(np.zeros(ROWS, dtype=np.int32)), pa.array([orjson.dumps(meta).decode()]))
+    bomb = pa.DictionaryArray.from_arrays(
+        pa.array(np.zeros(ROWS, dtype=np.int32)), pa.array([orjson.dumps(meta).decode()])
+    )
     col = t.schema.get_field_index(columnar.META)
     bombed = t.set_column(col, pa.field(columnar.META, bomb.type, nullable=False), bomb)
     path = tmp / "bomb.parquet"
     with pq.ParquetWriter(path, bombed.schema, use_dictionary=True, compression="zstd", store_schema=False) as w:
         w.write_table(bombed, row_group_size=ROWS)
-        w.add_key_value_metadata({k.decode(): v.decode() for k, v in t.schema.metadata.items()
-                                  if not k.startswith(b"ARROW:")})
+        w.add_key_value_metadata(
+            {k.decode(): v.decode() for k, v in t.schema.metadata.items() if not k.startswith(b"ARROW:")}
+        )
     assert pq.ParquetFile(path).schema_arrow.field(columnar.META).type == pa.string()
     md = pq.ParquetFile(path).metadata
     assert path.stat().st_size < 4 << 20 and md.num_row_groups == 1
@@ -71,8 +75,9 @@ print(json.dumps(out))
 
 
 def read_in_child(what: str, path: Path) -> dict:
-    done = subprocess.run([sys.executable, "-c", READER, what, str(path)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", READER, what, str(path)], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -81,8 +86,9 @@ def test_the_bomb_decodes_to_far_more_than_the_limit(bomb):
     """The premise: what the row group would decode to, measured on the dictionary arrays without decoding."""
     log = columnar.RunLog(bomb)
     try:
-        arr = next(pq.ParquetFile(bomb, read_dictionary=[columnar.META]).iter_batches(
-            batch_size=ROWS, columns=[columnar.META])).column(0)
+        arr = next(
+            pq.ParquetFile(bomb, read_dictionary=[columnar.META]).iter_batches(batch_size=ROWS, columns=[columnar.META])
+        ).column(0)
         assert columnar._decoded_bytes(arr) > ROWS * PAD > 3 * columnar.MAX_DECODED_BYTES
     finally:
         log.close()

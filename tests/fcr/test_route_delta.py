@@ -2,6 +2,7 @@
 written whenever both sides are there with one shape, read back to the same routes (flips, reordered selections,
 selections not recorded on either side), the client's encoding decoded by the engine, bad delta columns named, and
 the column far smaller than a whole trainer column when the trainer mostly agrees."""
+
 from __future__ import annotations
 
 import copy
@@ -75,14 +76,35 @@ def test_negative_trainer_ids_come_back_as_not_recorded():
     assert problem is None and back.tolist() == [1, 2, -1, -1]
 
 
-@pytest.mark.parametrize("change, reason", [
-    (lambda t: t.set_column(t.column_names.index("rollout_routed_experts"), "rollout_routed_experts",
-                            pa.nulls(t.num_rows, pa.list_(pa.int16()))), "which is absent"),
-    (lambda t: t.set_column(t.column_names.index(route_delta.COLUMN), route_delta.COLUMN,
-                            pa.array([[ROUTES_SAME] * 3] * t.num_rows, pa.list_(pa.int16()))), "a difference needs"),
-    (lambda t: t.set_column(t.column_names.index("trainer_routed_experts"), "trainer_routed_experts",
-                            t.column("rollout_routed_experts")), "given both whole and as"),
-])
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        (
+            lambda t: t.set_column(
+                t.column_names.index("rollout_routed_experts"),
+                "rollout_routed_experts",
+                pa.nulls(t.num_rows, pa.list_(pa.int16())),
+            ),
+            "which is absent",
+        ),
+        (
+            lambda t: t.set_column(
+                t.column_names.index(route_delta.COLUMN),
+                route_delta.COLUMN,
+                pa.array([[ROUTES_SAME] * 3] * t.num_rows, pa.list_(pa.int16())),
+            ),
+            "a difference needs",
+        ),
+        (
+            lambda t: t.set_column(
+                t.column_names.index("trainer_routed_experts"),
+                "trainer_routed_experts",
+                t.column("rollout_routed_experts"),
+            ),
+            "given both whole and as",
+        ),
+    ],
+)
 def test_a_delta_that_cannot_be_decoded_is_named(tmp_path, records, change, reason):
     path = write(tmp_path / "run.parquet", records[:2])
     pq.write_table(change(pq.read_table(path)), path)
@@ -100,10 +122,18 @@ def test_the_clients_encoding_is_what_the_engine_decodes(tmp_path):
     t[1, 6] = -1
     assert client_delta(r, t).tolist() == route_delta.encode(r, t).reshape(r.shape).tolist()
     lp = -rng.uniform(0.1, 2, (2, T))
-    table = step_table(RecordMeta(run_id="r"), 0, rollout_logprobs=lp, trainer_logprobs=lp,
-                       response_mask=np.ones((2, T)), response_ids=rng.integers(0, 50, (2, T)),
-                       rollout_routed_experts=r, trainer_routed_experts=t,
-                       routing_replay="R3", num_experts=E)
+    table = step_table(
+        RecordMeta(run_id="r"),
+        0,
+        rollout_logprobs=lp,
+        trainer_logprobs=lp,
+        response_mask=np.ones((2, T)),
+        response_ids=rng.integers(0, 50, (2, T)),
+        rollout_routed_experts=r,
+        trainer_routed_experts=t,
+        routing_replay="R3",
+        num_experts=E,
+    )
     pq.write_table(table, tmp_path / "c.parquet")
     back = [rec["trainer"]["routed_experts"] for _, rec in iter_records(tmp_path / "c.parquet", numpy_routes=True)]
     assert np.array_equal(np.stack(back), t)
@@ -121,8 +151,11 @@ def test_the_difference_is_much_smaller_than_a_whole_trainer_column(tmp_path):
     delta = route_delta.encode(r, t)
 
     def size(values):
-        pq.write_table(pa.table({"c": pa.array([values.reshape(-1)], pa.list_(pa.int16()))}), tmp_path / "s.parquet",
-                       compression="zstd")
+        pq.write_table(
+            pa.table({"c": pa.array([values.reshape(-1)], pa.list_(pa.int16()))}),
+            tmp_path / "s.parquet",
+            compression="zstd",
+        )
         return (tmp_path / "s.parquet").stat().st_size
 
     whole, diff = size(t), size(delta)
@@ -143,7 +176,14 @@ def test_ids_below_int16_stay_not_recorded_on_both_sides(tmp_path, records):
     assert res["pairs_verified"] == T * L - 1  # that (token, layer) is unverifiable, not "agreeing"
     lp = -np.ones((1, 2))
     r = np.array([[[[-40000, -40000]], [[1, 2]]]])
-    table = step_table(RecordMeta(run_id="r"), 0, rollout_logprobs=lp, trainer_logprobs=lp,
-                       response_mask=np.ones((1, 2)), response_ids=np.array([[3, 4]]), rollout_routed_experts=r,
-                       trainer_routed_experts=r)
+    table = step_table(
+        RecordMeta(run_id="r"),
+        0,
+        rollout_logprobs=lp,
+        trainer_logprobs=lp,
+        response_mask=np.ones((1, 2)),
+        response_ids=np.array([[3, 4]]),
+        rollout_routed_experts=r,
+        trainer_routed_experts=r,
+    )
     assert table.column("rollout_routed_experts").to_pylist() == [[-1, -1, 1, 2]]

@@ -1,5 +1,6 @@
 """MoE routing fields in fcr/1 and fcr-parquet/1: validated with the record and field named, constant layer count per
 model, lossless JSONL ↔ Parquet round trip, and the routing audit equal on both encodings."""
+
 from __future__ import annotations
 
 import copy
@@ -24,9 +25,17 @@ def _exp(seed=0, flip=0.1):
     m = rng.random((B, T, L)) < flip
     t[m, 0] = (t[m].max(-1) + 1) % E  # a new expert in slot 0 (may repeat another: _valid drops those)
     lp = np.log(rng.uniform(0.05, 1, (B, T)))
-    return {"tokens": rng.integers(0, 30, (B, 4 + T)), "prompt_len": 4, "rollout_routes": r, "trainer_routes": t,
-            "replayed_routes": r.copy(), "rollout_logp": lp, "trainer_logp": np.minimum(lp + rng.normal(0, 0.05, (B, T)), 0.0),
-            "replay_logp": lp, "n_experts": E}
+    return {
+        "tokens": rng.integers(0, 30, (B, 4 + T)),
+        "prompt_len": 4,
+        "rollout_routes": r,
+        "trainer_routes": t,
+        "replayed_routes": r.copy(),
+        "rollout_logp": lp,
+        "trainer_logp": np.minimum(lp + rng.normal(0, 0.05, (B, T)), 0.0),
+        "replay_logp": lp,
+        "n_experts": E,
+    }
 
 
 def _valid(exp):
@@ -73,23 +82,38 @@ def _set(rec, path, value):
     d[path[-1]] = value
 
 
-@pytest.mark.parametrize("path, value, field, reason", [
-    (("rollout", "routed_experts"), "x", "rollout.routed_experts", "[tokens][layers][top_k] list"),
-    (("rollout", "routed_experts"), [[[1, 2, 3]] * L] * (T - 1), "rollout.routed_experts",
-     f"{T - 1} token rows, but response.token_ids has {T} tokens"),
-    (("rollout", "routed_experts"), [[[1, 2, True]] * L] * T, "rollout.routed_experts", "must be ints, got bool"),
-    (("rollout", "routed_experts"), [[[1, 2, 3.0]] * L] * T, "rollout.routed_experts", "must be ints, got float"),
-    (("rollout", "routed_experts"), [[[1, 2, 16]] * L] * T, "rollout.routed_experts[0][0]",
-     "expert id 16 out of range: the model has 16 experts"),
-    (("rollout", "routed_experts"), [[[1, 2, 2]] * L] * T, "rollout.routed_experts[0][0]", "selected twice"),
-    (("rollout", "routed_experts"), [[[1, 2, 3]] * L, [[1, 2]] * L] + [[[1, 2, 3]] * L] * (T - 2),
-     "rollout.routed_experts", "not a rectangular"),
-    (("trainer", "routed_experts"), [[[1, 2, 3, 4]] * L] * T, "trainer.routed_experts", "differs from"),
-    (("rollout", "router_topk_probs"), [[[0.5, 0.5, 1.5]] * L] * T, "rollout.router_topk_probs[0][0]", "in [0, 1]"),
-    (("rollout", "router_topk_probs"), [[[0.5, 0.5]] * L] * T, "rollout.router_topk_probs", "differs from"),
-    (("trainer", "routing_replay"), "R4", "trainer.routing_replay", "expected none, R2, R3 or null"),
-    (("model", "num_experts"), 0, "model.num_experts", "positive int"),
-])
+@pytest.mark.parametrize(
+    "path, value, field, reason",
+    [
+        (("rollout", "routed_experts"), "x", "rollout.routed_experts", "[tokens][layers][top_k] list"),
+        (
+            ("rollout", "routed_experts"),
+            [[[1, 2, 3]] * L] * (T - 1),
+            "rollout.routed_experts",
+            f"{T - 1} token rows, but response.token_ids has {T} tokens",
+        ),
+        (("rollout", "routed_experts"), [[[1, 2, True]] * L] * T, "rollout.routed_experts", "must be ints, got bool"),
+        (("rollout", "routed_experts"), [[[1, 2, 3.0]] * L] * T, "rollout.routed_experts", "must be ints, got float"),
+        (
+            ("rollout", "routed_experts"),
+            [[[1, 2, 16]] * L] * T,
+            "rollout.routed_experts[0][0]",
+            "expert id 16 out of range: the model has 16 experts",
+        ),
+        (("rollout", "routed_experts"), [[[1, 2, 2]] * L] * T, "rollout.routed_experts[0][0]", "selected twice"),
+        (
+            ("rollout", "routed_experts"),
+            [[[1, 2, 3]] * L, [[1, 2]] * L] + [[[1, 2, 3]] * L] * (T - 2),
+            "rollout.routed_experts",
+            "not a rectangular",
+        ),
+        (("trainer", "routed_experts"), [[[1, 2, 3, 4]] * L] * T, "trainer.routed_experts", "differs from"),
+        (("rollout", "router_topk_probs"), [[[0.5, 0.5, 1.5]] * L] * T, "rollout.router_topk_probs[0][0]", "in [0, 1]"),
+        (("rollout", "router_topk_probs"), [[[0.5, 0.5]] * L] * T, "rollout.router_topk_probs", "differs from"),
+        (("trainer", "routing_replay"), "R4", "trainer.routing_replay", "expected none, R2, R3 or null"),
+        (("model", "num_experts"), 0, "model.num_experts", "positive int"),
+    ],
+)
 def test_bad_routes_are_refused_naming_the_field(records, path, value, field, reason):
     rec = copy.deepcopy(records[2])
     _set(rec, path, value)

@@ -1,5 +1,6 @@
 """Strict intake in the fcr/1 validator: positive log-probs are flagged at upload (not only by the certificate), a
 trainer top-K that misses rollout ids is warned about, and booleans / numeric strings are errors naming the field."""
+
 from __future__ import annotations
 
 import copy
@@ -28,13 +29,16 @@ def test_trainer_topk_missing_rollout_ids_is_warned(rec):
     assert "1 position(s)" in issues[0].reason
 
 
-@pytest.mark.parametrize("path,value,field", [
-    (("rollout", "logprobs", 0), False, "rollout.logprobs[0]"),
-    (("trainer", "logprobs", 1), "-0.5", "trainer.logprobs[1]"),
-    (("trainer", "top_k", 0, 1, 1), True, "trainer.top_k[0][1]"),
-    (("rollout", "top_k", 1, 0, 0), -2, "rollout.top_k[1][0]"),
-    (("response", "token_ids", 2), -1, "response.token_ids[2]"),
-])
+@pytest.mark.parametrize(
+    "path,value,field",
+    [
+        (("rollout", "logprobs", 0), False, "rollout.logprobs[0]"),
+        (("trainer", "logprobs", 1), "-0.5", "trainer.logprobs[1]"),
+        (("trainer", "top_k", 0, 1, 1), True, "trainer.top_k[0][1]"),
+        (("rollout", "top_k", 1, 0, 0), -2, "rollout.top_k[1][0]"),
+        (("response", "token_ids", 2), -1, "response.token_ids[2]"),
+    ],
+)
 def test_wrong_types_and_ids_are_errors_with_the_field(rec, path, value, field):
     cur = rec
     for k in path[:-1]:

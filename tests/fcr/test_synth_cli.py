@@ -1,4 +1,5 @@
 """``python -m workers.fcr synth``: the README's first command makes a valid run log of the requested shape."""
+
 from __future__ import annotations
 
 import gzip

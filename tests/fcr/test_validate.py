@@ -1,4 +1,5 @@
 """Structural validation (R0; docs/fcr.md#record-fields, docs/fcr.md#conventions) of fcr/1 records and files."""
+
 from __future__ import annotations
 
 import copy

@@ -2,6 +2,7 @@
 summary and the same errors and warnings, word for word and in row order, on a clean file and on files mutated in
 each way the column checks look for (log-probs NaN or positive, lengths, nulls, negative ids, masks, top-K shapes,
 missing or narrower columns, bad ids, meta_json that is not a record or that holds a per-token field)."""
+
 from __future__ import annotations
 
 import orjson
@@ -73,6 +74,7 @@ def _row(r, fn):
     def apply(vals):
         vals[r] = fn(vals[r])
         return vals
+
     return apply
 
 
@@ -80,6 +82,7 @@ def _meta(r, fn):
     def apply(vals):
         vals[r] = orjson.dumps(fn(orjson.loads(vals[r]))).decode()
         return vals
+
     return apply
 
 
@@ -91,6 +94,7 @@ def _set(path_value):
                 d = d.setdefault(k, {})
             d[path[-1]] = value
         return m
+
     return f
 
 
@@ -99,6 +103,7 @@ def _at(i, v):
         xs = list(xs)
         xs[i] = v
         return xs
+
     return f
 
 
@@ -109,12 +114,14 @@ def _first_with(t, name):
 MUTATIONS = {
     "rollout log-prob NaN": lambda t: _col(t, "rollout_logprobs", _row(3, _at(1, float("nan")))),
     "rollout log-prob positive": lambda t: _col(t, "rollout_logprobs", _row(5, _at(0, 0.5))),
-    "trainer log-prob positive": lambda t: _col(t, "trainer_logprobs", _row(_first_with(t, "trainer_logprobs"),
-                                                                            _at(2, 3.0))),
+    "trainer log-prob positive": lambda t: _col(
+        t, "trainer_logprobs", _row(_first_with(t, "trainer_logprobs"), _at(2, 3.0))
+    ),
     "rollout log-probs too short": lambda t: _col(t, "rollout_logprobs", _row(7, lambda xs: xs[:-1])),
     "rollout log-probs null": lambda t: _col(t, "rollout_logprobs", _row(8, lambda xs: None)),
-    "trainer log-probs too long": lambda t: _col(t, "trainer_logprobs", _row(_first_with(t, "trainer_logprobs"),
-                                                                             lambda xs: xs + [-1.0])),
+    "trainer log-probs too long": lambda t: _col(
+        t, "trainer_logprobs", _row(_first_with(t, "trainer_logprobs"), lambda xs: xs + [-1.0])
+    ),
     "negative response id": lambda t: _col(t, "response_token_ids", _row(2, _at(0, -4))),
     "null prompt id": lambda t: _col(t, "prompt_token_ids", _row(9, _at(0, None))),
     "response ids null": lambda t: _col(t, "response_token_ids", _row(10, lambda xs: None)),
@@ -122,20 +129,24 @@ MUTATIONS = {
     "token strings too short": lambda t: _col(t, "response_token_strings", _row(3, lambda xs: xs[1:])),
     "policy versions too short": lambda t: _col(t, "rollout_token_policy_versions", _row(6, lambda xs: xs[1:])),
     "loss mask 2": lambda t: _col(t, "trainer_loss_mask", _row(_first_with(t, "trainer_loss_mask"), _at(0, 2))),
-    "loss mask null value": lambda t: _col(t, "trainer_loss_mask",
-                                           _row(_first_with(t, "trainer_loss_mask"), _at(1, None))),
+    "loss mask null value": lambda t: _col(
+        t, "trainer_loss_mask", _row(_first_with(t, "trainer_loss_mask"), _at(1, None))
+    ),
     "top-K negative id": lambda t: _col(t, "rollout_topk_ids", _row(4, _at(1, [-3, 5]))),
     "top-K null log-prob": lambda t: _col(t, "rollout_topk_logprobs", _row(4, lambda xs: [[None] + x[1:] for x in xs])),
-    "top-K null position": lambda t: _col(t, "trainer_topk_ids", _row(_first_with(t, "trainer_topk_ids"),
-                                                                      _at(0, None))),
+    "top-K null position": lambda t: _col(
+        t, "trainer_topk_ids", _row(_first_with(t, "trainer_topk_ids"), _at(0, None))
+    ),
     "top-K shapes differ": lambda t: _col(t, "rollout_topk_logprobs", _row(6, lambda xs: [x[:-1] for x in xs])),
     "top-K one side null": lambda t: _col(t, "rollout_topk_logprobs", _row(11, lambda xs: None)),
-    "top-K too short": lambda t: _col(_col(t, "rollout_topk_ids", _row(12, lambda xs: xs[1:])),
-                                      "rollout_topk_logprobs", _row(12, lambda xs: xs[1:])),
+    "top-K too short": lambda t: _col(
+        _col(t, "rollout_topk_ids", _row(12, lambda xs: xs[1:])), "rollout_topk_logprobs", _row(12, lambda xs: xs[1:])
+    ),
     "required column missing": lambda t: t.drop_columns(["rollout_logprobs"]),
     "top-K ids column missing": lambda t: t.drop_columns(["rollout_topk_ids"]),
-    "narrower int columns": lambda t: _col(_col(t, "step", lambda v: v, pa.int32()), "response_token_ids",
-                                           lambda v: v, pa.list_(pa.int32())),
+    "narrower int columns": lambda t: _col(
+        _col(t, "step", lambda v: v, pa.int32()), "response_token_ids", lambda v: v, pa.list_(pa.int32())
+    ),
     "float32 log-probs": lambda t: _col(t, "rollout_logprobs", lambda v: v, pa.list_(pa.float32())),
     "float16 log-probs": lambda t: _col(t, "rollout_logprobs", lambda v: v, pa.list_(pa.float16())),
     "empty call id": lambda t: _col(t, "call_id", _row(3, lambda v: "")),
@@ -147,12 +158,16 @@ MUTATIONS = {
     "meta bad role source": lambda t: _col(t, "meta_json", _meta(5, _set([(("role_source",), "guess")]))),
     "meta engine enum": lambda t: _col(t, "meta_json", _meta(6, _set([(("engine", "api"), "telepathy")]))),
     "meta holds ids of a null column": lambda t: _col(
-        _col(t, "response_token_ids", _row(7, lambda v: None)), "meta_json",
-        _meta(7, _set([(("response", "token_ids"), [1, 2, 3])]))),
+        _col(t, "response_token_ids", _row(7, lambda v: None)),
+        "meta_json",
+        _meta(7, _set([(("response", "token_ids"), [1, 2, 3])])),
+    ),
     "meta holds policy versions of a null column": lambda t: _col(
-        t, "meta_json", _meta(8, _set([(("rollout", "token_policy_versions"), [1])]))),
-    "meta logprob_unverified": lambda t: _col(t, "meta_json", _meta(9, _set([(("rollout", "logprob_unverified"),
-                                                                              [[0, 99, "engine_bug"]])]))),
+        t, "meta_json", _meta(8, _set([(("rollout", "token_policy_versions"), [1])]))
+    ),
+    "meta logprob_unverified": lambda t: _col(
+        t, "meta_json", _meta(9, _set([(("rollout", "logprob_unverified"), [[0, 99, "engine_bug"]])]))
+    ),
     "meta num_experts": lambda t: _col(t, "meta_json", _meta(10, _set([(("model", "num_experts"), 8)]))),
     "meta sampling not an object": lambda t: _col(t, "meta_json", _meta(11, _set([(("sampling",), 5)]))),
 }
@@ -168,11 +183,15 @@ def test_a_mutated_file_gives_the_record_verdict(base, tmp_path, name):
     clean = validate_file(path, max_errors=1000, max_warnings=1000)
     # the mutation shows (an error or a warning more, or another summary), and both paths say the same of it
     # (a NaN log-prob, narrower types and num_experts without routes are fine: they only take other paths)
-    if name not in ("narrower int columns", "float32 log-probs", "float16 log-probs", "rollout log-prob NaN",
-                    "meta num_experts"):
+    if name not in (
+        "narrower int columns",
+        "float32 log-probs",
+        "float16 log-probs",
+        "rollout log-prob NaN",
+        "meta num_experts",
+    ):
         assert (cols["errors"], cols["warnings"]) != (clean["errors"], clean["warnings"]), name
     assert cols == recs
-
 
 
 @pytest.mark.parametrize("seed", range(12))

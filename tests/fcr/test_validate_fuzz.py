@@ -1,4 +1,5 @@
 """Property tests: the validator never raises, and its C fast paths agree with the exact path."""
+
 from __future__ import annotations
 
 import copy
@@ -12,10 +13,16 @@ from workers.fcr.validate import array_bools_possible
 
 from .conftest import EXAMPLE_A
 
-json_scalars = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False,
-                                                                                     allow_infinity=False) | st.text(max_size=5)
-json_values = st.recursive(json_scalars, lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=4), c,
-                                                                                              max_size=4), max_leaves=12)
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=5)
+)
+json_values = st.recursive(
+    json_scalars, lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=4), c, max_size=4), max_leaves=12
+)
 
 PATHS = []
 
@@ -28,9 +35,16 @@ def _collect(d, prefix=()):
 
 
 _collect(EXAMPLE_A)
-PATHS += [("rollout", "top_k", 1), ("rollout", "top_k", 1, 0), ("rollout", "top_k", 1, 0, 0),
-          ("trainer", "top_k", 2, 1, 1), ("response", "token_ids", 2), ("prompt", "token_ids", 0),
-          ("trainer", "loss_mask_used", 0), ("rollout", "logprobs", 1)]
+PATHS += [
+    ("rollout", "top_k", 1),
+    ("rollout", "top_k", 1, 0),
+    ("rollout", "top_k", 1, 0, 0),
+    ("trainer", "top_k", 2, 1, 1),
+    ("response", "token_ids", 2),
+    ("prompt", "token_ids", 0),
+    ("trainer", "loss_mask_used", 0),
+    ("rollout", "logprobs", 1),
+]
 
 FUZZ = hsettings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -78,8 +92,9 @@ def test_random_bytes_file_never_crashes(tmp_path_factory, data, gz):
 
 
 @FUZZ
-@given(st.lists(st.sampled_from([b"{", b"[]", b"", b"null", orjson.dumps(EXAMPLE_A), b'{"schema":"fcr/1"}']),
-                max_size=8))
+@given(
+    st.lists(st.sampled_from([b"{", b"[]", b"", b"null", orjson.dumps(EXAMPLE_A), b'{"schema":"fcr/1"}']), max_size=8)
+)
 def test_line_mix_counts(tmp_path_factory, lines):
     p = tmp_path_factory.mktemp("mix") / "f.jsonl"
     p.write_bytes(b"\n".join(lines))
@@ -102,8 +117,11 @@ def test_fast_accept_path_is_sound(path, value):
     for k in path[:-1]:
         d = d[k]
     d[path[-1]] = value
-    detailed = [i for i in validate_record(rec, lint=True)  # lint=True forces the detailed path
-                if not ("sentinel" in i.reason or "positive" in i.reason)]
+    detailed = [
+        i
+        for i in validate_record(rec, lint=True)  # lint=True forces the detailed path
+        if not ("sentinel" in i.reason or "positive" in i.reason)
+    ]
     try:
         bools_ok = not array_bools_possible(orjson.dumps(rec))
     except TypeError:

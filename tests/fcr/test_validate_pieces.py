@@ -1,6 +1,7 @@
 """Validation in pieces merges into the one-pass summary: for any cut of a file into pieces, in any order, the merged
 summary equals validate_file's — duplicates across pieces, a model's layer count established in an earlier piece,
 malformed and blank lines, error and warning caps, run ids past the cap, and a reading stopped by a read limit."""
+
 from __future__ import annotations
 
 import copy
@@ -64,8 +65,11 @@ def test_merged_pieces_equal_one_pass(tmp_path_factory, seed, target, caps):
 
 
 def test_a_later_piece_is_judged_by_the_layer_count_an_earlier_piece_established(tmp_path):
-    lines = [orjson.dumps(routed(BASE[0], 2))] + [orjson.dumps(r) for r in BASE[1:]] + [
-        orjson.dumps(routed(BASE[1], 3)), orjson.dumps(routed(BASE[2], 2))]
+    lines = (
+        [orjson.dumps(routed(BASE[0], 2))]
+        + [orjson.dumps(r) for r in BASE[1:]]
+        + [orjson.dumps(routed(BASE[1], 3)), orjson.dumps(routed(BASE[2], 2))]
+    )
     path = tmp_path / "run.jsonl"
     path.write_bytes(b"\n".join(lines) + b"\n")
     chunks = chunk_ranges(path, len(lines[0]) + 1)

@@ -1,4 +1,5 @@
 """Small builders shared by the fidelity tests."""
+
 from __future__ import annotations
 
 import copy

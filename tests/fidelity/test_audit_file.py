@@ -1,4 +1,5 @@
 """audit_file over real files: gzip, truncation, broken lines, order independence, mask export, CLI."""
+
 from __future__ import annotations
 
 import gzip
@@ -27,8 +28,9 @@ def many(n=30):
         if i % 3 == 0:
             out.append(variant(EXAMPLE_C, trajectory_id=f"t{i}", call_id=f"t{i}-bg"))
         if i % 5 == 0:
-            out.append(variant(EXAMPLE_D, trajectory_id=f"d{i}", call_id=f"d{i}-0",
-                               **{"trainer.loss_mask_used": [1, 1, 0, 1]}))
+            out.append(
+                variant(EXAMPLE_D, trajectory_id=f"d{i}", call_id=f"d{i}-0", **{"trainer.loss_mask_used": [1, 1, 0, 1]})
+            )
     return out
 
 
@@ -71,10 +73,14 @@ def test_truncated_gzip_fails_closed(tmp_path):
 def test_bad_input_mix(tmp_path, toy):
     oov = variant(EXAMPLE_A, trajectory_id="x", call_id="x-0", **{"response.token_ids": [20, 999, 3]})
     misaligned = variant(EXAMPLE_A, trajectory_id="y", call_id="y-0", **{"trainer.loss_mask_used": [1, 1]})
-    sentinel = variant(EXAMPLE_A, trajectory_id="z", call_id="z-0",
-                       **{"rollout.logprobs": [-9999.0, -9999.0, -9999.0], "rollout.top_k": None})
+    sentinel = variant(
+        EXAMPLE_A,
+        trajectory_id="z",
+        call_id="z-0",
+        **{"rollout.logprobs": [-9999.0, -9999.0, -9999.0], "rollout.top_k": None},
+    )
     p = tmp_path / "bad.jsonl"
-    p.write_bytes(dumps([EXAMPLE_A, b"{\"schema\": \"fcr/1\",", b"", oov, misaligned, sentinel, b"42"]))
+    p.write_bytes(dumps([EXAMPLE_A, b'{"schema": "fcr/1",', b"", oov, misaligned, sentinel, b"42"]))
     rep = audit_file(p, tokenizer=toy)
     calls = rep["calls"]
     assert [c["line"] for c in calls] == [1, 2, 4, 5, 6, 7]
@@ -99,7 +105,7 @@ def test_mask_export_round_trip(tmp_path, toy, fmt):
         assert len(m) == c["n_tokens"]
         expect = np.zeros(c["n_tokens"], dtype=bool)
         for s in c["spans"]:
-            expect[s["start"]:s["end"]] = s["verifiable"]
+            expect[s["start"] : s["end"]] = s["verifiable"]
         assert (m == expect).all()
         if c["role"] != "policy":
             assert not m.any()
@@ -107,15 +113,23 @@ def test_mask_export_round_trip(tmp_path, toy, fmt):
 
 
 def test_bin_masks_are_compact(tmp_path, toy):
-    rec = variant(EXAMPLE_A, **{"response.token_ids": [20] * 1000, "response.usage_completion_tokens": 1000,
-                                "rollout.logprobs": [-0.1] * 1000, "rollout.top_k": None,
-                                "trainer.logprobs": [-0.1] * 1000, "trainer.top_k": None,
-                                "trainer.loss_mask_used": [1] * 1000})
+    rec = variant(
+        EXAMPLE_A,
+        **{
+            "response.token_ids": [20] * 1000,
+            "response.usage_completion_tokens": 1000,
+            "rollout.logprobs": [-0.1] * 1000,
+            "rollout.top_k": None,
+            "trainer.logprobs": [-0.1] * 1000,
+            "trainer.top_k": None,
+            "trainer.loss_mask_used": [1] * 1000,
+        },
+    )
     p = tmp_path / "r.jsonl"
     p.write_bytes(dumps([rec]))
     audit_file(p, masks_out=tmp_path / "m.bin", masks_format="bin")
     assert (tmp_path / "m.bin").stat().st_size == 8 + 2 + 4 + 4 + 125
-    (cid, m), = read_masks(tmp_path / "m.bin")
+    ((cid, m),) = read_masks(tmp_path / "m.bin")
     assert cid == "tA-0" and m.all() and len(m) == 1000
 
 
@@ -148,15 +162,26 @@ def test_cli_audit_and_import(tmp_path, capsys):
     assert code == 0
     rep = json.loads(out)
     assert rep["verdict"] == "PASS" and rep["calls"][0]["drift_if_retokenized"] is False
-    code, out = _cli(capsys, "audit", bad, "--mode", "merged", "--masks-out", tmp_path / "m.bin",
-                     "--masks-format", "bin")
+    code, out = _cli(
+        capsys, "audit", bad, "--mode", "merged", "--masks-out", tmp_path / "m.bin", "--masks-format", "bin"
+    )
     assert code == 1 and "FAIL" in out and "closed-failure violations: 1" in out
     assert dict(read_masks(tmp_path / "m.bin"))["tD-0"].tolist() == [True, True, False, True]
     ex = tmp_path / "ex.jsonl"
-    ex.write_bytes(dumps([{"request": {"messages": [{"role": "user", "content": "List files"}]},
-                           "response": {"id": "c1", "prompt_token_ids": [1, 44, 45, 3, 2],
-                                        "choices": [{"index": 0, "token_ids": [20, 3],
-                                                     "message": {"content": "ls"}}]}}]))
+    ex.write_bytes(
+        dumps(
+            [
+                {
+                    "request": {"messages": [{"role": "user", "content": "List files"}]},
+                    "response": {
+                        "id": "c1",
+                        "prompt_token_ids": [1, 44, 45, 3, 2],
+                        "choices": [{"index": 0, "token_ids": [20, 3], "message": {"content": "ls"}}],
+                    },
+                }
+            ]
+        )
+    )
     code, out = _cli(capsys, "import", "vllm", ex, tmp_path / "out.jsonl", "--json")
     assert code == 0 and json.loads(out)["records"] == 1
     rec = orjson.loads((tmp_path / "out.jsonl").read_bytes())
@@ -167,8 +192,13 @@ def test_cli_audit_and_import(tmp_path, capsys):
 
 def test_cli_module_entry_point(tmp_path):
     """``python -m workers.fidelity`` exits 2 on a missing file (and never needs torch for that)."""
-    r = subprocess.run([sys.executable, "-m", "workers.fidelity", "audit", str(tmp_path / "missing.jsonl")],
-                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "workers.fidelity", "audit", str(tmp_path / "missing.jsonl")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and "error" in r.stderr
 
 

@@ -1,4 +1,5 @@
 """The audit never raises on hostile input, and its closed-failure invariant holds on whatever it accepts."""
+
 from __future__ import annotations
 
 import copy
@@ -11,17 +12,41 @@ from workers.fidelity import audit_records
 from .conftest import EXAMPLE_A, EXAMPLE_C, EXAMPLE_D
 
 scalars = st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.floats(allow_nan=True) | st.text(max_size=4)
-values = st.recursive(scalars, lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=4), c, max_size=3),
-                      max_leaves=10)
-PATHS = [("role",), ("role_source",), ("purpose",), ("call_index",), ("trajectory_id",), ("call_id",),
-         ("prompt", "token_ids"), ("prompt", "provenance"), ("prompt", "task_prompt_sha256_observed"),
-         ("prompt", "context_event"), ("prompt", "context_source_call_id"),
-         ("response", "token_ids"), ("response", "provenance"), ("response", "text"),
-         ("response", "usage_completion_tokens"), ("response", "token_strings"),
-         ("rollout", "logprobs"), ("rollout", "top_k"), ("rollout", "token_policy_versions"),
-         ("trainer", "logprobs"), ("trainer", "top_k"), ("trainer", "loss_mask_used"), ("trainer", "sample_id"),
-         ("trainer", "policy_version"), ("engine", "logprobs_mode"), ("sampling",), ("model", "policy_version"),
-         ("rollout", "logprobs", 1), ("trainer", "top_k", 0, 0, 1), ("rollout", "top_k", 2)]
+values = st.recursive(
+    scalars, lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=4), c, max_size=3), max_leaves=10
+)
+PATHS = [
+    ("role",),
+    ("role_source",),
+    ("purpose",),
+    ("call_index",),
+    ("trajectory_id",),
+    ("call_id",),
+    ("prompt", "token_ids"),
+    ("prompt", "provenance"),
+    ("prompt", "task_prompt_sha256_observed"),
+    ("prompt", "context_event"),
+    ("prompt", "context_source_call_id"),
+    ("response", "token_ids"),
+    ("response", "provenance"),
+    ("response", "text"),
+    ("response", "usage_completion_tokens"),
+    ("response", "token_strings"),
+    ("rollout", "logprobs"),
+    ("rollout", "top_k"),
+    ("rollout", "token_policy_versions"),
+    ("trainer", "logprobs"),
+    ("trainer", "top_k"),
+    ("trainer", "loss_mask_used"),
+    ("trainer", "sample_id"),
+    ("trainer", "policy_version"),
+    ("engine", "logprobs_mode"),
+    ("sampling",),
+    ("model", "policy_version"),
+    ("rollout", "logprobs", 1),
+    ("trainer", "top_k", 0, 0, 1),
+    ("rollout", "top_k", 2),
+]
 BASES = [EXAMPLE_A, EXAMPLE_C, EXAMPLE_D]
 
 
@@ -42,8 +67,10 @@ def mutate(base, path, value):
 
 
 @hsettings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.tuples(st.sampled_from(range(len(BASES))), st.sampled_from(PATHS), values), min_size=1,
-                max_size=4), st.sampled_from(["transition", "merged"]))
+@given(
+    st.lists(st.tuples(st.sampled_from(range(len(BASES))), st.sampled_from(PATHS), values), min_size=1, max_size=4),
+    st.sampled_from(["transition", "merged"]),
+)
 def test_audit_never_raises(muts, mode):
     recs = [mutate(BASES[b], p, v) for b, p, v in muts] + [EXAMPLE_A]
     rep = audit_records(recs, mode=mode, certificates=False)

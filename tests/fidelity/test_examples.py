@@ -1,4 +1,5 @@
 """The worked examples A, C (and C′), D of docs/fcr.md — the exact expected values documented there."""
+
 from __future__ import annotations
 
 import pytest
@@ -63,7 +64,10 @@ def test_example_d_partial_and_closed_failure(D, toy):
     c = rep["calls"][0]
     assert c["verdict"] == "partial"
     assert [(s["start"], s["end"], s["verifiable"], s["reasons"]) for s in c["spans"]] == [
-        (0, 2, True, []), (2, 3, False, ["SENTINEL_LOGPROB"]), (3, 4, True, [])]
+        (0, 2, True, []),
+        (2, 3, False, ["SENTINEL_LOGPROB"]),
+        (3, 4, True, []),
+    ]
     assert c["alignment"]["median_abs_diff"] == pytest.approx(0.01, abs=1e-9)
     assert c["closed_failure_violations"] == 1
     assert rep["closed_failure_violations"] == 1 and rep["verdict"] == "FAIL"

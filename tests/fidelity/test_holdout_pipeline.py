@@ -4,6 +4,7 @@ top-K dict, cut to k entries; streamed, ``n = 2``, multi-turn context growth and
 import → join → audit. Every trained token must come out verifiable, no certificate position invalid (vLLM's lists
 as logged are unsorted wherever the sample is not the argmax: the certificate refuses those), and every certified
 interval must contain the true TV of the two known distributions."""
+
 from __future__ import annotations
 
 import hashlib
@@ -33,8 +34,12 @@ def vllm_entry(s, logp):
         if i not in seen:
             seen.add(i)
             items.append(i)
-    return {"token": tid(s), "logprob": float(logp[s]), "bytes": [],
-            "top_logprobs": [{"token": tid(i), "logprob": float(logp[i]), "bytes": []} for i in items[:K]]}
+    return {
+        "token": tid(s),
+        "logprob": float(logp[s]),
+        "bytes": [],
+        "top_logprobs": [{"token": tid(i), "logprob": float(logp[i]), "bytes": []} for i in items[:K]],
+    }
 
 
 def build(rng, n_calls=30):
@@ -57,44 +62,116 @@ def build(rng, n_calls=30):
                 ids.append(s)
                 content.append(vllm_entry(s, np.log(p)))
                 pq.append((p, q))
-            choices.append({"index": j, "message": {"role": "assistant", "content": "x"}, "token_ids": ids,
-                            "logprobs": {"content": content}, "finish_reason": "stop"})
+            choices.append(
+                {
+                    "index": j,
+                    "message": {"role": "assistant", "content": "x"},
+                    "token_ids": ids,
+                    "logprobs": {"content": content},
+                    "finish_reason": "stop",
+                }
+            )
             cid = f"cmpl-{c}" if n_choices == 1 else f"cmpl-{c}#{j}"
             truth[cid] = pq
-            trainer_rows.append({"call_id": cid, "logprobs": [float(np.log(q[s])) for (p, q), s in zip(pq, ids)],
-                                 "loss_mask_used": [1] * T, "sample_id": cid,
-                                 "task_prompt_sha256_declared": hashlib.sha256(f"task {c // 3}".encode()).hexdigest(),
-                                 # the trainer's values on the rollout's listed ids (fcr/1 coverage) and its own top-2
-                                 "top_k": [[[int(i), float(np.log(q[i]))] for i in sorted(
-                                     {int(t["token"][9:]) for t in e["top_logprobs"]}
-                                     | {int(i) for i in np.argsort(-q)[:2]})] for e, (p, q) in zip(content, pq)]})
+            trainer_rows.append(
+                {
+                    "call_id": cid,
+                    "logprobs": [float(np.log(q[s])) for (p, q), s in zip(pq, ids)],
+                    "loss_mask_used": [1] * T,
+                    "sample_id": cid,
+                    "task_prompt_sha256_declared": hashlib.sha256(f"task {c // 3}".encode()).hexdigest(),
+                    # the trainer's values on the rollout's listed ids (fcr/1 coverage) and its own top-2
+                    "top_k": [
+                        [
+                            [int(i), float(np.log(q[i]))]
+                            for i in sorted(
+                                {int(t["token"][9:]) for t in e["top_logprobs"]} | {int(i) for i in np.argsort(-q)[:2]}
+                            )
+                        ]
+                        for e, (p, q) in zip(content, pq)
+                    ],
+                }
+            )
         ctx = prompt + choices[0]["token_ids"] + [int(x) for x in rng.integers(0, V, 3)]  # + a tool result
-        resp = {"id": f"cmpl-{c}", "object": "chat.completion", "model": "m", "prompt_token_ids": prompt,
-                "choices": choices}
+        resp = {
+            "id": f"cmpl-{c}",
+            "object": "chat.completion",
+            "model": "m",
+            "prompt_token_ids": prompt,
+            "choices": choices,
+        }
         history = [{"role": "user", "content": f"task {c // 3}"}] + [
-            {"role": "assistant", "content": "x"}, {"role": "tool", "content": "y"}] * index
-        req = {"model": "m", "messages": history, "logprobs": True,
-               "top_logprobs": K, "return_token_ids": True, "temperature": 1.0, "top_p": 1.0}
+            {"role": "assistant", "content": "x"},
+            {"role": "tool", "content": "y"},
+        ] * index
+        req = {
+            "model": "m",
+            "messages": history,
+            "logprobs": True,
+            "top_logprobs": K,
+            "return_token_ids": True,
+            "temperature": 1.0,
+            "top_p": 1.0,
+        }
         if c % 5 == 1:  # streamed: one chunk per token
-            chunks = [{"id": f"cmpl-{c}", "object": "chat.completion.chunk", "model": "m", "prompt_token_ids": prompt,
-                       "choices": [{"index": ch["index"], "delta": {"role": "assistant", "content": ""}}
-                                   for ch in choices]}]
+            chunks = [
+                {
+                    "id": f"cmpl-{c}",
+                    "object": "chat.completion.chunk",
+                    "model": "m",
+                    "prompt_token_ids": prompt,
+                    "choices": [
+                        {"index": ch["index"], "delta": {"role": "assistant", "content": ""}} for ch in choices
+                    ],
+                }
+            ]
             for ch in choices:
                 for t, e in zip(ch["token_ids"], ch["logprobs"]["content"]):
-                    chunks.append({"id": f"cmpl-{c}", "object": "chat.completion.chunk", "model": "m",
-                                   "choices": [{"index": ch["index"], "delta": {"content": "x"}, "token_ids": [t],
-                                                "logprobs": {"content": [e]}, "finish_reason": None}]})
+                    chunks.append(
+                        {
+                            "id": f"cmpl-{c}",
+                            "object": "chat.completion.chunk",
+                            "model": "m",
+                            "choices": [
+                                {
+                                    "index": ch["index"],
+                                    "delta": {"content": "x"},
+                                    "token_ids": [t],
+                                    "logprobs": {"content": [e]},
+                                    "finish_reason": None,
+                                }
+                            ],
+                        }
+                    )
             resp = chunks
             req["stream"] = True
-        exchanges.append({"request": req, "response": resp,
-                          "meta": {"trajectory_id": traj, "call_index": index, "step": 1, "call_id": f"cmpl-{c}",
-                                   "headers": {"X-FCR-Call-Role": "policy"}}})
+        exchanges.append(
+            {
+                "request": req,
+                "response": resp,
+                "meta": {
+                    "trajectory_id": traj,
+                    "call_index": index,
+                    "step": 1,
+                    "call_id": f"cmpl-{c}",
+                    "headers": {"X-FCR-Call-Role": "policy"},
+                },
+            }
+        )
     # an error answer to a declared policy call: kept as a (missing) policy record, not an undeclared one
-    exchanges.append({"request": {"model": "m", "messages": [{"role": "user", "content": "late"}]},
-                      "response": {"error": {"message": "overloaded", "type": "ServiceUnavailableError",
-                                             "code": 503}},
-                      "meta": {"trajectory_id": "t-err", "call_index": 0, "step": 1, "call_id": "err-0",
-                               "headers": {"X-FCR-Call-Role": "policy"}}})
+    exchanges.append(
+        {
+            "request": {"model": "m", "messages": [{"role": "user", "content": "late"}]},
+            "response": {"error": {"message": "overloaded", "type": "ServiceUnavailableError", "code": 503}},
+            "meta": {
+                "trajectory_id": "t-err",
+                "call_index": 0,
+                "step": 1,
+                "call_id": "err-0",
+                "headers": {"X-FCR-Call-Role": "policy"},
+            },
+        }
+    )
     return exchanges, truth, trainer_rows
 
 
@@ -104,14 +181,27 @@ def test_holdout_vllm_import_join_audit(tmp_path):
     src, inf, tr, out = (tmp_path / n for n in ("ex.jsonl", "inf.jsonl", "tr.jsonl", "joined.jsonl"))
     src.write_bytes(dumps(exchanges))
     tr.write_bytes(dumps(trainer_rows))
-    logged = [e for ex in exchanges if isinstance(ex["response"], dict) and "choices" in ex["response"]
-              for ch in ex["response"]["choices"] for e in ch["logprobs"]["content"]]
-    unsorted = sum(1 for e in logged if [t["logprob"] for t in e["top_logprobs"]] != sorted(
-        (t["logprob"] for t in e["top_logprobs"]), reverse=True))
+    logged = [
+        e
+        for ex in exchanges
+        if isinstance(ex["response"], dict) and "choices" in ex["response"]
+        for ch in ex["response"]["choices"]
+        for e in ch["logprobs"]["content"]
+    ]
+    unsorted = sum(
+        1
+        for e in logged
+        if [t["logprob"] for t in e["top_logprobs"]] != sorted((t["logprob"] for t in e["top_logprobs"]), reverse=True)
+    )
     outside = sum(1 for e in logged if e["logprob"] < min(t["logprob"] for t in e["top_logprobs"][1:]))
     assert unsorted > 10 and outside > 3  # the fixture exercises both vLLM list shapes
-    stats = import_vllm(src, inf, logprobs_mode="processed_logprobs", generation_config_source="request_only",
-                        chat_template_sha256="c" * 64)
+    stats = import_vllm(
+        src,
+        inf,
+        logprobs_mode="processed_logprobs",
+        generation_config_source="request_only",
+        chat_template_sha256="c" * 64,
+    )
     assert stats["failed"] == 1 and stats["records"] == len(truth) + 1
     before = audit_file(inf)
     assert before["verdict_label"] == "PASS — nothing verifiable"
@@ -122,7 +212,8 @@ def test_holdout_vllm_import_join_audit(tmp_path):
     assert cov["policy_tokens"] == n_tokens  # the error record has no tokens
     assert rep["closed_failure_violations"] == 0 and cov["calls"]["spurious_call_rate"] == 0
     assert rep["headline"] == f"100% of policy tokens verifiable ({n_tokens:,} of {n_tokens:,})", [
-        (c["call_id"], c["reasons"]) for c in rep["calls"] if c["reasons"]]
+        (c["call_id"], c["reasons"]) for c in rep["calls"] if c["reasons"]
+    ]
     assert rep["coverage"]["certificates"]["decisions"]["invalid"] == 0
     checked = 0
     for call in rep["calls"]:
@@ -163,25 +254,60 @@ def test_holdout_trajectory_importers_partition_the_model_tokens(tmp_path):
     msgs = [{"role": "user", "content": "solve it"}]
     task = hashlib.sha256(b"solve it").hexdigest()
     lines = {
-        "verl": [{"prompt_ids": p, "response_ids": r, "response_mask": m, "response_logprobs": lp,
-                  "metrics": {}, "extra_fields": {}, "trajectory_id": f"v{i}", "raw_prompt": msgs, "step": 2}
-                 for i, (p, r, m, lp) in enumerate(trajs)],
-        "slime": [{"group_index": 0, "index": i, "prompt": msgs, "tokens": p + r, "response_length": len(r),
-                   "loss_mask": m, "rollout_log_probs": lp, "weight_versions": ["2"], "status": "completed"}
-                  for i, (p, r, m, lp) in enumerate(trajs)],
-        "skyrl": [{"prompt_token_ids": [t[0] for t in trajs], "response_ids": [t[1] for t in trajs],
-                   "loss_masks": [t[2] for t in trajs], "rollout_logprobs": [t[3] for t in trajs],
-                   "rewards": [0.0] * len(trajs), "stop_reasons": None,
-                   "trajectory_ids": [{"instance_id": "x", "repetition_id": i} for i in range(len(trajs))],
-                   "prompts": [msgs] * len(trajs)}],
+        "verl": [
+            {
+                "prompt_ids": p,
+                "response_ids": r,
+                "response_mask": m,
+                "response_logprobs": lp,
+                "metrics": {},
+                "extra_fields": {},
+                "trajectory_id": f"v{i}",
+                "raw_prompt": msgs,
+                "step": 2,
+            }
+            for i, (p, r, m, lp) in enumerate(trajs)
+        ],
+        "slime": [
+            {
+                "group_index": 0,
+                "index": i,
+                "prompt": msgs,
+                "tokens": p + r,
+                "response_length": len(r),
+                "loss_mask": m,
+                "rollout_log_probs": lp,
+                "weight_versions": ["2"],
+                "status": "completed",
+            }
+            for i, (p, r, m, lp) in enumerate(trajs)
+        ],
+        "skyrl": [
+            {
+                "prompt_token_ids": [t[0] for t in trajs],
+                "response_ids": [t[1] for t in trajs],
+                "loss_masks": [t[2] for t in trajs],
+                "rollout_logprobs": [t[3] for t in trajs],
+                "rewards": [0.0] * len(trajs),
+                "stop_reasons": None,
+                "trajectory_ids": [{"instance_id": "x", "repetition_id": i} for i in range(len(trajs))],
+                "prompts": [msgs] * len(trajs),
+            }
+        ],
     }
     from workers.fidelity.importers.trajectories import import_trajectories
 
     for fmt, rows in lines.items():
         src, inf = tmp_path / f"{fmt}.in.jsonl", tmp_path / f"{fmt}.jsonl"
         src.write_bytes(dumps(rows))
-        import_trajectories(src, inf, fmt=fmt, engine="vllm", logprobs_mode="processed_logprobs",
-                            generation_config_source="request_only")
+        import_trajectories(
+            src,
+            inf,
+            fmt=fmt,
+            engine="vllm",
+            logprobs_mode="processed_logprobs",
+            generation_config_source="request_only",
+        )
         recs = [orjson.loads(x) for x in inf.read_bytes().splitlines()]
         by_traj: dict = {}
         for r in recs:
@@ -196,12 +322,21 @@ def test_holdout_trajectory_importers_partition_the_model_tokens(tmp_path):
                 assert all(mask[a:b]) and (a == 0 or not mask[a - 1]) and (b == len(mask) or not mask[b])
                 assert c["prompt"]["token_ids"] == p + resp[:a]  # the trajectory so far
                 assert c["rollout"]["logprobs"] == lps[a:b]
-        rows_tr = [{"call_id": r["call_id"], "logprobs": [v - 0.05 for v in r["rollout"]["logprobs"]],
-                    "loss_mask_used": [1] * len(r["response"]["token_ids"]), "sample_id": r["trajectory_id"],
-                    "task_prompt_sha256_declared": task} for r in recs]
+        rows_tr = [
+            {
+                "call_id": r["call_id"],
+                "logprobs": [v - 0.05 for v in r["rollout"]["logprobs"]],
+                "loss_mask_used": [1] * len(r["response"]["token_ids"]),
+                "sample_id": r["trajectory_id"],
+                "task_prompt_sha256_declared": task,
+            }
+            for r in recs
+        ]
         (tmp_path / f"{fmt}.tr.jsonl").write_bytes(dumps(rows_tr))
         join(inf, tmp_path / f"{fmt}.tr.jsonl", tmp_path / f"{fmt}.joined.jsonl")
         rep = audit_file(tmp_path / f"{fmt}.joined.jsonl", mode="merged")
         n = sum(sum(m) for _, _, m, _ in trajs)
-        assert rep["headline"] == f"100% of policy tokens verifiable ({n:,} of {n:,})", (fmt, [
-            (c["call_id"], c["reasons"]) for c in rep["calls"] if c["reasons"]][:3])
+        assert rep["headline"] == f"100% of policy tokens verifiable ({n:,} of {n:,})", (
+            fmt,
+            [(c["call_id"], c["reasons"]) for c in rep["calls"] if c["reasons"]][:3],
+        )

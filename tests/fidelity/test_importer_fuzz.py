@@ -1,5 +1,6 @@
 """Bad input never crashes an importer: arbitrary JSON lines (and mutated real shapes) become records or ``missing``
 records, every output validates as fcr/1, and nothing raises."""
+
 from __future__ import annotations
 
 import copy
@@ -21,12 +22,20 @@ from .test_importer_sglang import exchange, output
 from .test_importer_trajectories import skyrl_batch, slime_sample, verl_output
 from .test_importers import chat_exchange
 
-JSON = st.recursive(st.none() | st.booleans() | st.integers(-5, 50) | st.floats(allow_nan=False) | st.text(max_size=5),
-                    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4),
-                    max_leaves=20)
-SEEDS = {"vllm": chat_exchange(), "sglang": exchange(output()), "agl-events": v1_events()[0],
-         "verl": verl_output(param_version_start=3, param_version_end=3), "slime": slime_sample(),
-         "skyrl": skyrl_batch(), "nemo-rl": nemo_sample()}
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 50) | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4),
+    max_leaves=20,
+)
+SEEDS = {
+    "vllm": chat_exchange(),
+    "sglang": exchange(output()),
+    "agl-events": v1_events()[0],
+    "verl": verl_output(param_version_start=3, param_version_end=3),
+    "slime": slime_sample(),
+    "skyrl": skyrl_batch(),
+    "nemo-rl": nemo_sample(),
+}
 
 
 def paths(obj, prefix=()):

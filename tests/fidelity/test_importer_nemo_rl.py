@@ -3,6 +3,7 @@
 ``prev_logprobs``; fixture written for this test from reading NeMo RL's GRPO loop, not captured): both sides are
 imported at once, one call per run of model tokens, the tool turn is prompt, padding is dropped, an exact 0.0 on a
 model token (NeMo RL's stand-in where the engine reported nothing) is never verifiable (#27)."""
+
 from __future__ import annotations
 
 import orjson
@@ -23,25 +24,50 @@ def sample(gen=GEN, sample_mask=1.0, pad=3):
     P = len(PROMPT_A)
     ids = PROMPT_A + RESP + [0] * pad
     n = P + len(RESP)
-    return {"content": [{"role": "user", "content": "List files"}], "rewards": 1.0, "input_lengths": n,
-            "token_ids": ids, "token_mask": [0] * P + MASK + [0] * pad, "sample_mask": sample_mask,
-            "generation_logprobs": [0.0] * P + list(gen) + [0.0] * pad,
-            "prev_logprobs": [-1.0] * P + [v - 0.01 if m else -3.0 for v, m in zip(gen, MASK)] + [-7.0] * pad}
+    return {
+        "content": [{"role": "user", "content": "List files"}],
+        "rewards": 1.0,
+        "input_lengths": n,
+        "token_ids": ids,
+        "token_mask": [0] * P + MASK + [0] * pad,
+        "sample_mask": sample_mask,
+        "generation_logprobs": [0.0] * P + list(gen) + [0.0] * pad,
+        "prev_logprobs": [-1.0] * P + [v - 0.01 if m else -3.0 for v, m in zip(gen, MASK)] + [-7.0] * pad,
+    }
 
 
 def imported(tmp_path, rows):
     src, dst = tmp_path / "train_data_step12.jsonl", tmp_path / "out.jsonl"
     src.write_bytes(dumps(rows))
-    assert main(["import", "nemo-rl", str(src), str(dst), "--engine", "vllm", "--logprobs-mode",
-                 "processed_logprobs", "--generation-config-source", "request_only"]) == 0
+    assert (
+        main(
+            [
+                "import",
+                "nemo-rl",
+                str(src),
+                str(dst),
+                "--engine",
+                "vllm",
+                "--logprobs-mode",
+                "processed_logprobs",
+                "--generation-config-source",
+                "request_only",
+            ]
+        )
+        == 0
+    )
     return [orjson.loads(x) for x in dst.read_bytes().splitlines()], dst
 
 
 def test_both_sides_from_one_record(tmp_path, toy):
     recs, dst = imported(tmp_path, [sample(), sample(sample_mask=0.0)])
     a, b = recs[0], recs[1]
-    assert (a["step"], a["role"], a["response"]["token_ids"], b["response"]["token_ids"]) == (12, "policy",
-                                                                                            [20, 21, 3], [20, 3])
+    assert (a["step"], a["role"], a["response"]["token_ids"], b["response"]["token_ids"]) == (
+        12,
+        "policy",
+        [20, 21, 3],
+        [20, 3],
+    )
     assert b["prompt"]["token_ids"] == PROMPT_A + [20, 21, 3, 44, 45, 3]  # the tool turn is prompt
     assert a["rollout"]["logprobs"] == [-0.1, -0.5, -0.01]
     assert a["trainer"]["logprobs"] == [-0.11, -0.51, -0.02] and a["trainer"]["loss_mask_used"] == [1, 1, 1]

@@ -3,6 +3,7 @@
 task text's hash observed; SkyRL's ``rollout_logprobs = None`` (token identity lost) and ``--ids-from text`` stay
 unverifiable; after a join the calls are verifiable. Fixtures in the shapes of verl's ``AgentLoopOutput``, slime's
 ``Sample.to_dict()`` and SkyRL's ``GeneratorOutput``, written for these tests from reading that code."""
+
 from __future__ import annotations
 
 import orjson
@@ -24,36 +25,83 @@ LPS = [-0.1, -0.5, -0.01, 0.0, 0.0, 0.0, -0.2, -0.02]  # verl writes 0.0 for too
 
 
 def verl_output(**over):
-    row = {"prompt_ids": PROMPT_A, "response_ids": RESP, "response_mask": MASK, "response_logprobs": LPS,
-           "routed_experts": None, "multi_modal_data": None, "reward_score": 1.0, "num_turns": 4,
-           "metrics": {"generate_sequences": 0.4, "tool_calls": 0.1, "compute_score": 0.0, "num_preempted": -1},
-           "extra_fields": {}, "trajectory_id": "uid-1", "raw_prompt": MESSAGES, "step": 3}
+    row = {
+        "prompt_ids": PROMPT_A,
+        "response_ids": RESP,
+        "response_mask": MASK,
+        "response_logprobs": LPS,
+        "routed_experts": None,
+        "multi_modal_data": None,
+        "reward_score": 1.0,
+        "num_turns": 4,
+        "metrics": {"generate_sequences": 0.4, "tool_calls": 0.1, "compute_score": 0.0, "num_preempted": -1},
+        "extra_fields": {},
+        "trajectory_id": "uid-1",
+        "raw_prompt": MESSAGES,
+        "step": 3,
+    }
     row.update(over)
     return row
 
 
 def slime_sample(**over):
-    s = {"group_index": 0, "index": 5, "prompt": MESSAGES, "tokens": PROMPT_A + RESP, "response": "ls -la ...",
-         "response_length": len(RESP), "label": "x", "reward": 1.0, "loss_mask": MASK,
-         "weight_versions": ["3", "3"], "rollout_log_probs": LPS, "rollout_routed_experts": None,
-         "status": "completed", "metadata": {}, "train_metadata": None, "non_generation_time": 0.0}
+    s = {
+        "group_index": 0,
+        "index": 5,
+        "prompt": MESSAGES,
+        "tokens": PROMPT_A + RESP,
+        "response": "ls -la ...",
+        "response_length": len(RESP),
+        "label": "x",
+        "reward": 1.0,
+        "loss_mask": MASK,
+        "weight_versions": ["3", "3"],
+        "rollout_log_probs": LPS,
+        "rollout_routed_experts": None,
+        "status": "completed",
+        "metadata": {},
+        "train_metadata": None,
+        "non_generation_time": 0.0,
+    }
     s.update(over)
     return s
 
 
 def skyrl_batch(logprobs=True):
-    return {"prompt_token_ids": [PROMPT_A, PROMPT_A], "response_ids": [RESP, [20, 3]],
-            "rewards": [1.0, 0.0], "loss_masks": [MASK, [1, 1]], "stop_reasons": ["stop", "length"],
-            "rollout_metrics": {}, "rollout_logprobs": [LPS, [-0.3, -0.4]] if logprobs else None,
-            "trajectory_ids": [{"instance_id": "q7", "repetition_id": 0}, {"instance_id": "q7", "repetition_id": 1}],
-            "prompts": [MESSAGES, MESSAGES]}
+    return {
+        "prompt_token_ids": [PROMPT_A, PROMPT_A],
+        "response_ids": [RESP, [20, 3]],
+        "rewards": [1.0, 0.0],
+        "loss_masks": [MASK, [1, 1]],
+        "stop_reasons": ["stop", "length"],
+        "rollout_metrics": {},
+        "rollout_logprobs": [LPS, [-0.3, -0.4]] if logprobs else None,
+        "trajectory_ids": [{"instance_id": "q7", "repetition_id": 0}, {"instance_id": "q7", "repetition_id": 1}],
+        "prompts": [MESSAGES, MESSAGES],
+    }
 
 
 def imported(tmp_path, kind, rows, *args):
     src, dst = tmp_path / f"{kind}.jsonl", tmp_path / f"{kind}.fcr.jsonl"
     src.write_bytes(dumps(rows))
-    assert main(["import", kind, str(src), str(dst), "--engine", "vllm", "--logprobs-mode", "processed_logprobs",
-                 "--generation-config-source", "request_only", *args]) == 0
+    assert (
+        main(
+            [
+                "import",
+                kind,
+                str(src),
+                str(dst),
+                "--engine",
+                "vllm",
+                "--logprobs-mode",
+                "processed_logprobs",
+                "--generation-config-source",
+                "request_only",
+                *args,
+            ]
+        )
+        == 0
+    )
     return [orjson.loads(x) for x in dst.read_bytes().splitlines()], dst
 
 
@@ -62,8 +110,9 @@ def test_split_calls():
     assert split_calls([1, 2], [0, 0]) == [] and split_calls([1], [1]) == [(0, 1)]
 
 
-@pytest.mark.parametrize("kind,rows", [("verl", [verl_output()]), ("slime", [slime_sample()]),
-                                       ("skyrl", [skyrl_batch()])])
+@pytest.mark.parametrize(
+    "kind,rows", [("verl", [verl_output()]), ("slime", [slime_sample()]), ("skyrl", [skyrl_batch()])]
+)
 def test_one_policy_call_per_model_run(tmp_path, kind, rows):
     recs, _ = imported(tmp_path, kind, rows)
     first, second = recs[0], recs[1]
@@ -84,9 +133,16 @@ def test_one_policy_call_per_model_run(tmp_path, kind, rows):
 
 def test_after_join_the_calls_are_verifiable(tmp_path, toy):
     recs, dst = imported(tmp_path, "verl", [verl_output()])
-    rows = [{"call_id": r["call_id"], "logprobs": [v - 0.01 for v in r["rollout"]["logprobs"]],
-             "sample_id": "uid-1", "loss_mask_used": [1] * len(r["rollout"]["logprobs"]),
-             "task_prompt_sha256_declared": TASK_LIST_FILES if r["call_index"] == 0 else None} for r in recs]
+    rows = [
+        {
+            "call_id": r["call_id"],
+            "logprobs": [v - 0.01 for v in r["rollout"]["logprobs"]],
+            "sample_id": "uid-1",
+            "loss_mask_used": [1] * len(r["rollout"]["logprobs"]),
+            "task_prompt_sha256_declared": TASK_LIST_FILES if r["call_index"] == 0 else None,
+        }
+        for r in recs
+    ]
     (tmp_path / "tr.jsonl").write_bytes(dumps(rows))
     join(dst, tmp_path / "tr.jsonl", tmp_path / "j.jsonl")
     rep = audit_file(tmp_path / "j.jsonl", tokenizer=toy, mode="merged")
@@ -100,8 +156,14 @@ def test_lost_token_identity_stays_unverifiable(tmp_path, toy):
     assert all(v is None for r in recs for v in r["rollout"]["logprobs"])
     recs2, dst2 = imported(tmp_path, "verl", [verl_output()], "--ids-from", "text")
     assert {r["response"]["provenance"] for r in recs2} == {"retokenized"}
-    rows = [{"call_id": r["call_id"], "logprobs": [-0.1] * len(r["response"]["token_ids"]),
-             "task_prompt_sha256_declared": TASK_LIST_FILES} for r in recs2[:1]]
+    rows = [
+        {
+            "call_id": r["call_id"],
+            "logprobs": [-0.1] * len(r["response"]["token_ids"]),
+            "task_prompt_sha256_declared": TASK_LIST_FILES,
+        }
+        for r in recs2[:1]
+    ]
     (tmp_path / "tr.jsonl").write_bytes(dumps(rows))
     join(dst2, tmp_path / "tr.jsonl", tmp_path / "j.jsonl", allow_untrained=True)
     rep = audit_file(tmp_path / "j.jsonl", tokenizer=toy)

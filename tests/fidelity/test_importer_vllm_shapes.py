@@ -2,6 +2,7 @@
 completion/serving.py): the sampled token listed first in ``top_logprobs`` (so the list is unsorted, or the k-th
 entry is pushed out), ``echo=True`` completions, HTTP error bodies, mixed chat/completions, streamed ``n > 1``.
 Fixtures written for these tests from reading that code."""
+
 from __future__ import annotations
 
 import copy
@@ -23,8 +24,12 @@ def tid(i):
 def lp_entry(sampled, sampled_lp, listed):
     """One ``logprobs.content`` entry as vLLM's chat server writes it with ``return_tokens_as_token_ids``: the
     step's dict is {sampled, top-1, …, top-k}; ``top_logprobs`` keeps its first k items in that order."""
-    return {"token": tid(sampled), "logprob": sampled_lp, "bytes": list(tid(sampled).encode()),
-            "top_logprobs": [{"token": tid(i), "logprob": v, "bytes": list(tid(i).encode())} for i, v in listed]}
+    return {
+        "token": tid(sampled),
+        "logprob": sampled_lp,
+        "bytes": list(tid(sampled).encode()),
+        "top_logprobs": [{"token": tid(i), "logprob": v, "bytes": list(tid(i).encode())} for i, v in listed],
+    }
 
 
 def unsorted_chat():
@@ -34,9 +39,11 @@ def unsorted_chat():
     # position 0: sampled = argmax → [20, 24], already descending
     # position 1: sampled 21 is rank 2 of top-2 → dict order [21, 20] (unsorted); after sorting 21 is lowest
     # position 2: sampled 3 is outside the top 2 → [3, 22] (3 pushed top-2 #2 out): not a top-2 list as logged
-    ch["logprobs"]["content"] = [lp_entry(20, -0.105361, [(20, -0.105361), (24, -2.995732)]),
-                                 lp_entry(21, -1.5, [(21, -1.5), (22, -0.3)]),
-                                 lp_entry(3, -4.0, [(3, -4.0), (22, -0.2)])]
+    ch["logprobs"]["content"] = [
+        lp_entry(20, -0.105361, [(20, -0.105361), (24, -2.995732)]),
+        lp_entry(21, -1.5, [(21, -1.5), (22, -0.3)]),
+        lp_entry(3, -4.0, [(3, -4.0), (22, -0.2)]),
+    ]
     return ex
 
 
@@ -48,8 +55,12 @@ def test_chat_top_logprobs_sorted_and_sampled_entry_dropped_when_lowest(tmp_path
         assert [v for _, v in pos] == sorted((v for _, v in pos), reverse=True)
         assert len({i for i, _ in pos}) == len(pos)
     # after the join, every position is certified (none CERT_INPUT_INVALID, as the unsorted lists were)
-    row = {"call_id": "chatcmpl-1", "logprobs": [-0.11, -1.4, -4.1], "task_prompt_sha256_declared": TASK_LIST_FILES,
-           "top_k": [[[20, -0.11], [24, -2.9]], [[22, -0.35], [21, -1.4]], [[22, -0.25], [3, -4.1]]]}
+    row = {
+        "call_id": "chatcmpl-1",
+        "logprobs": [-0.11, -1.4, -4.1],
+        "task_prompt_sha256_declared": TASK_LIST_FILES,
+        "top_k": [[[20, -0.11], [24, -2.9]], [[22, -0.35], [21, -1.4]], [[22, -0.25], [3, -4.1]]],
+    }
     (tmp_path / "tr.jsonl").write_bytes(dumps([row]))
     join(inf, tmp_path / "tr.jsonl", tmp_path / "j.jsonl")
     rep = audit_file(tmp_path / "j.jsonl", tokenizer=toy)
@@ -69,19 +80,38 @@ def test_completions_echo_keeps_the_output_logprobs(tmp_path, toy):
     out = [20, 21, 3]
     # vLLM with echo: tokens/token_logprobs/top_logprobs cover prompt + output (the first prompt token has none),
     # text = prompt text + output text (prompt text is "" when return_token_ids is set)
-    ex = {"request": {"model": "toy-policy", "prompt": "<|system|>You are", "echo": True, "logprobs": 1,
-                      "max_tokens": 3},
-          "response": {"id": "cmpl-e", "object": "text_completion", "model": "toy-policy",
-                       "choices": [{"index": 0, "text": "<|system|>You arels -la<|end|>", "finish_reason": "stop",
-                                    "prompt_token_ids": prompt, "token_ids": out,
-                                    "logprobs": {"tokens": [tid(i) for i in prompt + out],
-                                                 "token_logprobs": [None, -3.0, -2.0, -0.105361, -0.510826, -0.01005],
-                                                 "text_offset": [0, 10, 13, 17, 19, 22],
-                                                 "top_logprobs": [None, {tid(40): -3.0}, {tid(41): -2.0},
-                                                                  {tid(20): -0.105361}, {tid(21): -0.510826},
-                                                                  {tid(3): -0.01005}]}}],
-                       "usage": {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}},
-          "meta": {"trajectory_id": "tE", "headers": {"X-FCR-Call-Role": "policy"}}}
+    ex = {
+        "request": {"model": "toy-policy", "prompt": "<|system|>You are", "echo": True, "logprobs": 1, "max_tokens": 3},
+        "response": {
+            "id": "cmpl-e",
+            "object": "text_completion",
+            "model": "toy-policy",
+            "choices": [
+                {
+                    "index": 0,
+                    "text": "<|system|>You arels -la<|end|>",
+                    "finish_reason": "stop",
+                    "prompt_token_ids": prompt,
+                    "token_ids": out,
+                    "logprobs": {
+                        "tokens": [tid(i) for i in prompt + out],
+                        "token_logprobs": [None, -3.0, -2.0, -0.105361, -0.510826, -0.01005],
+                        "text_offset": [0, 10, 13, 17, 19, 22],
+                        "top_logprobs": [
+                            None,
+                            {tid(40): -3.0},
+                            {tid(41): -2.0},
+                            {tid(20): -0.105361},
+                            {tid(21): -0.510826},
+                            {tid(3): -0.01005},
+                        ],
+                    },
+                }
+            ],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6},
+        },
+        "meta": {"trajectory_id": "tE", "headers": {"X-FCR-Call-Role": "policy"}},
+    }
     _, (r,), dst = run_vllm(tmp_path, [ex], toy)
     assert r["response"]["token_ids"] == out and r["prompt"]["token_ids"] == prompt
     assert r["rollout"]["logprobs"] == [-0.105361, -0.510826, -0.01005]  # not dropped as "unaligned"
@@ -93,8 +123,14 @@ def test_completions_echo_keeps_the_output_logprobs(tmp_path, toy):
 
 def test_http_error_body_keeps_the_declared_role(tmp_path, toy):
     err = chat_exchange()
-    err["response"] = {"error": {"message": "This model's maximum context length is 4096 tokens.",
-                                 "type": "BadRequestError", "param": None, "code": 400}}
+    err["response"] = {
+        "error": {
+            "message": "This model's maximum context length is 4096 tokens.",
+            "type": "BadRequestError",
+            "param": None,
+            "code": 400,
+        }
+    }
     err["meta"]["call_index"] = 1
     legacy = chat_exchange()
     legacy["response"] = {"object": "error", "message": "overloaded", "type": "ServiceUnavailableError", "code": 503}
@@ -112,12 +148,24 @@ def test_http_error_body_keeps_the_declared_role(tmp_path, toy):
 
 
 def test_mixed_chat_and_completions_is_not_a_template_change(tmp_path, toy):
-    comp = {"request": {"model": "toy-policy", "prompt": PROMPT_A, "logprobs": 1},
-            "response": {"id": "cmpl-2", "object": "text_completion", "model": "toy-policy",
-                         "choices": [{"index": 0, "text": "ls", "token_ids": [20], "finish_reason": "stop",
-                                      "logprobs": {"tokens": [tid(20)], "token_logprobs": [-0.1],
-                                                   "top_logprobs": [{tid(20): -0.1}]}}]},
-            "meta": {"trajectory_id": "tA", "call_index": 1, "headers": {"X-FCR-Call-Role": "policy"}}}
+    comp = {
+        "request": {"model": "toy-policy", "prompt": PROMPT_A, "logprobs": 1},
+        "response": {
+            "id": "cmpl-2",
+            "object": "text_completion",
+            "model": "toy-policy",
+            "choices": [
+                {
+                    "index": 0,
+                    "text": "ls",
+                    "token_ids": [20],
+                    "finish_reason": "stop",
+                    "logprobs": {"tokens": [tid(20)], "token_logprobs": [-0.1], "top_logprobs": [{tid(20): -0.1}]},
+                }
+            ],
+        },
+        "meta": {"trajectory_id": "tA", "call_index": 1, "headers": {"X-FCR-Call-Role": "policy"}},
+    }
     _, recs, dst = run_vllm(tmp_path, [chat_exchange(), comp], toy)
     assert [r["chat_template"] for r in recs] == [{"sha256": "t" * 64}, None]
     rep = audit_file(dst, tokenizer=toy)
@@ -139,20 +187,48 @@ def test_mixed_chat_and_completions_is_not_a_template_change(tmp_path, toy):
 def test_streamed_n2_chat_interleaved_chunks(tmp_path, toy):
     ex = chat_exchange()
     ex["request"].update(stream=True, n=2)
-    chunks = [{"id": "chatcmpl-s", "object": "chat.completion.chunk", "model": "toy-policy", "created": 1,
-               "prompt_token_ids": PROMPT_A,
-               "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}},
-                           {"index": 1, "delta": {"role": "assistant", "content": ""}}]}]
+    chunks = [
+        {
+            "id": "chatcmpl-s",
+            "object": "chat.completion.chunk",
+            "model": "toy-policy",
+            "created": 1,
+            "prompt_token_ids": PROMPT_A,
+            "choices": [
+                {"index": 0, "delta": {"role": "assistant", "content": ""}},
+                {"index": 1, "delta": {"role": "assistant", "content": ""}},
+            ],
+        }
+    ]
     seqs = {0: [20, 21, 3], 1: [20, 24, 3]}
     for t in range(3):
         for i in (1, 0):  # choices arrive interleaved and out of order
             s = seqs[i][t]
-            chunks.append({"id": "chatcmpl-s", "object": "chat.completion.chunk", "model": "toy-policy",
-                           "choices": [{"index": i, "delta": {"content": "x"}, "token_ids": [s],
-                                        "logprobs": {"content": [lp_entry(s, -0.1 * (t + 1), [(s, -0.1 * (t + 1))])]},
-                                        "finish_reason": "stop" if t == 2 else None}]})
-    chunks.append({"id": "chatcmpl-s", "object": "chat.completion.chunk", "model": "toy-policy", "choices": [],
-                   "usage": {"prompt_tokens": 12, "completion_tokens": 6, "total_tokens": 18}})
+            chunks.append(
+                {
+                    "id": "chatcmpl-s",
+                    "object": "chat.completion.chunk",
+                    "model": "toy-policy",
+                    "choices": [
+                        {
+                            "index": i,
+                            "delta": {"content": "x"},
+                            "token_ids": [s],
+                            "logprobs": {"content": [lp_entry(s, -0.1 * (t + 1), [(s, -0.1 * (t + 1))])]},
+                            "finish_reason": "stop" if t == 2 else None,
+                        }
+                    ],
+                }
+            )
+    chunks.append(
+        {
+            "id": "chatcmpl-s",
+            "object": "chat.completion.chunk",
+            "model": "toy-policy",
+            "choices": [],
+            "usage": {"prompt_tokens": 12, "completion_tokens": 6, "total_tokens": 18},
+        }
+    )
     ex["response"] = chunks
     _, recs, _ = run_vllm(tmp_path, [ex], toy)
     assert [r["call_id"] for r in recs] == ["chatcmpl-s#0", "chatcmpl-s#1"]

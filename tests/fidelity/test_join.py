@@ -1,6 +1,7 @@
 """``join``: the trainer side (recomputed log-probs, loss masks, sample ids, declared task hashes) attached to an
 imported inference log by call id or (trajectory, index); ambiguous or missing matches and bad arrays are refused with
 the record named and nothing written; after the join an imported vLLM call reaches verifiable spans."""
+
 from __future__ import annotations
 
 import copy
@@ -27,8 +28,15 @@ def imported(tmp_path, toy, exchanges=None, **meta):
 
 
 def trainer_row(**over):
-    row = {"call_id": "chatcmpl-1", "logprobs": TRAINER_LPS, "loss_mask_used": [1, 1, 1], "sample_id": "s0",
-           "policy_version": 7, "task_prompt_sha256_declared": TASK_LIST_FILES, "response_token_ids": [20, 21, 3]}
+    row = {
+        "call_id": "chatcmpl-1",
+        "logprobs": TRAINER_LPS,
+        "loss_mask_used": [1, 1, 1],
+        "sample_id": "s0",
+        "policy_version": 7,
+        "task_prompt_sha256_declared": TASK_LIST_FILES,
+        "response_token_ids": [20, 21, 3],
+    }
     row.update(over)
     return {k: v for k, v in row.items() if v is not None}
 
@@ -43,13 +51,19 @@ def test_join_makes_an_imported_call_verifiable(tmp_path, toy):
     _, _, inf = imported(tmp_path, toy)
     before = audit_file(inf, tokenizer=toy)
     assert before["coverage"]["verifiable_policy_tokens"] == 0 and before["calls"][0]["reasons"] == [
-        "LINEAGE_UNVERIFIED", "TRAINER_LOGPROB_MISSING"]  # no declared task hash, no trainer side
+        "LINEAGE_UNVERIFIED",
+        "TRAINER_LOGPROB_MISSING",
+    ]  # no declared task hash, no trainer side
     out = tmp_path / "joined.jsonl"
     stats = join(inf, write(tmp_path, [trainer_row()]), out)
     assert stats == {"records": 1, "joined": 1, "untrained": 0, "trainer_rows": 1, "roles_declared": 0}
     rec = orjson.loads(out.read_bytes())
-    assert rec["trainer"] == {"logprobs": TRAINER_LPS, "loss_mask_used": [1, 1, 1], "sample_id": "s0",
-                              "policy_version": 7}
+    assert rec["trainer"] == {
+        "logprobs": TRAINER_LPS,
+        "loss_mask_used": [1, 1, 1],
+        "sample_id": "s0",
+        "policy_version": 7,
+    }
     assert rec["prompt"]["task_prompt_sha256_declared"] == TASK_LIST_FILES
     rep = audit_file(out, tokenizer=toy)
     assert rep["verdict_label"] == "PASS" and rep["headline"] == "100% of policy tokens verifiable (3 of 3)"
@@ -61,9 +75,16 @@ def test_join_by_trajectory_and_index_with_parallel_topk_and_declared_role(tmp_p
     ex["meta"]["headers"] = {}  # no role header: the importer says unknown/default
     _, recs, inf = run_vllm(tmp_path, [ex], toy)
     assert recs[0]["role"] == "unknown"
-    row = trainer_row(call_id=None, trajectory_id="tA", call_index=0, role="policy", loss_mask_used=None,
-                      response_mask=[1, 1, 0], top_k_ids=[[20, 24], [21, 24], [3, 22]],
-                      top_k_logprobs=[[-0.127833, -2.813411], [-0.693147, -0.916291], [-0.01005, -5.115996]])
+    row = trainer_row(
+        call_id=None,
+        trajectory_id="tA",
+        call_index=0,
+        role="policy",
+        loss_mask_used=None,
+        response_mask=[1, 1, 0],
+        top_k_ids=[[20, 24], [21, 24], [3, 22]],
+        top_k_logprobs=[[-0.127833, -2.813411], [-0.693147, -0.916291], [-0.01005, -5.115996]],
+    )
     out = tmp_path / "joined.jsonl"
     assert join(inf, write(tmp_path, [row]), out)["roles_declared"] == 1
     rec = orjson.loads(out.read_bytes())
@@ -140,12 +161,31 @@ def test_join_never_crashes_on_arbitrary_rows(tmp_path, toy):
     from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
     _, _, inf = imported(tmp_path, toy)
-    json_value = st.recursive(st.none() | st.booleans() | st.integers(-3, 3) | st.floats(allow_nan=False)
-                              | st.text(max_size=4), lambda c: st.lists(c, max_size=3)
-                              | st.dictionaries(st.text(max_size=6), c, max_size=3), max_leaves=12)
-    keys = st.sampled_from(["call_id", "trajectory_id", "call_index", "logprobs", "top_k", "top_k_ids",
-                            "top_k_logprobs", "loss_mask_used", "response_mask", "sample_id", "policy_version",
-                            "task_prompt_sha256_declared", "response_token_ids", "role", "step", "trainer"])
+    json_value = st.recursive(
+        st.none() | st.booleans() | st.integers(-3, 3) | st.floats(allow_nan=False) | st.text(max_size=4),
+        lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3),
+        max_leaves=12,
+    )
+    keys = st.sampled_from(
+        [
+            "call_id",
+            "trajectory_id",
+            "call_index",
+            "logprobs",
+            "top_k",
+            "top_k_ids",
+            "top_k_logprobs",
+            "loss_mask_used",
+            "response_mask",
+            "sample_id",
+            "policy_version",
+            "task_prompt_sha256_declared",
+            "response_token_ids",
+            "role",
+            "step",
+            "trainer",
+        ]
+    )
 
     @hsettings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
     @given(st.lists(st.dictionaries(keys, json_value, max_size=6), max_size=3), st.booleans())
@@ -175,8 +215,9 @@ def test_join_reads_an_fcr_parquet_run_log_as_the_trainer_side(tmp_path, toy):
     from workers.fcr.parquet_write import jsonl_to_parquet
 
     _, recs, inf = imported(tmp_path, toy)
-    full = dict(recs[0], trainer={"logprobs": TRAINER_LPS, "loss_mask_used": [1, 1, 1], "sample_id": "s9",
-                                  "policy_version": 7})
+    full = dict(
+        recs[0], trainer={"logprobs": TRAINER_LPS, "loss_mask_used": [1, 1, 1], "sample_id": "s9", "policy_version": 7}
+    )
     full["prompt"] = dict(full["prompt"], task_prompt_sha256_declared=TASK_LIST_FILES)
     (tmp_path / "full.jsonl").write_bytes(dumps([full]))
     jsonl_to_parquet(tmp_path / "full.jsonl", tmp_path / "trainer.parquet")

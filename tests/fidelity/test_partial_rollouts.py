@@ -4,6 +4,7 @@ produced each token (never the sample's last version), and a log-prob the import
 Fixtures in the shapes of verl's fully-async ``AgentLoopOutput`` (``param_version_start`` / ``_end``), slime's
 ``Sample.to_dict()`` (``weight_versions``: one string per engine call, or per-call ``{version, abs_start,
 abs_end}`` spans) and SkyRL's ``GeneratorOutput``, written for these tests from reading that code."""
+
 from __future__ import annotations
 
 import orjson
@@ -19,10 +20,15 @@ from .test_importer_trajectories import LPS, MASK, RESP, imported, skyrl_batch, 
 
 
 def joined(tmp_path, dst, recs, trainer_version=None):
-    rows = [{"call_id": r["call_id"], "logprobs": [(v if v is not None else -0.1) - 0.01
-                                                   for v in r["rollout"]["logprobs"]],
-             "task_prompt_sha256_declared": TASK_LIST_FILES if r["call_index"] == 0 else None,
-             **({"policy_version": trainer_version} if trainer_version is not None else {})} for r in recs]
+    rows = [
+        {
+            "call_id": r["call_id"],
+            "logprobs": [(v if v is not None else -0.1) - 0.01 for v in r["rollout"]["logprobs"]],
+            "task_prompt_sha256_declared": TASK_LIST_FILES if r["call_index"] == 0 else None,
+            **({"policy_version": trainer_version} if trainer_version is not None else {}),
+        }
+        for r in recs
+    ]
     (tmp_path / "tr.jsonl").write_bytes(dumps(rows))
     join(dst, tmp_path / "tr.jsonl", tmp_path / "j.jsonl")
     return tmp_path / "j.jsonl"
@@ -45,8 +51,7 @@ def test_verl_fully_async_partial_rollout_is_never_its_last_version(tmp_path, to
     assert rep["coverage"]["verifiable_policy_tokens"] == 0
     assert {c["primary_reason"] for c in rep["calls"]} == {"MIXED_POLICY_VERSION"}
     # the same sample in extra_fields (verl's agent loops keep them there), and one that stayed on one version
-    recs, _ = imported(tmp_path, "verl", [verl_output(extra_fields={"param_version_start": 3,
-                                                                    "param_version_end": 5})])
+    recs, _ = imported(tmp_path, "verl", [verl_output(extra_fields={"param_version_start": 3, "param_version_end": 5})])
     assert recs[0]["model"]["policy_version"] is None and recs[0]["rollout"]["token_policy_versions"]
     recs, dst = imported(tmp_path, "verl", [verl_output(param_version_start=4, param_version_end=4)])
     assert [r["model"]["policy_version"] for r in recs] == [4, 4]
@@ -56,8 +61,7 @@ def test_verl_fully_async_partial_rollout_is_never_its_last_version(tmp_path, to
 def test_verl_min_max_global_steps(tmp_path, toy):
     # verl's agent loops keep the versions of a sample's first and last tokens as extra_fields min_global_steps /
     # max_global_steps: 3 → 5 is a partial rollout (it imported with no version, so no rule saw it)
-    recs, dst = imported(tmp_path, "verl", [verl_output(extra_fields={"min_global_steps": 3,
-                                                                      "max_global_steps": 5})])
+    recs, dst = imported(tmp_path, "verl", [verl_output(extra_fields={"min_global_steps": 3, "max_global_steps": 5})])
     assert [r["model"]["policy_version"] for r in recs] == [None, None]
     assert recs[0]["rollout"]["token_policy_versions"] == [None] * 3 and recs[0]["extra"]["policy_versions"] == [3, 5]
     rep = audit_file(joined(tmp_path, dst, recs, trainer_version=5), tokenizer=toy)
@@ -85,8 +89,11 @@ def test_slime_legacy_weight_versions_across_updates(tmp_path, toy):
 def test_slime_weight_version_spans_give_each_token_its_version(tmp_path, toy):
     P = len(PROMPT_A)
     # call 1 (response 0..3) was sampled by versions 3 (first two tokens) and 4; call 2 (6..8) by 5
-    wv = [[{"version": "3", "abs_start": P, "abs_end": P + 2}], [{"version": "4", "abs_start": P + 2, "abs_end": P + 3}],
-          [{"version": "5", "abs_start": P + 6, "abs_end": P + 8}]]
+    wv = [
+        [{"version": "3", "abs_start": P, "abs_end": P + 2}],
+        [{"version": "4", "abs_start": P + 2, "abs_end": P + 3}],
+        [{"version": "5", "abs_start": P + 6, "abs_end": P + 8}],
+    ]
     recs, dst = imported(tmp_path, "slime", [slime_sample(weight_versions=wv)])
     assert recs[0]["model"]["policy_version"] is None and recs[0]["rollout"]["token_policy_versions"] == [3, 3, 4]
     assert recs[1]["model"]["policy_version"] == 5 and "token_policy_versions" not in recs[1]["rollout"]
@@ -108,8 +115,12 @@ def test_staleness_is_per_token_not_the_last_version(A):
     assert audit_one(rec, max_staleness=2)["reasons"] == []
     unknown = variant(A, **{"rollout.token_policy_versions": [None, 7, 7]})
     assert spans_of(audit_one(unknown)) == [(0, 1, False, ["MIXED_POLICY_VERSION"]), (1, 3, True, [])]
-    assert spans_of(audit_one(unknown, max_staleness=1))[0] == (0, 1, False, ["MIXED_POLICY_VERSION",
-                                                                              "R8_NOT_EVALUABLE"])
+    assert spans_of(audit_one(unknown, max_staleness=1))[0] == (
+        0,
+        1,
+        False,
+        ["MIXED_POLICY_VERSION", "R8_NOT_EVALUABLE"],
+    )
 
 
 # ----------------------------------------------------------------------------- proof, not masks
@@ -141,13 +152,21 @@ def test_skyrl_reencoded_actions_are_unverifiable(tmp_path, toy):
     assert "LOGPROB_UNVERIFIED" in rep["calls"][0]["reasons"]
 
 
-@pytest.mark.parametrize("spans,ok", [([[0, 1, "placeholder"]], True), ([[0, 3, "reencoded"]], True),
-                                      ([[0, 4, "padded"]], False), ([[1, 1, "padded"]], False),
-                                      ([[0, 1, "mask"]], False), ([[0, 1]], False), ("x", False),
-                                      ([[0, 1, ["placeholder"]]], False)])
+@pytest.mark.parametrize(
+    "spans,ok",
+    [
+        ([[0, 1, "placeholder"]], True),
+        ([[0, 3, "reencoded"]], True),
+        ([[0, 4, "padded"]], False),
+        ([[1, 1, "padded"]], False),
+        ([[0, 1, "mask"]], False),
+        ([[0, 1]], False),
+        ("x", False),
+        ([[0, 1, ["placeholder"]]], False),
+    ],
+)
 def test_validator_logprob_unverified_spans(A, spans, ok):
-    issues = [i for i in validate_record(variant(A, **{"rollout.logprob_unverified": spans}))
-              if i.severity == "error"]
+    issues = [i for i in validate_record(variant(A, **{"rollout.logprob_unverified": spans})) if i.severity == "error"]
     assert (not issues) == ok, issues
     if not ok:
         assert issues[0].field.startswith("rollout.logprob_unverified")

@@ -1,5 +1,6 @@
 """audit_file streaming: the call sink, byte progress, one-parse evaluation with R5/R9 applied after the index is
 complete (out-of-order files re-read only what changed), and bounded memory with a sink."""
+
 from __future__ import annotations
 
 import random
@@ -63,7 +64,7 @@ def test_sink_gets_every_call_in_batches_and_matches_the_report(tmp_path):
     assert [e["line"] for e in entries] == sorted(e["line"] for e in entries)
     data = p.read_bytes()
     for e in entries:  # byte_offset points at the call's own line
-        assert orjson.loads(data[e["byte_offset"]:data.index(b"\n", e["byte_offset"])])["call_id"] == e["call_id"]
+        assert orjson.loads(data[e["byte_offset"] : data.index(b"\n", e["byte_offset"])])["call_id"] == e["call_id"]
 
 
 @pytest.mark.parametrize("require_certificate", [False, True])
@@ -71,8 +72,14 @@ def test_sink_with_certificates_equals_the_plain_report(tmp_path, require_certif
     p = write(tmp_path / "run.jsonl", chained_run(trajectories=4))
     plain = audit_file(p, mode="merged", require_certificate=require_certificate)
     batches = []
-    streamed = audit_file(p, mode="merged", require_certificate=require_certificate, call_sink=batches.append,
-                          sink_batch=5, max_calls_in_report=3)
+    streamed = audit_file(
+        p,
+        mode="merged",
+        require_certificate=require_certificate,
+        call_sink=batches.append,
+        sink_batch=5,
+        max_calls_in_report=3,
+    )
     assert [e for b in batches for e in b] == plain["calls"]
     assert streamed["calls"] == plain["calls"][:3]
     assert streamed["coverage"] == plain["coverage"]
@@ -81,8 +88,10 @@ def test_sink_with_certificates_equals_the_plain_report(tmp_path, require_certif
         assert cert["verifiable_tokens"] == plain["coverage"]["verifiable_policy_tokens"] > 0
     else:  # invalid inputs (listed mass > 1 in the synthetic top-K) then exclude positions: CERT_INPUT_INVALID
         assert cert["decisions"]["invalid"] > 0
-        assert plain["coverage"]["excluded_policy_tokens_by_any_reason"]["CERT_INPUT_INVALID"] == \
-            cert["decisions"]["invalid"]
+        assert (
+            plain["coverage"]["excluded_policy_tokens_by_any_reason"]["CERT_INPUT_INVALID"]
+            == cert["decisions"]["invalid"]
+        )
 
 
 def same_numbers(a, b, path=""):
@@ -119,8 +128,9 @@ def test_progress_is_the_fraction_of_bytes_read(tmp_path):
     data = p.read_bytes()
     ends = [i + 1 for i, b in enumerate(data) if b == 0x0A]  # byte position after each line
     seen = []
-    audit_file(p, certificates=False, progress=lambda f, m: seen.append((f, m)), call_sink=lambda e: None,
-               sink_batch=10)
+    audit_file(
+        p, certificates=False, progress=lambda f, m: seen.append((f, m)), call_sink=lambda e: None, sink_batch=10
+    )
     fractions = [f for f, _ in seen]
     assert fractions[-1] == 1.0 and all(a <= b for a, b in zip(fractions, fractions[1:]))
     reading = [(f, m) for f, m in seen if "of the file read" in m]
@@ -160,8 +170,10 @@ def test_a_sink_keeps_memory_independent_of_the_number_of_calls(monkeypatch):
 
     (kept_small, _), (kept_big, rep_kept) = held_at_the_end(200), held_at_the_end(800)
     sink = lambda entries: None
-    (streamed_small, _), (streamed_big, rep_streamed) = held_at_the_end(200, call_sink=sink), \
-        held_at_the_end(800, call_sink=sink)
+    (streamed_small, _), (streamed_big, rep_streamed) = (
+        held_at_the_end(200, call_sink=sink),
+        held_at_the_end(800, call_sink=sink),
+    )
     assert len(rep_kept["calls"]) == 800 and rep_streamed["calls"] == []
     per_call_kept = (kept_big - kept_small) / 600
     per_call_streamed = (streamed_big - streamed_small) / 600

@@ -1,5 +1,6 @@
 """Tokenizer registry (hashing: docs/fcr.md#conventions) and the toy tokenizer (docs/fcr.md#toy-tokenizer) as a real
 ``tokenizers`` pipeline."""
+
 from __future__ import annotations
 
 import hashlib
@@ -32,7 +33,19 @@ def test_spec_strings(toy):
     assert toy.encode("HAVING<|end|>") == [13, 12, 3]
     assert toy.decode([10, 11, 12, 3]) == "HAVING<|end|>"
     assert toy.encode("<|system|>You are an agent.<|end|><|user|>List files<|end|><|assistant|>") == [
-        0, 40, 41, 42, 43, 46, 3, 1, 44, 45, 3, 2]
+        0,
+        40,
+        41,
+        42,
+        43,
+        46,
+        3,
+        1,
+        44,
+        45,
+        3,
+        2,
+    ]
     assert toy.special_ids == frozenset({0, 1, 2, 3})
     assert toy.decode([20, 21, 3], skip_special_tokens=True) == "ls -la"
     assert toy.drift_if_retokenized([10, 11, 12, 3]) and not toy.drift_if_retokenized([13, 12, 3])
@@ -68,8 +81,12 @@ def _bpe_tokenizer_json(padding: bool, truncation: bool) -> str:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     corpus = ["list the files in this directory", "ls -la shows hidden files", "the agent lists files"] * 20
-    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=120, special_tokens=["<pad>"],
-                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        corpus,
+        trainers.BpeTrainer(
+            vocab_size=120, special_tokens=["<pad>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
     if padding:
         tok.enable_padding(length=16, pad_id=tok.token_to_id("<pad>"), pad_token="<pad>")
     if truncation:

@@ -1,5 +1,6 @@
 """Verdicts that cannot be misread: the report leads with coverage, zero verifiable tokens is never a plain PASS, and
 an optional coverage gate (``min_coverage`` / ``--min-coverage``) turns too little coverage into FAIL for CI."""
+
 from __future__ import annotations
 
 import pytest
@@ -28,14 +29,16 @@ def test_verifiable_log_passes_plainly_and_leads_with_coverage(A, toy):
 
 
 def test_min_coverage_gate(A, toy):
-    half = variant(A, call_id="half", **{"rollout.logprobs": [-0.105361, None, -0.01005],
-                                         "trainer.loss_mask_used": [1, 0, 1]})
+    half = variant(
+        A, call_id="half", **{"rollout.logprobs": [-0.105361, None, -0.01005], "trainer.loss_mask_used": [1, 0, 1]}
+    )
     rep = audit_records([half], tokenizer=toy, min_coverage=0.5)  # 2 of 3 verifiable
     assert rep["verdict"] == "PASS"
     rep = audit_records([half], tokenizer=toy, min_coverage=0.9)
     assert rep["verdict"] == "FAIL"
-    assert rep["verdict_reasons"] == ["coverage gate: 66.67% of policy tokens verifiable (2 of 3), below the "
-                                      "required 90.00%"]
+    assert rep["verdict_reasons"] == [
+        "coverage gate: 66.67% of policy tokens verifiable (2 of 3), below the required 90.00%"
+    ]
     assert rep["headline"].startswith("66.7% of policy tokens verifiable")
     with pytest.raises(ValueError, match="min_coverage"):
         audit_records([half], min_coverage=90)
@@ -64,11 +67,16 @@ def test_cli_gate_exit_codes_and_human_output(A, toy, tmp_path, capsys):
     assert "min_coverage must be a fraction" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("v,n,text", [(0, 0, "no policy tokens in the log: nothing is verifiable"),
-                                      (1, 100_000, "0.001% of policy tokens verifiable (1 of 100,000)"),
-                                      (1, 10**9, "< 0.001% of policy tokens verifiable (1 of 1,000,000,000)"),
-                                      (99_999, 100_000, "99.99% of policy tokens verifiable (99,999 of 100,000)"),
-                                      (31, 1000, "3.1% of policy tokens verifiable (31 of 1,000)")])
+@pytest.mark.parametrize(
+    "v,n,text",
+    [
+        (0, 0, "no policy tokens in the log: nothing is verifiable"),
+        (1, 100_000, "0.001% of policy tokens verifiable (1 of 100,000)"),
+        (1, 10**9, "< 0.001% of policy tokens verifiable (1 of 1,000,000,000)"),
+        (99_999, 100_000, "99.99% of policy tokens verifiable (99,999 of 100,000)"),
+        (31, 1000, "3.1% of policy tokens verifiable (31 of 1,000)"),
+    ],
+)
 def test_headline_never_rounds_to_zero_or_all(v, n, text):
     assert headline(v, n) == text
 

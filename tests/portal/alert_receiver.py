@@ -1,5 +1,6 @@
 """A local webhook receiver for the alert tests: records every POST (headers, body) and answers with the statuses it
 was told to, in order (the last one repeats)."""
+
 from __future__ import annotations
 
 import threading

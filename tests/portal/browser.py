@@ -1,6 +1,7 @@
 """One base class for the Playwright tests: a live ASGI server (Channels), the system Chromium started once per
 class, a signed-in owner of a fresh project, and the isolation every browser test needs (its own artifact store,
 broker and channel-layer prefix, restored afterwards)."""
+
 from __future__ import annotations
 
 import copy
@@ -25,9 +26,10 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-back
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
-browser_marks = [pytest.mark.browser,
-                 pytest.mark.skipif(not Path(CHROMIUM).exists(),
-                                    reason="system Chromium not installed (apt-get install chromium)")]
+browser_marks = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="system Chromium not installed (apt-get install chromium)"),
+]
 
 
 _COLLECTED: dict[int, Path] = {}
@@ -74,18 +76,24 @@ class BrowserTestCase(ChannelsLiveServerTestCase):
             for sub in ("out", "processed", "control"):
                 (folder / sub).mkdir(parents=True)
             app.conf.broker_url = "filesystem://"
-            app.conf.broker_transport_options = {"data_folder_in": str(folder / "out"),
-                                                 "data_folder_out": str(folder / "out"),
-                                                 "control_folder": str(folder / "control"), "store_processed": False}
+            app.conf.broker_transport_options = {
+                "data_folder_in": str(folder / "out"),
+                "data_folder_out": str(folder / "out"),
+                "control_folder": str(folder / "control"),
+                "store_processed": False,
+            }
         else:
             app.conf.broker_url, app.conf.broker_transport_options = "memory://", {}
         forget_producer_pools()
         layers = copy.deepcopy(settings.CHANNEL_LAYERS)
         if settings.REDIS_URL:
             layers["default"]["CONFIG"]["prefix"] = f"{cls.__name__.lower()}-{os.getpid()}"
-        cls._settings = override_settings(ARTIFACT_ROOT=cls.tmp / "artifacts", CHANNEL_LAYERS=layers,
-                                          STATIC_ROOT=collected_static(),
-                                          PROGRESS_POLL_SECONDS=0 if settings.REDIS_URL else 0.5)
+        cls._settings = override_settings(
+            ARTIFACT_ROOT=cls.tmp / "artifacts",
+            CHANNEL_LAYERS=layers,
+            STATIC_ROOT=collected_static(),
+            PROGRESS_POLL_SECONDS=0 if settings.REDIS_URL else 0.5,
+        )
         cls._settings.enable()
         # the live server's process must open the test database, not the development one
         settings.DATABASES["default"].setdefault("TEST", {})["NAME"] = connection.settings_dict["NAME"]
@@ -133,10 +141,12 @@ class BrowserTestCase(ChannelsLiveServerTestCase):
 
         path = incoming_dir() / name
         path.write_bytes(data)
-        upload, _ = receive_upload(project=self.project, uploaded=hashed_file_from_path(path),
-                                   submitted_by=self.username)
-        outcomes = {kind: getattr(workers.tasks, kind)(Job.objects.get(subject_id=upload.pk, kind=kind).pk)
-                    for kind in kinds}
+        upload, _ = receive_upload(
+            project=self.project, uploaded=hashed_file_from_path(path), submitted_by=self.username
+        )
+        outcomes = {
+            kind: getattr(workers.tasks, kind)(Job.objects.get(subject_id=upload.pk, kind=kind).pk) for kind in kinds
+        }
         upload.refresh_from_db()
         return upload, outcomes
 

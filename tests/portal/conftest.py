@@ -36,6 +36,7 @@ def member_of():
         user = get_user_model().objects.create_user(username or f"{role}-{project.slug}", password="pw-123456")
         add_member(project=project, user=user, role=role)
         return user
+
     return make
 
 

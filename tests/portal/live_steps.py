@@ -1,5 +1,6 @@
 """Steps of a GRPO-like run for the live-run tests: right-padded responses, top-K on both sides, and a
 rollout/trainer mismatch of a chosen size (larger noise: larger ε̂ and B*)."""
+
 from __future__ import annotations
 
 import sys
@@ -23,10 +24,17 @@ def step_batch(step, noise=0.002, B=4, T=24, K=5, rank=0):
     def take(a, i):
         return np.take_along_axis(a, i, -1)
 
-    return dict(rollout_logprobs=take(lp, y[..., None])[..., 0], trainer_logprobs=take(lq, y[..., None])[..., 0],
-                response_mask=mask, response_ids=y, prompt_ids=rng.integers(0, 50, (B, 6)),
-                rollout_topk_ids=ids, rollout_topk_logprobs=take(lp, ids), trainer_topk_ids=ids,
-                trainer_topk_logprobs=take(lq, ids))
+    return dict(
+        rollout_logprobs=take(lp, y[..., None])[..., 0],
+        trainer_logprobs=take(lq, y[..., None])[..., 0],
+        response_mask=mask,
+        response_ids=y,
+        prompt_ids=rng.integers(0, 50, (B, 6)),
+        rollout_topk_ids=ids,
+        rollout_topk_logprobs=take(lp, ids),
+        trainer_topk_ids=ids,
+        trainer_topk_logprobs=take(lq, ids),
+    )
 
 
 def write_steps(path, run_name, steps, noise=0.002, rank=0):
@@ -37,7 +45,9 @@ def write_steps(path, run_name, steps, noise=0.002, rank=0):
     from audit_portal_client.fcr import RecordMeta, step_table
 
     prefix = f"{run_name}-" + (f"r{rank}-" if rank else "")
-    tables = [step_table(RecordMeta(run_id=run_name), s, call_prefix=f"{prefix}{s}-", **step_batch(s, noise, rank=rank))
-              for s in steps]
+    tables = [
+        step_table(RecordMeta(run_id=run_name), s, call_prefix=f"{prefix}{s}-", **step_batch(s, noise, rank=rank))
+        for s in steps
+    ]
     pq.write_table(pa.concat_tables(tables), path)
     return path

@@ -3,6 +3,7 @@
 role without a signing key) — started as real processes against this test's database, artifact store and a
 Redis broker database of its own. A test that only ever used an in-process solo worker hid that the sandbox
 failed under prefork; tests that exercise the kernels path use these instead."""
+
 from __future__ import annotations
 
 import contextlib
@@ -50,20 +51,33 @@ def shipped_workers(settings, tmp_path, roles=("general", "kernels")):
     settings.AUDIT_SIGNING_KEY, settings.AUDIT_SIGNING_KEY_FILE = "", ""
     settings.AUDIT_SIGNING_KEY_DIR = tmp_path / "keys"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CELERY_", "PYTEST_"))}
-    env.update({
-        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
-        "CELERY_BROKER_URL": url, "ARTIFACT_ROOT": str(settings.ARTIFACT_ROOT),
-        "AUDIT_VAR_DIR": str(tmp_path / "worker-var"), "AUDIT_SIGNING_KEY_DIR": str(tmp_path / "keys"),
-        "AUDIT_LOG_WITNESS_DIR": str(settings.AUDIT_LOG_WITNESS_DIR), "DB_CONN_MAX_AGE": "0"})
+    env.update(
+        {
+            "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
+            "CELERY_BROKER_URL": url,
+            "ARTIFACT_ROOT": str(settings.ARTIFACT_ROOT),
+            "AUDIT_VAR_DIR": str(tmp_path / "worker-var"),
+            "AUDIT_SIGNING_KEY_DIR": str(tmp_path / "keys"),
+            "AUDIT_LOG_WITNESS_DIR": str(settings.AUDIT_LOG_WITNESS_DIR),
+            "DB_CONN_MAX_AGE": "0",
+        }
+    )
     _point_app_at(url)
     procs, logs = [], []
     try:
         for i, role in enumerate(roles):  # a role started twice (two worker processes) logs to a second file
             log = tmp_path / (f"{role}-worker.log" if role not in roles[:i] else f"{role}-{i}-worker.log")
             logs.append(log)
-            procs.append(subprocess.Popen(["scripts/worker", role, "-l", "info", "--logfile", str(log)], cwd=ROOT,
-                                          env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-                                          start_new_session=True))
+            procs.append(
+                subprocess.Popen(
+                    ["scripts/worker", role, "-l", "info", "--logfile", str(log)],
+                    cwd=ROOT,
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
         _wait_ready(logs, procs)
         yield procs
     finally:

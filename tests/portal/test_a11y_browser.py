@@ -2,6 +2,7 @@
 finds no serious or critical violation on any page, light or dark; on a 390 px phone nothing overflows sideways and
 the menu opens to reach every link and sign-out; dark mode follows the system setting; the keyboard reaches a token's
 details in the call drill-down; the API docs load nothing from another origin. Screenshots in test-artifacts/."""
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,11 @@ class AccessibilityTest(BrowserTestCase):
 
     def setUp(self):
         super().setUp()
-        self.upload, _ = self.processed_upload("a11y.jsonl.gz", gz(jsonl(records(trajectories=8, seed=3))),
-                                               ("validate_upload", "certify_upload", "fidelity_audit"))
+        self.upload, _ = self.processed_upload(
+            "a11y.jsonl.gz",
+            gz(jsonl(records(trajectories=8, seed=3))),
+            ("validate_upload", "certify_upload", "fidelity_audit"),
+        )
 
     def pages(self) -> list[str]:
         from django.urls import reverse
@@ -43,23 +47,43 @@ class AccessibilityTest(BrowserTestCase):
         contract = next(c for c in latest_contracts() if c.contract_class == "C-PRC-01")
         from .test_kernels_results import ALL_PASS, make_submission  # three submissions: the list, its diff radios
 
-        subs = [make_submission(self.project, "a11y.kernels", ALL_PASS),
-                make_submission(self.project, "a11y.kernels", {**ALL_PASS, "C-PRC-01": "FAIL"}),
-                make_submission(self.project, "other.kernels", ALL_PASS, device="cuda")]
+        subs = [
+            make_submission(self.project, "a11y.kernels", ALL_PASS),
+            make_submission(self.project, "a11y.kernels", {**ALL_PASS, "C-PRC-01": "FAIL"}),
+            make_submission(self.project, "other.kernels", ALL_PASS, device="cuda"),
+        ]
         # a finished training audit's page (stored numbers empty: its figures become empty states)
         audit = TrainingAudit.objects.create(project=self.project, rollout_numerics="bf16", completed_at=timezone.now())
         from audit_portal.alerts import services as alert_services  # the alerts page with a rule: its edit forms
 
-        alert_services.create_rule(project=self.project, created_by="a11y",
-                                   data={"name": "B* budget", "kind": "budget", "threshold": 0.05})
-        return [f"/p/{slug}/", f"/p/{slug}/uploads/", f"/p/{slug}/uploads/{up.pk}/", f"/p/{slug}/runs/",
-                f"/p/{slug}/runs/{up.run_id}/", f"/p/{slug}/runs/{up.run_id}/sequences/",
-                f"/p/{slug}/compare/?c={cert}&c={cert}", f"/p/{slug}/compare/", f"/jobs/{job.pk}/", "/glossary/",
-                f"/p/{slug}/keys/", f"/p/{slug}/runs/{up.run_id}/fidelity/", f"/p/{slug}/fidelity/calls/{call.pk}/",
-                f"/p/{slug}/fidelity/tokenizers/", f"/p/{slug}/training/", f"/p/{slug}/kernels/",
-                f"/p/{slug}/kernels/submit/", "/contracts/", reverse("kernels:contract", args=[contract.contract_id]),
-                f"/p/{slug}/training/{audit.pk}/", f"/p/{slug}/alerts/", f"/p/{slug}/kernels/submissions/{subs[1].pk}/",
-                f"/p/{slug}/kernels/diff/?a={subs[0].pk}&b={subs[1].pk}"]
+        alert_services.create_rule(
+            project=self.project, created_by="a11y", data={"name": "B* budget", "kind": "budget", "threshold": 0.05}
+        )
+        return [
+            f"/p/{slug}/",
+            f"/p/{slug}/uploads/",
+            f"/p/{slug}/uploads/{up.pk}/",
+            f"/p/{slug}/runs/",
+            f"/p/{slug}/runs/{up.run_id}/",
+            f"/p/{slug}/runs/{up.run_id}/sequences/",
+            f"/p/{slug}/compare/?c={cert}&c={cert}",
+            f"/p/{slug}/compare/",
+            f"/jobs/{job.pk}/",
+            "/glossary/",
+            f"/p/{slug}/keys/",
+            f"/p/{slug}/runs/{up.run_id}/fidelity/",
+            f"/p/{slug}/fidelity/calls/{call.pk}/",
+            f"/p/{slug}/fidelity/tokenizers/",
+            f"/p/{slug}/training/",
+            f"/p/{slug}/kernels/",
+            f"/p/{slug}/kernels/submit/",
+            "/contracts/",
+            reverse("kernels:contract", args=[contract.contract_id]),
+            f"/p/{slug}/training/{audit.pk}/",
+            f"/p/{slug}/alerts/",
+            f"/p/{slug}/kernels/submissions/{subs[1].pk}/",
+            f"/p/{slug}/kernels/diff/?a={subs[0].pk}&b={subs[1].pk}",
+        ]
 
     def axe(self, page) -> list[dict]:
         page.add_script_tag(content=AXE)
@@ -70,8 +94,10 @@ class AccessibilityTest(BrowserTestCase):
 
     def settle(self, page):
         page.wait_for_load_state("networkidle")
-        if page.evaluate("!!document.getElementById('run-figures') || !!document.getElementById('compare-figures')"
-                         " || !!document.querySelector('[data-figure]')"):  # fidelity and training pages
+        if page.evaluate(
+            "!!document.getElementById('run-figures') || !!document.getElementById('compare-figures')"
+            " || !!document.querySelector('[data-figure]')"
+        ):  # fidelity and training pages
             page.wait_for_function("document.body.dataset.figures === 'ready'")
 
     def test_no_serious_violations_on_any_page_light_and_dark(self):
@@ -97,8 +123,9 @@ class AccessibilityTest(BrowserTestCase):
         assert not bad, bad
 
     def test_phone_width_without_overflow_menu_reaches_sign_out(self):
-        phone = self.browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=2, is_mobile=True,
-                                         has_touch=True)
+        phone = self.browser.new_context(
+            viewport={"width": 390, "height": 844}, device_scale_factor=2, is_mobile=True, has_touch=True
+        )
         page = phone.new_page()
         page.set_default_timeout(20000)
         self.page, keep = page, self.page
@@ -157,8 +184,12 @@ class AccessibilityTest(BrowserTestCase):
         page = self.page
         self.sign_in()
         outside = []
-        page.on("request", lambda r: r.url.startswith(("http://", "https://")) and not r.url.startswith(
-            self.live_server_url) and outside.append(r.url))
+        page.on(
+            "request",
+            lambda r: r.url.startswith(("http://", "https://"))
+            and not r.url.startswith(self.live_server_url)
+            and outside.append(r.url),
+        )
         page.goto(self.live_server_url + "/api/docs/")
         page.wait_for_selector(".swagger-ui .info")
         page.wait_for_load_state("networkidle")

@@ -1,6 +1,7 @@
 """Changing an alert rule (PATCH /api/v1/alert-rules/<id>/ and the page's forms): the fields sent change, the others
 stay; bad values are refused naming the field and leave the rule as it was; a new condition or a rule enabled again
 starts it afresh — its states cleared and its runs evaluated again, so it fires once where the new condition holds."""
+
 from __future__ import annotations
 
 import pytest
@@ -27,8 +28,9 @@ def run(project):
 
 @pytest.fixture
 def firing_rule(project, run):
-    rule = services.create_rule(project=project, created_by="t", data={"name": "B*", "kind": "budget",
-                                                                       "threshold": 0.05})
+    rule = services.create_rule(
+        project=project, created_by="t", data={"name": "B*", "kind": "budget", "threshold": 0.05}
+    )
     services.evaluate_run(run, snap(0.2))
     assert AlertState.objects.get(rule=rule, run=run).firing
     return rule
@@ -54,8 +56,9 @@ def patch(api, rule, body):
     return api.patch(f"/api/v1/alert-rules/{rule.pk}/", body, format="json")
 
 
-def test_a_new_threshold_starts_the_rule_afresh_on_its_runs(api, firing_rule, run, sent, latest_data,
-                                                             django_capture_on_commit_callbacks):
+def test_a_new_threshold_starts_the_rule_afresh_on_its_runs(
+    api, firing_rule, run, sent, latest_data, django_capture_on_commit_callbacks
+):
     with django_capture_on_commit_callbacks(execute=True):
         r = patch(api, firing_rule, {"threshold": 0.5})
     assert r.status_code == 200, r.content
@@ -75,8 +78,9 @@ def test_a_new_threshold_starts_the_rule_afresh_on_its_runs(api, firing_rule, ru
     assert AlertEvent.objects.filter(rule=firing_rule).count() == 2
 
 
-def test_a_new_name_or_a_disabled_rule_keeps_its_states(api, firing_rule, run, sent,
-                                                        django_capture_on_commit_callbacks):
+def test_a_new_name_or_a_disabled_rule_keeps_its_states(
+    api, firing_rule, run, sent, django_capture_on_commit_callbacks
+):
     with django_capture_on_commit_callbacks(execute=True):
         assert patch(api, firing_rule, {"name": "renamed"}).json()["firing_runs"] == [run.pk]
         disabled = patch(api, firing_rule, {"enabled": False})
@@ -89,12 +93,22 @@ def test_a_new_name_or_a_disabled_rule_keeps_its_states(api, firing_rule, run, s
     assert sent == [("workers.tasks.evaluate_alert_rules", {"run_ids": [run.pk]})]
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"threshold": "lots"}, "threshold"), ({"threshold": "inf"}, "threshold"), ({"kind": "vibes"}, "kind"),
-    ({"kind": "eps_rising", "window": 1}, "window"), ({"name": ""}, "name"), ({"secret": "mine"}, "secret"),
-    ({"project": 2}, "project"), ({"webhook_url": "http://169.254.169.254/"}, "webhook_url"),
-    ({"window": None}, "window"), ({"enabled": "maybe"}, "enabled"), ({"enabled": None}, "enabled"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"threshold": "lots"}, "threshold"),
+        ({"threshold": "inf"}, "threshold"),
+        ({"kind": "vibes"}, "kind"),
+        ({"kind": "eps_rising", "window": 1}, "window"),
+        ({"name": ""}, "name"),
+        ({"secret": "mine"}, "secret"),
+        ({"project": 2}, "project"),
+        ({"webhook_url": "http://169.254.169.254/"}, "webhook_url"),
+        ({"window": None}, "window"),
+        ({"enabled": "maybe"}, "enabled"),
+        ({"enabled": None}, "enabled"),
+    ],
+)
 def test_a_bad_change_is_refused_naming_the_field_and_changes_nothing(api, firing_rule, run, body, field, settings):
     settings.ALERT_WEBHOOK_ALLOW_PRIVATE = False
     before = AlertRule.objects.filter(pk=firing_rule.pk).values().get()
@@ -107,14 +121,17 @@ def test_a_bad_change_is_refused_naming_the_field_and_changes_nothing(api, firin
 
 def test_only_the_submit_role_changes_a_rule_and_only_in_its_project(project, other_project, firing_rule, owner):
     reader = APIClient()
-    reader.credentials(HTTP_AUTHORIZATION="Bearer " + issue_api_key(project=project, name="ro", scopes=["read"],
-                                                                     created_by=owner).token)
+    reader.credentials(
+        HTTP_AUTHORIZATION="Bearer "
+        + issue_api_key(project=project, name="ro", scopes=["read"], created_by=owner).token
+    )
     assert patch(reader, firing_rule, {"threshold": 9}).status_code == 403
     stranger = get_user_model().objects.get(username="sam")  # other_project's owner
     outsider = APIClient()
-    outsider.credentials(HTTP_AUTHORIZATION="Bearer " + issue_api_key(project=other_project, name="x",
-                                                                       scopes=["read", "submit"],
-                                                                       created_by=stranger).token)
+    outsider.credentials(
+        HTTP_AUTHORIZATION="Bearer "
+        + issue_api_key(project=other_project, name="x", scopes=["read", "submit"], created_by=stranger).token
+    )
     assert patch(outsider, firing_rule, {"threshold": 9}).status_code == 404
     assert AlertRule.objects.get(pk=firing_rule.pk).threshold == 0.05
 
@@ -125,15 +142,19 @@ def test_the_schema_documents_the_change(client):
     assert body.startswith("PatchedAlertRuleChange") or body == "AlertRuleChange"
 
 
-def test_the_page_edits_disables_and_refuses_a_viewer(project, firing_rule, run, owner, client, member_of, sent,
-                                                      django_capture_on_commit_callbacks):
+def test_the_page_edits_disables_and_refuses_a_viewer(
+    project, firing_rule, run, owner, client, member_of, sent, django_capture_on_commit_callbacks
+):
     client.force_login(owner)
     page, edit = f"/p/{project.slug}/alerts/", f"/p/{project.slug}/alerts/{firing_rule.pk}/edit/"
     html = client.get(page).content.decode()
     assert f'action="{edit}"' in html and 'value="0.05"' in html
     with django_capture_on_commit_callbacks(execute=True):
-        r = client.post(edit, {"name": "B* budget", "kind": "budget", "threshold": "0.3", "window": "5",
-                               "webhook_url": ""}, follow=True)
+        r = client.post(
+            edit,
+            {"name": "B* budget", "kind": "budget", "threshold": "0.3", "window": "5", "webhook_url": ""},
+            follow=True,
+        )
     assert "Alert rule “B* budget” saved." in r.content.decode()
     rule = AlertRule.objects.get(pk=firing_rule.pk)
     assert (rule.name, rule.threshold) == ("B* budget", 0.3) and not rule.states.exists() and len(sent) == 1
@@ -152,8 +173,11 @@ def test_the_page_edits_disables_and_refuses_a_viewer(project, firing_rule, run,
 
 def test_a_new_secret_is_shown_once_and_replaces_the_old(project, api, client, owner, member_of, settings):
     settings.ALERT_WEBHOOK_ALLOW_PRIVATE = True
-    rule = services.create_rule(project=project, created_by="t", data={
-        "name": "hooked", "kind": "budget", "threshold": 0.05, "webhook_url": "http://127.0.0.1:9/hook"})
+    rule = services.create_rule(
+        project=project,
+        created_by="t",
+        data={"name": "hooked", "kind": "budget", "threshold": 0.05, "webhook_url": "http://127.0.0.1:9/hook"},
+    )
     old = rule.secret
     r = api.post(f"/api/v1/alert-rules/{rule.pk}/secret/")
     assert r.status_code == 200 and len(r.json()["secret"]) >= 40 and r.json()["secret"] != old

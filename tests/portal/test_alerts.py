@@ -1,6 +1,7 @@
 """Alerts (issue 18 part 4): rules decide from a run's metrics, fire once per crossing and re-arm, post a signed
 payload to a webhook (retried with backoff, logged), refuse URLs that reach internal addresses unless the setting
 allows them, and show their state in the API and on the page."""
+
 from __future__ import annotations
 
 import json
@@ -61,17 +62,42 @@ def test_mask_rate_rule_means_the_last_n_steps():
 
 
 # --- webhook URL checks and signatures -------------------------------------------------------------------------------
-@pytest.mark.parametrize("url", ["ftp://example.com/x", "file:///etc/passwd", "javascript:alert(1)", "http://",
-                                 "http://user:pw@example.com/", "http://exa mple.com/", "gopher://127.0.0.1:6379/",
-                                 "http://example.com:99999/", "x" * 3000])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "ftp://example.com/x",
+        "file:///etc/passwd",
+        "javascript:alert(1)",
+        "http://",
+        "http://user:pw@example.com/",
+        "http://exa mple.com/",
+        "gopher://127.0.0.1:6379/",
+        "http://example.com:99999/",
+        "x" * 3000,
+    ],
+)
 def test_webhook_urls_other_than_plain_http_or_https_are_refused(url):
     with pytest.raises(webhooks.UnsafeWebhookURL):
         webhooks.resolve(url, allow_private=True)
 
 
-@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "10.1.2.3", "192.168.0.1", "172.16.5.4",
-                                  "169.254.169.254", "100.64.0.1", "0.0.0.0", "[::1]", "[fd00::1]",
-                                  "[::ffff:127.0.0.1]", "224.0.0.1"])
+@pytest.mark.parametrize(
+    "host",
+    [
+        "127.0.0.1",
+        "localhost",
+        "10.1.2.3",
+        "192.168.0.1",
+        "172.16.5.4",
+        "169.254.169.254",
+        "100.64.0.1",
+        "0.0.0.0",
+        "[::1]",
+        "[fd00::1]",
+        "[::ffff:127.0.0.1]",
+        "224.0.0.1",
+    ],
+)
 def test_internal_addresses_are_refused_unless_the_setting_allows_them(host):
     with pytest.raises(webhooks.UnsafeWebhookURL, match="not a public address"):
         webhooks.resolve(f"http://{host}:8080/hook", allow_private=False)
@@ -111,10 +137,14 @@ def run(project):
 
 def test_a_rule_fires_once_per_crossing_and_re_arms(project, run, settings, django_capture_on_commit_callbacks):
     settings.ALERT_WEBHOOK_ALLOW_PRIVATE = True
-    rule = services.create_rule(project=project, created_by="t", data={
-        "name": "budget", "kind": "budget", "threshold": 0.05, "webhook_url": "http://127.0.0.1:9/hook"})
-    quiet = services.create_rule(project=project, created_by="t", data={"name": "page only", "kind": "budget",
-                                                                         "threshold": 0.05})
+    rule = services.create_rule(
+        project=project,
+        created_by="t",
+        data={"name": "budget", "kind": "budget", "threshold": 0.05, "webhook_url": "http://127.0.0.1:9/hook"},
+    )
+    quiet = services.create_rule(
+        project=project, created_by="t", data={"name": "page only", "kind": "budget", "threshold": 0.05}
+    )
     with pytest.MonkeyPatch.context() as mp, django_capture_on_commit_callbacks(execute=True):
         sent = []
         mp.setattr(services, "enqueue_delivery", lambda pk, countdown=0: sent.append(pk) or True)
@@ -141,8 +171,11 @@ def test_delivery_retries_with_backoff_then_delivers_a_verifiable_signed_payload
     settings.ALERT_WEBHOOK_BACKOFF_SECONDS = 2
     rx = Receiver(statuses=[503, 200])
     try:
-        rule = services.create_rule(project=project, created_by="t", data={
-            "name": "budget", "kind": "budget", "threshold": 0.05, "webhook_url": rx.url})
+        rule = services.create_rule(
+            project=project,
+            created_by="t",
+            data={"name": "budget", "kind": "budget", "threshold": 0.05, "webhook_url": rx.url},
+        )
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(services, "enqueue_delivery", lambda pk, countdown=0: True)
             (event,) = services.evaluate_run(run, snap(best=0.2))
@@ -171,8 +204,11 @@ def test_delivery_gives_up_on_a_4xx_and_after_the_last_attempt(project, run, set
     settings.ALERT_WEBHOOK_MAX_ATTEMPTS = 2
     rx = Receiver(statuses=[410, 500])
     try:
-        services.create_rule(project=project, created_by="t", data={"name": "b", "kind": "budget", "threshold": 0.05,
-                                                                     "webhook_url": rx.url})
+        services.create_rule(
+            project=project,
+            created_by="t",
+            data={"name": "b", "kind": "budget", "threshold": 0.05, "webhook_url": rx.url},
+        )
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(services, "enqueue_delivery", lambda pk, countdown=0: True)
             (event,) = services.evaluate_run(run, snap(best=0.2))
@@ -197,16 +233,23 @@ def test_a_timeout_is_bounded_and_retried(project, run, settings):
     silent.listen(1)  # accepts the connection, never answers
     try:
         t0 = time.monotonic()
-        out = webhooks.post(f"http://127.0.0.1:{silent.getsockname()[1]}/", b"{}", secret="s", event_id="1",
-                            timeout=0.5, allow_private=True)
+        out = webhooks.post(
+            f"http://127.0.0.1:{silent.getsockname()[1]}/",
+            b"{}",
+            secret="s",
+            event_id="1",
+            timeout=0.5,
+            allow_private=True,
+        )
         assert time.monotonic() - t0 < 5 and not out.ok and out.retry and "timed out" in out.error
     finally:
         silent.close()
 
 
 # --- API and page ----------------------------------------------------------------------------------------------------
-def test_api_creates_rules_reports_state_per_run_and_refuses_what_it_must(project, run, api, other_project, owner,
-                                                                          settings):
+def test_api_creates_rules_reports_state_per_run_and_refuses_what_it_must(
+    project, run, api, other_project, owner, settings
+):
     url = f"/api/v1/projects/{project.slug}/alert-rules/"
     r = api.post(url, {"name": "over budget", "kind": "budget", "threshold": 0.05}, format="json")
     assert r.status_code == 201 and len(r.json()["secret"]) >= 40 and r.json()["states"] == []
@@ -215,11 +258,16 @@ def test_api_creates_rules_reports_state_per_run_and_refuses_what_it_must(projec
     bad = api.post(url, {"name": "x", "kind": "budget", "threshold": "lots"}, format="json")
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_alert_rule"
     assert bad.json()["error"]["detail"]["field"] == "threshold"
-    assert api.post(url, {"name": "x", "kind": "eps_rising", "threshold": 0, "window": 1},
-                    format="json").json()["error"]["detail"]["field"] == "window"
+    assert (
+        api.post(url, {"name": "x", "kind": "eps_rising", "threshold": 0, "window": 1}, format="json").json()["error"][
+            "detail"
+        ]["field"]
+        == "window"
+    )
     settings.ALERT_WEBHOOK_ALLOW_PRIVATE = False
-    ssrf = api.post(url, {"name": "x", "kind": "budget", "threshold": 1, "webhook_url": "http://169.254.169.254/"},
-                    format="json")
+    ssrf = api.post(
+        url, {"name": "x", "kind": "budget", "threshold": 1, "webhook_url": "http://169.254.169.254/"}, format="json"
+    )
     assert ssrf.status_code == 400 and ssrf.json()["error"]["detail"]["field"] == "webhook_url"
     assert "not a public address" in ssrf.json()["error"]["message"]
     # CI reads the state per run
@@ -233,8 +281,10 @@ def test_api_creates_rules_reports_state_per_run_and_refuses_what_it_must(projec
     assert detail["firing_runs"] == [run.pk] and detail["states"][0]["state"] == "firing"
     # a read-only key reads but cannot create; another project's rules and runs are not found
     reader = APIClient()
-    reader.credentials(HTTP_AUTHORIZATION="Bearer " + issue_api_key(project=project, name="ro", scopes=["read"],
-                                                                     created_by=owner).token)
+    reader.credentials(
+        HTTP_AUTHORIZATION="Bearer "
+        + issue_api_key(project=project, name="ro", scopes=["read"], created_by=owner).token
+    )
     assert reader.get(url).status_code == 200
     assert reader.post(url, {"name": "x", "kind": "budget", "threshold": 1}, format="json").status_code == 403
     assert reader.delete(f"/api/v1/alert-rules/{rule_id}/").status_code == 403
@@ -247,17 +297,28 @@ def test_api_creates_rules_reports_state_per_run_and_refuses_what_it_must(projec
 def test_schema_documents_the_alert_endpoints(client):
     schema = client.get("/api/schema/?format=json").json()
     assert {"/api/v1/projects/{slug}/alert-rules/", "/api/v1/alert-rules/{id}/", "/api/v1/runs/{id}/alerts/"} <= set(
-        schema["paths"])
+        schema["paths"]
+    )
     assert "RunAlerts" in schema["components"]["schemas"]
 
 
-def test_page_adds_a_rule_shows_its_secret_once_and_lists_events_and_deliveries(project, run, owner, client,
-                                                                                  member_of, settings):
+def test_page_adds_a_rule_shows_its_secret_once_and_lists_events_and_deliveries(
+    project, run, owner, client, member_of, settings
+):
     settings.ALERT_WEBHOOK_ALLOW_PRIVATE = True
     client.force_login(owner)
     page = f"/p/{project.slug}/alerts/"
-    r = client.post(page, {"name": "drift", "kind": "budget", "threshold": "0.05", "window": "1",
-                           "webhook_url": "http://127.0.0.1:9/hook"}, follow=True)
+    r = client.post(
+        page,
+        {
+            "name": "drift",
+            "kind": "budget",
+            "threshold": "0.05",
+            "window": "1",
+            "webhook_url": "http://127.0.0.1:9/hook",
+        },
+        follow=True,
+    )
     html = r.content.decode()
     rule = project.alert_rules.get()
     assert r.redirect_chain == [(page, 302)]  # POST-redirect-GET: reloading the page adds no second rule
@@ -270,7 +331,7 @@ def test_page_adds_a_rule_shows_its_secret_once_and_lists_events_and_deliveries(
         mp.setattr(services, "enqueue_delivery", lambda pk, countdown=0: True)
         services.evaluate_run(run, snap(best=0.2))
     html = client.get(page).content.decode()
-    assert "firing" in html and "B* = 0.2 &gt; budget 0.05" in html and 'data-delivery-id' in html
+    assert "firing" in html and "B* = 0.2 &gt; budget 0.05" in html and "data-delivery-id" in html
     run_page = client.get(f"/p/{project.slug}/runs/{run.pk}/").content.decode()  # a run that streams nothing too
     assert f'data-firing-rule="{rule.pk}"' in run_page and "Firing: drift" in run_page
     viewer = member_of(project, role=Role.VIEWER)
@@ -290,8 +351,11 @@ def test_the_sweep_resends_deliveries_whose_task_was_lost_once_per_period(projec
     from django.utils import timezone
 
     settings.ALERT_WEBHOOK_ALLOW_PRIVATE = True
-    services.create_rule(project=project, created_by="t", data={"name": "b", "kind": "budget", "threshold": 0.05,
-                                                                 "webhook_url": "http://127.0.0.1:9/hook"})
+    services.create_rule(
+        project=project,
+        created_by="t",
+        data={"name": "b", "kind": "budget", "threshold": 0.05, "webhook_url": "http://127.0.0.1:9/hook"},
+    )
     sent = []
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(services, "enqueue_delivery", lambda pk, countdown=0: sent.append(pk) or True)
@@ -307,8 +371,7 @@ def test_the_sweep_resends_deliveries_whose_task_was_lost_once_per_period(projec
     assert sent == [delivery.pk, delivery.pk]
 
 
-def test_the_consistency_check_reports_an_overdue_delivery_and_a_firing_state_without_its_event(project, run,
-                                                                                                 settings):
+def test_the_consistency_check_reports_an_overdue_delivery_and_a_firing_state_without_its_event(project, run, settings):
     from datetime import timedelta
 
     from django.utils import timezone
@@ -316,14 +379,15 @@ def test_the_consistency_check_reports_an_overdue_delivery_and_a_firing_state_wi
     from audit_portal.jobs.consistency import check
 
     settings.ALERT_WEBHOOK_ALLOW_PRIVATE = True
-    rule = services.create_rule(project=project, created_by="t", data={"name": "b", "kind": "budget",
-                                                                        "threshold": 0.05,
-                                                                        "webhook_url": "http://127.0.0.1:9/h"})
+    rule = services.create_rule(
+        project=project,
+        created_by="t",
+        data={"name": "b", "kind": "budget", "threshold": 0.05, "webhook_url": "http://127.0.0.1:9/h"},
+    )
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(services, "enqueue_delivery", lambda pk, countdown=0: True)
         (event,) = services.evaluate_run(run, snap(best=0.2))
-    mine = lambda: [p for p in check(rehash=False, project=project).problems
-                    if "webhook" in p or "alert rule" in p]
+    mine = lambda: [p for p in check(rehash=False, project=project).problems if "webhook" in p or "alert rule" in p]
     assert mine() == []  # just raised: its task has time
     WebhookDelivery.objects.filter(event=event).update(created_at=timezone.now() - timedelta(hours=1))
     AlertEvent.objects.filter(pk=event.pk).update(kind="resolved")  # as if the fired event were lost
@@ -356,7 +420,8 @@ def test_an_older_snapshot_evaluated_last_does_not_undo_a_newer_answer(project, 
     state = AlertState.objects.get(run=run)
     assert state.firing and state.value == 0.2 and state.as_of == t2
     assert [e.kind for e in services.evaluate_run(run, {**snap(best=0.01), "as_of": t2 + timedelta(seconds=1)})] == [
-        "resolved"]  # newer data re-arms it
+        "resolved"
+    ]  # newer data re-arms it
 
 
 def test_the_webhook_payload_carries_the_runs_verdict(project, run, settings):
@@ -365,8 +430,11 @@ def test_the_webhook_payload_carries_the_runs_verdict(project, run, settings):
     from workers.certify.verdict import run_verdict
 
     settings.ALERT_WEBHOOK_ALLOW_PRIVATE = True
-    rule = services.create_rule(project=project, created_by="t", data={
-        "name": "budget", "kind": "budget", "threshold": 0.05, "webhook_url": "http://127.0.0.1:9/hook"})
+    rule = services.create_rule(
+        project=project,
+        created_by="t",
+        data={"name": "budget", "kind": "budget", "threshold": 0.05, "webhook_url": "http://127.0.0.1:9/hook"},
+    )
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(services, "enqueue_delivery", lambda pk, countdown=0: True)
         (event,) = services.evaluate_run(run, snap(best=0.2))
@@ -374,8 +442,16 @@ def test_the_webhook_payload_carries_the_runs_verdict(project, run, settings):
     upload = Upload.objects.create(project=project, run=run, original_name="r.jsonl", sha256="a" * 64, size_bytes=1)
     summary = {"sequences": 4, "sequences_certified": 4, "eps_hat": 0.01, "T_ref": 64}
     verdict = run_verdict(summary, {"best": 0.2}, {})
-    RunCertificate.objects.create(project=project, run=run, upload=upload, state="complete", summary=summary,
-                                  bounds={"best": 0.2}, verdict=verdict.code, verdict_detail=verdict.as_dict())
+    RunCertificate.objects.create(
+        project=project,
+        run=run,
+        upload=upload,
+        state="complete",
+        summary=summary,
+        bounds={"best": 0.2},
+        verdict=verdict.code,
+        verdict_detail=verdict.as_dict(),
+    )
     body = json.loads(services.payload(event))
     assert body["run"]["verdict"] == {"code": "over_budget", "label": verdict.label, "sentence": verdict.sentence}
     assert rule.pk == body["rule"]["id"]

@@ -1,6 +1,7 @@
 """Every failure under /api/ is the JSON error envelope with a stable code — including the multipart parser's
 refusals, unknown URLs with DEBUG on, NUL bytes in the path or a parameter — and no parser error leaves a ``.part``
 file in ``artifacts/incoming/`` (core/api_errors.py)."""
+
 from __future__ import annotations
 
 import json
@@ -39,7 +40,7 @@ def test_three_hundred_files_are_refused_as_json_and_leave_no_part_file(api, pro
 def test_too_many_fields_and_a_malformed_body_are_json(api, project, settings):
     fields = {f"f{i}": "x" for i in range(settings.DATA_UPLOAD_MAX_NUMBER_FIELDS + 1)}
     envelope(api.post(upload_url(project), fields, format="multipart"), 400, "too_many_fields")
-    body = b"--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"r.jsonl\"\r\n\r\n{}"  # never closed
+    body = b'--b\r\nContent-Disposition: form-data; name="file"; filename="r.jsonl"\r\n\r\n{}'  # never closed
     response = api.generic("POST", upload_url(project), body, content_type="multipart/form-data; boundary=b")
     assert response.status_code == 400 and response["Content-Type"].startswith("application/json")
     assert incoming(settings) == []
@@ -77,11 +78,19 @@ def _json_operations(project, owner):
     rule = create_rule(project=project, data={"name": "r", "kind": "budget", "threshold": 1.0}, created_by="t")
     slug = project.slug
     return [
-        ("post", f"/api/v1/projects/{slug}/alert-rules/", {"name": "r", "kind": "budget", "threshold": 1.0},
-         alerts_api.RULE_REQUEST.fields),
+        (
+            "post",
+            f"/api/v1/projects/{slug}/alert-rules/",
+            {"name": "r", "kind": "budget", "threshold": 1.0},
+            alerts_api.RULE_REQUEST.fields,
+        ),
         ("patch", f"/api/v1/alert-rules/{rule.pk}/", {"name": "r2"}, alerts_api.RULE_CHANGE.fields),
-        ("post", f"/api/v1/projects/{slug}/kernel-submissions/", {"impl": "workers.contracts.reference"},
-         kernels_api.SUBMISSION_REQUEST.fields),
+        (
+            "post",
+            f"/api/v1/projects/{slug}/kernel-submissions/",
+            {"impl": "workers.contracts.reference"},
+            kernels_api.SUBMISSION_REQUEST.fields,
+        ),
         ("post", f"/api/v1/projects/{slug}/training-audits/", {"numerics": "fp32"}, training_api.SUBMIT_REQUEST.fields),
     ]
 
@@ -103,8 +112,10 @@ def test_a_deeply_nested_json_body_is_a_400_naming_the_limit_on_every_json_opera
         error = envelope(_send_json(api, method, url, deep), 400, "json_too_deep")
         assert f"limit is {MAX_JSON_DEPTH}" in error["message"] and error["detail"]["limit"] == MAX_JSON_DEPTH
         inside = b'{"name": ' + b"[" * (MAX_JSON_DEPTH + 1) + b"]" * (MAX_JSON_DEPTH + 1) + b"}"
-        assert envelope(_send_json(api, method, url, inside), 400, "json_too_deep")["detail"]["depth"] == \
-            MAX_JSON_DEPTH + 2
+        assert (
+            envelope(_send_json(api, method, url, inside), 400, "json_too_deep")["detail"]["depth"]
+            == MAX_JSON_DEPTH + 2
+        )
         # brackets inside strings are text, not nesting: the field's own check answers (a 4xx that is not the depth)
         text = json.dumps({**body, "name": "[" * 5000}).encode()
         response = _send_json(api, method, url, text)
@@ -126,13 +137,19 @@ def test_json_depth_counts_structure_not_text():
 def test_a_json_body_over_the_size_limit_is_a_413(api, project, owner, settings):
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
     body = json.dumps({"name": "x" * 2000, "kind": "budget", "threshold": 1}).encode()
-    error = envelope(api.post(f"/api/v1/projects/{project.slug}/alert-rules/", body, content_type="application/json"),
-                     413, "request_too_large")
+    error = envelope(
+        api.post(f"/api/v1/projects/{project.slug}/alert-rules/", body, content_type="application/json"),
+        413,
+        "request_too_large",
+    )
     assert "1000 bytes" in error["message"] or "DATA_UPLOAD_MAX_MEMORY_SIZE" in error["message"]
 
 
-@pytest.mark.parametrize("bad", [[None, None], {"a": {"b": [1]}}, True, 1e308, -1, "x" * 3000, "\x00", None],
-                         ids=["list", "object", "bool", "huge", "negative", "long", "nul", "null"])
+@pytest.mark.parametrize(
+    "bad",
+    [[None, None], {"a": {"b": [1]}}, True, 1e308, -1, "x" * 3000, "\x00", None],
+    ids=["list", "object", "bool", "huge", "negative", "long", "nul", "null"],
+)
 def test_a_value_of_the_wrong_type_in_any_json_field_is_a_4xx_not_a_500(api, project, owner, bad):
     for method, url, body, fields in _json_operations(project, owner):
         for field in fields:
@@ -143,11 +160,15 @@ def test_a_value_of_the_wrong_type_in_any_json_field_is_a_4xx_not_a_500(api, pro
 
 def test_the_webhook_url_as_a_list_is_a_400_naming_the_field(api, project):
     url = f"/api/v1/projects/{project.slug}/alert-rules/"
-    error = envelope(api.post(url, {"name": "r", "kind": "budget", "threshold": 1, "webhook_url": [None, None]},
-                              format="json"), 400, "invalid_alert_rule")
+    error = envelope(
+        api.post(url, {"name": "r", "kind": "budget", "threshold": 1, "webhook_url": [None, None]}, format="json"),
+        400,
+        "invalid_alert_rule",
+    )
     assert error["detail"]["field"] == "webhook_url"
-    error = envelope(api.post(url, {"name": "r", "kind": ["budget"], "threshold": 1}, format="json"), 400,
-                     "invalid_alert_rule")
+    error = envelope(
+        api.post(url, {"name": "r", "kind": ["budget"], "threshold": 1}, format="json"), 400, "invalid_alert_rule"
+    )
     assert error["detail"]["field"] == "kind"
 
 
@@ -155,7 +176,10 @@ def test_a_multipart_body_without_a_boundary_and_a_wrong_method_are_json(api, pr
     from django.core.cache import cache
 
     cache.clear()
-    error = envelope(api.generic("POST", upload_url(project), b"--x\r\n\r\n", content_type="multipart/form-data"),
-                     400, "malformed_request")
+    error = envelope(
+        api.generic("POST", upload_url(project), b"--x\r\n\r\n", content_type="multipart/form-data"),
+        400,
+        "malformed_request",
+    )
     assert "boundary" in error["message"].lower()
     envelope(api.put(upload_url(project), {}, format="json"), 405, "method_not_allowed")

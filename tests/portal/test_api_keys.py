@@ -1,4 +1,5 @@
 """API keys: shown once, stored hashed, scoped, revocable, expiring."""
+
 from datetime import timedelta
 
 import pytest
@@ -26,7 +27,9 @@ def test_wrong_revoked_and_expired_tokens_do_not_authenticate(project, owner):
     assert authenticate_token("ap_nothere_secret") is None
     revoke_api_key(issued.key)
     assert authenticate_token(issued.token) is None
-    expired = issue_api_key(project=project, name="old", scopes=["read"], expires_at=timezone.now() - timedelta(seconds=1))
+    expired = issue_api_key(
+        project=project, name="old", scopes=["read"], expires_at=timezone.now() - timedelta(seconds=1)
+    )
     assert authenticate_token(expired.token) is None
 
 
@@ -39,8 +42,11 @@ def test_scopes_must_be_known_and_non_empty(project):
 
 def test_owner_creates_and_revokes_keys_over_the_api(client, project, owner):
     client.force_login(owner)
-    response = client.post(f"/api/v1/projects/{project.slug}/api-keys/", {"name": "ci", "scopes": ["read"]},
-                           content_type="application/json")
+    response = client.post(
+        f"/api/v1/projects/{project.slug}/api-keys/",
+        {"name": "ci", "scopes": ["read"]},
+        content_type="application/json",
+    )
     assert response.status_code == 201
     token, key_id = response.json()["token"], response.json()["key"]["id"]
     listed = client.get(f"/api/v1/projects/{project.slug}/api-keys/").json()["results"]

@@ -2,6 +2,7 @@
 report and kernel conformance result is signed (in-toto Statement v1 in a DSSE envelope, Ed25519) and appended to
 the RFC 6962 log; the API and the pages report each check; the offline verifier accepts the downloaded bundle; and
 tampering with the certificate row, a log row or the audited file fails the check it should, by name."""
+
 from __future__ import annotations
 
 import base64
@@ -68,8 +69,14 @@ def verify_cli(bundle, *args, pinned=True):
         extra = ["--keys", keys]
     env = {k: v for k, v in os.environ.items() if not k.startswith("AUDIT_VERIFY_")}
     env["XDG_CONFIG_HOME"] = str(bundle.parent / "verifier-config")
-    return subprocess.run([sys.executable, "-m", "workers.verify", str(bundle), *map(str, args), *map(str, extra)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "workers.verify", str(bundle), *map(str, args), *map(str, extra)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
 
 
 def download(api, kind, pk, tmp_path) -> Path:
@@ -81,8 +88,9 @@ def download(api, kind, pk, tmp_path) -> Path:
     return path
 
 
-def test_run_certificate_is_signed_logged_and_verifies_online_and_offline(api, project, client, owner, tmp_path,
-                                                                          signing_key_dir):
+def test_run_certificate_is_signed_logged_and_verifies_online_and_offline(
+    api, project, client, owner, tmp_path, signing_key_dir
+):
     certificate, _ = certified(api, project, records(trajectories=4))
     entry = LogEntry.objects.get(subject_kind="run_certificate", subject_id=certificate.pk)
     assert entry.project_id == project.pk and entry.predicate_type == st.RUN_CERTIFICATE_PREDICATE
@@ -98,8 +106,17 @@ def test_run_certificate_is_signed_logged_and_verifies_online_and_offline(api, p
     body = api.get(f"/api/v1/attestations/run_certificate/{certificate.pk}/").json()
     assert body["ok"] is True, body
     assert {n: c["state"] for n, c in checks(body).items()} == {
-        "keys": "ok", "signature": "ok", "statement": "ok", "subjects": "ok", "checkpoint": "ok", "inclusion": "ok",
-        "consistency": "skipped", "witnesses": "skipped", "trust": "ok", "record": "ok"}
+        "keys": "ok",
+        "signature": "ok",
+        "statement": "ok",
+        "subjects": "ok",
+        "checkpoint": "ok",
+        "inclusion": "ok",
+        "consistency": "skipped",
+        "witnesses": "skipped",
+        "trust": "ok",
+        "record": "ok",
+    }
     subject = body["statement"]["subject"][0]
     assert subject["digest"]["sha256"] == certificate.upload.sha256 and subject["name"] == "r.jsonl.gz"
     assert body["statement"]["predicate"]["summary"]["sequences"] == certificate.sequences
@@ -131,8 +148,9 @@ def test_run_certificate_is_signed_logged_and_verifies_online_and_offline(api, p
 
 def test_a_changed_certificate_row_fails_the_record_check(api, project, client, owner):
     certificate, _ = certified(api, project, records(trajectories=4))
-    RunCertificate.objects.filter(pk=certificate.pk).update(eps_hat=0.0,
-                                                            summary={**certificate.summary, "eps_hat": 0.0})
+    RunCertificate.objects.filter(pk=certificate.pk).update(
+        eps_hat=0.0, summary={**certificate.summary, "eps_hat": 0.0}
+    )
     body = api.get(f"/api/v1/attestations/run_certificate/{certificate.pk}/?files=0").json()
     assert body["failed"] == ["record"] and "changed after signing" in checks(body)["record"]["message"]
     assert checks(body)["signature"]["state"] == "ok"  # the signed statement itself is intact
@@ -155,10 +173,12 @@ def test_the_database_refuses_to_change_the_log(api, project):
     certificate, _ = certified(api, project, records(trajectories=3))
     entry = LogEntry.objects.get(subject_kind="run_certificate", subject_id=certificate.pk)
     checkpoints = Checkpoint.objects.count()
-    for attempt in (lambda: LogEntry.objects.filter(pk=entry.pk).update(envelope=entry.envelope + " "),
-                    lambda: LogEntry.objects.filter(pk=entry.pk).delete(),
-                    lambda: Checkpoint.objects.update(root_hash="00" * 32),
-                    lambda: Checkpoint.objects.all().delete()):
+    for attempt in (
+        lambda: LogEntry.objects.filter(pk=entry.pk).update(envelope=entry.envelope + " "),
+        lambda: LogEntry.objects.filter(pk=entry.pk).delete(),
+        lambda: Checkpoint.objects.update(root_hash="00" * 32),
+        lambda: Checkpoint.objects.all().delete(),
+    ):
         with pytest.raises(DatabaseError, match="append-only"):
             with transaction.atomic():
                 attempt()
@@ -215,8 +235,10 @@ def test_a_rerun_appends_a_new_entry_and_the_page_shows_the_latest(api, project,
     # the first signature of a log introduces its key (an entry of its own, with its checkpoint) before the certificate
     k = 1 if base == 0 else 0
     assert list(LogEntry.objects.filter(index__gte=base).values_list("index", "subject_kind", "subject_id")) == [
-        *([(0, "signing_key", 0)] if k else []), (base + k, "run_certificate", certificate.pk),
-        (base + k + 1, "run_certificate", latest.pk)]
+        *([(0, "signing_key", 0)] if k else []),
+        (base + k, "run_certificate", certificate.pk),
+        (base + k + 1, "run_certificate", latest.pk),
+    ]
     assert selectors.latest_entry("run_certificate", latest.pk).index == base + k + 1
     page = run_page(client, owner, latest)
     assert 'data-state="verified"' in page and f"#{base + k + 1}<" in page
@@ -225,8 +247,13 @@ def test_a_rerun_appends_a_new_entry_and_the_page_shows_the_latest(api, project,
     proof = client.get(f"/api/v1/log/consistency/?first={first}&second={second}").json()
     c1, c2 = Checkpoint.objects.filter(tree_size__gte=first).order_by("tree_size")
     assert (proof["first_root"], proof["second_root"]) == (c1.root_hash, c2.root_hash)
-    assert merkle.verify_consistency(first, second, [bytes.fromhex(h) for h in proof["hashes"]],
-                                     bytes.fromhex(c1.root_hash), bytes.fromhex(c2.root_hash))
+    assert merkle.verify_consistency(
+        first,
+        second,
+        [bytes.fromhex(h) for h in proof["hashes"]],
+        bytes.fromhex(c1.root_hash),
+        bytes.fromhex(c2.root_hash),
+    )
     result = selectors.verify_log()
     assert result.ok and result.tree_size == second and result.checkpoints_checked == second, result.problems
 
@@ -243,8 +270,9 @@ def test_a_signing_failure_fails_the_job_and_stores_no_certificate(api, project,
     assert LogEntry.objects.count() == base
 
 
-def test_rotation_retires_the_old_key_and_both_certificates_still_verify(api, project, tmp_path, signing_key_dir,
-                                                                         django_capture_on_commit_callbacks):
+def test_rotation_retires_the_old_key_and_both_certificates_still_verify(
+    api, project, tmp_path, signing_key_dir, django_capture_on_commit_callbacks
+):
     first, _ = certified(api, project, records(trajectories=3))
     old_id = SigningKey.objects.get(status="active").key_id
     with django_capture_on_commit_callbacks(execute=True):  # the new key file is put in place once the log commits
@@ -269,8 +297,10 @@ def test_rotation_retires_the_old_key_and_both_certificates_still_verify(api, pr
 def test_other_projects_cannot_see_a_certificates_attestation(api, project, other_project, client):
     certificate, _ = certified(api, project, records(trajectories=3))
     client.force_login(other_project.memberships.get().user)
-    for url in (f"/api/v1/attestations/run_certificate/{certificate.pk}/",
-                f"/api/v1/attestations/run_certificate/{certificate.pk}/bundle/"):
+    for url in (
+        f"/api/v1/attestations/run_certificate/{certificate.pk}/",
+        f"/api/v1/attestations/run_certificate/{certificate.pk}/bundle/",
+    ):
         assert client.get(url).status_code == 404
     assert api.get("/api/v1/attestations/not_a_kind/1/").status_code == 404
 
@@ -303,8 +333,9 @@ def signed(submission):
 
 def test_kernel_conformance_result_is_an_in_toto_test_result(api, project, client, owner, contracts):
     passed = signed(make_submission(project, "vendor.kernels", ALL_PASS))
-    failed = signed(make_submission(project, "vendor.kernels", {**ALL_PASS, "C-PRC-01": "FAIL",
-                                                                "C-EXC-02": "QUALITY_WARNING"}))
+    failed = signed(
+        make_submission(project, "vendor.kernels", {**ALL_PASS, "C-PRC-01": "FAIL", "C-EXC-02": "QUALITY_WARNING"})
+    )
     body = api.get(f"/api/v1/attestations/kernel_submission/{passed.pk}/").json()
     assert body["ok"] is True, body
     predicate = body["statement"]["predicate"]
@@ -323,12 +354,19 @@ def test_kernel_conformance_result_is_an_in_toto_test_result(api, project, clien
 def test_an_uploaded_kernel_module_is_the_subject(api, project, contracts, tmp_path):
     code = b"import torch\n\ndef matmul(a, b):\n    return a @ b\n"
     submission = kernel_services.submit_conformance(
-        project=project, submitted_by="test", device="cpu", contracts=["C-PRC-01"],
-        module=check_kernel_module(code, "mine.py"), module_filename="mine.py", function="matmul")
+        project=project,
+        submitted_by="test",
+        device="cpu",
+        contracts=["C-PRC-01"],
+        module=check_kernel_module(code, "mine.py"),
+        module_filename="mine.py",
+        function="matmul",
+    )
     signed(kernel_services.finish_submission(submission, {"kc_c": {}}))
     body = api.get(f"/api/v1/attestations/kernel_submission/{submission.pk}/").json()
-    assert body["statement"]["subject"] == [{"name": "mine.py", "digest": {"sha256": __import__("hashlib").sha256(
-        code).hexdigest()}}]
+    assert body["statement"]["subject"] == [
+        {"name": "mine.py", "digest": {"sha256": __import__("hashlib").sha256(code).hexdigest()}}
+    ]
     assert body["ok"] is True and checks(body)["subjects"]["state"] == "ok", body
     (tmp_path / "mine.py").write_bytes(code)
     out = verify_cli(download(api, "kernel_submission", submission.pk, tmp_path), "--file", tmp_path / "mine.py")
@@ -336,11 +374,14 @@ def test_an_uploaded_kernel_module_is_the_subject(api, project, contracts, tmp_p
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.skipif("not __import__('os').environ.get('DATABASE_URL', '').startswith('postgres')",
-                    reason="concurrent writers need PostgreSQL (SQLite serialises them by locking the file)")
+@pytest.mark.skipif(
+    "not __import__('os').environ.get('DATABASE_URL', '').startswith('postgres')",
+    reason="concurrent writers need PostgreSQL (SQLite serialises them by locking the file)",
+)
 def test_concurrent_appends_never_share_an_index(project):
-    upload = Upload.objects.create(project=project, original_name="x.jsonl", sha256="ab" * 32, size_bytes=1,
-                                   storage_name="none")
+    upload = Upload.objects.create(
+        project=project, original_name="x.jsonl", sha256="ab" * 32, size_bytes=1, storage_name="none"
+    )
     cert = RunCertificate.objects.create(project=project, upload=upload, state="complete")
     base = LogEntry.objects.count()
     errors = []
@@ -364,7 +405,8 @@ def test_concurrent_appends_never_share_an_index(project):
     k = 1 if base == 0 else 0  # the first signature introduced the key (one entry, one checkpoint)
     assert sorted(LogEntry.objects.values_list("index", flat=True)) == list(range(base + k + 18))
     assert sorted(Checkpoint.objects.filter(tree_size__gt=base).values_list("tree_size", flat=True)) == list(
-        range(base + 1, base + k + 19))
+        range(base + 1, base + k + 19)
+    )
     assert LogEntry.objects.filter(subject_kind="signing_key").count() == 1
     result = selectors.verify_log()
     assert result.ok and result.tree_size == base + k + 18, result.problems
@@ -409,14 +451,24 @@ except DatabaseError as exc:
 
 @pytest.mark.slow
 def test_sqlite_embedded_mode_refuses_changes_to_the_log_too_and_flush_keeps_the_triggers(tmp_path):
-    env = {k: v for k, v in __import__("os").environ.items()
-           if k not in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE")}
+    env = {
+        k: v
+        for k, v in __import__("os").environ.items()
+        if k not in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE")
+    }
     env["AUDIT_VAR_DIR"] = str(tmp_path)
-    migrate = subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT, env=env,
-                             capture_output=True, text=True, timeout=300)
+    migrate = subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput", "-v0"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert migrate.returncode == 0, migrate.stderr
-    out = subprocess.run([sys.executable, "-c", SQLITE_PROBE], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", SQLITE_PROBE], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
     assert len([line for line in lines if line.startswith("refused:") and "append-only" in line]) == 4, out.stdout
@@ -453,7 +505,7 @@ def test_a_run_whose_trainer_log_probs_reach_minus_40_certifies_and_signs(api, p
     certificate, _ = certified(api, project, recs)
     entry = LogEntry.objects.get(subject_kind="run_certificate", subject_id=certificate.pk)
     signed = json.loads(base64.b64decode(json.loads(entry.envelope)["payload"]))
-    assert max(_numbers(signed)) >= 2 ** 53, "the run no longer produces a metric beyond 2^53"
+    assert max(_numbers(signed)) >= 2**53, "the run no longer produces a metric beyond 2^53"
     body = api.get(f"/api/v1/attestations/run_certificate/{certificate.pk}/?files=0").json()
     assert body["ok"] is True and checks(body)["record"]["state"] == "ok", body
     assert selectors.verify_log().ok

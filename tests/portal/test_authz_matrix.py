@@ -19,6 +19,7 @@ THE TABLE (``ENDPOINTS``) MUST NAME EVERY URL: the resolver is walked, so a new 
 ``test_every_url_has_an_entry`` with the pattern to add. Each request runs in a savepoint that is rolled back, so
 a write allowed for one caller does not change what the next one sees.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -54,18 +55,35 @@ pytestmark = [pytest.mark.django_db, pytest.mark.xdist_group("authz-matrix")]
 
 PRINCIPALS = ["anonymous", "viewer", "member", "owner", "key_read", "key_submit", "key_revoked", "key_expired"]
 USERS = {"viewer": Role.VIEWER, "member": Role.MEMBER, "owner": Role.OWNER}
-KEYS = {"key_read": ["read"], "key_submit": ["read", "submit"], "key_revoked": ["read", "submit"],
-        "key_expired": ["read", "submit"]}
-ALLOWED = {"read": {"viewer", "member", "owner", "key_read", "key_submit"},
-           "submit": {"owner", "member", "key_submit"},
-           "manage": {"owner"}}
+KEYS = {
+    "key_read": ["read"],
+    "key_submit": ["read", "submit"],
+    "key_revoked": ["read", "submit"],
+    "key_expired": ["read", "submit"],
+}
+ALLOWED = {
+    "read": {"viewer", "member", "owner", "key_read", "key_submit"},
+    "submit": {"owner", "member", "key_submit"},
+    "manage": {"owner"},
+}
 OWN_SLUG, FOREIGN_SLUG = "authz-own-k3q", "authz-foreign-z8w"
 TOY_VOCAB = b'{"0": "a", "1": "b", "2": "c"}'
 TOY_VOCAB_2 = b'{"0": "x", "1": "y", "2": "z"}'  # registered by the matrix's POSTs: new, so 201 when allowed
 CONTRACT_CLASS = "C-PRC-01"
 ALERT_RULE = {"name": "over budget", "kind": "budget", "threshold": 0.1}
-TRAINING_TINY = {"vocab": 16, "d_model": 16, "n_layers": 1, "n_heads": 2, "max_len": 16, "batch": 4, "group": 2,
-                 "prompt_len": 3, "length": 4, "topk": 4, "losses": ["ppo"]}
+TRAINING_TINY = {
+    "vocab": 16,
+    "d_model": 16,
+    "n_layers": 1,
+    "n_heads": 2,
+    "max_len": 16,
+    "batch": 4,
+    "group": 2,
+    "prompt_len": 3,
+    "length": 4,
+    "topk": 4,
+    "losses": ["ppo"],
+}
 
 
 # ------------------------------------------------------------------------------------------------ the world
@@ -114,8 +132,9 @@ def _populate(project, owner) -> Objects:
 
     api = APIClient()
     api.force_authenticate(owner)
-    response = api.post(upload_url(project), {"file": as_file(jsonl(records(trajectories=4, seed=5)))},
-                        format="multipart")
+    response = api.post(
+        upload_url(project), {"file": as_file(jsonl(records(trajectories=4, seed=5)))}, format="multipart"
+    )
     assert response.status_code == 201, response.content
     upload = Upload.objects.get(pk=response.json()["id"])
     validate_upload(Job.objects.get(subject_id=upload.pk, kind="validate_upload").pk)
@@ -131,12 +150,22 @@ def _populate(project, owner) -> Objects:
     run_certificate_completed(certificate_id=certificate.pk)
     report = FidelityReport.objects.get(upload=upload, state=FidelityReport.State.COMPLETE)
     assert (report.mask_export.get("files") or {}).get("jsonl"), "the audit should export masks"
-    response = api.post(f"/api/v1/projects/{project.slug}/tokenizers/",
-                        {"file": as_file(TOY_VOCAB, "toy-vocab.json"), "name": "toy"}, format="multipart")
+    response = api.post(
+        f"/api/v1/projects/{project.slug}/tokenizers/",
+        {"file": as_file(TOY_VOCAB, "toy-vocab.json"), "name": "toy"},
+        format="multipart",
+    )
     assert response.status_code == 201, response.content
-    subs = [kernel_services.submit_conformance(project=project, submitted_by="authz", device="cpu",
-                                               contracts=[CONTRACT_CLASS], import_path=f"pkg.kernels{i}")
-            for i in range(2)]
+    subs = [
+        kernel_services.submit_conformance(
+            project=project,
+            submitted_by="authz",
+            device="cpu",
+            contracts=[CONTRACT_CLASS],
+            import_path=f"pkg.kernels{i}",
+        )
+        for i in range(2)
+    ]
     queued = job_services.create_job(project=project, kind="test", task_name="x", title="queued", enqueue=False)
     from audit_portal.training import services as training_services
     from workers.tasks import training_step_audit
@@ -150,11 +179,24 @@ def _populate(project, owner) -> Objects:
 
     session = chunked.create_session(project=project, size=10, sha256="0" * 64, name="parts.jsonl", created_by="authz")
     assert training_step_audit(training.job_id) == "succeeded", Job.objects.get(pk=training.job_id).error
-    return Objects(upload_session=str(session.pk), training_audit=training.pk, alert_rule=rule.pk, slug=project.slug, upload=upload.pk, run=upload.run_id, job=Job.objects.get(
-        subject_id=upload.pk, kind="validate_upload").pk, queued_job=queued.pk, certificate=certificate.pk,
-        report=report.pk, call=report.calls.order_by("line").first().pk, submission=subs[0].pk,
-        submission_b=subs[1].pk, implementation=subs[0].implementation_id, badge_token=badge_token,
-        victim_key=issue_api_key(project=project, name="victim", scopes=["read"]).key.pk)
+    return Objects(
+        upload_session=str(session.pk),
+        training_audit=training.pk,
+        alert_rule=rule.pk,
+        slug=project.slug,
+        upload=upload.pk,
+        run=upload.run_id,
+        job=Job.objects.get(subject_id=upload.pk, kind="validate_upload").pk,
+        queued_job=queued.pk,
+        certificate=certificate.pk,
+        report=report.pk,
+        call=report.calls.order_by("line").first().pk,
+        submission=subs[0].pk,
+        submission_b=subs[1].pk,
+        implementation=subs[0].implementation_id,
+        badge_token=badge_token,
+        victim_key=issue_api_key(project=project, name="victim", scopes=["read"]).key.pk,
+    )
 
 
 # Signing the world's certificates appends to the transparency log, whose rows are append-only (triggers refuse
@@ -209,8 +251,13 @@ def world(django_db_setup, django_db_blocker, tmp_path_factory):
             expired = keys["key_expired"].key
             expired.expires_at = timezone.now() - timedelta(minutes=1)
             expired.save(update_fields=["expires_at"])
-            w = World(own=_populate(own, users["owner"]), foreign=_populate(foreign, stranger), users=users,
-                      tokens={name: issued.token for name, issued in keys.items()}, root=root)
+            w = World(
+                own=_populate(own, users["owner"]),
+                foreign=_populate(foreign, stranger),
+                users=users,
+                tokens={name: issued.token for name, issued in keys.items()},
+                root=root,
+            )
         app.conf.broker_url = broker
         app._pool = app.amqp._producer_pool = None
         yield w
@@ -253,8 +300,13 @@ P = "api/v1/projects/<slug:slug>/"
 ENDPOINTS: dict[tuple[str, str], Access] = {
     # --- site ----------------------------------------------------------------------------------------------
     ("login/", "GET"): _page("public", lambda o: "/login/", ok=(200, 302)),
-    ("login/", "POST"): _page("public", lambda o: "/login/", ok=(200, 302), fmt="form",
-                              body=lambda: {"username": "nobody", "password": "wrong"}),
+    ("login/", "POST"): _page(
+        "public",
+        lambda o: "/login/",
+        ok=(200, 302),
+        fmt="form",
+        body=lambda: {"username": "nobody", "password": "wrong"},
+    ),
     ("login/", "PUT"): _page("public", lambda o: "/login/", ok=(200, 302)),  # Django's FormView answers PUT as POST
     ("logout/", "POST"): _page("public", lambda o: "/logout/", ok=(302,), fmt="form"),
     ("healthz", "GET"): _page("public", lambda o: "/healthz"),
@@ -264,111 +316,172 @@ ENDPOINTS: dict[tuple[str, str], Access] = {
     ("api/v1/projects/", "GET"): Access("user", lambda o: "/api/v1/projects/"),
     (P, "GET"): Access("read", lambda o: f"/api/v1/projects/{o.slug}/"),
     (P + "api-keys/", "GET"): Access("manage", lambda o: f"/api/v1/projects/{o.slug}/api-keys/"),
-    (P + "api-keys/", "POST"): Access("manage", lambda o: f"/api/v1/projects/{o.slug}/api-keys/", ok=(201,),
-                                      body=lambda: {"name": "new", "scopes": ["read"]}),
+    (P + "api-keys/", "POST"): Access(
+        "manage",
+        lambda o: f"/api/v1/projects/{o.slug}/api-keys/",
+        ok=(201,),
+        body=lambda: {"name": "new", "scopes": ["read"]},
+    ),
     (P + "api-keys/<int:pk>/revoke/", "POST"): Access(
-        "manage", lambda o: f"/api/v1/projects/{o.slug}/api-keys/{o.victim_key}/revoke/"),
+        "manage", lambda o: f"/api/v1/projects/{o.slug}/api-keys/{o.victim_key}/revoke/"
+    ),
     # --- API: uploads, runs, jobs --------------------------------------------------------------------------------
     (P + "uploads/", "GET"): Access("read", lambda o: f"/api/v1/projects/{o.slug}/uploads/"),
-    (P + "uploads/", "POST"): Access("submit", lambda o: f"/api/v1/projects/{o.slug}/uploads/", ok=(201,),
-                                     body=_upload_body, fmt="multipart"),
+    (P + "uploads/", "POST"): Access(
+        "submit", lambda o: f"/api/v1/projects/{o.slug}/uploads/", ok=(201,), body=_upload_body, fmt="multipart"
+    ),
     (P + "runs/", "GET"): Access("read", lambda o: f"/api/v1/projects/{o.slug}/runs/"),
     (P + "runs.<str:fmt>", "GET"): Access("read", lambda o: f"/api/v1/projects/{o.slug}/runs.csv"),
-    (P + "runs/", "POST"): Access("submit", lambda o: f"/api/v1/projects/{o.slug}/runs/", ok=(200, 201),
-                                  body=lambda: {"name": "authz-started", "tags": ["t"]}),
+    (P + "runs/", "POST"): Access(
+        "submit",
+        lambda o: f"/api/v1/projects/{o.slug}/runs/",
+        ok=(200, 201),
+        body=lambda: {"name": "authz-started", "tags": ["t"]},
+    ),
     (P + "jobs/", "GET"): Access("read", lambda o: f"/api/v1/projects/{o.slug}/jobs/"),
-    (P + "upload-sessions/", "POST"): Access("submit", lambda o: f"/api/v1/projects/{o.slug}/upload-sessions/",
-                                             ok=(201,), body=lambda: {"size": 5, "sha256": "1" * 64, "name": "a"}),
-    ("api/v1/upload-sessions/<uuid:pk>/", "GET"): Access("read", lambda o: f"/api/v1/upload-sessions/{o.upload_session}/"),
+    (P + "upload-sessions/", "POST"): Access(
+        "submit",
+        lambda o: f"/api/v1/projects/{o.slug}/upload-sessions/",
+        ok=(201,),
+        body=lambda: {"size": 5, "sha256": "1" * 64, "name": "a"},
+    ),
+    ("api/v1/upload-sessions/<uuid:pk>/", "GET"): Access(
+        "read", lambda o: f"/api/v1/upload-sessions/{o.upload_session}/"
+    ),
     # past authorisation an empty part is the wrong length and completing with no parts is refused: both 400
     ("api/v1/upload-sessions/<uuid:pk>/parts/<int:n>/", "PUT"): Access(
-        "submit", lambda o: f"/api/v1/upload-sessions/{o.upload_session}/parts/0/", ok=(400,)),
+        "submit", lambda o: f"/api/v1/upload-sessions/{o.upload_session}/parts/0/", ok=(400,)
+    ),
     ("api/v1/upload-sessions/<uuid:pk>/complete/", "POST"): Access(
-        "submit", lambda o: f"/api/v1/upload-sessions/{o.upload_session}/complete/", ok=(400,)),
+        "submit", lambda o: f"/api/v1/upload-sessions/{o.upload_session}/complete/", ok=(400,)
+    ),
     ("api/v1/uploads/<int:pk>/", "GET"): Access("read", lambda o: f"/api/v1/uploads/{o.upload}/"),
     ("api/v1/runs/<int:pk>/", "GET"): Access("read", lambda o: f"/api/v1/runs/{o.run}/"),
-    ("api/v1/runs/<int:pk>/state/", "POST"): Access("submit", lambda o: f"/api/v1/runs/{o.run}/state/",
-                                                    body=lambda: {"state": "finished"}),
+    ("api/v1/runs/<int:pk>/state/", "POST"): Access(
+        "submit", lambda o: f"/api/v1/runs/{o.run}/state/", body=lambda: {"state": "finished"}
+    ),
     ("api/v1/jobs/<int:pk>/", "GET"): Access("read", lambda o: f"/api/v1/jobs/{o.job}/"),
     ("api/v1/jobs/<int:pk>/cancel/", "POST"): Access("submit", lambda o: f"/api/v1/jobs/{o.queued_job}/cancel/"),
     # --- API: certificates -------------------------------------------------------------------------------------
     ("api/v1/runs/<int:pk>/certificate/", "GET"): Access("read", lambda o: f"/api/v1/runs/{o.run}/certificate/"),
     ("api/v1/certificates/compare/", "GET"): Access(
-        "read", lambda o: f"/api/v1/certificates/compare/?a={o.certificate}&b={o.certificate}"),
+        "read", lambda o: f"/api/v1/certificates/compare/?a={o.certificate}&b={o.certificate}"
+    ),
     ("api/v1/certificates/<int:pk>/", "GET"): Access("read", lambda o: f"/api/v1/certificates/{o.certificate}/"),
     ("api/v1/certificates/<int:pk>/sequences/", "GET"): Access(
-        "read", lambda o: f"/api/v1/certificates/{o.certificate}/sequences/"),
+        "read", lambda o: f"/api/v1/certificates/{o.certificate}/sequences/"
+    ),
     ("api/v1/certificates/<int:pk>/figures/", "GET"): Access(
-        "read", lambda o: f"/api/v1/certificates/{o.certificate}/figures/"),
+        "read", lambda o: f"/api/v1/certificates/{o.certificate}/figures/"
+    ),
     # --- API: fidelity -------------------------------------------------------------------------------------------
     ("api/v1/fidelity/reports/<int:pk>/", "GET"): Access("read", lambda o: f"/api/v1/fidelity/reports/{o.report}/"),
     ("api/v1/fidelity/reports/<int:pk>/calls/", "GET"): Access(
-        "read", lambda o: f"/api/v1/fidelity/reports/{o.report}/calls/"),
+        "read", lambda o: f"/api/v1/fidelity/reports/{o.report}/calls/"
+    ),
     ("api/v1/fidelity/reports/<int:pk>/masks/", "GET"): Access(
-        "read", lambda o: f"/api/v1/fidelity/reports/{o.report}/masks/?format=jsonl"),
+        "read", lambda o: f"/api/v1/fidelity/reports/{o.report}/masks/?format=jsonl"
+    ),
     ("api/v1/fidelity/calls/<int:pk>/", "GET"): Access("read", lambda o: f"/api/v1/fidelity/calls/{o.call}/"),
     ("api/v1/runs/<int:pk>/fidelity/", "GET"): Access("read", lambda o: f"/api/v1/runs/{o.run}/fidelity/"),
     ("api/v1/uploads/<int:pk>/fidelity/", "GET"): Access("read", lambda o: f"/api/v1/uploads/{o.upload}/fidelity/"),
     (P + "tokenizers/", "GET"): Access("read", lambda o: f"/api/v1/projects/{o.slug}/tokenizers/"),
-    (P + "tokenizers/", "POST"): Access("submit", lambda o: f"/api/v1/projects/{o.slug}/tokenizers/", ok=(201,),
-                                        body=_tokenizer_body, fmt="multipart"),
+    (P + "tokenizers/", "POST"): Access(
+        "submit", lambda o: f"/api/v1/projects/{o.slug}/tokenizers/", ok=(201,), body=_tokenizer_body, fmt="multipart"
+    ),
     # --- API: kernels ------------------------------------------------------------------------------------------------
     ("api/v1/contracts/", "GET"): Access("user", lambda o: "/api/v1/contracts/"),
     ("api/v1/contracts/<path:contract_id>/", "GET"): Access("user", lambda o: f"/api/v1/contracts/{CONTRACT_CLASS}/"),
     (P + "kernel-submissions/", "GET"): Access("read", lambda o: f"/api/v1/projects/{o.slug}/kernel-submissions/"),
     (P + "kernel-submissions/", "POST"): Access(
-        "submit", lambda o: f"/api/v1/projects/{o.slug}/kernel-submissions/", ok=(201,),
-        body=lambda: {"impl": "pkg.other_kernels", "contracts": [CONTRACT_CLASS]}),
+        "submit",
+        lambda o: f"/api/v1/projects/{o.slug}/kernel-submissions/",
+        ok=(201,),
+        body=lambda: {"impl": "pkg.other_kernels", "contracts": [CONTRACT_CLASS]},
+    ),
     (P + "kernels/matrix/", "GET"): Access("read", lambda o: f"/api/v1/projects/{o.slug}/kernels/matrix/"),
     ("api/v1/kernel-submissions/diff/", "GET"): Access(
-        "read", lambda o: f"/api/v1/kernel-submissions/diff/?a={o.submission}&b={o.submission_b}"),
+        "read", lambda o: f"/api/v1/kernel-submissions/diff/?a={o.submission}&b={o.submission_b}"
+    ),
     ("api/v1/kernel-submissions/<int:pk>/", "GET"): Access(
-        "read", lambda o: f"/api/v1/kernel-submissions/{o.submission}/"),
+        "read", lambda o: f"/api/v1/kernel-submissions/{o.submission}/"
+    ),
     ("api/v1/implementations/<int:pk>/status/", "GET"): Access(
-        "read", lambda o: f"/api/v1/implementations/{o.implementation}/status/"),
+        "read", lambda o: f"/api/v1/implementations/{o.implementation}/status/"
+    ),
     ("api/v1/implementations/<int:pk>/badge.svg", "GET"): Access(
-        "read", lambda o: f"/api/v1/implementations/{o.implementation}/badge.svg"),
+        "read", lambda o: f"/api/v1/implementations/{o.implementation}/badge.svg"
+    ),
     ("api/v1/implementations/<int:pk>/public-badge/", "GET"): Access(
-        "read", lambda o: f"/api/v1/implementations/{o.implementation}/public-badge/"),
+        "read", lambda o: f"/api/v1/implementations/{o.implementation}/public-badge/"
+    ),
     ("api/v1/implementations/<int:pk>/public-badge/", "POST"): Access(
-        "submit", lambda o: f"/api/v1/implementations/{o.implementation}/public-badge/", ok=(201,)),
+        "submit", lambda o: f"/api/v1/implementations/{o.implementation}/public-badge/", ok=(201,)
+    ),
     ("api/v1/implementations/<int:pk>/public-badge/", "DELETE"): Access(
-        "submit", lambda o: f"/api/v1/implementations/{o.implementation}/public-badge/", ok=(204,)),
+        "submit", lambda o: f"/api/v1/implementations/{o.implementation}/public-badge/", ok=(204,)
+    ),
     # the token in the URL is the credential (a README badge is fetched without cookies or keys)
     ("badges/kernels/<str:token>.svg", "GET"): _page("public", lambda o: f"/badges/kernels/{o.badge_token}.svg"),
     # --- API: training-step audits ----------------------------------------------------------------------------------
     (P + "training-audits/", "GET"): Access("read", lambda o: f"/api/v1/projects/{o.slug}/training-audits/"),
-    (P + "training-audits/", "POST"): Access("submit", lambda o: f"/api/v1/projects/{o.slug}/training-audits/",
-                                             ok=(201,), body=lambda: TRAINING_TINY),
+    (P + "training-audits/", "POST"): Access(
+        "submit", lambda o: f"/api/v1/projects/{o.slug}/training-audits/", ok=(201,), body=lambda: TRAINING_TINY
+    ),
     ("api/v1/training-audits/<int:pk>/", "GET"): Access(
-        "read", lambda o: f"/api/v1/training-audits/{o.training_audit}/"),
+        "read", lambda o: f"/api/v1/training-audits/{o.training_audit}/"
+    ),
     ("api/v1/training-audits/<int:pk>/tokens/", "GET"): Access(
-        "read", lambda o: f"/api/v1/training-audits/{o.training_audit}/tokens/"),
+        "read", lambda o: f"/api/v1/training-audits/{o.training_audit}/tokens/"
+    ),
     # --- API and page: alerts ----------------------------------------------------------------------------------------
     (P + "alert-rules/", "GET"): Access("read", lambda o: f"/api/v1/projects/{o.slug}/alert-rules/"),
-    (P + "alert-rules/", "POST"): Access("submit", lambda o: f"/api/v1/projects/{o.slug}/alert-rules/", ok=(201,),
-                                         body=lambda: ALERT_RULE),
+    (P + "alert-rules/", "POST"): Access(
+        "submit", lambda o: f"/api/v1/projects/{o.slug}/alert-rules/", ok=(201,), body=lambda: ALERT_RULE
+    ),
     ("api/v1/alert-rules/<int:pk>/", "GET"): Access("read", lambda o: f"/api/v1/alert-rules/{o.alert_rule}/"),
-    ("api/v1/alert-rules/<int:pk>/", "DELETE"): Access("submit", lambda o: f"/api/v1/alert-rules/{o.alert_rule}/",
-                                                       ok=(204,)),
-    ("api/v1/alert-rules/<int:pk>/", "PATCH"): Access("submit", lambda o: f"/api/v1/alert-rules/{o.alert_rule}/",
-                                                      body=lambda: {"threshold": 0.5}),
+    ("api/v1/alert-rules/<int:pk>/", "DELETE"): Access(
+        "submit", lambda o: f"/api/v1/alert-rules/{o.alert_rule}/", ok=(204,)
+    ),
+    ("api/v1/alert-rules/<int:pk>/", "PATCH"): Access(
+        "submit", lambda o: f"/api/v1/alert-rules/{o.alert_rule}/", body=lambda: {"threshold": 0.5}
+    ),
     ("api/v1/alert-rules/<int:pk>/secret/", "POST"): Access(
-        "submit", lambda o: f"/api/v1/alert-rules/{o.alert_rule}/secret/"),
+        "submit", lambda o: f"/api/v1/alert-rules/{o.alert_rule}/secret/"
+    ),
     ("api/v1/runs/<int:pk>/alerts/", "GET"): Access("read", lambda o: f"/api/v1/runs/{o.run}/alerts/"),
     ("api/v1/runs/<int:pk>/live/", "GET"): Access("read", lambda o: f"/api/v1/runs/{o.run}/live/"),
     ("p/<slug:slug>/alerts/", "GET"): _page("read", lambda o: f"/p/{o.slug}/alerts/"),
-    ("p/<slug:slug>/alerts/", "POST"): _page("submit", lambda o: f"/p/{o.slug}/alerts/", ok=(302,), fmt="form",
-                                             body=lambda: ALERT_RULE, ok_location=f"/p/{OWN_SLUG}/alerts/"),
+    ("p/<slug:slug>/alerts/", "POST"): _page(
+        "submit",
+        lambda o: f"/p/{o.slug}/alerts/",
+        ok=(302,),
+        fmt="form",
+        body=lambda: ALERT_RULE,
+        ok_location=f"/p/{OWN_SLUG}/alerts/",
+    ),
     ("p/<slug:slug>/alerts/<int:pk>/edit/", "POST"): _page(
-        "submit", lambda o: f"/p/{o.slug}/alerts/{o.alert_rule}/edit/", ok=(302,), fmt="form",
-        body=lambda: {"name": "renamed", "threshold": "0.5"}, ok_location=f"/p/{OWN_SLUG}/alerts/"),
+        "submit",
+        lambda o: f"/p/{o.slug}/alerts/{o.alert_rule}/edit/",
+        ok=(302,),
+        fmt="form",
+        body=lambda: {"name": "renamed", "threshold": "0.5"},
+        ok_location=f"/p/{OWN_SLUG}/alerts/",
+    ),
     ("p/<slug:slug>/alerts/<int:pk>/secret/", "POST"): _page(
-        "submit", lambda o: f"/p/{o.slug}/alerts/{o.alert_rule}/secret/", ok=(302,), fmt="form",
-        ok_location=f"/p/{OWN_SLUG}/alerts/"),
+        "submit",
+        lambda o: f"/p/{o.slug}/alerts/{o.alert_rule}/secret/",
+        ok=(302,),
+        fmt="form",
+        ok_location=f"/p/{OWN_SLUG}/alerts/",
+    ),
     ("p/<slug:slug>/alerts/<int:pk>/delete/", "POST"): _page(
-        "submit", lambda o: f"/p/{o.slug}/alerts/{o.alert_rule}/delete/", ok=(302,), fmt="form",
-        ok_location=f"/p/{OWN_SLUG}/alerts/"),
+        "submit",
+        lambda o: f"/p/{o.slug}/alerts/{o.alert_rule}/delete/",
+        ok=(302,),
+        fmt="form",
+        ok_location=f"/p/{OWN_SLUG}/alerts/",
+    ),
     # --- API: signed certificates and the transparency log (keys, checkpoints, proofs are public) -----------------
     ("api/v1/keys/", "GET"): Access("public", lambda o: "/api/v1/keys/"),
     ("api/v1/log/checkpoint/", "GET"): Access("public", lambda o: "/api/v1/log/checkpoint/"),
@@ -379,9 +492,11 @@ ENDPOINTS: dict[tuple[str, str], Access] = {
     ("api/v1/log/key-events/", "GET"): Access("public", lambda o: "/api/v1/log/key-events/"),
     (".well-known/audit-portal-keys.json", "GET"): _page("public", lambda o: "/.well-known/audit-portal-keys.json"),
     ("api/v1/attestations/<str:kind>/<int:pk>/", "GET"): Access(
-        "read", lambda o: f"/api/v1/attestations/run_certificate/{o.certificate}/?files=0"),
+        "read", lambda o: f"/api/v1/attestations/run_certificate/{o.certificate}/?files=0"
+    ),
     ("api/v1/attestations/<str:kind>/<int:pk>/bundle/", "GET"): Access(
-        "read", lambda o: f"/api/v1/attestations/fidelity_report/{o.report}/bundle/"),
+        "read", lambda o: f"/api/v1/attestations/fidelity_report/{o.report}/bundle/"
+    ),
     # --- pages: dashboards ---------------------------------------------------------------------------------------
     ("", "GET"): _page("user", lambda o: "/", ok=(302,), ok_location=f"/p/{OWN_SLUG}/"),
     ("p/<slug:slug>/", "GET"): _page("read", lambda o: f"/p/{o.slug}/"),
@@ -389,57 +504,85 @@ ENDPOINTS: dict[tuple[str, str], Access] = {
     ("p/<slug:slug>/uploads/<int:pk>/", "GET"): _page("read", lambda o: f"/p/{o.slug}/uploads/{o.upload}/"),
     ("p/<slug:slug>/runs/", "GET"): _page("read", lambda o: f"/p/{o.slug}/runs/"),
     ("p/<slug:slug>/runs/<int:pk>/", "GET"): _page("read", lambda o: f"/p/{o.slug}/runs/{o.run}/"),
-    ("p/<slug:slug>/runs/<int:pk>/sequences/", "GET"): _page(
-        "read", lambda o: f"/p/{o.slug}/runs/{o.run}/sequences/"),
+    ("p/<slug:slug>/runs/<int:pk>/sequences/", "GET"): _page("read", lambda o: f"/p/{o.slug}/runs/{o.run}/sequences/"),
     ("glossary/", "GET"): _page("user", lambda o: "/glossary/"),
     ("p/<slug:slug>/compare/", "GET"): _page(
-        "read", lambda o: f"/p/{o.slug}/compare/?a={o.certificate}&b={o.certificate}"),
+        "read", lambda o: f"/p/{o.slug}/compare/?a={o.certificate}&b={o.certificate}"
+    ),
     ("p/<slug:slug>/keys/", "GET"): _page("manage", lambda o: f"/p/{o.slug}/keys/"),
-    ("p/<slug:slug>/keys/", "POST"): _page("manage", lambda o: f"/p/{o.slug}/keys/", ok=(302,), fmt="form",
-                                           body=lambda: {"name": "from-page", "scopes": ["read"]},
-                                           ok_location=f"/p/{OWN_SLUG}/keys/"),
+    ("p/<slug:slug>/keys/", "POST"): _page(
+        "manage",
+        lambda o: f"/p/{o.slug}/keys/",
+        ok=(302,),
+        fmt="form",
+        body=lambda: {"name": "from-page", "scopes": ["read"]},
+        ok_location=f"/p/{OWN_SLUG}/keys/",
+    ),
     ("p/<slug:slug>/keys/<int:pk>/revoke/", "POST"): _page(
-        "manage", lambda o: f"/p/{o.slug}/keys/{o.victim_key}/revoke/", ok=(302,), fmt="form",
-        ok_location=f"/p/{OWN_SLUG}/keys/"),
+        "manage",
+        lambda o: f"/p/{o.slug}/keys/{o.victim_key}/revoke/",
+        ok=(302,),
+        fmt="form",
+        ok_location=f"/p/{OWN_SLUG}/keys/",
+    ),
     ("jobs/<int:pk>/", "GET"): _page("read", lambda o: f"/jobs/{o.job}/"),
     ("jobs/<int:pk>/result/", "GET"): _page("read", lambda o: f"/jobs/{o.job}/result/", ok=(302,)),
     # --- pages: fidelity ---------------------------------------------------------------------------------------------
     ("p/<slug:slug>/runs/<int:pk>/fidelity/", "GET"): _page("read", lambda o: f"/p/{o.slug}/runs/{o.run}/fidelity/"),
-    ("p/<slug:slug>/fidelity/calls/<int:pk>/", "GET"): _page(
-        "read", lambda o: f"/p/{o.slug}/fidelity/calls/{o.call}/"),
+    ("p/<slug:slug>/fidelity/calls/<int:pk>/", "GET"): _page("read", lambda o: f"/p/{o.slug}/fidelity/calls/{o.call}/"),
     ("p/<slug:slug>/fidelity/tokenizers/", "GET"): _page("read", lambda o: f"/p/{o.slug}/fidelity/tokenizers/"),
     ("p/<slug:slug>/fidelity/tokenizers/", "POST"): _page(
-        "submit", lambda o: f"/p/{o.slug}/fidelity/tokenizers/", ok=(302,), body=_tokenizer_body, fmt="multipart"),
+        "submit", lambda o: f"/p/{o.slug}/fidelity/tokenizers/", ok=(302,), body=_tokenizer_body, fmt="multipart"
+    ),
     # --- pages: training-step audits ----------------------------------------------------------------------------------
     ("p/<slug:slug>/training/", "GET"): _page("read", lambda o: f"/p/{o.slug}/training/"),
     ("p/<slug:slug>/training/", "POST"): _page(
-        "submit", lambda o: f"/p/{o.slug}/training/", ok=(302,), fmt="form",
-        body=lambda: {**TRAINING_TINY, "losses": ["ppo"]}, ok_location="/training/"),
-    ("p/<slug:slug>/training/<int:pk>/", "GET"): _page(
-        "read", lambda o: f"/p/{o.slug}/training/{o.training_audit}/"),
+        "submit",
+        lambda o: f"/p/{o.slug}/training/",
+        ok=(302,),
+        fmt="form",
+        body=lambda: {**TRAINING_TINY, "losses": ["ppo"]},
+        ok_location="/training/",
+    ),
+    ("p/<slug:slug>/training/<int:pk>/", "GET"): _page("read", lambda o: f"/p/{o.slug}/training/{o.training_audit}/"),
     # --- pages: kernels -------------------------------------------------------------------------------------------------
     ("contracts/", "GET"): _page("user", lambda o: "/contracts/"),
     ("contracts/<path:contract_id>/", "GET"): _page("user", lambda o: f"/contracts/{CONTRACT_CLASS}/"),
     ("p/<slug:slug>/kernels/", "GET"): _page("read", lambda o: f"/p/{o.slug}/kernels/"),
     ("p/<slug:slug>/kernels/submit/", "GET"): _page("read", lambda o: f"/p/{o.slug}/kernels/submit/"),
     ("p/<slug:slug>/kernels/submit/", "POST"): _page(
-        "submit", lambda o: f"/p/{o.slug}/kernels/submit/", ok=(302,), fmt="form",
+        "submit",
+        lambda o: f"/p/{o.slug}/kernels/submit/",
+        ok=(302,),
+        fmt="form",
         body=lambda: {"source": "import", "impl": "pkg.page_kernels", "contracts": [CONTRACT_CLASS], "device": "cpu"},
-        ok_location="/kernels/submissions/"),
+        ok_location="/kernels/submissions/",
+    ),
     ("p/<slug:slug>/kernels/implementations/<int:pk>/badge/", "POST"): _page(
-        "submit", lambda o: f"/p/{o.slug}/kernels/implementations/{o.implementation}/badge/", ok=(302,), fmt="form",
-        body=lambda: {"action": "publish"}, ok_location="/kernels/submissions/"),
+        "submit",
+        lambda o: f"/p/{o.slug}/kernels/implementations/{o.implementation}/badge/",
+        ok=(302,),
+        fmt="form",
+        body=lambda: {"action": "publish"},
+        ok_location="/kernels/submissions/",
+    ),
     ("p/<slug:slug>/kernels/diff/", "GET"): _page(
-        "read", lambda o: f"/p/{o.slug}/kernels/diff/?a={o.submission}&b={o.submission_b}"),
+        "read", lambda o: f"/p/{o.slug}/kernels/diff/?a={o.submission}&b={o.submission_b}"
+    ),
     ("p/<slug:slug>/kernels/submissions/<int:pk>/", "GET"): _page(
-        "read", lambda o: f"/p/{o.slug}/kernels/submissions/{o.submission}/"),
+        "read", lambda o: f"/p/{o.slug}/kernels/submissions/{o.submission}/"
+    ),
 }
 # Django's admin has its own staff-only gate (test_admin_is_staff_only); websockets are refused by their consumers
 # (tests/portal/test_consumers.py::test_strangers_and_anonymous_users_are_refused). Both are listed so that a new
 # route there is a decision too.
 ADMIN_PREFIX = "admin/"
-WEBSOCKETS = {"ws/jobs/<int:job_id>/", "ws/projects/<slug:slug>/feed/", "ws/runs/<int:run_id>/live/",
-              "ws/projects/<slug:slug>/alerts/"}
+WEBSOCKETS = {
+    "ws/jobs/<int:job_id>/",
+    "ws/projects/<slug:slug>/feed/",
+    "ws/runs/<int:run_id>/live/",
+    "ws/projects/<slug:slug>/alerts/",
+}
 METHODS = ("get", "post", "put", "patch", "delete")
 
 
@@ -482,8 +625,9 @@ def test_every_url_has_an_entry():
         "These URL patterns have no entry in the authorisation matrix (tests/portal/test_authz_matrix.py, ENDPOINTS):\n"
         + "\n".join(f"  ({route!r}, {method!r})" for route, method in missing)
         + "\nAdd one per route and method: the access level (public/user/read/submit/manage), a URL builder over "
-          "the world's own/foreign objects (extend Objects/_populate if it needs a new kind of object), and the "
-          "status an allowed caller gets.")
+        "the world's own/foreign objects (extend Objects/_populate if it needs a new kind of object), and the "
+        "status an allowed caller gets."
+    )
     assert not stale, f"entries for routes that no longer exist: {stale}"
     ws = {str(p.pattern) for p in websocket_urlpatterns}
     assert ws == WEBSOCKETS, f"websocket routes changed: {sorted(ws ^ WEBSOCKETS)}; add refusal tests for them"
@@ -534,7 +678,8 @@ def outcome(response, access: Access) -> str:
     errors = [m for m in get_messages(response.wsgi_request) if m.level == message_levels.ERROR]
     if access.kind == "api":
         return {401: "unauthenticated", 403: "denied", 404: "not_found"}.get(
-            status, "ok" if status in access.ok else f"status {status}")
+            status, "ok" if status in access.ok else f"status {status}"
+        )
     if status == 404:
         return "not_found"
     if status == 302 and location.startswith("/login/") and access.level != "public":
@@ -561,7 +706,9 @@ def test_access(world, route, method):
                 transaction.set_rollback(True)
             want, got = expected(access, principal, ownership), outcome(response, access)
             if got not in want:
-                wrong.append(f"{principal:12} {ownership:8} {method} {url}: expected {'/'.join(sorted(want))}, got {got}")
+                wrong.append(
+                    f"{principal:12} {ownership:8} {method} {url}: expected {'/'.join(sorted(want))}, got {got}"
+                )
             content = b"".join(response.streaming_content) if response.streaming else response.content
             if ownership == "own" and FOREIGN_SLUG.encode() in content:
                 wrong.append(f"{principal:12} {ownership:8} {method} {url}: the response names the foreign project")

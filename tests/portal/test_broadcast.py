@@ -1,5 +1,6 @@
 """audit_portal.core.broadcast.publish: every group is sent the message, and a failing channel layer never raises
 (the job, merge or alert being recorded must not fail because a page cannot be told)."""
+
 import logging
 
 from audit_portal.core import broadcast

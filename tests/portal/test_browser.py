@@ -1,5 +1,6 @@
 """A person in the system Chromium: signs in, uploads a run log by the drop zone's file picker, opens the
 validation job while it is still queued, and watches it finish live (no reload) once a worker starts."""
+
 from __future__ import annotations
 
 from celery.contrib.testing.worker import start_worker
@@ -53,8 +54,9 @@ class BrowserUploadTest(BrowserTestCase):
         self.screenshot("upload-error.png")
 
     def test_run_page_draws_the_certificate(self):
-        upload, _ = self.processed_upload("cert.jsonl.gz", gz(jsonl(records(trajectories=16))),
-                                          ("validate_upload", "certify_upload"))
+        upload, _ = self.processed_upload(
+            "cert.jsonl.gz", gz(jsonl(records(trajectories=16))), ("validate_upload", "certify_upload")
+        )
         page = self.page
         self.sign_in()
         page.goto(f"{self.live_server_url}/p/{self.project.slug}/runs/{upload.run_id}/")
@@ -69,10 +71,14 @@ class BrowserUploadTest(BrowserTestCase):
         self.screenshot("run-certificate.png")
 
     def test_compare_two_certificates_from_the_run_page(self):
-        a, _ = self.processed_upload("a.jsonl.gz", gz(jsonl(records(trajectories=8, seed=1))),
-                                     ("validate_upload", "certify_upload"))
-        b, _ = self.processed_upload("b.jsonl.gz", gz(jsonl(records(trajectories=8, seed=2, spike_rate=0.05))),
-                                     ("validate_upload", "certify_upload"))
+        a, _ = self.processed_upload(
+            "a.jsonl.gz", gz(jsonl(records(trajectories=8, seed=1))), ("validate_upload", "certify_upload")
+        )
+        b, _ = self.processed_upload(
+            "b.jsonl.gz",
+            gz(jsonl(records(trajectories=8, seed=2, spike_rate=0.05))),
+            ("validate_upload", "certify_upload"),
+        )
         page = self.page
         self.sign_in()
         page.goto(f"{self.live_server_url}/p/{self.project.slug}/runs/{a.run_id}/?certificate={a.certificate.pk}")

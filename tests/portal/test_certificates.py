@@ -1,5 +1,6 @@
 """Certification jobs store a run certificate with per-step and per-sequence summaries (bulk, never per
 token), idempotently; the REST API serves them scoped, filtered, compared and drawn."""
+
 import pytest
 
 from audit_portal.certificates.figures import MAX_POINTS, downsample
@@ -31,7 +32,8 @@ def test_certificate_summaries_match_the_run(api, project):
     assert SequenceSummary.objects.filter(certificate=certificate).count() == len(policy)
     assert certificate.tokens == sum(len(r["response"]["token_ids"]) for r in policy)
     assert sorted(StepAggregate.objects.filter(certificate=certificate).values_list("step", flat=True)) == sorted(
-        {r["step"] for r in policy})
+        {r["step"] for r in policy}
+    )
     with_eps = SequenceSummary.objects.filter(certificate=certificate, eps_hat__isnull=False).count()
     assert sum(certificate.histograms["eps"]["counts"]) == with_eps
     assert certificate.best_bound == certificate.bounds["best"] and certificate.caveats
@@ -105,8 +107,11 @@ def test_certificates_of_another_project_are_404(api, project, other_project):
 
     foreign = U.objects.create(project=other_project, original_name="x", sha256="f" * 64, size_bytes=1)
     certificate = services.complete(services.begin(foreign, {}), {"summary": {}, "bounds": {}})
-    for url in [f"/api/v1/certificates/{certificate.pk}/", f"/api/v1/certificates/{certificate.pk}/sequences/",
-                f"/api/v1/certificates/{certificate.pk}/figures/"]:
+    for url in [
+        f"/api/v1/certificates/{certificate.pk}/",
+        f"/api/v1/certificates/{certificate.pk}/sequences/",
+        f"/api/v1/certificates/{certificate.pk}/figures/",
+    ]:
         assert api.get(url).status_code == 404, url
 
 

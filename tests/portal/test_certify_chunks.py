@@ -2,6 +2,7 @@
 run by hand in a hostile order — reversed, one delivered twice, some lost with their worker — and the stored
 certificate must equal the one-pass certificate of the same file, with every sequence stored once. The same flow
 on real worker processes (two of them, and one SIGKILLed mid-run) is tests/portal/test_certify_chunks_workers.py."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -45,8 +46,9 @@ def run_records():
 def sent(monkeypatch):
     """The chunk tasks the planner sends, captured instead of queued."""
     calls: list = []
-    monkeypatch.setattr(certificate_tasks.certify_chunk, "apply_async",
-                        lambda args, queue=None: calls.append(list(args)))
+    monkeypatch.setattr(
+        certificate_tasks.certify_chunk, "apply_async", lambda args, queue=None: calls.append(list(args))
+    )
     return calls
 
 
@@ -61,8 +63,11 @@ def assert_equals_one_pass(upload, job):
     keys = ("step", "sequences", "tokens", "accepted", "eps_hat_max", "eps_hat_mean", "mean_k3", "metrics")
     steps = list(StepAggregate.objects.filter(certificate=certificate).order_by("step").values(*keys))
     assert steps == [{k: s[k] for k in keys} for s in expected["steps"]]
-    stored = list(SequenceSummary.objects.filter(certificate=certificate).order_by("line").values_list(
-        "line", "status", "eps_hat"))
+    stored = list(
+        SequenceSummary.objects.filter(certificate=certificate)
+        .order_by("line")
+        .values_list("line", "status", "eps_hat")
+    )
     assert stored == [(r["line"], r["status"], r["eps_hat"]) for r in expected_rows]  # each sequence once
     with_eps = sum(1 for r in expected_rows if r["eps_hat"] is not None)
     assert sum(certificate.histograms["eps"]["counts"]) == with_eps

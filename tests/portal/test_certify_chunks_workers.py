@@ -3,6 +3,7 @@ two worker processes share the chunks of one run and store the one-pass certific
 SIGKILLed while it certifies costs that chunk only (the broker redelivers it: acks late, reject on worker lost) and
 the certificate is still exact, every sequence stored once. The uploads are validated in pieces by the same workers
 and merged into the one-pass summary. Small file, small chunks (CERTIFY_CHUNK_BYTES, VALIDATE_CHUNK_BYTES)."""
+
 from __future__ import annotations
 
 import os
@@ -77,8 +78,10 @@ def test_two_worker_processes_store_the_one_pass_certificate(api, project, setti
     assert len(set(workers)) == 2, workers  # both processes certified some of them
     assert_equals_one_pass(upload, job)
     validation = Job.objects.get(subject_id=upload.pk, kind="validate_upload")  # validated in pieces, merged
-    assert validation.result["pieces"] >= 4 and ValidationPiece.objects.filter(job=validation).count() == \
-        validation.result["pieces"]
+    assert (
+        validation.result["pieces"] >= 4
+        and ValidationPiece.objects.filter(job=validation).count() == validation.result["pieces"]
+    )
     upload.refresh_from_db()
     assert upload.validation == validate_file(runs.artifact_path(upload.storage_name), max_errors=20)
 
@@ -114,8 +117,9 @@ def kill_inside_a_chunk(worker_pid: int) -> None:
     assert not has_loaded_torch(worker_pid)  # else a fresh pool process would map libtorch before any task
     [warm] = pool_children(worker_pid)
     os.kill(warm, signal.SIGKILL)
-    assert wait_for(lambda: any(pid != warm and has_loaded_torch(pid) for pid in pool_children(worker_pid)), 120), \
+    assert wait_for(lambda: any(pid != warm and has_loaded_torch(pid) for pid in pool_children(worker_pid)), 120), (
         "the replacement pool process took no chunk (were they all certified before the first kill?)"
+    )
     [cold] = pool_children(worker_pid)
     os.kill(cold, signal.SIGKILL)
 

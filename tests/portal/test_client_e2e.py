@@ -1,6 +1,7 @@
 """The client library (client/audit_portal_client) against a running portal: a real HTTP server (pytest-django's
 live server), a real Celery worker, uploads through the API. The portal goes down mid-run (a TCP proxy in front of
 it stops accepting) and everything logged reaches it afterwards; the CLI's exit codes; the budget gate."""
+
 from __future__ import annotations
 
 import socket
@@ -105,10 +106,17 @@ def step_batch(step, B=4, T=24, K=5, seed=0):
     y = ids[..., 0]
     mask = (np.arange(T)[None, :] < rng.integers(T // 2, T + 1, (B, 1))).astype(np.int8)
     take = lambda a, i: np.take_along_axis(a, i, -1)
-    return dict(rollout_logprobs=take(lp, y[..., None])[..., 0], trainer_logprobs=take(lq, y[..., None])[..., 0],
-                response_mask=mask, response_ids=y, prompt_ids=rng.integers(0, 50, (B, 6)),
-                rollout_topk_ids=ids, rollout_topk_logprobs=take(lp, ids), trainer_topk_ids=ids,
-                trainer_topk_logprobs=take(lq, ids))
+    return dict(
+        rollout_logprobs=take(lp, y[..., None])[..., 0],
+        trainer_logprobs=take(lq, y[..., None])[..., 0],
+        response_mask=mask,
+        response_ids=y,
+        prompt_ids=rng.integers(0, 50, (B, 6)),
+        rollout_topk_ids=ids,
+        rollout_topk_logprobs=take(lp, ids),
+        trainer_topk_ids=ids,
+        trainer_topk_logprobs=take(lq, ids),
+    )
 
 
 def test_client_schema_is_the_engine_schema():
@@ -118,8 +126,9 @@ def test_client_schema_is_the_engine_schema():
         assert arrow_schema(ft).equals(engine_schema(ft), check_metadata=True)
 
 
-def test_portal_down_mid_run_then_everything_uploaded_and_certified(live_server, project, owner, submit_token, tmp_path,
-                                                                    client):
+def test_portal_down_mid_run_then_everything_uploaded_and_certified(
+    live_server, project, owner, submit_token, tmp_path, client
+):
     import workers.tasks  # noqa: F401 - registers the tasks, as `celery -A` would
 
     django_client = client
@@ -146,8 +155,13 @@ def test_portal_down_mid_run_then_everything_uploaded_and_certified(live_server,
         assert len(status["uploads"]) == 1 and len(status["waiting"]) == 1
         proxy.start()  # back
         result = run.finish(timeout=240)
-        assert wait_for(lambda: all(j.is_terminal for j in __import__("audit_portal.jobs.models", fromlist=["Job"])
-                                    .Job.objects.filter(project=project)), 240)
+        assert wait_for(
+            lambda: all(
+                j.is_terminal
+                for j in __import__("audit_portal.jobs.models", fromlist=["Job"]).Job.objects.filter(project=project)
+            ),
+            240,
+        )
     assert len(run.status()["uploads"]) == 3 and not run.status()["waiting"]
     assert not list((tmp_path / "spool").glob("seg-*.parquet"))  # confirmed uploads are cleaned from the spool
     # the run's certificate is its live view: every segment merged once, nothing uploaded twice
@@ -166,14 +180,16 @@ def test_portal_down_mid_run_then_everything_uploaded_and_certified(live_server,
     # per-step metrics of every segment's certificate: computed by the engine from what the client logged
     b0 = step_batch(0)
     m = b0["response_mask"].astype(bool)
-    d = (b0["trainer_logprobs"].astype(np.float32).astype(float) - b0["rollout_logprobs"].astype(np.float32)
-         .astype(float))[m]
+    d = (
+        b0["trainer_logprobs"].astype(np.float32).astype(float)
+        - b0["rollout_logprobs"].astype(np.float32).astype(float)
+    )[m]
     cert0 = RunCertificate.objects.get(upload__in=segs, steps__step=0)
     step0 = cert0.steps.get(step=0).metrics
     assert step0["tokens"] == m.sum()
     assert step0["k3"] == pytest.approx(np.mean(np.exp(d) - 1 - d), rel=1e-6)
     assert step0["abs_diff_mean"] == pytest.approx(np.abs(d).mean(), rel=1e-6)
-    page = django_client.get(result.url[len(proxy.url):])
+    page = django_client.get(result.url[len(proxy.url) :])
     assert page.status_code == 200
     # budget gate: the same run, resumed from its spool by another process, against a budget below its B*
     if not result.best_bound or result.best_bound <= 0:
@@ -188,7 +204,7 @@ def test_portal_down_mid_run_then_everything_uploaded_and_certified(live_server,
 
 
 def test_cli_upload_wait_budget_and_status_exit_codes(live_server, project, submit_token, tmp_path, capsys):
-    import workers.tasks  # noqa: F401
+    import workers.tasks  # noqa: F401 - registers the Celery tasks the live worker runs
 
     from audit_portal_client.fcr import RecordMeta, step_table
     import pyarrow.parquet as pq
@@ -200,8 +216,13 @@ def test_cli_upload_wait_budget_and_status_exit_codes(live_server, project, subm
     up_id = int(capsys.readouterr().out.split()[1])
     assert cli_main(base + ["status", str(up_id)]) == 4  # no worker yet: still processing
     with start_worker(app, pool="solo", perform_ping_check=False, queues=["cpu"], shutdown_timeout=30):
-        assert cli_main(base + ["upload", str(path), "--project", project.slug, "--quiet", "--budget", "1e-9",
-                                "--timeout", "240"]) == 2  # same bytes: the first upload's certificate, over budget
+        assert (
+            cli_main(
+                base
+                + ["upload", str(path), "--project", project.slug, "--quiet", "--budget", "1e-9", "--timeout", "240"]
+            )
+            == 2
+        )  # same bytes: the first upload's certificate, over budget
         out = capsys.readouterr().out
         assert "B*=" in out and f"/p/{project.slug}/runs/" in out
         assert cli_main(base + ["status", str(up_id), "--budget", "1e6"]) == 0, capsys.readouterr()
@@ -209,8 +230,24 @@ def test_cli_upload_wait_budget_and_status_exit_codes(live_server, project, subm
     bad.write_text('{"schema": "fcr/1"}\n')
     assert cli_main(base + ["upload", str(bad), "--project", project.slug, "--quiet"]) == 1
     assert "run_id" in capsys.readouterr().err
-    assert cli_main(["--url", "http://127.0.0.1:9", "--api-key", "x", "upload", str(path), "--project", "p",
-                     "--quiet", "--timeout", "2"]) == 3
+    assert (
+        cli_main(
+            [
+                "--url",
+                "http://127.0.0.1:9",
+                "--api-key",
+                "x",
+                "upload",
+                str(path),
+                "--project",
+                "p",
+                "--quiet",
+                "--timeout",
+                "2",
+            ]
+        )
+        == 3
+    )
     assert cli_main(["upload", str(path)]) == 64
 
 
@@ -218,15 +255,16 @@ def test_trl_grpo_steps_through_the_client_reach_a_certificate(live_server, proj
     """Two real GRPOTrainer steps (TRL, tiny random Llama built from a config, CPU) logged by the callback, uploaded
     to the running portal, certified."""
     pytest.importorskip("trl")
-    import workers.tasks  # noqa: F401
+    import workers.tasks  # noqa: F401 - registers the Celery tasks the live worker runs
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "client" / "tests"))
     from tiny_grpo import tiny_grpo_trainer
 
     from audit_portal_client.integrations.trl import AuditPortalCallback
 
-    run = Client(live_server.url, submit_token).run(project.slug, "trl-grpo", spool_dir=tmp_path / "spool",
-                                                    segment_steps=1)
+    run = Client(live_server.url, submit_token).run(
+        project.slug, "trl-grpo", spool_dir=tmp_path / "spool", segment_steps=1
+    )
     trainer = tiny_grpo_trainer(tmp_path / "out")
     cb = AuditPortalCallback(run, finish_timeout=240).attach(trainer)
     with start_worker(app, pool="solo", perform_ping_check=False, queues=["cpu"], shutdown_timeout=30):
@@ -242,7 +280,7 @@ def test_trl_grpo_steps_through_the_client_reach_a_certificate(live_server, proj
 def test_real_verl_dataproto_through_the_client_reaches_a_certificate(live_server, project, submit_token, tmp_path):
     """A real verl DataProto (when verl imports here; see client/tests/test_verl.py) through the install() hook."""
     protocol = pytest.importorskip("verl.protocol", reason="verl is not installable in this environment")
-    import workers.tasks  # noqa: F401
+    import workers.tasks  # noqa: F401 - registers the Celery tasks the live worker runs
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "client" / "tests"))
     from test_verl import verl_batch
@@ -256,8 +294,9 @@ def test_real_verl_dataproto_through_the_client_reaches_a_certificate(live_serve
 
         for step in range(2):
             tensors, non_tensors, meta = verl_batch(seed=step)
-            calculate_debug_metrics(protocol.DataProto.from_dict(tensors=tensors, non_tensors=non_tensors,
-                                                                 meta_info={"global_steps": step}))
+            calculate_debug_metrics(
+                protocol.DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info={"global_steps": step})
+            )
     finally:
         remove()
     with start_worker(app, pool="solo", perform_ping_check=False, queues=["cpu"], shutdown_timeout=30):

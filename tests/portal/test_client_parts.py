@@ -2,6 +2,7 @@
 as an upload session, the connection is lost at 60 % of the parts, the same call again sends only the missing ones,
 and the upload is validated and certified with the file's SHA-256. (Without a portal: client/tests/
 test_upload_parts.py.)"""
+
 from __future__ import annotations
 
 import hashlib
@@ -27,8 +28,9 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 PART = 4096
 
 
-def test_an_upload_in_parts_interrupted_at_60_percent_resumes_and_certifies(live_server, project, submit_token,
-                                                                              tmp_path, monkeypatch):
+def test_an_upload_in_parts_interrupted_at_60_percent_resumes_and_certifies(
+    live_server, project, submit_token, tmp_path, monkeypatch
+):
     import workers.tasks  # noqa: F401 - registers the tasks, as `celery -A` would
 
     monkeypatch.setattr(chunked, "PART_BYTES", PART)

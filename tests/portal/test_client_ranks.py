@@ -2,6 +2,7 @@
 two at once in one process, a third started after the first finished — each keep their own spool and send their
 rank with every segment; the portal merges their sequences by step, and the live view (the run's certificate) is the
 one-pass certificate of every rank's records together."""
+
 from __future__ import annotations
 
 import sys
@@ -26,9 +27,10 @@ from audit_portal_client import Client
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
-def test_ranks_of_one_run_in_one_process_all_reach_the_live_view(live_server, project, submit_token, tmp_path,
-                                                                  monkeypatch):
-    import workers.tasks  # noqa: F401
+def test_ranks_of_one_run_in_one_process_all_reach_the_live_view(
+    live_server, project, submit_token, tmp_path, monkeypatch
+):
+    import workers.tasks  # noqa: F401 - registers the Celery tasks the live worker runs
     from workers.certify import certify_file
 
     monkeypatch.setenv("AUDIT_PORTAL_SPOOL", str(tmp_path / "spools"))  # the default spool path of every rank

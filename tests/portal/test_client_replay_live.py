@@ -4,6 +4,7 @@ client reads the verdict through the API — PASS returns the certificate, one c
 ``ReplayFailed`` naming the call and the layer, and a run without routes raises with NOT_DECLARED. The CLI's
 ``upload --require-replay`` gives the same verdicts as exit codes (0 / 5). The trainer routes travel as a difference
 from the rollout's (trainer_routes_delta), so this also checks the delta end to end."""
+
 from __future__ import annotations
 
 import sys
@@ -63,10 +64,23 @@ def test_finish_require_replay_against_the_running_portal(live_server, project, 
             corrupted.finish(timeout=240, require_replay=True)
         with pytest.raises(ReplayFailed) as undeclared:
             plain.finish(timeout=240, require_replay=True)
-        cli = ["--url", live_server.url, "--api-key", submit_token, "upload", "--project", project.slug, "--quiet",
-               "--require-replay", "--timeout", "240"]
-        for name, batch, code in (("held.parquet", routed_step(5), EXIT_OK),
-                                  ("bad.parquet", routed_step(5, corrupt=(0, 3, 1)), EXIT_REPLAY)):
+        cli = [
+            "--url",
+            live_server.url,
+            "--api-key",
+            submit_token,
+            "upload",
+            "--project",
+            project.slug,
+            "--quiet",
+            "--require-replay",
+            "--timeout",
+            "240",
+        ]
+        for name, batch, code in (
+            ("held.parquet", routed_step(5), EXIT_OK),
+            ("bad.parquet", routed_step(5, corrupt=(0, 3, 1)), EXIT_REPLAY),
+        ):
             pq.write_table(step_table(RecordMeta(run_id="cli"), 5, **batch), tmp_path / name)
             assert cli_main(cli + [str(tmp_path / name)]) == code, capsys.readouterr()
         out = capsys.readouterr()

@@ -3,6 +3,7 @@
 certificate of the uninterrupted run; gradient accumulation logs micro-batches under one step and every segment
 is merged into the live view (which is the run's certificate); a refused key fails at start and the same spool is
 uploaded later with the right key by ``audit-portal sync``."""
+
 from __future__ import annotations
 
 import sys
@@ -28,8 +29,17 @@ from audit_portal_client.cli import main as cli_main
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
-NUMBERS = ("sequences", "tokens", "accepted", "acceptance_rate", "eps_hat", "delta_hat", "T_ref", "threshold",
-           "data_errors")
+NUMBERS = (
+    "sequences",
+    "tokens",
+    "accepted",
+    "acceptance_rate",
+    "eps_hat",
+    "delta_hat",
+    "T_ref",
+    "threshold",
+    "data_errors",
+)
 
 
 def same_certificate(a: dict, b: dict):
@@ -40,10 +50,11 @@ def same_certificate(a: dict, b: dict):
     assert a["series"] == b["series"] and a["steps"] == b["steps"]
 
 
-def test_trl_killed_and_resumed_from_its_checkpoint_certifies_like_an_uninterrupted_run(live_server, project,
-                                                                                       submit_token, tmp_path):
+def test_trl_killed_and_resumed_from_its_checkpoint_certifies_like_an_uninterrupted_run(
+    live_server, project, submit_token, tmp_path
+):
     pytest.importorskip("trl")
-    import workers.tasks  # noqa: F401
+    import workers.tasks  # noqa: F401 - registers the Celery tasks the live worker runs
     from tiny_grpo import tiny_grpo_trainer
     from transformers import TrainerCallback
 
@@ -76,8 +87,7 @@ def test_trl_killed_and_resumed_from_its_checkpoint_certifies_like_an_uninterrup
         first._thread.join()
         del first
         # a new process resumes the run and the trainer resumes from checkpoint-2: steps 2-4 run again
-        second = client.run(project.slug, "trl-resumed", spool_dir=tmp_path / "resumed", segment_steps=1,
-                            resume=True)
+        second = client.run(project.slug, "trl-resumed", spool_dir=tmp_path / "resumed", segment_steps=1, resume=True)
         trainer = tiny_grpo_trainer(tmp_path / "out-resumed", max_steps=5, save_steps=2)
         cb2 = AuditPortalCallback(second, finish_timeout=240).attach(trainer)
         trainer.train(resume_from_checkpoint=str(tmp_path / "out-resumed" / "checkpoint-2"))
@@ -92,10 +102,11 @@ def test_trl_killed_and_resumed_from_its_checkpoint_certifies_like_an_uninterrup
     assert run.state == "finished" and run.missing_steps == []
 
 
-def test_trl_gradient_accumulation_every_micro_batch_reaches_the_live_view(live_server, project, submit_token,
-                                                                          tmp_path):
+def test_trl_gradient_accumulation_every_micro_batch_reaches_the_live_view(
+    live_server, project, submit_token, tmp_path
+):
     pytest.importorskip("trl")
-    import workers.tasks  # noqa: F401
+    import workers.tasks  # noqa: F401 - registers the Celery tasks the live worker runs
     from tiny_grpo import tiny_grpo_trainer
 
     from audit_portal_client.integrations.trl import AuditPortalCallback
@@ -141,9 +152,10 @@ def test_the_portal_merges_every_segment_the_client_cuts(tmp_path, accumulation,
     assert merged == logged == 9 * accumulation * 4 and live.steps == list(range(9))
 
 
-def test_a_refused_key_fails_at_start_and_the_same_spool_syncs_with_the_right_key(live_server, project, submit_token,
-                                                                                 tmp_path, capsys):
-    import workers.tasks  # noqa: F401
+def test_a_refused_key_fails_at_start_and_the_same_spool_syncs_with_the_right_key(
+    live_server, project, submit_token, tmp_path, capsys
+):
+    import workers.tasks  # noqa: F401 - registers the Celery tasks the live worker runs
 
     with pytest.raises(PortalError, match="401") as refused:
         Client(live_server.url, "not-a-key").run(project.slug, "keyed", spool_dir=tmp_path / "spool")
@@ -162,8 +174,9 @@ def test_a_refused_key_fails_at_start_and_the_same_spool_syncs_with_the_right_ke
         run.finish(timeout=30)
     assert len(list((tmp_path / "spool").glob("seg-*.parquet"))) == 3 and not run.status()["rejected"]
     with start_worker(app, pool="solo", perform_ping_check=False, queues=["cpu"], shutdown_timeout=30):
-        code = cli_main(["--url", live_server.url, "--api-key", submit_token, "sync", str(tmp_path / "spool"),
-                         "--timeout", "240"])
+        code = cli_main(
+            ["--url", live_server.url, "--api-key", submit_token, "sync", str(tmp_path / "spool"), "--timeout", "240"]
+        )
     out = capsys.readouterr()
     assert code == 0, out.err
     assert "5 step(s), 20 sequence(s)" in out.out and "missing steps: none" in out.out
@@ -172,14 +185,14 @@ def test_a_refused_key_fails_at_start_and_the_same_spool_syncs_with_the_right_ke
     assert np.isfinite(PortalRun.objects.get(project=project, name="keyed").live.certificate["bounds"]["best"])
 
 
-def test_trl_with_a_full_disk_trains_on_and_the_certificate_names_the_missing_steps(live_server, project,
-                                                                                   submit_token, tmp_path,
-                                                                                   monkeypatch):
+def test_trl_with_a_full_disk_trains_on_and_the_certificate_names_the_missing_steps(
+    live_server, project, submit_token, tmp_path, monkeypatch
+):
     pytest.importorskip("trl")
     import errno
 
     import pyarrow.parquet as pq
-    import workers.tasks  # noqa: F401
+    import workers.tasks  # noqa: F401 - registers the Celery tasks the live worker runs
     from tiny_grpo import tiny_grpo_trainer
 
     from audit_portal_client import run as run_module

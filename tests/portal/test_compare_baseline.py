@@ -1,5 +1,6 @@
 """The compare page with a chosen baseline (``?base=``: it goes first and every difference is relative to it) and the
 params diff (config keys whose values differ between the compared runs)."""
+
 from __future__ import annotations
 
 import re
@@ -63,8 +64,13 @@ def test_params_diff_on_the_page(client, owner, project):
 
 
 def test_params_diff_flattens_nesting_and_counts_missing_keys():
-    got = params_diff([{"optim": {"lr": 1, "beta": 0.9}, "seed": 1}, {"optim": {"lr": 2, "beta": 0.9}},
-                       {"optim": {"lr": 1, "beta": 0.9}, "seed": 1}])
+    got = params_diff(
+        [
+            {"optim": {"lr": 1, "beta": 0.9}, "seed": 1},
+            {"optim": {"lr": 2, "beta": 0.9}},
+            {"optim": {"lr": 1, "beta": 0.9}, "seed": 1},
+        ]
+    )
     assert [r["key"] for r in got["rows"]] == ["optim.lr", "seed"] and got["same"] == 1 and got["keys"] == 3
     seed = got["rows"][1]["cells"]
     assert [c["text"] for c in seed] == ["1", "—", "1"] and [c["differs"] for c in seed] == [False, True, False]

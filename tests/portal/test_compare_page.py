@@ -1,6 +1,7 @@
 """The compare page: two of the project's certificates side by side — headline numbers with their differences and
 which way is better, every bound, the caveat, three figures on common axes; scoped to the project (a certificate
 of another project, or one still pending, is a 404); without two ids it is the choice form."""
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,9 @@ pytestmark = pytest.mark.django_db
 
 
 def figures_of(html: str) -> dict:
-    return json.loads(re.search(r'<script id="compare-figures" type="application/json">(.*?)</script>', html,
-                                re.S).group(1))
+    return json.loads(
+        re.search(r'<script id="compare-figures" type="application/json">(.*?)</script>', html, re.S).group(1)
+    )
 
 
 def test_two_certificates_side_by_side(api, project, client, owner):
@@ -47,8 +49,10 @@ def test_two_certificates_side_by_side(api, project, client, owner):
 
 
 def test_three_runs_by_name_each_against_the_first(api, project, client, owner):
-    certs = [certified(api, project, records(trajectories=5, seed=s, run_id=f"run-{s}", spike_rate=0.02 * s))[0]
-             for s in (1, 2, 3)]
+    certs = [
+        certified(api, project, records(trajectories=5, seed=s, run_id=f"run-{s}", spike_rate=0.02 * s))[0]
+        for s in (1, 2, 3)
+    ]
     client.force_login(owner)
     html = client.get(f"/p/{project.slug}/compare/", {"c": [c.pk for c in certs]}).content.decode()
     assert [t["name"] for t in figures_of(html)["steps"]["data"]] == ["run-1", "run-2", "run-3"]

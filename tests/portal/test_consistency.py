@@ -1,5 +1,6 @@
 """``manage.py check_consistency`` against a portal whose data was produced by the real upload path and the
 real tasks (run in-process), then broken on purpose: each break must be reported and fail the command."""
+
 import json
 import os
 import time
@@ -35,8 +36,9 @@ def run_check(*args) -> tuple[bool, str]:
 @pytest.fixture
 def processed(api, project, settings):
     """One upload taken through validation, certification and the fidelity audit by the real tasks."""
-    response = api.post(upload_url(project), {"file": as_file(gz(jsonl(records(trajectories=4))), "r.jsonl.gz")},
-                        format="multipart")
+    response = api.post(
+        upload_url(project), {"file": as_file(gz(jsonl(records(trajectories=4))), "r.jsonl.gz")}, format="multipart"
+    )
     assert response.status_code == 201, response.content
     upload = Upload.objects.get(pk=response.json()["id"])
     assert validate_upload(Job.objects.get(subject_id=upload.pk, kind="validate_upload").pk) == "succeeded"
@@ -130,7 +132,8 @@ def test_a_job_stuck_running_past_the_heartbeat_timeout_is_a_problem(processed, 
     ok, _ = run_check()
     assert ok  # a live job reporting recently is fine
     Job.objects.filter(pk=job.pk).update(
-        heartbeat_at=timezone.now() - timedelta(seconds=settings.JOB_HEARTBEAT_TIMEOUT_SECONDS + 60))
+        heartbeat_at=timezone.now() - timedelta(seconds=settings.JOB_HEARTBEAT_TIMEOUT_SECONDS + 60)
+    )
     ok, out = run_check()
     assert not ok and f"job {job.pk} (certify_upload) is running" in out and "stuck" in out
 
@@ -197,11 +200,21 @@ def test_jobs_runs_the_checks_each_app_registered_without_importing_the_apps():
     import inspect
 
     kinds = set(consistency._JOB_CHECKS)
-    assert {"validate_upload", "certify_upload", "fidelity_audit", "run_kernel_submission",
-            "calibrate_contracts"} <= kinds
+    assert {
+        "validate_upload",
+        "certify_upload",
+        "fidelity_audit",
+        "run_kernel_submission",
+        "calibrate_contracts",
+    } <= kinds
     owners = {fn.__module__ for fn in consistency._CHECKS} | {fn.__module__ for fn in consistency._JOB_CHECKS.values()}
-    assert {"audit_portal.runs.consistency", "audit_portal.certificates.consistency", "audit_portal.fidelity.consistency",
-            "audit_portal.kernels.consistency", "audit_portal.attestations.consistency"} <= owners
+    assert {
+        "audit_portal.runs.consistency",
+        "audit_portal.certificates.consistency",
+        "audit_portal.fidelity.consistency",
+        "audit_portal.kernels.consistency",
+        "audit_portal.attestations.consistency",
+    } <= owners
     source = inspect.getsource(consistency)
     for app in ("runs", "certificates", "fidelity", "kernels", "attestations", "training"):
         assert f"audit_portal.{app}" not in source.split('"""', 2)[2], app
@@ -212,8 +225,14 @@ def test_the_real_transparency_log_is_verified_and_a_forged_entry_is_caught(proc
 
     ok, out = run_check()
     assert ok and "transparency_log=1" in out, out
-    LogEntry.objects.create(index=LogEntry.objects.count(), leaf_hash="0" * 64, envelope="{}",
-                            predicate_type="forged", subject_kind=LogEntry._meta.get_field("subject_kind").choices[0][0],
-                            subject_id=processed.pk, key_id="nobody")
+    LogEntry.objects.create(
+        index=LogEntry.objects.count(),
+        leaf_hash="0" * 64,
+        envelope="{}",
+        predicate_type="forged",
+        subject_kind=LogEntry._meta.get_field("subject_kind").choices[0][0],
+        subject_id=processed.pk,
+        key_id="nobody",
+    )
     ok, out = run_check()
     assert not ok and "transparency log: entry" in out, out

@@ -1,4 +1,5 @@
 """Live progress over Channels: a subscriber gets the current state at once, then every change."""
+
 import pytest
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
@@ -54,7 +55,8 @@ def test_project_feed_streams_every_job_of_the_project(project, owner, settings)
         assert (await com.connect())[0]
         assert await com.receive_nothing(timeout=0.2)
         created = await database_sync_to_async(services.create_job)(
-            project=project, kind="test", task_name="x", title="new", enqueue=False)
+            project=project, kind="test", task_name="x", title="new", enqueue=False
+        )
         event = (await com.receive_json_from(timeout=5))["job"]
         assert event["id"] == created.pk and event["title"] == "new"
         await com.disconnect()
@@ -85,8 +87,11 @@ def test_strangers_and_anonymous_users_are_refused(job, other_project, member_of
     stranger = member_of(other_project, Role.OWNER, username="stranger")
 
     async def scenario():
-        for path, user, code in [(f"/ws/jobs/{job.pk}/", stranger, 4404), (f"/ws/jobs/{job.pk}/", AnonymousUser(), 4401),
-                                 ("/ws/projects/alpha/feed/", stranger, 4404)]:
+        for path, user, code in [
+            (f"/ws/jobs/{job.pk}/", stranger, 4404),
+            (f"/ws/jobs/{job.pk}/", AnonymousUser(), 4401),
+            ("/ws/projects/alpha/feed/", stranger, 4404),
+        ]:
             com = communicator(path, user)
             assert (await com.connect()) == (False, code)
             await com.disconnect()  # let the refused consumer finish before the loop closes

@@ -1,6 +1,7 @@
 """The contract page reads as a document: each of the eight parts as labelled lines in words (classes, tolerance
 levels, statistics with their units, the unit roundoff's value), links that land on glossary entries, no nested
 key/value dumps for the shipped contracts, and contract text escaped whatever it holds."""
+
 from __future__ import annotations
 
 import re
@@ -31,7 +32,10 @@ def test_every_field_of_every_shipped_contract_has_a_reader():
 def test_tolerance_reads_with_its_level_statistic_unit_and_unit_roundoff():
     spec = shipped_specs()["C-PRC-01.matmul.v0.2.0.yaml"]
     rows = dict(readable_part("tolerance", spec["parts"]["tolerance"])["rows"])
-    assert str(rows["Level"]) == '<a href="/glossary/#tolerance-level">T2</a> — a bound derived from rounding-error analysis'
+    assert (
+        str(rows["Level"])
+        == '<a href="/glossary/#tolerance-level">T2</a> — a bound derived from rounding-error analysis'
+    )
     assert "in units of u·‖aᵢ∘bⱼ‖₂" in str(rows["Statistic"])
     assert "u = 2**-24" in str(rows["Unit roundoff"]) and "≈ 5.96e-08" in str(rows["Unit roundoff"])
     scope = dict(readable_part("scope", spec["parts"]["scope"])["rows"])
@@ -43,8 +47,10 @@ def test_tolerance_reads_with_its_level_statistic_unit_and_unit_roundoff():
 
 
 def test_contract_text_is_escaped_and_unknown_fields_are_kept():
-    part = readable_part("identifier", {"title": "<script>alert(1)</script>", "class": "<b>x</b>",
-                                        "family": "<i>", "brand_new": {"k": "<img src=x>"}})
+    part = readable_part(
+        "identifier",
+        {"title": "<script>alert(1)</script>", "class": "<b>x</b>", "family": "<i>", "brand_new": {"k": "<img src=x>"}},
+    )
     html = " ".join(str(h) for _, h in part["rows"])
     assert "<script>" not in html and "&lt;script&gt;" in html and "<b>x</b>" not in html
     assert part["other"] == {"brand_new": {"k": "<img src=x>"}}  # shown as written (spec_value escapes it)
@@ -54,13 +60,13 @@ def test_contract_text_is_escaped_and_unknown_fields_are_kept():
 
 
 @pytest.mark.django_db
-def test_contract_page_shows_parts_in_words_with_glossary_links_and_no_dumps(client, owner, suite):  # noqa: F811
+def test_contract_page_shows_parts_in_words_with_glossary_links_and_no_dumps(client, owner, suite):  # noqa: F811 - the fixture, asked for by name
     client.force_login(owner)
     glossary = client.get("/glossary/").content.decode()
     entries = set(re.findall(r'<dt id="([^"]+)"', glossary))
     for cls in ("C-PRC-01", "C-EXC-02", "C-ORD-03", "C-CMP-02"):
         html = client.get(reverse("kernels:contract", args=[suite[cls].contract_id])).content.decode()
-        parts = html[html.index('<div class="parts">'):html.index('id="derivation"')]
+        parts = html[html.index('<div class="parts">') : html.index('id="derivation"')]
         for key, _ in PART_TITLES:
             assert f'id="part-{key}"' in parts
         assert 'class="kv spec"' not in parts and "Other fields" not in parts, cls  # no nested key/value dump

@@ -1,6 +1,7 @@
 """The pages work under the *enforced* Content-Security-Policy (as in production): in the system Chromium, the
 project page, the run page's Plotly figures, the fidelity page and a call drill-down, and the Swagger UI render with
 no CSP violation reported by the browser."""
+
 from __future__ import annotations
 
 from django.test import override_settings
@@ -46,8 +47,9 @@ class EnforcedCspBrowserTest(BrowserTestCase):
     def test_pages_render_under_the_enforced_policy(self):
         from audit_portal.fidelity.models import FidelityReport
 
-        upload, _ = self.processed_upload("csp.jsonl.gz", gz(jsonl(records(trajectories=6))),
-                                          ("validate_upload", "certify_upload", "fidelity_audit"))
+        upload, _ = self.processed_upload(
+            "csp.jsonl.gz", gz(jsonl(records(trajectories=6))), ("validate_upload", "certify_upload", "fidelity_audit")
+        )
         call = FidelityReport.objects.get(upload=upload).calls.order_by("line").first()
 
         self.context.add_init_script(RECORD_VIOLATIONS)

@@ -1,5 +1,6 @@
 """`manage.py check --deploy` is clean under audit_portal.settings_production, and the module refuses to load
 without the secrets and host names a deployment must provide."""
+
 from __future__ import annotations
 
 import importlib
@@ -22,8 +23,14 @@ DEPLOYMENT_UNSET = {"AUDIT_SECRET_KEY", "ALLOWED_HOSTS", "AUDIT_DEBUG", "DJANGO_
 def _check_deploy(settings_module: str, **env) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if k not in DEPLOYMENT_UNSET}
     environ.update(DJANGO_SETTINGS_MODULE=settings_module, **env)
-    return subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
-                          cwd=ROOT, env=environ, capture_output=True, text=True, timeout=240)
+    return subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=ROOT,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
 
 
 def test_check_deploy_is_clean_under_the_production_settings():
@@ -52,12 +59,15 @@ def _load_production(monkeypatch, **env):
         sys.modules.pop(PRODUCTION, None)
 
 
-@pytest.mark.parametrize("env,missing", [
-    ({"ALLOWED_HOSTS": "portal.example.com"}, "AUDIT_SECRET_KEY must be set"),
-    ({"AUDIT_SECRET_KEY": "k" * 20 + secrets.token_urlsafe(48)}, "ALLOWED_HOSTS must be set"),
-    ({"AUDIT_SECRET_KEY": "short-key", "ALLOWED_HOSTS": "portal.example.com"}, "too weak"),
-    ({"AUDIT_SECRET_KEY": secrets.token_urlsafe(64), "ALLOWED_HOSTS": "*"}, "'*' is not allowed"),
-])
+@pytest.mark.parametrize(
+    "env,missing",
+    [
+        ({"ALLOWED_HOSTS": "portal.example.com"}, "AUDIT_SECRET_KEY must be set"),
+        ({"AUDIT_SECRET_KEY": "k" * 20 + secrets.token_urlsafe(48)}, "ALLOWED_HOSTS must be set"),
+        ({"AUDIT_SECRET_KEY": "short-key", "ALLOWED_HOSTS": "portal.example.com"}, "too weak"),
+        ({"AUDIT_SECRET_KEY": secrets.token_urlsafe(64), "ALLOWED_HOSTS": "*"}, "'*' is not allowed"),
+    ],
+)
 def test_production_settings_refuse_to_load_without_secret_and_hosts(monkeypatch, env, missing):
     with pytest.raises(ImproperlyConfigured, match=missing):
         _load_production(monkeypatch, **env)

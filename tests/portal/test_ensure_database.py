@@ -1,5 +1,6 @@
 """``manage.py ensure_database`` (run by scripts/up before migrate): a missing database on a server that answers is
 created; an existing one is left alone; a server that does not answer is one clear error, not a traceback."""
+
 from __future__ import annotations
 
 import uuid

@@ -1,5 +1,6 @@
 """Production error pages: with DEBUG off a missing page is the portal's own 404 (never Django's list of URL
 patterns), a server error is the plain 500 page, and under /api/ both are JSON."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,5 +1,6 @@
 """REST endpoints of the fidelity audit: report, calls (filters, cursor pagination, bad parameters), a call's spans
 and tokens, the mask export, tokenizer upload/list; another project's data is 404; the pages render."""
+
 from __future__ import annotations
 
 import hashlib
@@ -83,7 +84,12 @@ def test_mask_download(api, report, tmp_path):
     path = tmp_path / "m.bin"
     path.write_bytes(b"".join(binary.streaming_content))
     assert path.read_bytes().startswith(b"FCRMASK1")
-    assert {c: m.astype(int).tolist() for c, m in read_masks(path)}["tD-0"] == [1, 1, 0, 1]  # Example D (docs/fcr.md): position 2 off
+    assert {c: m.astype(int).tolist() for c, m in read_masks(path)}["tD-0"] == [
+        1,
+        1,
+        0,
+        1,
+    ]  # Example D (docs/fcr.md): position 2 off
     bad = api.get(url + "?format=parquet")
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_parameter"
 
@@ -93,13 +99,19 @@ def test_another_projects_report_is_404(api, project, other_project, owner):
     from audit_portal.runs.models import Upload
 
     foreign = Upload.objects.create(project=other_project, original_name="x", sha256="e" * 64, size_bytes=1)
-    report = services.complete(services.begin(foreign, {}), {"verdict": "PASS", "coverage": {}},
-                               tokenizers={}, masks={})
+    report = services.complete(
+        services.begin(foreign, {}), {"verdict": "PASS", "coverage": {}}, tokenizers={}, masks={}
+    )
     services.add_calls(report, [{"line": 1, "call_id": "secret", "verdict": "verifiable", "spans": []}])
     call = FidelityCall.objects.get(report=report)
-    for url in [f"/api/v1/fidelity/reports/{report.pk}/", f"/api/v1/fidelity/reports/{report.pk}/calls/",
-                f"/api/v1/fidelity/reports/{report.pk}/masks/?format=jsonl", f"/api/v1/fidelity/calls/{call.pk}/",
-                f"/api/v1/projects/{other_project.slug}/tokenizers/", f"/api/v1/uploads/{foreign.pk}/fidelity/"]:
+    for url in [
+        f"/api/v1/fidelity/reports/{report.pk}/",
+        f"/api/v1/fidelity/reports/{report.pk}/calls/",
+        f"/api/v1/fidelity/reports/{report.pk}/masks/?format=jsonl",
+        f"/api/v1/fidelity/calls/{call.pk}/",
+        f"/api/v1/projects/{other_project.slug}/tokenizers/",
+        f"/api/v1/uploads/{foreign.pk}/fidelity/",
+    ]:
         assert api.get(url).status_code == 404, url
     # pages too, for a signed-in member of the first project only
     client = APIClient()
@@ -122,8 +134,9 @@ def test_tokenizer_upload_and_list(api, project):
     assert err["code"] == "invalid_tokenizer_json" and "not valid JSON" in err["message"] and "line 1" in err["message"]
     wrong = api.post(url, {"file": as_file(b'{"hello": "world"}', "tokenizer.json")}, format="multipart")
     assert wrong.status_code == 400 and "Hugging Face tokenizer.json" in wrong.json()["error"]["message"]
-    broken = api.post(url, {"file": as_file(b'{"model": {"type": "NoSuchModel"}}', "tokenizer.json")},
-                      format="multipart")
+    broken = api.post(
+        url, {"file": as_file(b'{"model": {"type": "NoSuchModel"}}', "tokenizer.json")}, format="multipart"
+    )
     assert broken.status_code == 400 and broken.json()["error"]["code"] == "invalid_tokenizer"
     assert api.post(url, {}, format="multipart").json()["error"]["code"] == "file_missing"
 
@@ -135,7 +148,9 @@ def test_tokenizer_upload_and_list(api, project):
     created = api.post(url, {"file": as_file(hf_bytes, "tokenizer.json"), "name": "toy-hf"}, format="multipart")
     assert created.status_code == 201, created.content
     body = created.json()
-    assert body["kind"] == "hf" and body["sha256"] == hashlib.sha256(hf_bytes).hexdigest()  # docs/fcr.md#conventions: the file bytes
+    assert (
+        body["kind"] == "hf" and body["sha256"] == hashlib.sha256(hf_bytes).hexdigest()
+    )  # docs/fcr.md#conventions: the file bytes
     again = api.post(url, {"file": as_file(hf_bytes, "copy.json")}, format="multipart")
     assert again.status_code == 200 and again.json()["id"] == body["id"]
     toy = register_toy(api, project)
@@ -149,10 +164,15 @@ def test_tokenizer_upload_and_list(api, project):
 
 def test_read_only_key_cannot_register_a_tokenizer(project, owner):
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION="Bearer " + issue_api_key(project=project, name="ro", scopes=["read"],
-                                                                     created_by=owner).token)
-    response = client.post(f"/api/v1/projects/{project.slug}/tokenizers/",
-                           {"file": as_file(TOY_VOCAB_TEXT.encode(), "v.json")}, format="multipart")
+    client.credentials(
+        HTTP_AUTHORIZATION="Bearer "
+        + issue_api_key(project=project, name="ro", scopes=["read"], created_by=owner).token
+    )
+    response = client.post(
+        f"/api/v1/projects/{project.slug}/tokenizers/",
+        {"file": as_file(TOY_VOCAB_TEXT.encode(), "v.json")},
+        format="multipart",
+    )
     assert response.status_code == 403
     assert client.get(f"/api/v1/projects/{project.slug}/tokenizers/").status_code == 200
 
@@ -167,13 +187,13 @@ def test_pages_render_for_a_member(client, api, project, member_of, report):
     assert "none matched" in html and TOY_TOKENIZER_SHA[:12] in html
     assert "/static/vendor/plotly-basic.min" in html and 'id="fid-figures"' in html
     filtered = client.get(f"/p/{project.slug}/runs/{report.run_id}/fidelity/?verdict=excluded").content.decode()
-    table = filtered[filtered.index('id="calls-table"'):]
+    table = filtered[filtered.index('id="calls-table"') :]
     assert "tA-bg-1</a>" in table and "tD-0</a>" not in table and "tA-0</a>" not in table
     bad = client.get(f"/p/{project.slug}/runs/{report.run_id}/fidelity/?reason=BOGUS")
     assert bad.status_code == 200 and "reason must be a reason code" in bad.content.decode()
     d = FidelityCall.objects.get(report=report, call_id="tD-0")
     call_html = client.get(f"/p/{project.slug}/fidelity/calls/{d.pk}/").content.decode()
-    assert call_html.count('data-pos=') == 4 and 'data-reasons="SENTINEL_LOGPROB"' in call_html
+    assert call_html.count("data-pos=") == 4 and 'data-reasons="SENTINEL_LOGPROB"' in call_html
     tokenizers = client.get(f"/p/{project.slug}/fidelity/tokenizers/")
     assert tokenizers.status_code == 200 and 'id="tokenizer-form"' in tokenizers.content.decode()
 
@@ -193,13 +213,19 @@ def test_fidelity_page_follows_a_running_audit_live(client, project, member_of, 
     when the socket is down) instead of needing a reload; finished jobs stay plain notices."""
     from audit_portal.jobs import services as job_services
 
-    running = job_services.create_job(project=project, kind="fidelity_audit", task_name="workers.tasks.fidelity_audit",
-                                      subject_kind="upload", subject_id=report.upload_id, enqueue=False)
+    running = job_services.create_job(
+        project=project,
+        kind="fidelity_audit",
+        task_name="workers.tasks.fidelity_audit",
+        subject_kind="upload",
+        subject_id=report.upload_id,
+        enqueue=False,
+    )
     job_services.start_job(running.pk)
     job_services.report_progress(running, 0.42, "auditing: 45% of the file read (line 9)")
     client.force_login(member_of(project, Role.MEMBER))
     html = client.get(f"/p/{project.slug}/runs/{report.run_id}/fidelity/").content.decode()
-    card = html[html.index("data-live-job"):][:2000]
+    card = html[html.index("data-live-job") :][:2000]
     assert f'data-socket="/ws/jobs/{running.pk}/"' in card and f'data-api="/api/v1/jobs/{running.pk}/"' in card
     assert 'data-state="running"' in card and "width: 42%" in card and "45% of the file read" in card
     assert "/static/js/fidelity.js" in html and "FidelityPage.followJobs()" in html

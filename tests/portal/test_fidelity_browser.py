@@ -2,6 +2,7 @@
 docs/fcr.md as the upload), sees the FAIL verdict and the one closed-failure violation, the figures drawn, then drills into the
 violating call: tokens decoded with the registered toy tokenizer (docs/fcr.md#toy-tokenizer), the sentinel position
 coloured and explained."""
+
 from __future__ import annotations
 
 import threading
@@ -22,8 +23,12 @@ class FidelityPageTest(BrowserTestCase):
     def audited_upload(self):
         from audit_portal.fidelity.services import register_tokenizer
 
-        register_tokenizer(project=self.project, data=TOY_VOCAB_TEXT.encode(), name="toy vocabulary", uploaded_by="fiona")
-        upload, outcomes = self.processed_upload("examples.jsonl", jsonl(examples()), ("validate_upload", "fidelity_audit"))
+        register_tokenizer(
+            project=self.project, data=TOY_VOCAB_TEXT.encode(), name="toy vocabulary", uploaded_by="fiona"
+        )
+        upload, outcomes = self.processed_upload(
+            "examples.jsonl", jsonl(examples()), ("validate_upload", "fidelity_audit")
+        )
         assert outcomes["fidelity_audit"] == "succeeded"
         return upload
 
@@ -37,8 +42,16 @@ class FidelityPageTest(BrowserTestCase):
         page.wait_for_function("document.body.dataset.figures === 'ready'")
         assert page.inner_text("#verdict-value") == "FAIL"
         assert page.inner_text("#cf-count") == "1"
-        for fig in ("fig-coverage", "fig-reasons-any", "fig-steps", "fig-trajectories", "fig-alignment", "fig-ledger",
-                    "fig-provenance", "fig-certificates"):
+        for fig in (
+            "fig-coverage",
+            "fig-reasons-any",
+            "fig-steps",
+            "fig-trajectories",
+            "fig-alignment",
+            "fig-ledger",
+            "fig-provenance",
+            "fig-certificates",
+        ):
             assert page.locator(f"#{fig} .main-svg").count() >= 1, fig
         assert "SENTINEL_LOGPROB" in page.inner_text("#fig-coverage")  # a stacked segment per exclusion reason
         assert "toy vocabulary" in page.inner_text("#tokenizer-card")
@@ -69,8 +82,14 @@ class FidelityPageTest(BrowserTestCase):
         from audit_portal.jobs import services as jobs
 
         upload = self.audited_upload()
-        job = jobs.create_job(project=self.project, kind="fidelity_audit", task_name="workers.tasks.fidelity_audit",
-                              subject_kind="upload", subject_id=upload.pk, enqueue=False)
+        job = jobs.create_job(
+            project=self.project,
+            kind="fidelity_audit",
+            task_name="workers.tasks.fidelity_audit",
+            subject_kind="upload",
+            subject_id=upload.pk,
+            enqueue=False,
+        )
         job = jobs.start_job(job.pk)
         jobs.report_progress(job, 0.1, "auditing: 10% of the file read (line 1)")
         page = self.page
@@ -78,6 +97,7 @@ class FidelityPageTest(BrowserTestCase):
         page.goto(f"{self.live_server_url}/p/{self.project.slug}/runs/{upload.run_id}/fidelity/")
         card = "[data-live-job]"
         assert page.inner_text(f"{card} [data-field=pct]") == "10%"
+
         def from_a_worker(fn, *args):  # as a worker thread would (the test's own thread runs the browser's loop)
             from django.db import connection
 
@@ -93,8 +113,9 @@ class FidelityPageTest(BrowserTestCase):
 
         page.wait_for_function("document.querySelector('[data-live-job] [data-field=dot]').classList.contains('on')")
         from_a_worker(jobs.report_progress, job, 0.6, "auditing: 66% of the file read (line 2)")
-        page.wait_for_function("document.querySelector('[data-live-job] [data-field=message]').textContent"
-                               ".includes('66%')", timeout=20000)
+        page.wait_for_function(
+            "document.querySelector('[data-live-job] [data-field=message]').textContent.includes('66%')", timeout=20000
+        )
         assert page.inner_text(f"{card} [data-field=pct]") == "60%"
         self.screenshot("fidelity-live-job.png")
         from_a_worker(jobs.finish_job, job, {})

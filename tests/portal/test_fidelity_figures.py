@@ -1,6 +1,7 @@
 """The fidelity page's histograms are binned on the server: a fully verifiable trajectory (share 1.0) is counted in
 the last bin (it used to fall outside plotly's half-open bins and vanish), and the payload is the bins, not one
 value per trajectory or call, however large the run."""
+
 from __future__ import annotations
 
 import pytest
@@ -23,8 +24,12 @@ def test_binned_closes_the_last_bin_and_keeps_every_value():
 
 def test_trajectory_histogram_counts_fully_verifiable_trajectories(api, project):
     report, _ = audited(api, project, examples())
-    per_trajectory = (report.calls.filter(role="policy").values("trajectory_id")
-                      .annotate(n=Sum("n_tokens"), v=Sum("verifiable_tokens")).filter(n__gt=0))
+    per_trajectory = (
+        report.calls.filter(role="policy")
+        .values("trajectory_id")
+        .annotate(n=Sum("n_tokens"), v=Sum("verifiable_tokens"))
+        .filter(n__gt=0)
+    )
     shares = sorted(r["v"] / r["n"] for r in per_trajectory)
     assert 1.0 in shares and len(shares) >= 2  # the worked examples have a fully and a partly verifiable one
     bars = trajectory_coverage(report)["data"][0]

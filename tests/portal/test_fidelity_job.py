@@ -1,6 +1,7 @@
 """The fidelity-audit job on real uploads: the worked examples A, C and D of docs/fcr.md as an
 uploaded file are the oracle; reruns replace rather than duplicate; the project's registered tokenizer is used when
 a record declares its hash; the loss-mask export lands in the artifact store in both formats."""
+
 from __future__ import annotations
 
 import copy
@@ -18,20 +19,31 @@ from .conftest import as_file, gz, jsonl, records, upload_url
 pytestmark = pytest.mark.django_db
 
 # ---------------------------------------------------------------------------------- worked examples of docs/fcr.md
-TOY_VOCAB_TEXT = ('{"0":"<|system|>","1":"<|user|>","10":"H","11":"AV","12":"ING","13":"HAV","2":"<|assistant|>",'
-                  '"20":"ls","21":" -la","22":"\\n","24":" -l","3":"<|end|>","33":"Title","34":":","35":" Listing",'
-                  '"40":"You","41":" are","42":" an","43":" agent","44":"List","45":" files","46":".","47":"Say",'
-                  '"48":" it"}')
+TOY_VOCAB_TEXT = (
+    '{"0":"<|system|>","1":"<|user|>","10":"H","11":"AV","12":"ING","13":"HAV","2":"<|assistant|>",'
+    '"20":"ls","21":" -la","22":"\\n","24":" -l","3":"<|end|>","33":"Title","34":":","35":" Listing",'
+    '"40":"You","41":" are","42":" an","43":" agent","44":"List","45":" files","46":".","47":"Say",'
+    '"48":" it"}'
+)
 TOY_TOKENIZER_SHA = "100487659ed21cf0c9ec3649a3e2d3ed74759bbb416eff4dab4f6c72a31accd8"
 TOY_TEMPLATE_SHA = "64caafe4aacf4c1466fa74060730180df25fd866303ee54059c14967ed5f6b68"
 TASK_LIST_FILES = "e700817c9d5ece144fe01c5bdfcc54007ca08434e37552df72e6702a25096c43"
 
-SHARED = {"schema": "fcr/1", "run_id": "run-toy", "step": 7,
-          "model": {"served_name": "toy-policy", "policy_version": 7},
-          "tokenizer": {"id": "toy", "sha256": TOY_TOKENIZER_SHA}, "chat_template": {"sha256": TOY_TEMPLATE_SHA},
-          "engine": {"name": "vllm", "api": "chat.completions", "logprobs_mode": "processed_logprobs",
-                     "generation_config_source": "request_only"},
-          "sampling": {"temperature": 1.0, "top_p": 1.0, "top_k": -1}}
+SHARED = {
+    "schema": "fcr/1",
+    "run_id": "run-toy",
+    "step": 7,
+    "model": {"served_name": "toy-policy", "policy_version": 7},
+    "tokenizer": {"id": "toy", "sha256": TOY_TOKENIZER_SHA},
+    "chat_template": {"sha256": TOY_TEMPLATE_SHA},
+    "engine": {
+        "name": "vllm",
+        "api": "chat.completions",
+        "logprobs_mode": "processed_logprobs",
+        "generation_config_source": "request_only",
+    },
+    "sampling": {"temperature": 1.0, "top_p": 1.0, "top_k": -1},
+}
 
 EXAMPLE_A = """{"trajectory_id":"tA","call_id":"tA-0","call_index":0,"role":"policy","role_source":"header","purpose":"main_loop",
  "prompt":{"token_ids":[0,40,41,42,43,46,3,1,44,45,3,2],"provenance":"engine",
@@ -77,15 +89,26 @@ def example_c() -> dict:
 def example_d() -> dict:
     """Example D (docs/fcr.md) in prose: Example A's prompt (root, task hashes match), response [20,24,22,3], a sentinel at 2."""
     a = json.loads(EXAMPLE_A)
-    return _record({
-        "trajectory_id": "tD", "call_id": "tD-0", "call_index": 0, "role": "policy", "role_source": "header",
-        "purpose": "main_loop", "prompt": a["prompt"],
-        "response": {"token_ids": [20, 24, 22, 3], "provenance": "engine",
-                     "ids_sha256": "2639a5f5ca370db0ca0517188fcf4fa87d361d1d7d4f6205647fa1598cea5b01",
-                     "usage_completion_tokens": 4},
-        "rollout": {"logprobs": [-0.2, -0.7, -9999.0, -0.01]},
-        "trainer": {"logprobs": [-0.21, -0.69, -3.2, -0.01], "loss_mask_used": [1, 1, 1, 1]},
-        "source": {"format": "vllm_openai_chat", "ref": "gateway.jsonl:3"}})
+    return _record(
+        {
+            "trajectory_id": "tD",
+            "call_id": "tD-0",
+            "call_index": 0,
+            "role": "policy",
+            "role_source": "header",
+            "purpose": "main_loop",
+            "prompt": a["prompt"],
+            "response": {
+                "token_ids": [20, 24, 22, 3],
+                "provenance": "engine",
+                "ids_sha256": "2639a5f5ca370db0ca0517188fcf4fa87d361d1d7d4f6205647fa1598cea5b01",
+                "usage_completion_tokens": 4,
+            },
+            "rollout": {"logprobs": [-0.2, -0.7, -9999.0, -0.01]},
+            "trainer": {"logprobs": [-0.21, -0.69, -3.2, -0.01], "loss_mask_used": [1, 1, 1, 1]},
+            "source": {"format": "vllm_openai_chat", "ref": "gateway.jsonl:3"},
+        }
+    )
 
 
 def examples() -> list[dict]:
@@ -103,19 +126,31 @@ def example_drift() -> dict:
     """The toy tokenizer (docs/fcr.md#toy-tokenizer): the engine sampled [10,11,12,3] while encode("HAVING<|end|>") = [13,12,3]; the text is logged, so R4
     needs the tokenizer (closed failure without one) and the drift diagnostic fires with it."""
     rec = _record(EXAMPLE_A, trajectory_id="tH", call_id="tH-0")
-    rec["response"] = {"token_ids": [10, 11, 12, 3], "provenance": "engine", "ids_sha256": ids_sha256([10, 11, 12, 3]),
-                       "text": "HAVING<|end|>", "usage_completion_tokens": 4}
+    rec["response"] = {
+        "token_ids": [10, 11, 12, 3],
+        "provenance": "engine",
+        "ids_sha256": ids_sha256([10, 11, 12, 3]),
+        "text": "HAVING<|end|>",
+        "usage_completion_tokens": 4,
+    }
     rec["rollout"] = {"logprobs": [-0.3, -0.2, -0.1, -0.01]}
-    rec["trainer"] = {"policy_version": 7, "logprobs": [-0.31, -0.21, -0.1, -0.01], "loss_mask_used": [1, 1, 1, 1],
-                      "sample_id": "tH-0"}
+    rec["trainer"] = {
+        "policy_version": 7,
+        "logprobs": [-0.31, -0.21, -0.1, -0.01],
+        "loss_mask_used": [1, 1, 1, 1],
+        "sample_id": "tH-0",
+    }
     return rec
 
 
 # ---------------------------------------------------------------------------------------------- helpers
 def audited(api, project, recs, *, compress=False, name="run.jsonl"):
     data = jsonl(recs)
-    response = api.post(upload_url(project), {"file": as_file(gz(data) if compress else data,
-                                                              name + (".gz" if compress else ""))}, format="multipart")
+    response = api.post(
+        upload_url(project),
+        {"file": as_file(gz(data) if compress else data, name + (".gz" if compress else ""))},
+        format="multipart",
+    )
     assert response.status_code == 201, response.content
     upload = Upload.objects.get(pk=response.json()["id"])
     validate_upload(Job.objects.get(subject_id=upload.pk, kind="validate_upload").pk)
@@ -125,9 +160,11 @@ def audited(api, project, recs, *, compress=False, name="run.jsonl"):
 
 
 def register_toy(api, project):
-    response = api.post(f"/api/v1/projects/{project.slug}/tokenizers/",
-                        {"file": as_file(TOY_VOCAB_TEXT.encode(), "toy-vocab.json"), "name": "toy"},
-                        format="multipart")
+    response = api.post(
+        f"/api/v1/projects/{project.slug}/tokenizers/",
+        {"file": as_file(TOY_VOCAB_TEXT.encode(), "toy-vocab.json"), "name": "toy"},
+        format="multipart",
+    )
     assert response.status_code == 201, response.content
     return response.json()
 
@@ -146,9 +183,11 @@ def test_worked_examples_give_the_spec_verdicts(api, project):
     assert c.closed_failure_violations == 0
     # Example D: partial, spans [0,2) ok, [2,3) SENTINEL_LOGPROB, [3,4) ok; median |Δ| = 0.01; one violation
     assert d.verdict == "partial"
-    assert d.span_dicts() == [{"start": 0, "end": 2, "verifiable": True, "reasons": []},
-                              {"start": 2, "end": 3, "verifiable": False, "reasons": ["SENTINEL_LOGPROB"]},
-                              {"start": 3, "end": 4, "verifiable": True, "reasons": []}]
+    assert d.span_dicts() == [
+        {"start": 0, "end": 2, "verifiable": True, "reasons": []},
+        {"start": 2, "end": 3, "verifiable": False, "reasons": ["SENTINEL_LOGPROB"]},
+        {"start": 3, "end": 4, "verifiable": True, "reasons": []},
+    ]
     assert d.alignment["median_abs_diff"] == pytest.approx(0.01, abs=1e-9) and d.closed_failure_violations == 1
     # run level: FAIL with exactly one closed-failure violation
     assert report.verdict == "FAIL" and report.closed_failure_violations == 1
@@ -166,7 +205,11 @@ def test_mask_export_in_both_formats(api, project, settings):
     from workers.fidelity import read_masks
 
     report, _ = audited(api, project, examples())
-    expected = {"tA-0": [1, 1, 1], "tA-bg-1": [0, 0], "tD-0": [1, 1, 0, 1]}  # verifiable ∧ policy (docs/fidelity-rules.md#definitions)
+    expected = {
+        "tA-0": [1, 1, 1],
+        "tA-bg-1": [0, 0],
+        "tD-0": [1, 1, 0, 1],
+    }  # verifiable ∧ policy (docs/fidelity-rules.md#definitions)
     for fmt in ("jsonl", "bin"):
         path = settings.ARTIFACT_ROOT / report.mask_export["files"][fmt]["storage_name"]
         assert str(path).startswith(str(settings.ARTIFACT_ROOT / "fidelity"))
@@ -190,7 +233,9 @@ def test_rerun_replaces_rather_than_duplicates(api, project, settings):
 
 def test_registered_tokenizer_is_used_for_drift_and_the_text_rule(api, project):
     body = register_toy(api, project)
-    assert body["sha256"] == TOY_TOKENIZER_SHA and body["kind"] == "toy_vocab"  # the toy tokenizer's documented hash (docs/fcr.md#toy-tokenizer)
+    assert (
+        body["sha256"] == TOY_TOKENIZER_SHA and body["kind"] == "toy_vocab"
+    )  # the toy tokenizer's documented hash (docs/fcr.md#toy-tokenizer)
     report, _ = audited(api, project, examples() + [example_drift()], name="with-tokenizer.jsonl")
     assert [t["sha256"] for t in report.tokenizers["used"]] == [TOY_TOKENIZER_SHA]
     assert report.tokenizers["unmatched"] == []
@@ -296,8 +341,9 @@ def test_call_rows_are_inserted_batch_by_batch_with_progress(api, project, monke
     monkeypatch.setattr(task, "CALL_BATCH", 5)
     inserts = []
     add_calls = services.add_calls
-    monkeypatch.setattr(services, "add_calls", lambda report, entries: inserts.append(len(entries)) or
-                        add_calls(report, entries))
+    monkeypatch.setattr(
+        services, "add_calls", lambda report, entries: inserts.append(len(entries)) or add_calls(report, entries)
+    )
     seen = []
     call = ProgressReporter.__call__
 
@@ -316,8 +362,13 @@ def test_call_rows_are_inserted_batch_by_batch_with_progress(api, project, monke
     engine = {e["line"]: e for e in audit_file(task.runs.artifact_path(report.upload.storage_name))["calls"]}
     for row in stored:
         e = engine[row.line]
-        assert (row.call_id, row.verdict, row.primary_reason, row.byte_offset, row.verifiable_tokens) == \
-            (e["call_id"], e["verdict"], e["primary_reason"] or "", e["byte_offset"], e["verifiable_tokens"])
+        assert (row.call_id, row.verdict, row.primary_reason, row.byte_offset, row.verifiable_tokens) == (
+            e["call_id"],
+            e["verdict"],
+            e["primary_reason"] or "",
+            e["byte_offset"],
+            e["verifiable_tokens"],
+        )
     fractions = [f for f, _ in seen if f is not None]
     assert all(a <= b for a, b in zip(fractions, fractions[1:]))
     reading = [f for f, m in seen if "of the file read" in m]

@@ -1,5 +1,6 @@
 """The fidelity page and API lead with coverage: a log with no verifiable policy token is shown as "PASS — nothing
 verifiable" under its coverage headline, never as a plain PASS; ``?min_coverage=`` gives CI a gate over a report."""
+
 from __future__ import annotations
 
 import copy
@@ -36,7 +37,7 @@ def test_nothing_verifiable_is_not_a_plain_pass(client, api, project, member_of)
     client.force_login(member_of(project, Role.MEMBER))
     html = client.get(f"/p/{project.slug}/runs/{report.run_id}/fidelity/").content.decode()
     assert 'id="fid-headline">0% of policy tokens verifiable (0 of 3)' in html
-    assert 'id="verdict-value">PASS — nothing verifiable<' in html and 'fid-verdict EMPTY' in html
+    assert 'id="verdict-value">PASS — nothing verifiable<' in html and "fid-verdict EMPTY" in html
     assert html.index('id="fid-headline"') < html.index('id="fid-verdict"')
 
 
@@ -47,4 +48,4 @@ def test_verifiable_report_passes_plainly_and_meets_its_gate(client, api, projec
     assert body["coverage_gate"] == {"min_coverage": 1.0, "met": True, "reasons": []}
     client.force_login(member_of(project, Role.MEMBER))
     html = client.get(f"/p/{project.slug}/runs/{report.run_id}/fidelity/").content.decode()
-    assert 'id="verdict-value">PASS<' in html and 'fid-verdict PASS' in html
+    assert 'id="verdict-value">PASS<' in html and "fid-verdict PASS" in html

@@ -1,5 +1,6 @@
 """The run page's figures are built once, by the certify job, and read on every visit for the certificate's own
 budget; another budget is built on request (and cached). Either way the JSON is the figures for that budget."""
+
 from __future__ import annotations
 
 import orjson
@@ -19,8 +20,16 @@ def test_the_certify_job_stores_the_run_pages_figures(api, project):
     assert path.exists()
     stored = orjson.loads(path.read_bytes())
     assert stored["budget"] == figures.default_budget(certificate)
-    assert set(stored) == {"budget", "bound_table", "bound_tightness", "steps", "step_metrics", "distributions",
-                           "token_status", "acceptance_by_length"}
+    assert set(stored) == {
+        "budget",
+        "bound_table",
+        "bound_tightness",
+        "steps",
+        "step_metrics",
+        "distributions",
+        "token_status",
+        "acceptance_by_length",
+    }
     resp = api.get(f"/api/v1/certificates/{certificate.pk}/figures/")
     assert resp.status_code == 200 and resp.content == path.read_bytes()
     # the stored copy is what a fresh build gives

@@ -1,6 +1,7 @@
 """One instance, one namespace: scripts/services.sh derives a private database name and AUDIT_INSTANCE per checkout,
 the settings prefix every broker and channel-layer key with it, and a worker handed a task for a job its database
 does not know says so in its log (it was a silent 'skipped')."""
+
 from __future__ import annotations
 
 import logging
@@ -24,9 +25,14 @@ def services(tmp_path, script: str, **env) -> subprocess.CompletedProcess:
     if not (tmp_path / ".venv").exists():
         (tmp_path / ".venv").symlink_to(ROOT / ".venv")
     base = {k: v for k, v in os.environ.items() if k != "AUDIT_INSTANCE"}
-    return subprocess.run(["bash", "-c", f"source scripts/services.sh; {script}"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=60, env={**base, "DATABASE_URL": "postgres://x@127.0.0.1:1/x",
-                                                      "REDIS_URL": "redis://127.0.0.1:1/0", **env})
+    return subprocess.run(
+        ["bash", "-c", f"source scripts/services.sh; {script}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**base, "DATABASE_URL": "postgres://x@127.0.0.1:1/x", "REDIS_URL": "redis://127.0.0.1:1/0", **env},
+    )
 
 
 def test_each_checkout_gets_its_own_instance_name(tmp_path):
@@ -43,12 +49,15 @@ def test_each_checkout_gets_its_own_instance_name(tmp_path):
 
 
 def _settings(**env) -> list[str]:
-    code = ("import os; os.environ['DJANGO_SETTINGS_MODULE']='audit_portal.settings'; import django; django.setup();"
-            "from django.conf import settings as s; print(s.CELERY_BROKER_TRANSPORT_OPTIONS.get('global_keyprefix'));"
-            "print(s.CHANNEL_LAYERS['default'].get('CONFIG', {}).get('prefix'))")
+    code = (
+        "import os; os.environ['DJANGO_SETTINGS_MODULE']='audit_portal.settings'; import django; django.setup();"
+        "from django.conf import settings as s; print(s.CELERY_BROKER_TRANSPORT_OPTIONS.get('global_keyprefix'));"
+        "print(s.CHANNEL_LAYERS['default'].get('CONFIG', {}).get('prefix'))"
+    )
     base = {k: v for k, v in os.environ.items() if k not in ("AUDIT_INSTANCE", "CELERY_BROKER_URL")}
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                         env={**base, **env})
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60, env={**base, **env}
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout.split()
 

@@ -1,5 +1,6 @@
 """A job's state in plain words and what it produced: the same wording on the pages, in websocket events and in the
 REST API; /jobs/<id>/result/ leads to what a finished job made, and only for those who may read the job."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,17 +14,38 @@ from .conftest import as_file, jsonl, records, upload_url
 pytestmark = pytest.mark.django_db
 
 
-@pytest.mark.parametrize("kind,state,result,text,tone", [
-    ("validate_upload", "succeeded", {"stage": "invalid", "error_count": 3}, "finished: invalid (3 errors)", "invalid"),
-    ("validate_upload", "succeeded", {"stage": "invalid", "error_count": 1}, "finished: invalid (1 error)", "invalid"),
-    ("validate_upload", "succeeded", {"stage": "valid", "records": 1200}, "finished: valid (1,200 records)", "valid"),
-    ("fidelity_audit", "succeeded", {"verdict": "FAIL"}, "finished: audit failed", "invalid"),
-    ("fidelity_audit", "succeeded", {"verdict": "PASS"}, "finished: audit passed", "valid"),
-    ("certify_upload", "succeeded", {"data_errors": 2}, "finished (2 sequences with data errors)", "duplicate"),
-    ("certify_upload", "succeeded", {"data_errors": 0}, "finished", "valid"),
-    ("certify_upload", "failed", {}, "failed", "invalid"),
-    ("certify_upload", "queued", {}, "queued", "queued"),
-])
+@pytest.mark.parametrize(
+    "kind,state,result,text,tone",
+    [
+        (
+            "validate_upload",
+            "succeeded",
+            {"stage": "invalid", "error_count": 3},
+            "finished: invalid (3 errors)",
+            "invalid",
+        ),
+        (
+            "validate_upload",
+            "succeeded",
+            {"stage": "invalid", "error_count": 1},
+            "finished: invalid (1 error)",
+            "invalid",
+        ),
+        (
+            "validate_upload",
+            "succeeded",
+            {"stage": "valid", "records": 1200},
+            "finished: valid (1,200 records)",
+            "valid",
+        ),
+        ("fidelity_audit", "succeeded", {"verdict": "FAIL"}, "finished: audit failed", "invalid"),
+        ("fidelity_audit", "succeeded", {"verdict": "PASS"}, "finished: audit passed", "valid"),
+        ("certify_upload", "succeeded", {"data_errors": 2}, "finished (2 sequences with data errors)", "duplicate"),
+        ("certify_upload", "succeeded", {"data_errors": 0}, "finished", "valid"),
+        ("certify_upload", "failed", {}, "failed", "invalid"),
+        ("certify_upload", "queued", {}, "queued", "queued"),
+    ],
+)
 def test_outcome_words(kind, state, result, text, tone):
     assert outcome(kind, state, result) == {"text": text, "tone": tone}
 
@@ -97,8 +119,12 @@ def test_the_result_link_of_another_projects_job_is_404(api, client, project, ot
 def test_the_uploads_page_is_paginated(client, owner, project):
     from audit_portal.runs.models import Upload
 
-    Upload.objects.bulk_create([Upload(project=project, original_name=f"f{i:03d}.jsonl", sha256=f"{i:064x}",
-                                       size_bytes=10, stage="valid") for i in range(120)])
+    Upload.objects.bulk_create(
+        [
+            Upload(project=project, original_name=f"f{i:03d}.jsonl", sha256=f"{i:064x}", size_bytes=10, stage="valid")
+            for i in range(120)
+        ]
+    )
     client.force_login(owner)
     first = client.get(f"/p/{project.slug}/uploads/").content.decode()
     assert first.count("data-upload-id=") == 50 and "Page 1 of 3" in first and 'rel="next"' in first
@@ -116,4 +142,6 @@ def test_a_finished_conformance_job_reads_as_what_the_kernel_got():
     assert good == {"text": "finished: all 3 contracts passed", "tone": "valid"}
     mixed = outcome("kernel_conformance", "succeeded", {"verdict_counts": {"PASS": 1, "NOT_APPLICABLE": 2}})
     assert mixed["tone"] == "duplicate" and "1 of 3 passed" in mixed["text"]
-    assert outcome("kernel_conformance", "succeeded", {"verdict_counts": {}})["text"] == "finished: no contract measured"
+    assert (
+        outcome("kernel_conformance", "succeeded", {"verdict_counts": {}})["text"] == "finished: no contract measured"
+    )

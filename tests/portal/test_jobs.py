@@ -1,4 +1,5 @@
 """The job state machine: idempotent claims, reasons on failure, never "running" forever."""
+
 from datetime import timedelta
 
 import pytest

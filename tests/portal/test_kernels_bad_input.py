@@ -1,5 +1,6 @@
 """Bad submissions are refused with a stable code and a reason naming what is wrong; nothing is queued and
 nothing is stored for them."""
+
 from __future__ import annotations
 
 import io
@@ -62,8 +63,14 @@ def test_unknown_contract_id_is_named_with_the_known_ones(api, project, settings
 
 def test_malformed_import_path(api, project, settings):
     # file paths too: code from outside the worker's installed packages must be uploaded, never pointed at
-    for impl in ["pkg.kernels:", "pkg..kernels:mm", "/etc/passwd.py:f", "../k.py:matmul", "pkg.kernels:mat mul",
-                 "pkg-kernels:mm"]:
+    for impl in [
+        "pkg.kernels:",
+        "pkg..kernels:mm",
+        "/etc/passwd.py:f",
+        "../k.py:matmul",
+        "pkg.kernels:mat mul",
+        "pkg-kernels:mm",
+    ]:
         response = api.post(url(project), {"impl": impl}, format="json")
         assert response.status_code == 400, impl
         assert error(response)["code"] == "invalid_import_path" and repr(impl) in error(response)["message"]
@@ -71,20 +78,25 @@ def test_malformed_import_path(api, project, settings):
 
 
 def test_non_python_file_is_refused(api, project, settings):
-    response = api.post(url(project), {"module": upload(b"def matmul(a, b):\n    return a @ b\n", "kernel.txt")},
-                        format="multipart")
+    response = api.post(
+        url(project), {"module": upload(b"def matmul(a, b):\n    return a @ b\n", "kernel.txt")}, format="multipart"
+    )
     assert response.status_code == 400
     assert error(response)["code"] == "not_a_python_file" and "kernel.txt" in error(response)["message"]
     assert_nothing_stored(settings)
 
 
 def test_binary_file_is_refused(api, project, settings):
-    response = api.post(url(project), {"module": upload(b"\x7fELF\x02\x01\x01\x00\x00\x00" * 20, "kernel.py")},
-                        format="multipart")
+    response = api.post(
+        url(project), {"module": upload(b"\x7fELF\x02\x01\x01\x00\x00\x00" * 20, "kernel.py")}, format="multipart"
+    )
     assert response.status_code == 400
     assert error(response)["code"] == "not_python_source" and "binary" in error(response)["message"]
-    latin1 = api.post(url(project), {"module": upload("# caf\xe9\ndef mul(x, w):\n    return x\n".encode("latin-1"))},
-                      format="multipart")
+    latin1 = api.post(
+        url(project),
+        {"module": upload("# caf\xe9\ndef mul(x, w):\n    return x\n".encode("latin-1"))},
+        format="multipart",
+    )
     assert latin1.status_code == 400 and error(latin1)["detail"]["line"] == 1 and "UTF-8" in error(latin1)["message"]
     assert_nothing_stored(settings)
 
@@ -107,8 +119,11 @@ def test_oversized_module_is_refused_before_it_is_stored(api, project, settings)
 
 def test_named_function_missing_from_the_module(api, project, settings):
     source = b"import torch\n\ndef my_softmax(x):\n    return torch.softmax(x, -1)\n"
-    response = api.post(url(project), {"module": upload(source), "contracts": "C-CMP-03,C-EXC-01",
-                                       "functions": '{"C-CMP-03": "my_softmax"}'}, format="multipart")
+    response = api.post(
+        url(project),
+        {"module": upload(source), "contracts": "C-CMP-03,C-EXC-01", "functions": '{"C-CMP-03": "my_softmax"}'},
+        format="multipart",
+    )
     assert response.status_code == 400
     err = error(response)
     assert err["code"] == "function_not_found" and "C-EXC-01 needs 'row_max'" in err["message"]
@@ -125,7 +140,9 @@ def test_unknown_platform_and_missing_implementation(api, project, settings):
     assert_nothing_stored(settings)
 
 
-def test_a_valid_upload_is_stored_once_by_its_hash_and_the_function_names_are_checked_statically(api, project, settings):
+def test_a_valid_upload_is_stored_once_by_its_hash_and_the_function_names_are_checked_statically(
+    api, project, settings
+):
     source = b"import torch\n\ndef softmax(x):\n    return torch.softmax(x, -1)\n\nrow_max = lambda x: x.amax(-1)\n"
     first = api.post(url(project), {"module": upload(source), "device": "cuda"}, format="multipart")
     again = api.post(url(project), {"module": upload(source, "renamed.py"), "device": "cuda"}, format="multipart")
@@ -141,9 +158,14 @@ def test_a_valid_upload_is_stored_once_by_its_hash_and_the_function_names_are_ch
 
 def test_the_browser_form_shows_the_syntax_error_line(client, owner, project, settings):
     client.force_login(owner)
-    response = client.post(f"/p/{project.slug}/kernels/submit/",
-                           {"source": "upload", "impl": "ignored.when:uploading",
-                            "module": upload(b"def softmax(x):\n    return (x\n", "soft.py")})
+    response = client.post(
+        f"/p/{project.slug}/kernels/submit/",
+        {
+            "source": "upload",
+            "impl": "ignored.when:uploading",
+            "module": upload(b"def softmax(x):\n    return (x\n", "soft.py"),
+        },
+    )
     assert response.status_code == 400
     html = response.content.decode()
     assert 'id="submit-error"' in html and "python_syntax_error" in html and "soft.py" in html and "line 2" in html

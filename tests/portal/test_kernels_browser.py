@@ -2,6 +2,7 @@
 a contract, submits a kernel from the form and watches the submission's rows fill in live as verdicts land
 (no reload). Verdicts are written from the test, standing in for the worker, so no engine run is needed here
 (test_kernels_submission_e2e runs the engine through a real worker)."""
+
 from __future__ import annotations
 
 import threading
@@ -24,8 +25,16 @@ PARSED = services.parse_contract_files(SPECS_DIR.glob("*.yaml"))
 def record(submission, cls, code, margin=0.2):
     entry = next(e for e in submission.plan if e["class"] == cls)
     infinite = code == "FAIL"
-    detail = {"verdict": code, "contract_id": entry["contract_id"], "contract_class": cls, "statistic": 0.2,
-              "bound": 1.0, "margin": None if infinite else margin, "assurance_level": 3, "reason": f"{code} (test)"}
+    detail = {
+        "verdict": code,
+        "contract_id": entry["contract_id"],
+        "contract_class": cls,
+        "statistic": 0.2,
+        "bound": 1.0,
+        "margin": None if infinite else margin,
+        "assurance_level": 3,
+        "reason": f"{code} (test)",
+    }
     services.record_verdict(submission, Contract.objects.get(pk=entry["contract"]), detail, margin_infinite=infinite)
 
 
@@ -46,8 +55,9 @@ def in_worker_thread(fn):
 
 
 def finished_submission(project, impl, verdicts, device="cpu"):
-    submission = services.submit_conformance(project=project, submitted_by="alice", device=device,
-                                             contracts=list(verdicts), import_path=impl)
+    submission = services.submit_conformance(
+        project=project, submitted_by="alice", device=device, contracts=list(verdicts), import_path=impl
+    )
     jobs.start_job(submission.job_id)
     for cls, code in verdicts.items():
         record(submission, cls, code)
@@ -66,11 +76,16 @@ class KernelsBrowserTest(BrowserTestCase):
         services.store_contracts(PARSED)
 
     def test_matrix_shows_coloured_verdicts_grades_and_interop(self):
-        passing = {c: "PASS" for c in ("C-PRC-01", "C-PRC-02", "C-PRC-03", "C-PRC-04", "C-ORD-01", "C-EXC-01", "C-EXC-02")}
+        passing = {
+            c: "PASS" for c in ("C-PRC-01", "C-PRC-02", "C-PRC-03", "C-PRC-04", "C-ORD-01", "C-EXC-01", "C-EXC-02")
+        }
         finished_submission(self.project, "workers.contracts.impls.reference", passing)
-        finished_submission(self.project, "workers.contracts.impls.reference", {**passing, "C-PRC-01": "FAIL"}, device="cuda")
-        finished_submission(self.project, "vendor.fast_kernels", {**passing, "C-EXC-02": "QUALITY_WARNING",
-                                                                   "C-ORD-01": "CRASH"})
+        finished_submission(
+            self.project, "workers.contracts.impls.reference", {**passing, "C-PRC-01": "FAIL"}, device="cuda"
+        )
+        finished_submission(
+            self.project, "vendor.fast_kernels", {**passing, "C-EXC-02": "QUALITY_WARNING", "C-ORD-01": "CRASH"}
+        )
         page = self.page
         self.sign_in()
         page.click("text=Kernels")
@@ -112,17 +127,37 @@ class KernelsBrowserTest(BrowserTestCase):
         # The test stands in for the worker from here, writing from another thread as a worker would (the
         # Playwright event loop owns this thread, so job events could not be published from it).
         job = in_worker_thread(lambda: jobs.start_job(submission.job_id))
-        in_worker_thread(lambda: (record(submission, "C-EXC-01", "PASS", margin=0.0),
-                                  jobs.report_progress(job, 0.5, "C-EXC-01: PASS")))
+        in_worker_thread(
+            lambda: (
+                record(submission, "C-EXC-01", "PASS", margin=0.0),
+                jobs.report_progress(job, 0.5, "C-EXC-01: PASS"),
+            )
+        )
         page.wait_for_function("document.querySelector('tr[data-contract^=\"C-EXC-01/\"]').dataset.verdict === 'PASS'")
         assert page.locator("#verdicts tbody tr.pending").count() == 1 and page.inner_text("#job-state") == "running"
-        in_worker_thread(lambda: (record(submission, "C-PRC-03", "FAIL"),
-                                  services.finish_submission(submission, grade(
-                                      [v.detail for v in submission.verdicts.all()], deployment_flags={"flush_denormal": True},
-                                      deployment_verdicts=[{**submission.verdicts.get(contract__contract_class="C-PRC-03").detail,
-                                                            "verdict": "FAIL"}], target={"EXC": 3})),
-                                  jobs.finish_job(job, {"submission": submission.pk,  # as run_submission returns
-                                                        "verdict_counts": {"PASS": 1, "FAIL": 1}})))
+        in_worker_thread(
+            lambda: (
+                record(submission, "C-PRC-03", "FAIL"),
+                services.finish_submission(
+                    submission,
+                    grade(
+                        [v.detail for v in submission.verdicts.all()],
+                        deployment_flags={"flush_denormal": True},
+                        deployment_verdicts=[
+                            {**submission.verdicts.get(contract__contract_class="C-PRC-03").detail, "verdict": "FAIL"}
+                        ],
+                        target={"EXC": 3},
+                    ),
+                ),
+                jobs.finish_job(
+                    job,
+                    {
+                        "submission": submission.pk,  # as run_submission returns
+                        "verdict_counts": {"PASS": 1, "FAIL": 1},
+                    },
+                ),
+            )
+        )
         page.wait_for_function("document.getElementById('job-state').dataset.state === 'succeeded'")
         # the badge says what the kernel got, not a green "succeeded" over a FAIL
         page.wait_for_function("document.getElementById('job-state').textContent.includes('contracts failed')")
@@ -132,7 +167,9 @@ class KernelsBrowserTest(BrowserTestCase):
         page.wait_for_function("document.getElementById('grade').innerText.includes('KC-C')")
         assert "KC-A" in page.inner_text("#kc-a") and "EXC ≥ 3" in page.inner_text("#kc-t")  # drawn live, no reload
         assert "below (0)" in page.inner_text("#kc-t")  # C-EXC-02 was not run: a class not run counts 0
-        assert "C-PRC-03" in page.inner_text("#deployment-verdicts") and "FAIL" in page.inner_text("#deployment-verdicts")
+        assert "C-PRC-03" in page.inner_text("#deployment-verdicts") and "FAIL" in page.inner_text(
+            "#deployment-verdicts"
+        )
         assert page.evaluate("window.__sameDocument") is True and page.inner_text("#job-pct") == "100%"
         page.wait_for_function("document.getElementById('ci-state').textContent === 'failure'")  # CI state follows
         self.screenshot("kernels-submission-live.png")
@@ -143,15 +180,30 @@ class KernelsBrowserTest(BrowserTestCase):
         coverage = "float32 x 15 points (3 drawn from seeds; K 1..65536) x values gauss x forward x cpu"
 
         def submit(code, passed):
-            sub = services.submit_conformance(project=self.project, submitted_by="alice", device="cpu",
-                                              contracts=["C-PRC-01"], import_path="vendor.kernels")
+            sub = services.submit_conformance(
+                project=self.project,
+                submitted_by="alice",
+                device="cpu",
+                contracts=["C-PRC-01"],
+                import_path="vendor.kernels",
+            )
             jobs.start_job(sub.job_id)
             entry = sub.plan[0]
-            detail = {"verdict": code, "contract_id": entry["contract_id"], "contract_class": "C-PRC-01",
-                      "statistic": 9e3 if code == "FAIL" else 5.0, "bound": 64.0, "margin": 140.0 if code == "FAIL" else 0.08,
-                      "assurance_level": 3, "reason": f"{code} (test)", "measurements": 64, "passed_measurements": passed,
-                      "statistic_name": "rho", "coverage": {"text": coverage},
-                      "failing_clause": {"clause": "rho <= bound", "point": {"K": 2949}} if code == "FAIL" else {}}
+            detail = {
+                "verdict": code,
+                "contract_id": entry["contract_id"],
+                "contract_class": "C-PRC-01",
+                "statistic": 9e3 if code == "FAIL" else 5.0,
+                "bound": 64.0,
+                "margin": 140.0 if code == "FAIL" else 0.08,
+                "assurance_level": 3,
+                "reason": f"{code} (test)",
+                "measurements": 64,
+                "passed_measurements": passed,
+                "statistic_name": "rho",
+                "coverage": {"text": coverage},
+                "failing_clause": {"clause": "rho <= bound", "point": {"K": 2949}} if code == "FAIL" else {},
+            }
             services.record_verdict(sub, Contract.objects.get(pk=entry["contract"]), detail, margin_infinite=False)
             services.finish_submission(sub, grade([v.detail for v in sub.verdicts.all()]))
             jobs.finish_job(sub.job, {"submission": sub.pk})

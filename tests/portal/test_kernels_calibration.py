@@ -1,6 +1,7 @@
 """The calibration job runs the engine's three-state calibration on the stored contract versions and records
 calibrated / failed per version; the contract page shows it. A version whose "violator" is not caught
 (here: the reference named as the violator) is recorded as failed with the engine's reason."""
+
 from __future__ import annotations
 
 import pytest
@@ -20,11 +21,14 @@ EXC01 = SPECS_DIR / "C-EXC-01.row_max.v0.1.0.yaml"  # one of the fastest contrac
 def test_calibration_job_records_calibrated_and_failed_versions(client, owner):
     text = EXC01.read_text()
     # v0.1.1 names the conforming reference as its "violator": the contract cannot catch it
-    broken = (text.replace("  version: 0.1.0\n", "  version: 0.1.1\n")
-              .replace('violating: ["workers.contracts.impls.violating:fmax_tree_row_max"]',
-                       'violating: ["workers.contracts.impls.reference:row_max"]'))
-    assert broken.count("0.1.1") == 1 and "violating: [\"workers.contracts.impls.reference:row_max\"]" in broken
-    report = services.store_contracts([load_text(text, source=EXC01.name), load_text(broken, source="C-EXC-01.v0.1.1.yaml")])
+    broken = text.replace("  version: 0.1.0\n", "  version: 0.1.1\n").replace(
+        'violating: ["workers.contracts.impls.violating:fmax_tree_row_max"]',
+        'violating: ["workers.contracts.impls.reference:row_max"]',
+    )
+    assert broken.count("0.1.1") == 1 and 'violating: ["workers.contracts.impls.reference:row_max"]' in broken
+    report = services.store_contracts(
+        [load_text(text, source=EXC01.name), load_text(broken, source="C-EXC-01.v0.1.1.yaml")]
+    )
     good, bad = sorted(report.created, key=lambda c: c.version)
     job = services.queue_calibration([good, bad])
 

@@ -1,5 +1,6 @@
 """Contract pages: the eight parts, derivation, evidence, calibration status (three states) and version
 history render for a signed-in user; the list shows each contract's calibration status."""
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -34,8 +35,10 @@ def test_contract_pages_need_sign_in(client, suite):
 
 def test_contract_list_shows_every_contract_and_its_calibration_status(client, owner, suite):
     job = services.queue_calibration([suite["C-EXC-02"]])
-    services.record_calibration(services.begin_calibration(job, suite["C-EXC-02"]),
-                                {"ok": False, "problems": ["violating clamp_gather: contract did not catch it"]})
+    services.record_calibration(
+        services.begin_calibration(job, suite["C-EXC-02"]),
+        {"ok": False, "problems": ["violating clamp_gather: contract did not catch it"]},
+    )
     client.force_login(owner)
     html = client.get("/contracts/").content.decode()
     for cls in suite:
@@ -47,14 +50,47 @@ def test_contract_list_shows_every_contract_and_its_calibration_status(client, o
 def test_contract_detail_renders_the_eight_parts_derivation_calibration_and_versions(client, owner, suite):
     prc = suite["C-PRC-01"]
     job = services.queue_calibration([prc])
-    services.record_calibration(services.begin_calibration(job, prc), {
-        "ok": True, "problems": [], "seeds": [7], "duration_s": 3.1,
-        "states": {"baseline": [{"impl": "workers.contracts.impls.baseline:zeros_matmul", "naive_pass": False,
-                                 "verdict": "FAIL", "statistic": 5.3e7, "margin": 8.3e5, "ok": True}],
-                   "violating": [{"impl": "workers.contracts.impls.violating:hf32_matmul", "naive_pass": True,
-                                  "verdict": "FAIL", "statistic": 8.8e3, "margin": 138.0, "ok": True}],
-                   "conforming": [{"impl": "workers.contracts.impls.reference:matmul", "naive_pass": True,
-                                   "verdict": "PASS", "statistic": 11.2, "margin": 0.176, "ok": True}]}})
+    services.record_calibration(
+        services.begin_calibration(job, prc),
+        {
+            "ok": True,
+            "problems": [],
+            "seeds": [7],
+            "duration_s": 3.1,
+            "states": {
+                "baseline": [
+                    {
+                        "impl": "workers.contracts.impls.baseline:zeros_matmul",
+                        "naive_pass": False,
+                        "verdict": "FAIL",
+                        "statistic": 5.3e7,
+                        "margin": 8.3e5,
+                        "ok": True,
+                    }
+                ],
+                "violating": [
+                    {
+                        "impl": "workers.contracts.impls.violating:hf32_matmul",
+                        "naive_pass": True,
+                        "verdict": "FAIL",
+                        "statistic": 8.8e3,
+                        "margin": 138.0,
+                        "ok": True,
+                    }
+                ],
+                "conforming": [
+                    {
+                        "impl": "workers.contracts.impls.reference:matmul",
+                        "naive_pass": True,
+                        "verdict": "PASS",
+                        "statistic": 11.2,
+                        "margin": 0.176,
+                        "ok": True,
+                    }
+                ],
+            },
+        },
+    )
     client.force_login(owner)
     url = reverse("kernels:contract", args=[prc.contract_id])
     assert "%3E" in url  # the id's "->" survives the URL
@@ -78,7 +114,9 @@ def test_version_history_lists_every_version_and_old_versions_stay_readable(clie
     services.load_contract_files([tmp_path / "C-PRC-01.v0.3.0.yaml"])
     client.force_login(owner)
     html = client.get(reverse("kernels:contract", args=["C-PRC-01"])).content.decode()
-    assert "version 0.3.0" in html and "?version=0.1.0" in html and "?version=0.2.0" in html and "?version=0.3.0" in html
+    assert (
+        "version 0.3.0" in html and "?version=0.1.0" in html and "?version=0.2.0" in html and "?version=0.3.0" in html
+    )
     old = client.get(reverse("kernels:contract", args=[prc.contract_id]) + "?version=0.1.0").content.decode()
     assert "version 0.1.0" in old and "not the latest (v0.3.0)" in old
     assert client.get(reverse("kernels:contract", args=["C-XXX-99"])).status_code == 404

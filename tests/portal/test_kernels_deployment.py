@@ -2,6 +2,7 @@
 runs with and the levels it needs; the worker measures the classes those flags can change a second time with the flags
 applied; the grade, the submission page and the CI status show KC-A next to KC-C and whether the target is met. Bad
 flags or targets are refused naming the field, and nothing is stored."""
+
 from __future__ import annotations
 
 import pytest
@@ -21,15 +22,18 @@ def url(project):
     return f"/api/v1/projects/{project.slug}/kernel-submissions/"
 
 
-@pytest.mark.parametrize("field,value,code,words", [
-    ("deployment_flags", {"allow_tf64": True}, "invalid_deployment_flags", "unknown deployment flag 'allow_tf64'"),
-    ("deployment_flags", {"allow_tf32": "yes"}, "invalid_deployment_flags", "'allow_tf32' must be true or false"),
-    ("deployment_flags", {"float32_matmul_precision": "low"}, "invalid_deployment_flags", "must be one of highest"),
-    ("deployment_flags", [1, 2], "invalid_deployment_flags", "must be an object"),
-    ("target", {"XYZ": 3}, "invalid_target", "unknown family 'XYZ'"),
-    ("target", {"ORD": 7}, "invalid_target", "must be 0–4, got 7"),
-    ("target", "PRC 3", "invalid_target", "must look like 'PRC=3, ORD=2'"),
-])
+@pytest.mark.parametrize(
+    "field,value,code,words",
+    [
+        ("deployment_flags", {"allow_tf64": True}, "invalid_deployment_flags", "unknown deployment flag 'allow_tf64'"),
+        ("deployment_flags", {"allow_tf32": "yes"}, "invalid_deployment_flags", "'allow_tf32' must be true or false"),
+        ("deployment_flags", {"float32_matmul_precision": "low"}, "invalid_deployment_flags", "must be one of highest"),
+        ("deployment_flags", [1, 2], "invalid_deployment_flags", "must be an object"),
+        ("target", {"XYZ": 3}, "invalid_target", "unknown family 'XYZ'"),
+        ("target", {"ORD": 7}, "invalid_target", "must be 0–4, got 7"),
+        ("target", "PRC 3", "invalid_target", "must look like 'PRC=3, ORD=2'"),
+    ],
+)
 def test_bad_flags_and_targets_are_refused_naming_the_field(api, project, field, value, code, words):
     body = {"impl": "workers.contracts.impls.reference", "contracts": ["C-EXC-01"], field: value}
     response = api.post(url(project), body, format="json")
@@ -40,9 +44,16 @@ def test_bad_flags_and_targets_are_refused_naming_the_field(api, project, field,
 
 
 def test_ftz_in_deployment_lowers_prc_a_below_target_though_prc_c_is_full(api, project, client, owner):
-    response = api.post(url(project), {"impl": "workers.contracts.impls.reference", "contracts": FAMILIES_RUN,
-                                       "deployment_flags": {"flush_denormal": True},
-                                       "target": "PRC=3, EXC=3"}, format="json")
+    response = api.post(
+        url(project),
+        {
+            "impl": "workers.contracts.impls.reference",
+            "contracts": FAMILIES_RUN,
+            "deployment_flags": {"flush_denormal": True},
+            "target": "PRC=3, EXC=3",
+        },
+        format="json",
+    )
     assert response.status_code == 201, response.content
     body = response.json()
     assert body["deployment_flags"] == {"flush_denormal": True} and body["target"] == {"PRC": 3, "EXC": 3}
@@ -63,13 +74,18 @@ def test_ftz_in_deployment_lowers_prc_a_below_target_though_prc_c_is_full(api, p
     client.force_login(owner)
     page = client.get(f"/p/{project.slug}/kernels/submissions/{submission.pk}/").content.decode()
     assert 'id="kc-a">KC-A PRC<b class="l0">0</b>' in page
-    assert "PRC ≥ 3 <span class=\"badge FAIL\">below (0)</span>" in page and "EXC ≥ 3 <span class=\"badge PASS\">met" in page
+    assert (
+        'PRC ≥ 3 <span class="badge FAIL">below (0)</span>' in page and 'EXC ≥ 3 <span class="badge PASS">met' in page
+    )
     assert "flush_denormal=True" in page and '<td class="mono">C-PRC-03</td><td><span class="badge FAIL">' in page
 
 
 def test_a_target_without_flags_is_judged_on_kc_c_and_can_pass(api, project):
-    response = api.post(url(project), {"impl": "workers.contracts.impls.reference",
-                                       "contracts": ["C-EXC-01", "C-EXC-02"], "target": {"EXC": 3}}, format="json")
+    response = api.post(
+        url(project),
+        {"impl": "workers.contracts.impls.reference", "contracts": ["C-EXC-01", "C-EXC-02"], "target": {"EXC": 3}},
+        format="json",
+    )
     submission = Submission.objects.get(pk=response.json()["id"])
     assert run_kernel_submission(submission.job_id) == "succeeded"
     submission.refresh_from_db()
@@ -80,14 +96,24 @@ def test_a_target_without_flags_is_judged_on_kc_c_and_can_pass(api, project):
 
 def test_the_form_sends_flags_and_target(client, project, owner):
     client.force_login(owner)
-    form = {"source": "import", "impl": "workers.contracts.impls.reference", "contracts": ["C-EXC-01"],
-            "device": "cpu", "flag": ["allow_tf32", "flush_denormal"], "flag_float32_matmul_precision": "high",
-            "target_ORD": "3", "target_EXC": ""}
+    form = {
+        "source": "import",
+        "impl": "workers.contracts.impls.reference",
+        "contracts": ["C-EXC-01"],
+        "device": "cpu",
+        "flag": ["allow_tf32", "flush_denormal"],
+        "flag_float32_matmul_precision": "high",
+        "target_ORD": "3",
+        "target_EXC": "",
+    }
     response = client.post(f"/p/{project.slug}/kernels/submit/", form)
     assert response.status_code == 302, response.content
     submission = Submission.objects.get()
-    assert submission.deployment_flags == {"allow_tf32": True, "flush_denormal": True,
-                                           "float32_matmul_precision": "high"}
+    assert submission.deployment_flags == {
+        "allow_tf32": True,
+        "flush_denormal": True,
+        "float32_matmul_precision": "high",
+    }
     assert submission.target == {"ORD": 3}
     bad = client.post(f"/p/{project.slug}/kernels/submit/", {**form, "target_ORD": "9"})
     assert bad.status_code == 400 and "target level for ORD must be 0–4" in bad.content.decode()

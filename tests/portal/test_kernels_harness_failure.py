@@ -2,6 +2,7 @@
 with the reason, the CI status says ``error`` (not ``failure``), the calibrations say why. An operator who allows
 unisolated runs gets verdicts that say so, on the page, in the CI payload and in the signed statement; and the
 kernels worker role refuses to sign at all."""
+
 import base64
 import json
 
@@ -37,8 +38,13 @@ def no_bubblewrap(monkeypatch):
 
 
 def _submit(project):
-    return services.submit_conformance(project=project, submitted_by="ci", device="cpu", contracts=["C-EXC-01"],
-                                       import_path="workers.contracts.impls.reference")
+    return services.submit_conformance(
+        project=project,
+        submitted_by="ci",
+        device="cpu",
+        contracts=["C-EXC-01"],
+        import_path="workers.contracts.impls.reference",
+    )
 
 
 def test_no_sandbox_fails_the_job_with_the_reason_and_signs_nothing(project, owner, contract, no_bubblewrap):

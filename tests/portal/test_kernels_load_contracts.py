@@ -1,5 +1,6 @@
 """load_contracts: the shipped suite loads, reloading is a no-op, a changed text needs a new version, a bad
 file is refused with its field and line and nothing is written."""
+
 from __future__ import annotations
 
 import shutil
@@ -59,9 +60,14 @@ def test_edited_text_under_the_same_version_is_refused(specs):
     load(specs, "--no-calibrate")
     path = specs / PRC01
     path.write_text(path.read_text().replace('bound: "8*sqrt(K)"', 'bound: "9*sqrt(K)"'))
-    with pytest.raises(CommandError, match=r"C-PRC-01/aten.mm/f32.f32->f32 version 0.2.0 is already loaded with different text"):
+    with pytest.raises(
+        CommandError, match=r"C-PRC-01/aten.mm/f32.f32->f32 version 0.2.0 is already loaded with different text"
+    ):
         load(specs, "--no-calibrate")
-    assert Contract.objects.get(contract_class="C-PRC-01", version=LATEST).spec["parts"]["tolerance"]["bound"] == "8*sqrt(K)"
+    assert (
+        Contract.objects.get(contract_class="C-PRC-01", version=LATEST).spec["parts"]["tolerance"]["bound"]
+        == "8*sqrt(K)"
+    )
 
 
 def test_a_new_version_is_a_new_row_and_becomes_the_latest(specs):
@@ -69,7 +75,8 @@ def test_a_new_version_is_a_new_row_and_becomes_the_latest(specs):
     text = (specs / PRC01).read_text()
     assert text.count("  version: 0.2.0\n") == 1
     (specs / "C-PRC-01.matmul.v0.3.0.yaml").write_text(
-        text.replace("  version: 0.2.0\n", "  version: 0.3.0\n").replace('bound: "8*sqrt(K)"', 'bound: "7*sqrt(K)"'))
+        text.replace("  version: 0.2.0\n", "  version: 0.3.0\n").replace('bound: "8*sqrt(K)"', 'bound: "7*sqrt(K)"')
+    )
     load(specs, "--no-calibrate")
     versions = selectors.contract_versions("C-PRC-01/aten.mm/f32.f32->f32")
     assert [v.version for v in versions] == ["0.3.0", "0.2.0", "0.1.0"]

@@ -1,6 +1,7 @@
 """Public badge URLs for READMEs: published by a member (API or page), fetched by anyone without signing in, showing
 only the latest submission's state and grade; a new URL retires the old one; unpublishing makes it 404; readers
 see the URL, viewers and read keys cannot publish; an unknown token is a 404."""
+
 from __future__ import annotations
 
 import re
@@ -65,8 +66,10 @@ def test_unknown_token_and_bad_device_are_handled(api, project):
 def test_viewers_and_read_keys_see_but_cannot_publish(project, owner, member_of, client):
     implementation = make_submission(project, "vendor.kernels", ALL_PASS).implementation_id
     reader = APIClient()
-    reader.credentials(HTTP_AUTHORIZATION="Bearer " + issue_api_key(project=project, name="ro", scopes=["read"],
-                                                                     created_by=owner).token)
+    reader.credentials(
+        HTTP_AUTHORIZATION="Bearer "
+        + issue_api_key(project=project, name="ro", scopes=["read"], created_by=owner).token
+    )
     assert reader.post(url(implementation)).status_code == 403
     assert reader.get(url(implementation)).status_code == 200
     client.force_login(member_of(project, Role.VIEWER))
@@ -80,8 +83,11 @@ def test_member_publishes_from_the_submission_page(project, member_of, client):
     client.force_login(member_of(project, Role.MEMBER))
     page = client.get(f"/p/{project.slug}/kernels/submissions/{submission.pk}/").content.decode()
     assert 'id="badge-unpublished"' in page and 'id="publish-badge"' in page
-    done = client.post(f"/p/{project.slug}/kernels/implementations/{submission.implementation_id}/badge/",
-                       {"action": "publish"}, follow=True)
+    done = client.post(
+        f"/p/{project.slug}/kernels/implementations/{submission.implementation_id}/badge/",
+        {"action": "publish"},
+        follow=True,
+    )
     html = done.content.decode()
     assert done.redirect_chain[-1][0].endswith(f"/kernels/submissions/{submission.pk}/#public-badge")
     assert 'id="badge-markdown">![kernel contracts](http://testserver/badges/kernels/' in html

@@ -1,6 +1,7 @@
 """Results over the API and the pages: matrix (cells, family pass rates, interop score, KC-C per column),
 diff of two submissions, CI status payload and SVG badge — from stored verdicts (no engine run here; the
 end-to-end test runs the engine)."""
+
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
@@ -32,15 +33,23 @@ def suite(db):
 
 def make_submission(project, impl, verdicts: dict[str, str], device="cpu", finish=True):
     """A submission of ``impl`` whose job ran and produced ``verdicts`` ({class: code}), graded by the engine."""
-    submission = services.submit_conformance(project=project, submitted_by="test", device=device,
-                                             contracts=list(verdicts), import_path=impl)
+    submission = services.submit_conformance(
+        project=project, submitted_by="test", device=device, contracts=list(verdicts), import_path=impl
+    )
     jobs.start_job(submission.job_id)
     for entry in submission.plan:
         code = verdicts[entry["class"]]
         failed_t0 = code == "FAIL"
-        detail = {"verdict": code, "contract_id": entry["contract_id"], "contract_class": entry["class"],
-                  "statistic": 3.0 if failed_t0 else 0.2, "bound": 0.0 if failed_t0 else 1.0,
-                  "margin": None if failed_t0 else 0.2, "assurance_level": 3, "reason": f"{code} by construction"}
+        detail = {
+            "verdict": code,
+            "contract_id": entry["contract_id"],
+            "contract_class": entry["class"],
+            "statistic": 3.0 if failed_t0 else 0.2,
+            "bound": 0.0 if failed_t0 else 1.0,
+            "margin": None if failed_t0 else 0.2,
+            "assurance_level": 3,
+            "reason": f"{code} by construction",
+        }
         contract = Contract.objects.get(pk=entry["contract"])
         services.record_verdict(submission, contract, detail, margin_infinite=failed_t0)
     if finish:
@@ -55,8 +64,9 @@ ALL_PASS = {c: "PASS" for c in ("C-PRC-01", "C-PRC-02", "C-PRC-03", "C-PRC-04", 
 
 def test_matrix_cells_pass_rates_interop_and_grades(api, project, client, owner):
     ref = make_submission(project, "vendor.kernels", ALL_PASS)
-    cuda = make_submission(project, "vendor.kernels", {**ALL_PASS, "C-PRC-01": "FAIL", "C-EXC-02": "QUALITY_WARNING"},
-                           device="cuda")
+    cuda = make_submission(
+        project, "vendor.kernels", {**ALL_PASS, "C-PRC-01": "FAIL", "C-EXC-02": "QUALITY_WARNING"}, device="cuda"
+    )
     older = make_submission(project, "fast.kernels", {**ALL_PASS, "C-EXC-01": "CRASH"})
     newest = make_submission(project, "fast.kernels", ALL_PASS)  # the latest submission of a column wins
     body = api.get(f"/api/v1/projects/{project.slug}/kernels/matrix/").json()
@@ -81,7 +91,7 @@ def test_matrix_cells_pass_rates_interop_and_grades(api, project, client, owner)
     html = client.get(f"/p/{project.slug}/kernels/").content.decode()
     assert 'id="interop-score">83%' in html
     assert html.count('class="cell v-FAIL"') == 1 and 'class="cell v-QUALITY_WARNING"' in html
-    assert "PRC<b class=\"l3\">3</b>" in html
+    assert 'PRC<b class="l3">3</b>' in html
 
 
 def test_matrix_reads_only_the_newest_submission_of_each_column(api, project, django_assert_max_num_queries):
@@ -99,13 +109,21 @@ def test_matrix_reads_only_the_newest_submission_of_each_column(api, project, dj
 
 
 def test_diff_regressed_improved_unchanged(api, project, client, owner):
-    a = make_submission(project, "k.v1", {"C-PRC-01": "PASS", "C-PRC-02": "FAIL", "C-EXC-01": "PASS", "C-EXC-02": "PASS"})
-    b = make_submission(project, "k.v2", {"C-PRC-01": "CRASH", "C-PRC-02": "PASS", "C-EXC-01": "PASS",
-                                          "C-PRC-03": "PASS"})
+    a = make_submission(
+        project, "k.v1", {"C-PRC-01": "PASS", "C-PRC-02": "FAIL", "C-EXC-01": "PASS", "C-EXC-02": "PASS"}
+    )
+    b = make_submission(
+        project, "k.v2", {"C-PRC-01": "CRASH", "C-PRC-02": "PASS", "C-EXC-01": "PASS", "C-PRC-03": "PASS"}
+    )
     body = api.get(f"/api/v1/kernel-submissions/diff/?a={a.pk}&b={b.pk}").json()
     change = {row["contract_class"]: row["change"] for row in body["contracts"]}
-    assert change == {"C-PRC-01": "regressed", "C-PRC-02": "improved", "C-EXC-01": "unchanged",
-                      "C-EXC-02": "only_in_a", "C-PRC-03": "only_in_b"}
+    assert change == {
+        "C-PRC-01": "regressed",
+        "C-PRC-02": "improved",
+        "C-EXC-01": "unchanged",
+        "C-EXC-02": "only_in_a",
+        "C-PRC-03": "only_in_b",
+    }
     assert body["counts"] == {"regressed": 1, "improved": 1, "unchanged": 1, "only_in_a": 1, "only_in_b": 1}
     assert api.get("/api/v1/kernel-submissions/diff/?a=1").json()["error"]["code"] == "diff_needs_two_submissions"
     client.force_login(owner)
@@ -119,7 +137,9 @@ def test_ci_status_and_badge_follow_the_latest_submission(api, project):
     status = api.get(f"/api/v1/implementations/{implementation}/status/").json()
     assert status["state"] == "success" and status["passed"] == status["total"] == 6
     assert status["kc_c"] == {"PRC": 3, "ORD": 0, "CMP": 0, "EXC": 3} and status["counts"] == {"PASS": 6}
-    assert status["link"].endswith(f"/p/{project.slug}/kernels/submissions/{ok.pk}/") and status["link"].startswith("http")
+    assert status["link"].endswith(f"/p/{project.slug}/kernels/submissions/{ok.pk}/") and status["link"].startswith(
+        "http"
+    )
     badge = api.get(f"/api/v1/implementations/{implementation}/badge.svg")
     assert badge.status_code == 200 and badge["Content-Type"] == "image/svg+xml"
     svg = ET.fromstring(badge.content)
@@ -128,7 +148,9 @@ def test_ci_status_and_badge_follow_the_latest_submission(api, project):
     make_submission(project, "vendor.kernels", {**ALL_PASS, "C-EXC-02": "FAIL"})
     status = api.get(f"/api/v1/implementations/{implementation}/status/").json()
     assert status["state"] == "failure" and status["passed"] == 5 and status["counts"] == {"FAIL": 1, "PASS": 5}
-    assert "5/6 pass" in "".join(ET.fromstring(api.get(f"/api/v1/implementations/{implementation}/badge.svg").content).itertext())
+    assert "5/6 pass" in "".join(
+        ET.fromstring(api.get(f"/api/v1/implementations/{implementation}/badge.svg").content).itertext()
+    )
 
     running = make_submission(project, "vendor.kernels", ALL_PASS, device="cuda", finish=False)
     assert api.get(f"/api/v1/implementations/{implementation}/status/?device=cuda").json()["state"] == "pending"
@@ -137,22 +159,35 @@ def test_ci_status_and_badge_follow_the_latest_submission(api, project):
     assert api.get(f"/api/v1/implementations/{implementation}/status/?device=cuda").json()["state"] == "error"
 
 
-def test_tenancy_foreign_results_are_404_and_viewers_cannot_submit(api, project, other_project, owner, member_of, client):
+def test_tenancy_foreign_results_are_404_and_viewers_cannot_submit(
+    api, project, other_project, owner, member_of, client
+):
     theirs = make_submission(other_project, "their.kernels", {"C-EXC-01": "PASS"})
-    for path in (f"/api/v1/kernel-submissions/{theirs.pk}/", f"/api/v1/implementations/{theirs.implementation_id}/status/",
-                 f"/api/v1/implementations/{theirs.implementation_id}/badge.svg",
-                 f"/api/v1/projects/{other_project.slug}/kernels/matrix/",
-                 f"/api/v1/projects/{other_project.slug}/kernel-submissions/"):
+    for path in (
+        f"/api/v1/kernel-submissions/{theirs.pk}/",
+        f"/api/v1/implementations/{theirs.implementation_id}/status/",
+        f"/api/v1/implementations/{theirs.implementation_id}/badge.svg",
+        f"/api/v1/projects/{other_project.slug}/kernels/matrix/",
+        f"/api/v1/projects/{other_project.slug}/kernel-submissions/",
+    ):
         assert api.get(path).status_code == 404, path
     mine = make_submission(project, "my.kernels", {"C-EXC-01": "PASS"})
     assert api.get(f"/api/v1/kernel-submissions/diff/?a={mine.pk}&b={theirs.pk}").status_code == 404
-    assert api.post(f"/api/v1/projects/{other_project.slug}/kernel-submissions/", {"impl": "x.y"},
-                    format="json").status_code == 404
-    assert [s["id"] for s in api.get(f"/api/v1/projects/{project.slug}/kernel-submissions/").json()["results"]] == [mine.pk]
+    assert (
+        api.post(
+            f"/api/v1/projects/{other_project.slug}/kernel-submissions/", {"impl": "x.y"}, format="json"
+        ).status_code
+        == 404
+    )
+    assert [s["id"] for s in api.get(f"/api/v1/projects/{project.slug}/kernel-submissions/").json()["results"]] == [
+        mine.pk
+    ]
 
     read_only = APIClient()
-    read_only.credentials(HTTP_AUTHORIZATION="Bearer " + issue_api_key(project=project, name="ro", scopes=["read"],
-                                                                         created_by=owner).token)
+    read_only.credentials(
+        HTTP_AUTHORIZATION="Bearer "
+        + issue_api_key(project=project, name="ro", scopes=["read"], created_by=owner).token
+    )
     refused = read_only.post(f"/api/v1/projects/{project.slug}/kernel-submissions/", {"impl": "x.y"}, format="json")
     assert refused.status_code == 403 and "submit scope" in refused.json()["error"]["message"]
     assert read_only.get(f"/api/v1/kernel-submissions/{mine.pk}/").status_code == 200
@@ -175,11 +210,11 @@ def test_matrix_badges_say_what_the_kernel_got_and_cells_link_to_the_result(proj
     html = client.get(f"/p/{project.slug}/kernels/").content.decode()
     assert f"finished: {len(ALL_PASS)} of {len(ALL_PASS)} contracts failed" in html  # not a green "succeeded"
     assert f"finished: all {len(ALL_PASS)} contracts passed" in html
-    assert 'badge succeeded' not in html
+    assert "badge succeeded" not in html
     contract = failing.verdicts.get(contract__contract_class="C-PRC-01").contract.contract_id
     from django.utils.text import slugify
 
-    link = f'/p/{project.slug}/kernels/submissions/{failing.pk}/#contract-{slugify(contract)}'
+    link = f"/p/{project.slug}/kernels/submissions/{failing.pk}/#contract-{slugify(contract)}"
     assert link in html
     page = client.get(f"/p/{project.slug}/kernels/submissions/{failing.pk}/").content.decode()
     assert f'id="contract-{slugify(contract)}"' in page and passing.pk != failing.pk

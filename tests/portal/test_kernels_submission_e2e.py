@@ -3,6 +3,7 @@ role on its own queue without a signing key, the general role signing): API subm
 commit → the kernels worker runs each contract in the bubblewrap sandbox → verdicts stored one by one → graded →
 a signing job on the cpu queue puts the result in the transparency log. A kernel that raises gets a CRASH verdict
 and the worker carries on with the next job; a calibration runs on its own role (scripts/worker calibration)."""
+
 from __future__ import annotations
 
 import io
@@ -52,8 +53,9 @@ def test_reference_passes_and_a_crashing_upload_is_a_verdict_not_a_dead_worker(a
     call_command("load_contracts", "--no-calibrate", stdout=io.StringIO())
     url = f"/api/v1/projects/{project.slug}/kernel-submissions/"
     with shipped_workers(settings, tmp_path):
-        ok = api.post(url, {"impl": "workers.contracts.impls.reference", "contracts": CONTRACTS, "device": "cpu"},
-                      format="json")
+        ok = api.post(
+            url, {"impl": "workers.contracts.impls.reference", "contracts": CONTRACTS, "device": "cpu"}, format="json"
+        )
         assert ok.status_code == 201, ok.content
         ok_id = ok.json()["id"]
         assert ok.json()["job"]["queue"] == "kernels"
@@ -62,8 +64,16 @@ def test_reference_passes_and_a_crashing_upload_is_a_verdict_not_a_dead_worker(a
 
         module = io.BytesIO(CRASHING_MODULE)
         module.name = "my_kernels.py"
-        bad = api.post(url, {"module": module, "functions": '{"C-PRC-03": "my_mul"}', "contracts": ",".join(CONTRACTS),
-                             "name": "my kernels"}, format="multipart")
+        bad = api.post(
+            url,
+            {
+                "module": module,
+                "functions": '{"C-PRC-03": "my_mul"}',
+                "contracts": ",".join(CONTRACTS),
+                "name": "my kernels",
+            },
+            format="multipart",
+        )
         assert bad.status_code == 201, bad.content
         bad_id = bad.json()["id"]
         assert wait_for(finished(bad_id))
@@ -71,7 +81,10 @@ def test_reference_passes_and_a_crashing_upload_is_a_verdict_not_a_dead_worker(a
 
     good = api.get(f"/api/v1/kernel-submissions/{ok_id}/").json()
     assert good["job"]["state"] == "succeeded" and good["job"]["progress"] == 1.0
-    assert {v["contract_id"].split("/")[0]: v["verdict"] for v in good["verdicts"]} == {"C-EXC-01": "PASS", "C-PRC-03": "PASS"}
+    assert {v["contract_id"].split("/")[0]: v["verdict"] for v in good["verdicts"]} == {
+        "C-EXC-01": "PASS",
+        "C-PRC-03": "PASS",
+    }
     assert good["kc_c"]["EXC"] == 0  # C-EXC-02 was not run: no cherry-picking, the family stays at 0
     assert good["kc_c"]["PRC"] == 0 and set(good["kc_c"]) == {"PRC", "ORD", "CMP", "EXC"}
     assert good["counts"] == {"PASS": 2}
@@ -130,13 +143,25 @@ def test_a_redelivered_job_resumes_after_the_verdicts_already_stored(project):
     from workers.contracts.loader import SPECS_DIR
     from workers.tasks import run_kernel_submission
 
-    services.store_contracts(services.parse_contract_files(
-        [SPECS_DIR / "C-EXC-01.row_max.v0.1.0.yaml", SPECS_DIR / "C-PRC-03.mul.v0.1.0.yaml"]))
-    submission = services.submit_conformance(project=project, submitted_by="ci", device="cpu", contracts=CONTRACTS,
-                                             import_path="workers.contracts.impls.reference")
+    services.store_contracts(
+        services.parse_contract_files(
+            [SPECS_DIR / "C-EXC-01.row_max.v0.1.0.yaml", SPECS_DIR / "C-PRC-03.mul.v0.1.0.yaml"]
+        )
+    )
+    submission = services.submit_conformance(
+        project=project,
+        submitted_by="ci",
+        device="cpu",
+        contracts=CONTRACTS,
+        import_path="workers.contracts.impls.reference",
+    )
     first = next(e for e in submission.plan if e["class"] == "C-PRC-03")
-    services.record_verdict(submission, services.Contract.objects.get(pk=first["contract"]),
-                            {"verdict": "PASS", "reason": "measured by the first attempt"}, margin_infinite=False)
+    services.record_verdict(
+        submission,
+        services.Contract.objects.get(pk=first["contract"]),
+        {"verdict": "PASS", "reason": "measured by the first attempt"},
+        margin_infinite=False,
+    )
     job = start_job(submission.job_id)  # the first attempt's worker is lost mid-job ...
     Job.objects.filter(pk=job.pk).update(state="queued")  # ... and the reaper re-queued it
 

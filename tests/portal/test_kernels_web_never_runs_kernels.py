@@ -1,5 +1,6 @@
 """The web tier only parses a submitted kernel: its top-level code never runs there, and the kernels app's
 pages and API (contract loading, spec rendering, grading helpers) never import torch."""
+
 from __future__ import annotations
 
 import io
@@ -16,8 +17,10 @@ from workers.contracts.loader import SPECS_DIR
 def test_an_uploaded_module_is_parsed_never_imported(api, project, tmp_path):
     services.store_contracts(services.parse_contract_files([SPECS_DIR / "C-CMP-03.softmax.v0.1.0.yaml"]))
     marker = tmp_path / "imported"
-    source = (f"import pathlib\npathlib.Path({str(marker)!r}).write_text('the web process ran me')\n\n"
-              "def softmax(x):\n    return x.softmax(-1)\n").encode()
+    source = (
+        f"import pathlib\npathlib.Path({str(marker)!r}).write_text('the web process ran me')\n\n"
+        "def softmax(x):\n    return x.softmax(-1)\n"
+    ).encode()
     module = io.BytesIO(source)
     module.name = "side_effect.py"
     response = api.post(f"/api/v1/projects/{project.slug}/kernel-submissions/", {"module": module}, format="multipart")
@@ -38,7 +41,8 @@ def test_kernels_web_code_never_imports_torch():
         "assert list(selectors.spec_in_source_order(row))[:2] == ['id', 'class']\n"
         "submission_input.check_kernel_module(b'import torch\\ndef matmul(a, b):\\n    return a @ b\\n', 'k.py')\n"
         "grade([{'contract_id': 'C-PRC-01/x', 'verdict': 'PASS', 'assurance_level': 3}]); interop({'a': []})\n"
-        "print('torch' in sys.modules)\n")
+        "print('torch' in sys.modules)\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "False"

@@ -1,6 +1,7 @@
 """Loops that close without a reload, in the system Chromium: an upload's banner and table row follow its validation,
 then its certificate and fidelity jobs, and link to what they made; a job finishing raises a notification (in the page,
 and in the browser once allowed); an invalid file reads "finished: invalid (N errors)"; the feed keeps true order."""
+
 from __future__ import annotations
 
 import threading
@@ -59,9 +60,11 @@ class LiveLoopsTest(BrowserTestCase):
         detail.wait_for_function("document.getElementById('live-dot').classList.contains('on')")
         assert detail.locator("#upload-job-rows tr").count() == 1
         # toasts dismiss themselves after a while: record each one as it appears
-        page.evaluate("window.__toasts = []; new MutationObserver((ms) => ms.forEach((m) => m.addedNodes.forEach("
-                      "(n) => n.classList && n.classList.contains('toast') && window.__toasts.push(n.innerText))))"
-                      ".observe(document.getElementById('toasts'), {childList: true})")
+        page.evaluate(
+            "window.__toasts = []; new MutationObserver((ms) => ms.forEach((m) => m.addedNodes.forEach("
+            "(n) => n.classList && n.classList.contains('toast') && window.__toasts.push(n.innerText))))"
+            ".observe(document.getElementById('toasts'), {childList: true})"
+        )
         with start_worker(app, pool="solo", perform_ping_check=False, queues=["cpu"], shutdown_timeout=10):
             page.wait_for_function("document.getElementById('upload-stage').textContent === 'valid'", timeout=60000)
             # the follow-up jobs appear in the banner and finish there, linked to what they made
@@ -113,7 +116,9 @@ class LiveLoopsTest(BrowserTestCase):
         page.wait_for_url(f"**/uploads/{upload.pk}/")
         assert "First errors" in page.inner_text("main")
         page.goto(f"{self.live_server_url}/p/{self.project.slug}/uploads/")
-        assert page.inner_text(f'tr[data-upload-id="{upload.pk}"] [data-field=stage]') == expected.replace("finished: ", "")
+        assert page.inner_text(f'tr[data-upload-id="{upload.pk}"] [data-field=stage]') == expected.replace(
+            "finished: ", ""
+        )
         self.screenshot("invalid-upload.png")
 
     def test_the_activity_feed_keeps_jobs_in_true_order_with_their_age(self):
@@ -123,8 +128,13 @@ class LiveLoopsTest(BrowserTestCase):
         now = timezone.now()
         made = []
         for i in range(16):  # one more than the overview lists
-            job = create_job(project=self.project, kind="validate_upload", task_name="workers.tasks.validate_upload",
-                             title=f"job {i}", enqueue=False)
+            job = create_job(
+                project=self.project,
+                kind="validate_upload",
+                task_name="workers.tasks.validate_upload",
+                title=f"job {i}",
+                enqueue=False,
+            )
             Job.objects.filter(pk=job.pk).update(created_at=now - timedelta(days=2) + timedelta(minutes=10 * i))
             made.append(job.pk)
         # the oldest job (not listed) was touched last: the socket's snapshot (latest updated first) carries it, and a
@@ -143,9 +153,16 @@ class LiveLoopsTest(BrowserTestCase):
         assert "just now" not in " ".join(ages) and all(a.endswith("ago") for a in ages), ages
         # a new job arrives on top, live, and the list stays 15 long (created from another thread: Playwright's event
         # loop runs in this one, where the channel layer cannot publish)
-        maker = threading.Thread(target=create_job, kwargs=dict(
-            project=self.project, kind="validate_upload", task_name="workers.tasks.validate_upload", title="newest",
-            enqueue=False))
+        maker = threading.Thread(
+            target=create_job,
+            kwargs=dict(
+                project=self.project,
+                kind="validate_upload",
+                task_name="workers.tasks.validate_upload",
+                title="newest",
+                enqueue=False,
+            ),
+        )
         maker.start()
         maker.join()
         page.wait_for_function(f"document.querySelector('#job-feed tr').dataset.jobId !== '{max(made)}'")

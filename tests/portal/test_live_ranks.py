@@ -2,6 +2,7 @@
 step on the server"): the live view holds (rank, step) pairs, so rank 1's sequences of step 3 merge into step 3 next
 to rank 0's, and the merged view equals the one-pass certificate of every rank's records together; only the same
 rank sending a step again is refused."""
+
 from __future__ import annotations
 
 import pyarrow as pa
@@ -58,8 +59,9 @@ def test_two_ranks_merge_by_step_into_the_one_pass_certificate(api, project, tmp
     assert live.uploads == ids and live.skipped == []
     assert live.steps == [0, 1, 2] and live.ranks == {"0": [0, 1, 2], "1": [0, 1, 2]}
     whole = tmp_path / "whole.parquet"  # every rank's records, as uploaded, in one file
-    pq.write_table(pa.concat_tables([pq.read_table(artifact_path(Upload.objects.get(pk=i).storage_name))
-                                     for i in ids]), whole)
+    pq.write_table(
+        pa.concat_tables([pq.read_table(artifact_path(Upload.objects.get(pk=i).storage_name)) for i in ids]), whole
+    )
     one = certify_file(whole)
     for key in ("summary", "bounds", "steps", "length_buckets", "budget"):
         assert live.certificate[key] == one[key], key
@@ -70,8 +72,9 @@ def test_two_ranks_merge_by_step_into_the_one_pass_certificate(api, project, tmp
     assert view["ranks"] == [{"rank": 0, "steps": 3, "ranges": [[0, 2]]}, {"rank": 1, "steps": 3, "ranges": [[0, 2]]}]
 
     # rank 1 sends step 1 again (a resumed process): refused, nothing counted twice; rank 2's step 1 is new
-    again = post(api, project, write_steps(tmp_path / "again.parquet", "grow", [1], noise=0.01, rank=1), "1",
-                 rank="1").json()["id"]
+    again = post(
+        api, project, write_steps(tmp_path / "again.parquet", "grow", [1], noise=0.01, rank=1), "1", rank="1"
+    ).json()["id"]
     process(again)
     third = post(api, project, write_steps(tmp_path / "r2.parquet", "grow", [1], rank=2), "1", rank="2").json()["id"]
     process(third)

@@ -2,6 +2,7 @@
 view — each segment certified on its own into a partial and merged, earlier steps never read again — and the merged
 view equals the certificate of the whole run in one pass; a whole-run upload or a repeated step range is not counted
 twice; the run's websocket pushes each merge and each alert."""
+
 from __future__ import annotations
 
 import pytest
@@ -32,8 +33,10 @@ def test_step_ranges_parse_or_are_refused():
     for bad in ("3-2", "-1", "a-b", "1-2-3", "1" * 13, ["1"]):
         with pytest.raises(Exception) as exc:
             live_services.parse_step_range(bad)
-        assert exc.value.default_code == "invalid_step_range" or getattr(exc.value, "get_codes", lambda: "")() \
-            == "invalid_step_range"
+        assert (
+            exc.value.default_code == "invalid_step_range"
+            or getattr(exc.value, "get_codes", lambda: "")() == "invalid_step_range"
+        )
 
 
 def post(api, project, path, steps=None):
@@ -64,15 +67,17 @@ def test_an_upload_declares_its_step_range_and_a_bad_one_stores_nothing(api, pro
     assert (seg.first_step, seg.last_step) == (0, 1)
 
 
-def test_segments_merge_into_the_one_pass_certificate_without_reading_earlier_steps_again(api, project, tmp_path,
-                                                                                        monkeypatch):
+def test_segments_merge_into_the_one_pass_certificate_without_reading_earlier_steps_again(
+    api, project, tmp_path, monkeypatch
+):
     import workers.certify.file as engine
     from workers.certify import certify_file
 
     read = []
     real = engine.certify_part
-    monkeypatch.setattr(engine, "certify_part", lambda path, plan, *a, **k: read.append(str(path)) or real(
-        path, plan, *a, **k))
+    monkeypatch.setattr(
+        engine, "certify_part", lambda path, plan, *a, **k: read.append(str(path)) or real(path, plan, *a, **k)
+    )
     ids = []
     for steps in ([0, 1], [2, 3], [4]):
         path = write_steps(tmp_path / f"seg-{steps[0]}.parquet", "grow", steps, noise=0.002 * (1 + steps[0]))
@@ -117,8 +122,9 @@ def test_a_whole_run_upload_and_repeated_steps_are_not_counted_twice(api, projec
     whole = post(api, project, write_steps(tmp_path / "w.parquet", "grow", [0, 1, 2])).json()["id"]
     process(whole)
     # steps 1-2 again, declared: step 1 is already there
-    again = post(api, project, write_steps(tmp_path / "b.parquet", "grow", [1, 2], noise=0.01),
-                 steps="1-2").json()["id"]
+    again = post(api, project, write_steps(tmp_path / "b.parquet", "grow", [1, 2], noise=0.01), steps="1-2").json()[
+        "id"
+    ]
     process(again)
     # declared 9-9 but holds step 3
     liar = post(api, project, write_steps(tmp_path / "c.parquet", "grow", [3]), steps="9").json()["id"]
@@ -139,8 +145,9 @@ def communicator(path, user):
     return com
 
 
-def test_the_run_socket_sends_the_view_then_each_merge_and_each_alert(api, project, owner, tmp_path, settings,
-                                                                       other_project, member_of):
+def test_the_run_socket_sends_the_view_then_each_merge_and_each_alert(
+    api, project, owner, tmp_path, settings, other_project, member_of
+):
     settings.PROGRESS_POLL_SECONDS = 0  # only pushed events
     first = post(api, project, write_steps(tmp_path / "a.parquet", "grow", [0]), steps="0").json()["id"]
     import workers.tasks as tasks
@@ -158,7 +165,8 @@ def test_the_run_socket_sends_the_view_then_each_merge_and_each_alert(api, proje
         assert (await com.connect())[0]
         assert await com.receive_json_from(timeout=5) == {"type": "live", "live": None}  # nothing merged yet
         await database_sync_to_async(alert_services.create_rule)(
-            project=project, created_by="t", data={"name": "tiny budget", "kind": "budget", "threshold": 1e-9})
+            project=project, created_by="t", data={"name": "tiny budget", "kind": "budget", "threshold": 1e-9}
+        )
         await database_sync_to_async(process)(first, validate=False)
         got = {}
         while len(got) < 2:
@@ -193,15 +201,15 @@ def test_the_sweep_finds_segments_whose_follow_up_never_ran(api, project, tmp_pa
     assert tasks.sweep_alerts() == {"deliveries": [], "follow_ups": []}  # the beat task itself: nothing overdue
 
 
-def test_the_alerts_page_socket_hears_the_projects_events_and_refuses_strangers(project, owner, other_project,
-                                                                                 member_of, settings):
+def test_the_alerts_page_socket_hears_the_projects_events_and_refuses_strangers(
+    project, owner, other_project, member_of, settings
+):
     from audit_portal.runs.models import Run
 
     settings.PROGRESS_POLL_SECONDS = 0
     run = Run.objects.create(project=project, name="r")
     stranger = member_of(other_project, Role.OWNER, username="stranger")
-    alert_services.create_rule(project=project, created_by="t", data={"name": "b", "kind": "budget",
-                                                                       "threshold": 0.05})
+    alert_services.create_rule(project=project, created_by="t", data={"name": "b", "kind": "budget", "threshold": 0.05})
 
     async def scenario():
         for user, code in ((stranger, 4404), (AnonymousUser(), 4401)):
@@ -242,7 +250,6 @@ def test_the_consistency_check_sees_a_live_view_that_disagrees_with_itself_and_a
     problems = check(rehash=False, project=project).problems
     assert any("3 steps recorded as merged, its certificate shows 2" in p for p in problems), problems
     assert any("merged twice" in p for p in problems) and any(f"segment upload {lost}" in p for p in problems)
-
 
 
 def test_the_sweep_never_requeues_a_plain_upload(api, project, tmp_path, monkeypatch):

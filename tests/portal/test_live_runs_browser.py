@@ -3,6 +3,7 @@ page, open in the system Chromium, follows them over the websocket (the run so f
 the figure over steps) without a reload; and a budget rule fires once when the run's B* crosses it — on the run page,
 on the alerts page open in another tab, and as a webhook a local receiver gets and verifies (HMAC signature with the
 rule's secret)."""
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,11 @@ class LiveRunBrowserTest(BrowserTestCase):
     broker = "filesystem"
 
     def live_steps(self, n, timeout=120):
-        return wait_for(lambda: (LiveRun.objects.filter(run__name="stream").values_list("steps", flat=True)
-                                 .first() or []).__len__() >= n, timeout)
+        return wait_for(
+            lambda: (LiveRun.objects.filter(run__name="stream").values_list("steps", flat=True).first() or []).__len__()
+            >= n,
+            timeout,
+        )
 
     def test_streamed_steps_update_the_run_page_and_a_crossed_budget_fires_its_webhook_once(self):
         import workers.tasks  # noqa: F401 - registers the tasks, as the worker command does
@@ -40,9 +44,12 @@ class LiveRunBrowserTest(BrowserTestCase):
         rx = Receiver()
         self.addCleanup(rx.close)
         run = Client(self.live_server_url, token, timeout=10).run(
-            self.project.slug, "stream", spool_dir=self.tmp / "spool", segment_steps=2, max_backoff=1.0)
-        with override_settings(ALERT_WEBHOOK_ALLOW_PRIVATE=True, ALERT_WEBHOOK_BACKOFF_SECONDS=1), \
-                start_worker(app, pool="solo", perform_ping_check=False, queues=["cpu"], shutdown_timeout=30):
+            self.project.slug, "stream", spool_dir=self.tmp / "spool", segment_steps=2, max_backoff=1.0
+        )
+        with (
+            override_settings(ALERT_WEBHOOK_ALLOW_PRIVATE=True, ALERT_WEBHOOK_BACKOFF_SECONDS=1),
+            start_worker(app, pool="solo", perform_ping_check=False, queues=["cpu"], shutdown_timeout=30),
+        ):
             for step in (0, 1):  # a quiet start: rollout and trainer agree closely
                 run.log_step(step, **step_batch(step, noise=0.002))
             run.flush()  # a segment holds whole steps: without a next step, flush sends these two now
@@ -50,8 +57,11 @@ class LiveRunBrowserTest(BrowserTestCase):
             live = LiveRun.objects.get(run__name="stream")
             quiet_best = live.certificate["bounds"]["best"]
             budget = quiet_best * 1.5  # the run meets it so far
-            rule = alert_services.create_rule(project=self.project, created_by="t", data={
-                "name": "B* budget", "kind": "budget", "threshold": budget, "webhook_url": rx.url})
+            rule = alert_services.create_rule(
+                project=self.project,
+                created_by="t",
+                data={"name": "B* budget", "kind": "budget", "threshold": budget, "webhook_url": rx.url},
+            )
 
             self.sign_in()
             page = self.page
@@ -68,7 +78,7 @@ class LiveRunBrowserTest(BrowserTestCase):
                 run.log_step(step, **step_batch(step, noise=0.1, T=96))
             run.flush()
             page.wait_for_selector('#live-run[data-steps="4"]', timeout=120000)
-            page.wait_for_selector('#live-alerts [role=alert]', timeout=60000)
+            page.wait_for_selector("#live-alerts [role=alert]", timeout=60000)
             assert "B* budget" in page.inner_text("#live-alerts") and "Alert fired" in page.inner_text("#live-alerts")
             assert page.get_attribute("#live-budget .badge", "data-meets") == "false"
             assert page.inner_text("#live-state").startswith("steps 0–3")

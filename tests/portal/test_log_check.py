@@ -2,6 +2,7 @@
 database owner with the stolen key — the database agreeing with itself — is found by the next check, which raises
 the alert once (a signed POST to every alert rule's webhook) and puts a banner on every page until the log verifies
 again; ``trust_roots`` prints the fingerprints to pin."""
+
 from __future__ import annotations
 
 import io
@@ -24,15 +25,26 @@ from .test_log_witness import _rewrite_entry_and_resign_everything
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_a_rewritten_entry_is_found_by_the_scheduled_check_with_an_alert_and_a_banner(api, project, client, owner,
-                                                                                      monkeypatch):
+def test_a_rewritten_entry_is_found_by_the_scheduled_check_with_an_alert_and_a_banner(
+    api, project, client, owner, monkeypatch
+):
     schedule = django_settings.CELERY_BEAT_SCHEDULE["check-transparency-log"]
     assert schedule["task"] == "workers.tasks.check_transparency_log" and schedule["schedule"] <= 300
     posted = []
-    monkeypatch.setattr(webhooks, "post", lambda url, body, **kw: posted.append((url, body, kw["event_id"])) or
-                        webhooks.Outcome(True, 200, "", False, "", 0.0))
-    AlertRule.objects.create(project=project, name="budget", kind="budget", threshold=1.0,
-                             webhook_url="https://alerts.example/hook", secret="s" * 32)
+    monkeypatch.setattr(
+        webhooks,
+        "post",
+        lambda url, body, **kw: posted.append((url, body, kw["event_id"]))
+        or webhooks.Outcome(True, 200, "", False, "", 0.0),
+    )
+    AlertRule.objects.create(
+        project=project,
+        name="budget",
+        kind="budget",
+        threshold=1.0,
+        webhook_url="https://alerts.example/hook",
+        secret="s" * 32,
+    )
     for seed in (1, 2):
         certified(api, project, records(trajectories=3, seed=seed))
     assert check_transparency_log() == {"ok": True, "tree_size": 3, "problems": 0}

@@ -3,6 +3,7 @@
 disabled, an entry changed, every checkpoint re-signed with the (stolen) signing key, so the database agrees with
 itself — is caught by the checkpoints witnessed outside the database, naming the entry, in ``verify_log``,
 ``check_consistency``, the certificate's verification state and the offline verifier."""
+
 from __future__ import annotations
 
 import base64
@@ -37,7 +38,7 @@ def _as_owner_disable_triggers(cursor, enable=False):
         from importlib import import_module
 
         triggers = import_module("audit_portal.attestations.migrations.0002_append_only_triggers")
-        for sql in (triggers.SQLITE_FORWARD if enable else triggers.SQLITE_BACKWARD):
+        for sql in triggers.SQLITE_FORWARD if enable else triggers.SQLITE_BACKWARD:
             cursor.execute(sql)
 
 
@@ -52,21 +53,26 @@ def _rewrite_entry_and_resign_everything(index: int):
     leaf = jcs.canonical(sign_statement(stmt, stolen, kid))
     with connection.cursor() as cursor:
         _as_owner_disable_triggers(cursor)
-        cursor.execute("UPDATE attestations_logentry SET envelope = %s, leaf_hash = %s WHERE \"index\" = %s",
-                       [leaf.decode(), merkle.leaf_hash(leaf).hex(), index])
+        cursor.execute(
+            'UPDATE attestations_logentry SET envelope = %s, leaf_hash = %s WHERE "index" = %s',
+            [leaf.decode(), merkle.leaf_hash(leaf).hex(), index],
+        )
         cursor.execute("DELETE FROM attestations_checkpoint")
         hashes = selectors.leaf_hashes()
         for size in range(1, len(hashes) + 1):
             root = merkle.root(hashes[:size])
-            env = jcs.canonical(vcheckpoint.sign("audit-portal transparency log", size, root, "2026-01-01T00:00:00Z",
-                                                 stolen, kid))
-            cursor.execute("INSERT INTO attestations_checkpoint (tree_size, root_hash, envelope, key_id, created_at) "
-                           "VALUES (%s, %s, %s, %s, CURRENT_TIMESTAMP)", [size, root.hex(), env.decode(), kid])
+            env = jcs.canonical(
+                vcheckpoint.sign("audit-portal transparency log", size, root, "2026-01-01T00:00:00Z", stolen, kid)
+            )
+            cursor.execute(
+                "INSERT INTO attestations_checkpoint (tree_size, root_hash, envelope, key_id, created_at) "
+                "VALUES (%s, %s, %s, %s, CURRENT_TIMESTAMP)",
+                [size, root.hex(), env.decode(), kid],
+            )
         _as_owner_disable_triggers(cursor, enable=True)
 
 
-def test_a_rewrite_by_the_database_owner_is_caught_by_the_witness_naming_the_entry(api, project, settings,
-                                                                                   tmp_path):
+def test_a_rewrite_by_the_database_owner_is_caught_by_the_witness_naming_the_entry(api, project, settings, tmp_path):
     certs = [certified(api, project, records(trajectories=3, seed=s))[0] for s in (1, 2, 3)]
     n = LogEntry.objects.count()
     # entry 0 introduces the signing key; one witnessed checkpoint per append, outside the database
@@ -83,8 +89,9 @@ def test_a_rewrite_by_the_database_owner_is_caught_by_the_witness_naming_the_ent
     assert db_only == []  # the database agrees with itself: every signature and root checks out
     assert any("entry 2 was rewritten" in p for p in result.problems), result.problems
     report = consistency.check(rehash=False)
-    assert not report.ok and any("transparency log: witness:" in p and "entry 2 was rewritten" in p
-                                 for p in report.problems), report.problems
+    assert not report.ok and any(
+        "transparency log: witness:" in p and "entry 2 was rewritten" in p for p in report.problems
+    ), report.problems
     # the certificate's page state: its bundle still verifies by signature and inclusion, not by consistency
     detail = api.get(f"/api/v1/attestations/run_certificate/{certs[2].pk}/?files=0").json()
     states = {c["name"]: c["state"] for c in detail["checks"]}
@@ -103,8 +110,9 @@ def test_removed_entries_and_a_lagging_witness_are_reported(api, project, settin
     certified(api, project, records(trajectories=3, seed=4))  # not witnessed: the witness was off
     settings.AUDIT_LOG_WITNESS_DIR = root
     result = selectors.verify_log()
-    assert result.ok and any("latest witnessed checkpoint is of tree size 3, the log has 4" in w
-                             for w in result.warnings), result
+    assert result.ok and any(
+        "latest witnessed checkpoint is of tree size 3, the log has 4" in w for w in result.warnings
+    ), result
     assert any("lags" in w for w in consistency.check(rehash=False).warnings)
     with connection.cursor() as cursor:  # the owner empties the log
         _as_owner_disable_triggers(cursor)
@@ -112,8 +120,9 @@ def test_removed_entries_and_a_lagging_witness_are_reported(api, project, settin
         cursor.execute("DELETE FROM attestations_logentry")
         _as_owner_disable_triggers(cursor, enable=True)
     result = selectors.verify_log()
-    assert not result.ok and any("larger than the log in the database (0 entries): entries were removed" in p
-                                 for p in result.problems), result.problems
+    assert not result.ok and any(
+        "larger than the log in the database (0 entries): entries were removed" in p for p in result.problems
+    ), result.problems
 
 
 def test_the_witness_never_replaces_a_checkpoint_and_keeps_a_fork(tmp_path, settings):
@@ -147,18 +156,22 @@ def test_the_application_role_can_only_insert_and_select_the_log(db):
         params.pop("context", None)
         with psycopg.connect(**{k: v for k, v in params.items() if v is not None}, autocommit=True) as conn:
             conn.execute("SELECT count(*) FROM attestations_logentry").fetchone()
-            conn.execute("INSERT INTO attestations_logentry (\"index\", leaf_hash, envelope, predicate_type, "
-                         "subject_kind, subject_id, key_id, created_at) VALUES (0, 'x', '{}', 'p', 'run_certificate', "
-                         "1, 'k', now())")
+            conn.execute(
+                'INSERT INTO attestations_logentry ("index", leaf_hash, envelope, predicate_type, '
+                "subject_kind, subject_id, key_id, created_at) VALUES (0, 'x', '{}', 'p', 'run_certificate', "
+                "1, 'k', now())"
+            )
             refused = {}
-            for sql in ("UPDATE attestations_logentry SET leaf_hash = 'y'",
-                        "DELETE FROM attestations_logentry",
-                        "TRUNCATE attestations_logentry",
-                        "TRUNCATE attestations_checkpoint",
-                        "ALTER TABLE attestations_logentry DISABLE TRIGGER USER",
-                        "ALTER TABLE attestations_checkpoint DISABLE TRIGGER ALL",
-                        "DROP TRIGGER attestations_logentry_append_only ON attestations_logentry",
-                        "ALTER TABLE attestations_logentry OWNER TO " + app):
+            for sql in (
+                "UPDATE attestations_logentry SET leaf_hash = 'y'",
+                "DELETE FROM attestations_logentry",
+                "TRUNCATE attestations_logentry",
+                "TRUNCATE attestations_checkpoint",
+                "ALTER TABLE attestations_logentry DISABLE TRIGGER USER",
+                "ALTER TABLE attestations_checkpoint DISABLE TRIGGER ALL",
+                "DROP TRIGGER attestations_logentry_append_only ON attestations_logentry",
+                "ALTER TABLE attestations_logentry OWNER TO " + app,
+            ):
                 with pytest.raises(psycopg.errors.InsufficientPrivilege) as err:
                     conn.execute(sql)
                 refused[sql] = str(err.value).splitlines()[0]
@@ -167,8 +180,11 @@ def test_the_application_role_can_only_insert_and_select_the_log(db):
         with connection.cursor() as cur:
             cur.execute("SELECT tableowner FROM pg_tables WHERE tablename = 'attestations_logentry'")
             assert cur.fetchone()[0] == owner
-            cur.execute("SELECT has_table_privilege(%s, 'jobs_job', 'UPDATE'), "
-                        "has_table_privilege(%s, 'attestations_logentry', 'UPDATE')", [app, app])
+            cur.execute(
+                "SELECT has_table_privilege(%s, 'jobs_job', 'UPDATE'), "
+                "has_table_privilege(%s, 'attestations_logentry', 'UPDATE')",
+                [app, app],
+            )
             assert cur.fetchone() == (True, False)
     finally:
         with connection.cursor() as cur:

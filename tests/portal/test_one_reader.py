@@ -3,6 +3,7 @@ validator, ``certify_file``, the fidelity audit, the importers' reader and the p
 reports the complete lines before the break as read (K) and the break itself on line K + 1, with the same reason.
 
 K is not taken from the reader under test: it is what zlib inflates of the damaged bytes fed one byte at a time."""
+
 from __future__ import annotations
 
 import gzip

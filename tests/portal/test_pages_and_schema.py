@@ -1,4 +1,5 @@
 """Pages render for members, the OpenAPI schema describes the API, and the web tier stays torch-free."""
+
 import re
 import subprocess
 import sys
@@ -20,8 +21,12 @@ def test_member_pages_render(client, project, member_of, api):
 
     body = api.post(upload_url(project), {"file": as_file(jsonl(records()))}, format="multipart").json()
     client.force_login(member_of(project, Role.MEMBER))
-    for url in [f"/p/{project.slug}/", f"/p/{project.slug}/uploads/", f"/p/{project.slug}/uploads/{body['id']}/",
-                f"/jobs/{body['jobs'][0]['id']}/"]:
+    for url in [
+        f"/p/{project.slug}/",
+        f"/p/{project.slug}/uploads/",
+        f"/p/{project.slug}/uploads/{body['id']}/",
+        f"/jobs/{body['jobs'][0]['id']}/",
+    ]:
         response = client.get(url)
         assert response.status_code == 200, url
         assert b"run.jsonl" in response.content or b"Validate" in response.content
@@ -50,7 +55,9 @@ def test_openapi_schema_describes_the_api(client):
     assert schema["openapi"].startswith("3.")
     for path in ["/api/v1/projects/{slug}/uploads/", "/api/v1/jobs/{id}/", "/api/v1/uploads/{id}/"]:
         assert path in schema["paths"], path
-    assert "multipart/form-data" in schema["paths"]["/api/v1/projects/{slug}/uploads/"]["post"]["requestBody"]["content"]
+    assert (
+        "multipart/form-data" in schema["paths"]["/api/v1/projects/{slug}/uploads/"]["post"]["requestBody"]["content"]
+    )
 
 
 def test_api_docs_are_served_without_a_cdn(client):
@@ -73,10 +80,12 @@ def test_run_page_ships_plotlys_partial_bundle_from_static_deferred(api, client,
 
 
 def test_the_web_process_never_imports_torch():
-    code = ("import django, os, sys; os.environ.setdefault('DJANGO_SETTINGS_MODULE','audit_portal.settings');"
-            "django.setup(); import audit_portal.asgi, audit_portal.urls, audit_portal.api_urls;"
-            "from django.urls import resolve; resolve('/api/v1/projects/');"
-            "print('torch' in sys.modules)")
+    code = (
+        "import django, os, sys; os.environ.setdefault('DJANGO_SETTINGS_MODULE','audit_portal.settings');"
+        "django.setup(); import audit_portal.asgi, audit_portal.urls, audit_portal.api_urls;"
+        "from django.urls import resolve; resolve('/api/v1/projects/');"
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "False"

@@ -1,5 +1,6 @@
 """Plain words: every symbol link on the run page, the runs table and the compare page leads to an entry of the
 glossary; no specification section numbers on those pages; a fidelity rule is shown with what it checks."""
+
 from __future__ import annotations
 
 import re
@@ -21,9 +22,12 @@ def test_glossary_links_resolve_and_no_section_numbers(api, client, owner, proje
     client.force_login(owner)
     glossary = client.get("/glossary/").content.decode()
     entries = set(re.findall(r'<dt id="([^"]+)"', glossary))
-    pages = [f"/p/{project.slug}/runs/{certificate.run_id}/", f"/p/{project.slug}/runs/",
-             f"/p/{project.slug}/compare/?c={certificate.pk}&c={certificate.pk}",
-             f"/p/{project.slug}/runs/{certificate.run_id}/sequences/"]
+    pages = [
+        f"/p/{project.slug}/runs/{certificate.run_id}/",
+        f"/p/{project.slug}/runs/",
+        f"/p/{project.slug}/compare/?c={certificate.pk}&c={certificate.pk}",
+        f"/p/{project.slug}/runs/{certificate.run_id}/sequences/",
+    ]
     linked = set()
     for url in pages:
         html = client.get(url).content.decode()
@@ -33,14 +37,20 @@ def test_glossary_links_resolve_and_no_section_numbers(api, client, owner, proje
 
 
 def test_engine_text_loses_its_section_references():
-    assert plain("no finite token KL can be certified (spec §5.3); delta_hat is null") == \
-        "no finite token KL can be certified; delta_hat is null"
+    assert (
+        plain("no finite token KL can be certified (spec §5.3); delta_hat is null")
+        == "no finite token KL can be certified; delta_hat is null"
+    )
     assert plain("trusted (spec/fidelity.md §4.3, §6.1): it") == "trusted: it"
-    assert plain("no finite token KL can be certified (docs/intervals.md#kl-bounds); delta_hat is null") == \
-        "no finite token KL can be certified; delta_hat is null"
+    assert (
+        plain("no finite token KL can be certified (docs/intervals.md#kl-bounds); delta_hat is null")
+        == "no finite token KL can be certified; delta_hat is null"
+    )
     assert plain("trusted (docs/fcr.md#conventions, docs/fidelity-rules.md#definitions): it") == "trusted: it"
-    assert "caps=False" not in plain("Top-K caps assume rollout.top_k is the engine's true top-K (descending); pass "
-                                     "caps=False if it is not. trainer.top_k is treated as an arbitrary subset")
+    assert "caps=False" not in plain(
+        "Top-K caps assume rollout.top_k is the engine's true top-K (descending); pass "
+        "caps=False if it is not. trainer.top_k is treated as an arbitrary subset"
+    )
 
 
 def test_every_fidelity_rule_has_a_name():

@@ -2,6 +2,7 @@
 
 Each list is read with few rows and with many; both must stay under the same bound (the bound is what one page
 costs: authentication, project lookup, the page, and at most one batched query per nested collection)."""
+
 import hashlib
 
 import pytest
@@ -21,25 +22,51 @@ def make_uploads(project, n, start=0):
     for i in range(start, start + n):
         digest = hashlib.sha256(f"u{i}".encode()).hexdigest()
         run = Run.objects.get_or_create(project=project, name=f"run-{i % 3}")[0]
-        up = Upload.objects.create(project=project, run=run, original_name=f"r{i}.jsonl", sha256=digest, size_bytes=10,
-                                   storage_name=f"uploads/{digest[:2]}/{digest}.jsonl", stage="valid")
-        Job.objects.bulk_create([Job(project=project, kind=kind, task_name=f"workers.tasks.{kind}", subject_kind="upload",
-                                     subject_id=up.pk) for kind in ("validate_upload", "certify_upload", "fidelity_audit")])
+        up = Upload.objects.create(
+            project=project,
+            run=run,
+            original_name=f"r{i}.jsonl",
+            sha256=digest,
+            size_bytes=10,
+            storage_name=f"uploads/{digest[:2]}/{digest}.jsonl",
+            stage="valid",
+        )
+        Job.objects.bulk_create(
+            [
+                Job(
+                    project=project,
+                    kind=kind,
+                    task_name=f"workers.tasks.{kind}",
+                    subject_kind="upload",
+                    subject_id=up.pk,
+                )
+                for kind in ("validate_upload", "certify_upload", "fidelity_audit")
+            ]
+        )
 
 
 def make_submissions(project, n, start=0):
     contract = Contract.objects.first() or Contract.objects.create(
-        contract_id="C-PRC-01/t", version="0.1.0", contract_class="C-PRC-01", family="precision", protocol="p",
-        signature="matmul(a, b)", source_text="x", sha256="0" * 64)
-    impl = Implementation.objects.get_or_create(project=project, fingerprint="f", defaults={
-        "name": "impl", "kind": "import_path", "import_path": "pkg.mod:fn"})[0]
+        contract_id="C-PRC-01/t",
+        version="0.1.0",
+        contract_class="C-PRC-01",
+        family="precision",
+        protocol="p",
+        signature="matmul(a, b)",
+        source_text="x",
+        sha256="0" * 64,
+    )
+    impl = Implementation.objects.get_or_create(
+        project=project, fingerprint="f", defaults={"name": "impl", "kind": "import_path", "import_path": "pkg.mod:fn"}
+    )[0]
     for i in range(start, start + n):
-        job = Job.objects.create(project=project, kind="run_kernel_submission",
-                                 task_name="workers.tasks.run_kernel_submission")
-        sub = Submission.objects.create(project=project, implementation=impl, job=job,
-                                        plan=[{"contract": contract.pk}])
-        Verdict.objects.create(submission=sub, contract=contract, contract_class="C-PRC-01",
-                               verdict="PASS" if i % 2 else "FAIL")
+        job = Job.objects.create(
+            project=project, kind="run_kernel_submission", task_name="workers.tasks.run_kernel_submission"
+        )
+        sub = Submission.objects.create(project=project, implementation=impl, job=job, plan=[{"contract": contract.pk}])
+        Verdict.objects.create(
+            submission=sub, contract=contract, contract_class="C-PRC-01", verdict="PASS" if i % 2 else "FAIL"
+        )
 
 
 def count_queries(api, url) -> tuple[int, dict]:
@@ -53,7 +80,11 @@ LISTS = {
     "uploads": (make_uploads, lambda p: upload_url(p) + "?page_size=100", 6),
     "jobs": (make_uploads, lambda p: f"/api/v1/projects/{p.slug}/jobs/?page_size=100", 5),
     "runs": (make_uploads, lambda p: f"/api/v1/projects/{p.slug}/runs/?page_size=100", 5),
-    "kernel_submissions": (make_submissions, lambda p: f"/api/v1/projects/{p.slug}/kernel-submissions/?page_size=100", 6),
+    "kernel_submissions": (
+        make_submissions,
+        lambda p: f"/api/v1/projects/{p.slug}/kernel-submissions/?page_size=100",
+        6,
+    ),
 }
 
 
@@ -86,14 +117,16 @@ def test_submission_list_counts_each_submissions_own_verdicts(api, project):
     make_submissions(project, 4)
     results = api.get(f"/api/v1/projects/{project.slug}/kernel-submissions/").json()["results"]
     assert sorted(tuple(r["counts"].items()) for r in results) == sorted(
-        [(("FAIL", 1),), (("PASS", 1),), (("FAIL", 1),), (("PASS", 1),)])
+        [(("FAIL", 1),), (("PASS", 1),), (("FAIL", 1),), (("PASS", 1),)]
+    )
 
 
 def test_contract_list_is_one_query_for_calibrations(api, project, django_assert_max_num_queries):
     from django.core.management import call_command
 
     call_command("load_contracts", "--no-calibrate", verbosity=0) if _has_no_calibrate() else call_command(
-        "load_contracts", verbosity=0)
+        "load_contracts", verbosity=0
+    )
     n = Contract.objects.values("contract_id").distinct().count()  # the API lists the latest version of each
     assert n >= 10
     with django_assert_max_num_queries(6):
@@ -117,8 +150,9 @@ def test_a_certificate_sequence_page_reads_an_index_in_line_order_without_sortin
     digest = hashlib.sha256(b"seq").hexdigest()
     upload = Upload.objects.create(project=project, original_name="r.jsonl", sha256=digest, size_bytes=1)
     cert = RunCertificate.objects.create(project=project, upload=upload)
-    SequenceSummary.objects.bulk_create([SequenceSummary(certificate=cert, line=i, status="CERT_IN", accept=True)
-                                         for i in range(2000)])
+    SequenceSummary.objects.bulk_create(
+        [SequenceSummary(certificate=cert, line=i, status="CERT_IN", accept=True) for i in range(2000)]
+    )
     page = SequenceSummary.objects.filter(certificate=cert, line__gt=50).order_by("line", "id")[:101]
     with connection.cursor() as cur:
         cur.execute("ANALYZE certificates_sequencesummary")  # statistics of this table as it now is
@@ -133,8 +167,9 @@ def test_the_run_page_does_not_grow_with_the_runs_uploads_and_certificates(clien
     def grow(n, start):
         make_uploads(project, n, start)
         for up in Upload.objects.filter(certificate__isnull=True):
-            RunCertificate.objects.create(project=project, run=up.run, upload=up, state="complete",
-                                          summary={"big": list(range(50))})
+            RunCertificate.objects.create(
+                project=project, run=up.run, upload=up, state="complete", summary={"big": list(range(50))}
+            )
 
     client.force_login(owner)
     grow(3, 0)

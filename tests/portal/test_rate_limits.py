@@ -1,6 +1,7 @@
 """Rate limits on the API's writes that cost a worker: uploads (tests/portal/test_upload_api.py), kernel
 submissions, tokenizer registrations and training-step audits share one budget per API key or user
 (UPLOAD_THROTTLE_RATE); reads are not limited. Also the sign-in lockout."""
+
 from __future__ import annotations
 
 import pytest
@@ -54,7 +55,9 @@ def test_tokenizers_and_training_audits_draw_on_the_same_budget(api, project, li
     assert [api.post(audits, TINY, format="json").status_code for _ in range(3)] == [201, 201, 429]
     refused = register()
     assert refused.status_code == 429 and refused.json()["error"]["code"] == "throttled"
-    assert TrainingAudit.objects.count() == 2 and RegisteredTokenizer.objects.count() == 1  # nothing stored when refused
+    assert (
+        TrainingAudit.objects.count() == 2 and RegisteredTokenizer.objects.count() == 1
+    )  # nothing stored when refused
     assert api.get(tokenizers).status_code == 200 and api.get(audits).status_code == 200
 
 
@@ -72,8 +75,9 @@ def test_the_signed_in_forms_draw_on_the_same_budget(client, project, member_of,
     assert b'value="pkg.kernels"' in refused.content  # the form keeps what was typed
     again = client.post(f"/p/{project.slug}/training/", training)
     assert again.status_code == 429 and b"Request was throttled" in again.content
-    tokenizer = client.post(f"/p/{project.slug}/fidelity/tokenizers/",
-                            {"file": as_file(TOY_VOCAB_TEXT.encode(), "v.json")}, follow=True)
+    tokenizer = client.post(
+        f"/p/{project.slug}/fidelity/tokenizers/", {"file": as_file(TOY_VOCAB_TEXT.encode(), "v.json")}, follow=True
+    )
     assert b"Request was throttled" in tokenizer.content
     assert TrainingAudit.objects.count() == 2 and Submission.objects.count() == 1
     assert not RegisteredTokenizer.objects.exists()

@@ -1,6 +1,7 @@
 """Fidelity reason codes are shown as a sentence with the code beside it (run page: calls table, filter, a key of the
 reasons present; call drill-down; figure hovers); every engine code has a sentence. The fidelity and training pages
 load Plotly like the run page: the partial bundle, deferred, with skeletons until a figure is drawn."""
+
 from __future__ import annotations
 
 import re
@@ -41,14 +42,15 @@ def test_fidelity_pages_show_sentences_next_to_codes_and_load_plotly_deferred(cl
     html = client.get(f"/p/{project.slug}/runs/{report.run_id}/fidelity/").content.decode()
     assert_plotly_deferred(html)
     assert html.count('class="skeleton"') == html.count("data-figure=") > 0
-    table = html[html.index('id="calls-table"'):]
+    table = html[html.index('id="calls-table"') :]
     listed = {c.primary_reason for c in report.calls.exclude(primary_reason="")} & set(CODES)
     assert listed
     for code in listed:  # each listed call's primary reason: the sentence, then the code
         assert f'{escape(reason_sentence(code))} <span class="mono muted small">{code}</span>' in table
-    key = html[html.index('id="reason-key"'):html.index('id="calls-table"')]
+    key = html[html.index('id="reason-key"') : html.index('id="calls-table"')]
     present = set(report.coverage["excluded_tokens_by_primary_reason"]) | set(
-        report.coverage["excluded_policy_tokens_by_any_reason"])
+        report.coverage["excluded_policy_tokens_by_any_reason"]
+    )
     for code in present:
         assert f'<span class="mono">{code}</span></dt><dd>{escape(reason_sentence(code))}</dd>' in key
     assert "SENTINEL_LOGPROB" in present
@@ -56,13 +58,17 @@ def test_fidelity_pages_show_sentences_next_to_codes_and_load_plotly_deferred(cl
 
     d = FidelityCall.objects.get(report=report, call_id="tD-0")
     call_html = client.get(f"/p/{project.slug}/fidelity/calls/{d.pk}/").content.decode()
-    assert f'{escape(reason_sentence("SENTINEL_LOGPROB"))} <span class="mono muted small">SENTINEL_LOGPROB</span>' in call_html
+    assert (
+        f'{escape(reason_sentence("SENTINEL_LOGPROB"))} <span class="mono muted small">SENTINEL_LOGPROB</span>'
+        in call_html
+    )
 
     codes = list(CODES)
     hovers = [t.get("hovertext") for t in coverage_by_reason(report, codes)["data"][1:]]
     assert reason_sentence("SENTINEL_LOGPROB") in {h[0] for h in hovers}
     assert reasons_any(report, codes)["data"][0]["hovertext"] == [
-        reason_sentence(c) for c in reasons_any(report, codes)["data"][0]["x"]]
+        reason_sentence(c) for c in reasons_any(report, codes)["data"][0]["x"]
+    ]
 
 
 def test_training_page_loads_plotly_deferred(client, project, owner):

@@ -1,5 +1,6 @@
 """The routing-audit job: queued only for a valid upload whose records carry MoE routes, it stores the flip rates and
 the replay verdict as its result, readable through the jobs API (the CI gate reads ``result.replay.state``)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -24,8 +25,15 @@ def _exp(corrupt_layer=None):
     if corrupt_layer is not None:
         t[2, 5, corrupt_layer] = [x for x in range(E) if x not in r[2, 5, corrupt_layer]][:K]
     lp = np.log(rng.uniform(0.05, 1, (B, T)))
-    return {"tokens": rng.integers(0, 30, (B, 3 + T)), "prompt_len": 3, "rollout_routes": r, "trainer_routes": t,
-            "rollout_logp": lp, "trainer_logp": lp, "n_experts": E}
+    return {
+        "tokens": rng.integers(0, 30, (B, 3 + T)),
+        "prompt_len": 3,
+        "rollout_routes": r,
+        "trainer_routes": t,
+        "rollout_logp": lp,
+        "trainer_logp": lp,
+        "n_experts": E,
+    }
 
 
 def _upload(api, project, recs, name):

@@ -1,6 +1,7 @@
 """A trainer client starts (or resumes) its run by name before the first step — the key, URL and project are
 checked at once and the run has a page from the start — declares its config and tags, and ends it finished or
 failed with the steps it could not log (issue 29)."""
+
 from __future__ import annotations
 
 import pytest
@@ -30,16 +31,22 @@ def test_start_creates_then_resumes_the_same_run(api, project):
     assert any(row["tags"] == ["grpo", "7b"] for row in rows)
 
 
-@pytest.mark.parametrize("body,code", [({}, "invalid_run_name"), ({"name": ""}, "invalid_run_name"),
-                                       ({"name": "x" * 201}, "invalid_run_name"),
-                                       ({"name": "a", "config": [1]}, "invalid_run_config"),
-                                       ({"name": "a", "tags": "t"}, "invalid_run_tags"),
-                                       ({"name": "a", "tags": [""]}, "invalid_run_tags"),
-                                       ({"name": "a", "config": {"x": "y" * 70000}}, "invalid_run_config"),
-                                       ({"name": "a\x00b"}, "invalid_run_name"),
-                                       ({"name": "a", "config": {"k": ["ok", "n\x00ul"]}}, "invalid_run_config"),
-                                       ({"name": "a", "config": {"k\x00": 1}}, "invalid_run_config"),
-                                       ({"name": "a", "tags": ["t\x00"]}, "invalid_run_tags")])
+@pytest.mark.parametrize(
+    "body,code",
+    [
+        ({}, "invalid_run_name"),
+        ({"name": ""}, "invalid_run_name"),
+        ({"name": "x" * 201}, "invalid_run_name"),
+        ({"name": "a", "config": [1]}, "invalid_run_config"),
+        ({"name": "a", "tags": "t"}, "invalid_run_tags"),
+        ({"name": "a", "tags": [""]}, "invalid_run_tags"),
+        ({"name": "a", "config": {"x": "y" * 70000}}, "invalid_run_config"),
+        ({"name": "a\x00b"}, "invalid_run_name"),
+        ({"name": "a", "config": {"k": ["ok", "n\x00ul"]}}, "invalid_run_config"),
+        ({"name": "a", "config": {"k\x00": 1}}, "invalid_run_config"),
+        ({"name": "a", "tags": ["t\x00"]}, "invalid_run_tags"),
+    ],
+)
 def test_bad_declarations_are_refused_with_their_field(api, project, body, code):
     r = api.post(runs_url(project), body, format="json")
     assert r.status_code == 400 and r.json()["error"]["code"] == code
@@ -50,8 +57,9 @@ def test_a_read_key_cannot_start_a_run_and_an_unknown_project_is_404(project, ow
     from rest_framework.test import APIClient
 
     c = APIClient()
-    c.credentials(HTTP_AUTHORIZATION="Bearer " + issue_api_key(project=project, name="r", scopes=["read"],
-                                                                created_by=owner).token)
+    c.credentials(
+        HTTP_AUTHORIZATION="Bearer " + issue_api_key(project=project, name="r", scopes=["read"], created_by=owner).token
+    )
     assert c.post(runs_url(project), {"name": "x"}, format="json").status_code == 403
     assert c.post("/api/v1/projects/no-such-project/runs/", {"name": "x"}, format="json").status_code == 404
     assert not Run.objects.exists()
@@ -64,15 +72,20 @@ def test_state_records_the_end_and_accumulates_missing_steps(api, project):
     assert r.status_code == 200 and r.json()["state"] == "failed" and r.json()["missing_steps"] == [3, 7]
     r = api.post(url, {"state": "finished", "missing_steps": [3, 12]}, format="json")
     assert r.json()["state"] == "finished" and r.json()["missing_steps"] == [3, 7, 12]
-    for bad in ({"state": "done"}, {"state": "finished", "missing_steps": [-1]},
-                {"state": "finished", "missing_steps": ["a"]}, {"state": "finished", "missing_steps": [True]}):
+    for bad in (
+        {"state": "done"},
+        {"state": "finished", "missing_steps": [-1]},
+        {"state": "finished", "missing_steps": ["a"]},
+        {"state": "finished", "missing_steps": [True]},
+    ):
         assert api.post(url, bad, format="json").status_code == 400, bad
     assert Run.objects.get(pk=run["id"]).missing_steps == [3, 7, 12]
 
 
 def test_the_run_page_shows_tags_config_and_missing_steps(api, client, owner, project):
-    run = api.post(runs_url(project), {"name": "shown", "config": {"lr": "3e-6<x>"}, "tags": ["grpo"]},
-                   format="json").json()
+    run = api.post(
+        runs_url(project), {"name": "shown", "config": {"lr": "3e-6<x>"}, "tags": ["grpo"]}, format="json"
+    ).json()
     api.post(f"/api/v1/runs/{run['id']}/state/", {"state": "finished", "missing_steps": [4, 9]}, format="json")
     client.force_login(owner)
     html = client.get(f"/p/{project.slug}/runs/{run['id']}/").content.decode()

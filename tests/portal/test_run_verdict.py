@@ -1,5 +1,6 @@
 """One verdict per run, the same everywhere: stored with the certificate, in the API's run list and detail (with the
 metrics and the runs table's filters), in the API-key export, the runs table and at the top of the run page."""
+
 from __future__ import annotations
 
 import csv
@@ -88,11 +89,12 @@ def test_a_streamed_run_reads_as_its_live_view_not_its_last_segment(api, client,
     assert live.verdict == expected.code
     last = RunCertificate.objects.filter(run=live.run).latest("created_at")
     other = "certified" if live.verdict != "certified" else "over_budget"
-    RunCertificate.objects.filter(pk=last.pk).update(verdict=other, verdict_detail={"code": other, "label": LABELS[other],
-                                                                                     "sentence": "one segment"})
+    RunCertificate.objects.filter(pk=last.pk).update(
+        verdict=other, verdict_detail={"code": other, "label": LABELS[other], "sentence": "one segment"}
+    )
     row = api.get(f"/api/v1/runs/{live.run_id}/").json()
     assert row["verdict"] == live.verdict  # the merged view's, not the last segment's
     client.force_login(owner)
     html = client.get(f"/p/{project.slug}/runs/{live.run_id}/").content.decode()
-    banner = html[html.index('id="run-verdict"'):html.index("</section>", html.index('id="run-verdict"'))]
+    banner = html[html.index('id="run-verdict"') : html.index("</section>", html.index('id="run-verdict"'))]
     assert LABELS[live.verdict] in banner and "one segment" not in banner and "live view" in banner

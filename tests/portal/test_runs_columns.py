@@ -1,5 +1,6 @@
 """The runs table's MLflow-like columns: status, duration and tags, the column picker (``?cols=``, with config keys
 as ``params.<key>`` columns, sortable), and a bad column refused by name."""
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,10 @@ def declared(project):
     for i, run in enumerate(runs):
         Run.objects.filter(pk=run.pk).update(
             config={"lr": [1e-5, 3e-5, 1e-4][i], "optimizer": "adam" if i else "sgd", "bad key!": 1},
-            tags=[["grpo", "rl"], ["rl"], []][i], state=["finished", "running", "failed"][i],
-            updated_at=run.created_at + timedelta(seconds=[45, 3725, 0][i]))
+            tags=[["grpo", "rl"], ["rl"], []][i],
+            state=["finished", "running", "failed"][i],
+            updated_at=run.created_at + timedelta(seconds=[45, 3725, 0][i]),
+        )
     return runs
 
 
@@ -59,8 +62,9 @@ def test_default_columns_and_picker_offers_config_keys(client, owner, project):
 def test_params_columns_show_and_sort(client, owner, project):
     declared(project)
     client.force_login(owner)
-    html = client.get(f"/p/{project.slug}/runs/", [("cols", "params.lr"), ("cols", "params.optimizer"),
-                                                   ("sort", "-params.lr")]).content.decode()
+    html = client.get(
+        f"/p/{project.slug}/runs/", [("cols", "params.lr"), ("cols", "params.optimizer"), ("sort", "-params.lr")]
+    ).content.decode()
     assert headers(html) == ["name", "params.lr", "params.optimizer"]
     assert names(html) == ["sweep-02", "sweep-01", "sweep-00"]
     assert re.findall(r'<td class="" data-column="params.optimizer">([^<]*)<', html) == ["adam", "adam", "sgd"]
@@ -79,10 +83,12 @@ def test_bad_column_is_refused_by_name(client, owner, project):
 def test_export_carries_status_duration_tags_config(client, owner, project):
     declared(project)
     client.force_login(owner)
-    data = json.loads(b"".join(client.get(f"/p/{project.slug}/runs/", {"format": "json", "sort": "name"})
-                               .streaming_content))
+    data = json.loads(
+        b"".join(client.get(f"/p/{project.slug}/runs/", {"format": "json", "sort": "name"}).streaming_content)
+    )
     assert [r["duration"] for r in data] == [45.0, 3725.0, 0.0] and data[0]["tags"] == ["grpo", "rl"]
     assert data[1]["config"]["optimizer"] == "adam" and data[2]["status"] == "failed"
-    csv_text = b"".join(client.get(f"/p/{project.slug}/runs/", {"format": "csv", "sort": "name"})
-                        .streaming_content).decode()
+    csv_text = b"".join(
+        client.get(f"/p/{project.slug}/runs/", {"format": "csv", "sort": "name"}).streaming_content
+    ).decode()
     assert '"[""grpo"",""rl""]"' in csv_text

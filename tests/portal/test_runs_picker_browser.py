@@ -1,5 +1,6 @@
 """static/js/runs.js in the system Chromium: the column picker's choice is remembered when the address names no
 columns, and runs ticked on different pages of the runs table are compared together, with a chosen baseline."""
+
 from __future__ import annotations
 
 from .browser import BrowserTestCase, browser_marks

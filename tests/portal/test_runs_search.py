@@ -1,6 +1,7 @@
 """The runs table's search language (dashboards/search.py) on the page and in the API list's ``q``: conditions over
 columns, config (``params.``) and tags, and/or/not and parentheses, plain text as name contains, and a bad query
 refused with the token and what was expected (page 400 with the message, API 400 JSON)."""
+
 from __future__ import annotations
 
 import pytest
@@ -18,31 +19,34 @@ def found(client, project, q) -> list[str]:
     return names(resp.content.decode())
 
 
-@pytest.mark.parametrize("q,expected", [
-    ("sweep-01", ["sweep-01"]),  # plain text: name contains
-    ("SWEEP", ["sweep-00", "sweep-01", "sweep-02"]),
-    ("best_bound < 0.025", ["sweep-00", "sweep-01"]),  # best_bound = (i+1)/100
-    ("best_bound <= 0.02 and eps_hat > 0.0015", ["sweep-01"]),
-    ("acceptance >= 99%", ["sweep-00", "sweep-01"]),  # acceptance = 1 - i/100
-    ("params.lr = 1e-5", ["sweep-00"]),
-    ("params.lr = 0.00003", ["sweep-01"]),
-    ("params.lr < 5e-5", ["sweep-00", "sweep-01"]),
-    ("params.optimizer = adam", ["sweep-01", "sweep-02"]),
-    ("params.optimizer != adam", ["sweep-00"]),
-    ("params.optimizer ~ AD", ["sweep-01", "sweep-02"]),
-    ("params.optimizer < 1", []),  # a string is never a number
-    ("tags.rl", ["sweep-00", "sweep-01"]),
-    ("tag:grpo", ["sweep-00"]),
-    ("tags.rl and not tag:grpo", ["sweep-01"]),
-    ("tag:grpo or status = failed", ["sweep-00", "sweep-02"]),
-    ("(tag:grpo or status = failed) and params.lr > 5e-5", ["sweep-02"]),
-    ("status = running", ["sweep-01"]),
-    ("duration > 60", ["sweep-01"]),
-    ("name ~ '-0' AND NOT name = sweep-02", ["sweep-00", "sweep-01"]),
-    ('name = "sweep-02"', ["sweep-02"]),
-    ("created >= 2000-01-01 and created < 2999-01-01", ["sweep-00", "sweep-01", "sweep-02"]),
-    ("created < '2000-01-01T10:00:00+00:00'", []),
-])
+@pytest.mark.parametrize(
+    "q,expected",
+    [
+        ("sweep-01", ["sweep-01"]),  # plain text: name contains
+        ("SWEEP", ["sweep-00", "sweep-01", "sweep-02"]),
+        ("best_bound < 0.025", ["sweep-00", "sweep-01"]),  # best_bound = (i+1)/100
+        ("best_bound <= 0.02 and eps_hat > 0.0015", ["sweep-01"]),
+        ("acceptance >= 99%", ["sweep-00", "sweep-01"]),  # acceptance = 1 - i/100
+        ("params.lr = 1e-5", ["sweep-00"]),
+        ("params.lr = 0.00003", ["sweep-01"]),
+        ("params.lr < 5e-5", ["sweep-00", "sweep-01"]),
+        ("params.optimizer = adam", ["sweep-01", "sweep-02"]),
+        ("params.optimizer != adam", ["sweep-00"]),
+        ("params.optimizer ~ AD", ["sweep-01", "sweep-02"]),
+        ("params.optimizer < 1", []),  # a string is never a number
+        ("tags.rl", ["sweep-00", "sweep-01"]),
+        ("tag:grpo", ["sweep-00"]),
+        ("tags.rl and not tag:grpo", ["sweep-01"]),
+        ("tag:grpo or status = failed", ["sweep-00", "sweep-02"]),
+        ("(tag:grpo or status = failed) and params.lr > 5e-5", ["sweep-02"]),
+        ("status = running", ["sweep-01"]),
+        ("duration > 60", ["sweep-01"]),
+        ("name ~ '-0' AND NOT name = sweep-02", ["sweep-00", "sweep-01"]),
+        ('name = "sweep-02"', ["sweep-02"]),
+        ("created >= 2000-01-01 and created < 2999-01-01", ["sweep-00", "sweep-01", "sweep-02"]),
+        ("created < '2000-01-01T10:00:00+00:00'", []),
+    ],
+)
 def test_search_finds(client, owner, project, q, expected):
     declared(project)
     client.force_login(owner)
@@ -62,19 +66,25 @@ def test_verdict_search_matches_the_verdict_column(client, owner, project):
         assert found(client, project, f"verdict != {code}") == [n for n in names(html) if n not in want]
 
 
-@pytest.mark.parametrize("q,message", [
-    ("best_bound <", "expected a value after &#x27;&lt;&#x27;, got the end of the query"),
-    ("best_bound < lots", "expected a number after &#x27;best_bound &lt;&#x27;, got &#x27;lots&#x27; at position 14"),
-    ("password = x", "expected a field: one of"),
-    ("verdict = great", "expected a verdict (certified"),
-    ("tag:grpo tag:rl", "expected and, or or the end of the query, got &#x27;tag&#x27; at position 10"),
-    ("(tag:grpo", "expected &#x27;)&#x27;, got the end of the query"),
-    ("name = 'open", "a quoted value is not closed"),
-    ("params.a;b = 1", "params.&lt;key&gt; with keys of letters"),
-    ("created > 2026-13-45", "expected a comparison with a date"),
-    ("(" * 30 + "tag:x" + ")" * 30, "at most 20 nested"),
-    ("not " * 60 + "tag:x", "at most 20 nested"),
-])
+@pytest.mark.parametrize(
+    "q,message",
+    [
+        ("best_bound <", "expected a value after &#x27;&lt;&#x27;, got the end of the query"),
+        (
+            "best_bound < lots",
+            "expected a number after &#x27;best_bound &lt;&#x27;, got &#x27;lots&#x27; at position 14",
+        ),
+        ("password = x", "expected a field: one of"),
+        ("verdict = great", "expected a verdict (certified"),
+        ("tag:grpo tag:rl", "expected and, or or the end of the query, got &#x27;tag&#x27; at position 10"),
+        ("(tag:grpo", "expected &#x27;)&#x27;, got the end of the query"),
+        ("name = 'open", "a quoted value is not closed"),
+        ("params.a;b = 1", "params.&lt;key&gt; with keys of letters"),
+        ("created > 2026-13-45", "expected a comparison with a date"),
+        ("(" * 30 + "tag:x" + ")" * 30, "at most 20 nested"),
+        ("not " * 60 + "tag:x", "at most 20 nested"),
+    ],
+)
 def test_bad_query_is_refused_naming_the_token(client, owner, project, q, message):
     declared(project)
     client.force_login(owner)
@@ -91,8 +101,9 @@ def test_api_list_and_export_take_the_language(client, owner, project):
     data = client.get(f"/api/v1/projects/{project.slug}/runs/", {"q": "tags.rl and params.lr > 2e-5"}).json()
     assert [r["name"] for r in data["results"]] == ["sweep-01"]
     assert data["results"][0]["duration"] == 3725.0 and data["results"][0]["state"] == "running"
-    csv_text = b"".join(client.get(f"/p/{project.slug}/runs/", {"q": "tag:rl", "format": "csv"})
-                        .streaming_content).decode()
+    csv_text = b"".join(
+        client.get(f"/p/{project.slug}/runs/", {"q": "tag:rl", "format": "csv"}).streaming_content
+    ).decode()
     assert csv_text.count("\n") == 3  # header and two runs
 
 

@@ -1,6 +1,7 @@
 """The runs table and the sequences page on the server: ranges, sort with missing values last, bad parameters refused
 by name (page: 400 with the message; export: a JSON error), exports that stream every filtered row, and a page's
 query count that does not grow with the number of runs."""
+
 from __future__ import annotations
 
 import csv
@@ -42,11 +43,14 @@ def test_ranges_sort_and_missing_values_last(client, owner, project):
     assert got == [f"sweep-{i:02d}" for i in range(6)]  # acceptance 1 − i/100 ≥ 0.95
 
 
-@pytest.mark.parametrize("params,message", [
-    ({"max_eps_hat": "lots"}, "max_eps_hat must be a number, got &#x27;lots&#x27;"),
-    ({"min_tokens": "nan"}, "min_tokens must be a finite number"),
-    ({"sort": "password"}, "sort must be one of name, verdict, eps_hat"),
-])
+@pytest.mark.parametrize(
+    "params,message",
+    [
+        ({"max_eps_hat": "lots"}, "max_eps_hat must be a number, got &#x27;lots&#x27;"),
+        ({"min_tokens": "nan"}, "min_tokens must be a finite number"),
+        ({"sort": "password"}, "sort must be one of name, verdict, eps_hat"),
+    ],
+)
 def test_bad_parameters_are_refused_by_name(client, owner, project, params, message):
     client.force_login(owner)
     resp = client.get(f"/p/{project.slug}/runs/", params)
@@ -64,8 +68,18 @@ def test_export_streams_every_filtered_row(client, owner, project):
     rows = list(csv.DictReader(io.StringIO(b"".join(resp.streaming_content).decode())))
     assert len(rows) == 30 and {float(r["eps_hat"]) for r in rows} == {(i + 1) / 1000 for i in range(30)}
     data = json.loads(b"".join(client.get(f"/p/{project.slug}/runs/", {"format": "json"}).streaming_content))
-    assert len(data) == 40 and set(data[0]) >= {"name", "eps_hat", "delta_hat", "acceptance", "best_bound",
-                                                "coverage", "tokens", "steps", "created", "certificate_id"}
+    assert len(data) == 40 and set(data[0]) >= {
+        "name",
+        "eps_hat",
+        "delta_hat",
+        "acceptance",
+        "best_bound",
+        "coverage",
+        "tokens",
+        "steps",
+        "created",
+        "certificate_id",
+    }
 
 
 def test_query_count_does_not_grow_with_runs(client, owner, project):
@@ -95,7 +109,10 @@ def test_sequences_page_uses_the_apis_filters(api, client, owner, project):
     assert len(api_rows) == refused
     resp = client.get(url, {"status": "BOGUS"})
     assert resp.status_code == 400 and "status must be one of CERT_IN" in resp.content.decode()
-    assert client.get(url, {"step": "x", "format": "json"}).json()["error"]["message"] == "step must be an integer, got 'x'"
+    assert (
+        client.get(url, {"step": "x", "format": "json"}).json()["error"]["message"]
+        == "step must be an integer, got 'x'"
+    )
     rows = json.loads(b"".join(client.get(url, {"status": "CERT_IN", "format": "json"}).streaming_content))
     assert len(rows) == certificate.sequence_summaries.filter(status="CERT_IN").count()
     assert all(r["status"] == "CERT_IN" for r in rows)
@@ -107,12 +124,18 @@ def test_a_streamed_run_shows_its_live_view_not_its_last_segment(client, owner, 
     from audit_portal.runs.models import Run
 
     run = Run.objects.create(project=project, name="streamed", tags=["grpo", "<b>7b</b>"])
-    LiveRun.objects.create(run=run, steps=[0, 1, 2], certificate={
-        "summary": {"eps_hat": 0.25, "delta_hat": 0.5, "acceptance_rate": 0.75, "tokens": 123},
-        "bounds": {"best": 7.5}})
+    LiveRun.objects.create(
+        run=run,
+        steps=[0, 1, 2],
+        certificate={
+            "summary": {"eps_hat": 0.25, "delta_hat": 0.5, "acceptance_rate": 0.75, "tokens": 123},
+            "bounds": {"best": 7.5},
+        },
+    )
     client.force_login(owner)
-    rows = list(__import__("audit_portal.dashboards.tables", fromlist=["runs_table"]).runs_table(
-        Run.objects.filter(pk=run.pk)))
+    rows = list(
+        __import__("audit_portal.dashboards.tables", fromlist=["runs_table"]).runs_table(Run.objects.filter(pk=run.pk))
+    )
     (r,) = rows
     assert (r.eps_hat, r.delta_hat, r.acceptance, r.best_bound, r.tokens, r.steps) == (0.25, 0.5, 0.75, 7.5, 123, 3)
     page = client.get(f"/p/{project.slug}/runs/?min_best_bound=7&max_best_bound=8")

@@ -1,6 +1,7 @@
 """Browsing many runs in the system Chromium: the runs table sorts, filters, searches and pages on the server; three
 ticked runs open in the compare page with their names in the legends; the table and a run's sequences export as CSV
 and JSON; the sequences page pages with the API's filters and links each call to its drill-down."""
+
 from __future__ import annotations
 
 import csv
@@ -30,16 +31,39 @@ def synthetic_runs(project, n: int) -> list:
     runs = []
     for i in range(n):
         run = Run.objects.create(project=project, name=f"sweep-{i:02d}", created_at=now - timedelta(days=30 - i))
-        upload = Upload.objects.create(project=project, run=run, original_name=f"sweep-{i:02d}.jsonl",
-                                       sha256=f"{i + 1:064x}", size_bytes=100, stage="valid")
-        summary = {"sequences": 10 * (i + 1), "sequences_certified": 10 * (i + 1), "eps_hat": (i + 1) / 1000,
-                   "T_ref": 256, "threshold": 0.01, "acceptance_rate": 1 - i / 100}
+        upload = Upload.objects.create(
+            project=project,
+            run=run,
+            original_name=f"sweep-{i:02d}.jsonl",
+            sha256=f"{i + 1:064x}",
+            size_bytes=100,
+            stage="valid",
+        )
+        summary = {
+            "sequences": 10 * (i + 1),
+            "sequences_certified": 10 * (i + 1),
+            "eps_hat": (i + 1) / 1000,
+            "T_ref": 256,
+            "threshold": 0.01,
+            "acceptance_rate": 1 - i / 100,
+        }
         verdict = run_verdict(summary, {"best": (i + 1) / 100}, {})
-        RunCertificate.objects.create(project=project, run=run, upload=upload, state="complete", summary=summary,
-                                      bounds={"best": (i + 1) / 100}, verdict=verdict.code,
-                                      verdict_detail=verdict.as_dict(),
-                                      eps_hat=(i + 1) / 1000, delta_hat=(i + 1) / 5000, acceptance_rate=1 - i / 100,
-                                      best_bound=(i + 1) / 100, tokens=1000 * (i + 1), sequences=10 * (i + 1))
+        RunCertificate.objects.create(
+            project=project,
+            run=run,
+            upload=upload,
+            state="complete",
+            summary=summary,
+            bounds={"best": (i + 1) / 100},
+            verdict=verdict.code,
+            verdict_detail=verdict.as_dict(),
+            eps_hat=(i + 1) / 1000,
+            delta_hat=(i + 1) / 5000,
+            acceptance_rate=1 - i / 100,
+            best_bound=(i + 1) / 100,
+            tokens=1000 * (i + 1),
+            sequences=10 * (i + 1),
+        )
         runs.append(run)
     return runs
 
@@ -52,14 +76,17 @@ class RunsTableTest(BrowserTestCase):
         self.real = {}
         for seed, name in enumerate(REAL, start=1):
             upload, _ = self.processed_upload(
-                f"{name}.jsonl.gz", gz(jsonl(records(trajectories=8, seed=seed, run_id=name, spike_rate=0.01 * seed))),
-                ("validate_upload", "certify_upload", "fidelity_audit"))
+                f"{name}.jsonl.gz",
+                gz(jsonl(records(trajectories=8, seed=seed, run_id=name, spike_rate=0.01 * seed))),
+                ("validate_upload", "certify_upload", "fidelity_audit"),
+            )
             self.real[name] = upload
         synthetic_runs(self.project, SYNTHETIC)
 
     def numbers(self, column):
-        texts = self.page.eval_on_selector_all(f'#runs-table tbody td[data-column="{column}"]',
-                                               "cells => cells.map(c => c.textContent.trim())")
+        texts = self.page.eval_on_selector_all(
+            f'#runs-table tbody td[data-column="{column}"]', "cells => cells.map(c => c.textContent.trim())"
+        )
         return [float(t.rstrip("%")) for t in texts if t != "—"]
 
     def test_sort_filter_search_page_and_export(self):
@@ -93,10 +120,16 @@ class RunsTableTest(BrowserTestCase):
         page.fill("#max_eps_hat", "0.02")
         page.click("#runs-apply")
         page.wait_for_url("**max_eps_hat=0.02*")
-        expected = {c.run.name for c in RunCertificate.objects.filter(project=self.project).select_related("run")
-                    if c.eps_hat <= 0.02 and c.acceptance_rate >= 0.9}
-        shown = set(page.eval_on_selector_all('#runs-table tbody td[data-column="name"]',
-                                              "cells => cells.map(c => c.textContent.trim())"))
+        expected = {
+            c.run.name
+            for c in RunCertificate.objects.filter(project=self.project).select_related("run")
+            if c.eps_hat <= 0.02 and c.acceptance_rate >= 0.9
+        }
+        shown = set(
+            page.eval_on_selector_all(
+                '#runs-table tbody td[data-column="name"]', "cells => cells.map(c => c.textContent.trim())"
+            )
+        )
         assert shown == expected and 0 < len(shown) < total
         # the export carries every row the filters keep, as CSV and as JSON
         with page.expect_download() as info:
@@ -112,8 +145,9 @@ class RunsTableTest(BrowserTestCase):
         page.fill("#runs-q", "bravo")
         page.click("#runs-apply")
         page.wait_for_url("**q=bravo*")
-        assert page.eval_on_selector_all('#runs-table tbody td[data-column="name"]',
-                                         "cells => cells.map(c => c.textContent.trim())") == ["bravo-grpo"]
+        assert page.eval_on_selector_all(
+            '#runs-table tbody td[data-column="name"]', "cells => cells.map(c => c.textContent.trim())"
+        ) == ["bravo-grpo"]
         # a bad filter is refused by name, not a server error
         response = page.goto(f"{self.live_server_url}/p/{self.project.slug}/runs/?max_eps_hat=lots")
         assert response.status == 400 and "max_eps_hat must be a number" in page.inner_text(".messages")
@@ -124,7 +158,7 @@ class RunsTableTest(BrowserTestCase):
         self.sign_in()
         page.goto(f"{self.live_server_url}/p/{self.project.slug}/runs/?q=o")  # the three real runs (and no sweep)
         for name in REAL:
-            page.check(f'#pick-{self.real[name].run_id}')
+            page.check(f"#pick-{self.real[name].run_id}")
         page.click("#compare-selected")
         page.wait_for_url("**/compare/?c=*")
         page.wait_for_function("document.body.dataset.figures === 'ready'")

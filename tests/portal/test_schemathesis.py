@@ -5,6 +5,7 @@ authorisation matrix's world). No response may be a server error, and every resp
 match the schema: documented status code, content type and body.
 
 Bounded and deterministic: ``derandomize`` and a fixed number of examples per operation."""
+
 from __future__ import annotations
 
 import pytest
@@ -30,11 +31,19 @@ pytestmark = [pytest.mark.django_db, pytest.mark.slow, pytest.mark.xdist_group("
 schema = schemathesis.openapi.from_wsgi("/api/schema/", application)
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 # Which seeded object a path's ``{id}`` names (the longest matching prefix wins).
-PK_OBJECT = {"/api/v1/uploads/": "upload", "/api/v1/runs/": "run", "/api/v1/jobs/": "job",
-             "/api/v1/jobs/{id}/cancel/": "queued_job", "/api/v1/certificates/": "certificate",
-             "/api/v1/fidelity/reports/": "report", "/api/v1/fidelity/calls/": "call",
-             "/api/v1/kernel-submissions/": "submission", "/api/v1/implementations/": "implementation",
-             "/api/v1/projects/{slug}/api-keys/": "victim_key", "/api/v1/alert-rules/": "alert_rule"}
+PK_OBJECT = {
+    "/api/v1/uploads/": "upload",
+    "/api/v1/runs/": "run",
+    "/api/v1/jobs/": "job",
+    "/api/v1/jobs/{id}/cancel/": "queued_job",
+    "/api/v1/certificates/": "certificate",
+    "/api/v1/fidelity/reports/": "report",
+    "/api/v1/fidelity/calls/": "call",
+    "/api/v1/kernel-submissions/": "submission",
+    "/api/v1/implementations/": "implementation",
+    "/api/v1/projects/{slug}/api-keys/": "victim_key",
+    "/api/v1/alert-rules/": "alert_rule",
+}
 
 
 @pytest.fixture(autouse=True)
@@ -66,12 +75,13 @@ OPERATIONS = [result.ok() for result in schema.get_all_operations()]
 
 
 @pytest.mark.parametrize("operation", OPERATIONS, ids=[op.label for op in OPERATIONS])
-def test_api_conforms_to_its_schema(operation, world, settings):  # noqa: F811
+def test_api_conforms_to_its_schema(operation, world, settings):  # noqa: F811 - the fixture, asked for by name
     settings.UPLOAD_THROTTLE_RATE = "100000/min"  # generated writes exercise the endpoints, not the rate limit
 
     @given(case=operation.as_strategy())
-    @hypothesis_settings(max_examples=10, derandomize=True, deadline=None, database=None,
-                         suppress_health_check=list(HealthCheck))
+    @hypothesis_settings(
+        max_examples=10, derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+    )
     def conforms(case):
         seed_path(case, world)
         response = case.call(headers={"Authorization": f"Bearer {world.tokens['key_submit']}"})
@@ -87,8 +97,9 @@ def test_a_json_body_that_is_not_an_object_is_a_400(world):  # noqa: F811  (foun
     cache.clear()  # a fresh rate-limit budget for the key
     client = Client(HTTP_AUTHORIZATION=f"Bearer {world.tokens['key_submit']}")
     for body in ("[null, null]", '"pkg.kernels"', "42"):
-        response = client.post(f"/api/v1/projects/{world.own.slug}/kernel-submissions/", body,
-                               content_type="application/json")
+        response = client.post(
+            f"/api/v1/projects/{world.own.slug}/kernel-submissions/", body, content_type="application/json"
+        )
         assert response.status_code == 400, (body, response.content)
         assert response.json()["error"]["code"] == "invalid_body"
 

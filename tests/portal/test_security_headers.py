@@ -1,5 +1,6 @@
 """Security headers and cookies under the production settings, on pages and API responses; and the templates'
 inline scripts carry the Content-Security-Policy nonce (a new template without it fails here, by name)."""
+
 from __future__ import annotations
 
 import importlib
@@ -88,8 +89,14 @@ def test_pages_carry_the_security_headers_and_nonced_scripts(https, project, own
 
 def test_api_and_error_responses_carry_the_security_headers(https, project, owner):
     token = issue_api_key(project=project, name="ci", scopes=["read"]).token
-    for url, status in [("/api/v1/projects/", 200), ("/api/schema/", 200), ("/api/v1/projects/nope/", 404),
-                        ("/no-such-page/", 404), ("/healthz", 200), ("/api/docs/", 200)]:
+    for url, status in [
+        ("/api/v1/projects/", 200),
+        ("/api/schema/", 200),
+        ("/api/v1/projects/nope/", 404),
+        ("/no-such-page/", 404),
+        ("/healthz", 200),
+        ("/api/docs/", 200),
+    ]:
         response = https.get(url, HTTP_AUTHORIZATION=f"Bearer {token}")
         assert response.status_code == status, url
         assert_security_headers(response)
@@ -110,8 +117,9 @@ def test_session_and_csrf_cookies_are_secure_httponly_lax(https, owner):
     page = https.get("/login/")
     csrf = page.cookies["csrftoken"]
     assert csrf["secure"] and csrf["samesite"] == "Lax"
-    response = https.post("/login/", {"username": "olivia", "password": "pw-olivia-123",
-                                      "csrfmiddlewaretoken": csrf.value})
+    response = https.post(
+        "/login/", {"username": "olivia", "password": "pw-olivia-123", "csrfmiddlewaretoken": csrf.value}
+    )
     assert response.status_code == 302
     session = response.cookies["sessionid"]
     assert session["secure"] and session["httponly"] and session["samesite"] == "Lax"
@@ -136,8 +144,10 @@ def test_every_template_inline_script_carries_the_nonce_and_no_inline_handlers()
             if 'nonce="{{ csp_nonce }}"' not in attrs and "application/json" not in attrs:
                 problems.append(f'{path.relative_to(TEMPLATES)}: <script{attrs}> needs nonce="{{{{ csp_nonce }}}}"')
         for handler in INLINE_HANDLER.findall(text):
-            problems.append(f"{path.relative_to(TEMPLATES)}: inline event handler {handler}= is blocked by the "
-                            "Content-Security-Policy; bind it in a static script")
+            problems.append(
+                f"{path.relative_to(TEMPLATES)}: inline event handler {handler}= is blocked by the "
+                "Content-Security-Policy; bind it in a static script"
+            )
         if re.search(r"""href=["']javascript:""", text, re.I):
             problems.append(f"{path.relative_to(TEMPLATES)}: javascript: URL")
     assert not problems, "\n".join(problems)

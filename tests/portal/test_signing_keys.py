@@ -3,6 +3,7 @@ compromised web or worker host holds) the key table is read-only — INSERT, UPD
 forged key event appended to the log is named by ``verify_log`` and ``check_consistency``; a key written into the key
 table any other way (the owner, a restored backup) fails the verifier and the consistency check, naming it; and a
 deployed key the log did not introduce cannot sign."""
+
 from __future__ import annotations
 
 import contextlib
@@ -70,18 +71,23 @@ def test_the_application_role_cannot_write_the_key_table(api, project):
     with app_role_connection() as conn:
         assert conn.execute("SELECT count(*) FROM attestations_signingkey").fetchone()[0] == 1
         for sql, params in (
-                ("INSERT INTO attestations_signingkey (key_id, algorithm, public_key, status, created_at) "
-                 "VALUES (%s, 'ed25519', %s, 'active', now())", [evil["key_id"], evil["public_key"]]),
-                ("UPDATE attestations_signingkey SET public_key = %s", [evil["public_key"]]),
-                ("UPDATE attestations_signingkey SET status = 'retired'", None),
-                ("DELETE FROM attestations_signingkey", None),
-                ("TRUNCATE attestations_signingkey", None),
-                ("ALTER TABLE attestations_signingkey OWNER TO CURRENT_USER", None)):
+            (
+                "INSERT INTO attestations_signingkey (key_id, algorithm, public_key, status, created_at) "
+                "VALUES (%s, 'ed25519', %s, 'active', now())",
+                [evil["key_id"], evil["public_key"]],
+            ),
+            ("UPDATE attestations_signingkey SET public_key = %s", [evil["public_key"]]),
+            ("UPDATE attestations_signingkey SET status = 'retired'", None),
+            ("DELETE FROM attestations_signingkey", None),
+            ("TRUNCATE attestations_signingkey", None),
+            ("ALTER TABLE attestations_signingkey OWNER TO CURRENT_USER", None),
+        ):
             with pytest.raises(psycopg.errors.InsufficientPrivilege) as err:
                 conn.execute(sql, params)
             assert "permission denied" in str(err.value) or "must be owner" in str(err.value), sql
     assert list(SigningKey.objects.values_list("key_id", "public_key", "status")) == [
-        (real.key_id, real.public_key, "active")]
+        (real.key_id, real.public_key, "active")
+    ]
     assert selectors.verify_log().ok
 
 
@@ -95,9 +101,11 @@ def test_a_key_event_forged_through_the_application_role_is_named(api, project):
     leaf = services.jcs.canonical(forged)
     index = LogEntry.objects.count()
     with app_role_connection() as conn:
-        conn.execute("INSERT INTO attestations_logentry (\"index\", leaf_hash, envelope, predicate_type, subject_kind, "
-                     "subject_id, key_id, created_at) VALUES (%s, %s, %s, %s, 'signing_key', 0, %s, now())",
-                     [index, services.merkle.leaf_hash(leaf).hex(), leaf.decode(), keylog.KEY_PREDICATE, evil_id])
+        conn.execute(
+            'INSERT INTO attestations_logentry ("index", leaf_hash, envelope, predicate_type, subject_kind, '
+            "subject_id, key_id, created_at) VALUES (%s, %s, %s, %s, 'signing_key', 0, %s, now())",
+            [index, services.merkle.leaf_hash(leaf).hex(), leaf.decode(), keylog.KEY_PREDICATE, evil_id],
+        )
     # the key table's projection followed the (unverified) event; the key set derived from the log did not
     assert SigningKey.objects.filter(key_id=evil_id).exists()
     assert evil_id not in {k["key_id"] for k in keys.key_set()["keys"]}
@@ -113,8 +121,11 @@ def test_a_key_written_into_the_table_any_other_way_fails_the_verifier_and_the_c
     assert selectors.verify_log().ok
     evil = K.key_entry(K.generate().public_key())
     with connection.cursor() as cur:  # the owner (or a restored backup) writes the table directly
-        cur.execute("INSERT INTO attestations_signingkey (key_id, algorithm, public_key, status, created_at) "
-                    "VALUES (%s, 'ed25519', %s, 'retired', now())", [evil["key_id"], evil["public_key"]])
+        cur.execute(
+            "INSERT INTO attestations_signingkey (key_id, algorithm, public_key, status, created_at) "
+            "VALUES (%s, 'ed25519', %s, 'retired', now())",
+            [evil["key_id"], evil["public_key"]],
+        )
     _problems_name(evil["key_id"])
     detail = api.get(f"/api/v1/attestations/run_certificate/{certificate.pk}/?files=0").json()
     states = {c["name"]: c for c in detail["checks"]}

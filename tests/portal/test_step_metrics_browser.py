@@ -1,5 +1,6 @@
 """The run page in the system Chromium draws the per-step mismatch metrics next to the certificate (a Parquet
 upload, processed by the real tasks): the run-level table and both figures, one point per step."""
+
 from __future__ import annotations
 
 from workers.fcr.parquet_write import Writer

@@ -1,4 +1,5 @@
 """Every read is scoped: a key or user of project A cannot see or touch project B's objects."""
+
 import pytest
 from rest_framework.test import APIClient
 
@@ -27,9 +28,15 @@ def foreign_objects(other_project):
 
 def test_a_key_for_project_a_gets_404_on_project_b(api, project, other_project, foreign_objects):
     upload, run, job = foreign_objects
-    for url in [f"/api/v1/projects/{other_project.slug}/", upload_url(other_project),
-                f"/api/v1/projects/{other_project.slug}/runs/", f"/api/v1/projects/{other_project.slug}/jobs/",
-                f"/api/v1/uploads/{upload.pk}/", f"/api/v1/runs/{run.pk}/", f"/api/v1/jobs/{job.pk}/"]:
+    for url in [
+        f"/api/v1/projects/{other_project.slug}/",
+        upload_url(other_project),
+        f"/api/v1/projects/{other_project.slug}/runs/",
+        f"/api/v1/projects/{other_project.slug}/jobs/",
+        f"/api/v1/uploads/{upload.pk}/",
+        f"/api/v1/runs/{run.pk}/",
+        f"/api/v1/jobs/{job.pk}/",
+    ]:
         response = api.get(url)
         assert response.status_code == 404, url
         assert response.json()["error"]["code"] == "not_found"

@@ -3,6 +3,7 @@ signed note that opens with the published note key (Go sumdb/note semantics, wor
 their own key and storage, no database — check the key events' inclusion and the log's consistency, cosign
 (cosignature/v1) and post to add-checkpoint; a bundle then verifies offline with k of n pinned witnesses; a
 checkpoint signed by a key the log did not introduce, or a fork, is refused."""
+
 from __future__ import annotations
 
 import json
@@ -61,8 +62,9 @@ def test_the_checkpoint_is_a_c2sp_note_and_witnesses_cosign_it(api, project, cli
     assert "refused the cosignature: HTTP 403" in w3.round()  # a witness the log was not configured with
     assert Cosignature.objects.count() == 2
     cosigned = client.get("/api/v1/log/checkpoint.note").content.decode()
-    assert sorted(note.verify_cosignatures(cosigned, [note.parse_verifier(w.verifier_key) for w in witnesses])) == \
-        sorted([w1.verifier_key, w2.verifier_key])
+    assert sorted(
+        note.verify_cosignatures(cosigned, [note.parse_verifier(w.verifier_key) for w in witnesses])
+    ) == sorted([w1.verifier_key, w2.verifier_key])
     state = json.loads((tmp_path / "w0" / "state.json").read_text())
     assert state["tree_size"] == body["tree_size"] and set(state["keys"]) == {published[0]["key_id"]}
 
@@ -93,8 +95,9 @@ def test_the_witness_refuses_an_unintroduced_key_a_fork_and_a_rollback(api, proj
 
     def signed_by_evil(text):
         body = note.parse_checkpoint(note.split(text)[0])
-        return note.sign(note.checkpoint_text(body["origin"], body["tree_size"], body["root_hash"]), body["origin"],
-                         evil)
+        return note.sign(
+            note.checkpoint_text(body["origin"], body["tree_size"], body["root_hash"]), body["origin"], evil
+        )
 
     w.transport = ClientTransport(client, forge=signed_by_evil)
     with pytest.raises(Refused, match="not signed by a key the log introduced"):
@@ -111,8 +114,11 @@ def test_the_witness_refuses_an_unintroduced_key_a_fork_and_a_rollback(api, proj
     # the log refuses a forked tree head posted to add-checkpoint too (it never signed it)
     forged = fork(client.get("/api/v1/log/checkpoint.note").content.decode())
     line = note.cosign(note.split(forged)[0], w.name, w.key, 1)
-    r = client.post("/api/v1/log/add-checkpoint", data=note.add_checkpoint_body(0, [], note.add_signatures(forged, [line])),
-                    content_type="text/plain")
+    r = client.post(
+        "/api/v1/log/add-checkpoint",
+        data=note.add_checkpoint_body(0, [], note.add_signatures(forged, [line])),
+        content_type="text/plain",
+    )
     assert r.status_code == 409  # Conflict: a different tree head of that size (the API reports errors as JSON)
     state = json.loads((tmp_path / "w0" / "state.json").read_text())
     assert state["tree_size"] == size  # nothing refused was recorded
@@ -132,8 +138,9 @@ def test_the_witness_process_cosigns_over_http(api, project, live_server, settin
     key = subprocess.run([*cmd, "--print-key"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert key.returncode == 0 and key.stdout.startswith("w.example+"), key.stderr
     settings.AUDIT_LOG_WITNESS_KEYS = [key.stdout.strip()]
-    out = subprocess.run([*cmd, "--url", live_server.url, "--once"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        [*cmd, "--url", live_server.url, "--once"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0 and out.stdout.startswith("cosigned tree size 2"), out.stdout + out.stderr
     assert Cosignature.objects.filter(witness=key.stdout.strip(), tree_size=2).exists()
 
@@ -150,5 +157,6 @@ def test_a_rewrite_below_a_cosigned_size_is_named_by_the_log_check(api, project,
     assert selectors.verify_log().ok
     _rewrite_entry_and_resign_everything(1)
     result = selectors.verify_log()
-    assert not result.ok and any("witness witness-0.example cosigned tree size 3" in p and "rewritten" in p
-                                 for p in result.problems), result.problems
+    assert not result.ok and any(
+        "witness witness-0.example cosigned tree size 3" in p and "rewritten" in p for p in result.problems
+    ), result.problems

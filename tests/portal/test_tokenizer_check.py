@@ -1,6 +1,7 @@
 """Tokenizer files are parsed in a process of their own under memory and CPU limits, never in the web process
 (workers/fidelity/tokenizer_check.py): registration works while the web process cannot parse one at all, and a file
 past the checker's limits is a 400 ``tokenizer_too_complex`` with nothing stored."""
+
 from __future__ import annotations
 
 import pytest
@@ -37,8 +38,9 @@ def test_registration_never_parses_in_the_web_process(api, project, monkeypatch)
     assert created.json()["kind"] == "hf" and created.json()["vocab_size"] == 4  # 3 and the toy's [UNK]
 
 
-@pytest.mark.parametrize("limit", [{"TOKENIZER_CHECK_SECONDS": "1"}, {"TOKENIZER_CHECK_MEMORY_BYTES": "400000000"}],
-                         ids=["cpu", "memory"])
+@pytest.mark.parametrize(
+    "limit", [{"TOKENIZER_CHECK_SECONDS": "1"}, {"TOKENIZER_CHECK_MEMORY_BYTES": "400000000"}], ids=["cpu", "memory"]
+)
 def test_a_tokenizer_past_the_checkers_limits_is_refused_and_not_stored(api, project, monkeypatch, limit):
     for k, v in limit.items():
         monkeypatch.setenv(k, v)

@@ -1,6 +1,7 @@
 """Training-step audits through the API and the project page: submission queues one job on the ``gpu`` queue with
 the validated config; a bad field is a 400 naming it and stores nothing; viewers and read-only keys cannot submit;
 every read is scoped to the caller's projects (a foreign audit is a 404)."""
+
 from __future__ import annotations
 
 import pytest
@@ -16,8 +17,19 @@ from audit_portal.training.models import TrainingAudit
 
 pytestmark = pytest.mark.django_db
 
-TINY = {"vocab": 16, "d_model": 16, "n_layers": 1, "n_heads": 2, "max_len": 16, "batch": 4, "group": 2,
-        "prompt_len": 3, "length": 6, "topk": 4, "losses": ["ppo", "cdppo"]}
+TINY = {
+    "vocab": 16,
+    "d_model": 16,
+    "n_layers": 1,
+    "n_heads": 2,
+    "max_len": 16,
+    "batch": 4,
+    "group": 2,
+    "prompt_len": 3,
+    "length": 6,
+    "topk": 4,
+    "losses": ["ppo", "cdppo"],
+}
 
 
 def url(project):
@@ -34,7 +46,11 @@ def test_submit_queues_one_gpu_job_with_the_validated_config(api, project):
     assert audit.config["optimizer"] == "sgd" and audit.config["device"] == "auto"  # defaults filled in
     job = Job.objects.get(pk=body["job"]["id"])
     assert (job.queue, job.task_name, job.subject_kind, job.subject_id) == (
-        "gpu", "workers.tasks.training_step_audit", "training_audit", audit.pk)
+        "gpu",
+        "workers.tasks.training_step_audit",
+        "training_audit",
+        audit.pk,
+    )
     assert body["state"] == "queued" and body["links"]["page"] == f"/p/{project.slug}/training/{audit.pk}/"
     assert body["submitted_by"].startswith("key:")
     listed = api.get(url(project)).json()["results"]
@@ -42,19 +58,22 @@ def test_submit_queues_one_gpu_job_with_the_validated_config(api, project):
     assert api.get(f"/api/v1/training-audits/{audit.pk}/").json()["config"] == audit.config
 
 
-@pytest.mark.parametrize("field, value, words", [
-    ("numerics", "bf17_autocast", "unknown rollout numerics"),
-    ("numerics", "fp32,bf16_weights", "at most one precision"),
-    ("batch", -4, "at least 1"),
-    ("length", 0, "at least 1"),
-    ("vocab", "many", "must be an integer"),
-    ("d_model", 4096, "too large for the CPU fallback"),
-    ("lr", "nan", "finite"),
-    ("losses", ["ppo", "sft"], "unknown loss 'sft'"),
-    ("device", "tpu", "must be one of auto, cuda, cpu"),
-    ("topk", 99, "at most vocab"),
-    ("colour", "blue", "unknown field"),
-])
+@pytest.mark.parametrize(
+    "field, value, words",
+    [
+        ("numerics", "bf17_autocast", "unknown rollout numerics"),
+        ("numerics", "fp32,bf16_weights", "at most one precision"),
+        ("batch", -4, "at least 1"),
+        ("length", 0, "at least 1"),
+        ("vocab", "many", "must be an integer"),
+        ("d_model", 4096, "too large for the CPU fallback"),
+        ("lr", "nan", "finite"),
+        ("losses", ["ppo", "sft"], "unknown loss 'sft'"),
+        ("device", "tpu", "must be one of auto, cuda, cpu"),
+        ("topk", 99, "at most vocab"),
+        ("colour", "blue", "unknown field"),
+    ],
+)
 def test_bad_config_is_a_400_naming_the_field_and_nothing_is_stored(api, project, field, value, words):
     response = api.post(url(project), {**TINY, field: value}, format="json")
     assert response.status_code == 400
@@ -65,8 +84,18 @@ def test_bad_config_is_a_400_naming_the_field_and_nothing_is_stored(api, project
 
 
 def test_a_large_model_needs_the_gpu_and_is_accepted_for_cuda(api, project):
-    big = {**TINY, "vocab": 8192, "d_model": 512, "n_layers": 4, "n_heads": 8, "max_len": 96, "batch": 32,
-           "group": 4, "length": 64, "topk": 20}
+    big = {
+        **TINY,
+        "vocab": 8192,
+        "d_model": 512,
+        "n_layers": 4,
+        "n_heads": 8,
+        "max_len": 96,
+        "batch": 32,
+        "group": 4,
+        "length": 64,
+        "topk": 20,
+    }
     refused = api.post(url(project), big, format="json")
     assert refused.status_code == 400 and refused.json()["error"]["detail"]["field"] == "d_model"
     accepted = api.post(url(project), {**big, "device": "cuda"}, format="json")
@@ -80,8 +109,10 @@ def test_a_json_array_body_is_a_400_not_a_crash(api, project):
 
 def test_read_scope_key_and_viewer_cannot_submit(project, owner, member_of, client):
     reader = APIClient()
-    reader.credentials(HTTP_AUTHORIZATION="Bearer " + issue_api_key(project=project, name="ro", scopes=["read"],
-                                                                    created_by=owner).token)
+    reader.credentials(
+        HTTP_AUTHORIZATION="Bearer "
+        + issue_api_key(project=project, name="ro", scopes=["read"], created_by=owner).token
+    )
     response = reader.post(url(project), TINY, format="json")
     assert response.status_code == 403 and response.json()["error"]["code"] == "permission_denied"
     assert reader.get(url(project)).status_code == 200
@@ -118,8 +149,10 @@ def test_member_submits_from_the_form_and_a_bad_field_is_shown(client, project, 
     assert bad.status_code == 400 and b"n_heads: must divide d_model" in bad.content
     assert b'name="n_heads" id="n_heads" value="3" aria-invalid="true"' in bad.content  # the form keeps the input
     assert not TrainingAudit.objects.exists()
-    ok = client.post(f"/p/{project.slug}/training/", {**form, "losses": ["ppo", "trm_max_kl"],
-                                                      "prompts": "1 2 3\n4 5 6", "numerics": "bf16_autocast,extra_batch"})
+    ok = client.post(
+        f"/p/{project.slug}/training/",
+        {**form, "losses": ["ppo", "trm_max_kl"], "prompts": "1 2 3\n4 5 6", "numerics": "bf16_autocast,extra_batch"},
+    )
     audit = TrainingAudit.objects.get()
     assert ok.status_code == 302 and ok["Location"] == f"/p/{project.slug}/training/{audit.pk}/"
     assert audit.config["prompts"] == [[1, 2, 3], [4, 5, 6]] and audit.config["batch"] == 4  # 2 prompts × group 2

@@ -2,6 +2,7 @@
 ``gpu`` queue go from queued to succeeded live (a worker thread starts mid-test), and reads the figures the page
 then draws: exact TV distribution and by position, the top-K interval against the exact TV, B* per view, the
 undetermined shares and the masked fraction per loss, next to the configuration with the device used."""
+
 from __future__ import annotations
 
 import torch
@@ -14,8 +15,18 @@ from .browser import BrowserTestCase, browser_marks
 
 pytestmark = browser_marks
 
-FIELDS = {"vocab": "16", "d_model": "16", "n_layers": "1", "n_heads": "2", "max_len": "16", "batch": "4",
-          "group": "2", "prompt_len": "3", "length": "6", "topk": "4"}
+FIELDS = {
+    "vocab": "16",
+    "d_model": "16",
+    "n_layers": "1",
+    "n_heads": "2",
+    "max_len": "16",
+    "batch": "4",
+    "group": "2",
+    "prompt_len": "3",
+    "length": "6",
+    "topk": "4",
+}
 FIGURES = ("fig-tv-distribution", "fig-tv-position", "fig-interval", "fig-bounds", "fig-undetermined", "fig-masked")
 
 
@@ -34,8 +45,10 @@ class TrainingBrowserTest(BrowserTestCase):
         for name, value in FIELDS.items():
             page.fill(f"#{name}", value)
         page.fill("#numerics", "bf16_weights,sdpa")
-        page.evaluate("document.querySelectorAll('input[name=losses]').forEach("
-                      "(c) => { c.checked = ['ppo', 'dppo_binary_tv', 'cdppo'].includes(c.value); })")
+        page.evaluate(
+            "document.querySelectorAll('input[name=losses]').forEach("
+            "(c) => { c.checked = ['ppo', 'dppo_binary_tv', 'cdppo'].includes(c.value); })"
+        )
         self.screenshot("training-form.png")
         page.click("#training-submit")
         page.wait_for_selector("#job-card")

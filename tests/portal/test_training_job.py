@@ -2,6 +2,7 @@
 worker listening on the ``gpu`` queue): the stored summaries are the engine's, the per-token arrays land in the
 artifact store, the device actually used is recorded (CUDA when present, CPU fallback otherwise), a config that
 cannot run fails the job with the reason, and the page draws the stored data."""
+
 from __future__ import annotations
 
 import gzip
@@ -47,8 +48,9 @@ def run(project, config=CONFIG, monkeypatch=None, cuda=False):
 def test_job_stores_the_engine_result_and_the_per_token_file(project, settings, monkeypatch, direct):
     messages = []
     real = services.jobs.report_progress
-    monkeypatch.setattr("audit_portal.jobs.services.report_progress",
-                        lambda job, f, m="": (messages.append(m), real(job, f, m)))
+    monkeypatch.setattr(
+        "audit_portal.jobs.services.report_progress", lambda job, f, m="": (messages.append(m), real(job, f, m))
+    )
     audit, outcome = run(project, monkeypatch=monkeypatch, cuda=False)
     assert outcome == "succeeded", audit.job.error
     job = Job.objects.get(pk=audit.job_id)
@@ -70,7 +72,9 @@ def test_job_stores_the_engine_result_and_the_per_token_file(project, settings, 
     tv = [v for row in tokens["tv"] for v in row]
     assert len(tokens["tv"]) == 4 and all(len(r) == 6 for r in tokens["tv"]) and len(tokens["tokens"][0]) == 6
     assert sum(tv) / len(tv) == pytest.approx(audit.divergence["tv"]["mean"])
-    assert all(lo - 1e-9 <= t <= hi + 1e-9 for t, lo, hi in zip(tv, sum(tokens["topk_lo"], []), sum(tokens["topk_hi"], [])))
+    assert all(
+        lo - 1e-9 <= t <= hi + 1e-9 for t, lo, hi in zip(tv, sum(tokens["topk_lo"], []), sum(tokens["topk_hi"], []))
+    )
     hist = audit.profile["tv_histogram"]
     assert sum(hist["counts"]) + hist["zeros"] == len(tv)
     assert audit.profile["position"]["x"] == list(range(6))
@@ -87,8 +91,19 @@ def test_cuda_request_without_cuda_falls_back_to_cpu_and_says_so(project, monkey
 
 
 def test_too_large_for_the_fallback_fails_the_job_with_the_reason(project, monkeypatch):
-    big = {**TINY, "vocab": 8192, "d_model": 512, "n_layers": 4, "n_heads": 8, "max_len": 96, "batch": 32,
-           "group": 4, "length": 64, "topk": 20, "device": "cuda"}
+    big = {
+        **TINY,
+        "vocab": 8192,
+        "d_model": 512,
+        "n_layers": 4,
+        "n_heads": 8,
+        "max_len": 96,
+        "batch": 32,
+        "group": 4,
+        "length": 64,
+        "topk": 20,
+        "device": "cuda",
+    }
     audit, outcome = run(project, big, monkeypatch, cuda=False)
     assert outcome == "failed" and not audit.is_complete and audit.device_used == ""
     job = Job.objects.get(pk=audit.job_id)
@@ -100,7 +115,9 @@ def test_a_stored_bad_config_fails_the_job_never_the_worker(project):
     TrainingAudit.objects.filter(pk=audit.pk).update(config={**audit.config, "numerics": "fp8_magic"})
     assert training_step_audit(audit.job_id) == "failed"
     job = Job.objects.get(pk=audit.job_id)
-    assert job.state == "failed" and job.error.startswith("invalid configuration: numerics:") and "fp8_magic" in job.error
+    assert (
+        job.state == "failed" and job.error.startswith("invalid configuration: numerics:") and "fp8_magic" in job.error
+    )
     assert training_step_audit(audit.job_id) == "skipped"  # a redelivered message does not run a finished job
 
 
@@ -109,19 +126,30 @@ def test_the_page_carries_the_figures_data(client, project, owner, monkeypatch):
     client.force_login(owner)
     html = client.get(f"/p/{project.slug}/training/{audit.pk}/").content.decode()
     assert "/static/vendor/plotly-basic.min" in html and "cdn.plot.ly" not in html
-    figures = json.loads(re.search(r'<script id="training-figures" type="application/json">(.*?)</script>', html,
-                                   re.S).group(1))
-    assert set(figures) == {"tv_distribution", "tv_by_position", "interval_by_position", "bounds", "undetermined",
-                            "masked"}
+    figures = json.loads(
+        re.search(r'<script id="training-figures" type="application/json">(.*?)</script>', html, re.S).group(1)
+    )
+    assert set(figures) == {
+        "tv_distribution",
+        "tv_by_position",
+        "interval_by_position",
+        "bounds",
+        "undetermined",
+        "masked",
+    }
     masked = figures["masked"]["data"][0]
-    assert masked["x"] == audit.config["losses"] and masked["y"] == [audit.steps[n]["masked_fraction"] for n in masked["x"]]
+    assert masked["x"] == audit.config["losses"] and masked["y"] == [
+        audit.steps[n]["masked_fraction"] for n in masked["x"]
+    ]
     assert figures["tv_distribution"]["data"][0]["y"] == audit.profile["tv_histogram"]["counts"]
     mean_tv = next(t for t in figures["tv_by_position"]["data"] if t["name"] == "mean TV")
     assert mean_tv["y"] == audit.profile["position"]["tv_mean"]
     band = figures["interval_by_position"]["data"][0]
     assert band["y"] == audit.profile["position"]["topk_hi_mean"] + audit.profile["position"]["topk_lo_mean"][::-1]
     bounds = {t["name"]: t["y"] for t in figures["bounds"]["data"]}
-    assert bounds["top-K"] == [audit.certificates[k]["sequence"]["topk_tv_mode"]["bounds"]["best"] for k in ("K=1", "K=4")]
+    assert bounds["top-K"] == [
+        audit.certificates[k]["sequence"]["topk_tv_mode"]["bounds"]["best"] for k in ("K=1", "K=4")
+    ]
     assert re.findall(r'data-loss="([^"]+)"', html) == audit.config["losses"]  # the config's order, not jsonb's
     for row in ('id="device-used"', "cpu", 'id="steps-table"', 'data-loss="cdppo"', 'data-view="K=4"'):
         assert row in html
@@ -143,8 +171,9 @@ def test_a_worker_on_the_gpu_queue_runs_the_submitted_job(api, project):
     import workers.tasks  # noqa: F401 - registers the tasks with the app, as `celery -A` would
 
     with start_worker(app, pool="solo", perform_ping_check=False, queues=["gpu"], shutdown_timeout=10):
-        response = api.post(f"/api/v1/projects/{project.slug}/training-audits/", {**TINY, "losses": ["ppo"]},
-                            format="json")
+        response = api.post(
+            f"/api/v1/projects/{project.slug}/training-audits/", {**TINY, "losses": ["ppo"]}, format="json"
+        )
         assert response.status_code == 201
         job_id = response.json()["job"]["id"]
         deadline = time.monotonic() + 60
@@ -155,4 +184,7 @@ def test_a_worker_on_the_gpu_queue_runs_the_submitted_job(api, project):
     assert detail["device_used"] == ("cuda" if torch.cuda.is_available() else "cpu")
     assert detail["divergence"]["tv"]["n"] == 4 * 6 and detail["links"]["tokens"]
     tokens = api.get(detail["links"]["tokens"])
-    assert tokens.status_code == 200 and json.loads(gzip.decompress(b"".join(tokens.streaming_content)))["audit"] == detail["id"]
+    assert (
+        tokens.status_code == 200
+        and json.loads(gzip.decompress(b"".join(tokens.streaming_content)))["audit"] == detail["id"]
+    )

@@ -1,4 +1,5 @@
 """Uploads over the API: stored by digest, idempotent, and every kind of bad input refused cleanly."""
+
 import hashlib
 
 import pytest
@@ -65,7 +66,9 @@ def test_misaligned_arrays_are_refused_naming_the_field(api, project, settings):
 
 def test_truncated_gzip_is_refused(api, project, settings):
     data = gz(jsonl(records()))
-    response = api.post(upload_url(project), {"file": as_file(data[: len(data) - 40], "run.jsonl.gz")}, format="multipart")
+    response = api.post(
+        upload_url(project), {"file": as_file(data[: len(data) - 40], "run.jsonl.gz")}, format="multipart"
+    )
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "corrupt_compression"
     assert "truncated" in response.json()["error"]["message"]
@@ -138,8 +141,9 @@ def test_uploads_are_throttled_per_key(api, project, settings):
 
     settings.UPLOAD_THROTTLE_RATE = "2/min"
     cache.clear()
-    responses = [api.post(upload_url(project), {"file": as_file(jsonl(records(seed=s)))}, format="multipart")
-                 for s in range(3)]
+    responses = [
+        api.post(upload_url(project), {"file": as_file(jsonl(records(seed=s)))}, format="multipart") for s in range(3)
+    ]
     assert [r.status_code for r in responses] == [201, 201, 429]
     assert responses[2].json()["error"]["code"] == "throttled"
     assert responses[2].json()["error"]["retry_after_seconds"] > 0

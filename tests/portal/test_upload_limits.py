@@ -2,6 +2,7 @@
 streaming probe of audit_portal/runs/upload_handler.py, with the engines' limits from workers/fcr/reader.py) with
 a JSON error naming the limit, nothing stored and no ``.part`` file left; the probe's memory stays bounded whatever
 the ratio (tracemalloc)."""
+
 from __future__ import annotations
 
 import gzip
@@ -63,7 +64,7 @@ def test_the_probe_inflates_a_bounded_amount_in_bounded_memory():
     tracemalloc.start()
     try:
         for i in range(0, len(bomb), 1 << 20):  # the upload handler's chunk size
-            probe.feed(bomb[i:i + (1 << 20)])
+            probe.feed(bomb[i : i + (1 << 20)])
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -80,7 +81,7 @@ def test_the_probe_names_the_first_long_line_wherever_the_chunks_cut(cap):
     for step in (1, 3, 7, len(data)):
         probe = StreamProbe(compressed=False, limits=ReadLimits(max_line_bytes=cap))
         for i in range(0, len(data), step):
-            probe.feed(data[i:i + step])
+            probe.feed(data[i : i + step])
         assert probe.code == "line_too_long" and probe.error.startswith("line 3:"), (step, probe.error)
     ok = StreamProbe(compressed=False, limits=ReadLimits(max_line_bytes=cap))
     ok.feed(b"\n".join(lines[:2]) + b"\n")

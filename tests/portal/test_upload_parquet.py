@@ -1,6 +1,7 @@
 """fcr-parquet/1 uploads through the API: the pre-flight reads the footer and the first rows (a bad file is a 4xx
 naming the row or column and nothing is stored), the validation job streams the row groups, the upload joins its
 run, and the certificate job certifies it."""
+
 import io
 
 import pyarrow as pa
@@ -27,8 +28,9 @@ def parquet_bytes(recs, tmp_path, name="run.parquet") -> bytes:
 
 def test_a_parquet_upload_is_validated_joins_its_run_and_is_certified(api, project, tmp_path):
     recs = records(trajectories=8)
-    response = api.post(upload_url(project), {"file": as_file(parquet_bytes(recs, tmp_path), "run.parquet")},
-                        format="multipart")
+    response = api.post(
+        upload_url(project), {"file": as_file(parquet_bytes(recs, tmp_path), "run.parquet")}, format="multipart"
+    )
     assert response.status_code == 201, response.content
     body = response.json()
     assert body["format"] == "fcr-parquet/1" and body["compression"] == "none"

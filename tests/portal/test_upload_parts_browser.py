@@ -2,6 +2,7 @@
 (static/js/upload.js over audit_portal/runs/chunked_api.py): a part cut off once is retried and gets through; a part
 that never gets through (the network is gone) leaves the session open, and after a reload choosing the same file
 sends only the parts the server lacks, then completes into an ordinary upload that validates."""
+
 from __future__ import annotations
 
 import hashlib
@@ -56,8 +57,12 @@ class BrowserPartsUploadTest(BrowserTestCase):
         assert page.get_attribute("#dropzone", "data-parts-above") == str(THRESHOLD)
 
         puts: list[tuple[int, str | None]] = []
-        page.on("request", lambda r: puts.append((int(r.url.rstrip("/").rsplit("/", 1)[1]),
-                                                  r.headers.get("x-part-sha256"))) if r.method == "PUT" else None)
+        page.on(
+            "request",
+            lambda r: puts.append((int(r.url.rstrip("/").rsplit("/", 1)[1]), r.headers.get("x-part-sha256")))
+            if r.method == "PUT"
+            else None,
+        )
         cut = []
 
         def cut_once(route):  # part 1: the first try is cut off, the retry gets through
@@ -91,7 +96,7 @@ class BrowserPartsUploadTest(BrowserTestCase):
         assert "resuming" in page.inner_text("#upload-name")
         assert sorted(n for n, _ in puts) == sorted(set(range(count)) - first)  # only the missing parts
         for n, digest in puts:
-            assert digest == sha(data[n * PART:(n + 1) * PART])  # each part carries its SHA-256
+            assert digest == sha(data[n * PART : (n + 1) * PART])  # each part carries its SHA-256
         assert page.inner_text("#upload-pct") == "100%"
         upload = Upload.objects.get(pk=page.get_attribute("#upload-ok", "data-upload-id"))
         assert upload.sha256 == sha(data) and upload.size_bytes == len(data)  # computed by the server
@@ -122,8 +127,9 @@ class BrowserPartsUploadTest(BrowserTestCase):
 
     def test_past_the_open_session_limit_the_form_falls_back_to_one_request(self):
         for i in range(chunked.MAX_OPEN_SESSIONS):  # abandoned uploads in parts (from other tabs or clients)
-            chunked.create_session(project=self.project, size=PART, sha256=None, name=f"left-{i}.jsonl",
-                                   created_by=self.username)
+            chunked.create_session(
+                project=self.project, size=PART, sha256=None, name=f"left-{i}.jsonl", created_by=self.username
+            )
         data = jsonl(records(trajectories=12))
         path = self.tmp / "fallback.jsonl"
         path.write_bytes(data)

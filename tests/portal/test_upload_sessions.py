@@ -1,6 +1,7 @@
 """Resumable uploads in parts (audit_portal/runs/chunked.py): parts in any order and any number of times, resume
 after an interruption from what the server says it has, a digest checked at completion, and the same intake as a
 single-request upload (stored bytes, validation job, duplicates)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -39,9 +40,14 @@ def start(api, project, data: bytes, sha: str | None = None, *, declare: bool = 
 
 
 def put(api, session: dict, n: int, data: bytes, **headers):
-    part = data[n * PART:(n + 1) * PART]
-    return api.generic("PUT", f"/api/v1/upload-sessions/{session['id']}/parts/{n}/", part,
-                       content_type="application/octet-stream", **headers)
+    part = data[n * PART : (n + 1) * PART]
+    return api.generic(
+        "PUT",
+        f"/api/v1/upload-sessions/{session['id']}/parts/{n}/",
+        part,
+        content_type="application/octet-stream",
+        **headers,
+    )
 
 
 def complete(api, session: dict):
@@ -63,8 +69,16 @@ def test_an_upload_interrupted_at_60_percent_resumes_and_is_validated(api, proje
     state = api.get(f"/api/v1/upload-sessions/{session['id']}/").json()
     assert state["parts_received"] == sorted(first) and state["state"] == "open"
     for n in sorted(set(range(count)) - set(state["parts_received"])):
-        assert put(api, session, n, log_bytes, HTTP_X_PART_SHA256=hashlib.sha256(
-            log_bytes[n * PART:(n + 1) * PART]).hexdigest()).status_code == 200
+        assert (
+            put(
+                api,
+                session,
+                n,
+                log_bytes,
+                HTTP_X_PART_SHA256=hashlib.sha256(log_bytes[n * PART : (n + 1) * PART]).hexdigest(),
+            ).status_code
+            == 200
+        )
     done = complete(api, session)
     assert done.status_code == 201, done.content
     upload = Upload.objects.get(pk=done.json()["id"])
@@ -91,7 +105,7 @@ def test_without_a_declared_digest_the_servers_digest_stands_and_finds_duplicate
     bad = put(api, session, 0, log_bytes, HTTP_X_PART_SHA256=hashlib.sha256(part0[::-1]).hexdigest())
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "part_digest_mismatch"  # a corrupted part
     for n in range(session["part_count"]):
-        part = log_bytes[n * PART:(n + 1) * PART]
+        part = log_bytes[n * PART : (n + 1) * PART]
         assert put(api, session, n, log_bytes, HTTP_X_PART_SHA256=hashlib.sha256(part).hexdigest()).status_code == 200
     done = complete(api, session)
     assert done.status_code == 201, done.content
@@ -123,10 +137,13 @@ def test_bad_parts_and_a_wrong_digest_are_refused_by_name(api, project, log_byte
     session = start(api, project, log_bytes, sha="0" * 64)
     code = lambda r: (r.status_code, r.json()["error"]["code"])
     url = f"/api/v1/upload-sessions/{session['id']}/parts/"
-    assert code(api.generic("PUT", f"{url}0/", b"short", content_type="application/octet-stream")) == \
-        (400, "wrong_part_length")
-    assert code(api.generic("PUT", f"{url}{session['part_count']}/", b"x", content_type="application/octet-stream")) \
-        == (400, "no_such_part")
+    assert code(api.generic("PUT", f"{url}0/", b"short", content_type="application/octet-stream")) == (
+        400,
+        "wrong_part_length",
+    )
+    assert code(
+        api.generic("PUT", f"{url}{session['part_count']}/", b"x", content_type="application/octet-stream")
+    ) == (400, "no_such_part")
     assert code(put(api, session, 0, log_bytes, HTTP_X_PART_SHA256="f" * 64)) == (400, "part_digest_mismatch")
     for n in range(session["part_count"]):
         assert put(api, session, n, log_bytes).status_code == 200
@@ -134,9 +151,17 @@ def test_bad_parts_and_a_wrong_digest_are_refused_by_name(api, project, log_byte
     assert not Upload.objects.exists() and UploadSession.objects.get(pk=session["id"]).state == "open"
 
 
-@pytest.mark.parametrize("body", [{"size": 0, "sha256": "a" * 64}, {"size": "10", "sha256": "a" * 64},
-                                  {"size": 10, "sha256": "xyz"}, {"size": 10, "sha256": ["a"]}, {"size": 10, "sha256": ""},
-                                  {"size": 10, "sha256": "a" * 64, "name": {"a": 1}}])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"size": 0, "sha256": "a" * 64},
+        {"size": "10", "sha256": "a" * 64},
+        {"size": 10, "sha256": "xyz"},
+        {"size": 10, "sha256": ["a"]},
+        {"size": 10, "sha256": ""},
+        {"size": 10, "sha256": "a" * 64, "name": {"a": 1}},
+    ],
+)
 def test_a_bad_declaration_is_a_400(api, project, body):
     response = api.post(f"/api/v1/projects/{project.slug}/upload-sessions/", body, format="json")
     assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_upload_session"
@@ -149,8 +174,9 @@ def test_a_session_is_the_projects_own(api, project, other_project, log_bytes):
 
     session = start(api, project, log_bytes)
     other = APIClient()
-    other.credentials(HTTP_AUTHORIZATION="Bearer " + issue_api_key(project=other_project, name="o",
-                                                                   scopes=["read", "submit"]).token)
+    other.credentials(
+        HTTP_AUTHORIZATION="Bearer " + issue_api_key(project=other_project, name="o", scopes=["read", "submit"]).token
+    )
     assert other.get(f"/api/v1/upload-sessions/{session['id']}/").status_code == 404
     assert put(other, session, 0, log_bytes).status_code == 404
     assert complete(other, session).status_code == 404

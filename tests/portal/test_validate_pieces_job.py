@@ -2,6 +2,7 @@
 planner sends are captured and run by hand — reversed, one delivered twice, some lost with their worker — and the
 upload's stored summary must equal validate_file's for the same file, its follow-ups queued once. On real worker
 processes: tests/portal/test_certify_chunks_workers.py (its uploads are validated in pieces too)."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -33,8 +34,9 @@ def sent(monkeypatch, settings):
 
 
 def upload(api, project, lines: list[bytes]):
-    response = api.post(upload_url(project), {"file": as_file(b"\n".join(lines) + b"\n", "r.jsonl")},
-                        format="multipart")
+    response = api.post(
+        upload_url(project), {"file": as_file(b"\n".join(lines) + b"\n", "r.jsonl")}, format="multipart"
+    )
     assert response.status_code == 201, response.content
     up = Upload.objects.get(pk=response.json()["id"])
     return up, Job.objects.get(subject_id=up.pk, kind="validate_upload")
@@ -76,7 +78,9 @@ def test_a_file_level_error_across_pieces_is_found_as_one_pass_finds_it(api, pro
     """A model's layer count changes between the first and the last piece: each record passes the upload's
     per-record pre-flight, the file does not pass validation."""
     recs = records(trajectories=8)
-    lines = [orjson.dumps(routed(recs[0], 2))] + [orjson.dumps(r) for r in recs[1:]] + [orjson.dumps(routed(recs[1], 3))]
+    lines = (
+        [orjson.dumps(routed(recs[0], 2))] + [orjson.dumps(r) for r in recs[1:]] + [orjson.dumps(routed(recs[1], 3))]
+    )
     up, job = upload(api, project, lines)
     validate_upload(job.pk)
     assert len(sent) >= 3

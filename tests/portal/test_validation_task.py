@@ -1,5 +1,6 @@
 """The validation task: streaming validation of the whole file, then valid (joins its run) or invalid
 (with line numbers), through the same code the worker runs."""
+
 import pytest
 
 from audit_portal.jobs.models import Job

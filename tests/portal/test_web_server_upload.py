@@ -2,6 +2,7 @@
 the JSON refusal, and serves the live pages' websockets (a signed-in session gets the project feed's snapshot, a
 connection without one is refused). A real server process on a private embedded portal
 (bench/upload_memory.py), not the test client."""
+
 from __future__ import annotations
 
 import hashlib
@@ -16,7 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.upload_memory import PY, measured_upload, private_web, rss_mb, upload, valid_block  # noqa: E402
+from bench.upload_memory import PY, measured_upload, private_web, rss_mb, upload, valid_block  # noqa: E402 - after the repository root is put on sys.path
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("web_server")]
 
@@ -29,12 +30,16 @@ s[HASH_SESSION_KEY] = u.get_session_auth_hash(); s.create(); print(s.session_key
 """
 
 
-def raw(port: int, method: str, path: str, token: str, body: bytes = b"", content_type: str = "",
-        length: int | None = None) -> tuple[int, str, bytes]:
+def raw(
+    port: int, method: str, path: str, token: str, body: bytes = b"", content_type: str = "", length: int | None = None
+) -> tuple[int, str, bytes]:
     """One request on a plain socket (the server's own refusals included); (status, content type, body)."""
-    head = (f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n"
-            f"Content-Length: {len(body) if length is None else length}\r\n"
-            + (f"Content-Type: {content_type}\r\n" if content_type else "") + "\r\n").encode()
+    head = (
+        f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n"
+        f"Content-Length: {len(body) if length is None else length}\r\n"
+        + (f"Content-Type: {content_type}\r\n" if content_type else "")
+        + "\r\n"
+    ).encode()
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
         sock.sendall(head + body)
         data = b""
@@ -49,7 +54,7 @@ def raw(port: int, method: str, path: str, token: str, body: bytes = b"", conten
             size, _, rest = payload.partition(b"\r\n")
             if not int(size, 16):
                 break
-            whole, payload = whole + rest[:int(size, 16)], rest[int(size, 16) + 2:]
+            whole, payload = whole + rest[: int(size, 16)], rest[int(size, 16) + 2 :]
         payload = whole
     return int(lines[0].split()[1]), headers.get("content-type", ""), payload
 
@@ -83,8 +88,13 @@ def test_uvicorn_streams_uploads_and_serves_websockets():
             ("GET", "/api/v1/no-such-thing/", b"", "", None): (404, "not_found"),
             ("PUT", uploads, b"{}", "application/json", None): (405, "method_not_allowed"),
             ("POST", uploads, b"", "multipart/form-data; boundary=x", 50 << 30): (413, "upload_too_large"),
-            ("POST", "/api/v1/projects/bench/alert-rules/", b"[" * 100_000 + b"]" * 100_000, "application/json",
-             None): (400, "json_too_deep"),
+            (
+                "POST",
+                "/api/v1/projects/bench/alert-rules/",
+                b"[" * 100_000 + b"]" * 100_000,
+                "application/json",
+                None,
+            ): (400, "json_too_deep"),
         }.items():
             status, got_type, payload = raw(port, method, path, token, body, ctype, length)
             assert (status, got_type) == (want, "application/json"), (path, status, got_type, payload[:200])
@@ -94,25 +104,40 @@ def test_uvicorn_streams_uploads_and_serves_websockets():
         block = valid_block()
         data = block.replace(b'"call_id":"', b'"call_id":"s-') * (40 * (1 << 20) // len(block) + 1)
         before = rss_mb(proc.pid)
-        status, _, body = raw(port, "POST", "/api/v1/projects/bench/upload-sessions/", token, json.dumps(
-            {"size": len(data), "sha256": hashlib.sha256(data).hexdigest(), "name": "parts.jsonl"}).encode(),
-            "application/json")
+        status, _, body = raw(
+            port,
+            "POST",
+            "/api/v1/projects/bench/upload-sessions/",
+            token,
+            json.dumps({"size": len(data), "sha256": hashlib.sha256(data).hexdigest(), "name": "parts.jsonl"}).encode(),
+            "application/json",
+        )
         created = json.loads(body)
         assert status == 201 and created["part_count"] == 3, created
         part = created["part_size"]
         for n in reversed(range(created["part_count"])):
-            status, _, body = raw(port, "PUT", f"/api/v1/upload-sessions/{created['id']}/parts/{n}/", token,
-                                  data[n * part:(n + 1) * part], "application/octet-stream")
+            status, _, body = raw(
+                port,
+                "PUT",
+                f"/api/v1/upload-sessions/{created['id']}/parts/{n}/",
+                token,
+                data[n * part : (n + 1) * part],
+                "application/octet-stream",
+            )
             assert status == 200, body[:300]
         status, _, body = raw(port, "POST", f"/api/v1/upload-sessions/{created['id']}/complete/", token)
         assert status == 201 and json.loads(body)["size_bytes"] == len(data), body[:300]
         assert rss_mb(proc.pid) - before < 60
 
-        session = subprocess.run([PY, "manage.py", "shell", "-c", SESSION], cwd=ROOT, env=env, check=True,
-                                 capture_output=True, text=True).stdout.strip().splitlines()[-1]
+        session = (
+            subprocess.run(
+                [PY, "manage.py", "shell", "-c", SESSION], cwd=ROOT, env=env, check=True, capture_output=True, text=True
+            )
+            .stdout.strip()
+            .splitlines()[-1]
+        )
         url, origin = f"ws://127.0.0.1:{port}/ws/projects/bench/feed/", f"http://127.0.0.1:{port}"
-        with connect(url, origin=origin, additional_headers={"Cookie": f"sessionid={session}"},
-                     open_timeout=10) as ws:
+        with connect(url, origin=origin, additional_headers={"Cookie": f"sessionid={session}"}, open_timeout=10) as ws:
             first = json.loads(ws.recv(timeout=10))
         assert first["type"] == "job" and first["job"]["kind"] == "validate_upload", first
         # a consumer that closes before accepting (no session: 4401) is a refused handshake, HTTP 403, per the ASGI spec

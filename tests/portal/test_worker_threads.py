@@ -1,6 +1,7 @@
 """The general worker's prefork pool is its parallelism: with several pool processes each runs its numeric libraries
 single-threaded, as scripts/worker starts them (several processes each spreading torch over every core compete for
 the cores: docs/deploy.md, "One run, many workers")."""
+
 from pathlib import Path
 
 from .shipped_workers import shipped_workers
@@ -20,8 +21,11 @@ def test_a_pool_of_two_runs_each_process_single_threaded(settings, tmp_path, mon
         assert len(children) == 2, children  # the default pool of scripts/worker general
         for pid in children:
             env = _environ(pid)
-            assert (env.get("OMP_NUM_THREADS"), env.get("MKL_NUM_THREADS"), env.get("OPENBLAS_NUM_THREADS")) == \
-                ("1", "1", "1"), pid
+            assert (env.get("OMP_NUM_THREADS"), env.get("MKL_NUM_THREADS"), env.get("OPENBLAS_NUM_THREADS")) == (
+                "1",
+                "1",
+                "1",
+            ), pid
 
 
 def test_an_operator_setting_is_kept(settings, tmp_path, monkeypatch):

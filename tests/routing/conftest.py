@@ -1,4 +1,5 @@
 """Fixtures for the routing-engine tests (no database)."""
+
 import pytest
 
 

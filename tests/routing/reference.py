@@ -1,14 +1,24 @@
 """An independent, loop-by-loop statement of the routing audit's definitions (sets and dicts, no numpy tricks),
 used to check the vectorised engine."""
+
 from __future__ import annotations
 
 
 def reference_audit(calls, N=2):
     """``calls``: list of dicts with ``rollout``/``trainer`` nested lists [T][L][K] (negative = not recorded) and
     ``metric`` (a list of per-token floats). Returns the counts the engine reports."""
-    out = {"pairs_verified": 0, "pairs_flipped": 0, "per_layer": {}, "per_pos": {}, "agree": 0, "flipped": 0,
-           "unverifiable": 0, "sum": {"agree": 0.0, "flipped": 0.0, "unverifiable": 0.0, "ge_n": 0.0},
-           "ge_n": 0, "by_n": {}}
+    out = {
+        "pairs_verified": 0,
+        "pairs_flipped": 0,
+        "per_layer": {},
+        "per_pos": {},
+        "agree": 0,
+        "flipped": 0,
+        "unverifiable": 0,
+        "sum": {"agree": 0.0, "flipped": 0.0, "unverifiable": 0.0, "ge_n": 0.0},
+        "ge_n": 0,
+        "by_n": {},
+    }
     for c in calls:
         for t, (rt, tt) in enumerate(zip(c["rollout"], c["trainer"])):
             flips = 0

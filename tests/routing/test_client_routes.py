@@ -1,6 +1,7 @@
 """The client library's log_step(..., rollout_routed_experts=…, trainer_routed_experts=…): [B, T, layers, top_k]
 batches become the route columns of fcr-parquet/1, split by the response mask like every other array, and the routing
 audit of the written file counts exactly the flips of the batch."""
+
 import re
 import sys
 from pathlib import Path
@@ -30,9 +31,14 @@ def _batch(seed=0):
     mask = np.ones((B, T), np.int8)
     mask[1, 4:6] = 0  # two turns in row 1
     mask[3, 6:] = 0  # padding in row 3
-    return dict(rollout_logprobs=a, trainer_logprobs=a + rng.normal(0, 0.01, (B, T)).clip(-1, 0),
-                response_ids=rng.integers(0, 100, (B, T)), response_mask=mask,
-                rollout_routed_experts=r, trainer_routed_experts=t), flips & mask.astype(bool)[..., None]
+    return dict(
+        rollout_logprobs=a,
+        trainer_logprobs=a + rng.normal(0, 0.01, (B, T)).clip(-1, 0),
+        response_ids=rng.integers(0, 100, (B, T)),
+        response_mask=mask,
+        rollout_routed_experts=r,
+        trainer_routed_experts=t,
+    ), flips & mask.astype(bool)[..., None]
 
 
 def test_logged_routes_audit_to_the_batch_flips(tmp_path):
@@ -54,17 +60,24 @@ def test_logged_routes_audit_to_the_batch_flips(tmp_path):
 def test_r3_declared_with_replayed_routes_passes(tmp_path):
     b, _ = _batch(1)
     b["trainer_routed_experts"] = b["rollout_routed_experts"]
-    pq.write_table(step_table(RecordMeta(run_id="r"), 0, routing_replay="R3", num_experts=E, **b),
-                   tmp_path / "s.parquet")
+    pq.write_table(
+        step_table(RecordMeta(run_id="r"), 0, routing_replay="R3", num_experts=E, **b), tmp_path / "s.parquet"
+    )
     assert audit_file(tmp_path / "s.parquet")["replay"]["state"] == "PASS"
 
 
-@pytest.mark.parametrize("change, reason", [
-    (lambda b: b.update(rollout_routed_experts=b["rollout_routed_experts"][:, :5]), "expected integer [B, T, layers"),
-    (lambda b: b.update(trainer_routed_experts=b["trainer_routed_experts"][..., :1]), "differ in shape"),
-    (lambda b: b.update(rollout_routed_experts=b["rollout_routed_experts"] + 40000), "above 32767"),
-    (lambda b: b.update(rollout_routed_experts=b["rollout_routed_experts"] * 1.0), "expected integer"),
-])
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        (
+            lambda b: b.update(rollout_routed_experts=b["rollout_routed_experts"][:, :5]),
+            "expected integer [B, T, layers",
+        ),
+        (lambda b: b.update(trainer_routed_experts=b["trainer_routed_experts"][..., :1]), "differ in shape"),
+        (lambda b: b.update(rollout_routed_experts=b["rollout_routed_experts"] + 40000), "above 32767"),
+        (lambda b: b.update(rollout_routed_experts=b["rollout_routed_experts"] * 1.0), "expected integer"),
+    ],
+)
 def test_bad_route_batches_are_refused(change, reason):
     b, _ = _batch()
     change(b)

@@ -2,6 +2,7 @@
 vLLM's completions server ``choices[i].routed_experts`` = base64 of an .npy ``[prompt + completion − 1, layers,
 top_k]``; SGLang's ``meta_info.routed_experts`` = base64 of flat int32 with the same rows) import to fcr/1 with the
 response rows as ``rollout.routed_experts``, and audit once the trainer's routes are added."""
+
 import base64
 import io
 
@@ -30,25 +31,51 @@ def _npy_b64(arr):
 
 
 def _vllm_exchange(routes):
-    return {"request": {"model": "moe", "prompt": PROMPT, "logprobs": 0, "max_tokens": 4, "return_token_ids": True},
-            "response": {"id": "cmpl-r", "object": "text_completion", "model": "moe",
-                         "choices": [{"index": 0, "text": "", "finish_reason": "stop", "prompt_token_ids": PROMPT,
-                                      "token_ids": OUT, "routed_experts": routes,
-                                      "logprobs": {"tokens": [f"token_id:{i}" for i in OUT], "token_logprobs": LPS,
-                                                   "top_logprobs": None}}],
-                         "usage": {"prompt_tokens": 4, "completion_tokens": 4, "total_tokens": 8}},
-            "meta": {"trajectory_id": "tV", "step": 1, "headers": {"X-FCR-Call-Role": "policy"}}}
+    return {
+        "request": {"model": "moe", "prompt": PROMPT, "logprobs": 0, "max_tokens": 4, "return_token_ids": True},
+        "response": {
+            "id": "cmpl-r",
+            "object": "text_completion",
+            "model": "moe",
+            "choices": [
+                {
+                    "index": 0,
+                    "text": "",
+                    "finish_reason": "stop",
+                    "prompt_token_ids": PROMPT,
+                    "token_ids": OUT,
+                    "routed_experts": routes,
+                    "logprobs": {"tokens": [f"token_id:{i}" for i in OUT], "token_logprobs": LPS, "top_logprobs": None},
+                }
+            ],
+            "usage": {"prompt_tokens": 4, "completion_tokens": 4, "total_tokens": 8},
+        },
+        "meta": {"trajectory_id": "tV", "step": 1, "headers": {"X-FCR-Call-Role": "policy"}},
+    }
 
 
 def _sglang_exchange(routes):
-    return {"request": {"input_ids": PROMPT, "sampling_params": {"temperature": 1.0, "max_new_tokens": 4},
-                        "return_logprob": True, "return_routed_experts": True},
-            "response": {"text": "", "output_ids": OUT,
-                         "meta_info": {"id": "sg-1", "finish_reason": {"type": "stop"}, "prompt_tokens": 4,
-                                       "completion_tokens": 4,
-                                       "output_token_logprobs": [[lp, t, None] for lp, t in zip(LPS, OUT)],
-                                       "routed_experts": routes}},
-            "meta": {"trajectory_id": "tS", "step": 1, "headers": {"X-FCR-Call-Role": "policy"}}}
+    return {
+        "request": {
+            "input_ids": PROMPT,
+            "sampling_params": {"temperature": 1.0, "max_new_tokens": 4},
+            "return_logprob": True,
+            "return_routed_experts": True,
+        },
+        "response": {
+            "text": "",
+            "output_ids": OUT,
+            "meta_info": {
+                "id": "sg-1",
+                "finish_reason": {"type": "stop"},
+                "prompt_tokens": 4,
+                "completion_tokens": 4,
+                "output_token_logprobs": [[lp, t, None] for lp, t in zip(LPS, OUT)],
+                "routed_experts": routes,
+            },
+        },
+        "meta": {"trajectory_id": "tS", "step": 1, "headers": {"X-FCR-Call-Role": "policy"}},
+    }
 
 
 def _import(tmp_path, kind, exchanges, *extra):
@@ -60,8 +87,12 @@ def _import(tmp_path, kind, exchanges, *extra):
 
 def _with_trainer(tmp_path, recs, trainer_routes, replay):
     for r, t in zip(recs, trainer_routes):
-        r["trainer"] = {"policy_version": 1, "logprobs": [x - 0.01 for x in r["rollout"]["logprobs"]],
-                        "routed_experts": t, "routing_replay": replay}
+        r["trainer"] = {
+            "policy_version": 1,
+            "logprobs": [x - 0.01 for x in r["rollout"]["logprobs"]],
+            "routed_experts": t,
+            "routing_replay": replay,
+        }
     p = tmp_path / "joined.jsonl"
     p.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in recs))
     return p
@@ -70,7 +101,7 @@ def _with_trainer(tmp_path, recs, trainer_routes, replay):
 def test_vllm_server_routes_import_and_audit(tmp_path):
     fw = _forwarded()
     (r,) = _import(tmp_path, "vllm", [_vllm_exchange(_npy_b64(fw))])
-    want = fw[len(PROMPT) - 1:].tolist()
+    want = fw[len(PROMPT) - 1 :].tolist()
     assert r["rollout"]["routed_experts"] == want and r["rollout"]["logprobs"] == LPS
     bad = [row[:] for row in want]
     bad[2] = [want[2][0], [e for e in range(E) if e not in want[2][1]][:K], want[2][2]]  # layer 1 of token 2
@@ -83,7 +114,7 @@ def test_sglang_meta_info_routes_import_with_the_layer_count(tmp_path):
     fw = _forwarded(1).astype("<i4")
     payload = base64.b64encode(fw.tobytes()).decode("ascii")
     (r,) = _import(tmp_path, "sglang", [_sglang_exchange(payload)], "--moe-layers", str(L))
-    want = fw[len(PROMPT) - 1:].tolist()
+    want = fw[len(PROMPT) - 1 :].tolist()
     assert r["rollout"]["routed_experts"] == want
     res = audit_file(_with_trainer(tmp_path, [r], [want], "R3"))
     assert res["replay"]["state"] == "PASS" and res["pairs_verified"] == len(OUT) * L
@@ -106,7 +137,7 @@ def test_join_attaches_the_trainers_routes_and_refuses_bad_ones(tmp_path):
 
     fw = _forwarded(2)
     _import(tmp_path, "vllm", [_vllm_exchange(_npy_b64(fw))])
-    want = fw[len(PROMPT) - 1:].tolist()
+    want = fw[len(PROMPT) - 1 :].tolist()
     row = {"call_id": "cmpl-r", "logprobs": [x - 0.01 for x in LPS], "routed_experts": want, "routing_replay": "R3"}
     (tmp_path / "tr.jsonl").write_bytes(orjson.dumps(row) + b"\n")
     join(tmp_path / "vllm.fcr.jsonl", tmp_path / "tr.jsonl", tmp_path / "j.jsonl")

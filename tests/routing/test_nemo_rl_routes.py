@@ -2,6 +2,7 @@
 nemo_rl_batch.py, written from its code) → ``integrations.nemo_rl.log_train_data`` → fcr-parquet/1 → format check and
 routing audit. R3 without the trainer's routes is UNVERIFIABLE (NeMo RL does not hand them back), with them it is
 PASS, and one flipped selection fails closed naming the call and the layer."""
+
 import sys
 from pathlib import Path
 
@@ -11,12 +12,12 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "client"), str(ROOT / "client" / "tests")]
 
-from audit_portal_client import Client  # noqa: E402
-from audit_portal_client.integrations.nemo_rl import log_train_data  # noqa: E402
-from nemo_rl_batch import E, L, train_batch  # noqa: E402
+from audit_portal_client import Client  # noqa: E402 - after the client folders are put on sys.path
+from audit_portal_client.integrations.nemo_rl import log_train_data  # noqa: E402 - after the client folders are put on sys.path
+from nemo_rl_batch import E, L, train_batch  # noqa: E402 - after the client folders are put on sys.path
 
-from workers.fcr.validate import validate_file  # noqa: E402
-from workers.routing.file import audit_file  # noqa: E402
+from workers.fcr.validate import validate_file  # noqa: E402 - after the client folders are put on sys.path
+from workers.routing.file import audit_file  # noqa: E402 - after the client folders are put on sys.path
 
 
 def logged(tmp_path, data, **kw) -> Path:

@@ -1,5 +1,6 @@
 """The routing audit engine: flip rates against a loop-by-loop reference, order ignored, coverage never assumed,
 the R3 verdict, the attribution partition, and bad routes refused with the call and the reason."""
+
 import math
 
 import numpy as np
@@ -36,8 +37,13 @@ def test_flip_rates_match_reference_and_order_is_ignored():
     calls = _random_calls(rng)
     a = RoutingAudit(min_flipped_layers=2)
     for c in calls:
-        a.add_call(c["call_id"], rollout=c["rollout"], trainer=c["trainer"], replay="none",
-                   metrics=TokenMetrics(abs_dlogp=c["metric"]))
+        a.add_call(
+            c["call_id"],
+            rollout=c["rollout"],
+            trainer=c["trainer"],
+            replay="none",
+            metrics=TokenMetrics(abs_dlogp=c["metric"]),
+        )
     res = a.result()
     ref = reference_audit([{k: (v.tolist() if k != "call_id" else v) for k, v in c.items()} for c in calls], N=2)
     assert res["pairs_verified"] == ref["pairs_verified"] and res["pairs_flipped"] == ref["pairs_flipped"]
@@ -48,7 +54,10 @@ def test_flip_rates_match_reference_and_order_is_ignored():
     for pos, (v, f) in ref["per_pos"].items():
         assert res["per_position"]["verified"][pos] == v and res["per_position"]["flipped"][pos] == f
     assert (res["tokens_agree"], res["tokens_flipped"], res["tokens_unverifiable"]) == (
-        ref["agree"], ref["flipped"], ref["unverifiable"])
+        ref["agree"],
+        ref["flipped"],
+        ref["unverifiable"],
+    )
     assert res["token_flip_share"] == ref["flipped"] / (ref["agree"] + ref["flipped"])
     assert res["tokens_by_flipped_layers"] == [ref["by_n"].get(n, 0) for n in range(6)]
     # the layer × position grid holds the same counts, binned
@@ -129,17 +138,20 @@ def test_attribution_partition_sums_to_run_totals():
     assert att["flipped_share"]["abs_dlogp"] == att["flipped"]["abs_dlogp"]["sum"] / att["all"]["abs_dlogp"]["sum"]
 
 
-@pytest.mark.parametrize("rollout, trainer, kw, field, reason", [
-    ([[1, 2]], None, {}, "rollout.routed_experts", "expected [tokens, layers, top_k]"),
-    ([[[1, 1]]], None, {}, "rollout.routed_experts[0][0]", "selected twice"),
-    ([[[1, -1]]], None, {}, "rollout.routed_experts[0][0]", "partly recorded"),
-    ([[[1, 9]]], None, {"n_experts": 8}, "rollout.routed_experts[0][0]", "expert id 9 out of range"),
-    ([[[1.5, 2]]], None, {}, "rollout.routed_experts", "must be integers"),
-    ([[[1, 2]], [[3]]], None, {}, "rollout.routed_experts", "not a rectangular"),
-    ([[[1, 2]]], [[[1, 2]], [[1, 2]]], {}, "trainer.routed_experts", "2 token rows"),
-    ([[[1, 2]]], [[[1, 2, 3]]], {}, "trainer.routed_experts", "differs from the rollout"),
-    ([[[1, 2]]], None, {"replay": "R4"}, "trainer.routing_replay", "unknown replay mode"),
-])
+@pytest.mark.parametrize(
+    "rollout, trainer, kw, field, reason",
+    [
+        ([[1, 2]], None, {}, "rollout.routed_experts", "expected [tokens, layers, top_k]"),
+        ([[[1, 1]]], None, {}, "rollout.routed_experts[0][0]", "selected twice"),
+        ([[[1, -1]]], None, {}, "rollout.routed_experts[0][0]", "partly recorded"),
+        ([[[1, 9]]], None, {"n_experts": 8}, "rollout.routed_experts[0][0]", "expert id 9 out of range"),
+        ([[[1.5, 2]]], None, {}, "rollout.routed_experts", "must be integers"),
+        ([[[1, 2]], [[3]]], None, {}, "rollout.routed_experts", "not a rectangular"),
+        ([[[1, 2]]], [[[1, 2]], [[1, 2]]], {}, "trainer.routed_experts", "2 token rows"),
+        ([[[1, 2]]], [[[1, 2, 3]]], {}, "trainer.routed_experts", "differs from the rollout"),
+        ([[[1, 2]]], None, {"replay": "R4"}, "trainer.routing_replay", "unknown replay mode"),
+    ],
+)
 def test_bad_routes_are_refused_naming_call_field_and_reason(rollout, trainer, kw, field, reason):
     a = RoutingAudit()
     with pytest.raises(RoutingDataError) as e:

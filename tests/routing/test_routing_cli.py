@@ -1,4 +1,5 @@
 """``python -m workers.routing audit``: exit codes of the replay gate and a bad record named on stderr."""
+
 import copy
 
 import orjson

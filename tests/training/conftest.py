@@ -1,4 +1,5 @@
 """Fixtures for the training-engine tests (run with ``-p no:django``)."""
+
 import pytest
 
 

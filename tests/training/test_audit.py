@@ -1,5 +1,6 @@
 """Training-step audit: the numerics plumbing really changes the rollout, the top-K certificate contains the exact
 values and never certifies a smaller B*, one step per loss records its mask; JSON-safe output; CLI."""
+
 import io
 import json
 import math
@@ -44,9 +45,16 @@ def test_reward_and_advantages():
 
 @pytest.fixture(scope="module")
 def small_audit():
-    return audit(batch=8, group=4, length=6, topk=4, cfg=CFG, numerics="bf16_autocast",
-                 losses=["ppo", "dppo_binary_tv", "cdppo", "cdppo_budget", "trm_max_kl", "trm_k2max"],
-                 thresholds=(0.15, 0.002))
+    return audit(
+        batch=8,
+        group=4,
+        length=6,
+        topk=4,
+        cfg=CFG,
+        numerics="bf16_autocast",
+        losses=["ppo", "dppo_binary_tv", "cdppo", "cdppo_budget", "trm_max_kl", "trm_k2max"],
+        thresholds=(0.15, 0.002),
+    )
 
 
 def test_audit_json_safe_and_certificates_consistent(small_audit):
@@ -54,9 +62,11 @@ def test_audit_json_safe_and_certificates_consistent(small_audit):
     json.dumps(json_safe(res), allow_nan=False)
     assert res["divergence"]["tv"]["max"] > 0
     for view in res["certificates"].values():
-        assert view["topk"]["contains_exact"] == 1.0       # every exact TV inside its certified interval
+        assert view["topk"]["contains_exact"] == 1.0  # every exact TV inside its certified interval
         assert view["topk"]["data_errors"] == 0
-        assert view["topk"]["kl_upper_finite_share"] == 0.0  # docs/intervals.md#kl-bounds: no KL upper bound from top-K lists
+        assert (
+            view["topk"]["kl_upper_finite_share"] == 0.0
+        )  # docs/intervals.md#kl-bounds: no KL upper bound from top-K lists
         seq = view["sequence"]
         b_ex, b_tk = seq["exact_kl_mode"]["bounds"], seq["topk_tv_mode"]["bounds"]
         assert "pm_kl" in b_ex and "pm_kl" not in b_tk
@@ -84,8 +94,22 @@ def test_audit_records_masks_per_loss(small_audit):
 def test_cli_audit_json():
     buf = io.StringIO()
     with redirect_stdout(buf):
-        rc = main(["audit", "--batch", "4", "--length", "3", "--topk", "2", "--json", "--numerics", "fp32",
-                   "--losses", "ppo,cdppo"])
+        rc = main(
+            [
+                "audit",
+                "--batch",
+                "4",
+                "--length",
+                "3",
+                "--topk",
+                "2",
+                "--json",
+                "--numerics",
+                "fp32",
+                "--losses",
+                "ppo,cdppo",
+            ]
+        )
     assert rc == 0
     res = json.loads(buf.getvalue())
     assert res["schema"] == "training-audit/1" and res["device"] == "cpu"

@@ -1,6 +1,7 @@
 """Losses: gradients against autograd of each method's own objective and finite differences; masks against the
 worked examples of docs/intervals.md and against independent restatements of the rules; TRM normalisation
 by the total N."""
+
 import math
 
 import numpy as np
@@ -127,10 +128,12 @@ def test_truncated_weights_tis_icepop_cispo():
         r = torch.exp(logp_of(train, y) - lp_roll)
         return -token_mean(torch.where((r0 >= 0.5) & (r0 <= 5.0), r * A, torch.zeros_like(r)), mask)
 
-    torch.testing.assert_close(grad(lambda: L.tis_loss(logp_of(train, y), lp_roll, adv, mask).loss, train),
-                               grad(ref_tis, train))
-    torch.testing.assert_close(grad(lambda: L.icepop_loss(logp_of(train, y), lp_roll, adv, mask).loss, train),
-                               grad(ref_icepop, train))
+    torch.testing.assert_close(
+        grad(lambda: L.tis_loss(logp_of(train, y), lp_roll, adv, mask).loss, train), grad(ref_tis, train)
+    )
+    torch.testing.assert_close(
+        grad(lambda: L.icepop_loss(logp_of(train, y), lp_roll, adv, mask).loss, train), grad(ref_icepop, train)
+    )
     c = L.cispo_loss(logp_of(train, y), lp_roll, adv, mask)
     assert c.keep[mask].all() and float(c.weight.max()) <= 3.0 + 1e-12
 
@@ -148,8 +151,10 @@ def test_seq_mis_gradient_is_sequence_is_gradient():
 
     out = L.seq_mis_loss(logp_of(train, y), lp_roll, adv, mask, C=C, norm="batch")
     assert 0 < out.info["sequences_rejected"] < 3
-    torch.testing.assert_close(grad(lambda: L.seq_mis_loss(logp_of(train, y), lp_roll, adv, mask, C=C,
-                                                            norm="batch").loss, train), grad(ref, train))
+    torch.testing.assert_close(
+        grad(lambda: L.seq_mis_loss(logp_of(train, y), lp_roll, adv, mask, C=C, norm="batch").loss, train),
+        grad(ref, train),
+    )
 
 
 def test_decoupled_tis_splits_mismatch_and_drift():
@@ -172,7 +177,9 @@ def test_trm_mask_and_normalisation_by_total_N():
     roll, train, y, adv, mask, lp_roll = case(9, B=4, scale=0.4)
     kl = exact_kl(roll, train)
     delta = float(torch.where(mask, kl, torch.zeros_like(kl)).amax(-1).median())
-    M = torch.where(mask, kl, torch.zeros_like(kl)).amax(-1) <= delta  # docs/bounds.md#trm-masks max criterion, restated
+    M = (
+        torch.where(mask, kl, torch.zeros_like(kl)).amax(-1) <= delta
+    )  # docs/bounds.md#trm-masks max criterion, restated
     assert 0 < int(M.sum()) < 4
 
     def ref():  # (1/N)Σ_i M_i·A_i·Σ_t ρ_t  (∇ = (1/N)Σ M A Σ ρ ∇log π)
@@ -181,8 +188,10 @@ def test_trm_mask_and_normalisation_by_total_N():
 
     out = L.trm_loss(logp_of(train, y), lp_roll, adv, mask, kl=kl, threshold=delta)
     assert torch.equal(out.keep[:, 0], M) and out.info["sequences_rejected"] == int((~M).sum())
-    torch.testing.assert_close(grad(lambda: L.trm_loss(logp_of(train, y), lp_roll, adv, mask, kl=kl,
-                                                        threshold=delta).loss, train), grad(ref, train))
+    torch.testing.assert_close(
+        grad(lambda: L.trm_loss(logp_of(train, y), lp_roll, adv, mask, kl=kl, threshold=delta).loss, train),
+        grad(ref, train),
+    )
     # A rejected sequence still counts in N: the accepted sequences' gradient does not grow when others are rejected.
     g_all = grad(lambda: L.trm_loss(logp_of(train, y), lp_roll, adv, mask, kl=kl, threshold=1e9).loss, train)
     g_m = grad(lambda: L.trm_loss(logp_of(train, y), lp_roll, adv, mask, kl=kl, threshold=delta).loss, train)
@@ -206,7 +215,12 @@ def test_trm_combined_criterion_and_heuristic_modes():
 
 
 # ---- worked examples--------------------------------------------------------------------------------------------
-ROWS = [(0.10, 0.09), (0.99, 0.80), (1e-4, 1e-2), (0.90, 0.001)]  # (p_y roll, q_y train): docs/intervals.md#worked-example-sampled-token-data-only
+ROWS = [
+    (0.10, 0.09),
+    (0.99, 0.80),
+    (1e-4, 1e-2),
+    (0.90, 0.001),
+]  # (p_y roll, q_y train): docs/intervals.md#worked-example-sampled-token-data-only
 
 
 def row_tensors(i, adv):
@@ -218,13 +232,17 @@ def row_tensors(i, adv):
 
 def test_spec_7_2_row2_grpo_does_not_fire_dppo_masks():
     logp, lp_roll, A = row_tensors(1, -1.0)
-    assert L.grpo_clip_loss(logp, lp_roll, A).keep.all()          # r = 0.808 > 0.8
+    assert L.grpo_clip_loss(logp, lp_roll, A).keep.all()  # r = 0.808 > 0.8
     assert not L.dppo_loss(logp, lp_roll, A, threshold=0.15).keep.any()  # 0.19 > 0.15, r < 1, A < 0
     assert L.dppo_loss(logp, lp_roll, A, threshold=0.2).keep.all()
     # sampled-token-only certificate TV ∈ [0.19, 0.20]: C-DPPO masks at θ = 0.15 (OUT), keeps at θ = 0.25 (IN)
-    empty = {"p_ids": torch.empty(1, 1, 0, dtype=torch.long), "p_lp": torch.empty(1, 1, 0),
-             "q_ids": torch.empty(1, 1, 0, dtype=torch.long), "q_lp": torch.empty(1, 1, 0, dtype=F64),
-             "sampled_id": torch.tensor([[0]])}
+    empty = {
+        "p_ids": torch.empty(1, 1, 0, dtype=torch.long),
+        "p_lp": torch.empty(1, 1, 0),
+        "q_ids": torch.empty(1, 1, 0, dtype=torch.long),
+        "q_lp": torch.empty(1, 1, 0, dtype=F64),
+        "sampled_id": torch.tensor([[0]]),
+    }
     c = L.cdppo_loss(logp, lp_roll, A, lists=empty, threshold=0.15, precision="exact")
     assert not c.keep.any() and c.info["status_counts"]["OUT"] == 1
     c = L.cdppo_loss(logp, lp_roll, A, lists=empty, threshold=0.25, precision="exact")
@@ -236,7 +254,7 @@ def test_spec_7_2_row2_grpo_does_not_fire_dppo_masks():
 
 def test_spec_7_2_row3_ppo_clips_dppo_does_not():
     logp, lp_roll, A = row_tensors(2, 1.0)
-    assert not L.ppo_clip_loss(logp, lp_roll, A).keep.any()        # r = 100 > 1.28
+    assert not L.ppo_clip_loss(logp, lp_roll, A).keep.any()  # r = 100 > 1.28
     assert L.dppo_loss(logp, lp_roll, A, threshold=0.15).keep.all()  # 0.0099 < 0.15
     assert L.dppo_loss(logp, lp_roll, A, threshold=0.05, divergence="binary_kl").keep.all()  # 0.009489
     assert not L.trm_loss(logp, lp_roll, A, mode="k2max", threshold=0.05).keep.any()  # k2 = 10.6
@@ -254,22 +272,32 @@ def test_spec_7_2_row4_binary_kl():
 def example_7_1_lists():
     p = [0.50, 0.25, 0.15, 0.07, 0.03]
     q = [0.40, 0.10, 0.10, 0.05, 0.35]
-    lists = {"p_ids": torch.tensor([[[0, 1]]]), "p_lp": torch.tensor([[[math.log(.5), math.log(.25)]]], dtype=F64),
-             "q_ids": torch.tensor([[[0, 4]]]), "q_lp": torch.tensor([[[math.log(.4), math.log(.35)]]], dtype=F64),
-             "sampled_id": torch.tensor([[2]])}
+    lists = {
+        "p_ids": torch.tensor([[[0, 1]]]),
+        "p_lp": torch.tensor([[[math.log(0.5), math.log(0.25)]]], dtype=F64),
+        "q_ids": torch.tensor([[[0, 4]]]),
+        "q_lp": torch.tensor([[[math.log(0.4), math.log(0.35)]]], dtype=F64),
+        "sampled_id": torch.tensor([[2]]),
+    }
     return p, q, lists
 
 
-@pytest.mark.parametrize("adv,theta,kept", [(-1.0, 0.3, False),   # TV ∈ [0.25, 0.50], r < 1, A < 0: UNDETERMINED → drop
-                                            (1.0, 0.3, True),     # direction-safe: never blocked
-                                            (-1.0, 0.2, False),   # lo 0.25 > 0.2: OUT
-                                            (-1.0, 0.5, True)])   # hi 0.50 ≤ 0.5: IN
+@pytest.mark.parametrize(
+    "adv,theta,kept",
+    [
+        (-1.0, 0.3, False),  # TV ∈ [0.25, 0.50], r < 1, A < 0: UNDETERMINED → drop
+        (1.0, 0.3, True),  # direction-safe: never blocked
+        (-1.0, 0.2, False),  # lo 0.25 > 0.2: OUT
+        (-1.0, 0.5, True),
+    ],
+)  # hi 0.50 ≤ 0.5: IN
 def test_spec_7_1_cdppo_interval_decisions(adv, theta, kept):
     p, q, lists = example_7_1_lists()
     logp = torch.tensor([[math.log(q[2])]], dtype=F64, requires_grad=True)
     lp_roll = torch.tensor([[math.log(p[2])]], dtype=F64)
-    c = L.cdppo_loss(logp, lp_roll, torch.tensor([adv], dtype=F64), lists=lists, threshold=theta, precision="exact",
-                     adaptive=False)
+    c = L.cdppo_loss(
+        logp, lp_roll, torch.tensor([adv], dtype=F64), lists=lists, threshold=theta, precision="exact", adaptive=False
+    )
     assert bool(c.keep.all()) is kept
     # DPPO Binary-TV sees only |0.15 − 0.10| = 0.05 and keeps the token at every one of these thresholds
     assert L.dppo_loss(logp, lp_roll, torch.tensor([adv], dtype=F64), threshold=theta).keep.all()

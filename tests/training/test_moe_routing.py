@@ -2,6 +2,7 @@
 routing replay. The audit's flip rates must equal the ones computed here independently (router logits captured by
 hooks, top-k sets compared one by one), a replay with one corrupted layer must fail closed naming it, and the
 attribution split must sum to the run's totals."""
+
 import math
 
 import numpy as np
@@ -49,7 +50,7 @@ def _independent_flips(tokens):
     f, _ = rollout_logits_fn(model, "bf16_autocast")
     flips = [[[False] * CFG.n_layers for _ in range(T)] for _ in range(B)]
     for t in range(T):
-        roll = _router_logits(model, f, toks[:, :P + t])
+        roll = _router_logits(model, f, toks[:, : P + t])
         for layer in range(CFG.n_layers):
             for b in range(B):
                 r = set(torch.topk(roll[layer][b, -1], k).indices.tolist())
@@ -62,10 +63,17 @@ def _audit(exp, trainer_key, replay, logp_key="trainer_logp", tv_key="tv"):
     a = RoutingAudit(min_flipped_layers=2)
     for b in range(B):
         dlp = np.abs(exp[logp_key][b] - exp["rollout_logp"][b])
-        a.add_call(f"seq-{b}", rollout=exp["rollout_routes"][b], trainer=exp[trainer_key][b], replay=replay,
-                   n_experts=CFG.n_experts, n_tokens=T,
-                   metrics=TokenMetrics(tv_hi=exp[tv_key][b], tv_lo=exp[tv_key][b], abs_dlogp=dlp,
-                                        accepted=exp[tv_key][b] < 0.05))
+        a.add_call(
+            f"seq-{b}",
+            rollout=exp["rollout_routes"][b],
+            trainer=exp[trainer_key][b],
+            replay=replay,
+            n_experts=CFG.n_experts,
+            n_tokens=T,
+            metrics=TokenMetrics(
+                tv_hi=exp[tv_key][b], tv_lo=exp[tv_key][b], abs_dlogp=dlp, accepted=exp[tv_key][b] < 0.05
+            ),
+        )
     return a.result()
 
 
@@ -95,7 +103,7 @@ def test_r3_with_one_corrupted_replayed_layer_fails_closed_naming_it(exp):
     with torch.no_grad():
         model(toks[:, :-1], "math", routes_out=full)  # a replay source for every position …
     replay = full[0].clone()
-    replay[:, P - 1:] = torch.as_tensor(exp["rollout_routes"])  # … the rollout's at response positions
+    replay[:, P - 1 :] = torch.as_tensor(exp["rollout_routes"])  # … the rollout's at response positions
     bad_seq, bad_layer = 5, 2
     replay[bad_seq, P - 1 + 3, bad_layer] = (replay[bad_seq, P - 1 + 3, bad_layer] + 1) % CFG.n_experts
     if len(set(replay[bad_seq, P - 1 + 3, bad_layer].tolist())) < CFG.top_k:  # keep the selection valid
@@ -103,7 +111,7 @@ def test_r3_with_one_corrupted_replayed_layer_fails_closed_naming_it(exp):
     used = []
     with torch.no_grad():
         model(toks[:, :-1], "math", replay=replay, routes_out=used)  # the trainer records what it actually used
-    corrupted = dict(exp, trainer_routes=used[0][:, P - 1:].numpy())
+    corrupted = dict(exp, trainer_routes=used[0][:, P - 1 :].numpy())
     res = _audit(corrupted, "trainer_routes", "R3")
     v = res["replay"]
     assert v["state"] == "FAIL" and v["failed_calls"] == 1 and v["verified_calls"] == B - 1

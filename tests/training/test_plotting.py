@@ -1,4 +1,5 @@
 """Figures written for docs/ and bench/out load the vendored plotly.js by a relative path: they work offline."""
+
 import re
 from pathlib import Path
 

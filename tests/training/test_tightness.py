@@ -1,5 +1,6 @@
 """Exact tightness study: the enumeration against a brute-force loop, the chain rule and the telescoping identity; every
 TRM bound ≥ |J(π_θ) − J(π_roll) − L'| on random pairs (hypothesis), with paper and tight constants."""
+
 import itertools
 import math
 
@@ -26,7 +27,7 @@ def brute_force(roll, theta, R):
         J_r += pr * r
         J_t += pt * r
         L += pr * r * sum(x - 1 for x in rho)
-        Delta += pr * r * sum((rho[t] - 1) * (1 - math.prod(rho[t + 1:])) for t in range(T))
+        Delta += pr * r * sum((rho[t] - 1) * (1 - math.prod(rho[t + 1 :])) for t in range(T))
     return J_r, J_t, L, Delta
 
 
@@ -58,10 +59,16 @@ def test_adversarial_reward_gain_equals_sequence_tv():
 
 
 @hsettings(max_examples=80, deadline=None)
-@given(seed=st.integers(0, 2 ** 20), V=st.integers(2, 4), T=st.integers(1, 4),
-       kind=st.sampled_from(["uniform", "spike"]), size=st.floats(1e-3, 8.0),
-       frac=st.floats(0.01, 1.0), scale=st.floats(0.1, 4.0),
-       reward=st.sampled_from(["random", "count", "adversarial"]))
+@given(
+    seed=st.integers(0, 2**20),
+    V=st.integers(2, 4),
+    T=st.integers(1, 4),
+    kind=st.sampled_from(["uniform", "spike"]),
+    size=st.floats(1e-3, 8.0),
+    frac=st.floats(0.01, 1.0),
+    scale=st.floats(0.1, 4.0),
+    reward=st.sampled_from(["random", "count", "adversarial"]),
+)
 def test_every_bound_holds_on_random_pairs(seed, V, T, kind, size, frac, scale, reward):
     g = torch.Generator().manual_seed(seed)
     roll = TT.random_policy(V, T, gen=g, scale=scale)
@@ -88,6 +95,7 @@ def test_cli_tightness_writes_json_and_figure(tmp_path, capsys):
     import json
 
     from workers.training.cli import main
+
     assert main(["tightness", "--V", "3", "--T", "3", "--out", str(tmp_path)]) == 0
     res = json.loads((tmp_path / "tightness.json").read_text())
     assert res["paper"]["all_hold"] and res["tight"]["all_hold"]

@@ -2,6 +2,7 @@
 way a user runs it): a good bundle verifies against the key set the user pinned; one changed byte in the envelope,
 the proof, the checkpoint or an audited file fails with the failing check named; a bundle that verifies only with
 its own enclosed keys is UNPINNED (exit 3); and the package never imports Django."""
+
 from __future__ import annotations
 
 import base64
@@ -14,8 +15,19 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as hs
 
-from workers.verify import (build_bundle, checkpoint, dsse, envelope_leaf, file_sha256, jcs, keys as K, merkle,
-                            sign_statement, statement as st, verify_bundle)
+from workers.verify import (
+    build_bundle,
+    checkpoint,
+    dsse,
+    envelope_leaf,
+    file_sha256,
+    jcs,
+    keys as K,
+    merkle,
+    sign_statement,
+    statement as st,
+    verify_bundle,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,8 +42,10 @@ def _no_pinned_trust(tmp_path, monkeypatch):
 
 def test_pae_matches_the_dsse_specification_example():
     # DSSE protocol.md: PAE("http://example.com/HelloWorld", "hello world")
-    assert dsse.pae("http://example.com/HelloWorld", b"hello world") == \
-        b"DSSEv1 29 http://example.com/HelloWorld 11 hello world"
+    assert (
+        dsse.pae("http://example.com/HelloWorld", b"hello world")
+        == b"DSSEv1 29 http://example.com/HelloWorld 11 hello world"
+    )
 
 
 def test_canonical_json_is_rfc8785():
@@ -50,8 +64,9 @@ class Log:
         self.envelopes = [self._sign(f"other-{i}", "00" * 32) for i in range(n_before)]
 
     def _sign(self, name, digest):
-        return sign_statement(st.statement([st.subject(name, digest)], st.RUN_CERTIFICATE_PREDICATE, {"name": name}),
-                              self.key, self.kid)
+        return sign_statement(
+            st.statement([st.subject(name, digest)], st.RUN_CERTIFICATE_PREDICATE, {"name": name}), self.key, self.kid
+        )
 
     def add(self, name, digest):
         self.envelopes.append(self._sign(name, digest))
@@ -59,16 +74,24 @@ class Log:
 
     def checkpoint(self, size=None):
         hashes = [merkle.leaf_hash(envelope_leaf(e)) for e in self.envelopes][:size]
-        return checkpoint.sign("test-log", len(hashes), merkle.root(hashes), "2026-01-01T00:00:00Z", self.key,
-                               self.kid)
+        return checkpoint.sign("test-log", len(hashes), merkle.root(hashes), "2026-01-01T00:00:00Z", self.key, self.kid)
 
     def bundle(self, index, consistency_from=None):
         hashes = [merkle.leaf_hash(envelope_leaf(e)) for e in self.envelopes]
-        out = build_bundle(self.envelopes[index], log_index=index, integrated_time="2026-01-01T00:00:00Z",
-                           leaf_hashes=hashes, checkpoint=self.checkpoint(), keys=self.keys)
+        out = build_bundle(
+            self.envelopes[index],
+            log_index=index,
+            integrated_time="2026-01-01T00:00:00Z",
+            leaf_hashes=hashes,
+            checkpoint=self.checkpoint(),
+            keys=self.keys,
+        )
         if consistency_from:
-            out["consistency_proof"] = {"first": consistency_from, "second": len(hashes), "hashes": [
-                h.hex() for h in merkle.consistency_proof(consistency_from, hashes)]}
+            out["consistency_proof"] = {
+                "first": consistency_from,
+                "second": len(hashes),
+                "hashes": [h.hex() for h in merkle.consistency_proof(consistency_from, hashes)],
+            }
         return out
 
     def keys_file(self, path):
@@ -89,8 +112,9 @@ def audited(tmp_path):
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "workers.verify", *map(str, args)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "workers.verify", *map(str, args)], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_good_bundle_verifies_with_its_file(audited, tmp_path):
@@ -323,9 +347,11 @@ def test_any_single_bit_flip_in_the_signed_bytes_fails(data):
 
 
 def test_verifier_imports_no_django():
-    code = ("import sys, workers.verify, workers.verify.__main__; "
-            "bad = [m for m in sys.modules if m == 'django' or m.startswith('django.')]; "
-            "assert not bad, bad; print('clean')")
+    code = (
+        "import sys, workers.verify, workers.verify.__main__; "
+        "bad = [m for m in sys.modules if m == 'django' or m.startswith('django.')]; "
+        "assert not bad, bad; print('clean')"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "clean" in out.stdout, out.stderr
 

@@ -2,6 +2,7 @@
 is signed by the outgoing key, a retirement by the retired key; anything else — a second introduction, a rotation
 signed by the new key, a certificate signed by a key not active at its index, a table row the log did not
 introduce — is a problem naming the entry and the key."""
+
 from __future__ import annotations
 
 from workers.verify import keylog, keys as K, sign_statement, statement as st
@@ -10,16 +11,21 @@ T = "2026-01-01T00:00:00Z"
 
 
 def cert(key, name="c"):
-    return sign_statement(st.statement([st.subject(name, "00" * 32)], st.RUN_CERTIFICATE_PREDICATE, {}), key,
-                          K.key_id(key.public_key()))
+    return sign_statement(
+        st.statement([st.subject(name, "00" * 32)], st.RUN_CERTIFICATE_PREDICATE, {}), key, K.key_id(key.public_key())
+    )
 
 
 def test_introduce_rotate_retire_and_every_signer_checked():
     a, b = K.generate(), K.generate()
     ida, idb = K.key_id(a.public_key()), K.key_id(b.public_key())
-    log = [keylog.sign_event("introduce", a.public_key(), a, previous_key_id=None, time=T), cert(a),
-           keylog.sign_event("rotate", b.public_key(), a, previous_key_id=ida, time=T), cert(b),
-           keylog.sign_event("retire", b.public_key(), b, previous_key_id=None, time=T)]
+    log = [
+        keylog.sign_event("introduce", a.public_key(), a, previous_key_id=None, time=T),
+        cert(a),
+        keylog.sign_event("rotate", b.public_key(), a, previous_key_id=ida, time=T),
+        cert(b),
+        keylog.sign_event("retire", b.public_key(), b, previous_key_id=None, time=T),
+    ]
     h = keylog.derive(enumerate(log))
     assert h.problems == []
     assert [(i, e) for i, e, _ in h.events] == [(0, "introduce"), (2, "rotate"), (4, "retire")]
@@ -37,8 +43,9 @@ def test_a_key_cannot_enter_except_by_the_rules():
     intro = keylog.sign_event("introduce", a.public_key(), a, previous_key_id=None, time=T)
     cases = {
         "second introduction": keylog.sign_event("introduce", evil.public_key(), evil, previous_key_id=None, time=T),
-        "rotation signed by the new key": keylog.sign_event("rotate", evil.public_key(), evil, previous_key_id=ida,
-                                                            time=T),
+        "rotation signed by the new key": keylog.sign_event(
+            "rotate", evil.public_key(), evil, previous_key_id=ida, time=T
+        ),
         "certificate by an unknown key": cert(evil),
         "retirement of another key": keylog.sign_event("retire", evil.public_key(), a, previous_key_id=None, time=T),
     }
@@ -71,10 +78,18 @@ def _bundle_with_key_events(log, index, keys):
 
     hashes = [merkle.leaf_hash(envelope_leaf(e)) for e in log]
     signer = log[0]["signatures"][0]["keyid"]
-    return hashes, build_bundle(log[index], log_index=index, integrated_time=T, leaf_hashes=hashes,
-                                checkpoint=None, keys=keys) | {"key_events": [
-        {"log_index": i, "envelope": e, "hashes": [h.hex() for h in merkle.inclusion_proof(i, hashes)]}
-        for i, e in enumerate(log) if keylog.is_key_event(e)]}, signer
+    return (
+        hashes,
+        build_bundle(log[index], log_index=index, integrated_time=T, leaf_hashes=hashes, checkpoint=None, keys=keys)
+        | {
+            "key_events": [
+                {"log_index": i, "envelope": e, "hashes": [h.hex() for h in merkle.inclusion_proof(i, hashes)]}
+                for i, e in enumerate(log)
+                if keylog.is_key_event(e)
+            ]
+        },
+        signer,
+    )
 
 
 def test_the_offline_verifier_names_a_signer_the_log_did_not_introduce():

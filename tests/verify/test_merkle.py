@@ -1,6 +1,7 @@
 """RFC 6962 Merkle tree: roots against the reference vectors and an independent brute-force implementation,
 inclusion proofs for every leaf of random-size trees, consistency proofs for every (m, n) of small trees, and
 single-bit flips that must all fail."""
+
 from __future__ import annotations
 
 import hashlib
@@ -11,17 +12,21 @@ from hypothesis import given, settings, strategies as hs
 from workers.verify import merkle
 
 # RFC 6962 reference leaves and roots (the certificate-transparency reference implementation's test data).
-CT_LEAVES = [bytes.fromhex(h) for h in ("", "00", "10", "2021", "3031", "40414243", "5051525354555657",
-                                        "606162636465666768696a6b6c6d6e6f")]
-CT_ROOTS = ["e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
-            "6e340b9cffb37a989ca544e6bb780a2c78901d3fb33738768511a30617afa01d",
-            "fac54203e7cc696cf0dfcb42c92a1d9dbaf70ad9e621f4bd8d98662f00e3c125",
-            "aeb6bcfe274b70a14fb067a5e5578264db0fa9b51af5e0ba159158f329e06e77",
-            "d37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7",
-            "4e3bbb1f7b478dcfe71fb631631519a3bca12c9aefca1612bfce4c13a86264d4",
-            "76e67dadbcdf1e10e1b74ddc608abd2f98dfb16fbce75277b5232a127f2087ef",
-            "ddb89be403809e325750d3d263cd78929c2942b7942a34b77e122c9594a74c8c",
-            "5dc9da79a70659a9ad559cb701ded9a2ab9d823aad2f4960cfe370eff4604328"]
+CT_LEAVES = [
+    bytes.fromhex(h)
+    for h in ("", "00", "10", "2021", "3031", "40414243", "5051525354555657", "606162636465666768696a6b6c6d6e6f")
+]
+CT_ROOTS = [
+    "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+    "6e340b9cffb37a989ca544e6bb780a2c78901d3fb33738768511a30617afa01d",
+    "fac54203e7cc696cf0dfcb42c92a1d9dbaf70ad9e621f4bd8d98662f00e3c125",
+    "aeb6bcfe274b70a14fb067a5e5578264db0fa9b51af5e0ba159158f329e06e77",
+    "d37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7",
+    "4e3bbb1f7b478dcfe71fb631631519a3bca12c9aefca1612bfce4c13a86264d4",
+    "76e67dadbcdf1e10e1b74ddc608abd2f98dfb16fbce75277b5232a127f2087ef",
+    "ddb89be403809e325750d3d263cd78929c2942b7942a34b77e122c9594a74c8c",
+    "5dc9da79a70659a9ad559cb701ded9a2ab9d823aad2f4960cfe370eff4604328",
+]
 
 
 def brute_mth(leaves: list[bytes]) -> bytes:
@@ -101,7 +106,7 @@ def test_consistency_proof_verifies_for_every_m_n_pair(n):
         assert merkle.verify_consistency(m, n, proof, first, second), (m, n)
         if m < n:
             # a first tree that is not a prefix of the second is refused
-            other = brute_mth(leaves[:m - 1] + [b"rewritten"])
+            other = brute_mth(leaves[: m - 1] + [b"rewritten"])
             assert not merkle.verify_consistency(m, n, proof, other, second), (m, n)
             assert not merkle.verify_consistency(m, n, [], first, second)
 
@@ -119,7 +124,7 @@ def test_any_single_bit_flip_breaks_an_inclusion_proof(n, data):
         assert not merkle.verify_inclusion(hashes[i], i, n, proof, bad_root)
     j = data.draw(hs.integers(0, len(proof) - 1))
     for bad in flips(proof[j]):
-        assert not merkle.verify_inclusion(hashes[i], i, n, proof[:j] + [bad] + proof[j + 1:], root)
+        assert not merkle.verify_inclusion(hashes[i], i, n, proof[:j] + [bad] + proof[j + 1 :], root)
 
 
 @given(n=hs.integers(min_value=2, max_value=40), data=hs.data())
@@ -135,7 +140,7 @@ def test_any_single_bit_flip_breaks_a_consistency_proof(n, data):
         assert not merkle.verify_consistency(m, n, proof, first, bad)
     j = data.draw(hs.integers(0, len(proof) - 1))
     for bad in flips(proof[j]):
-        assert not merkle.verify_consistency(m, n, proof[:j] + [bad] + proof[j + 1:], first, second)
+        assert not merkle.verify_consistency(m, n, proof[:j] + [bad] + proof[j + 1 :], first, second)
 
 
 def test_proof_requests_outside_the_tree_are_refused():

@@ -1,6 +1,7 @@
 """C2SP signed notes, checkpoints and cosignatures (workers/verify/note.py) against the published vectors of Go's
 golang.org/x/mod/sumdb/note (note_test.go: the PeterNeumann key pair and its signed note). Ed25519 is deterministic,
 so signing the vector's text with its key must give its note byte for byte: a Go verifier then accepts ours."""
+
 from __future__ import annotations
 
 import base64
@@ -11,9 +12,11 @@ from workers.verify import note
 
 VKEY = "PeterNeumann+c74f20a3+ARpc2QcUPDhMQegwxbzhKqiBfsVkmqq/LDE4izWy10TW"
 SKEY = "PRIVATE+KEY+PeterNeumann+c74f20a3+AYEKFALVFGyNhPJEMzD1QIDr+Y7hfZx09iUvxdXHKDFz"
-TEXT = ("If you think cryptography is the answer to your problem,\n"
-        "then you don't know what your problem is.\n")
-SIGNED = TEXT + "\n\u2014 PeterNeumann x08go/ZJkuBS9UG/SffcvIAQxVBtiFupLLr8pAcElZInNIuGUgYN1FFYC2pZSNXgKvqfqdngotpRZb6KE6RyyBwJnAM=\n"
+TEXT = "If you think cryptography is the answer to your problem,\nthen you don't know what your problem is.\n"
+SIGNED = (
+    TEXT
+    + "\n\u2014 PeterNeumann x08go/ZJkuBS9UG/SffcvIAQxVBtiFupLLr8pAcElZInNIuGUgYN1FFYC2pZSNXgKvqfqdngotpRZb6KE6RyyBwJnAM=\n"
+)
 
 
 def test_the_go_vector_keys_parse_and_derive_each_other():
@@ -23,10 +26,14 @@ def test_the_go_vector_keys_parse_and_derive_each_other():
     assert note.verifier_key(name, private.public_key()) == VKEY
     assert note.signer_key(name, private) == SKEY
     # manglings of the verifier key are refused (as Go's TestNewVerifier)
-    for bad in ("PeterNeumann+cc469956+ARpc2QcUPDhMQegwxbzhKqiBfsVkmqq/LDE4izWy10TW",
-                "PeterNeumann+c74f20a3+ARpc2QcUPDhMQegwxbzhKqiBfsVkmqq/LDE4izWy10TX",
-                "PeterNeumann+c74f20a3+BRpc2QcUPDhMQegwxbzhKqiBfsVkmqq/LDE4izWy10TW",
-                "Peter Neumann+c74f20a3+ARpc2QcUPDhMQegwxbzhKqiBfsVkmqq/LDE4izWy10TW", VKEY[:-1], VKEY + "+x"):
+    for bad in (
+        "PeterNeumann+cc469956+ARpc2QcUPDhMQegwxbzhKqiBfsVkmqq/LDE4izWy10TW",
+        "PeterNeumann+c74f20a3+ARpc2QcUPDhMQegwxbzhKqiBfsVkmqq/LDE4izWy10TX",
+        "PeterNeumann+c74f20a3+BRpc2QcUPDhMQegwxbzhKqiBfsVkmqq/LDE4izWy10TW",
+        "Peter Neumann+c74f20a3+ARpc2QcUPDhMQegwxbzhKqiBfsVkmqq/LDE4izWy10TW",
+        VKEY[:-1],
+        VKEY + "+x",
+    ):
         with pytest.raises((note.NoteError, ValueError)):
             note.parse_verifier(bad)
 
@@ -48,8 +55,14 @@ def test_open_follows_go_semantics():
     # an unknown signer beside a known one is ignored
     extra = SIGNED + "\u2014 Unknown AAAAAAAAAAAAAAAAAAAAAAAA\n"
     assert note.open_note(extra, [v])[0] == TEXT
-    for malformed in (TEXT, TEXT + "\n", SIGNED[:-1], TEXT + "\nnot a signature\n",
-                      TEXT + "\n\u2014 PeterNeumann !!!\n", TEXT + "\n" + "\u2014 X AAAAAAAA\n" * 101):
+    for malformed in (
+        TEXT,
+        TEXT + "\n",
+        SIGNED[:-1],
+        TEXT + "\nnot a signature\n",
+        TEXT + "\n\u2014 PeterNeumann !!!\n",
+        TEXT + "\n" + "\u2014 X AAAAAAAA\n" * 101,
+    ):
         with pytest.raises(note.NoteError, match="malformed"):
             note.open_note(malformed, [v])
 

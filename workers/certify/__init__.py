@@ -19,6 +19,7 @@ Modules (each readable on its own):
 * :mod:`.summary`     a (merged) partial → the run certificate: bounds, budget, steps, caveats
 * :mod:`.cli`         ``python -m workers.certify``
 """
+
 from __future__ import annotations
 
 from workers.certify.bounds import budget_threshold, guard_threshold, invert_budget, simplified_bounds, trm_bounds

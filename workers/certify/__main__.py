@@ -1,4 +1,5 @@
 """Entry point: ``python -m workers.certify RUN.jsonl [--json] …`` (see :mod:`workers.certify.cli`)."""
+
 import sys
 
 from workers.certify.cli import main

@@ -5,6 +5,7 @@ top-K list is a top-K' list). Every lo(K) and hi(K) is a valid bound, hence so a
 LO(K) = max_{K'≤K} lo(K'), HI(K) = min_{K'≤K} hi(K'); the envelope width is non-increasing in K.
 One vectorised interval evaluation per K (a Python loop over K ≤ 21, never over tokens).
 """
+
 from __future__ import annotations
 
 import torch
@@ -12,14 +13,32 @@ import torch
 from workers.certify.intervals import tv_interval_topk
 from workers.certify.robust import DATA_ERROR, IN, OUT, UNDETERMINED
 
-INSUFFICIENT_K = 4   # tolerance rule: no K reached the width tolerance
-WITHIN_TOL = 5       # tolerance rule: width ≤ tol reached at the returned K
-ADAPTIVE_STATUS_NAMES = {IN: "IN", OUT: "OUT", UNDETERMINED: "UNDETERMINED", DATA_ERROR: "DATA_ERROR",
-                         INSUFFICIENT_K: "INSUFFICIENT_K", WITHIN_TOL: "WITHIN_TOL"}
+INSUFFICIENT_K = 4  # tolerance rule: no K reached the width tolerance
+WITHIN_TOL = 5  # tolerance rule: width ≤ tol reached at the returned K
+ADAPTIVE_STATUS_NAMES = {
+    IN: "IN",
+    OUT: "OUT",
+    UNDETERMINED: "UNDETERMINED",
+    DATA_ERROR: "DATA_ERROR",
+    INSUFFICIENT_K: "INSUFFICIENT_K",
+    WITHIN_TOL: "WITHIN_TOL",
+}
 
 
-def interval_envelopes(p_ids, p_lp, q_ids, q_lp, sampled_id, logp_roll_y, logp_train_y, *, K_max=None,
-                       caps: bool = True, precision="exact", eta=None):
+def interval_envelopes(
+    p_ids,
+    p_lp,
+    q_ids,
+    q_lp,
+    sampled_id,
+    logp_roll_y,
+    logp_train_y,
+    *,
+    K_max=None,
+    caps: bool = True,
+    precision="exact",
+    eta=None,
+):
     """``(LO, HI, err)``: envelopes of shape ``[..., K_max+1]`` (index K = number of list entries used) and the
     int32 data-error flags (OR over all prefixes, so a bad list fails closed at every K)."""
     p_ids, q_ids = torch.as_tensor(p_ids), torch.as_tensor(q_ids)
@@ -30,8 +49,18 @@ def interval_envelopes(p_ids, p_lp, q_ids, q_lp, sampled_id, logp_roll_y, logp_t
     los, his = [], []
     err = None
     for K in range(K_max + 1):
-        r = tv_interval_topk(p_ids[..., :K], p_lp[..., :K], q_ids[..., :K], q_lp[..., :K], sampled_id,
-                             logp_roll_y, logp_train_y, caps=caps, precision=precision, eta=eta)
+        r = tv_interval_topk(
+            p_ids[..., :K],
+            p_lp[..., :K],
+            q_ids[..., :K],
+            q_lp[..., :K],
+            sampled_id,
+            logp_roll_y,
+            logp_train_y,
+            caps=caps,
+            precision=precision,
+            eta=eta,
+        )
         los.append(r.lo)
         his.append(r.hi)
         err = r.err if err is None else err | r.err
@@ -43,8 +72,22 @@ def interval_envelopes(p_ids, p_lp, q_ids, q_lp, sampled_id, logp_roll_y, logp_t
     return LO, HI, err
 
 
-def adaptive_k(p_ids, p_lp, q_ids, q_lp, sampled_id, logp_roll_y, logp_train_y, *, tol=None, threshold=None,
-               K_max=None, caps: bool = True, precision="exact", eta=None):
+def adaptive_k(
+    p_ids,
+    p_lp,
+    q_ids,
+    q_lp,
+    sampled_id,
+    logp_roll_y,
+    logp_train_y,
+    *,
+    tol=None,
+    threshold=None,
+    K_max=None,
+    caps: bool = True,
+    precision="exact",
+    eta=None,
+):
     """Adaptive-K rule (docs/intervals.md#adaptive-k). Returns ``(K, lo, hi, status)`` per position.
 
     * Decision rule (``threshold`` θ given): the first K with HI(K) ≤ θ (status IN) or LO(K) > θ (OUT);
@@ -53,8 +96,19 @@ def adaptive_k(p_ids, p_lp, q_ids, q_lp, sampled_id, logp_roll_y, logp_train_y, 
       otherwise INSUFFICIENT_K with [LO(K_max), HI(K_max)].
     Data errors give status DATA_ERROR with [0, 1] (fail closed).
     """
-    LO, HI, err = interval_envelopes(p_ids, p_lp, q_ids, q_lp, sampled_id, logp_roll_y, logp_train_y,
-                                     K_max=K_max, caps=caps, precision=precision, eta=eta)
+    LO, HI, err = interval_envelopes(
+        p_ids,
+        p_lp,
+        q_ids,
+        q_lp,
+        sampled_id,
+        logp_roll_y,
+        logp_train_y,
+        K_max=K_max,
+        caps=caps,
+        precision=precision,
+        eta=eta,
+    )
     Kmax = LO.shape[-1] - 1
     if threshold is not None:
         done = (HI <= threshold) | (LO > threshold)
@@ -71,7 +125,8 @@ def adaptive_k(p_ids, p_lp, q_ids, q_lp, sampled_id, logp_roll_y, logp_train_y, 
         status[hi <= threshold] = IN
         status[lo > threshold] = OUT
     else:
-        status = torch.where(any_done, torch.tensor(WITHIN_TOL, dtype=torch.int8),
-                             torch.tensor(INSUFFICIENT_K, dtype=torch.int8))
+        status = torch.where(
+            any_done, torch.tensor(WITHIN_TOL, dtype=torch.int8), torch.tensor(INSUFFICIENT_K, dtype=torch.int8)
+        )
     status[err != 0] = DATA_ERROR
     return K, lo, hi, status

@@ -10,6 +10,7 @@ Constants (docs/bounds.md#tight-constants): ``"paper"`` uses the papers' factor 
 tables); ``"tight"`` halves every bound (valid for R ∈ [0, 1] because ‖g_t‖∞ ≤ min(1, ε, √(δ/2)) and Error is invariant under R → R − ½).
 Every bound is multiplied by ``reward_range`` = r_max − r_min.
 """
+
 from __future__ import annotations
 
 import math
@@ -18,8 +19,17 @@ from collections.abc import Sequence
 import numpy as np
 
 BOUND_IDS = (
-    "classical_tv", "classical_kl", "pm_kl", "pm_tv", "mix_kl", "mix_tv",
-    "coup", "adap_kl", "adap_tv", "adap_star", "linear",
+    "classical_tv",
+    "classical_kl",
+    "pm_kl",
+    "pm_tv",
+    "mix_kl",
+    "mix_tv",
+    "coup",
+    "adap_kl",
+    "adap_tv",
+    "adap_star",
+    "linear",
 )
 #: Bounds whose budget inversion returns a KL threshold δ; all others return a TV threshold ε
 #: (docs/bounds.md#budget-inversion).
@@ -85,8 +95,17 @@ def _profile(T: int, tv_profile, eps):
     return np.minimum(prof, 1.0)
 
 
-def trm_bounds(T: int, *, eps=None, delta=None, kl_seq=None, tv_seq=None, tv_profile=None,
-               constants: str = "paper", reward_range: float = 1.0) -> dict:
+def trm_bounds(
+    T: int,
+    *,
+    eps=None,
+    delta=None,
+    kl_seq=None,
+    tv_seq=None,
+    tv_profile=None,
+    constants: str = "paper",
+    reward_range: float = 1.0,
+) -> dict:
     """All TRM bounds on |J(π_θ) − J(π_roll) − L(π_θ)| that the given inputs allow
     (the table of docs/bounds.md#the-bounds).
 
@@ -169,9 +188,9 @@ def simplified_bounds(T: int, *, eps=None, delta=None, constants: str = "paper",
     c = CONSTANTS[constants] * float(reward_range) / 4.0
     out = {}
     if _finite(delta):
-        out["pm_kl"] = c * 4.0 / 3.0 * T ** 1.5 * delta
+        out["pm_kl"] = c * 4.0 / 3.0 * T**1.5 * delta
         if eps is not None:
-            out["pm_tv"] = c * 8.0 / 3.0 * T ** 1.5 * eps * math.sqrt(delta / 2.0)
+            out["pm_tv"] = c * 8.0 / 3.0 * T**1.5 * eps * math.sqrt(delta / 2.0)
         out["valid"] = bool(delta <= 2.0 / max(T, 1))
     return out
 
@@ -200,8 +219,9 @@ def _bound_at(bound_id: str, T: int, x: float, fixed: dict) -> float:
             cap = min(1.0, math.sqrt(delta / 2.0))
             if eps is not None:
                 cap = min(cap, float(eps))
-            kw["tv_profile"] = (np.minimum(np.asarray(prof, dtype=np.float64), cap) if prof is not None
-                                else np.full(T, cap))
+            kw["tv_profile"] = (
+                np.minimum(np.asarray(prof, dtype=np.float64), cap) if prof is not None else np.full(T, cap)
+            )
     else:
         eps = x
         kw["eps"] = eps
@@ -214,8 +234,9 @@ def _bound_at(bound_id: str, T: int, x: float, fixed: dict) -> float:
             tv_seq = fixed.get("tv_seq")
             kw["tv_seq"] = min(1.0, T * eps) if tv_seq is None else tv_seq
         if bound_id in ("adap_tv", "adap_star", "linear"):
-            kw["tv_profile"] = (np.minimum(np.asarray(prof, dtype=np.float64), eps) if prof is not None
-                                else np.full(T, min(1.0, eps)))
+            kw["tv_profile"] = (
+                np.minimum(np.asarray(prof, dtype=np.float64), eps) if prof is not None else np.full(T, min(1.0, eps))
+            )
         if bound_id == "adap_star" and not _finite(kw["delta"]):
             bound_id = "adap_tv"  # with δ = +∞ the √ weight is 1 and adap_star = adap_tv
     value = trm_bounds(T, **kw).get(bound_id)
@@ -270,8 +291,11 @@ def guard_threshold(mode: str, T: int, budget: float, **fixed) -> tuple[float, s
     family that ``mode`` controls: ``"tv"`` → ε (bounds that need only ε, δ unknown ⇒ +∞ unless fixed),
     ``"kl"`` → δ. Returns ``(threshold, bound_id)``.
     """
-    ids = ("classical_tv", "coup", "pm_tv", "mix_tv", "adap_tv", "adap_star", "linear") if mode == "tv" \
+    ids = (
+        ("classical_tv", "coup", "pm_tv", "mix_tv", "adap_tv", "adap_star", "linear")
+        if mode == "tv"
         else KL_PARAMETERISED
+    )
     best = (-1.0, "")
     for bid in ids:
         try:

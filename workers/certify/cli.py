@@ -5,6 +5,7 @@ Prints a human summary (or the full certificate with ``--json``). Exit status: 0
 (or the file cannot be read); 2 a requested ``--threshold`` fails (some certified token TV upper end — KL in kl
 mode — exceeds it) or a requested ``--budget`` is exceeded by the best bound at the run's measured values.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,7 +19,9 @@ EXIT_OK, EXIT_DATA_ERROR, EXIT_THRESHOLD = 0, 1, 2
 
 
 def _parser():
-    p = argparse.ArgumentParser(prog="python -m workers.certify", description="Divergence certificate of an fcr/1 run log.")
+    p = argparse.ArgumentParser(
+        prog="python -m workers.certify", description="Divergence certificate of an fcr/1 run log."
+    )
     p.add_argument("path", help="fcr/1 JSONL file (plain or gzip)")
     p.add_argument("--json", action="store_true", help="print the full certificate as JSON")
     p.add_argument("--threshold", type=float, help="per-token threshold (TV eps in tv mode, KL delta in kl mode)")
@@ -54,8 +57,10 @@ def human(cert: dict) -> str:
         f"mean A(y) {_fmt(s['mean_A_y'])}",
     ]
     if b:
-        lines.append(f"B* = {_fmt(b.get('best'))} ({b.get('argmin')}); " + ", ".join(
-            f"{k} {_fmt(v)}" for k, v in b.items() if k not in ("best", "argmin")))
+        lines.append(
+            f"B* = {_fmt(b.get('best'))} ({b.get('argmin')}); "
+            + ", ".join(f"{k} {_fmt(v)}" for k, v in b.items() if k not in ("best", "argmin"))
+        )
     if cert.get("budget"):
         bu = cert["budget"]
         lines.append(f"budget {bu['budget']:.4g}: within budget = {bu['within_budget']}")
@@ -72,10 +77,19 @@ def main(argv=None) -> int:
     from workers.certify.file import certify_file
 
     try:
-        cert = certify_file(args.path, threshold=args.threshold, budget=args.budget, mode=args.mode,
-                            precision=args.precision, eta=args.eta, constants=args.constants,
-                            reward_range=args.reward_range, avg_threshold=args.avg_threshold,
-                            caps=not args.no_caps, chunk_tokens=args.chunk_tokens)
+        cert = certify_file(
+            args.path,
+            threshold=args.threshold,
+            budget=args.budget,
+            mode=args.mode,
+            precision=args.precision,
+            eta=args.eta,
+            constants=args.constants,
+            reward_range=args.reward_range,
+            avg_threshold=args.avg_threshold,
+            caps=not args.no_caps,
+            chunk_tokens=args.chunk_tokens,
+        )
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_DATA_ERROR

@@ -4,6 +4,7 @@ a = log p(y) (rollout / engine), b = log q(y) (trainer), log ρ = b − a, ρ = 
 Only ``bin_tv`` / ``tv_lo``, ``bin_kl`` and ``tv_hi`` are certificates; k1/k2/k3/TV-hat are single-sample
 estimators that can miss divergence sitting on unsampled tokens.
 """
+
 from __future__ import annotations
 
 import numpy as np

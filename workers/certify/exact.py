@@ -14,6 +14,7 @@ read as NaN. Each window takes pieces below 2³³; a window is carried into the 
 sum of any length stays exact. ``ExactSums(n)`` holds ``n`` independent sums ("slots"); numpy does the splitting,
 so adding a chunk's values costs a few vector passes, not a Python operation per value.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -59,7 +60,7 @@ class ExactSums:
         keep = v != 0.0
         v, s = v[keep], s[keep]
         for i in range(0, v.size, BINCOUNT_EXACT):
-            self._add_finite(s[i:i + BINCOUNT_EXACT], v[i:i + BINCOUNT_EXACT])
+            self._add_finite(s[i : i + BINCOUNT_EXACT], v[i : i + BINCOUNT_EXACT])
 
     def _add_finite(self, s: np.ndarray, v: np.ndarray) -> None:
         mant, exp = np.frexp(np.abs(v))
@@ -73,7 +74,7 @@ class ExactSums:
         idx = np.concatenate([at, at + 1, at + 2])
         pieces = np.concatenate([lo & M32, (lo >> 32) + (hi & M32), hi >> 32]).astype(np.float64)
         totals = np.bincount(idx, weights=np.tile(sign, 3) * pieces)  # exact integers below 2**52 (BINCOUNT_EXACT)
-        self.acc.reshape(-1)[:totals.size] += totals.astype(np.int64)
+        self.acc.reshape(-1)[: totals.size] += totals.astype(np.int64)
         if np.abs(self.acc).max(initial=0) >= CARRY_AT:
             self._carry()
 
@@ -90,8 +91,8 @@ class ExactSums:
         c = o[:, :-1] >> 32
         o[:, :-1] -= c << 32
         o[:, 1:] += c
-        self.acc[:len(other)] += o
-        self.special[:len(other)] += other.special
+        self.acc[: len(other)] += o
+        self.special[: len(other)] += other.special
         return self
 
     def integers(self) -> list[int]:

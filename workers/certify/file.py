@@ -11,6 +11,7 @@ skipped with a reason. A policy call whose data cannot be certified (missing tra
 arrays, null or sentinel log-probs, positive log-probs, unsorted or duplicate top-K ids, …) is a DATA_ERROR
 sequence with its line number, call_id and reason; no single bad record raises.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,6 +35,7 @@ from workers.fcr.reader import FcrParseError, LineReader
 from workers.fcr.validate import array_bools_possible
 from workers.fcr.columnar import is_parquet  # fcr-parquet/1 intake
 from workers.jsonsafe import finite_or_none
+
 
 # ---- streaming ---------------------------------------------------------------------------------------------------
 def _lines(path, state, chunk=None):
@@ -77,8 +79,19 @@ def _error_seq(run, meta, reason, length=None):
     st = run.step(meta["step"])
     st["sequences"] += 1
     st["status"]["DATA_ERROR"] += 1
-    return {**meta, "length": length, "status": "DATA_ERROR", "accept": False, "eps_hat": None,
-            "delta_hat": None, "tv_lo_max": None, "mean_k3": None, "max_k2": None, "A_y": None, "reason": reason}
+    return {
+        **meta,
+        "length": length,
+        "status": "DATA_ERROR",
+        "accept": False,
+        "eps_hat": None,
+        "delta_hat": None,
+        "tv_lo_max": None,
+        "mean_k3": None,
+        "max_k2": None,
+        "A_y": None,
+        "reason": reason,
+    }
 
 
 def _process_chunk(run, items, opts):
@@ -97,13 +110,13 @@ def _process_chunk(run, items, opts):
     off = 0
     for meta, yy, aa, bb, pt, qt in items:
         n = len(yy)
-        y[off:off + n], a[off:off + n], b[off:off + n] = yy, aa, bb
+        y[off : off + n], a[off : off + n], b[off : off + n] = yy, aa, bb
         if pt is not None:
             k = pt[0].shape[1]
-            p_ids[off:off + n, :k], p_lp[off:off + n, :k] = pt
+            p_ids[off : off + n, :k], p_lp[off : off + n, :k] = pt
         if qt is not None:
             k = qt[0].shape[1]
-            q_ids[off:off + n, :k], q_lp[off:off + n, :k] = qt
+            q_ids[off : off + n, :k], q_lp[off : off + n, :k] = qt
         off += n
     run.has_topk_p |= Kp > 0
     run.has_topk_q |= Kq > 0
@@ -113,9 +126,18 @@ def _process_chunk(run, items, opts):
     # trainer.top_k is the trainer's values on ids that must cover the rollout's (it may add more), not the trainer's
     # own top-K, so it is an arbitrary subset: no trainer cap, no order requirement (caps need a true top-K,
     # docs/intervals.md#top-k-caps).
-    r = tv_interval_topk(torch.from_numpy(p_ids), torch.from_numpy(p_lp), torch.from_numpy(q_ids),
-                         torch.from_numpy(q_lp), torch.from_numpy(y), ta, tb, caps=(opts["caps"], False),
-                         precision=opts["precision"], eta=opts["eta"])
+    r = tv_interval_topk(
+        torch.from_numpy(p_ids),
+        torch.from_numpy(p_lp),
+        torch.from_numpy(q_ids),
+        torch.from_numpy(q_lp),
+        torch.from_numpy(y),
+        ta,
+        tb,
+        caps=(opts["caps"], False),
+        precision=opts["precision"],
+        eta=opts["eta"],
+    )
     log_r = torch.clamp(tb - ta, -20.0, 20.0)
     k2 = 0.5 * log_r * log_r
     k3 = torch.exp(log_r) - 1.0 - log_r
@@ -135,7 +157,8 @@ def _process_chunk(run, items, opts):
 
     err_seq = seg_sum((r.err != 0).to(torch.float64)) > 0
     first_err = torch.full((B,), N, dtype=torch.int64).scatter_reduce_(
-        0, seg, torch.where(r.err != 0, torch.arange(N), N), "amin")
+        0, seg, torch.where(r.err != 0, torch.arange(N), N), "amin"
+    )
     eps_hat, tv_lo_max = seg_max(r.hi), seg_max(r.lo)
     delta_hat, kl_lo_max = seg_max(r.kl_hi), seg_max(r.kl_lo)
     nL = L.to(torch.float64)
@@ -156,10 +179,18 @@ def _process_chunk(run, items, opts):
     thr = opts["threshold"]
     mode = opts["mode"]
     avg = opts["avg_threshold"]
-    accept, status = decide(mode, thr, eps_hat=eps_hat, tv_lo_max=tv_lo_max, delta_hat=delta_hat,
-                            kl_lo_max=kl_lo_max, mean_hi=seg_sum(r.hi if mode != "kl" else r.kl_hi) / nL,
-                            mean_lo=seg_sum(r.lo if mode != "kl" else r.kl_lo) / nL,
-                            heuristic_stat=max_k2 if mode == "k2max" else mean_k3, avg_threshold=avg)
+    accept, status = decide(
+        mode,
+        thr,
+        eps_hat=eps_hat,
+        tv_lo_max=tv_lo_max,
+        delta_hat=delta_hat,
+        kl_lo_max=kl_lo_max,
+        mean_hi=seg_sum(r.hi if mode != "kl" else r.kl_hi) / nL,
+        mean_lo=seg_sum(r.lo if mode != "kl" else r.kl_lo) / nL,
+        heuristic_stat=max_k2 if mode == "k2max" else mean_k3,
+        avg_threshold=avg,
+    )
     accept &= ~err_seq
     status[err_seq] = DATA_ERROR
 
@@ -223,10 +254,21 @@ def _process_chunk(run, items, opts):
             st["ok_tokens"] += int(lens[i])
         run.bucket(length_bucket(int(lens[i])), acc_l[i])
         bad = st_name == "DATA_ERROR"
-        out.append({**meta, "length": int(lens[i]), "status": st_name, "accept": bool(acc_l[i]),
-                    "eps_hat": None if bad else finite_or_none(e_l[i]), "delta_hat": None if bad else finite_or_none(d_l[i]),
-                    "tv_lo_max": None if bad else finite_or_none(lo_l[i]), "mean_k3": finite_or_none(k3_l[i]),
-                    "max_k2": finite_or_none(k2_l[i]), "A_y": None if bad else finite_or_none(A_l[i]), "reason": reason})
+        out.append(
+            {
+                **meta,
+                "length": int(lens[i]),
+                "status": st_name,
+                "accept": bool(acc_l[i]),
+                "eps_hat": None if bad else finite_or_none(e_l[i]),
+                "delta_hat": None if bad else finite_or_none(d_l[i]),
+                "tv_lo_max": None if bad else finite_or_none(lo_l[i]),
+                "mean_k3": finite_or_none(k3_l[i]),
+                "max_k2": finite_or_none(k2_l[i]),
+                "A_y": None if bad else finite_or_none(A_l[i]),
+                "reason": reason,
+            }
+        )
     for step, terms in step_terms.items():
         run.step(step)["sums"].add(np.tile([0, 1], len(terms) // 2), terms)
     return out
@@ -262,15 +304,29 @@ def certify_file(path, *, chunk_tokens=1 << 16, sequence_sink=None, progress=Non
     options``. The same as merging :func:`certify_part` over any cut of the file (workers/certify/partial.py).
     """
     plan = plan_certificate(path, **options)
-    result = summarise(certify_part(path, plan, chunk_tokens=chunk_tokens, sequence_sink=sequence_sink,
-                                    progress=progress), plan)
+    result = summarise(
+        certify_part(path, plan, chunk_tokens=chunk_tokens, sequence_sink=sequence_sink, progress=progress), plan
+    )
     if progress is not None:
         progress(1.0, "done")
     return result
 
 
-def plan_certificate(path, *, threshold=None, budget=None, mode="tv", precision="fp32", eta=None, constants="paper",
-                     reward_range=1.0, caps=True, avg_threshold=None, T_ref=None, max_errors=100) -> dict:
+def plan_certificate(
+    path,
+    *,
+    threshold=None,
+    budget=None,
+    mode="tv",
+    precision="fp32",
+    eta=None,
+    constants="paper",
+    reward_range=1.0,
+    caps=True,
+    avg_threshold=None,
+    T_ref=None,
+    max_errors=100,
+) -> dict:
     """The certify options resolved once for the whole file (JSON-safe; see :func:`certify_file`). A budget without
     ``threshold``/``T_ref`` needs the longest policy response first: the one whole-file pass (``_scan_T_ref``)."""
     if mode not in MODES:
@@ -283,21 +339,32 @@ def plan_certificate(path, *, threshold=None, budget=None, mode="tv", precision=
     threshold_source = "given"
     if threshold is None and budget is not None and mode in ("tv", "kl"):
         T_guard = int(T_ref) if T_ref is not None else _scan_T_ref(path)
-        threshold, via = guard_threshold(mode, max(T_guard, 1), budget, constants=constants,
-                                         reward_range=reward_range)
+        threshold, via = guard_threshold(mode, max(T_guard, 1), budget, constants=constants, reward_range=reward_range)
         threshold_source = f"budget {budget} at T={T_guard} via {via}"
     elif threshold is None:
         threshold = DEFAULT_THRESHOLDS[mode]
         threshold_source = "default"
-    opts = {"mode": mode, "threshold": float(threshold), "avg_threshold": avg_threshold, "precision": precision,
-            "eta": eta, "caps": bool(caps), "constants": constants, "reward_range": float(reward_range),
-            "token_threshold": float(threshold) if mode in ("tv", "kl") else DEFAULT_THRESHOLDS["tv"]}
-    return {"opts": opts, "budget": budget, "threshold_source": threshold_source, "T_ref": T_ref,
-            "max_errors": int(max_errors)}
+    opts = {
+        "mode": mode,
+        "threshold": float(threshold),
+        "avg_threshold": avg_threshold,
+        "precision": precision,
+        "eta": eta,
+        "caps": bool(caps),
+        "constants": constants,
+        "reward_range": float(reward_range),
+        "token_threshold": float(threshold) if mode in ("tv", "kl") else DEFAULT_THRESHOLDS["tv"],
+    }
+    return {
+        "opts": opts,
+        "budget": budget,
+        "threshold_source": threshold_source,
+        "T_ref": T_ref,
+        "max_errors": int(max_errors),
+    }
 
 
-def certify_part(path, plan: dict, chunk=None, *, chunk_tokens=1 << 16, sequence_sink=None,
-                 progress=None) -> Partial:
+def certify_part(path, plan: dict, chunk=None, *, chunk_tokens=1 << 16, sequence_sink=None, progress=None) -> Partial:
     """Certify the records of one piece of ``path`` (a :class:`workers.fcr.chunks.Chunk` or its dict; None = the
     whole file) into a :class:`~workers.certify.partial.Partial`; sequence rows go to ``sequence_sink``."""
     opts = plan["opts"]
@@ -324,12 +391,22 @@ def certify_part(path, plan: dict, chunk=None, *, chunk_tokens=1 << 16, sequence
         try:
             rec = line if type(line) is dict else orjson.loads(line)
         except orjson.JSONDecodeError as exc:
-            pending.append(_error_seq(run, {"call_id": None, "trajectory_id": None, "step": None,
-                                            "line": line_no}, f"not valid JSON ({exc})"))
+            pending.append(
+                _error_seq(
+                    run,
+                    {"call_id": None, "trajectory_id": None, "step": None, "line": line_no},
+                    f"not valid JSON ({exc})",
+                )
+            )
             continue
         if not isinstance(rec, dict):
-            pending.append(_error_seq(run, {"call_id": None, "trajectory_id": None, "step": None, "line": line_no},
-                                      f"expected a JSON object, got {type(rec).__name__}"))
+            pending.append(
+                _error_seq(
+                    run,
+                    {"call_id": None, "trajectory_id": None, "step": None, "line": line_no},
+                    f"expected a JSON object, got {type(rec).__name__}",
+                )
+            )
             continue
         role = rec.get("role", "policy")
         if role != "policy":

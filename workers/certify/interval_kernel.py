@@ -22,6 +22,7 @@ The tolerances of flags.py (SUM_TOL, AGREE_TOL, POS_TOL) are compiled in as cons
 keyed on *this* file only: a change to them must come with an edit here, or cached machine code keeps the old
 values. (Last change: both consistency tolerances cut to double rounding, 1e-12.)
 """
+
 from __future__ import annotations
 
 import math
@@ -29,13 +30,24 @@ import math
 import numpy as np
 from numba import njit
 
-from workers.certify.flags import (AGREE_TOL, ERR_BAD_ID, ERR_DUPLICATE, ERR_MASS, ERR_NONFINITE, ERR_PADDING,
-                                   ERR_POSITIVE, ERR_SAMPLED_ABOVE_CAP, ERR_SAMPLED_MISMATCH, ERR_UNSORTED, POS_TOL,
-                                   SUM_TOL)
+from workers.certify.flags import (
+    AGREE_TOL,
+    ERR_BAD_ID,
+    ERR_DUPLICATE,
+    ERR_MASS,
+    ERR_NONFINITE,
+    ERR_PADDING,
+    ERR_POSITIVE,
+    ERR_SAMPLED_ABOVE_CAP,
+    ERR_SAMPLED_MISMATCH,
+    ERR_UNSORTED,
+    POS_TOL,
+    SUM_TOL,
+)
 
-ZERO_LOG = -800.0          # a log-value whose exponential is exactly 0.0: padding, and −∞ in bad rows
+ZERO_LOG = -800.0  # a log-value whose exponential is exactly 0.0: padding, and −∞ in bad rows
 LOG_TINY = math.log(1e-300)
-NOT_LISTED, SAMPLED, PADDING = -1, -2, -3   # codes in ``match`` besides a trainer index ≥ 0
+NOT_LISTED, SAMPLED, PADDING = -1, -2, -3  # codes in ``match`` besides a trainer index ≥ 0
 
 
 def compiled_kernel(function):
@@ -87,7 +99,7 @@ def _box_hi(p, L, e):
 def _log1p(x):
     """log(1 + x): five terms of the series for |x| ≤ 2⁻¹² (the rest is below double rounding), else libm.
     The η of fp32 storage is ~1e-5, so the certificate's logarithms of box ends cost a few multiplies."""
-    if abs(x) <= 2.0 ** -12:
+    if abs(x) <= 2.0**-12:
         return x * (1.0 - x * (0.5 - x * (1.0 / 3.0 - x * (0.25 - x * 0.2))))
     return math.log1p(x)
 
@@ -162,7 +174,7 @@ def _list_flags(ids, R, E, sorted_required):
     return err
 
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)   # Fibonacci hashing: the top bits of id·2⁶⁴/φ spread consecutive ids
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: the top bits of id·2⁶⁴/φ spread consecutive ids
 
 
 @compiled_kernel
@@ -221,8 +233,31 @@ def _wmin_exact(aP, bQ, tp, tq, CP, CQ, Xmax, Zmax):
 
 
 @compiled_kernel
-def interval_rows(P_I, P_R, P_X, Q_I, Q_R, Q_X, Y, A, B, caps_p, caps_q, k_eta, nu, explicit, E_P, E_Q, E_A, E_B,
-                  lo_out, hi_out, err_out, kl_lo_out, kl_hi_out):
+def interval_rows(
+    P_I,
+    P_R,
+    P_X,
+    Q_I,
+    Q_R,
+    Q_X,
+    Y,
+    A,
+    B,
+    caps_p,
+    caps_q,
+    k_eta,
+    nu,
+    explicit,
+    E_P,
+    E_Q,
+    E_A,
+    E_B,
+    lo_out,
+    hi_out,
+    err_out,
+    kl_lo_out,
+    kl_hi_out,
+):
     """Fill ``lo_out, hi_out, err_out, kl_lo_out, kl_hi_out`` ``[n]`` for lists ``[n, K]`` (id < 0 = padding).
 
     ``P_X``, ``Q_X``: ``exp`` of the logged values, computed beforehand over the whole block by numpy (its SIMD
@@ -231,18 +266,18 @@ def interval_rows(P_I, P_R, P_X, Q_I, Q_R, Q_X, Y, A, B, caps_p, caps_q, k_eta, 
     η per value: the explicit ``E_*`` arrays when ``explicit``, else k_eta·|ℓ| + ν."""
     n, Kp = P_I.shape
     Kq = Q_I.shape[1]
-    Lp, Ep, Xp = np.empty(Kp), np.empty(Kp), np.empty(Kp)     # cleaned log-probs, their η, probabilities
+    Lp, Ep, Xp = np.empty(Kp), np.empty(Kp), np.empty(Kp)  # cleaned log-probs, their η, probabilities
     Lq, Eq, Xq = np.empty(Kq), np.empty(Kq), np.empty(Kq)
-    match = np.empty(Kp, np.int64)        # per engine entry: its trainer index (B), NOT_LISTED (P), SAMPLED, PADDING
+    match = np.empty(Kp, np.int64)  # per engine entry: its trainer index (B), NOT_LISTED (P), SAMPLED, PADDING
     q_in_p = np.empty(Kq, np.bool_)
     # ids of both lists in a hash table (≥ 2× as many slots as entries): membership and duplicates in O(K_p + K_q)
     bits = 3
     while (1 << bits) < 2 * (Kp + Kq):
         bits += 1
     shift = np.uint64(64 - bits)
-    slot_id = np.empty(1 << bits, np.int64)    # the id held by a slot
-    slot_p = np.empty(1 << bits, np.int64)     # its engine-list index, −1 if only on the trainer list
-    slot_q = np.empty(1 << bits, np.int64)     # its trainer-list index, −1 if not (yet) seen there
+    slot_id = np.empty(1 << bits, np.int64)  # the id held by a slot
+    slot_p = np.empty(1 << bits, np.int64)  # its engine-list index, −1 if only on the trainer list
+    slot_q = np.empty(1 << bits, np.int64)  # its trainer-list index, −1 if not (yet) seen there
     stamp = np.full(1 << bits, -1, np.int64)
     for r in range(n):
         y = Y[r]
@@ -299,7 +334,7 @@ def interval_rows(P_I, P_R, P_X, Q_I, Q_R, Q_X, Y, A, B, caps_p, caps_q, k_eta, 
                 err |= ERR_DUPLICATE
             else:
                 slot_q[s] = j
-                if i != y:   # an engine entry that is not the sampled token: a B cell
+                if i != y:  # an engine entry that is not the sampled token: a B cell
                     match[slot_p[s]] = j
                     q_in_p[j] = True
             if i == y:
@@ -399,20 +434,21 @@ def interval_rows(P_I, P_R, P_X, Q_I, Q_R, Q_X, Y, A, B, caps_p, caps_q, k_eta, 
             dX, dZ = max(dtq, nP * dcq), max(dtp, nQ * dcp)
             slack = daP + dbQ + dtp + dtq + 2.0 * (dCP + dCQ + dX + dZ)
             lo = max(lo_closed, 0.5 * (d_B + max(wmin - slack, 0.0)))
-        lo = min(max(lo, 0.0), hi)   # the min only ever lowers lo (widens), never narrows
+        lo = min(max(lo, 0.0), hi)  # the min only ever lowers lo (widens), never narrows
 
         # ---- KL(p‖q) (docs/intervals.md#kl-bounds): coarsening lower bound over B ∪ {y} ∪ {W}, each cell minimised
         # over its box --------------------------------------------------------------------------------------------
         kl_coarse = _hmin_box(pa_lo, pa_hi, a, ea, qb_hi, _log_box_hi(qb_hi, b, eb)) + hB + _hmin(pW_lo, pW_hi, qW_hi)
         kl_lo = max(max(kl_coarse, 2.0 * lo * lo), 0.0)
         kl_hi = math.inf
-        if pW_hi <= 0.0:   # no p-mass can sit where q is unknown: KL = Σ_{B∪{y}} p log(p/q) exactly, up to η
+        if pW_hi <= 0.0:  # no p-mass can sit where q is unknown: KL = Σ_{B∪{y}} p log(p/q) exactly, up to η
             kl_hi = _hmax(pa_lo, pa_hi, qb_lo)
             for k in range(Kp):
                 m = match[k]
                 if m >= 0:
-                    kl_hi += _hmax(_box_lo(Xp[k], Lp[k], Ep[k]), _box_hi(Xp[k], Lp[k], Ep[k]),
-                                   _box_lo(Xq[m], Lq[m], Eq[m]))
+                    kl_hi += _hmax(
+                        _box_lo(Xp[k], Lp[k], Ep[k]), _box_hi(Xp[k], Lp[k], Ep[k]), _box_lo(Xq[m], Lq[m], Eq[m])
+                    )
 
         if err:
             lo, hi, kl_lo, kl_hi = 0.0, 1.0, 0.0, math.inf

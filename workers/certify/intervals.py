@@ -21,6 +21,7 @@ Everything is float64. ``tv_interval_topk`` runs the compiled kernel of :mod:`wo
 (one pass per position, no Python loop per token); tests/certify/slow_reference.py is the same mathematics written
 in plain Python, and the two agree within 1e-12.
 """
+
 from __future__ import annotations
 
 import math
@@ -29,15 +30,27 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from workers.certify.flags import (AGREE_TOL, ERR_BAD_ID, ERR_DUPLICATE, ERR_MASS, ERR_NONFINITE,  # noqa: F401
-                                   ERR_PADDING, ERR_POSITIVE, ERR_REASONS, ERR_SAMPLED_ABOVE_CAP,
-                                   ERR_SAMPLED_MISMATCH, ERR_UNSORTED, POS_TOL, SUM_TOL, describe_errors)
+from workers.certify.flags import (  # noqa: F401 - the flags are re-exported from here (callers import them)
+    AGREE_TOL,
+    ERR_BAD_ID,
+    ERR_DUPLICATE,
+    ERR_MASS,
+    ERR_NONFINITE,
+    ERR_PADDING,
+    ERR_POSITIVE,
+    ERR_REASONS,
+    ERR_SAMPLED_ABOVE_CAP,
+    ERR_SAMPLED_MISMATCH,
+    ERR_UNSORTED,
+    POS_TOL,
+    SUM_TOL,
+    describe_errors,
+)
 from workers.certify.interval_kernel import interval_rows
 from workers.certify.robust import NORM_SLACK, UNIT_ROUNDOFF, eta_from_precision
 
 
-
-BLOCK_ROWS = 2048   # positions per kernel call: the block's exponentials (2 × K × 2048 float64) stay in the L2 cache
+BLOCK_ROWS = 2048  # positions per kernel call: the block's exponentials (2 × K × 2048 float64) stay in the L2 cache
 
 
 class DataError(ValueError):
@@ -50,11 +63,11 @@ class DataError(ValueError):
 
 
 class IntervalResult(NamedTuple):
-    lo: torch.Tensor       # certified lower end of TV (fail closed: 0)
-    hi: torch.Tensor       # certified upper end of TV (fail closed: 1)
-    err: torch.Tensor      # int32 data-error flags, 0 = ok
-    kl_lo: torch.Tensor    # certified lower bound on KL(p‖q): max(coarsened KL, Pinsker 2·lo²)
-    kl_hi: torch.Tensor    # +inf unless p's mass is all on B (then Σ_B p log(p/q) is exact up to η)
+    lo: torch.Tensor  # certified lower end of TV (fail closed: 0)
+    hi: torch.Tensor  # certified upper end of TV (fail closed: 1)
+    err: torch.Tensor  # int32 data-error flags, 0 = ok
+    kl_lo: torch.Tensor  # certified lower bound on KL(p‖q): max(coarsened KL, Pinsker 2·lo²)
+    kl_hi: torch.Tensor  # +inf unless p's mass is all on B (then Σ_B p log(p/q) is exact up to η)
 
 
 def _f64(x):
@@ -121,8 +134,19 @@ def _caps_pair(caps):
     return bool(caps), bool(caps)
 
 
-def tv_interval_topk(p_ids, p_lp, q_ids, q_lp, sampled_id, logp_roll_y, logp_train_y, *, caps: bool = True,
-                     precision: str | None = "exact", eta=None) -> IntervalResult:
+def tv_interval_topk(
+    p_ids,
+    p_lp,
+    q_ids,
+    q_lp,
+    sampled_id,
+    logp_roll_y,
+    logp_train_y,
+    *,
+    caps: bool = True,
+    precision: str | None = "exact",
+    eta=None,
+) -> IntervalResult:
     """Certified TV interval, KL bounds and data-error flags over ``[..., K]`` lists (Theorem A, KL bounds and
     widening: docs/intervals.md#tv-interval-from-top-k-lists).
 
@@ -134,8 +158,7 @@ def tv_interval_topk(p_ids, p_lp, q_ids, q_lp, sampled_id, logp_roll_y, logp_tra
     Returns :class:`IntervalResult` ``(lo, hi, err, kl_lo, kl_hi)`` with the leading shape of ``sampled_id``.
     """
     caps_p, caps_q = _caps_pair(caps)
-    p_ids, p_lp, q_ids, q_lp, y, a, b, lead = _prepare(p_ids, p_lp, q_ids, q_lp, sampled_id, logp_roll_y,
-                                                       logp_train_y)
+    p_ids, p_lp, q_ids, q_lp, y, a, b, lead = _prepare(p_ids, p_lp, q_ids, q_lp, sampled_id, logp_roll_y, logp_train_y)
     Kp, Kq = p_ids.shape[-1], q_ids.shape[-1]
     n = y.numel()
     P_I, P_R = p_ids.reshape(n, Kp).contiguous().numpy(), p_lp.reshape(n, Kp).contiguous().numpy()
@@ -151,8 +174,10 @@ def tv_interval_topk(p_ids, p_lp, q_ids, q_lp, sampled_id, logp_roll_y, logp_tra
         E = (np.zeros((0, 0)), np.zeros((0, 0)), np.zeros(0), np.zeros(0))
     else:
         k_eta = nu = 0.0
-        E = tuple(eta_from_precision(x, precision, eta).detach().contiguous().numpy()
-                  for x in (p_lp.reshape(n, Kp), q_lp.reshape(n, Kq), a.reshape(-1), b.reshape(-1)))
+        E = tuple(
+            eta_from_precision(x, precision, eta).detach().contiguous().numpy()
+            for x in (p_lp.reshape(n, Kp), q_lp.reshape(n, Kq), a.reshape(-1), b.reshape(-1))
+        )
     lo, hi, kl_lo, kl_hi = (np.empty(n) for _ in range(4))
     err = np.empty(n, np.int32)
     for s in range(0, n, BLOCK_ROWS):
@@ -160,23 +185,65 @@ def tv_interval_topk(p_ids, p_lp, q_ids, q_lp, sampled_id, logp_roll_y, logp_tra
         with np.errstate(over="ignore", invalid="ignore"):
             P_X, Q_X = np.exp(P_R[sl]), np.exp(Q_R[sl])
         Es = E if eta is None else tuple(x[sl] for x in E)
-        interval_rows(P_I[sl], P_R[sl], P_X, Q_I[sl], Q_R[sl], Q_X, Y[sl], A[sl], B[sl], caps_p, caps_q, k_eta, nu,
-                      eta is not None, *Es, lo[sl], hi[sl], err[sl], kl_lo[sl], kl_hi[sl])
+        interval_rows(
+            P_I[sl],
+            P_R[sl],
+            P_X,
+            Q_I[sl],
+            Q_R[sl],
+            Q_X,
+            Y[sl],
+            A[sl],
+            B[sl],
+            caps_p,
+            caps_q,
+            k_eta,
+            nu,
+            eta is not None,
+            *Es,
+            lo[sl],
+            hi[sl],
+            err[sl],
+            kl_lo[sl],
+            kl_hi[sl],
+        )
     t = torch.from_numpy
-    return IntervalResult(t(lo).reshape(lead), t(hi).reshape(lead), t(err).reshape(lead), t(kl_lo).reshape(lead),
-                          t(kl_hi).reshape(lead))
+    return IntervalResult(
+        t(lo).reshape(lead), t(hi).reshape(lead), t(err).reshape(lead), t(kl_lo).reshape(lead), t(kl_hi).reshape(lead)
+    )
 
 
-def tv_interval_batch(p_topk_ids, p_topk_logprobs, q_topk_ids, q_topk_logprobs, sampled_id, p_sampled_logprob,
-                      q_sampled_logprob, *, topk_caps: bool = True, precision: str | None = "exact", eta=None,
-                      return_status: bool = False):
+def tv_interval_batch(
+    p_topk_ids,
+    p_topk_logprobs,
+    q_topk_ids,
+    q_topk_logprobs,
+    sampled_id,
+    p_sampled_logprob,
+    q_sampled_logprob,
+    *,
+    topk_caps: bool = True,
+    precision: str | None = "exact",
+    eta=None,
+    return_status: bool = False,
+):
     """Vectorised :func:`tv_interval` over ``[B, T, K]`` lists (any leading shape; id −1 = padding).
 
     Returns ``(lo, hi)`` float64 tensors of shape ``[B, T]`` (fail closed: 0 / 1 where the input is bad), or
     ``(lo, hi, err)`` with ``return_status=True`` (``err`` = int32 flags, see :data:`ERR_REASONS`).
     """
-    r = tv_interval_topk(p_topk_ids, p_topk_logprobs, q_topk_ids, q_topk_logprobs, sampled_id, p_sampled_logprob,
-                         q_sampled_logprob, caps=topk_caps, precision=precision, eta=eta)
+    r = tv_interval_topk(
+        p_topk_ids,
+        p_topk_logprobs,
+        q_topk_ids,
+        q_topk_logprobs,
+        sampled_id,
+        p_sampled_logprob,
+        q_sampled_logprob,
+        caps=topk_caps,
+        precision=precision,
+        eta=eta,
+    )
     return (r.lo, r.hi, r.err) if return_status else (r.lo, r.hi)
 
 
@@ -185,12 +252,22 @@ def _as_list_tensors(ids, lps):
     lps = list(lps)
     if len(ids) != len(lps):
         raise ValueError("a top-K list has different numbers of ids and log-probs")
-    return torch.tensor([ids], dtype=torch.int64).reshape(1, len(ids)), \
-        torch.tensor([lps], dtype=torch.float64).reshape(1, len(lps))
+    return torch.tensor([ids], dtype=torch.int64).reshape(1, len(ids)), torch.tensor(
+        [lps], dtype=torch.float64
+    ).reshape(1, len(lps))
 
 
-def tv_interval(p_topk_ids, p_topk_logprobs, q_topk_ids, q_topk_logprobs, sampled_id, p_sampled_logprob,
-                q_sampled_logprob, *, topk_caps: bool = True) -> tuple[float, float]:
+def tv_interval(
+    p_topk_ids,
+    p_topk_logprobs,
+    q_topk_ids,
+    q_topk_logprobs,
+    sampled_id,
+    p_sampled_logprob,
+    q_sampled_logprob,
+    *,
+    topk_caps: bool = True,
+) -> tuple[float, float]:
     """Certified interval ``(lo, hi)`` for the token TV at one position (Theorem A,
     docs/intervals.md#tv-interval-from-top-k-lists; exact arithmetic).
 
@@ -202,16 +279,35 @@ def tv_interval(p_topk_ids, p_topk_logprobs, q_topk_ids, q_topk_logprobs, sample
     """
     pi, pl = _as_list_tensors(p_topk_ids, p_topk_logprobs)
     qi, ql = _as_list_tensors(q_topk_ids, q_topk_logprobs)
-    r = tv_interval_topk(pi, pl, qi, ql, torch.tensor([int(sampled_id)]),
-                         torch.tensor([float(p_sampled_logprob)], dtype=torch.float64),
-                         torch.tensor([float(q_sampled_logprob)], dtype=torch.float64), caps=topk_caps)
+    r = tv_interval_topk(
+        pi,
+        pl,
+        qi,
+        ql,
+        torch.tensor([int(sampled_id)]),
+        torch.tensor([float(p_sampled_logprob)], dtype=torch.float64),
+        torch.tensor([float(q_sampled_logprob)], dtype=torch.float64),
+        caps=topk_caps,
+    )
     if int(r.err[0]):
         raise DataError(int(r.err[0]))
     return float(r.lo[0]), float(r.hi[0])
 
 
-def kl_bounds(p_ids, p_lp, q_ids, q_lp, sampled_id, logp_roll_y, logp_train_y, *, q_full_logp=None,
-              caps: bool = True, precision: str | None = "exact", eta=None):
+def kl_bounds(
+    p_ids,
+    p_lp,
+    q_ids,
+    q_lp,
+    sampled_id,
+    logp_roll_y,
+    logp_train_y,
+    *,
+    q_full_logp=None,
+    caps: bool = True,
+    precision: str | None = "exact",
+    eta=None,
+):
     """Certified ``(kl_lo, kl_hi)`` for KL(p‖q) (docs/intervals.md#kl-bounds). Lower: max(coarsened KL over B ∪ {W},
     Pinsker 2·TV_lo²).
     Upper: +∞ from top-K lists (no finite bound exists without assumptions); with the trainer's full log-probs
@@ -219,13 +315,15 @@ def kl_bounds(p_ids, p_lp, q_ids, q_lp, sampled_id, logp_roll_y, logp_train_y, *
     if q_full_logp is not None:
         r = tv_interval_fullq(p_ids, p_lp, q_full_logp, sampled_id, logp_roll_y, caps=caps)
         return r["kl_lo"], r["kl_hi"]
-    r = tv_interval_topk(p_ids, p_lp, q_ids, q_lp, sampled_id, logp_roll_y, logp_train_y, caps=caps,
-                         precision=precision, eta=eta)
+    r = tv_interval_topk(
+        p_ids, p_lp, q_ids, q_lp, sampled_id, logp_roll_y, logp_train_y, caps=caps, precision=precision, eta=eta
+    )
     return r.kl_lo, r.kl_hi
 
 
-def tv_interval_fullq(roll_ids, roll_logp, train_logp, sampled_id, logp_roll_y, *, caps: bool = True,
-                      exact_hi: bool = False) -> dict:
+def tv_interval_fullq(
+    roll_ids, roll_logp, train_logp, sampled_id, logp_roll_y, *, caps: bool = True, exact_hi: bool = False
+) -> dict:
     """Theorem B (docs/intervals.md#trainer-distribution-known): the trainer's full distribution q (log-probs
     ``[..., V]``) and the engine's top-K only.
 
@@ -264,8 +362,11 @@ def tv_interval_fullq(roll_ids, roll_logp, train_logp, sampled_id, logp_roll_y, 
     y_c = y.clamp(0, V - 1)
     y_listed = inS.gather(1, y_c[:, None])[:, 0]
     pfull = torch.zeros_like(q).scatter_add_(1, ids_c, torch.where(ids < V, pv, torch.zeros_like(pv)))
-    pfull.scatter_(1, y_c[:, None], torch.where(y_listed, pfull.gather(1, y_c[:, None])[:, 0],
-                                                torch.exp(a.clamp(max=0.0)))[:, None])
+    pfull.scatter_(
+        1,
+        y_c[:, None],
+        torch.where(y_listed, pfull.gather(1, y_c[:, None])[:, 0], torch.exp(a.clamp(max=0.0)))[:, None],
+    )
     inS.scatter_(1, y_c[:, None], torch.ones_like(y_listed)[:, None])
     pS = torch.where(inS, pfull, torch.zeros_like(q))
     qS = torch.where(inS, q, torch.zeros_like(q))
@@ -288,22 +389,29 @@ def tv_interval_fullq(roll_ids, roll_logp, train_logp, sampled_id, logp_roll_y, 
     x = torch.minimum(x, c[:, None])
     x = torch.where(torch.isfinite(qW_sorted), x, torch.zeros_like(x))
     o_min = torch.where(x > 0, torch.minimum(x, qW_sorted), torch.zeros_like(x)).sum(1)
-    hi = 0.5 * (D_B + t_p + q_W - 2.0 * o_min) if exact_hi else torch.clamp(
-        1.0 - torch.minimum(pS, qS).sum(1), 0.0, 1.0)
+    hi = (
+        0.5 * (D_B + t_p + q_W - 2.0 * o_min) if exact_hi else torch.clamp(1.0 - torch.minimum(pS, qS).sum(1), 0.0, 1.0)
+    )
     hi = torch.clamp(hi, 0.0, 1.0)
     lo = torch.minimum(torch.clamp(lo, min=0.0), hi)
-    kl_B = torch.where(pS > 0, pS * (torch.log(pS.clamp(min=1e-300)) - torch.log(qS.clamp(min=1e-300))),
-                       torch.zeros_like(q)).sum(1)
-    kl_Wc = torch.where(t_p > 0, t_p * (torch.log(t_p.clamp(min=1e-300)) - torch.log(q_W.clamp(min=1e-300))),
-                        torch.zeros_like(t_p))
+    kl_B = torch.where(
+        pS > 0, pS * (torch.log(pS.clamp(min=1e-300)) - torch.log(qS.clamp(min=1e-300))), torch.zeros_like(q)
+    ).sum(1)
+    kl_Wc = torch.where(
+        t_p > 0, t_p * (torch.log(t_p.clamp(min=1e-300)) - torch.log(q_W.clamp(min=1e-300))), torch.zeros_like(t_p)
+    )
     kl_lo = torch.maximum(kl_B + kl_Wc, 2.0 * lo * lo).clamp(min=0.0)
-    tail = torch.where(x > 0, x * (torch.log(x.clamp(min=1e-300)) - torch.log(qW_sorted.clamp(min=1e-300))),
-                       torch.zeros_like(x)).sum(1)
+    tail = torch.where(
+        x > 0, x * (torch.log(x.clamp(min=1e-300)) - torch.log(qW_sorted.clamp(min=1e-300))), torch.zeros_like(x)
+    ).sum(1)
     kl_hi = kl_B + tail
     bad = err != 0
     out = {
-        "lo": torch.where(bad, 0.0, lo), "hi": torch.where(bad, 1.0, hi),
-        "kl_lo": torch.where(bad, 0.0, kl_lo), "kl_hi": torch.where(bad, math.inf, kl_hi), "err": err,
+        "lo": torch.where(bad, 0.0, lo),
+        "hi": torch.where(bad, 1.0, hi),
+        "kl_lo": torch.where(bad, 0.0, kl_lo),
+        "kl_hi": torch.where(bad, math.inf, kl_hi),
+        "err": err,
     }
     return {k_: v.reshape(lead) for k_, v in out.items()}
 

@@ -5,6 +5,7 @@ Every function returns a **keep** mask (``True`` = the token's gradient is kept)
 the sampled token's probability further away — ``A > 0 and r > 1`` or ``A < 0 and r < 1`` (r = π_θ/π_roll) — and its
 divergence exceeds the threshold; moves back towards 1 are never blocked.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,8 +32,16 @@ def _away(logp_roll, logp_train, advantages):
     return ((adv > 0) & (b > a)) | ((adv < 0) & (b < a))
 
 
-def dppo_divergence(logp_roll, logp_train, divergence="binary_tv", *, roll_ids=None, roll_topk_logp=None,
-                    train_logp_at_roll_ids=None, sampled_id=None):
+def dppo_divergence(
+    logp_roll,
+    logp_train,
+    divergence="binary_tv",
+    *,
+    roll_ids=None,
+    roll_topk_logp=None,
+    train_logp_at_roll_ids=None,
+    sampled_id=None,
+):
     """DPPO's divergence D_t (docs/masks.md#dppo), a certified **lower** bound on the true divergence.
 
     ``binary_tv`` |μ(a) − π(a)|, ``binary_kl`` KL(Bern(μ(a))‖Bern(π(a))); ``topk_tv`` / ``topk_kl`` on the reduced
@@ -46,8 +55,7 @@ def dppo_divergence(logp_roll, logp_train, divergence="binary_tv", *, roll_ids=N
     if divergence == "binary_kl":
         return bernoulli_kl(torch.exp(a), torch.exp(b), a, b)
     if divergence in ("topk_tv", "topk_kl"):
-        r = tv_interval_topk(roll_ids, roll_topk_logp, roll_ids, train_logp_at_roll_ids, sampled_id, a, b,
-                             caps=False)
+        r = tv_interval_topk(roll_ids, roll_topk_logp, roll_ids, train_logp_at_roll_ids, sampled_id, a, b, caps=False)
         if divergence == "topk_tv":
             return r.lo
         return _coarse_kl(roll_ids, roll_topk_logp, train_logp_at_roll_ids, sampled_id, a, b)
@@ -70,8 +78,7 @@ def _coarse_kl(ids, p_lp, q_lp, y, a, b):
     return head + torch.where(po > 0, po * (torch.log(po.clamp(min=1e-300)) - torch.log(qo)), 0.0)
 
 
-def dppo_mask(logp_roll, logp_train, advantages, threshold, *, divergence="binary_tv", response_mask=None,
-              **topk):
+def dppo_mask(logp_roll, logp_train, advantages, threshold, *, divergence="binary_tv", response_mask=None, **topk):
     """DPPO keep mask (docs/masks.md#dppo): M_t = 0 iff (Â>0 ∧ r>1 ∧ D>δ) or (Â<0 ∧ r<1 ∧ D>δ). Thresholds: TV 0.15–0.2,
     KL 0.05."""
     D = dppo_divergence(logp_roll, logp_train, divergence, **topk)
@@ -81,9 +88,28 @@ def dppo_mask(logp_roll, logp_train, advantages, threshold, *, divergence="binar
     return keep
 
 
-def cdppo_mask(p_ids, p_lp, q_ids, q_lp, sampled_id, logp_roll, logp_train, advantages, threshold, *,
-               response_mask=None, caps=True, precision="fp32", eta=None, adaptive=False, budget=None, T_ref=None,
-               constants="paper", reward_range=1.0, return_info=False):
+def cdppo_mask(
+    p_ids,
+    p_lp,
+    q_ids,
+    q_lp,
+    sampled_id,
+    logp_roll,
+    logp_train,
+    advantages,
+    threshold,
+    *,
+    response_mask=None,
+    caps=True,
+    precision="fp32",
+    eta=None,
+    adaptive=False,
+    budget=None,
+    T_ref=None,
+    constants="paper",
+    reward_range=1.0,
+    return_info=False,
+):
     """Certified DPPO (C-DPPO) keep mask over ``[B, T, K]`` lists.
 
     * certified two-sided TV interval with error-robust widening (``precision`` / ``eta``,
@@ -100,12 +126,16 @@ def cdppo_mask(p_ids, p_lp, q_ids, q_lp, sampled_id, logp_roll, logp_train, adva
     a = torch.as_tensor(logp_roll, dtype=torch.float64)
     b = torch.as_tensor(logp_train, dtype=torch.float64)
     if adaptive:
-        LO, HI, err = interval_envelopes(p_ids, p_lp, q_ids, q_lp, sampled_id, a, b, caps=caps,
-                                         precision=precision, eta=eta)
+        LO, HI, err = interval_envelopes(
+            p_ids, p_lp, q_ids, q_lp, sampled_id, a, b, caps=caps, precision=precision, eta=eta
+        )
         lo, hi = LO[..., -1], HI[..., -1]
         decided = (HI <= threshold) | (LO > threshold)
-        K_used = torch.where(decided.any(-1), decided.to(torch.uint8).argmax(-1),
-                             torch.full(lo.shape, LO.shape[-1] - 1, dtype=torch.int64))
+        K_used = torch.where(
+            decided.any(-1),
+            decided.to(torch.uint8).argmax(-1),
+            torch.full(lo.shape, LO.shape[-1] - 1, dtype=torch.int64),
+        )
     else:
         r = tv_interval_topk(p_ids, p_lp, q_ids, q_lp, sampled_id, a, b, caps=caps, precision=precision, eta=eta)
         lo, hi, err = r.lo, r.hi, r.err
@@ -157,8 +187,11 @@ def verl_rs_mask(logp_roll, logp_train, response_mask, option, threshold):
     log_r = torch.clamp(b - a, -SAFETY_BOUND, SAFETY_BOUND)
     ks = {"k1": -log_r, "k2": 0.5 * log_r * log_r, "k3": torch.exp(log_r) - 1.0 - log_r}
     opts = [o.strip() for o in option.split(",")]
-    ths = threshold.split(",") if isinstance(threshold, str) else (
-        list(threshold) if isinstance(threshold, (list, tuple)) else [threshold])
+    ths = (
+        threshold.split(",")
+        if isinstance(threshold, str)
+        else (list(threshold) if isinstance(threshold, (list, tuple)) else [threshold])
+    )
     if len(ths) == 1:
         ths = ths * len(opts)
     if len(ths) != len(opts):
@@ -167,7 +200,11 @@ def verl_rs_mask(logp_roll, logp_train, response_mask, option, threshold):
     n = m.sum(-1).clamp(min=1).to(torch.float64)
     for opt, th in zip(opts, ths):
         scope, _, k = opt.rpartition("_")
-        if k not in ks or scope not in ("token", "seq_sum", "seq_mean", "seq_max") or (scope == "seq_max" and k == "k1"):
+        if (
+            k not in ks
+            or scope not in ("token", "seq_sum", "seq_mean", "seq_max")
+            or (scope == "seq_max" and k == "k1")
+        ):
             raise ValueError(f"unknown rollout_rs option {opt!r}")
         x = torch.where(m, ks[k], torch.zeros_like(ks[k]))
         if scope == "token":

@@ -8,6 +8,7 @@ no Python object per token. A row the vectorised checks flag (misaligned lengths
 negative id, top-K lists whose two columns differ in shape) comes back as its full fcr/1 record with ``arrays=None``,
 so the JSONL code path (workers/certify/records.py ``extract``) judges it and gives the same reason, word for word.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -18,8 +19,17 @@ from workers.fcr.reader import FcrParseError
 from workers.fcr.schema import SENTINEL_CUT
 
 ID_EXACT = 1 << 53  # the JSONL path reads top-K ids through float64
-COLUMNS = ["role", "call_id", "trajectory_id", "step", "response_token_ids", "rollout_logprobs", "trainer_logprobs",
-           *TOPK["rollout"], *TOPK["trainer"]]
+COLUMNS = [
+    "role",
+    "call_id",
+    "trajectory_id",
+    "step",
+    "response_token_ids",
+    "rollout_logprobs",
+    "trainer_logprobs",
+    *TOPK["rollout"],
+    *TOPK["trainer"],
+]
 
 
 class _Position:
@@ -87,8 +97,11 @@ def rows(path, state, groups=None):
 def _group_rows(log, g, table):
     R = table.num_rows
     first = log.starts[g] + 1
-    scal = {k: (table.column(k).to_pylist() if k in table.column_names else [None] * R) for k in SCALARS
-            if k in ("role", "call_id", "trajectory_id", "step")}
+    scal = {
+        k: (table.column(k).to_pylist() if k in table.column_names else [None] * R)
+        for k in SCALARS
+        if k in ("role", "call_id", "trajectory_id", "step")
+    }
     y = ListColumn(table.column("response_token_ids"), np.int64)
     T = y.lengths()
     bad = y.row_null.copy()
@@ -104,8 +117,12 @@ def _group_rows(log, g, table):
     full = None
     bad_l = bad.tolist()
     for r in range(R):
-        rec = {"role": scal["role"][r], "call_id": scal["call_id"][r], "trajectory_id": scal["trajectory_id"][r],
-               "step": scal["step"][r]}
+        rec = {
+            "role": scal["role"][r],
+            "call_id": scal["call_id"][r],
+            "trajectory_id": scal["trajectory_id"][r],
+            "step": scal["step"][r],
+        }
         if rec["role"] is None:
             del rec["role"]
         elif rec["role"] != "policy":
@@ -126,11 +143,11 @@ def _group_rows(log, g, table):
         pt = qt = None
         if p is not None and not p_null[r]:
             ps = int(p[0][r])
-            pt = (p[1][ps:ps + n], p[2][ps:ps + n])
+            pt = (p[1][ps : ps + n], p[2][ps : ps + n])
         if q is not None and not q_null[r]:
             qs = int(q[0][r])
-            qt = (q[1][qs:qs + n], q[2][qs:qs + n])
-        yield first + r, rec, (y.values[s:e], a[sa:sa + n], b[sb:sb + n], pt, qt)
+            qt = (q[1][qs : qs + n], q[2][qs : qs + n])
+        yield first + r, rec, (y.values[s:e], a[sa : sa + n], b[sb : sb + n], pt, qt)
 
 
 def max_policy_length(path) -> int:

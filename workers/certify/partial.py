@@ -40,6 +40,7 @@ What merges how (docs/certify.md, "Partial certificates"):
 Not mergeable, hence kept out of partials: the per-sequence rows, which are handed to ``sequence_sink`` piece by
 piece (a store keyed by line number makes a retried piece idempotent).
 """
+
 from __future__ import annotations
 
 import heapq
@@ -52,8 +53,19 @@ TOKEN_STATUS = ("IN", "OUT", "UNDETERMINED", "DATA_ERROR")
 SEQ_STATUS = ("CERT_IN", "CERT_OUT", "UNDETERMINED", "HEURISTIC", "DATA_ERROR")
 RUN_SUMS = ("eps", "kl_seq", "tv_seq", "k3", "A")  # slots of Partial.sums: per-sequence terms, exact
 STEP_SUMS = ("eps", "k3")  # slots of each step's exact sums
-_INTS = ("records", "policy", "tokens", "ok_tokens", "accepted", "sequences", "ok_sequences", "T_ref",
-         "errors_total", "uncovered_seqs", "uncovered_positions")
+_INTS = (
+    "records",
+    "policy",
+    "tokens",
+    "ok_tokens",
+    "accepted",
+    "sequences",
+    "ok_sequences",
+    "T_ref",
+    "errors_total",
+    "uncovered_seqs",
+    "uncovered_positions",
+)
 _MAXES = ("eps_max", "delta_max", "tv_lo_max")
 _STEP_INTS = ("sequences", "tokens", "accepted", "eps_n", "ok_tokens")
 
@@ -106,9 +118,17 @@ class Partial:
     def step(self, step):
         s = self.steps.get(step)
         if s is None:
-            s = self.steps[step] = {"sequences": 0, "tokens": 0, "accepted": 0, "eps_max": 0.0, "eps_n": 0,
-                                    "delta_max": 0.0, "ok_tokens": 0, "status": dict.fromkeys(SEQ_STATUS, 0),
-                                    "sums": ExactSums(len(STEP_SUMS))}
+            s = self.steps[step] = {
+                "sequences": 0,
+                "tokens": 0,
+                "accepted": 0,
+                "eps_max": 0.0,
+                "eps_n": 0,
+                "delta_max": 0.0,
+                "ok_tokens": 0,
+                "status": dict.fromkeys(SEQ_STATUS, 0),
+                "sums": ExactSums(len(STEP_SUMS)),
+            }
         return s
 
     def bucket(self, label, accept):
@@ -128,8 +148,11 @@ class Partial:
     def merge(self, other: "Partial") -> "Partial":
         """Add ``other`` into this partial (in place; returns self). Associative and commutative."""
         for k in _INTS:
-            setattr(self, k, max(getattr(self, k), getattr(other, k)) if k == "T_ref"
-                    else getattr(self, k) + getattr(other, k))
+            setattr(
+                self,
+                k,
+                max(getattr(self, k), getattr(other, k)) if k == "T_ref" else getattr(self, k) + getattr(other, k),
+            )
         for k in _MAXES:
             setattr(self, k, max(getattr(self, k), getattr(other, k)))
         for k, v in other.skipped.items():
@@ -144,8 +167,9 @@ class Partial:
         self.max_errors = max(self.max_errors, other.max_errors)
         self.errors = self.errors + other.errors
         self._trim_errors()
-        if other.uncovered_first is not None and (self.uncovered_first is None
-                                                  or other.uncovered_first[0] < self.uncovered_first[0]):
+        if other.uncovered_first is not None and (
+            self.uncovered_first is None or other.uncovered_first[0] < self.uncovered_first[0]
+        ):
             self.uncovered_first = other.uncovered_first
         for key, o in other.steps.items():
             s = self.step(key)
@@ -176,15 +200,33 @@ class Partial:
         self._trim_errors()
         return {
             "version": 1,
-            **{k: getattr(self, k) for k in _INTS}, **{k: encode_float(getattr(self, k)) for k in _MAXES},
-            "skipped": dict(self.skipped), "seq_counts": self.seq_counts, "tok_counts": self.tok_counts,
-            "sums": self.sums.to_json(), "profile": self.profile.to_json(),
-            "has_topk_p": self.has_topk_p, "has_topk_q": self.has_topk_q, "max_errors": self.max_errors,
-            "errors": self.errors, "uncovered_first": self.uncovered_first,
-            "steps": [[key, {**{k: s[k] for k in _STEP_INTS}, "eps_max": encode_float(s["eps_max"]),
-                             "delta_max": encode_float(s["delta_max"]), "status": s["status"],
-                             "sums": s["sums"].to_json()}] for key, s in self.steps.items()],
-            "buckets": self.buckets, "metrics": self.metrics.to_json(),
+            **{k: getattr(self, k) for k in _INTS},
+            **{k: encode_float(getattr(self, k)) for k in _MAXES},
+            "skipped": dict(self.skipped),
+            "seq_counts": self.seq_counts,
+            "tok_counts": self.tok_counts,
+            "sums": self.sums.to_json(),
+            "profile": self.profile.to_json(),
+            "has_topk_p": self.has_topk_p,
+            "has_topk_q": self.has_topk_q,
+            "max_errors": self.max_errors,
+            "errors": self.errors,
+            "uncovered_first": self.uncovered_first,
+            "steps": [
+                [
+                    key,
+                    {
+                        **{k: s[k] for k in _STEP_INTS},
+                        "eps_max": encode_float(s["eps_max"]),
+                        "delta_max": encode_float(s["delta_max"]),
+                        "status": s["status"],
+                        "sums": s["sums"].to_json(),
+                    },
+                ]
+                for key, s in self.steps.items()
+            ],
+            "buckets": self.buckets,
+            "metrics": self.metrics.to_json(),
         }
 
     @classmethod
@@ -205,9 +247,13 @@ class Partial:
         self.errors = list(doc["errors"])
         self.uncovered_first = tuple(doc["uncovered_first"]) if doc["uncovered_first"] is not None else None
         for key, s in doc["steps"]:
-            self.steps[key] = {**{k: int(s[k]) for k in _STEP_INTS}, "eps_max": decode_float(s["eps_max"]),
-                               "delta_max": decode_float(s["delta_max"]), "status": dict(s["status"]),
-                               "sums": ExactSums.from_json(s["sums"])}
+            self.steps[key] = {
+                **{k: int(s[k]) for k in _STEP_INTS},
+                "eps_max": decode_float(s["eps_max"]),
+                "delta_max": decode_float(s["delta_max"]),
+                "status": dict(s["status"]),
+                "sums": ExactSums.from_json(s["sums"]),
+            }
         self.buckets = {k: list(v) for k, v in doc["buckets"].items()}
         self.metrics = StepMetrics.from_json(doc["metrics"])
         return self

@@ -5,6 +5,7 @@
 so both formats refuse a record with the same words. A :class:`RecordError` becomes a DATA_ERROR sequence naming
 the line (or row), the call and the reason (docs/certify.md); nothing here raises anything else on bad data.
 """
+
 from __future__ import annotations
 
 from array import array
@@ -14,7 +15,6 @@ import numpy as np
 from workers.fcr.schema import SENTINEL_CUT  # docs/fcr.md#conventions: values ≤ −9999 + 1e-6 are "not reported"
 from workers.fcr.tokens import ids_array
 from workers.fcr.validate import check_logprobs, check_topk, topk_arrays, topk_checked
-
 
 
 class RecordError(Exception):
@@ -36,8 +36,11 @@ def _logprobs(values, name, T, no_bools=False):
     if arr is None:
         bad = check_logprobs(values, T)
         if bad is not None:
-            raise RecordError(f"misaligned arrays: response.token_ids has {T} entries, {name} has {len(values)}"
-                              if bad[0] == "" and len(values) != T else f"{name}{bad[0]}: {bad[1]}")
+            raise RecordError(
+                f"misaligned arrays: response.token_ids has {T} entries, {name} has {len(values)}"
+                if bad[0] == "" and len(values) != T
+                else f"{name}{bad[0]}: {bad[1]}"
+            )
         if None in values:
             raise RecordError(f"{name}[{values.index(None)}] is null (not reported)")
         arr = np.asarray(values, dtype=np.float64)
@@ -113,5 +116,9 @@ def arrays_of(rec, pre, no_bools=False):
 def record_meta(rec, line):
     """What a sequence row says of where it came from: call, trajectory, step (an integer or None) and line."""
     step = rec.get("step")
-    return {"call_id": rec.get("call_id"), "trajectory_id": rec.get("trajectory_id"),
-            "step": step if isinstance(step, int) and not isinstance(step, bool) else None, "line": line}
+    return {
+        "call_id": rec.get("call_id"),
+        "trajectory_id": rec.get("trajectory_id"),
+        "step": step if isinstance(step, int) and not isinstance(step, bool) else None,
+        "line": line,
+    }

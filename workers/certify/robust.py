@@ -5,18 +5,19 @@ Error model: every logged log-prob ℓ̃ satisfies |ℓ̃ − ℓ| ≤ η. For s
 log_softmax (a common offset of all values, :data:`NORM_SLACK`) when a precision is declared. If logits were rounded by at most η_z, each log-softmax value
 moves by at most 2η_z: pass ``eta=2*eta_z``. Each probability then lies in [p̃e^{−η}, p̃e^{η}].
 """
+
 from __future__ import annotations
 
 import torch
 
-UNIT_ROUNDOFF = {"exact": 0.0, "fp64": 2.0 ** -53, "fp32": 2.0 ** -24, "fp16": 2.0 ** -11, "bf16": 2.0 ** -8}
+UNIT_ROUNDOFF = {"exact": 0.0, "fp64": 2.0**-53, "fp32": 2.0**-24, "fp16": 2.0**-11, "bf16": 2.0**-8}
 # Normalisation slack ν (log space) added to every value's η for a declared precision: a log_softmax computed in
 # floating point is off by a common offset — the rounding of its log-sum-exp, ≈ u·|max logit| plus a few u — so
 # listed fp32 probabilities can sum slightly above 1 and a value near 0 (p ≈ 1) is off by far more than u·|ℓ̃|.
 # 256 units of fp32 roundoff (1.5e-5) cover logits up to |z| ≈ 250; storage in bf16/fp16 still means an fp32 (or
 # wider) softmax. Declare an explicit ``eta`` for anything else. Measured: fp32 log_softmax over 50–152k logits of
 # scale ≤ 10 deviates from float64 by ≤ 89 u beyond u·|ℓ̃| (tests/certify/test_normalisation_slack.py).
-NORM_SLACK = {"exact": 0.0, "fp64": 256 * 2.0 ** -53, "fp32": 2.0 ** -16, "fp16": 2.0 ** -16, "bf16": 2.0 ** -16}
+NORM_SLACK = {"exact": 0.0, "fp64": 256 * 2.0**-53, "fp32": 2.0**-16, "fp16": 2.0**-16, "bf16": 2.0**-16}
 
 # Token status codes (int8 tensors). UNDETERMINED is treated as OUT by every mask but counted separately.
 IN, OUT, UNDETERMINED, DATA_ERROR = 0, 1, 2, 3

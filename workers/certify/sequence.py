@@ -13,6 +13,7 @@ Guarantee semantics (must be shown with the numbers): a per-sequence CERT_IN cer
 contexts actually visited. The TRM error bound additionally assumes the threshold holds for all reachable
 contexts, which no sample can certify (a high acceptance rate is only evidence).
 """
+
 from __future__ import annotations
 
 import math
@@ -22,16 +23,23 @@ import torch
 from workers.certify.bounds import CONSTANTS, guard_threshold, trm_bounds
 
 CERT_IN, CERT_OUT, UNDETERMINED, HEURISTIC, DATA_ERROR = 0, 1, 2, 3, 4
-SEQ_STATUS_NAMES = {CERT_IN: "CERT_IN", CERT_OUT: "CERT_OUT", UNDETERMINED: "UNDETERMINED",
-                    HEURISTIC: "HEURISTIC", DATA_ERROR: "DATA_ERROR"}
+SEQ_STATUS_NAMES = {
+    CERT_IN: "CERT_IN",
+    CERT_OUT: "CERT_OUT",
+    UNDETERMINED: "UNDETERMINED",
+    HEURISTIC: "HEURISTIC",
+    DATA_ERROR: "DATA_ERROR",
+}
 #: Thresholds used when neither a threshold nor a budget is given: DPPO's TV threshold / TRM-Max δ (k2) /
 #: TRM-Avg δ (k3) — docs/bounds.md#sequence-certificate.
 DEFAULT_THRESHOLDS = {"tv": 0.15, "kl": 0.05, "k2max": 0.05, "k3mean": 0.001}
 MODES = tuple(DEFAULT_THRESHOLDS)
-VISITED_CAVEAT = ("Certified on visited contexts only: per-sequence statuses and the run's eps_hat/delta_hat bound "
-                  "the divergence at the contexts the rollouts actually visited. The TRM surrogate-error bounds "
-                  "additionally assume the threshold holds at every reachable context, which samples cannot "
-                  "certify (a high acceptance rate is only evidence).")
+VISITED_CAVEAT = (
+    "Certified on visited contexts only: per-sequence statuses and the run's eps_hat/delta_hat bound "
+    "the divergence at the contexts the rollouts actually visited. The TRM surrogate-error bounds "
+    "additionally assume the threshold holds at every reachable context, which samples cannot "
+    "certify (a high acceptance rate is only evidence)."
+)
 
 
 def _mask(x, response_mask):
@@ -41,8 +49,11 @@ def _mask(x, response_mask):
 
 
 def _masked_max(x, m, empty=0.0):
-    return torch.where(m, x, torch.full_like(x, -math.inf)).amax(-1).clamp(min=empty) if x.shape[-1] else \
-        torch.full(x.shape[:-1], empty, dtype=x.dtype)
+    return (
+        torch.where(m, x, torch.full_like(x, -math.inf)).amax(-1).clamp(min=empty)
+        if x.shape[-1]
+        else torch.full(x.shape[:-1], empty, dtype=x.dtype)
+    )
 
 
 def adaptive_weights(T_ref, eps, delta, length: int):
@@ -53,8 +64,11 @@ def adaptive_weights(T_ref, eps, delta, length: int):
     eps = torch.as_tensor(eps, dtype=torch.float64)
     delta = torch.as_tensor(delta, dtype=torch.float64)
     if T_ref.dim():
-        T_ref, eps, delta = T_ref[:, None], eps.reshape(-1, 1) if eps.dim() else eps, \
-            delta.reshape(-1, 1) if delta.dim() else delta
+        T_ref, eps, delta = (
+            T_ref[:, None],
+            eps.reshape(-1, 1) if eps.dim() else eps,
+            delta.reshape(-1, 1) if delta.dim() else delta,
+        )
     rem = torch.clamp(T_ref - t, min=0.0)
     w = torch.minimum(torch.ones_like(rem), rem * eps)
     w_kl = torch.sqrt(rem * delta / 2.0)
@@ -62,8 +76,19 @@ def adaptive_weights(T_ref, eps, delta, length: int):
     return w
 
 
-def decide(mode, threshold, *, eps_hat, tv_lo_max, delta_hat, kl_lo_max, mean_hi=None, mean_lo=None,
-           heuristic_stat=None, avg_threshold=None):
+def decide(
+    mode,
+    threshold,
+    *,
+    eps_hat,
+    tv_lo_max,
+    delta_hat,
+    kl_lo_max,
+    mean_hi=None,
+    mean_lo=None,
+    heuristic_stat=None,
+    avg_threshold=None,
+):
     """Sequence accept decision and status from per-sequence statistics ``[B]`` (docs/bounds.md#sequence-certificate).
 
     tv: accept iff ε̂ ≤ θ (CERT_IN); CERT_OUT iff max_t tv_lo > θ; else UNDETERMINED (rejected). kl: the same with
@@ -89,9 +114,24 @@ def decide(mode, threshold, *, eps_hat, tv_lo_max, delta_hat, kl_lo_max, mean_hi
     return accept, status
 
 
-def sequence_certificate(tv_lo, tv_hi, kl_hi=None, response_mask=None, *, kl_lo=None, err=None, mode="tv",
-                         threshold=None, avg_threshold=None, budget=None, T_ref=None, constants="paper",
-                         reward_range=1.0, heuristic=None, weights_from="batch") -> dict:
+def sequence_certificate(
+    tv_lo,
+    tv_hi,
+    kl_hi=None,
+    response_mask=None,
+    *,
+    kl_lo=None,
+    err=None,
+    mode="tv",
+    threshold=None,
+    avg_threshold=None,
+    budget=None,
+    T_ref=None,
+    constants="paper",
+    reward_range=1.0,
+    heuristic=None,
+    weights_from="batch",
+) -> dict:
     """Per-sequence certificate and accept decision over ``[B, T]`` inputs (docs/bounds.md#sequence-certificate).
 
     ``mode``: ``"tv"`` (accept iff ε̂ ≤ θ with robust tv_hi), ``"kl"`` (TRM-Max: accept iff δ̂ ≤ θ; +∞ never passes),
@@ -156,11 +196,18 @@ def sequence_certificate(tv_lo, tv_hi, kl_hi=None, response_mask=None, *, kl_lo=
             heur = _masked_max(torch.as_tensor(heuristic["k2"], dtype=torch.float64), m)
         else:
             heur = torch.where(m, torch.as_tensor(heuristic["k3"], dtype=torch.float64), zero).sum(-1) / n
-    accept, status = decide(mode, threshold, eps_hat=eps_hat, tv_lo_max=tv_lo_max, delta_hat=delta_hat,
-                            kl_lo_max=kl_lo_max,
-                            mean_hi=(tv_hi_m if mode != "kl" else kl_hi_m).sum(-1) / n,
-                            mean_lo=(tv_lo_m if mode != "kl" else torch.where(m, kl_lo, zero)).sum(-1) / n,
-                            heuristic_stat=heur, avg_threshold=avg_threshold)
+    accept, status = decide(
+        mode,
+        threshold,
+        eps_hat=eps_hat,
+        tv_lo_max=tv_lo_max,
+        delta_hat=delta_hat,
+        kl_lo_max=kl_lo_max,
+        mean_hi=(tv_hi_m if mode != "kl" else kl_hi_m).sum(-1) / n,
+        mean_lo=(tv_lo_m if mode != "kl" else torch.where(m, kl_lo, zero)).sum(-1) / n,
+        heuristic_stat=heur,
+        avg_threshold=avg_threshold,
+    )
     accept = accept & ok
     status[bad] = DATA_ERROR
 
@@ -170,22 +217,49 @@ def sequence_certificate(tv_lo, tv_hi, kl_hi=None, response_mask=None, *, kl_lo=
         T_b = max(T_ref, T_batch)
         prof = (tv_hi_m[ok].sum(0) / int(ok.sum()))[:T_b].tolist()  # D̄_t plug-in (zeros after EOS)
         d_b = float(delta_hat[ok].max())
-        bounds = trm_bounds(T_b, eps=float(eps_hat[ok].max()),
-                            delta=d_b if math.isfinite(d_b) else None,
-                            kl_seq=float(kl_seq[ok].mean()) if math.isfinite(d_b) else None,
-                            tv_seq=float(tv_seq[ok].mean()), tv_profile=prof, constants=constants,
-                            reward_range=reward_range)
+        bounds = trm_bounds(
+            T_b,
+            eps=float(eps_hat[ok].max()),
+            delta=d_b if math.isfinite(d_b) else None,
+            kl_seq=float(kl_seq[ok].mean()) if math.isfinite(d_b) else None,
+            tv_seq=float(tv_seq[ok].mean()),
+            tv_profile=prof,
+            constants=constants,
+            reward_range=reward_range,
+        )
     return {
-        "accept": accept, "status": status, "length": lengths, "eps_hat": eps_hat, "delta_hat": delta_hat,
-        "tv_lo_max": tv_lo_max, "kl_lo_max": kl_lo_max, "kl_seq": kl_seq, "tv_seq": tv_seq, "A_y": A_y,
-        "threshold": float(threshold), "threshold_source": threshold_source, "T_ref": T_ref,
+        "accept": accept,
+        "status": status,
+        "length": lengths,
+        "eps_hat": eps_hat,
+        "delta_hat": delta_hat,
+        "tv_lo_max": tv_lo_max,
+        "kl_lo_max": kl_lo_max,
+        "kl_seq": kl_seq,
+        "tv_seq": tv_seq,
+        "A_y": A_y,
+        "threshold": float(threshold),
+        "threshold_source": threshold_source,
+        "T_ref": T_ref,
         "acceptance_rate": float(accept.to(torch.float64).mean()) if Bn else None,
         "bounds": bounds,
     }
 
 
-def trm_mask(tv_lo=None, tv_hi=None, kl_lo=None, kl_hi=None, response_mask=None, *, mode="kl", threshold=None,
-             avg_threshold=None, err=None, logp_roll=None, logp_train=None):
+def trm_mask(
+    tv_lo=None,
+    tv_hi=None,
+    kl_lo=None,
+    kl_hi=None,
+    response_mask=None,
+    *,
+    mode="kl",
+    threshold=None,
+    avg_threshold=None,
+    err=None,
+    logp_roll=None,
+    logp_train=None,
+):
     """TRM sequence mask (docs/bounds.md#trm-masks, docs/bounds.md#sequence-certificate): ``(accept [B] bool,
     status [B] int8)``.
 
@@ -196,11 +270,22 @@ def trm_mask(tv_lo=None, tv_hi=None, kl_lo=None, kl_hi=None, response_mask=None,
     heuristic = None
     if mode in ("k2max", "k3mean"):
         from workers.certify.estimators import sampled_estimates
+
         est = sampled_estimates(logp_roll, logp_train)
         heuristic = {"k2": est["k2"], "k3": est["k3"]}
         tv_lo, tv_hi = est["tv_lo"], est["tv_hi"]
-    r = sequence_certificate(tv_lo, tv_hi, kl_hi, response_mask, kl_lo=kl_lo, err=err, mode=mode,
-                             threshold=threshold, avg_threshold=avg_threshold, heuristic=heuristic)
+    r = sequence_certificate(
+        tv_lo,
+        tv_hi,
+        kl_hi,
+        response_mask,
+        kl_lo=kl_lo,
+        err=err,
+        mode=mode,
+        threshold=threshold,
+        avg_threshold=avg_threshold,
+        heuristic=heuristic,
+    )
     return r["accept"], r["status"]
 
 
@@ -229,5 +314,8 @@ def acceptance_by_length(accept, lengths, edges=LENGTH_EDGES) -> list[dict]:
         s[0] += 1
         s[1] += int(a)
     order = [length_bucket(e, edges) for e in edges] + [f">{edges[-1]}"]
-    return [{"bucket": k, "sequences": agg[k][0], "accepted": agg[k][1],
-             "acceptance_rate": agg[k][1] / agg[k][0]} for k in order if k in agg]
+    return [
+        {"bucket": k, "sequences": agg[k][0], "accepted": agg[k][1], "acceptance_rate": agg[k][1] / agg[k][0]}
+        for k in order
+        if k in agg
+    ]

@@ -19,6 +19,7 @@ factor 1.06; the quantile is the smallest value with CDF ≥ q, reported as its 
 Sums are exact (workers/certify/exact.py) and :meth:`StepMetrics.merge` adds two accumulators (sums, maxima and
 histogram counts), so metrics merged from pieces of a file equal one pass over it, bit for bit.
 """
+
 from __future__ import annotations
 
 import math
@@ -33,8 +34,22 @@ SAFETY = 20.0  # exp(±20), as verl's rollout correction
 LO_EXP, HI_EXP, PER_DECADE = -8, 2, 40
 N_BINS = (HI_EXP - LO_EXP) * PER_DECADE + 2  # + underflow (< 1e-8, incl. 0) and overflow (≥ 1e2)
 
-_SUMS = ("tokens", "abs", "k1", "k2", "k3", "rho", "rho2", "tis", "mis", "seqs", "seq_mis", "train_ppl", "roll_ppl",
-         "ppl_ratio")
+_SUMS = (
+    "tokens",
+    "abs",
+    "k1",
+    "k2",
+    "k3",
+    "rho",
+    "rho2",
+    "tis",
+    "mis",
+    "seqs",
+    "seq_mis",
+    "train_ppl",
+    "roll_ppl",
+    "ppl_ratio",
+)
 _MAXES = ("abs_max", "rho_max", "neg_rho_min")
 
 
@@ -43,7 +58,7 @@ def log_bin(x: np.ndarray) -> np.ndarray:
     the routing audit bins its values the same way."""
     with np.errstate(divide="ignore"):
         idx = np.floor((np.log10(np.maximum(x, 1e-300)) - LO_EXP) * PER_DECADE).astype(np.int64) + 1
-    idx[x < 10.0 ** LO_EXP] = 0
+    idx[x < 10.0**LO_EXP] = 0
     return np.clip(idx, 0, N_BINS - 1)
 
 
@@ -87,12 +102,25 @@ class StepMetrics:
         with np.errstate(divide="ignore", invalid="ignore"):
             mean_a, mean_b = per_seq(aa) / n_tok, per_seq(bb) / n_tok
         seq_mis = per_seq(mis.astype(np.float64))
-        rows = np.stack([
-            n_tok, per_seq(absd), per_seq(-d), per_seq(0.5 * d * d), per_seq(rho - 1.0 - dc), per_seq(rho),
-            per_seq(rho * rho), per_seq((rho > TIS_CAP).astype(np.float64)), seq_mis, np.ones(nseq),
-            (seq_mis > 0).astype(np.float64), np.exp(np.minimum(-mean_b, 700)), np.exp(np.minimum(-mean_a, 700)),
-            np.exp(np.clip(mean_a - mean_b, -700, 700)),
-        ], axis=1)
+        rows = np.stack(
+            [
+                n_tok,
+                per_seq(absd),
+                per_seq(-d),
+                per_seq(0.5 * d * d),
+                per_seq(rho - 1.0 - dc),
+                per_seq(rho),
+                per_seq(rho * rho),
+                per_seq((rho > TIS_CAP).astype(np.float64)),
+                seq_mis,
+                np.ones(nseq),
+                (seq_mis > 0).astype(np.float64),
+                np.exp(np.minimum(-mean_b, 700)),
+                np.exp(np.minimum(-mean_a, 700)),
+                np.exp(np.clip(mean_a - mean_b, -700, 700)),
+            ],
+            axis=1,
+        )
         mx = np.full((nseq, 3), -np.inf)
         np.maximum.at(mx[:, 0], tseg, absd)
         np.maximum.at(mx[:, 1], tseg, rho)
@@ -124,8 +152,10 @@ class StepMetrics:
         return self
 
     def to_json(self) -> list:
-        return [[k, self.sums[k].to_json(), [encode_float(x) for x in self.maxes[k].tolist()],
-                 self.hist[k].tolist()] for k in self.sums]
+        return [
+            [k, self.sums[k].to_json(), [encode_float(x) for x in self.maxes[k].tolist()], self.hist[k].tolist()]
+            for k in self.sums
+        ]
 
     @classmethod
     def from_json(cls, doc: list) -> "StepMetrics":
@@ -148,15 +178,25 @@ class StepMetrics:
             return {}
         mean_rho = v["rho"] / n
         out = {
-            "abs_diff_mean": v["abs"] / n, "abs_diff_p50": self._quantile(hist, 0.5),
-            "abs_diff_p99": self._quantile(hist, 0.99), "abs_diff_max": float(mx[0]),
-            "k1": v["k1"] / n, "k2": v["k2"] / n, "k3": v["k3"] / n, "chi2": v["rho2"] / n - 1.0,
-            "training_ppl": v["train_ppl"] / ns if ns else None, "rollout_ppl": v["roll_ppl"] / ns if ns else None,
+            "abs_diff_mean": v["abs"] / n,
+            "abs_diff_p50": self._quantile(hist, 0.5),
+            "abs_diff_p99": self._quantile(hist, 0.99),
+            "abs_diff_max": float(mx[0]),
+            "k1": v["k1"] / n,
+            "k2": v["k2"] / n,
+            "k3": v["k3"] / n,
+            "chi2": v["rho2"] / n - 1.0,
+            "training_ppl": v["train_ppl"] / ns if ns else None,
+            "rollout_ppl": v["roll_ppl"] / ns if ns else None,
             "ppl_ratio": v["ppl_ratio"] / ns if ns else None,
-            "is_weight_mean": mean_rho, "is_weight_max": float(mx[1]), "is_weight_min": float(-mx[2]),
+            "is_weight_mean": mean_rho,
+            "is_weight_max": float(mx[1]),
+            "is_weight_min": float(-mx[2]),
             "is_weight_std": math.sqrt(max(v["rho2"] / n - mean_rho * mean_rho, 0.0)),
-            "tis_clip_rate": v["tis"] / n, "mis_mask_rate": v["mis"] / n,
-            "mis_seq_mask_rate": v["seq_mis"] / ns if ns else None, "tokens": int(n),
+            "tis_clip_rate": v["tis"] / n,
+            "mis_mask_rate": v["mis"] / n,
+            "mis_seq_mask_rate": v["seq_mis"] / ns if ns else None,
+            "tokens": int(n),
         }
         return {k: (x if x is None or math.isfinite(x) else None) for k, x in out.items()}
 
@@ -178,5 +218,10 @@ class StepMetrics:
 
     @staticmethod
     def options() -> dict:
-        return {"tis_cap": TIS_CAP, "mis_band": list(MIS_BAND), "safety_clamp": SAFETY,
-                "quantile_bins_per_decade": PER_DECADE, "quantile_range": [10.0 ** LO_EXP, 10.0 ** HI_EXP]}
+        return {
+            "tis_cap": TIS_CAP,
+            "mis_band": list(MIS_BAND),
+            "safety_clamp": SAFETY,
+            "quantile_bins_per_decade": PER_DECADE,
+            "quantile_range": [10.0**LO_EXP, 10.0**HI_EXP],
+        }

@@ -17,6 +17,7 @@ largest per-token TV ε that keeps some bound within E at T, next to the run's c
 certificate's threshold keeps (the acceptance rate) and what bound the kept batch then has (every bound evaluated at
 ε = threshold, worst case for everything not measured).
 """
+
 from __future__ import annotations
 
 import math
@@ -62,8 +63,11 @@ def _g(x: float) -> str:
 
 def needed_eps(T: int, budget: float, constants: str = "paper", reward_range: float = 1.0) -> float:
     """The largest per-token TV ε for which some TV-parameterised bound stays within ``budget`` at ``T``."""
-    return max(budget_threshold(bid, max(int(T), 1), budget, constants=constants, reward_range=reward_range)
-               for bid in BOUND_IDS if bid not in KL_PARAMETERISED)
+    return max(
+        budget_threshold(bid, max(int(T), 1), budget, constants=constants, reward_range=reward_range)
+        for bid in BOUND_IDS
+        if bid not in KL_PARAMETERISED
+    )
 
 
 def run_verdict(summary: dict, bounds: dict, options: dict | None = None, budget: float | None = None) -> Verdict:
@@ -83,10 +87,18 @@ def run_verdict(summary: dict, bounds: dict, options: dict | None = None, budget
         return Verdict(code=code, label=LABELS[code], sentence=sentence, budget=budget, **extra)
 
     if certified == 0:
-        why = (f"all {sequences} sequences are unusable records" if sequences and errors >= sequences else
-               f"none of its {sequences} sequences could be certified" if sequences else "the log holds no policy sequence")
-        return verdict("not_verifiable", f"Nothing can be proved about this run: {why}. Log the rollout's and the "
-                                         f"trainer's log-probs of each sampled token (docs/fcr.md) and upload again.")
+        why = (
+            f"all {sequences} sequences are unusable records"
+            if sequences and errors >= sequences
+            else f"none of its {sequences} sequences could be certified"
+            if sequences
+            else "the log holds no policy sequence"
+        )
+        return verdict(
+            "not_verifiable",
+            f"Nothing can be proved about this run: {why}. Log the rollout's and the "
+            f"trainer's log-probs of each sampled token (docs/fcr.md) and upload again.",
+        )
     need = needed_eps(T, budget, constants, reward_range)
     eps = summary.get("eps_hat")
     threshold = summary.get("threshold")
@@ -95,26 +107,44 @@ def run_verdict(summary: dict, bounds: dict, options: dict | None = None, budget
     if threshold is not None and options.get("mode", "tv") == "tv":
         kept_bound = trm_bounds(T, eps=float(threshold), constants=constants, reward_range=reward_range).get("best")
     extra = {"needed_eps": need, "kept_share": kept_share, "kept_bound": kept_bound}
-    gap = (f"The budget E = {_g(budget)} needs every token's TV at most {_g(need)} over {T} tokens"
-           + (f"; this run's certified ε̂ is {_g(eps)}." if eps is not None else "."))
+    gap = f"The budget E = {_g(budget)} needs every token's TV at most {_g(need)} over {T} tokens" + (
+        f"; this run's certified ε̂ is {_g(eps)}." if eps is not None else "."
+    )
     if errors:
-        return verdict("data_errors", f"{errors} of {sequences} sequences are unusable records and are left out of "
-                                      f"every number; the bounds speak only of the other {sequences - errors}. Fix "
-                                      f"the records listed under Errors and upload again.", **extra)
+        return verdict(
+            "data_errors",
+            f"{errors} of {sequences} sequences are unusable records and are left out of "
+            f"every number; the bounds speak only of the other {sequences - errors}. Fix "
+            f"the records listed under Errors and upload again.",
+            **extra,
+        )
     best = bounds.get("best")
     if best is not None and math.isfinite(best) and best <= budget:
-        return verdict("certified", f"The best bound B* = {_g(best)} at {T} tokens is within the budget "
-                                    f"E = {_g(budget)}: on the contexts these rollouts visited, the trainer's "
-                                    f"surrogate objective is off by at most {_g(best)}.", **extra)
+        return verdict(
+            "certified",
+            f"The best bound B* = {_g(best)} at {T} tokens is within the budget "
+            f"E = {_g(budget)}: on the contexts these rollouts visited, the trainer's "
+            f"surrogate objective is off by at most {_g(best)}.",
+            **extra,
+        )
     mask = ""  # said only where masking helps: the kept batch's bound is a worst case at ε = threshold, which
     # can exceed the whole batch's measured B* (that one uses the measured per-position divergence)
     if kept_share is not None and kept_bound is not None and (best is None or kept_bound < best):
-        mask = (f" Masking at the threshold ε ≤ {_g(threshold)} keeps {kept_share:.0%} of sequences, whose bound is "
-                f"then {_g(kept_bound)}.")
+        mask = (
+            f" Masking at the threshold ε ≤ {_g(threshold)} keeps {kept_share:.0%} of sequences, whose bound is "
+            f"then {_g(kept_bound)}."
+        )
     if best is None or not math.isfinite(best) or best >= reward_range:
         shown = "unbounded" if best is None or not math.isfinite(best) else _g(best)
-        return verdict("vacuous", f"B* = {shown} at {T} tokens is not below the reward range {_g(reward_range)}, "
-                                  f"the largest error there can be: at this divergence the certificate proves "
-                                  f"nothing. {gap}{mask}", **extra)
-    return verdict("over_budget", f"The best bound B* = {_g(best)} at {T} tokens is above the budget "
-                                  f"E = {_g(budget)}. {gap}{mask}", **extra)
+        return verdict(
+            "vacuous",
+            f"B* = {shown} at {T} tokens is not below the reward range {_g(reward_range)}, "
+            f"the largest error there can be: at this divergence the certificate proves "
+            f"nothing. {gap}{mask}",
+            **extra,
+        )
+    return verdict(
+        "over_budget",
+        f"The best bound B* = {_g(best)} at {T} tokens is above the budget E = {_g(budget)}. {gap}{mask}",
+        **extra,
+    )

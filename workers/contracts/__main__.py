@@ -1,4 +1,5 @@
 """``python -m workers.contracts ...`` (see cli.py)."""
+
 import sys
 
 from .cli import main

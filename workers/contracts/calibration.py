@@ -16,6 +16,7 @@ trusted fixtures in this process. ``calibrate_all`` runs contracts on a small th
 is a sandboxed child process, so threads here only wait and measure); each thread keeps its own sandboxes (one
 per fixture module) for all the contracts it calibrates, so the suite pays a few torch imports, not one per run.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,8 +35,11 @@ NAIVE_ATOL = NAIVE_RTOL = 1e-2
 
 
 def _ref(entry):
-    return (entry, False, "") if isinstance(entry, str) else (entry["impl"], bool(entry.get("platform_dependent")),
-                                                              entry.get("note", ""))
+    return (
+        (entry, False, "")
+        if isinstance(entry, str)
+        else (entry["impl"], bool(entry.get("platform_dependent")), entry.get("note", ""))
+    )
 
 
 def naive_check(contract, impl_ref, reference_ref=None, trials: int = NAIVE_TRIALS) -> bool:
@@ -60,9 +64,15 @@ def naive_check(contract, impl_ref, reference_ref=None, trials: int = NAIVE_TRIA
 
 
 def _summary(v):
-    return {"verdict": v.verdict, "statistic": v.to_dict()["statistic"], "bound": v.to_dict()["bound"],
-            "margin": v.to_dict()["margin"], "pattern": v.signature.get("pattern"), "reason": v.reason,
-            "duration_s": v.duration_s}
+    return {
+        "verdict": v.verdict,
+        "statistic": v.to_dict()["statistic"],
+        "bound": v.to_dict()["bound"],
+        "margin": v.to_dict()["margin"],
+        "pattern": v.signature.get("pattern"),
+        "reason": v.reason,
+        "duration_s": v.duration_s,
+    }
 
 
 def calibrate(contract_id, *, device: str = "cpu", pool: SessionPool | None = None) -> dict:
@@ -86,9 +96,12 @@ def calibrate(contract_id, *, device: str = "cpu", pool: SessionPool | None = No
                 why = f"conforming {ref}: verdict {v.verdict} (naive {'pass' if naive else 'FAIL'}): {v.reason}"
             elif state == "violating":
                 ok = v.verdict == "FAIL" and naive
-                why = (f"violating {ref}: " + ("contract did not catch it" if v.verdict != "FAIL" else "")
-                       + (f" verdict {v.verdict}" if v.verdict != "FAIL" else "")
-                       + ("; naive check already fails (violator not subtle)" if not naive else ""))
+                why = (
+                    f"violating {ref}: "
+                    + ("contract did not catch it" if v.verdict != "FAIL" else "")
+                    + (f" verdict {v.verdict}" if v.verdict != "FAIL" else "")
+                    + ("; naive check already fails (violator not subtle)" if not naive else "")
+                )
                 if platform_dependent:
                     row.update(platform_dependent=True, note=note, caught_here=v.verdict == "FAIL")
             else:
@@ -98,8 +111,16 @@ def calibrate(contract_id, *, device: str = "cpu", pool: SessionPool | None = No
             states[state].append(row)
             if not ok and not platform_dependent:
                 problems.append(why)
-    return {"contract_id": c.id, "class": c.cls, "version": c.version, "ok": not problems, "problems": problems,
-            "states": states, "seeds": seeds, "duration_s": round(time.monotonic() - t0, 3)}
+    return {
+        "contract_id": c.id,
+        "class": c.cls,
+        "version": c.version,
+        "ok": not problems,
+        "problems": problems,
+        "states": states,
+        "seeds": seeds,
+        "duration_s": round(time.monotonic() - t0, 3),
+    }
 
 
 def calibrate_all(contracts=None, *, device: str = "cpu", workers: int | None = None) -> dict:
@@ -123,24 +144,36 @@ def calibrate_all(contracts=None, *, device: str = "cpu", workers: int | None = 
     finally:
         for pool in pools:
             pool.close()
-    return {"ok": all(r["ok"] for r in results), "contracts": results,
-            "problems": [p for r in results for p in r["problems"]], "duration_s": round(time.monotonic() - t0, 2),
-            "environment": {"torch": torch.__version__, "device": device, "threads": torch.get_num_threads()}}
+    return {
+        "ok": all(r["ok"] for r in results),
+        "contracts": results,
+        "problems": [p for r in results for p in r["problems"]],
+        "duration_s": round(time.monotonic() - t0, 2),
+        "environment": {"torch": torch.__version__, "device": device, "threads": torch.get_num_threads()},
+    }
 
 
 def format_table(report: dict) -> str:
-    lines = [f"{'class':9s} {'state':10s} {'implementation':44s} {'naive':6s} {'verdict':16s} {'statistic':>11s} "
-             f"{'bound':>9s} {'margin':>9s}  ok"]
+    lines = [
+        f"{'class':9s} {'state':10s} {'implementation':44s} {'naive':6s} {'verdict':16s} {'statistic':>11s} "
+        f"{'bound':>9s} {'margin':>9s}  ok"
+    ]
     for r in report["contracts"]:
         for state in ("conforming", "violating", "baseline"):
             for row in r["states"][state]:
+
                 def f(x):
                     return "-" if x is None else (f"{x:.3g}" if isinstance(x, (int, float)) else str(x))
+
                 tag = " (platform-dependent)" if row.get("platform_dependent") else ""
-                lines.append(f"{r['class']:9s} {state:10s} {row['impl'].split(':')[-1][:44]:44s} "
-                             f"{'pass' if row['naive_pass'] else 'FAIL':6s} {row['verdict']:16s} {f(row['statistic']):>11s} "
-                             f"{f(row['bound']):>9s} {f(row['margin']):>9s}  {'yes' if row['ok'] else 'NO'}{tag}")
-    lines.append(f"calibration {'OK' if report['ok'] else 'FAILED'}: {len(report['contracts'])} contracts, "
-                 f"{len(report['problems'])} problem(s), {report['duration_s']} s")
+                lines.append(
+                    f"{r['class']:9s} {state:10s} {row['impl'].split(':')[-1][:44]:44s} "
+                    f"{'pass' if row['naive_pass'] else 'FAIL':6s} {row['verdict']:16s} {f(row['statistic']):>11s} "
+                    f"{f(row['bound']):>9s} {f(row['margin']):>9s}  {'yes' if row['ok'] else 'NO'}{tag}"
+                )
+    lines.append(
+        f"calibration {'OK' if report['ok'] else 'FAILED'}: {len(report['contracts'])} contracts, "
+        f"{len(report['problems'])} problem(s), {report['duration_s']} s"
+    )
     lines += [f"  problem: {p}" for p in report["problems"]]
     return "\n".join(lines)

@@ -5,6 +5,7 @@
 but uses more than half its budget; ``--allow-quality-warning`` makes that 0), 1 on any other verdict, 2 on
 usage errors (unknown contract, malformed implementation reference), 4 when the harness itself could not run
 (the sandbox cannot be created here, docs/contracts.md "Isolation"): no verdict was measured."""
+
 from __future__ import annotations
 
 import argparse
@@ -24,10 +25,22 @@ def cmd_list(args) -> int:
     from .loader import load_suite
 
     contracts = load_suite(args.specs)
-    rows = [{"id": c.id, "class": c.cls, "family": c.family, "version": c.version, "title": c.title,
-             "signature": c.signature, "tolerance": {"level": c.level, "statistic": c.statistic, "bound": c.bound.text},
-             "sha256": c.sha256} for c in contracts]
-    text = "\n".join(f"{r['class']:9s} {r['version']:7s} {r['tolerance']['level']}  {r['id']:45s} {r['title']}" for r in rows)
+    rows = [
+        {
+            "id": c.id,
+            "class": c.cls,
+            "family": c.family,
+            "version": c.version,
+            "title": c.title,
+            "signature": c.signature,
+            "tolerance": {"level": c.level, "statistic": c.statistic, "bound": c.bound.text},
+            "sha256": c.sha256,
+        }
+        for c in contracts
+    ]
+    text = "\n".join(
+        f"{r['class']:9s} {r['version']:7s} {r['tolerance']['level']}  {r['id']:45s} {r['title']}" for r in rows
+    )
     _print(rows, args.json, text)
     return 0
 
@@ -48,9 +61,16 @@ def cmd_check(args) -> int:
     try:
         seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
         flags = json.loads(args.flags) if args.flags else None
-        v = run_contract(contract, args.impl, device=args.device, seeds=seeds, flags=flags,
-                         time_limit_s=args.time_limit, trace_path=args.trace,
-                         declared_unit_roundoff=args.declare_unit_roundoff)
+        v = run_contract(
+            contract,
+            args.impl,
+            device=args.device,
+            seeds=seeds,
+            flags=flags,
+            time_limit_s=args.time_limit,
+            trace_path=args.trace,
+            declared_unit_roundoff=args.declare_unit_roundoff,
+        )
     except (ValueError, TypeError) as exc:  # malformed --seeds / --flags
         _print({"error": "bad_arguments", "message": str(exc)}, args.json, f"error: {exc}")
         return 2
@@ -58,8 +78,10 @@ def cmd_check(args) -> int:
         _print({"error": "harness_failure", "message": str(exc)}, args.json, f"harness failure (no verdict): {exc}")
         return 4
     d = v.to_dict(include_trace=args.with_trace)
-    text = (f"{v.verdict}  {contract.id} v{contract.version}  {contract.statistic}={d['statistic']}  bound={d['bound']}  "
-            f"margin={d['margin']}\n  {v.reason}\n  signature: {json.dumps(d['signature'])}")
+    text = (
+        f"{v.verdict}  {contract.id} v{contract.version}  {contract.statistic}={d['statistic']}  bound={d['bound']}  "
+        f"margin={d['margin']}\n  {v.reason}\n  signature: {json.dumps(d['signature'])}"
+    )
     _print(d, args.json, text)
     if v.verdict == "PASS" or (v.verdict == "QUALITY_WARNING" and args.allow_quality_warning):
         return 0
@@ -109,14 +131,20 @@ def main(argv=None) -> int:
     s.add_argument("--impl", required=True, help="package.module:function or /path/file.py:function")
     s.add_argument("--device", default="cpu")
     s.add_argument("--seeds", default=None, help="comma-separated explicit seeds (default: public + hidden)")
-    s.add_argument("--flags", default=None, help='numeric environment as JSON, e.g. \'{"allow_tf32": true}\'')
+    s.add_argument("--flags", default=None, help="numeric environment as JSON, e.g. '{\"allow_tf32\": true}'")
     s.add_argument("--time-limit", type=float, default=None)
     s.add_argument("--trace", default=None, help="append the per-measurement trace (JSONL) to this file")
     s.add_argument("--with-trace", action="store_true", help="include the trace in the JSON output")
-    s.add_argument("--declare-unit-roundoff", default=None,
-                   help="open track: grade against a declared lower precision, e.g. '2**-8' (bounds scaled)")
-    s.add_argument("--allow-quality-warning", action="store_true",
-                   help="exit 0 on QUALITY_WARNING too (default: exit 3, so CI sees a used-up budget)")
+    s.add_argument(
+        "--declare-unit-roundoff",
+        default=None,
+        help="open track: grade against a declared lower precision, e.g. '2**-8' (bounds scaled)",
+    )
+    s.add_argument(
+        "--allow-quality-warning",
+        action="store_true",
+        help="exit 0 on QUALITY_WARNING too (default: exit 3, so CI sees a used-up budget)",
+    )
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_check)
 
@@ -125,7 +153,9 @@ def main(argv=None) -> int:
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_calibrate)
 
-    s = sub.add_parser("incidents", help="reproduce the three incidents (docs/contract-language.md#incidents-each-class-explains)")
+    s = sub.add_parser(
+        "incidents", help="reproduce the three incidents (docs/contract-language.md#incidents-each-class-explains)"
+    )
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_incidents)
 

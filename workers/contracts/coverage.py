@@ -1,6 +1,7 @@
 """The coverage statement printed beside every verdict and grade: what a run measured (dtypes x points x values x
 layouts x modes x device, the range of every swept dimension, fixed and seed-drawn points, public and hidden
 seeds). Torch-free."""
+
 from __future__ import annotations
 
 
@@ -13,7 +14,9 @@ def coverage_statement(contract, measurements: list, device: str, plan) -> dict:
     skip = {"value", "layout", "drawn", "trial", "seed", "config", "probe", "R"}
     for m in measurements:
         p = m.get("point") or {}
-        key = tuple(sorted((k, v) for k, v in p.items() if k not in ("trial", "config") and isinstance(v, (int, float, str))))
+        key = tuple(
+            sorted((k, v) for k, v in p.items() if k not in ("trial", "config") and isinstance(v, (int, float, str)))
+        )
         points.add(key)
         if p.get("drawn"):
             drawn.add(key)
@@ -26,17 +29,34 @@ def coverage_statement(contract, measurements: list, device: str, plan) -> dict:
                 dims.setdefault(k, set()).add(v)
     dtypes = sorted(set(scope["dtypes"].get("inputs") or []) | {scope["dtypes"]["output"]})
     modes = list(scope.get("modes") or ["forward"])
-    seeds = {"public": sum(1 for _, c in plan if c == "public"), "hidden": sum(1 for _, c in plan if c == "hidden"),
-             "explicit": sum(1 for _, c in plan if c == "explicit")}
+    seeds = {
+        "public": sum(1 for _, c in plan if c == "public"),
+        "hidden": sum(1 for _, c in plan if c == "hidden"),
+        "explicit": sum(1 for _, c in plan if c == "explicit"),
+    }
     ranges = {k: {"min": min(v), "max": max(v), "distinct": len(v)} for k, v in sorted(dims.items())}
     sweep = contract.protocol_params.get("sweep") or {}
-    text = (f"{'/'.join(dtypes)} x {len(points)} points ({len(drawn)} drawn from seeds; "
-            + ", ".join(f"{k} {r['min']:g}..{r['max']:g}" for k, r in ranges.items())
-            + f") x values {'/'.join(sorted(values)) or '-'}"
-            + (f" x layouts {'/'.join(sorted(layouts))}" if layouts else "")
-            + f" x {'/'.join(modes)} x {device}; seeds {seeds['public']} public + {seeds['hidden']} hidden"
-            + (f" + {seeds['explicit']} explicit" if seeds["explicit"] else ""))
-    return {"dtypes": dtypes, "modes": modes, "device": device, "values": sorted(values), "layouts": sorted(layouts),
-            "dims": ranges, "declared_dims": scope["shape_class"].get("dims") or {}, "points": len(points),
-            "drawn_points": len(drawn), "seeds": seeds, "measurements": len(measurements),
-            "budget": sweep.get("budget"), "sampling": sweep.get("sampling"), "text": text}
+    text = (
+        f"{'/'.join(dtypes)} x {len(points)} points ({len(drawn)} drawn from seeds; "
+        + ", ".join(f"{k} {r['min']:g}..{r['max']:g}" for k, r in ranges.items())
+        + f") x values {'/'.join(sorted(values)) or '-'}"
+        + (f" x layouts {'/'.join(sorted(layouts))}" if layouts else "")
+        + f" x {'/'.join(modes)} x {device}; seeds {seeds['public']} public + {seeds['hidden']} hidden"
+        + (f" + {seeds['explicit']} explicit" if seeds["explicit"] else "")
+    )
+    return {
+        "dtypes": dtypes,
+        "modes": modes,
+        "device": device,
+        "values": sorted(values),
+        "layouts": sorted(layouts),
+        "dims": ranges,
+        "declared_dims": scope["shape_class"].get("dims") or {},
+        "points": len(points),
+        "drawn_points": len(drawn),
+        "seeds": seeds,
+        "measurements": len(measurements),
+        "budget": sweep.get("budget"),
+        "sampling": sweep.get("sampling"),
+        "text": text,
+    }

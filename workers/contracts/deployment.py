@@ -5,6 +5,7 @@ KC-A is the capability vector *as deployed*: the classes a deployment flag can c
 contract whose precondition.env the flag contradicts) are measured again with the flags applied in the sandbox
 (sandbox.apply_flags sets them); KC-T is the level per family a deployment needs, e.g. ``{"ORD": 3}``.
 """
+
 from __future__ import annotations
 
 import json

@@ -5,6 +5,7 @@ YAML is composed to a node tree first (``yaml.compose``) so every value keeps it
 to plain Python while a ``path -> line`` map is recorded. Hostile documents end in :class:`ContractError`: duplicate
 keys, recursive aliases, more than MAX_NODES nodes (alias expansion), unconstructible scalars. No torch.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -36,23 +37,33 @@ def _to_python(node, path: tuple, lines: dict, source: str, ctor, _open: frozens
     (PyYAML silently keeps the last one, which would hide an edit) and aliases that contain themselves."""
     lines[path] = node.start_mark.line + 1
     if len(lines) > MAX_NODES:
-        raise ContractError(f"document has more than {MAX_NODES} nodes (alias expansion?)", field=dotted(path),
-                            line=node.start_mark.line + 1, source=source)
+        raise ContractError(
+            f"document has more than {MAX_NODES} nodes (alias expansion?)",
+            field=dotted(path),
+            line=node.start_mark.line + 1,
+            source=source,
+        )
     if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
         if id(node) in _open:
-            raise ContractError("an alias refers to a node that contains it (recursive document)",
-                                field=dotted(path), line=node.start_mark.line + 1, source=source)
+            raise ContractError(
+                "an alias refers to a node that contains it (recursive document)",
+                field=dotted(path),
+                line=node.start_mark.line + 1,
+                source=source,
+            )
         _open = _open | {id(node)}
     if isinstance(node, yaml.MappingNode):
         out = {}
         for knode, vnode in node.value:
             if not isinstance(knode, yaml.ScalarNode):
-                raise ContractError("mapping keys must be scalars", field=dotted(path),
-                                    line=knode.start_mark.line + 1, source=source)
+                raise ContractError(
+                    "mapping keys must be scalars", field=dotted(path), line=knode.start_mark.line + 1, source=source
+                )
             key = knode.value
             if key in out:
-                raise ContractError(f"duplicate key {key!r}", field=dotted(path + (key,)),
-                                    line=knode.start_mark.line + 1, source=source)
+                raise ContractError(
+                    f"duplicate key {key!r}", field=dotted(path + (key,)), line=knode.start_mark.line + 1, source=source
+                )
             out[key] = _to_python(vnode, path + (key,), lines, source, ctor, _open)
             lines[path + (key,)] = knode.start_mark.line + 1  # a field is reported at its key's line
         return out
@@ -64,8 +75,12 @@ def _to_python(node, path: tuple, lines: dict, source: str, ctor, _open: frozens
     except yaml.constructor.ConstructorError:
         raise
     except Exception as exc:  # noqa: BLE001 — PyYAML's scalar constructors on "!!int abc", "!!int ''", "!!timestamp 2020-13-45"
-        raise ContractError(f"cannot construct value {node.value!r} as {node.tag}: {exc}", field=dotted(path),
-                            line=node.start_mark.line + 1, source=source) from None
+        raise ContractError(
+            f"cannot construct value {node.value!r} as {node.tag}: {exc}",
+            field=dotted(path),
+            line=node.start_mark.line + 1,
+            source=source,
+        ) from None
     if isinstance(value, (_dt.date, _dt.datetime)):
         value = value.isoformat()
     return value
@@ -78,8 +93,9 @@ def parse_document(text: str, source: str) -> tuple[dict, dict]:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        raise ContractError(f"YAML syntax error: {exc.problem or exc}", line=mark.line + 1 if mark else None,
-                            source=source) from None
+        raise ContractError(
+            f"YAML syntax error: {exc.problem or exc}", line=mark.line + 1 if mark else None, source=source
+        ) from None
     except yaml.YAMLError as exc:
         raise ContractError(f"YAML error: {exc}", source=source) from None
     if node is None:
@@ -89,8 +105,9 @@ def parse_document(text: str, source: str) -> tuple[dict, dict]:
         data = _to_python(node, (), lines, source, yaml.SafeLoader(""))
     except yaml.constructor.ConstructorError as exc:
         mark = exc.problem_mark
-        raise ContractError(f"cannot construct value: {exc.problem}", line=mark.line + 1 if mark else None,
-                            source=source) from None
+        raise ContractError(
+            f"cannot construct value: {exc.problem}", line=mark.line + 1 if mark else None, source=source
+        ) from None
     return data, lines
 
 
@@ -113,6 +130,7 @@ def line_for(lines: dict, path: tuple):
 def check_schema(spec: F, value, path: tuple, lines: dict, source: str):
     """Check ``value`` against the schema entry ``spec`` (workers/contracts/schema.py); the first problem raises
     :class:`ContractError` naming the field and its line."""
+
     def err(msg, p=path):
         raise ContractError(msg, field=dotted(p), line=line_for(lines, p), source=source)
 

@@ -24,6 +24,7 @@ Functions: ``min max abs sqrt log log2 exp``. Names are identifiers that do not 
 dunder tricks); there is no attribute access, indexing, string literal or call of anything but the
 whitelisted functions. Errors carry the column of the offending character.
 """
+
 from __future__ import annotations
 
 import math
@@ -241,8 +242,12 @@ def _names(node, acc: set):
 
 
 _CMP = {
-    "<=": lambda a, b: a <= b, "<": lambda a, b: a < b, ">=": lambda a, b: a >= b,
-    ">": lambda a, b: a > b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b,
+    "<=": lambda a, b: a <= b,
+    "<": lambda a, b: a < b,
+    ">=": lambda a, b: a >= b,
+    ">": lambda a, b: a > b,
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
 }
 
 
@@ -366,8 +371,13 @@ def clause_report(expr: "Expr", env: dict) -> list[dict]:
         rec = {"clause": _render(node), "holds": _truth(_eval(node, env, expr.text))}
         if node[0] == "cmp" and len(node[2]) == 1:
             op, rhs = node[2][0]
-            rec.update(lhs=_render(node[1]), op=op, rhs=_render(rhs), lhs_value=_eval(node[1], env, expr.text),
-                       rhs_value=_eval(rhs, env, expr.text))
+            rec.update(
+                lhs=_render(node[1]),
+                op=op,
+                rhs=_render(rhs),
+                lhs_value=_eval(node[1], env, expr.text),
+                rhs_value=_eval(rhs, env, expr.text),
+            )
         out.append(rec)
     return out
 

@@ -5,6 +5,7 @@ The static part — interpreter, torch build, platform, CPU model, device proper
 that runs the harness (the sandbox runs the same interpreter and torch from a read-only bind). The numeric flags as
 applied for the run are measured inside the sandbox's child *before* the implementation is loaded; what the flags
 were after the candidate ran is recorded separately as ``flags_after`` (the candidate could have changed them)."""
+
 from __future__ import annotations
 
 import functools
@@ -21,17 +22,27 @@ def static_fingerprint(device: str = "cpu") -> dict:
             cpu = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), cpu)
     except OSError:
         pass
-    fp = {"python": platform.python_version(), "torch": str(torch.__version__), "platform": platform.platform(),
-          "device": device, "cpu": cpu, "mkl": bool(torch.backends.mkl.is_available()),
-          "mkldnn": bool(torch.backends.mkldnn.is_available())}
+    fp = {
+        "python": platform.python_version(),
+        "torch": str(torch.__version__),
+        "platform": platform.platform(),
+        "device": device,
+        "cpu": cpu,
+        "mkl": bool(torch.backends.mkl.is_available()),
+        "mkldnn": bool(torch.backends.mkldnn.is_available()),
+    }
     if device.startswith("cuda") and torch.cuda.is_available():
         props = torch.cuda.get_device_properties(torch.device(device).index or 0)
-        fp["cuda"] = {"name": props.name, "capability": f"{props.major}.{props.minor}",
-                      "total_memory": int(props.total_memory), "cuda_runtime": torch.version.cuda,
-                      "cudnn": torch.backends.cudnn.version()}
+        fp["cuda"] = {
+            "name": props.name,
+            "capability": f"{props.major}.{props.minor}",
+            "total_memory": int(props.total_memory),
+            "cuda_runtime": torch.version.cuda,
+            "cudnn": torch.backends.cudnn.version(),
+        }
         try:
             fp["cuda"]["driver"] = int(torch._C._cuda_getDriverVersion())  # best effort
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - best effort: a platform without the call has no driver version
             fp["cuda"]["driver"] = None
     return fp
 

@@ -19,6 +19,7 @@ verdicts; no torch.
   clause, the coverage statement and the track. A grade mixing open-track verdicts (graded against a declared
   lower precision) is labelled ``track = "open"`` and must not be read next to closed-track grades as equal.
 """
+
 from __future__ import annotations
 
 from .schema import CLASSES, FAMILY_CODE, FAMILY_OF_CLASS
@@ -82,16 +83,30 @@ def _vector(verdicts: list[dict], attestations, voided: dict | None = None):
                 continue
             in_scope += 1
             worst = min(vs, key=lambda v: (_level_of(v, attestations), -(v.get("margin") or 0)))
-            lvl = min(_level_of(v, attestations) for v in vs if v.get("verdict") != "NOT_APPLICABLE" or not v.get("reason"))
-            rows[c] = {"verdict": worst.get("verdict"), "level": lvl, "margin": worst.get("margin"),
-                       "reason": worst.get("reason", ""), **contract_figures(worst)}
+            lvl = min(
+                _level_of(v, attestations) for v in vs if v.get("verdict") != "NOT_APPLICABLE" or not v.get("reason")
+            )
+            rows[c] = {
+                "verdict": worst.get("verdict"),
+                "level": lvl,
+                "margin": worst.get("margin"),
+                "reason": worst.get("reason", ""),
+                **contract_figures(worst),
+            }
             levels.append(lvl)
         level = min(levels) if levels else None  # None: every class of the family out of scope
         if level is not None:
-            limiting = [c for c in classes if rows[c]["level"] is not None and rows[c]["level"] == level] if level < 4 else []
+            limiting = (
+                [c for c in classes if rows[c]["level"] is not None and rows[c]["level"] == level] if level < 4 else []
+            )
         passed = sum(1 for c in classes if rows[c]["verdict"] in PASSING)
-        families[code] = {"level": level, "classes": rows, "limiting": limiting, "in_scope": in_scope,
-                          "pass_rate": passed / in_scope if in_scope else None}
+        families[code] = {
+            "level": level,
+            "classes": rows,
+            "limiting": limiting,
+            "in_scope": in_scope,
+            "pass_rate": passed / in_scope if in_scope else None,
+        }
     return {code: f["level"] for code, f in families.items()}, families
 
 
@@ -103,12 +118,17 @@ def contract_figures(v: dict) -> dict:
     clause = v.get("failing_clause") or {}
     cov = v.get("coverage") or {}
     return {
-        "passed": v.get("passed_measurements"), "measured": v.get("measurements"),
-        "statistic_name": v.get("statistic_name"), "statistic": v.get("statistic"), "bound": v.get("bound"),
+        "passed": v.get("passed_measurements"),
+        "measured": v.get("measurements"),
+        "statistic_name": v.get("statistic_name"),
+        "statistic": v.get("statistic"),
+        "bound": v.get("bound"),
         "clause": clause.get("clause") or (f"{v.get('statistic_name')} <= bound" if v.get("statistic_name") else None),
         "clause_point": clause.get("point"),
         "quality_warning": v.get("verdict") == "QUALITY_WARNING",
-        "coverage": cov.get("text"), "track": v.get("track") or "closed", "declaration": v.get("declaration") or {},
+        "coverage": cov.get("text"),
+        "track": v.get("track") or "closed",
+        "declaration": v.get("declaration") or {},
     }
 
 
@@ -123,8 +143,9 @@ def _voided_by_flags(deployment_flags: dict, contracts) -> dict:
                 voided[cls] = f"deployment sets {flag}={value!r}, contract precondition requires {env[flag]!r}"
         if flag in RISKY_FLAGS and value:
             for cls in RISKY_FLAGS[flag]:
-                voided.setdefault(cls, f"deployment sets {flag}={value!r} (reduced precision / nondeterminism), "
-                                       "not measured under it")
+                voided.setdefault(
+                    cls, f"deployment sets {flag}={value!r} (reduced precision / nondeterminism), not measured under it"
+                )
         if flag == "float32_matmul_precision" and value != SAFE_FLOAT32_PRECISION:
             for cls in RISKY_FLAGS["allow_tf32"]:
                 voided.setdefault(cls, f"deployment sets float32_matmul_precision={value!r}, not measured under it")
@@ -137,8 +158,15 @@ def affected_classes(deployment_flags: dict, contracts=None) -> dict:
     return _voided_by_flags(deployment_flags, contracts)
 
 
-def grade(verdicts, *, deployment_flags: dict | None = None, deployment_verdicts=None, target: dict | None = None,
-          attestations: dict | None = None, contracts=None) -> dict:
+def grade(
+    verdicts,
+    *,
+    deployment_flags: dict | None = None,
+    deployment_verdicts=None,
+    target: dict | None = None,
+    attestations: dict | None = None,
+    contracts=None,
+) -> dict:
     """Grade one implementation (one backend) from its verdicts.
 
     ``verdicts``: Verdict objects or their ``to_dict()``. ``deployment_flags``: the flags the deployment runs
@@ -166,9 +194,12 @@ def grade(verdicts, *, deployment_flags: dict | None = None, deployment_verdicts
         for cls in not_declared:
             code = FAMILY_CODE[FAMILY_OF_CLASS[cls]]
             kc_a[code] = 0 if kc_a[code] is not None else None
-    warnings = [{"class": _class_of(v), "contract_id": v.get("contract_id"), "margin": v.get("margin")}
-                for v in vs if v.get("verdict") == "QUALITY_WARNING"
-                or (v.get("verdict") == "PASS" and v.get("margin") is not None and v["margin"] > 0.5)]
+    warnings = [
+        {"class": _class_of(v), "contract_id": v.get("contract_id"), "margin": v.get("margin")}
+        for v in vs
+        if v.get("verdict") == "QUALITY_WARNING"
+        or (v.get("verdict") == "PASS" and v.get("margin") is not None and v["margin"] > 0.5)
+    ]
     meets = None
     if target:
         meets = {k: (kc_a.get(k) or 0) >= int(t) for k, t in target.items()}
@@ -176,23 +207,46 @@ def grade(verdicts, *, deployment_flags: dict | None = None, deployment_verdicts
     track = "open" if "open" in tracks else "closed"
     fmt = lambda vec: "(" + ", ".join(f"{k} {'-' if v is None else v}" for k, v in vec.items()) + ")"
     return {
-        "kc_c": kc_c, "kc_a": kc_a, "kc_t": dict(target) if target else None, "meets_target": meets,
+        "kc_c": kc_c,
+        "kc_a": kc_a,
+        "kc_t": dict(target) if target else None,
+        "meets_target": meets,
         "meets_all_targets": all(meets.values()) if meets else None,
-        "summary": f"KC-C = {fmt(kc_c)}; KC-A = {fmt(kc_a)}" + (
-            " [open track: graded against declared precision]" if track == "open" else ""),
+        "summary": f"KC-C = {fmt(kc_c)}; KC-A = {fmt(kc_a)}"
+        + (" [open track: graded against declared precision]" if track == "open" else ""),
         "track": track,
         "declarations": {_class_of(v): v["declaration"] for v in vs if v.get("declaration")},
-        "contracts": [{"contract_id": v.get("contract_id"), "class": _class_of(v), "verdict": v.get("verdict"),
-                       "margin": v.get("margin"), **contract_figures(v)} for v in vs],
-        "families": families, "families_under_deployment": fam_a,
-        "deployment_flags": deployment_flags or {}, "voided_by_deployment": voided,
-        "deployment_verdicts": [{"contract_id": v.get("contract_id"), "contract_class": _class_of(v),
-                                 "verdict": v.get("verdict"), "margin": v.get("margin"), "reason": v.get("reason")}
-                                for v in dep],
-        "quality_warnings": warnings, "not_declared": not_declared,
+        "contracts": [
+            {
+                "contract_id": v.get("contract_id"),
+                "class": _class_of(v),
+                "verdict": v.get("verdict"),
+                "margin": v.get("margin"),
+                **contract_figures(v),
+            }
+            for v in vs
+        ],
+        "families": families,
+        "families_under_deployment": fam_a,
+        "deployment_flags": deployment_flags or {},
+        "voided_by_deployment": voided,
+        "deployment_verdicts": [
+            {
+                "contract_id": v.get("contract_id"),
+                "contract_class": _class_of(v),
+                "verdict": v.get("verdict"),
+                "margin": v.get("margin"),
+                "reason": v.get("reason"),
+            }
+            for v in dep
+        ],
+        "quality_warnings": warnings,
+        "not_declared": not_declared,
         "margins": {_class_of(v): v.get("margin") for v in vs},
-        "verdict_counts": {k: sum(1 for v in vs if v.get("verdict") == k) for k in
-                           sorted({v.get("verdict") for v in vs if v.get("verdict")})},
+        "verdict_counts": {
+            k: sum(1 for v in vs if v.get("verdict") == k)
+            for k in sorted({v.get("verdict") for v in vs if v.get("verdict")})
+        },
     }
 
 
@@ -205,7 +259,17 @@ def interop(results_by_backend: dict) -> dict:
             table.setdefault(v["contract_id"], {})[backend] = v["verdict"]
     backends = list(results_by_backend)
     all_pass = [cid for cid, row in table.items() if all(row.get(b) in PASSING for b in backends)]
-    specific = {b: [cid for cid, row in table.items() if row.get(b) not in PASSING
-                    and sum(1 for o in backends if row.get(o) not in PASSING) == 1] for b in backends}
-    return {"matrix": table, "interop_score": len(all_pass) / len(table) if table else None,
-            "backend_specific_failures": {b: len(v) for b, v in specific.items()}, "backend_specific": specific}
+    specific = {
+        b: [
+            cid
+            for cid, row in table.items()
+            if row.get(b) not in PASSING and sum(1 for o in backends if row.get(o) not in PASSING) == 1
+        ]
+        for b in backends
+    }
+    return {
+        "matrix": table,
+        "interop_score": len(all_pass) / len(table) if table else None,
+        "backend_specific_failures": {b: len(v) for b, v in specific.items()},
+        "backend_specific": specific,
+    }

@@ -6,6 +6,7 @@ invariant 5 of docs/contract-language.md#harness-invariants), the input-sensitiv
 child results, and the generic findings every contract inherits — unexpected exceptions, wrong shape / dtype / type, mutated inputs, insensitivity,
 replay disagreement. Protocol-specific statistics live in protocols/*.py.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -75,18 +76,30 @@ def decode_results(outcome: dict, cases: dict) -> dict:
         series, launch = [], 0
         for s in raw.get("series") or []:
             outputs = [decode_tensor(o) for o in s.get("outputs") or []]
-            series.append({"config": s.get("config") or "auto", "outputs": outputs, "hashes": [tensor_hash(o) for o in outputs],
-                           "first_launch": launch})
+            series.append(
+                {
+                    "config": s.get("config") or "auto",
+                    "outputs": outputs,
+                    "hashes": [tensor_hash(o) for o in outputs],
+                    "first_launch": launch,
+                }
+            )
             launch += len(outputs)
         before = [a for a in case.args if isinstance(a, torch.Tensor)]
         mutated = any(_mutated(before, after) for after in raw.get("inputs_after_rounds") or [raw.get("inputs_after")])
         first = series[0] if series else {"outputs": [], "hashes": []}
-        r = {"key": key, "outputs": first["outputs"], "hashes": first["hashes"],
-             "configs": series if case.all_configs else None,
-             "exception": raw.get("exception"), "bad_output": raw.get("bad_output"), "times": raw.get("times") or [],
-             "input_mutated": mutated,
-             "input_hash": hashlib.sha256("".join(tensor_hash(a) for a in before).encode()).hexdigest()[:16],
-             "unwritten_mask": _unwritten(case, series, fills)}
+        r = {
+            "key": key,
+            "outputs": first["outputs"],
+            "hashes": first["hashes"],
+            "configs": series if case.all_configs else None,
+            "exception": raw.get("exception"),
+            "bad_output": raw.get("bad_output"),
+            "times": raw.get("times") or [],
+            "input_mutated": mutated,
+            "input_hash": hashlib.sha256("".join(tensor_hash(a) for a in before).encode()).hexdigest()[:16],
+            "unwritten_mask": _unwritten(case, series, fills),
+        }
         r["unwritten"] = int(r["unwritten_mask"].sum()) if r["unwritten_mask"] is not None else 0
         out[key] = r
     return out
@@ -112,8 +125,14 @@ def channel_findings(outcome: dict) -> list[dict]:
     detail = outcome.get("channel_tampered")
     if not detail:
         return []
-    return [{"kind": "channel_tampered", "severity": "fail", "case": "*",
-             "detail": f"the implementation's process wrote into the result channel: {detail}"}]
+    return [
+        {
+            "kind": "channel_tampered",
+            "severity": "fail",
+            "case": "*",
+            "detail": f"the implementation's process wrote into the result channel: {detail}",
+        }
+    ]
 
 
 def _unwritten(case: Case, series: list, fills: list):
@@ -131,8 +150,12 @@ def _unwritten(case: Case, series: list, fills: list):
         for j, o in enumerate(s["outputs"]):
             n = s["first_launch"] + j
             spec = fills[n % len(fills)]
-            if spec["pattern"] == "nan" or (case.order == "reference_first" and n == 0) or tuple(o.shape) != shape \
-                    or o.dtype != dtype:
+            if (
+                spec["pattern"] == "nan"
+                or (case.order == "reference_first" and n == 0)
+                or tuple(o.shape) != shape
+                or o.dtype != dtype
+            ):
                 continue
             same = bits(o) == bits(fill_tensor(shape, dtype, spec))
             stuck = same if stuck is None else stuck & same
@@ -150,35 +173,73 @@ def generic_findings(contract, cases: dict, results: dict) -> list[dict]:
             findings.append({"kind": "missing_result", "severity": "crash", "case": key, "detail": "no result"})
             continue
         if r.get("input_mutated"):
-            findings.append({"kind": "input_mutated", "severity": "fail", "case": key,
-                             "detail": "an input tensor changed during the call (input-immutability hash)"})
+            findings.append(
+                {
+                    "kind": "input_mutated",
+                    "severity": "fail",
+                    "case": key,
+                    "detail": "an input tensor changed during the call (input-immutability hash)",
+                }
+            )
         exc = r.get("exception")
         if exc and not case.expect_raise:
-            findings.append({"kind": "exception", "severity": "crash", "case": key,
-                             "detail": f"{exc['type']}: {exc['message']}" + (f" ({exc['where']})" if exc.get("where") else "")})
+            findings.append(
+                {
+                    "kind": "exception",
+                    "severity": "crash",
+                    "case": key,
+                    "detail": f"{exc['type']}: {exc['message']}" + (f" ({exc['where']})" if exc.get("where") else ""),
+                }
+            )
             continue
         if r.get("bad_output"):
             findings.append({"kind": "bad_output", "severity": "fail", "case": key, "detail": r["bad_output"]})
             continue
         if r.get("unwritten"):
-            findings.append({"kind": "destination_unwritten", "severity": "fail", "case": key,
-                             "detail": f"{r['unwritten']} position(s) of the destination buffer still hold the "
-                                       "harness's fill pattern after every launch (never written)"})
-        series = r["configs"] if r.get("configs") else [{"config": None, "outputs": r["outputs"], "hashes": r["hashes"]}]
+            findings.append(
+                {
+                    "kind": "destination_unwritten",
+                    "severity": "fail",
+                    "case": key,
+                    "detail": f"{r['unwritten']} position(s) of the destination buffer still hold the "
+                    "harness's fill pattern after every launch (never written)",
+                }
+            )
+        series = (
+            r["configs"] if r.get("configs") else [{"config": None, "outputs": r["outputs"], "hashes": r["hashes"]}]
+        )
         for s in series:
             for out in s["outputs"][:1]:
                 if case.expect_shape is not None and tuple(out.shape) != tuple(case.expect_shape):
-                    findings.append({"kind": "wrong_shape", "severity": "fail", "case": key,
-                                     "detail": f"shape {tuple(out.shape)}, expected {tuple(case.expect_shape)}"})
+                    findings.append(
+                        {
+                            "kind": "wrong_shape",
+                            "severity": "fail",
+                            "case": key,
+                            "detail": f"shape {tuple(out.shape)}, expected {tuple(case.expect_shape)}",
+                        }
+                    )
                 elif case.expect_dtype is not None and out.dtype != case.expect_dtype:
-                    findings.append({"kind": "wrong_dtype", "severity": "fail", "case": key,
-                                     "detail": f"dtype {str(out.dtype).replace('torch.', '')}, expected "
-                                               f"{str(case.expect_dtype).replace('torch.', '')}"})
+                    findings.append(
+                        {
+                            "kind": "wrong_dtype",
+                            "severity": "fail",
+                            "case": key,
+                            "detail": f"dtype {str(out.dtype).replace('torch.', '')}, expected "
+                            f"{str(case.expect_dtype).replace('torch.', '')}",
+                        }
+                    )
             if len(set(s["hashes"])) > 1:  # every launch: back to back, and in fresh processes at other addresses
-                findings.append({"kind": "replay_mismatch", "severity": "fail" if bitwise else "note", "case": key,
-                                 "detail": f"{len(s['hashes'])} launches on identical inputs gave "
-                                           f"{len(set(s['hashes']))} different bit patterns"
-                                           + (f" (config {s['config']})" if s.get("config") else "")})
+                findings.append(
+                    {
+                        "kind": "replay_mismatch",
+                        "severity": "fail" if bitwise else "note",
+                        "case": key,
+                        "detail": f"{len(s['hashes'])} launches on identical inputs gave "
+                        f"{len(set(s['hashes']))} different bit patterns"
+                        + (f" (config {s['config']})" if s.get("config") else ""),
+                    }
+                )
     # input sensitivity: the perturbed partner must not reproduce the original output bit for bit
     for key, case in cases.items():
         base_key = case.meta.get("sensitivity_of")
@@ -188,11 +249,20 @@ def generic_findings(contract, cases: dict, results: dict) -> list[dict]:
         if not a or not b or not a.get("outputs") or not b.get("outputs"):
             continue
         if bitwise_equal(a["outputs"][0], b["outputs"][0]):
-            findings.append({"kind": "input_insensitive", "severity": "fail", "case": key,
-                             "detail": "output unchanged after perturbing the input (cached or constant result)"})
+            findings.append(
+                {
+                    "kind": "input_insensitive",
+                    "severity": "fail",
+                    "case": key,
+                    "detail": "output unchanged after perturbing the input (cached or constant result)",
+                }
+            )
     return findings
 
 
 def shape_ok(case: Case, out: torch.Tensor | None) -> bool:
-    return out is not None and (case.expect_shape is None or tuple(out.shape) == tuple(case.expect_shape)) and \
-        (case.expect_dtype is None or out.dtype == case.expect_dtype)
+    return (
+        out is not None
+        and (case.expect_shape is None or tuple(out.shape) == tuple(case.expect_shape))
+        and (case.expect_dtype is None or out.dtype == case.expect_dtype)
+    )

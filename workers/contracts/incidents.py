@@ -5,6 +5,7 @@ kernel (Sakana AI CUDA Engineer) -> C-CMP-01, out-of-bounds silent acceptance (A
 Each scenario runs the naive check a benchmark would have run (it passes) and the contract (it fails), and
 reports the discriminating measurements. ``reproduced`` is True only if all of that was observed.
 """
+
 from __future__ import annotations
 
 import time
@@ -21,24 +22,27 @@ R = "workers.contracts.impls.reference:"
 INCIDENTS = {
     "ascend_silent_precision_coercion": {
         "title": "Huawei Ascend: fp32 silently computed at lower precision (HF32 default, ATC force_fp16)",
-        "class": "C-PRC-01", "secondary": ["C-PRC-04"],
+        "class": "C-PRC-01",
+        "secondary": ["C-PRC-04"],
         "informal": "fp32 silently computed at lower precision",
         "emulations": [V + "hf32_matmul", V + "fp16_accumulate_matmul"],
         "expected": "A@I != A; rho flat in K ~ 2**(24-p)*sqrt(2) (HF32 ~9e3) for coercion, growing with K for fp16 "
-                    "accumulation; both far above 8*sqrt(K)",
+        "accumulation; both far above 8*sqrt(K)",
     },
     "sakana_reward_hacked_kernel": {
         "title": "Sakana AI CUDA Engineer: kernels that reused the reference's memory or computed part of the output",
-        "class": "C-CMP-01", "secondary": ["C-CMP-03"],
+        "class": "C-CMP-01",
+        "secondary": ["C-CMP-03"],
         "informal": "memory exploit in the eval code let it skip the correctness check",
         "emulations": [V + "no_write_rms_norm", V + "partial_rms_norm"],
         "expected": "passes only when the reference runs first; the harness's fill pattern survives in every "
-                    "position (1.00) and the destination is flagged unwritten; errors confined to unwritten rows for "
-                    "the partial kernel",
+        "position (1.00) and the destination is flagged unwritten; errors confined to unwritten rows for "
+        "the partial kernel",
     },
     "amd_oob_silent_acceptance": {
         "title": "AMD: out-of-bounds buffer loads return zero instead of faulting",
-        "class": "C-EXC-02", "secondary": [],
+        "class": "C-EXC-02",
+        "secondary": [],
         "informal": "out-of-bounds access returns zero instead of erroring",
         "emulations": [V + "zero_fill_gather"],
         "expected": "raised on 0/k OOB probes (index_select: k/k); exact zeros at OOB positions; exception deficit",
@@ -53,9 +57,15 @@ def _ascend(seeds):
         v = run_contract(c, impl, seeds=seeds)
         naive = naive_check(c, impl)
         sig = v.signature
-        out[impl.split(":")[1]] = {"naive_pass": naive, "verdict": v.verdict, "pattern": sig.get("pattern"),
-                                   "diagnosis": sig.get("diagnosis"), "rho_max_by_K": sig.get("rho_max_by_K"),
-                                   "probes_exact": sig.get("probes_exact"), "bound_at_K64": c.bound.evaluate({"K": 64})}
+        out[impl.split(":")[1]] = {
+            "naive_pass": naive,
+            "verdict": v.verdict,
+            "pattern": sig.get("pattern"),
+            "diagnosis": sig.get("diagnosis"),
+            "rho_max_by_K": sig.get("rho_max_by_K"),
+            "probes_exact": sig.get("probes_exact"),
+            "bound_at_K64": c.bound.evaluate({"K": 64}),
+        }
         ok &= naive and v.verdict == "FAIL" and sig.get("pattern") == want and not sig.get("probes_exact")
     ref = run_contract(c, R + "matmul", seeds=seeds)
     out["conforming_reference"] = {"verdict": ref.verdict, "rho_max_by_K": ref.signature.get("rho_max_by_K")}
@@ -70,15 +80,27 @@ def _sakana(seeds):
     sig = v.signature
     kinds = {f["kind"] for f in v.findings}
     out["no_write_rms_norm"] = {
-        "naive_harness_pass (reference first, reused buffer)": naive, "verdict": v.verdict,
-        "sentinel_survival": sig.get("sentinel_survival"), "order_mismatch": sig.get("order_mismatch"),
-        "destination_unwritten": "destination_unwritten" in kinds, "pattern": sig.get("pattern")}
-    ok &= naive and v.verdict == "FAIL" and sig.get("sentinel_survival") == 1.0 and sig.get("order_mismatch", 0) > 0 \
+        "naive_harness_pass (reference first, reused buffer)": naive,
+        "verdict": v.verdict,
+        "sentinel_survival": sig.get("sentinel_survival"),
+        "order_mismatch": sig.get("order_mismatch"),
+        "destination_unwritten": "destination_unwritten" in kinds,
+        "pattern": sig.get("pattern"),
+    }
+    ok &= (
+        naive
+        and v.verdict == "FAIL"
+        and sig.get("sentinel_survival") == 1.0
+        and sig.get("order_mismatch", 0) > 0
         and "destination_unwritten" in kinds
+    )
     v2 = run_contract(c, V + "partial_rms_norm", seeds=seeds)
-    out["partial_rms_norm"] = {"verdict": v2.verdict, "pattern": v2.signature.get("pattern"),
-                               "sentinel_survival": v2.signature.get("sentinel_survival"),
-                               "unwritten_rows_sample": v2.signature.get("unwritten_rows_sample")}
+    out["partial_rms_norm"] = {
+        "verdict": v2.verdict,
+        "pattern": v2.signature.get("pattern"),
+        "sentinel_survival": v2.signature.get("sentinel_survival"),
+        "unwritten_rows_sample": v2.signature.get("unwritten_rows_sample"),
+    }
     ok &= v2.verdict == "FAIL" and v2.signature.get("pattern") == "partial_write"
     # the stale torch.empty effect without an explicit buffer hand-over: allocator-dependent, reported only
     ref, stale = load_impl(R + "rms_norm"), load_impl(V + "stale_empty_rms_norm")
@@ -97,19 +119,34 @@ def _amd(seeds):
     ref = run_contract(c, R + "gather_rows", seeds=seeds)
     naive = naive_check(c, V + "zero_fill_gather")
     sig, rsig = v.signature, ref.signature
-    out = {"zero_fill_gather": {"naive_pass (in-bound only)": naive, "verdict": v.verdict, "pattern": sig.get("pattern"),
-                                "raised": f"{sig.get('raised')}/{sig.get('oob_probes')}",
-                                "observed": sig.get("observed")},
-           "index_select_reference": {"verdict": ref.verdict, "raised": f"{rsig.get('raised')}/{rsig.get('oob_probes')}"},
-           "exception_deficit": (rsig.get("raised") or 0) - (sig.get("raised") or 0),
-           "index_width_example": sig.get("index_width_example")}
-    ok = naive and v.verdict == "FAIL" and sig.get("pattern") == "no_raise_zero_fill" and sig.get("raised") == 0 \
-        and ref.verdict == "PASS" and rsig.get("raised") == rsig.get("oob_probes")
+    out = {
+        "zero_fill_gather": {
+            "naive_pass (in-bound only)": naive,
+            "verdict": v.verdict,
+            "pattern": sig.get("pattern"),
+            "raised": f"{sig.get('raised')}/{sig.get('oob_probes')}",
+            "observed": sig.get("observed"),
+        },
+        "index_select_reference": {"verdict": ref.verdict, "raised": f"{rsig.get('raised')}/{rsig.get('oob_probes')}"},
+        "exception_deficit": (rsig.get("raised") or 0) - (sig.get("raised") or 0),
+        "index_width_example": sig.get("index_width_example"),
+    }
+    ok = (
+        naive
+        and v.verdict == "FAIL"
+        and sig.get("pattern") == "no_raise_zero_fill"
+        and sig.get("raised") == 0
+        and ref.verdict == "PASS"
+        and rsig.get("raised") == rsig.get("oob_probes")
+    )
     return ok, out
 
 
-_RUNNERS = {"ascend_silent_precision_coercion": _ascend, "sakana_reward_hacked_kernel": _sakana,
-            "amd_oob_silent_acceptance": _amd}
+_RUNNERS = {
+    "ascend_silent_precision_coercion": _ascend,
+    "sakana_reward_hacked_kernel": _sakana,
+    "amd_oob_silent_acceptance": _amd,
+}
 
 
 def run_incident(name: str, *, seeds=None) -> dict:
@@ -120,10 +157,18 @@ def run_incident(name: str, *, seeds=None) -> dict:
     c = get_contract(meta["class"])
     t0 = time.monotonic()
     ok, measured = _RUNNERS[name](seeds or list(c.protocol_params["seeds"]["public"]))
-    return {"name": name, "title": meta["title"], "class": meta["class"], "contract_id": c.id,
-            "secondary_classes": meta["secondary"], "informal_diagnosis": meta["informal"],
-            "expected_signature": meta["expected"], "measured": measured, "reproduced": bool(ok),
-            "duration_s": round(time.monotonic() - t0, 3)}
+    return {
+        "name": name,
+        "title": meta["title"],
+        "class": meta["class"],
+        "contract_id": c.id,
+        "secondary_classes": meta["secondary"],
+        "informal_diagnosis": meta["informal"],
+        "expected_signature": meta["expected"],
+        "measured": measured,
+        "reproduced": bool(ok),
+        "duration_s": round(time.monotonic() - t0, 3),
+    }
 
 
 def run_incidents(*, seeds=None) -> dict:

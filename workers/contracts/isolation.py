@@ -23,6 +23,7 @@ The boundary is the operating system's, built with bubblewrap (Debian package ``
 sandbox cannot be created; ``none`` explicitly allows the unisolated mode (a plain subprocess with a cleared
 environment) and every verdict then records that it ran unisolated.
 """
+
 from __future__ import annotations
 
 import functools
@@ -35,13 +36,24 @@ from pathlib import Path
 POLICY_ENV = "AUDIT_KERNEL_ISOLATION"
 UID_ENV = "AUDIT_SANDBOX_UID"
 POLICIES = ("bubblewrap", "none")
-APP_PATH = "/opt/app/run.py"       # the sandbox program, as the candidate sees it (a name that says nothing)
-LIB_DIR = "/opt/lib"               # the staged implementation module(s)
-TMP_BYTES = 256 * 2 ** 20
+APP_PATH = "/opt/app/run.py"  # the sandbox program, as the candidate sees it (a name that says nothing)
+LIB_DIR = "/opt/lib"  # the staged implementation module(s)
+TMP_BYTES = 256 * 2**20
 # what Python and the numeric libraries may read; nothing else of the worker's environment enters the sandbox
-PASSED_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
-              "CUDA_VISIBLE_DEVICES", "CUBLAS_WORKSPACE_CONFIG", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
-              "LD_LIBRARY_PATH", "LANG", "LC_ALL")
+PASSED_ENV = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "OPENBLAS_CORETYPE",
+    "OPENBLAS_L2_SIZE",
+    "CUDA_VISIBLE_DEVICES",
+    "CUBLAS_WORKSPACE_CONFIG",
+    "NVIDIA_VISIBLE_DEVICES",
+    "NVIDIA_DRIVER_CAPABILITIES",
+    "LD_LIBRARY_PATH",
+    "LANG",
+    "LC_ALL",
+)
 
 
 class SandboxUnavailable(RuntimeError):
@@ -65,15 +77,22 @@ def _python_roots() -> list[tuple[str, str]]:
     the venv's interpreter symlink points to); nested directories need no bind of their own."""
     import itertools
 
-    paths = [sys.prefix, sys.base_prefix, os.path.dirname(os.path.dirname(sys.executable)),
-             os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))]
+    paths = [
+        sys.prefix,
+        sys.base_prefix,
+        os.path.dirname(os.path.dirname(sys.executable)),
+        os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))),
+    ]
     binds = {}
     for p in itertools.chain(paths, (os.path.realpath(p) for p in paths)):
         p = os.path.abspath(p)
         if p and os.path.isdir(p) and p != "/usr" and not p.startswith("/usr/"):
             binds.setdefault(p, os.path.realpath(p))
-    return [(src, dst) for dst, src in sorted(binds.items())
-            if not any(dst != q and dst.startswith(q.rstrip("/") + "/") for q in binds)]
+    return [
+        (src, dst)
+        for dst, src in sorted(binds.items())
+        if not any(dst != q and dst.startswith(q.rstrip("/") + "/") for q in binds)
+    ]
 
 
 def _system_dirs() -> list[str]:
@@ -110,15 +129,30 @@ def _gpu_devices() -> list[str]:
 
 
 def _env_args() -> list[str]:
-    args = ["--clearenv", "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp", "--setenv", "PATH", "/usr/bin:/bin",
-            "--setenv", "PYTHONDONTWRITEBYTECODE", "1"]
+    args = [
+        "--clearenv",
+        "--setenv",
+        "HOME",
+        "/tmp",
+        "--setenv",
+        "TMPDIR",
+        "/tmp",
+        "--setenv",
+        "PATH",
+        "/usr/bin:/bin",
+        "--setenv",
+        "PYTHONDONTWRITEBYTECODE",
+        "1",
+    ]
     for name in PASSED_ENV:
         if name in os.environ:
             args += ["--setenv", name, os.environ[name]]
     return args
 
 
-def bubblewrap_argv(program: str | None, lib_dir: str | None, device: str, command: list[str] | None = None) -> list[str]:
+def bubblewrap_argv(
+    program: str | None, lib_dir: str | None, device: str, command: list[str] | None = None
+) -> list[str]:
     """The command that starts ``command`` (default: the sandbox program, bound at APP_PATH) under bubblewrap."""
     bwrap = shutil.which("bwrap")
     if not bwrap:
@@ -128,8 +162,17 @@ def bubblewrap_argv(program: str | None, lib_dir: str | None, device: str, comma
     # --as-pid-1: the sandbox program is the pid namespace's init, and the kernel delivers no signal to a namespace's
     # init from inside it unless init handles it (no SIGKILL, no SIGSTOP): a candidate sharing its uid cannot end the
     # zygote that reports its exit, so a kill(-1) costs the candidate its own run and nothing more
-    argv = [bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--as-pid-1", "--unshare-net",
-            "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    argv = [
+        bwrap,
+        "--die-with-parent",
+        "--new-session",
+        "--unshare-pid",
+        "--as-pid-1",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+    ]
     if not as_root:
         argv += ["--unshare-user", "--uid", str(uid), "--gid", str(uid), "--cap-drop", "ALL"]
     # the tmpfs first: a Python environment that lives under /tmp is bound on top of it, not hidden by it
@@ -146,8 +189,16 @@ def bubblewrap_argv(program: str | None, lib_dir: str | None, device: str, comma
         argv += _gpu_devices()
     argv += ["--chdir", "/tmp"] + _env_args() + ["--"]
     if as_root:  # bubblewrap built the mounts as root; the program itself runs as an unprivileged uid
-        argv += [shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
-                 "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs", "--"]
+        argv += [
+            shutil.which("setpriv") or "/usr/bin/setpriv",
+            f"--reuid={uid}",
+            f"--regid={uid}",
+            "--clear-groups",
+            "--bounding-set=-all",
+            "--inh-caps=-all",
+            "--no-new-privs",
+            "--",
+        ]
     return argv + (command or [sys.executable, "-I", "-B", APP_PATH])
 
 
@@ -180,9 +231,16 @@ def probe(device: str = "cpu") -> str | None:
 def describe(mode: str, device: str) -> dict:
     """What a verdict records about the isolation it ran under."""
     if mode == "none":
-        return {"mode": "none", "boundary": "none: operator allowed unisolated runs "
-                                            f"({POLICY_ENV}=none); the kernel ran with the worker's user and network"}
-    return {"mode": "bubblewrap", "uid": sandbox_uid(), "network": "none",
-            "namespaces": ["pid", "net", "ipc", "uts", "mount"] + ([] if os.geteuid() == 0 else ["user"]),
-            "filesystem": "read-only Python environment and the submitted module; private tmpfs",
-            "device": device}
+        return {
+            "mode": "none",
+            "boundary": "none: operator allowed unisolated runs "
+            f"({POLICY_ENV}=none); the kernel ran with the worker's user and network",
+        }
+    return {
+        "mode": "bubblewrap",
+        "uid": sandbox_uid(),
+        "network": "none",
+        "namespaces": ["pid", "net", "ipc", "uts", "mount"] + ([] if os.geteuid() == 0 else ["user"]),
+        "filesystem": "read-only Python environment and the submitted module; private tmpfs",
+        "device": device,
+    }

@@ -6,6 +6,7 @@ refused), the data is checked against ``schema.CONTRACT``, and then the expressi
 and checked against the names the named measurement protocol binds. Nothing here imports torch, so the portal can load the suite into its
 database from a process that never imports torch.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -60,7 +61,7 @@ class Contract:
 
     @property
     def unit_roundoff(self) -> float:
-        return _num(self.data["tolerance"].get("unit_roundoff", 2.0 ** -24))
+        return _num(self.data["tolerance"].get("unit_roundoff", 2.0**-24))
 
     @property
     def quality_warning_fraction(self) -> float:
@@ -83,15 +84,22 @@ class Contract:
         """JSON-safe record for a database row: identity, the eight parts, extensions, source and digest."""
         d = self.data
         return {
-            "id": self.id, "class": self.cls, "version": self.version, "family": self.family, "title": self.title,
-            "protocol": self.protocol, "signature": self.signature, "schema_version": d["schema_version"],
+            "id": self.id,
+            "class": self.cls,
+            "version": self.version,
+            "family": self.family,
+            "title": self.title,
+            "protocol": self.protocol,
+            "signature": self.signature,
+            "schema_version": d["schema_version"],
             "parts": {p: d[p] for p in EIGHT_PARTS},
             "policies": d.get("policies") or {},
             "calibration": d["calibration"],
             "derivation": d.get("derivation"),
             "provenance": d.get("provenance"),
             "evidence": d.get("evidence") or [],
-            "source_text": self.source_text, "sha256": self.sha256,
+            "source_text": self.source_text,
+            "sha256": self.sha256,
             "filename": Path(self.path).name if self.path else "",
         }
 
@@ -122,24 +130,29 @@ def _load_text(text: str, source: str) -> Contract:
     if not ident["id"].startswith(ident["class"] + "/"):
         err(f"id {ident['id']!r} must start with the class {ident['class']!r}", ("identifier", "id"))
     if FAMILY_OF_CLASS[ident["class"]] != ident["family"]:
-        err(f"class {ident['class']} belongs to family {FAMILY_OF_CLASS[ident['class']]!r}",
-            ("identifier", "family"))
+        err(f"class {ident['class']} belongs to family {FAMILY_OF_CLASS[ident['class']]!r}", ("identifier", "family"))
 
     # protocol cross-checks: the names an expression may use are the ones the protocol binds
     from .protocols import PROTOCOL_META  # torch-free registry
 
     meta = PROTOCOL_META.get(ident["protocol"])
     if meta is None:
-        err(f"unknown protocol {ident['protocol']!r} (known: {', '.join(sorted(PROTOCOL_META))})",
-            ("identifier", "protocol"))
+        err(
+            f"unknown protocol {ident['protocol']!r} (known: {', '.join(sorted(PROTOCOL_META))})",
+            ("identifier", "protocol"),
+        )
     if meta["class"] != ident["class"]:
-        err(f"protocol {ident['protocol']!r} measures {meta['class']}, not {ident['class']}",
-            ("identifier", "protocol"))
+        err(
+            f"protocol {ident['protocol']!r} measures {meta['class']}, not {ident['class']}", ("identifier", "protocol")
+        )
     names = set(meta["names"])
     tol = data["tolerance"]
     if tol["statistic"] not in names:
-        err(f"statistic {tol['statistic']!r} is not measured by protocol {ident['protocol']!r} "
-            f"(it binds: {', '.join(sorted(names))})", ("tolerance", "statistic"))
+        err(
+            f"statistic {tol['statistic']!r} is not measured by protocol {ident['protocol']!r} "
+            f"(it binds: {', '.join(sorted(names))})",
+            ("tolerance", "statistic"),
+        )
     bound = _expr.parse(tol["bound"])
     unknown = bound.names - names
     if unknown:
@@ -150,34 +163,49 @@ def _load_text(text: str, source: str) -> Contract:
         err(f"relation uses unbound name(s) {sorted(unknown)}", ("postcondition", "relation"))
     if not relation.is_predicate():
         err("relation must be a comparison or a boolean combination of comparisons", ("postcondition", "relation"))
-    for key in (data["violation_signature"].get("discriminators") or {}):
+    for key in data["violation_signature"].get("discriminators") or {}:
         if key not in meta["patterns"]:
-            err(f"discriminator {key!r} is not a pattern protocol {ident['protocol']!r} can report "
-                f"({', '.join(meta['patterns'])})", ("violation_signature", "discriminators", key))
+            err(
+                f"discriminator {key!r} is not a pattern protocol {ident['protocol']!r} can report "
+                f"({', '.join(meta['patterns'])})",
+                ("violation_signature", "discriminators", key),
+            )
     if data["postcondition"]["kind"] == "policy" and not data.get("policies"):
         # allowed (run_contract reports NOT_DECLARED), but the policies block must then be absent, not malformed
         pass
-    for pname in (data.get("policies") or {}):
+    for pname in data.get("policies") or {}:
         if pname not in POLICY_VALUES:  # pragma: no cover - schema already rejects
             err("unknown policy", ("policies", pname))
-    for flag in (data["precondition"].get("env") or {}):
+    for flag in data["precondition"].get("env") or {}:
         if flag not in ENV_FLAGS:
             err(f"unknown environment flag {flag!r} (known: {', '.join(ENV_FLAGS)})", ("precondition", "env", flag))
     sweeps = data["measurement_protocol"].get("sweeps") or {}
     for sname in sweeps:
         if sname not in meta.get("sweeps", ()):
-            err(f"protocol {ident['protocol']!r} has no sweep {sname!r} (sweeps: {', '.join(meta.get('sweeps', ()))})",
-                ("measurement_protocol", "sweeps", sname))
+            err(
+                f"protocol {ident['protocol']!r} has no sweep {sname!r} (sweeps: {', '.join(meta.get('sweeps', ()))})",
+                ("measurement_protocol", "sweeps", sname),
+            )
 
     sweep = data["measurement_protocol"].get("sweep")
     if sweep:
         _check_sweep(sweep, meta, data, err)
 
     return Contract(
-        id=ident["id"], cls=ident["class"], family=ident["family"], version=ident["version"],
-        title=ident.get("title", ""), protocol=ident["protocol"], signature=ident["signature"],
-        data=data, source_text=text, sha256=hashlib.sha256(text.encode()).hexdigest(), path=source,
-        lines=lines, bound=bound, relation=relation,
+        id=ident["id"],
+        cls=ident["class"],
+        family=ident["family"],
+        version=ident["version"],
+        title=ident.get("title", ""),
+        protocol=ident["protocol"],
+        signature=ident["signature"],
+        data=data,
+        source_text=text,
+        sha256=hashlib.sha256(text.encode()).hexdigest(),
+        path=source,
+        lines=lines,
+        bound=bound,
+        relation=relation,
     )
 
 
@@ -197,15 +225,20 @@ def _check_sweep(sweep: dict, meta: dict, data: dict, err) -> None:
             continue
         unknown = _expr.parse(budget[key]).names - dims
         if unknown:
-            err(f"budget expression uses {sorted(unknown)}; the protocol's dimensions are {sorted(dims)}",
-                base + ("budget", key))
+            err(
+                f"budget expression uses {sorted(unknown)}; the protocol's dimensions are {sorted(dims)}",
+                base + ("budget", key),
+            )
     if (budget.get("work") is None) != (budget.get("max_work") is None):
         err("work and max_work go together", base + ("budget",))
 
     def check_value(v, path):
         if not isinstance(v, str) or v not in meta.get("values", ()) or v not in gen_names:
-            err(f"value generator {v!r} must be one the protocol implements ({', '.join(meta.get('values', ()))}) "
-                f"and listed in measurement_protocol.generators", path)
+            err(
+                f"value generator {v!r} must be one the protocol implements ({', '.join(meta.get('values', ()))}) "
+                f"and listed in measurement_protocol.generators",
+                path,
+            )
 
     def check_dim(name, lo, hi, path):
         if name in declared and len(declared[name]) == 2 and not (declared[name][0] <= lo and hi <= declared[name][1]):
@@ -219,7 +252,10 @@ def _check_sweep(sweep: dict, meta: dict, data: dict, err) -> None:
                     check_value(v, path + (k,))
                 continue
             if k not in dims:
-                err(f"unknown dimension {k!r} (the protocol's: {', '.join(sorted(dims))}, plus value, layout)", path + (k,))
+                err(
+                    f"unknown dimension {k!r} (the protocol's: {', '.join(sorted(dims))}, plus value, layout)",
+                    path + (k,),
+                )
             if isinstance(v, bool) or not isinstance(v, int):
                 err(f"a dimension is an integer, found {v!r}", path + (k,))
             check_dim(k, v, v, path + (k,))
@@ -232,8 +268,10 @@ def _check_sweep(sweep: dict, meta: dict, data: dict, err) -> None:
             if missing:
                 err(f"point does not give {sorted(missing)}, needed by budget.{key}", path)
             if expr.evaluate(env) > _num(budget[mkey]):
-                err(f"point exceeds the budget: {key} = {expr.evaluate(env):.4g} > {mkey} = {_num(budget[mkey]):.4g}",
-                    path)
+                err(
+                    f"point exceeds the budget: {key} = {expr.evaluate(env):.4g} > {mkey} = {_num(budget[mkey]):.4g}",
+                    path,
+                )
     draw = sweep.get("draw") or {}
     for name, spec in (draw.get("dims") or {}).items():
         path = base + ("draw", "dims", name)
@@ -287,6 +325,6 @@ def _semver_key(v: str):
     return tuple(int(x) for x in core.split("."))
 
 
-from .schema import CLASSES as _CLASSES  # noqa: E402
+from .schema import CLASSES as _CLASSES  # noqa: E402 - imported after the version helpers it uses at import time
 
 CLASS_ORDER = {c: i for i, c in enumerate(_CLASSES)}

@@ -4,6 +4,7 @@ A kernel's prints, exception messages and file names reach the worker's log and 
 escaped (no terminal control sequence, no carriage return rewriting a log line, no forged line without the
 ``[kernel]`` prefix), capped, and stripped of the host's absolute paths: a verdict names the files it is about by
 their base name, and says nothing of where the worker keeps them."""
+
 from __future__ import annotations
 
 import re
@@ -15,6 +16,7 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2
 
 def escape(text: str, keep_newlines: bool = False) -> str:
     """Control characters (ANSI escapes, carriage returns, bidi overrides...) as ``\\xNN`` / ``\\uNNNN``."""
+
     def sub(m):
         c = m.group(0)
         return f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"

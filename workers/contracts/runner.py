@@ -7,6 +7,7 @@ partners) -> launch (the sandbox's children run them; only raw bytes come back) 
 here) -> measure (the protocol against the fp64 oracle; bound and relation per measurement) -> decide (verdict,
 margin; signature and trace come with it).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -55,9 +56,15 @@ def default_function_name(contract: Contract) -> str:
 def _base(contract: Contract, impl, device) -> dict:
     from .sandbox import describe_impl
 
-    return dict(contract_id=contract.id, contract_version=contract.version, contract_class=contract.cls,
-                family=contract.family, statistic_name=contract.statistic, impl_id=describe_impl(impl),
-                device=device)
+    return dict(
+        contract_id=contract.id,
+        contract_version=contract.version,
+        contract_class=contract.cls,
+        family=contract.family,
+        statistic_name=contract.statistic,
+        impl_id=describe_impl(impl),
+        device=device,
+    )
 
 
 def _margin(stat, bound) -> float:
@@ -81,6 +88,7 @@ class Stop(Exception):
 @dataclasses.dataclass
 class RunState:
     """What the stages of one run hand each other (:data:`STAGES`)."""
+
     contract_id: object
     impl: object
     device: str = "cpu"
@@ -142,11 +150,21 @@ def stage_resolve(st: RunState) -> None:
 
         u_decl = float(_parse(st.declared_unit_roundoff).evaluate({}))
         if not (math.isfinite(u_decl) and contract.unit_roundoff <= u_decl < 1):
-            raise ValueError(f"declared unit roundoff {st.declared_unit_roundoff!r} must lie in "
-                             f"[{contract.unit_roundoff:g}, 1): the open track is for lower precision")
+            raise ValueError(
+                f"declared unit roundoff {st.declared_unit_roundoff!r} must lie in "
+                f"[{contract.unit_roundoff:g}, 1): the open track is for lower precision"
+            )
         st.scale = u_decl / contract.unit_roundoff
-        st.base.update({"track": "open", "declaration": {"unit_roundoff": u_decl, "bound_scale": st.scale,
-                                                         "contract_unit_roundoff": contract.unit_roundoff}})
+        st.base.update(
+            {
+                "track": "open",
+                "declaration": {
+                    "unit_roundoff": u_decl,
+                    "bound_scale": st.scale,
+                    "contract_unit_roundoff": contract.unit_roundoff,
+                },
+            }
+        )
 
 
 def stage_screen(st: RunState) -> None:
@@ -159,8 +177,10 @@ def stage_screen(st: RunState) -> None:
     contract = st.contract
     missing = [p for p in protocols.REQUIRED_POLICIES.get(contract.cls, ()) if p not in contract.policies]
     if missing:
-        st.stop("NOT_DECLARED", reason=f"policy field(s) {', '.join('policies.' + m for m in missing)} "
-                                       "not declared by the contract")
+        st.stop(
+            "NOT_DECLARED",
+            reason=f"policy field(s) {', '.join('policies.' + m for m in missing)} not declared by the contract",
+        )
     platforms = contract.data["scope"].get("platforms") or ["any"]
     dev_kind = st.device.split(":")[0]
     if "any" not in platforms and dev_kind not in [p if isinstance(p, str) else p.get("device") for p in platforms]:
@@ -195,16 +215,27 @@ def stage_launch(st: RunState) -> None:
 
     params = st.contract.protocol_params
     limit = float(st.time_limit_s if st.time_limit_s is not None else params.get("time_limit_s", DEFAULT_TIME_LIMIT_S))
-    mem = st.memory_limit_mb if st.memory_limit_mb is not None else params.get("memory_limit_mb",
-                                                                               DEFAULT_MEMORY_LIMIT_MB)
+    mem = (
+        st.memory_limit_mb if st.memory_limit_mb is not None else params.get("memory_limit_mb", DEFAULT_MEMORY_LIMIT_MB)
+    )
     reference = getattr(st.proto, "REVERSED_ORDER_REFERENCE", None)
-    st.outcome = outcome = run_in_sandbox(st.impl, st.case_list, device=st.device, flags=st.env_flags,
-                                          time_limit_s=limit, memory_limit_mb=mem, reference=reference,
-                                          progress=st.progress, pool=st.pool)
-    seeds_info = [{"seed": s if (c != "hidden" or not _hidden_key_set()) else None, "seed_class": c}
-                  for s, c in st.plan]
-    st.common = dict(environment=fingerprint(st.device, outcome, st.env_flags), seeds=seeds_info,
-                     impl_hash=outcome.get("impl_hash"))
+    st.outcome = outcome = run_in_sandbox(
+        st.impl,
+        st.case_list,
+        device=st.device,
+        flags=st.env_flags,
+        time_limit_s=limit,
+        memory_limit_mb=mem,
+        reference=reference,
+        progress=st.progress,
+        pool=st.pool,
+    )
+    seeds_info = [
+        {"seed": s if (c != "hidden" or not _hidden_key_set()) else None, "seed_class": c} for s, c in st.plan
+    ]
+    st.common = dict(
+        environment=fingerprint(st.device, outcome, st.env_flags), seeds=seeds_info, impl_hash=outcome.get("impl_hash")
+    )
     kind = outcome.get("kind")
     if kind == "timeout":
         st.stop("TIMEOUT", reason=outcome["error"]["message"], **st.common)
@@ -227,8 +258,12 @@ def stage_findings(st: RunState) -> None:
         st.stop("CRASH", reason=f"malformed result from the sandbox: {type(exc).__name__}: {exc}", **st.common)
     crash = [f for f in st.findings if f["severity"] == "crash"]
     if crash:
-        st.stop("CRASH", reason=f"implementation raised on case {crash[0]['case']}: {crash[0]['detail']}",
-                findings=st.findings, **st.common)
+        st.stop(
+            "CRASH",
+            reason=f"implementation raised on case {crash[0]['case']}: {crash[0]['detail']}",
+            findings=st.findings,
+            **st.common,
+        )
 
 
 def stage_measure(st: RunState) -> None:
@@ -238,8 +273,9 @@ def stage_measure(st: RunState) -> None:
     try:
         measurements = st.proto.measure(contract, st.cases, st.results)
     except Exception as exc:  # noqa: BLE001 - an unmeasurable output is reported, never a traceback
-        st.stop("INCONCLUSIVE", reason=f"measurement failed: {type(exc).__name__}: {exc}", findings=st.findings,
-                **st.common)
+        st.stop(
+            "INCONCLUSIVE", reason=f"measurement failed: {type(exc).__name__}: {exc}", findings=st.findings, **st.common
+        )
     fp = st.common["environment"]
     stamp = _dt.datetime.now(_dt.timezone.utc).isoformat()
     trace, evaluated = [], []
@@ -251,38 +287,72 @@ def stage_measure(st: RunState) -> None:
             if st.scale != 1.0:
                 names["u"] = names.get("u", contract.unit_roundoff) * st.scale
             ok = contract.relation.holds(names)
-        except Exception as exc:  # noqa: BLE001
-            st.stop("INCONCLUSIVE", reason=f"bound/relation could not be evaluated: {exc}", findings=st.findings,
-                    **st.common)
+        except Exception as exc:  # noqa: BLE001 - a relation or signature that cannot be evaluated is a stated result, not a crash
+            st.stop(
+                "INCONCLUSIVE",
+                reason=f"bound/relation could not be evaluated: {exc}",
+                findings=st.findings,
+                **st.common,
+            )
         stat = float(names[contract.statistic])
         margin = _margin(stat, bound)
         evaluated.append((m, stat, bound, margin, ok))
-        trace.append({
-            "contract_id": contract.id, "contract_version": contract.version, "impl_id": base["impl_id"],
-            "impl_hash": st.outcome.get("impl_hash"),
-            "platform": {"device": st.device, "torch": fp.get("torch"), "cpu": fp.get("cpu"), "cuda": fp.get("cuda"),
-                         "flags": fp.get("flags")},
-            "seed_class": m.get("seed_class"),
-            "seed": m.get("seed") if (m.get("seed_class") != "hidden" or not _hidden_key_set()) else None,
-            "input_hash": m.get("input_hash"), "sweep_point": m.get("point"), "statistic_name": contract.statistic,
-            "statistic": stat, "bound": bound, "margin": margin, "names": names,
-            "verdict": "PASS" if ok else "FAIL", "timestamp": stamp, "suite_version": SUITE_VERSION,
-        })
+        trace.append(
+            {
+                "contract_id": contract.id,
+                "contract_version": contract.version,
+                "impl_id": base["impl_id"],
+                "impl_hash": st.outcome.get("impl_hash"),
+                "platform": {
+                    "device": st.device,
+                    "torch": fp.get("torch"),
+                    "cpu": fp.get("cpu"),
+                    "cuda": fp.get("cuda"),
+                    "flags": fp.get("flags"),
+                },
+                "seed_class": m.get("seed_class"),
+                "seed": m.get("seed") if (m.get("seed_class") != "hidden" or not _hidden_key_set()) else None,
+                "input_hash": m.get("input_hash"),
+                "sweep_point": m.get("point"),
+                "statistic_name": contract.statistic,
+                "statistic": stat,
+                "bound": bound,
+                "margin": margin,
+                "names": names,
+                "verdict": "PASS" if ok else "FAIL",
+                "timestamp": stamp,
+                "suite_version": SUITE_VERSION,
+            }
+        )
     try:
         signature = st.proto.signature(contract, measurements)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - a relation or signature that cannot be evaluated is a stated result, not a crash
         signature = {"pattern": None, "error": f"{type(exc).__name__}: {exc}"}
     signature["findings"] = sorted({f["kind"] for f in st.findings})
     hidden = any(c == "hidden" for _, c in st.plan)
-    harness = {"invariants": list(contract.protocol_params["harness_invariants"]), "separate_process": True,
-               "isolation": (st.outcome.get("isolation") or {}).get("mode"), "hidden_seeds": hidden,
-               "cases": len(st.cases), "child_wall_s": round(st.outcome.get("wall_s", 0), 3),
-               "children": st.outcome.get("children", 1)}
+    harness = {
+        "invariants": list(contract.protocol_params["harness_invariants"]),
+        "separate_process": True,
+        "isolation": (st.outcome.get("isolation") or {}).get("mode"),
+        "hidden_seeds": hidden,
+        "cases": len(st.cases),
+        "child_wall_s": round(st.outcome.get("wall_s", 0), 3),
+        "children": st.outcome.get("children", 1),
+    }
     st.evaluated = evaluated
-    st.kw = dict(findings=st.findings, measurements=len(evaluated), signature=signature, trace=trace,
-                 harness=harness, assurance_level=3 if hidden else 1, **st.common)
-    st.kw.update(passed_measurements=sum(1 for e in evaluated if e[4]),
-                 coverage=coverage_statement(contract, [e[0] for e in evaluated], st.device, st.plan))
+    st.kw = dict(
+        findings=st.findings,
+        measurements=len(evaluated),
+        signature=signature,
+        trace=trace,
+        harness=harness,
+        assurance_level=3 if hidden else 1,
+        **st.common,
+    )
+    st.kw.update(
+        passed_measurements=sum(1 for e in evaluated if e[4]),
+        coverage=coverage_statement(contract, [e[0] for e in evaluated], st.device, st.plan),
+    )
 
 
 def stage_decide(st: RunState) -> Verdict:
@@ -301,26 +371,37 @@ def stage_decide(st: RunState) -> Verdict:
         failing = [(m, *_clause_figures(contract, m, stat, bound), ok) for m, stat, bound, _, ok in failing]
     pool = failing or evaluated
     # worst = largest margin; among infinite margins (T0 bounds), the largest statistic
-    worst = max(pool, key=lambda e: (e[3] if not math.isnan(e[3]) else math.inf,
-                                     e[1] if not math.isnan(e[1]) else math.inf))
+    worst = max(
+        pool, key=lambda e: (e[3] if not math.isnan(e[3]) else math.inf, e[1] if not math.isnan(e[1]) else math.inf)
+    )
     m, stat, bound, margin, _ = worst
     if failing:
-        kw.update(failing_clause=m.get("_clause") or {}, statistic_name=m.get("_clause", {}).get("statistic_name")
-                  or contract.statistic)
+        kw.update(
+            failing_clause=m.get("_clause") or {},
+            statistic_name=m.get("_clause", {}).get("statistic_name") or contract.statistic,
+        )
     kw.update(statistic=stat, bound=bound, margin=margin)
     harness_note = _harness_note(fails) if fails else ""
     if failing:
-        names = ", ".join(f"{k} = {v:.4g}" for k, v in m["names"].items()
-                          if isinstance(v, (int, float)) and k not in ("bound",) and k in contract.relation.names)
-        return st.done("FAIL", reason=f"relation '{contract.data['postcondition']['relation']}' violated at "
-                                      f"{m.get('point')} (seed class {m.get('seed_class')}): {names}, bound = "
-                                      f"{bound:.4g}; {len(failing)}/{len(evaluated)} measurements fail"
-                                      + (f"; {harness_note}" if harness_note else ""), **kw)
+        names = ", ".join(
+            f"{k} = {v:.4g}"
+            for k, v in m["names"].items()
+            if isinstance(v, (int, float)) and k not in ("bound",) and k in contract.relation.names
+        )
+        return st.done(
+            "FAIL",
+            reason=f"relation '{contract.data['postcondition']['relation']}' violated at "
+            f"{m.get('point')} (seed class {m.get('seed_class')}): {names}, bound = "
+            f"{bound:.4g}; {len(failing)}/{len(evaluated)} measurements fail"
+            + (f"; {harness_note}" if harness_note else ""),
+            **kw,
+        )
     if fails:
         return st.done("FAIL", reason=harness_note, **kw)
     if bound > 0 and margin > contract.quality_warning_fraction:
-        return st.done("QUALITY_WARNING", reason=f"passes but uses {margin:.0%} of the budget at {m.get('point')}",
-                       **kw)
+        return st.done(
+            "QUALITY_WARNING", reason=f"passes but uses {margin:.0%} of the budget at {m.get('point')}", **kw
+        )
     return st.done("PASS", reason=f"{len(evaluated)} measurements within bound; worst margin {margin:.3g}", **kw)
 
 
@@ -328,9 +409,21 @@ def stage_decide(st: RunState) -> Verdict:
 STAGES = (stage_resolve, stage_screen, stage_plan, stage_launch, stage_findings, stage_measure, stage_decide)
 
 
-def run_contract(contract_id, impl, *, device="cpu", seeds=None, flags=None, time_limit_s=None,
-                 memory_limit_mb=None, trace_path=None, progress=None, directory=None, pool=None,
-                 declared_unit_roundoff=None) -> Verdict:
+def run_contract(
+    contract_id,
+    impl,
+    *,
+    device="cpu",
+    seeds=None,
+    flags=None,
+    time_limit_s=None,
+    memory_limit_mb=None,
+    trace_path=None,
+    progress=None,
+    directory=None,
+    pool=None,
+    declared_unit_roundoff=None,
+) -> Verdict:
     """Run one contract against ``impl`` (callable, 'package.module:function', or '/path/file.py:function'),
     through the seven stages of :data:`STAGES`: resolve, screen, plan, launch, findings, measure, decide.
 
@@ -346,9 +439,20 @@ def run_contract(contract_id, impl, *, device="cpu", seeds=None, flags=None, tim
 
     Raises :class:`~workers.contracts.sandbox.HarnessFailure` (or ``SandboxUnavailable``) when the harness
     itself cannot run: that is never a verdict about the implementation."""
-    st = RunState(contract_id, impl, device=device, seeds=seeds, flags=flags, time_limit_s=time_limit_s,
-                  memory_limit_mb=memory_limit_mb, trace_path=trace_path, progress=progress, directory=directory,
-                  pool=pool, declared_unit_roundoff=declared_unit_roundoff)
+    st = RunState(
+        contract_id,
+        impl,
+        device=device,
+        seeds=seeds,
+        flags=flags,
+        time_limit_s=time_limit_s,
+        memory_limit_mb=memory_limit_mb,
+        trace_path=trace_path,
+        progress=progress,
+        directory=directory,
+        pool=pool,
+        declared_unit_roundoff=declared_unit_roundoff,
+    )
     try:
         for stage in STAGES[:-1]:
             stage(st)
@@ -378,8 +482,15 @@ def _clause_figures(contract, m, stat, bound):
         m["_clause"] = {"clause": bad["clause"] if bad else contract.data["postcondition"]["relation"]}
         return stat, bound, _margin(stat, bound)
     lhs, rhs = float(bad["lhs_value"]), float(bad["rhs_value"])
-    m["_clause"] = {"clause": bad["clause"], "statistic_name": bad["lhs"], "statistic": lhs, "op": bad["op"],
-                    "bound_expr": bad["rhs"], "bound": rhs, "point": m.get("point")}
+    m["_clause"] = {
+        "clause": bad["clause"],
+        "statistic_name": bad["lhs"],
+        "statistic": lhs,
+        "op": bad["op"],
+        "bound_expr": bad["rhs"],
+        "bound": rhs,
+        "point": m.get("point"),
+    }
     return lhs, rhs, _margin(lhs, rhs) if bad["op"] in ("<=", "<", "==") else math.inf
 
 
@@ -391,8 +502,10 @@ def replay(verdict, impl=None, **kwargs) -> Verdict:
     d = verdict.to_dict(include_trace=False) if hasattr(verdict, "to_dict") else dict(verdict)
     contract = get_contract(d["contract_id"])
     if contract.version != d.get("contract_version", contract.version):
-        raise ValueError(f"contract {contract.id} is at version {contract.version}, the verdict was measured "
-                         f"against {d['contract_version']}")
+        raise ValueError(
+            f"contract {contract.id} is at version {contract.version}, the verdict was measured "
+            f"against {d['contract_version']}"
+        )
     seeds = d.get("seeds") or []
     if seeds and all(s.get("seed") is not None for s in seeds):
         kwargs.setdefault("seeds", [s["seed"] for s in seeds])
@@ -426,8 +539,17 @@ def resolve_impl_map(impl_map_or_impl, contracts) -> dict:
     return out
 
 
-def run_suite(impl_map_or_impl, *, device="cpu", seeds=None, progress=None, contracts=None, flags=None,
-              time_limit_s=None, trace_path=None) -> list[Verdict]:
+def run_suite(
+    impl_map_or_impl,
+    *,
+    device="cpu",
+    seeds=None,
+    progress=None,
+    contracts=None,
+    flags=None,
+    time_limit_s=None,
+    trace_path=None,
+) -> list[Verdict]:
     """Every contract of the suite (or ``contracts``, ids/classes). ``progress(fraction, message)`` is
     called before each contract and as its cases finish, so a portal can show live per-contract progress."""
     all_contracts = load_suite()
@@ -437,8 +559,17 @@ def run_suite(impl_map_or_impl, *, device="cpu", seeds=None, progress=None, cont
     from .sandbox import SessionPool
 
     with SessionPool() as pool:
-        return _run_all(all_contracts, impls, pool, device=device, seeds=seeds, progress=progress, flags=flags,
-                        time_limit_s=time_limit_s, trace_path=trace_path)
+        return _run_all(
+            all_contracts,
+            impls,
+            pool,
+            device=device,
+            seeds=seeds,
+            progress=progress,
+            flags=flags,
+            time_limit_s=time_limit_s,
+            trace_path=trace_path,
+        )
 
 
 def _run_all(all_contracts, impls, pool, *, device, seeds, progress, flags, time_limit_s, trace_path):
@@ -452,8 +583,17 @@ def _run_all(all_contracts, impls, pool, *, device, seeds, progress, flags, time
             if progress:
                 progress((i + done / max(total, 1)) / n, f"{c.cls}: case {done}/{total}")
 
-        v = run_contract(c, impls[c.id], device=device, seeds=seeds, flags=flags, time_limit_s=time_limit_s,
-                         trace_path=trace_path, progress=sub, pool=pool)
+        v = run_contract(
+            c,
+            impls[c.id],
+            device=device,
+            seeds=seeds,
+            flags=flags,
+            time_limit_s=time_limit_s,
+            trace_path=trace_path,
+            progress=sub,
+            pool=pool,
+        )
         verdicts.append(v)
         if progress:
             progress((i + 1) / n, f"{c.cls}: {v.verdict}")

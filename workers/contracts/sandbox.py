@@ -15,6 +15,7 @@ loaded; the implementation's hash is taken here from the bytes that are staged i
 Failures of the harness itself — the sandbox cannot be created, the zygote does not start, the child dies before
 the candidate is loaded — raise :class:`HarnessFailure`; they are never a verdict about the candidate.
 """
+
 from __future__ import annotations
 
 import os
@@ -36,13 +37,26 @@ from .sandbox_child import DTYPES, U64, decode_tensor, encode_tensor, frame
 from .staging import StagedImpl, describe_impl, load_impl, split_ref
 from .wire import encode_case, loads_untrusted, tensor_hash
 
-__all__ = ["DTYPES", "HarnessFailure", "SandboxOutcome", "SandboxSession", "SandboxUnavailable", "SessionPool",
-           "decode_tensor", "describe_impl", "encode_case", "encode_tensor", "load_impl", "run_in_sandbox",
-           "split_ref", "tensor_hash"]
+__all__ = [
+    "DTYPES",
+    "HarnessFailure",
+    "SandboxOutcome",
+    "SandboxSession",
+    "SandboxUnavailable",
+    "SessionPool",
+    "decode_tensor",
+    "describe_impl",
+    "encode_case",
+    "encode_tensor",
+    "load_impl",
+    "run_in_sandbox",
+    "split_ref",
+    "tensor_hash",
+]
 
 PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_child.py")
 STARTUP_LIMIT_S = 180.0
-MAX_MESSAGE_BYTES = 512 * 2 ** 20
+MAX_MESSAGE_BYTES = 512 * 2**20
 STDERR_FORWARD_BYTES = 256 * 1024
 
 
@@ -68,12 +82,14 @@ class _StderrTail(threading.Thread):
             self.tail = (self.tail + chunk)[-4096:]
             if self.forwarded >= STDERR_FORWARD_BYTES:
                 continue
-            part = chunk[:STDERR_FORWARD_BYTES - self.forwarded]
+            part = chunk[: STDERR_FORWARD_BYTES - self.forwarded]
             self.forwarded += len(part)
             lines, self._partial = log_lines(part.decode(errors="replace"), self._partial)
             if self.forwarded >= STDERR_FORWARD_BYTES:
-                lines += log_lines("", self._partial + "\n")[0] + \
-                    f"[kernel] (output capped at {STDERR_FORWARD_BYTES} bytes; the rest is not logged)\n"
+                lines += (
+                    log_lines("", self._partial + "\n")[0]
+                    + f"[kernel] (output capped at {STDERR_FORWARD_BYTES} bytes; the rest is not logged)\n"
+                )
                 self._partial = ""
             elif len(self._partial) > 4096:  # no newline for a long time: log it as a line of its own
                 lines += log_lines("\n", self._partial)[0]
@@ -135,15 +151,24 @@ class SandboxSession:
         if self.mode == "bubblewrap":
             problem = isolation.probe(self.device)
             if problem:
-                raise SandboxUnavailable(f"{problem}. Submitted kernels are not run unisolated unless the operator "
-                                         f"sets {isolation.POLICY_ENV}=none (docs/contracts.md, 'Isolation').")
+                raise SandboxUnavailable(
+                    f"{problem}. Submitted kernels are not run unisolated unless the operator "
+                    f"sets {isolation.POLICY_ENV}=none (docs/contracts.md, 'Isolation')."
+                )
             argv, env = isolation.bubblewrap_argv(self._program, self._stage, self.device), {}
         else:
             self._scratch = tempfile.mkdtemp(prefix="kc-scratch-")
             argv, env = isolation.unisolated_argv(self._program), isolation.unisolated_env(self._scratch)
         t0 = time.monotonic()
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     env=env, start_new_session=True, close_fds=True)
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            start_new_session=True,
+            close_fds=True,
+        )
         self._err = _StderrTail(self.proc.stderr)
         self._err.start()
         self._sel = selectors.DefaultSelector()
@@ -153,8 +178,9 @@ class SandboxSession:
         if kind != "Z" or not isinstance(msg, dict) or msg.get("kind") != "ready":
             detail = msg.get("message") if isinstance(msg, dict) else msg
             self.kill()
-            raise HarnessFailure(f"the kernel sandbox did not start ({detail or 'no answer'}); "
-                                 f"stderr: {self._err.text(500)}")
+            raise HarnessFailure(
+                f"the kernel sandbox did not start ({detail or 'no answer'}); stderr: {self._err.text(500)}"
+            )
         self.isolation = dict(self.isolation, sandbox_uid=msg.get("uid"), startup_s=round(time.monotonic() - t0, 3))
 
     def kill(self):
@@ -211,8 +237,8 @@ class SandboxSession:
                 if size > MAX_MESSAGE_BYTES + 64:
                     return "EOF", f"oversized frame ({size} bytes)"
                 if len(self._buf) >= 9 + size:
-                    body = bytes(self._buf[9:9 + size])
-                    del self._buf[:9 + size]
+                    body = bytes(self._buf[9 : 9 + size])
+                    del self._buf[: 9 + size]
                     if tag == b"Z":
                         return "Z", pickle.loads(body)  # the zygote is trusted code that no candidate ran in
                     return "C", body
@@ -226,11 +252,27 @@ class SandboxSession:
                 self._buf += data
 
     # -- one contract run
-    def run(self, impl: StagedImpl, cases: list, *, flags=None, time_limit_s=60.0, memory_limit_mb=4096,
-            reference: StagedImpl | None = None, progress=None) -> SandboxOutcome:
+    def run(
+        self,
+        impl: StagedImpl,
+        cases: list,
+        *,
+        flags=None,
+        time_limit_s=60.0,
+        memory_limit_mb=4096,
+        reference: StagedImpl | None = None,
+        progress=None,
+    ) -> SandboxOutcome:
         with self._lock:  # one run at a time: the zygote serves one child
-            return self._run(impl, cases, flags=flags, time_limit_s=time_limit_s, memory_limit_mb=memory_limit_mb,
-                             reference=reference, progress=progress)
+            return self._run(
+                impl,
+                cases,
+                flags=flags,
+                time_limit_s=time_limit_s,
+                memory_limit_mb=memory_limit_mb,
+                reference=reference,
+                progress=progress,
+            )
 
     def _run(self, impl, cases, *, flags, time_limit_s, memory_limit_mb, reference, progress) -> SandboxOutcome:
         table, index = [], {}
@@ -244,8 +286,16 @@ class SandboxSession:
 
         t0, outcomes = time.monotonic(), []
         for j, round_cases in enumerate(rounds):
-            out = self._child(impl, round_cases, table, flags=flags, time_limit_s=time_limit_s,
-                              memory_limit_mb=memory_limit_mb, reference=reference if j == 0 else None, progress=step)
+            out = self._child(
+                impl,
+                round_cases,
+                table,
+                flags=flags,
+                time_limit_s=time_limit_s,
+                memory_limit_mb=memory_limit_mb,
+                reference=reference if j == 0 else None,
+                progress=step,
+            )
             outcomes.append(out)
             done_before[0] += len(round_cases)
             if out.get("kind") != "result":
@@ -258,17 +308,27 @@ class SandboxSession:
         outcome["tensor_table"] = table
         return outcome
 
-    def _child(self, impl, round_cases, table, *, flags, time_limit_s, memory_limit_mb, reference,
-               progress) -> SandboxOutcome:
+    def _child(
+        self, impl, round_cases, table, *, flags, time_limit_s, memory_limit_mb, reference, progress
+    ) -> SandboxOutcome:
         """One fresh child of the zygote runs ``round_cases``."""
         if self.proc is None or self.proc.poll() is not None:
             self.start()
-        payload = {"kind": "run", "impl": self._wire(impl), "device": self.device, "flags": flags or {},
-                   "memory_limit_mb": memory_limit_mb, "cases": round_cases, "tensors": table,
-                   "reference": self._wire(reference) if reference is not None else None,
-                   "max_files": 256, "max_processes": 256, "max_file_bytes": 64 * 2 ** 20,
-                   "cpu_seconds": int(4 * float(time_limit_s) * (os.cpu_count() or 1)) + 30,
-                   "cuda_memory_fraction": float(os.environ.get("KC_CUDA_MEMORY_FRACTION", "0") or 0) or None}
+        payload = {
+            "kind": "run",
+            "impl": self._wire(impl),
+            "device": self.device,
+            "flags": flags or {},
+            "memory_limit_mb": memory_limit_mb,
+            "cases": round_cases,
+            "tensors": table,
+            "reference": self._wire(reference) if reference is not None else None,
+            "max_files": 256,
+            "max_processes": 256,
+            "max_file_bytes": 64 * 2**20,
+            "cpu_seconds": int(4 * float(time_limit_s) * (os.cpu_count() or 1)) + 30,
+            "cuda_memory_fraction": float(os.environ.get("KC_CUDA_MEMORY_FRACTION", "0") or 0) or None,
+        }
         try:
             self.proc.stdin.write(frame(b"P", pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)))
             self.proc.stdin.flush()
@@ -289,8 +349,12 @@ class SandboxSession:
             return self._err.text(400)
 
         def crash(kind, message, error_type="ProcessDied"):
-            return SandboxOutcome(kind=kind, error={"type": error_type, "message": message},
-                                  results=got["results"], environment=got["environment"])
+            return SandboxOutcome(
+                kind=kind,
+                error={"type": error_type, "message": message},
+                results=got["results"],
+                environment=got["environment"],
+            )
 
         while True:
             tag, msg = self._next_frame(deadline)
@@ -302,25 +366,33 @@ class SandboxSession:
             if tag == "EOF":
                 self.kill()
                 if got["environment"] is None:
-                    raise HarnessFailure(f"the kernel sandbox exited before the implementation was loaded"
-                                         f"{' (' + msg + ')' if msg else ''}; stderr: {stderr_tail()}")
+                    raise HarnessFailure(
+                        f"the kernel sandbox exited before the implementation was loaded"
+                        f"{' (' + msg + ')' if msg else ''}; stderr: {stderr_tail()}"
+                    )
                 return crash("crash", "the sandbox was torn down from inside while the implementation ran")
             if tag == "Z":
                 if msg.get("kind") != "exit":
                     continue
                 if got["environment"] is None:
-                    raise HarnessFailure(f"the sandbox child died before the implementation was loaded "
-                                         f"(exit {msg.get('exit_code')}, signal {msg.get('signal')}); "
-                                         f"stderr: {stderr_tail()}")
+                    raise HarnessFailure(
+                        f"the sandbox child died before the implementation was loaded "
+                        f"(exit {msg.get('exit_code')}, signal {msg.get('signal')}); "
+                        f"stderr: {stderr_tail()}"
+                    )
                 resources = {"maxrss_kb": msg.get("maxrss_kb"), "cpu_s": msg.get("cpu_s")}
                 final = got["final"]
                 if final is None:
                     sig = msg.get("signal")
-                    reason = (f"implementation process killed by signal {_signal_name(sig)}" if sig else
-                              f"implementation process exited with code {msg.get('exit_code')} before reporting")
+                    reason = (
+                        f"implementation process killed by signal {_signal_name(sig)}"
+                        if sig
+                        else f"implementation process exited with code {msg.get('exit_code')} before reporting"
+                    )
                     return SandboxOutcome(crash("crash", reason), resources=resources)
-                out = SandboxOutcome(kind=final["kind"], results=got["results"], environment=got["environment"],
-                                     resources=resources)
+                out = SandboxOutcome(
+                    kind=final["kind"], results=got["results"], environment=got["environment"], resources=resources
+                )
                 if final["kind"] == "result":
                     out["flags_after"] = final.get("flags_after")
                 else:
@@ -331,12 +403,15 @@ class SandboxSession:
                 size = U64.unpack(stream[:8])[0]
                 if size > MAX_MESSAGE_BYTES:
                     self.kill()
-                    return crash("crash", f"a message of {size} bytes from the sandbox exceeds the "
-                                          f"{MAX_MESSAGE_BYTES} byte cap", "ProtocolViolation")
+                    return crash(
+                        "crash",
+                        f"a message of {size} bytes from the sandbox exceeds the {MAX_MESSAGE_BYTES} byte cap",
+                        "ProtocolViolation",
+                    )
                 if len(stream) < 8 + size:
                     break
-                body = bytes(stream[8:8 + size])
-                del stream[:8 + size]
+                body = bytes(stream[8 : 8 + size])
+                del stream[: 8 + size]
                 try:
                     m = loads_untrusted(body)
                     if not isinstance(m, dict) or not isinstance(m.get("kind"), str):
@@ -351,8 +426,9 @@ class SandboxSession:
                 elif kind in ("environment", "harness_error") and got["environment"] is None:
                     if kind == "harness_error":
                         self.kill()
-                        raise HarnessFailure(f"the sandbox child could not prepare the run: "
-                                             f"{_error_dict(m.get('error'))['message']}")
+                        raise HarnessFailure(
+                            f"the sandbox child could not prepare the run: {_error_dict(m.get('error'))['message']}"
+                        )
                     got["environment"] = {"flags": m.get("flags"), "memory_cap_bytes": m.get("memory_cap_bytes")}
                 elif got["environment"] is None:
                     self.kill()
@@ -397,9 +473,17 @@ def launch_round(encoded: list, j: int) -> list:
             continue
         n_fill, configs = len(c["fills"]), 9 if c["all_configs"] else 1
         fills = [c["fills"][(cfg * R + k) % n_fill] for cfg in range(configs) for k in launches]
-        out.append(dict(c, key=f"c{i}", repeat=len(launches), fills=fills, launches=launches,
-                        order=c["order"] if j == 0 else "candidate_first",
-                        pad=0 if j == 0 else 1 + secrets.randbelow(15)))
+        out.append(
+            dict(
+                c,
+                key=f"c{i}",
+                repeat=len(launches),
+                fills=fills,
+                launches=launches,
+                order=c["order"] if j == 0 else "candidate_first",
+                pad=0 if j == 0 else 1 + secrets.randbelow(15),
+            )
+        )
     return out
 
 
@@ -414,16 +498,28 @@ def merge_rounds(encoded: list, rounds: list, outcomes: list) -> SandboxOutcome:
     for j, (round_cases, out) in enumerate(zip(rounds, outcomes)):
         got = [r.get("key") for r in out.get("results") or [] if isinstance(r, dict)]
         want = [c["key"] for c in round_cases]
-        if out.get("kind") == "result" and got != want or out.get("kind") != "result" and got != want[:len(got)]:
-            tampered.append(f"child {j} reported {len(got)} result(s) for {len(want)} case(s)"
-                            + (" (duplicated, unknown or out of order)" if len(got) == len(want) else ""))
+        if out.get("kind") == "result" and got != want or out.get("kind") != "result" and got != want[: len(got)]:
+            tampered.append(
+                f"child {j} reported {len(got)} result(s) for {len(want)} case(s)"
+                + (" (duplicated, unknown or out of order)" if len(got) == len(want) else "")
+            )
         for c, r in zip(round_cases, out.get("results") or []):
             if not isinstance(r, dict) or r.get("key") != c["key"]:
                 break
             i = int(c["key"][1:])
             R = encoded[i]["repeat"]
-            m = merged.setdefault(i, {"key": encoded[i]["key"], "series": [], "exception": None, "bad_output": None,
-                                      "times": [], "inputs_after": None, "inputs_after_rounds": []})
+            m = merged.setdefault(
+                i,
+                {
+                    "key": encoded[i]["key"],
+                    "series": [],
+                    "exception": None,
+                    "bad_output": None,
+                    "times": [],
+                    "inputs_after": None,
+                    "inputs_after_rounds": [],
+                },
+            )
             m["exception"] = m["exception"] or r.get("exception")
             m["bad_output"] = m["bad_output"] or r.get("bad_output")
             m["times"] += list(r.get("times") or [])
@@ -440,15 +536,18 @@ def merge_rounds(encoded: list, rounds: list, outcomes: list) -> SandboxOutcome:
     results = []
     for i in sorted(merged):
         m = merged[i]
-        m["series"] = [{"config": s["config"], "outputs": [o for o in s["slots"] if o is not None]}
-                       for s in m["series"]]
+        m["series"] = [
+            {"config": s["config"], "outputs": [o for o in s["slots"] if o is not None]} for s in m["series"]
+        ]
         results.append(m)
     out = SandboxOutcome(last)
     out["results"] = results
     out["environment"] = first.get("environment")
     out["children"] = len(outcomes)
-    out["resources"] = {"maxrss_kb": max([(o.get("resources") or {}).get("maxrss_kb") or 0 for o in outcomes]),
-                        "cpu_s": round(sum([(o.get("resources") or {}).get("cpu_s") or 0 for o in outcomes]), 3)}
+    out["resources"] = {
+        "maxrss_kb": max([(o.get("resources") or {}).get("maxrss_kb") or 0 for o in outcomes]),
+        "cpu_s": round(sum([(o.get("resources") or {}).get("cpu_s") or 0 for o in outcomes]), 3),
+    }
     if tampered:
         out["channel_tampered"] = "; ".join(tampered)
     return out
@@ -456,8 +555,11 @@ def merge_rounds(encoded: list, rounds: list, outcomes: list) -> SandboxOutcome:
 
 def _error_dict(err) -> dict:
     err = err if isinstance(err, dict) else {}
-    return {"type": str(err.get("type", "Error"))[:100], "message": str(err.get("message", ""))[:500],
-            "where": str(err.get("where", ""))[:200]}
+    return {
+        "type": str(err.get("type", "Error"))[:100],
+        "message": str(err.get("message", ""))[:500],
+        "where": str(err.get("where", ""))[:200],
+    }
 
 
 def _signal_name(sig) -> str:
@@ -513,20 +615,43 @@ def default_pool() -> SessionPool:
     return _DEFAULT_POOL
 
 
-def run_in_sandbox(impl, cases: list, *, device="cpu", flags=None, time_limit_s=60.0, memory_limit_mb=4096,
-                   reference=None, progress=None, pool: SessionPool | None = None) -> SandboxOutcome:
+def run_in_sandbox(
+    impl,
+    cases: list,
+    *,
+    device="cpu",
+    flags=None,
+    time_limit_s=60.0,
+    memory_limit_mb=4096,
+    reference=None,
+    progress=None,
+    pool: SessionPool | None = None,
+) -> SandboxOutcome:
     """Run every case of one contract run in one fresh child of a sandbox. Never raises for candidate
     misbehaviour (that is a timeout/crash/load_error outcome); raises :class:`HarnessFailure` (or
     :class:`SandboxUnavailable`) when the harness itself cannot run."""
     if callable(impl) and "<" in (getattr(impl, "__qualname__", "") or "<"):
-        raise TypeError(f"implementation {describe_impl(impl)} cannot be sent to the sandbox (not importable by "
-                        "name); pass a module-level function or a 'package.module:function' string")
+        raise TypeError(
+            f"implementation {describe_impl(impl)} cannot be sent to the sandbox (not importable by "
+            "name); pass a module-level function or a 'package.module:function' string"
+        )
     try:
         staged = impl if isinstance(impl, StagedImpl) else StagedImpl(impl)
     except (OSError, ImportError, ValueError) as exc:
-        return SandboxOutcome(kind="load_error", error={"type": type(exc).__name__, "message": str(exc)[:500],
-                                                        "where": ""}, results=[], environment=None)
+        return SandboxOutcome(
+            kind="load_error",
+            error={"type": type(exc).__name__, "message": str(exc)[:500], "where": ""},
+            results=[],
+            environment=None,
+        )
     ref = None if reference is None else (reference if isinstance(reference, StagedImpl) else StagedImpl(reference))
     session = (pool or default_pool()).session(staged, ref, device)
-    return session.run(staged, cases, flags=flags, time_limit_s=time_limit_s, memory_limit_mb=memory_limit_mb,
-                       reference=ref, progress=progress)
+    return session.run(
+        staged,
+        cases,
+        flags=flags,
+        time_limit_s=time_limit_s,
+        memory_limit_mb=memory_limit_mb,
+        reference=ref,
+        progress=progress,
+    )

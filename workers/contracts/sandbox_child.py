@@ -23,6 +23,7 @@ parent frames are ``b"Z" + u64 length + pickle`` (the zygote's own reports) or `
 (a raw slice of the child's stream). The child's stream is a sequence of ``u64 length + pickle`` messages made
 of primitives only; the parent reads it as untrusted (restricted unpickler, size caps).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -37,9 +38,23 @@ import numpy
 import torch
 
 U64 = struct.Struct("<Q")
-DTYPES = {str(d).replace("torch.", ""): d for d in (
-    torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
-    torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128)}
+DTYPES = {
+    str(d).replace("torch.", ""): d
+    for d in (
+        torch.float64,
+        torch.float32,
+        torch.float16,
+        torch.bfloat16,
+        torch.int64,
+        torch.int32,
+        torch.int16,
+        torch.int8,
+        torch.uint8,
+        torch.bool,
+        torch.complex64,
+        torch.complex128,
+    )
+}
 _INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64, 16: torch.int64}
 
 # Captured before any candidate code runs, and bound as default arguments of the functions that use them: a kernel
@@ -57,7 +72,11 @@ _Tensor, _perf = torch.Tensor, time.perf_counter
 # (torch.library) is called on the way out. The mode stacks are counted with functions bound here, before import.
 _string_at, _data_ptr, _storage_ptr = ctypes.string_at, torch.Tensor.data_ptr, torch.UntypedStorage.data_ptr
 _storage_nbytes, _element_size, _numel = torch.UntypedStorage.nbytes, torch.Tensor.element_size, torch.Tensor.numel
-_np_frombuffer, _np_as_strided, _np_contig = numpy.frombuffer, numpy.lib.stride_tricks.as_strided, numpy.ascontiguousarray
+_np_frombuffer, _np_as_strided, _np_contig = (
+    numpy.frombuffer,
+    numpy.lib.stride_tricks.as_strided,
+    numpy.ascontiguousarray,
+)
 _np_dtype = numpy.dtype
 _modes = (torch._C._len_torch_function_stack, torch._C._len_torch_dispatch_stack)
 _no_torch_function, _type = torch._C.DisableTorchFunction, type
@@ -67,12 +86,21 @@ _storage_cpu, _U8 = torch.UntypedStorage.cpu, torch.uint8
 _shape = torch._C.TensorBase.__dict__["shape"].__get__
 _dtype = torch._C.TensorBase.__dict__["dtype"].__get__
 _device = torch._C.TensorBase.__dict__["device"].__get__
-MAX_RUN_BYTES = 512 * 2 ** 20  # every output and input record one child ships, together
+MAX_RUN_BYTES = 512 * 2**20  # every output and input record one child ships, together
 
 
 # --------------------------------------------------------------------------------------------------- codec
-def encode_tensor(t, _detach=_detach, _to=_to, _storage=_storage, _set=_set, _numpy=_numpy, _empty=_empty,
-                  _stride=_stride, _offset=_offset) -> tuple:
+def encode_tensor(
+    t,
+    _detach=_detach,
+    _to=_to,
+    _storage=_storage,
+    _set=_set,
+    _numpy=_numpy,
+    _empty=_empty,
+    _stride=_stride,
+    _offset=_offset,
+) -> tuple:
     """Primitive-only encoding that keeps strides: ``("__tensor__", dtype, shape, stride, offset, raw storage)``."""
     t = _detach(t)
     if t.device.type != "cpu":
@@ -100,16 +128,38 @@ def _refusal(t, _type=_type, _Tensor=_Tensor, _modes=_modes) -> str | None:
     if _type(t) is not _Tensor:
         return f"returned {_type(t).__name__}, expected a torch.Tensor (subclasses are not graded)"
     if _modes[0]() or _modes[1]():
-        return "a torch function/dispatch mode was left active by the implementation (refused: it could rewrite " \
-               "what the harness reads)"
+        return (
+            "a torch function/dispatch mode was left active by the implementation (refused: it could rewrite "
+            "what the harness reads)"
+        )
     return None
 
 
-def copy_out(t, budget: list, *, _type=_type, _Tensor=_Tensor, _storage=_storage, _stride=_stride, _offset=_offset,
-             _data_ptr=_data_ptr, _storage_ptr=_storage_ptr, _storage_nbytes=_storage_nbytes,
-             _element_size=_element_size, _numel=_numel, _string_at=_string_at, _np_frombuffer=_np_frombuffer,
-             _np_as_strided=_np_as_strided, _np_contig=_np_contig, _np_dtype=_np_dtype, _to=_to,
-             _no_torch_function=_no_torch_function, _shape=_shape, _dtype=_dtype, _device=_device) -> tuple:
+def copy_out(
+    t,
+    budget: list,
+    *,
+    _type=_type,
+    _Tensor=_Tensor,
+    _storage=_storage,
+    _stride=_stride,
+    _offset=_offset,
+    _data_ptr=_data_ptr,
+    _storage_ptr=_storage_ptr,
+    _storage_nbytes=_storage_nbytes,
+    _element_size=_element_size,
+    _numel=_numel,
+    _string_at=_string_at,
+    _np_frombuffer=_np_frombuffer,
+    _np_as_strided=_np_as_strided,
+    _np_contig=_np_contig,
+    _np_dtype=_np_dtype,
+    _to=_to,
+    _no_torch_function=_no_torch_function,
+    _shape=_shape,
+    _dtype=_dtype,
+    _device=_device,
+) -> tuple:
     """The bytes of the elements of ``t`` (an exact torch.Tensor; :func:`_refusal` first), row-major, read from raw
     memory: never the storage behind a view, never more than ``budget[0]`` bytes in all (a ValueError past it).
     Encoded contiguous: ``("__tensor__", dtype, shape, contiguous stride, 0, bytes)``."""
@@ -135,7 +185,7 @@ def copy_out(t, budget: list, *, _type=_type, _Tensor=_Tensor, _storage=_storage
     start = int(_data_ptr(t)) - int(_storage_ptr(storage))
     if start < 0 or start + span > int(_storage_nbytes(storage)):
         raise ValueError("the output's view reaches outside its storage")
-    if n * size > budget[0] or span > max(8 * n * size, 4096) + 2 ** 20:
+    if n * size > budget[0] or span > max(8 * n * size, 4096) + 2**20:
         raise ValueError(f"output of {n * size} bytes spanning {span} exceeds what one run may ship")
     raw = _string_at(int(_data_ptr(t)), span)
     elems = _np_frombuffer(raw, dtype=_np_dtype(f"V{size}"))
@@ -144,18 +194,47 @@ def copy_out(t, budget: list, *, _type=_type, _Tensor=_Tensor, _storage=_storage
     return ("__tensor__", dt, shape, contiguous, 0, data)
 
 
-def input_record(t, *, _storage=_storage, _storage_ptr=_storage_ptr, _storage_nbytes=_storage_nbytes, _stride=_stride,
-                 _offset=_offset, _shape=_shape, _dtype=_dtype, _device=_device) -> tuple:
+def input_record(
+    t,
+    *,
+    _storage=_storage,
+    _storage_ptr=_storage_ptr,
+    _storage_nbytes=_storage_nbytes,
+    _stride=_stride,
+    _offset=_offset,
+    _shape=_shape,
+    _dtype=_dtype,
+    _device=_device,
+) -> tuple:
     """Taken before the candidate runs, from the tensor the harness built: its storage object, address and size,
     and the view's metadata. :func:`input_after` reads the same memory after the calls."""
     s = _storage(t)
-    return (s, int(_storage_ptr(s)), int(_storage_nbytes(s)), str(_dtype(t)).replace("torch.", ""), tuple(_shape(t)),
-            tuple(_stride(t)), int(_offset(t)), _device(t).type)
+    return (
+        s,
+        int(_storage_ptr(s)),
+        int(_storage_nbytes(s)),
+        str(_dtype(t)).replace("torch.", ""),
+        tuple(_shape(t)),
+        tuple(_stride(t)),
+        int(_offset(t)),
+        _device(t).type,
+    )
 
 
-def input_after(rec, budget: list, *, _string_at=_string_at, _storage_ptr=_storage_ptr,
-                _storage_nbytes=_storage_nbytes, _no_torch_function=_no_torch_function, _storage_cpu=_storage_cpu,
-                _empty=_empty, _set=_set, _numpy=_numpy, _U8=_U8) -> tuple:
+def input_after(
+    rec,
+    budget: list,
+    *,
+    _string_at=_string_at,
+    _storage_ptr=_storage_ptr,
+    _storage_nbytes=_storage_nbytes,
+    _no_torch_function=_no_torch_function,
+    _storage_cpu=_storage_cpu,
+    _empty=_empty,
+    _set=_set,
+    _numpy=_numpy,
+    _U8=_U8,
+) -> tuple:
     """The input's storage bytes now, with the metadata recorded before the call (whatever the candidate did to the
     tensor object). A storage that was moved or resized is shipped as ``None``: the parent counts it as mutated."""
     s, ptr, nbytes, dt, shape, stride, offset, device = rec
@@ -231,13 +310,20 @@ def apply_flags(flags: dict) -> None:
     """Numeric-environment flags of the contract's precondition, or the deployment's (KC-A)."""
     cuda = torch.backends.cuda.matmul
     setters = {
-        "allow_tf32": lambda v: (setattr(cuda, "allow_tf32", bool(v)), setattr(torch.backends.cudnn, "allow_tf32", bool(v))),
+        "allow_tf32": lambda v: (
+            setattr(cuda, "allow_tf32", bool(v)),
+            setattr(torch.backends.cudnn, "allow_tf32", bool(v)),
+        ),
         "float32_matmul_precision": lambda v: torch.set_float32_matmul_precision(str(v)),
         "flush_denormal": lambda v: torch.set_flush_denormal(bool(v)),
         "deterministic_algorithms": lambda v: torch.use_deterministic_algorithms(bool(v), warn_only=False),
         "cudnn_benchmark": lambda v: setattr(torch.backends.cudnn, "benchmark", bool(v)),
-        "allow_fp16_reduced_precision_reduction": lambda v: setattr(cuda, "allow_fp16_reduced_precision_reduction", bool(v)),
-        "allow_bf16_reduced_precision_reduction": lambda v: setattr(cuda, "allow_bf16_reduced_precision_reduction", bool(v)),
+        "allow_fp16_reduced_precision_reduction": lambda v: setattr(
+            cuda, "allow_fp16_reduced_precision_reduction", bool(v)
+        ),
+        "allow_bf16_reduced_precision_reduction": lambda v: setattr(
+            cuda, "allow_bf16_reduced_precision_reduction", bool(v)
+        ),
         "num_threads": lambda v: torch.set_num_threads(int(v)),
         "allow_hf32": lambda v: None,  # torch_npu only; recorded as requested
     }
@@ -248,26 +334,33 @@ def apply_flags(flags: dict) -> None:
 
 
 def numeric_flags() -> dict:
-    x = torch.tensor([2.0 ** -140], dtype=torch.float32)
+    x = torch.tensor([2.0**-140], dtype=torch.float32)
     m = torch.backends.cuda.matmul
-    return {"allow_tf32_matmul": bool(m.allow_tf32), "allow_tf32_cudnn": bool(torch.backends.cudnn.allow_tf32),
-            "float32_matmul_precision": torch.get_float32_matmul_precision(),
-            "allow_fp16_reduced_precision_reduction": bool(m.allow_fp16_reduced_precision_reduction),
-            "allow_bf16_reduced_precision_reduction": bool(m.allow_bf16_reduced_precision_reduction),
-            "deterministic_algorithms": bool(torch.are_deterministic_algorithms_enabled()),
-            "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
-            "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
-            "ftz_daz": float(x * torch.tensor([1.5], dtype=torch.float32)) == 0.0,
-            "num_threads": int(torch.get_num_threads()),
-            "CUBLAS_WORKSPACE_CONFIG": os.environ.get("CUBLAS_WORKSPACE_CONFIG")}
+    return {
+        "allow_tf32_matmul": bool(m.allow_tf32),
+        "allow_tf32_cudnn": bool(torch.backends.cudnn.allow_tf32),
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "allow_fp16_reduced_precision_reduction": bool(m.allow_fp16_reduced_precision_reduction),
+        "allow_bf16_reduced_precision_reduction": bool(m.allow_bf16_reduced_precision_reduction),
+        "deterministic_algorithms": bool(torch.are_deterministic_algorithms_enabled()),
+        "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+        "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
+        "ftz_daz": float(x * torch.tensor([1.5], dtype=torch.float32)) == 0.0,
+        "num_threads": int(torch.get_num_threads()),
+        "CUBLAS_WORKSPACE_CONFIG": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+    }
 
 
 def _set_limits(p: dict) -> int | None:
     import resource
 
-    for name, value in (("RLIMIT_NOFILE", p.get("max_files")), ("RLIMIT_NPROC", p.get("max_processes")),
-                        ("RLIMIT_FSIZE", p.get("max_file_bytes")), ("RLIMIT_CORE", 0),
-                        ("RLIMIT_CPU", p.get("cpu_seconds"))):
+    for name, value in (
+        ("RLIMIT_NOFILE", p.get("max_files")),
+        ("RLIMIT_NPROC", p.get("max_processes")),
+        ("RLIMIT_FSIZE", p.get("max_file_bytes")),
+        ("RLIMIT_CORE", 0),
+        ("RLIMIT_CPU", p.get("cpu_seconds")),
+    ):
         if value is not None and hasattr(resource, name):
             try:
                 soft, hard = resource.getrlimit(getattr(resource, name))
@@ -280,7 +373,7 @@ def _set_limits(p: dict) -> int | None:
         return None  # RLIMIT_AS breaks CUDA's virtual reservations; the GPU side uses a memory fraction
     with open("/proc/self/status") as fh:
         vm = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmSize:"))
-    cap = vm + int(limit_mb * 2 ** 20)
+    cap = vm + int(limit_mb * 2**20)
     resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     return cap
 
@@ -346,10 +439,31 @@ def _materialise(case_args, device, table, pad=0):
     return args, out_idx
 
 
-def run_case(impl, case: dict, device: str, reference, table, budget=None, *, _materialise=_materialise,
-             _poison=_poison, fill_tensor=fill_tensor, _sync=_sync, copy_out=copy_out, _refusal=_refusal,
-             input_record=input_record, input_after=input_after, _Tensor=_Tensor, _perf=_perf, _empty=_empty,
-             _to=_to, isinstance=isinstance, _type=_type, _numel=_numel, _shape=_shape) -> dict:
+def run_case(
+    impl,
+    case: dict,
+    device: str,
+    reference,
+    table,
+    budget=None,
+    *,
+    _materialise=_materialise,
+    _poison=_poison,
+    fill_tensor=fill_tensor,
+    _sync=_sync,
+    copy_out=copy_out,
+    _refusal=_refusal,
+    input_record=input_record,
+    input_after=input_after,
+    _Tensor=_Tensor,
+    _perf=_perf,
+    _empty=_empty,
+    _to=_to,
+    isinstance=isinstance,
+    _type=_type,
+    _numel=_numel,
+    _shape=_shape,
+) -> dict:
     """Every launch of one case: raw output bytes per launch, and the inputs' bytes after the last launch."""
     budget = budget if budget is not None else [MAX_RUN_BYTES]
     args, out_idx = _materialise(case["args"], device, table, case.get("pad", 0))
@@ -434,8 +548,9 @@ def run_case(impl, case: dict, device: str, reference, table, budget=None, *, _m
     return res
 
 
-def child_main(out_fd: int, p: dict, *, write_all=write_all, run_case=run_case, numeric_flags=numeric_flags,
-               _dumps=_dumps) -> None:
+def child_main(
+    out_fd: int, p: dict, *, write_all=write_all, run_case=run_case, numeric_flags=numeric_flags, _dumps=_dumps
+) -> None:
     def send(obj):
         body = _dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
         write_all(out_fd, U64.pack(len(body)) + body)
@@ -460,7 +575,7 @@ def child_main(out_fd: int, p: dict, *, write_all=write_all, run_case=run_case, 
     try:
         impl = load_callable(p["impl"])
         reference = load_callable(p["reference"]) if p.get("reference") else None
-    except BaseException as exc:  # noqa: BLE001
+    except BaseException as exc:  # noqa: BLE001 - anything the candidate raises becomes a reported result, never a dead child
         send({"kind": "load_error", "error": _exc_info(exc)})
         return
     try:
@@ -469,7 +584,7 @@ def child_main(out_fd: int, p: dict, *, write_all=write_all, run_case=run_case, 
             send({"kind": "case", "result": run_case(impl, case, device, reference, p.get("tensors") or (), budget)})
             send({"kind": "progress", "done": i + 1, "total": n})
         send({"kind": "done", "flags_after": numeric_flags()})
-    except BaseException as exc:  # noqa: BLE001
+    except BaseException as exc:  # noqa: BLE001 - anything the candidate raises becomes a reported result, never a dead child
         send({"kind": "child_error", "error": _exc_info(exc)})
     finally:
         for stream in (sys.stdout, sys.stderr):  # the candidate's prints reach the log before we exit
@@ -619,8 +734,9 @@ def zygote_main(argv: list[str]) -> None:
     if alone:
         _become_init()
     _set_dumpable(0)
-    write_all(1, frame(b"Z", _dumps({"kind": "ready", "pid": os.getpid(), "uid": os.getuid(),
-                                     "torch": torch.__version__})))
+    write_all(
+        1, frame(b"Z", _dumps({"kind": "ready", "pid": os.getpid(), "uid": os.getuid(), "torch": torch.__version__}))
+    )
     while True:
         header = read_exact(0, 9)
         if header is None or header[:1] != b"P":
@@ -653,10 +769,21 @@ def zygote_main(argv: list[str]) -> None:
         _clean_up_after(pid, alone, scratch)
         _drain(r)
         os.close(r)
-        write_all(1, frame(b"Z", _dumps({
-            "kind": "exit", "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
-            "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
-            "maxrss_kb": int(maxrss_kb), "cpu_s": round(float(cpu_s), 3)})))
+        write_all(
+            1,
+            frame(
+                b"Z",
+                _dumps(
+                    {
+                        "kind": "exit",
+                        "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+                        "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+                        "maxrss_kb": int(maxrss_kb),
+                        "cpu_s": round(float(cpu_s), 3),
+                    }
+                ),
+            ),
+        )
 
 
 if __name__ == "__main__":

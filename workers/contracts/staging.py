@@ -2,6 +2,7 @@
 ``/path/file.py:fn``) becomes a :class:`StagedImpl` — a module of the bound Python environment, imported by name,
 or one file whose bytes are read once, hashed and staged read-only into the sandbox. :func:`load_impl` imports in
 this process and is only for trusted code (the suite's own reference fixtures)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -24,8 +25,9 @@ def describe_impl(impl) -> str:
 def split_ref(ref: str):
     """'pkg.mod:fn' or '/path/file.py:fn' -> (target, attribute)."""
     if ":" not in ref:
-        raise ValueError(f"implementation reference {ref!r} must look like 'package.module:function' "
-                         "or '/path/to/file.py:function'")
+        raise ValueError(
+            f"implementation reference {ref!r} must look like 'package.module:function' or '/path/to/file.py:function'"
+        )
     target, _, attr = ref.rpartition(":")
     if not target or not attr:
         raise ValueError(f"implementation reference {ref!r} is incomplete")
@@ -39,8 +41,9 @@ def load_impl(ref):
         return ref
     target, attr = split_ref(ref)
     if target.endswith(".py") or os.sep in target:
-        spec = importlib.util.spec_from_file_location("trusted_" + hashlib.sha256(target.encode()).hexdigest()[:8],
-                                                      os.path.abspath(target))
+        spec = importlib.util.spec_from_file_location(
+            "trusted_" + hashlib.sha256(target.encode()).hexdigest()[:8], os.path.abspath(target)
+        )
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     else:
@@ -92,5 +95,6 @@ class StagedImpl:
 
 def _inside_python_environment(path: str) -> bool:
     real = os.path.realpath(path)
-    return any(real.startswith(source.rstrip("/") + "/") for source, _ in isolation._python_roots()) or \
-        real.startswith("/usr/")
+    return any(real.startswith(source.rstrip("/") + "/") for source, _ in isolation._python_roots()) or real.startswith(
+        "/usr/"
+    )

@@ -1,6 +1,7 @@
 """The result of one contract run (docs/contract-language.md#verdicts): the verdict word, the headline figures
 (statistic, bound, margin), the failing clause, the coverage statement, the environment and the per-measurement
 trace; and how they are written as JSON. Torch-free."""
+
 from __future__ import annotations
 
 import json
@@ -10,8 +11,7 @@ from dataclasses import asdict, dataclass, field
 from . import SUITE_VERSION
 from workers.jsonsafe import finite_or_none
 
-VERDICTS = ("PASS", "FAIL", "NOT_APPLICABLE", "NOT_DECLARED", "QUALITY_WARNING", "INCONCLUSIVE", "CRASH",
-            "TIMEOUT")
+VERDICTS = ("PASS", "FAIL", "NOT_APPLICABLE", "NOT_DECLARED", "QUALITY_WARNING", "INCONCLUSIVE", "CRASH", "TIMEOUT")
 
 
 def signature_json(obj):

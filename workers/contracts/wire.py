@@ -3,6 +3,7 @@ the child (tensors shared across cases sent once, a random fill pattern per laun
 memory), messages from the child read by an unpickler that refuses every global, and the tensor hash the parent
 computes from the raw bytes the child returns. The byte codec itself lives in ``sandbox_child.py``, so both sides
 build the same bytes."""
+
 from __future__ import annotations
 
 import hashlib
@@ -19,8 +20,11 @@ def tensor_hash(t) -> str:
     t = t.detach().cpu().contiguous()
     h = hashlib.sha256(f"{t.dtype}{tuple(t.shape)}".encode())
     if t.numel():
-        h.update(t.view(-1).view(__import__("torch").uint8).numpy().tobytes() if t.dtype != DTYPES["bool"]
-                 else t.numpy().tobytes())
+        h.update(
+            t.view(-1).view(__import__("torch").uint8).numpy().tobytes()
+            if t.dtype != DTYPES["bool"]
+            else t.numpy().tobytes()
+        )
     return h.hexdigest()
 
 
@@ -61,9 +65,24 @@ def encode_case(case, table: list | None = None, index: dict | None = None) -> d
     repeat = max(case.repeat, 3) if case.repeat >= 2 else case.repeat
     launches = repeat * (9 if case.all_configs else 1)  # the child cycles through them for extra configs
     start = secrets.randbelow(len(FILL_PATTERNS))
-    fills = [{"pattern": FILL_PATTERNS[(start + i) % len(FILL_PATTERNS)], "seed": secrets.randbits(62),
-              "scale": float(10 ** (3 + secrets.randbelow(6)))} for i in range(launches)]
+    fills = [
+        {
+            "pattern": FILL_PATTERNS[(start + i) % len(FILL_PATTERNS)],
+            "seed": secrets.randbits(62),
+            "scale": float(10 ** (3 + secrets.randbelow(6))),
+        }
+        for i in range(launches)
+    ]
     nbytes = 4 * int(torch.Size(case.expect_shape).numel()) if case.expect_shape is not None else 0
-    return {"key": case.key, "args": args, "kwargs": dict(case.kwargs), "repeat": repeat,
-            "interleave": case.interleave, "all_configs": case.all_configs, "order": case.order, "fills": fills,
-            "expect_nbytes": nbytes, "expect_shape": tuple(case.expect_shape) if case.expect_shape is not None else None}
+    return {
+        "key": case.key,
+        "args": args,
+        "kwargs": dict(case.kwargs),
+        "repeat": repeat,
+        "interleave": case.interleave,
+        "all_configs": case.all_configs,
+        "order": case.order,
+        "fills": fills,
+        "expect_nbytes": nbytes,
+        "expect_shape": tuple(case.expect_shape) if case.expect_shape is not None else None,
+    }

@@ -3,6 +3,7 @@
 
 The direction comes from IN's content (Parquet magic or not); OUT ending in ``.gz`` writes gzip JSONL. Exit 0 on
 success, 1 when IN cannot be converted (the message names the line or row and the reason)."""
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,17 @@ def main(argv=None) -> int:
     if args.cmd == "synth":
         if args.trajectories < 1 or args.steps < 1 or args.noise < 0 or not 0 <= args.spike_rate <= 1:
             ap.error("--trajectories and --steps must be at least 1, --noise at least 0, --spike-rate in [0, 1]")
-        out = write_run(args.dst, SynthConfig(trajectories=args.trajectories, steps=args.steps, noise=args.noise,
-                                              spike_rate=args.spike_rate, run_id=args.run_id, seed=args.seed))
+        out = write_run(
+            args.dst,
+            SynthConfig(
+                trajectories=args.trajectories,
+                steps=args.steps,
+                noise=args.noise,
+                spike_rate=args.spike_rate,
+                run_id=args.run_id,
+                seed=args.seed,
+            ),
+        )
         print(f"{args.dst}: run {args.run_id}, {out['records']} records, {out['tokens']} response tokens")
         return 0
     try:
@@ -43,10 +53,16 @@ def main(argv=None) -> int:
             out = parquet_to_jsonl(args.src, args.dst)
             print(f"{args.src} -> {args.dst}: {out['records']} records, {out['bytes']} bytes (fcr/1 JSONL)")
         else:
-            out = jsonl_to_parquet(args.src, args.dst, float_type="float32" if args.float32 else "float64",
-                                   row_group_tokens=args.row_group_tokens)
-            print(f"{args.src} -> {args.dst}: {out['records']} records in {out['row_groups']} row group(s), "
-                  f"{out['bytes']} bytes (fcr-parquet/1)")
+            out = jsonl_to_parquet(
+                args.src,
+                args.dst,
+                float_type="float32" if args.float32 else "float64",
+                row_group_tokens=args.row_group_tokens,
+            )
+            print(
+                f"{args.src} -> {args.dst}: {out['records']} records in {out['row_groups']} row group(s), "
+                f"{out['bytes']} bytes (fcr-parquet/1)"
+            )
     except FcrParseError as exc:
         print(f"{args.src}: {exc}", file=sys.stderr)
         return 1

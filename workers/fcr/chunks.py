@@ -26,6 +26,7 @@ Contract (for chunked certification, validation or audit):
 
 Memory: :func:`chunk_ranges` holds one 1 MiB block and the list of chunks. No Django, no torch.
 """
+
 from __future__ import annotations
 
 import os
@@ -50,8 +51,13 @@ class Chunk:
     first_line: int
 
     def to_dict(self) -> dict:
-        return {"index": self.index, "kind": self.kind, "start": self.start, "end": self.end,
-                "first_line": self.first_line}
+        return {
+            "index": self.index,
+            "kind": self.kind,
+            "start": self.start,
+            "end": self.end,
+            "first_line": self.first_line,
+        }
 
     @classmethod
     def from_dict(cls, d: dict) -> "Chunk":  # a Celery message carries the chunk as JSON
@@ -127,12 +133,12 @@ def open_reader(path, *, on_bytes: Callable[[int], None] | None = None, limits: 
     return LineReader(path, on_bytes=on_bytes, limits=limits)
 
 
-def open_chunk(path, chunk: Chunk, *, on_bytes: Callable[[int], None] | None = None,
-               limits: ReadLimits | None = None):
+def open_chunk(path, chunk: Chunk, *, on_bytes: Callable[[int], None] | None = None, limits: ReadLimits | None = None):
     """The reader of one piece from :func:`chunk_ranges` (line and row numbers are those of the whole file)."""
     if chunk.kind == "lines":
-        return LineReader(path, start=chunk.start, end=chunk.end, first_line=chunk.first_line, on_bytes=on_bytes,
-                          limits=limits)
+        return LineReader(
+            path, start=chunk.start, end=chunk.end, first_line=chunk.first_line, on_bytes=on_bytes, limits=limits
+        )
     if chunk.kind == "row_groups":
         from workers.fcr.columnar import RowReader
 

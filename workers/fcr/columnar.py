@@ -9,6 +9,7 @@ and refuses a row group whose declared uncompressed size is above :data:`MAX_ROW
 The format version is in the file's key-value metadata (``fcr.format = fcr-parquet/1``); a reader refuses another
 version, an unknown column or a column of the wrong type, naming it. No Django import.
 """
+
 from __future__ import annotations
 
 import os
@@ -40,8 +41,14 @@ ROW_GROUP_ROWS = 4096  # … or this many records
 ID_MAX = (1 << 63) - 1
 
 # Promoted scalars: column → (type kind, required)
-SCALARS = {"run_id": ("string", True), "trajectory_id": ("string", True), "call_id": ("string", True),
-           "step": ("int", True), "call_index": ("int", True), "role": ("string", False)}
+SCALARS = {
+    "run_id": ("string", True),
+    "trajectory_id": ("string", True),
+    "call_id": ("string", True),
+    "step": ("int", True),
+    "call_index": ("int", True),
+    "role": ("string", False),
+}
 # Per-token list columns: column → (path in the record, value kind)
 LISTS = {
     "prompt_token_ids": (("prompt", "token_ids"), "int"),
@@ -53,18 +60,26 @@ LISTS = {
     "trainer_loss_mask": (("trainer", "loss_mask_used"), "int"),
 }
 # Top-K lists: side → (ids column, log-probs column); each list<list<…>>: position → entries
-TOPK = {"rollout": ("rollout_topk_ids", "rollout_topk_logprobs"),
-        "trainer": ("trainer_topk_ids", "trainer_topk_logprobs")}
+TOPK = {
+    "rollout": ("rollout_topk_ids", "rollout_topk_logprobs"),
+    "trainer": ("trainer_topk_ids", "trainer_topk_logprobs"),
+}
 # MoE routes (docs/routing.md): each list is the record's [tokens, layers, top_k] array flattened row-major; the
 # two int columns give layers and top_k (the token count follows from the length)
-ROUTES = {"rollout_routed_experts": ("rollout", "routed_experts"),
-          "trainer_routed_experts": ("trainer", "routed_experts"),
-          "rollout_router_topk_probs": ("rollout", "router_topk_probs")}
+ROUTES = {
+    "rollout_routed_experts": ("rollout", "routed_experts"),
+    "trainer_routed_experts": ("trainer", "routed_experts"),
+    "rollout_router_topk_probs": ("rollout", "router_topk_probs"),
+}
 ROUTE_SHAPE = ("routes_layers", "routes_top_k")
 EXPERT_ID_MAX = (1 << 15) - 1
 META = "meta_json"
-REQUIRED = [k for k, (_, req) in SCALARS.items() if req] + [META, "prompt_token_ids", "response_token_ids",
-                                                             "rollout_logprobs"]
+REQUIRED = [k for k, (_, req) in SCALARS.items() if req] + [
+    META,
+    "prompt_token_ids",
+    "response_token_ids",
+    "rollout_logprobs",
+]
 _LIST_TYPES = {"int": pa.int64(), "string": pa.string()}
 
 
@@ -72,8 +87,10 @@ def arrow_schema(float_type: str = "float64") -> pa.Schema:
     """The writer's schema; ``float_type`` (``float64`` lossless for JSON, ``float32`` what trainers hold) is the type
     of every log-prob value."""
     ft = {"float64": pa.float64(), "float32": pa.float32()}[float_type]
-    fields = [pa.field(k, pa.string() if kind == "string" else pa.int64(), nullable=not req)
-              for k, (kind, req) in SCALARS.items()]
+    fields = [
+        pa.field(k, pa.string() if kind == "string" else pa.int64(), nullable=not req)
+        for k, (kind, req) in SCALARS.items()
+    ]
     fields.append(pa.field(META, pa.string(), nullable=False))
     for col, (_, kind) in LISTS.items():
         vt = pa.int8() if col == "trainer_loss_mask" else ft if kind == "float" else _LIST_TYPES[kind]
@@ -181,19 +198,28 @@ class RunLog:
         for i in range(md.num_row_groups):
             rg = md.row_group(i)
             if rg.total_byte_size > max_row_group_bytes:
-                raise FcrParseError(self.starts[-1] + 1, f"row group {i} declares {rg.total_byte_size} bytes "
-                                    f"uncompressed, above the limit of {max_row_group_bytes} (write smaller row "
-                                    f"groups)")
-            fixed = sum(rg.column(j).num_values * _FIXED_WIDTH.get(rg.column(j).physical_type, 0)
-                        for j in range(md.num_columns))
+                raise FcrParseError(
+                    self.starts[-1] + 1,
+                    f"row group {i} declares {rg.total_byte_size} bytes "
+                    f"uncompressed, above the limit of {max_row_group_bytes} (write smaller row "
+                    f"groups)",
+                )
+            fixed = sum(
+                rg.column(j).num_values * _FIXED_WIDTH.get(rg.column(j).physical_type, 0) for j in range(md.num_columns)
+            )
             if fixed > self.max_decoded:
-                raise FcrParseError(self.starts[-1] + 1, f"row group {i} declares {fixed} bytes of numbers, above "
-                                    f"the decoded limit of {self.max_decoded} (FCR_PARQUET_MAX_DECODED_BYTES; write "
-                                    f"smaller row groups)")
+                raise FcrParseError(
+                    self.starts[-1] + 1,
+                    f"row group {i} declares {fixed} bytes of numbers, above "
+                    f"the decoded limit of {self.max_decoded} (FCR_PARQUET_MAX_DECODED_BYTES; write "
+                    f"smaller row groups)",
+                )
             self.fixed_bytes.append(fixed)
             self.starts.append(self.starts[-1] + rg.num_rows)
-        self.compressed = [sum(md.row_group(i).column(j).total_compressed_size for j in range(md.num_columns))
-                           for i in range(md.num_row_groups)]
+        self.compressed = [
+            sum(md.row_group(i).column(j).total_compressed_size for j in range(md.num_columns))
+            for i in range(md.num_row_groups)
+        ]
         self._dict_pf = None
 
     def _check_strings(self, i: int, cols: list[str] | None, limit: int) -> int:
@@ -211,17 +237,22 @@ class RunLog:
         sizes = dict.fromkeys(names, 0)
         seen = 0
         try:
-            for batch in self._dict_pf.iter_batches(batch_size=CHECK_BATCH_ROWS, row_groups=[i], columns=names,
-                                                    use_threads=False):
+            for batch in self._dict_pf.iter_batches(
+                batch_size=CHECK_BATCH_ROWS, row_groups=[i], columns=names, use_threads=False
+            ):
                 for name, arr in zip(batch.schema.names, batch.columns):
                     sizes[name] += _decoded_bytes(arr)
                 seen += batch.num_rows
                 if self.fixed_bytes[i] + sum(sizes.values()) > limit:
                     worst = max(sizes, key=sizes.get)
-                    raise FcrParseError(self.starts[i] + 1, f"row group {i} decodes to more than {limit} bytes "
-                                        f"(column {worst!r}: {sizes[worst]} bytes in its first {seen} rows; a "
-                                        f"dictionary-encoded column expands), above the decoded limit "
-                                        f"(FCR_PARQUET_MAX_DECODED_BYTES); refused before decoding it", field=worst)
+                    raise FcrParseError(
+                        self.starts[i] + 1,
+                        f"row group {i} decodes to more than {limit} bytes "
+                        f"(column {worst!r}: {sizes[worst]} bytes in its first {seen} rows; a "
+                        f"dictionary-encoded column expands), above the decoded limit "
+                        f"(FCR_PARQUET_MAX_DECODED_BYTES); refused before decoding it",
+                        field=worst,
+                    )
         except (pa.ArrowException, OSError) as exc:
             raise FcrParseError(self.starts[i] + 1, f"row group {i} cannot be read ({exc})") from exc
         return sum(sizes.values())
@@ -289,17 +320,22 @@ def _set(rec: dict, path: tuple[str, str], value):
     parent[path[1]] = value
 
 
-def table_records(table: pa.Table, first_row: int, *, numpy_routes: bool = False
-                  ) -> Iterator[tuple[int, dict | FcrParseError]]:
+def table_records(
+    table: pa.Table, first_row: int, *, numpy_routes: bool = False
+) -> Iterator[tuple[int, dict | FcrParseError]]:
     """``(row number (1-based), record)`` for every row of ``table``: the fcr/1 dict the row stands for (a row whose
     ``meta_json`` is not a JSON object gives an :class:`FcrParseError` in place of the record). ``numpy_routes``: the
     MoE route fields as numpy arrays ``[T, L, K]`` instead of nested lists (the routing audit; the format check
     accepts both)."""
     names = table.column_names
-    cols = {n: table.column(n).to_pylist() for n in names if n not in sum(TOPK.values(), ()) and n not in ROUTES
-            and n != route_delta.COLUMN}
-    routes = {c: table.column(c).to_numpy(zero_copy_only=False) if c in names else None
-              for c in (*ROUTES, route_delta.COLUMN)}  # numpy object arrays of per-row numpy arrays (None: null)
+    cols = {
+        n: table.column(n).to_pylist()
+        for n in names
+        if n not in sum(TOPK.values(), ()) and n not in ROUTES and n != route_delta.COLUMN
+    }
+    routes = {
+        c: table.column(c).to_numpy(zero_copy_only=False) if c in names else None for c in (*ROUTES, route_delta.COLUMN)
+    }  # numpy object arrays of per-row numpy arrays (None: null)
     shape = {c: table.column(c).to_pylist() if c in names else [None] * table.num_rows for c in ROUTE_SHAPE}
     topk = {}
     for side, (ic, lc) in TOPK.items():
@@ -329,13 +365,22 @@ def table_records(table: pa.Table, first_row: int, *, numpy_routes: bool = False
             i_row, l_row = ids[r], lps[r]
             if i_row is None and l_row is None:
                 continue
-            if i_row is None or l_row is None or len(i_row) != len(l_row) or any(
-                    (a is None) != (b is None) or (a is not None and len(a) != len(b)) for a, b in zip(i_row, l_row)):
-                yield row_no, FcrParseError(row_no, "top-K ids and log-probs do not have the same shape",
-                                            f"{side}.top_k")
+            if (
+                i_row is None
+                or l_row is None
+                or len(i_row) != len(l_row)
+                or any((a is None) != (b is None) or (a is not None and len(a) != len(b)) for a, b in zip(i_row, l_row))
+            ):
+                yield (
+                    row_no,
+                    FcrParseError(row_no, "top-K ids and log-probs do not have the same shape", f"{side}.top_k"),
+                )
                 break
-            _set(rec, (side, "top_k"), [None if a is None else [[x, y] for x, y in zip(a, b)]
-                                        for a, b in zip(i_row, l_row)])
+            _set(
+                rec,
+                (side, "top_k"),
+                [None if a is None else [[x, y] for x, y in zip(a, b)] for a, b in zip(i_row, l_row)],
+            )
         else:
             problem = _set_routes(rec, r, routes, shape, numpy_routes)
             yield row_no, (rec if problem is None else FcrParseError(row_no, problem[1], problem[0]))
@@ -349,8 +394,9 @@ def _set_routes(rec, r, routes, shape, as_numpy=False):
         if flat is None:
             continue
         if not L or not K or L < 1 or K < 1 or len(flat) % (L * K):
-            return ".".join(path), (f"{len(flat)} values do not make [tokens, {L}, {K}] "
-                                    f"(columns routes_layers, routes_top_k)")
+            return ".".join(path), (
+                f"{len(flat)} values do not make [tokens, {L}, {K}] (columns routes_layers, routes_top_k)"
+            )
         arr = np.asarray(flat).reshape(-1, L, K)
         _set(rec, path, arr if as_numpy else arr.tolist())
     delta = None if routes[route_delta.COLUMN] is None else routes[route_delta.COLUMN][r]
@@ -366,8 +412,9 @@ def _set_routes(rec, r, routes, shape, as_numpy=False):
     return None
 
 
-def iter_records(path, progress: Callable[[int, int], None] | None = None, *, numpy_routes: bool = False
-                 ) -> Iterator[tuple[int, dict]]:
+def iter_records(
+    path, progress: Callable[[int, int], None] | None = None, *, numpy_routes: bool = False
+) -> Iterator[tuple[int, dict]]:
     """``(row number, record)`` for every row, one row group in memory at a time; raises :class:`FcrParseError`
     (naming the row) on an unreadable file or row. ``progress(compressed bytes read, file size)`` after each group."""
     for row_no, rec in iter_records_or_errors(path, progress, numpy_routes=numpy_routes):
@@ -398,8 +445,9 @@ def record_slices(table: pa.Table) -> Iterator[tuple[int, int]]:
     yield start, table.num_rows - start
 
 
-def iter_records_or_errors(path, progress: Callable[[int, int], None] | None = None, *, numpy_routes: bool = False,
-                           groups: range | None = None):
+def iter_records_or_errors(
+    path, progress: Callable[[int, int], None] | None = None, *, numpy_routes: bool = False, groups: range | None = None
+):
     """:func:`iter_records` that yields an :class:`FcrParseError` in place of a bad row (and, for a file that cannot
     be opened, once, with row 0) instead of raising, so a validator can go on and count. ``groups``: only these row
     groups (a chunk of :func:`workers.fcr.chunks.chunk_ranges`); row numbers stay those of the whole file."""

@@ -1,6 +1,7 @@
 """``fcr-parquet/1`` list columns as numpy arrays, for engines that work on whole columns (the certifier's Parquet
 path): a list column's flat values with its offsets, per-row reductions over them, and the top-K columns as padded
 2-D arrays. No Django import."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,8 +23,11 @@ class ListColumn:
         if pa.types.is_list(vals.type):
             self.values = vals
         else:  # no copy when there is no null to fill
-            self.values = (vals.fill_null(0) if vals.null_count else vals).to_numpy(zero_copy_only=False).astype(
-                dtype, copy=False)
+            self.values = (
+                (vals.fill_null(0) if vals.null_count else vals)
+                .to_numpy(zero_copy_only=False)
+                .astype(dtype, copy=False)
+            )
         self.row_null = arr.is_null().to_numpy(zero_copy_only=False)
 
     def lengths(self) -> np.ndarray:
@@ -54,8 +58,8 @@ def topk_columns(ids: pa.Array, lps: pa.Array):
         bad |= row_any(inner_i.value_null, inner_i.offsets)
     K = int(n_i.max()) if P else 0
     if P and not bad.any() and (n_i == K).all() and inner_i.offsets[0] == 0 and inner_l.offsets[0] == 0:
-        id_mat = inner_i.values[:P * K].reshape(P, K)
-        lp_mat = inner_l.values[:P * K].reshape(P, K)
+        id_mat = inner_i.values[: P * K].reshape(P, K)
+        lp_mat = inner_l.values[: P * K].reshape(P, K)
     else:
         id_mat = np.full((P, K), -1, np.int64)
         lp_mat = np.zeros((P, K))

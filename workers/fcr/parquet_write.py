@@ -2,6 +2,7 @@
 columns) into row groups, the route columns (the trainer's routes stored as their difference from the rollout's where
 both exist), and the conversions between fcr/1 JSONL and Parquet. The layout and reading are in ``columnar.py``.
 No Django import."""
+
 from __future__ import annotations
 
 import os
@@ -14,9 +15,23 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from workers.fcr import route_delta
-from workers.fcr.columnar import (EXPERT_ID_MAX, FORMAT, ID_MAX, LISTS, META, ROUTE_SHAPE, ROUTES, ROW_GROUP_ROWS,
-                                   ROW_GROUP_TOKENS, SCALARS, TOPK, arrow_schema, iter_records)
+from workers.fcr.columnar import (
+    EXPERT_ID_MAX,
+    FORMAT,
+    ID_MAX,
+    LISTS,
+    META,
+    ROUTE_SHAPE,
+    ROUTES,
+    ROW_GROUP_ROWS,
+    ROW_GROUP_TOKENS,
+    SCALARS,
+    TOPK,
+    arrow_schema,
+    iter_records,
+)
 from workers.fcr.reader import FcrParseError
+
 
 # --------------------------------------------------------------------------------------------- writing
 def _list_array(values: list, offsets: list[int], nulls: list[bool], value_type) -> pa.Array:
@@ -28,8 +43,15 @@ class Writer:
     """Writes ``fcr-parquet/1``: :meth:`add` fcr/1 records (dicts that passed ``validate_record``) or :meth:`add_table`
     ready columns; a row group is written every ``row_group_tokens`` response tokens / ``row_group_rows`` rows."""
 
-    def __init__(self, path, *, float_type: str = "float64", row_group_tokens: int = ROW_GROUP_TOKENS,
-                 row_group_rows: int = ROW_GROUP_ROWS, compression: str = "zstd"):
+    def __init__(
+        self,
+        path,
+        *,
+        float_type: str = "float64",
+        row_group_tokens: int = ROW_GROUP_TOKENS,
+        row_group_rows: int = ROW_GROUP_ROWS,
+        compression: str = "zstd",
+    ):
         self.schema = arrow_schema(float_type)
         self.path = path
         self._w = pq.ParquetWriter(path, self.schema, compression=compression)
@@ -47,13 +69,20 @@ class Writer:
         for k in ("prompt", "response"):
             ids = (rec.get(k) or {}).get("token_ids") or ()
             if ids and max(ids) > ID_MAX:
-                raise FcrParseError(line or 0, f"{where}: {k}.token_ids has an id above 2^63-1; {FORMAT} stores "
-                                    f"int64 ids", f"{k}.token_ids")
+                raise FcrParseError(
+                    line or 0,
+                    f"{where}: {k}.token_ids has an id above 2^63-1; {FORMAT} stores int64 ids",
+                    f"{k}.token_ids",
+                )
         for col, path in ROUTES.items():
             v = (rec.get(path[0]) or {}).get(path[1]) if not col.endswith("probs") else None
             if v is not None and len(v) and np.asarray(v).max() > EXPERT_ID_MAX:
-                raise FcrParseError(line or 0, f"{where}: {'.'.join(path)} has an expert id above {EXPERT_ID_MAX}; "
-                                    f"{FORMAT} stores int16 expert ids", ".".join(path))
+                raise FcrParseError(
+                    line or 0,
+                    f"{where}: {'.'.join(path)} has an expert id above {EXPERT_ID_MAX}; "
+                    f"{FORMAT} stores int16 expert ids",
+                    ".".join(path),
+                )
         self._recs.append(rec)
         self._tokens += len(rec["response"]["token_ids"])
         if self._tokens >= self.row_group_tokens or len(self._recs) >= self.row_group_rows:
@@ -92,8 +121,17 @@ class Writer:
             mask = pa.array(row_null, pa.bool_()) if any(row_null) else None
             cols[ic] = pa.ListArray.from_arrays(pa.array(pos_off, pa.int32()), inner_i, mask=mask)
             cols[lc] = pa.ListArray.from_arrays(pa.array(pos_off, pa.int32()), inner_l, mask=mask)
-        cols.update(route_columns([{col: (r.get(path[0]) or {}).get(path[1]) if isinstance(r.get(path[0]), dict)
-                                    else None for col, path in ROUTES.items()} for r in recs]))
+        cols.update(
+            route_columns(
+                [
+                    {
+                        col: (r.get(path[0]) or {}).get(path[1]) if isinstance(r.get(path[0]), dict) else None
+                        for col, path in ROUTES.items()
+                    }
+                    for r in recs
+                ]
+            )
+        )
         return pa.table(cols, schema=self.schema)
 
     def add_table(self, table: pa.Table) -> None:
@@ -154,8 +192,10 @@ def route_columns(rows: list[dict]) -> dict[str, pa.Array]:
         mask = pa.array(nulls, pa.bool_()) if any(nulls) else None
         out[col] = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values, mask=mask)
     for row in rows:
-        a = next((np.shape(row[c]) for c in ("rollout_routed_experts", "trainer_routed_experts")
-                  if row.get(c) is not None), None)
+        a = next(
+            (np.shape(row[c]) for c in ("rollout_routed_experts", "trainer_routed_experts") if row.get(c) is not None),
+            None,
+        )
         shape["routes_layers"].append(None if a is None else a[1])
         shape["routes_top_k"].append(None if a is None else a[2])
     for c in ROUTE_SHAPE:

@@ -23,6 +23,7 @@ chunks), so they share one policy (docs/fcr.md#reading-a-run-log):
 * **Progress by bytes.** :attr:`LineReader.position` is the number of file (compressed) bytes consumed so far, and
   ``on_bytes(position)`` is called after every compressed read, so progress moves even inside a long line.
 """
+
 from __future__ import annotations
 
 import io
@@ -83,19 +84,25 @@ class ReadLimits:
     def from_env(cls, env=None) -> "ReadLimits":
         env = os.environ if env is None else env
         d = cls()
-        return cls(max_line_bytes=_env_int(env, "AUDIT_MAX_LINE_BYTES", d.max_line_bytes),
-                   max_inflate_ratio=_env_int(env, "AUDIT_MAX_INFLATE_RATIO", d.max_inflate_ratio),
-                   max_inflated_bytes=_env_int(env, "AUDIT_MAX_INFLATED_BYTES", d.max_inflated_bytes),
-                   ratio_floor_bytes=d.ratio_floor_bytes)
+        return cls(
+            max_line_bytes=_env_int(env, "AUDIT_MAX_LINE_BYTES", d.max_line_bytes),
+            max_inflate_ratio=_env_int(env, "AUDIT_MAX_INFLATE_RATIO", d.max_inflate_ratio),
+            max_inflated_bytes=_env_int(env, "AUDIT_MAX_INFLATED_BYTES", d.max_inflated_bytes),
+            ratio_floor_bytes=d.ratio_floor_bytes,
+        )
 
     def inflation_problem(self, inflated: int, compressed: int) -> str | None:
         """Why ``inflated`` output bytes from ``compressed`` input bytes is past a limit, or None."""
         if inflated > self.max_inflated_bytes:
-            return (f"decompressed data exceeds {human(self.max_inflated_bytes)} (AUDIT_MAX_INFLATED_BYTES); stopped "
-                    f"reading")
+            return (
+                f"decompressed data exceeds {human(self.max_inflated_bytes)} (AUDIT_MAX_INFLATED_BYTES); stopped "
+                f"reading"
+            )
         if inflated > self.ratio_floor_bytes and inflated > self.max_inflate_ratio * max(compressed, 1):
-            return (f"the gzip stream inflates more than {self.max_inflate_ratio}:1 ({human(inflated)} from "
-                    f"{human(compressed)}; AUDIT_MAX_INFLATE_RATIO): refused as a decompression bomb")
+            return (
+                f"the gzip stream inflates more than {self.max_inflate_ratio}:1 ({human(inflated)} from "
+                f"{human(compressed)}; AUDIT_MAX_INFLATE_RATIO): refused as a decompression bomb"
+            )
         return None
 
     def line_problem(self) -> str:
@@ -148,7 +155,7 @@ class _Inflater(io.RawIOBase):
 
     def readinto(self, buf) -> int:
         out = self.step(len(buf))
-        buf[:len(out)] = out
+        buf[: len(out)] = out
         return len(out)
 
     def step(self, max_len: int) -> bytes:
@@ -205,7 +212,7 @@ class _Inflater(io.RawIOBase):
                 if d.eof:  # a member ended inside this step: the next one starts in its unused bytes
                     tail, d = d.unused_data, zlib.decompressobj(16 + zlib.MAX_WBITS)
                     out += d.decompress(tail)
-                out += d.decompress(data[k:k + 1])
+                out += d.decompress(data[k : k + 1])
             except zlib.error:
                 break
             problem = self.limits.inflation_problem(self.inflated + len(out), self.fed + k + 1)
@@ -226,8 +233,16 @@ class LineReader:
     ranges of :func:`workers.fcr.chunks.chunk_ranges` are; a gzip stream cannot be entered in the middle, so for gzip
     only the whole file (``start=0``, ``end`` None or the file size) is accepted."""
 
-    def __init__(self, path, *, limits: ReadLimits | None = None, on_bytes: Callable[[int], None] | None = None,
-                 start: int = 0, end: int | None = None, first_line: int = 1):
+    def __init__(
+        self,
+        path,
+        *,
+        limits: ReadLimits | None = None,
+        on_bytes: Callable[[int], None] | None = None,
+        start: int = 0,
+        end: int | None = None,
+        first_line: int = 1,
+    ):
         self.limits = limits or ReadLimits.from_env()
         self.size = os.path.getsize(path)
         self.raw = open(path, "rb")
@@ -313,8 +328,9 @@ class _LimitedInflater(_Inflater):
         super().close()
 
 
-def iter_lines(path, *, limits: ReadLimits | None = None, start: int = 0, end: int | None = None,
-               first_line: int = 1) -> Iterator[tuple[int, bytes]]:
+def iter_lines(
+    path, *, limits: ReadLimits | None = None, start: int = 0, end: int | None = None, first_line: int = 1
+) -> Iterator[tuple[int, bytes]]:
     """Yield ``(line_number, raw_line)`` for every non-blank line (of the byte range ``[start, end)``, see
     :class:`LineReader`). Every complete line before a truncated or corrupt gzip stream or a limit is yielded; then
     :class:`FcrParseError` / :class:`FcrLimitError` names the line."""
@@ -323,8 +339,7 @@ def iter_lines(path, *, limits: ReadLimits | None = None, start: int = 0, end: i
             yield line_no, line
 
 
-def iter_records(path, *, start: int = 0, end: int | None = None, first_line: int = 1
-                 ) -> Iterator[tuple[int, dict]]:
+def iter_records(path, *, start: int = 0, end: int | None = None, first_line: int = 1) -> Iterator[tuple[int, dict]]:
     """Yield ``(line_number, record)`` parsed with orjson; a line that is not a JSON object raises. ``start``,
     ``end``, ``first_line``: one byte range of a plain JSONL file (:func:`workers.fcr.chunks.chunk_ranges`)."""
     for line_no, line in iter_lines(path, start=start, end=end, first_line=first_line):
@@ -348,14 +363,14 @@ class _Pushed:
         self.data, self.pos, self.ended = b"", 0, False
 
     def push(self, data: bytes) -> None:
-        self.data, self.pos = self.data[self.pos:] + data, 0
+        self.data, self.pos = self.data[self.pos :] + data, 0
 
     def read(self, n: int) -> bytes:
         if self.pos >= len(self.data):
             if self.ended:
                 return b""
             raise _Starved
-        out = self.data[self.pos:self.pos + n]
+        out = self.data[self.pos : self.pos + n]
         self.pos += len(out)
         return out
 

@@ -11,6 +11,7 @@ is stored as −1 where the rollout's differs, since every negative id means the
 No Django import; the client library writes the same encoding (client/audit_portal_client/fcr.py, tested against
 :func:`decode`).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -26,8 +27,12 @@ def encode(rollout, trainer) -> np.ndarray | None:
     if rollout is None or trainer is None:
         return None
     r, t = np.asarray(rollout), np.asarray(trainer)
-    if r.shape != t.shape or not r.size or not np.issubdtype(t.dtype, np.integer) \
-            or not np.issubdtype(r.dtype, np.integer):
+    if (
+        r.shape != t.shape
+        or not r.size
+        or not np.issubdtype(t.dtype, np.integer)
+        or not np.issubdtype(r.dtype, np.integer)
+    ):
         return None
     return np.where(t == r, SAME, np.where(t < 0, -1, t)).astype(np.int16).reshape(-1)
 
@@ -38,6 +43,7 @@ def decode(rollout_flat, delta_flat) -> tuple[np.ndarray | None, str | None]:
         return None, "the trainer's routes are stored as a difference from rollout.routed_experts, which is absent"
     r, d = np.asarray(rollout_flat), np.asarray(delta_flat)
     if r.shape != d.shape:
-        return None, (f"{d.size} values in {COLUMN} but {r.size} in rollout_routed_experts (a difference needs the "
-                      f"same length)")
+        return None, (
+            f"{d.size} values in {COLUMN} but {r.size} in rollout_routed_experts (a difference needs the same length)"
+        )
     return np.where(d == SAME, r, d), None

@@ -12,6 +12,7 @@ is the response's, ids below ``model.num_experts``, no expert twice in one selec
 equal, probabilities finite and in [0, 1]. The layer count being constant within a model is a file-level rule
 (:class:`LayerCounts`). No Django import.
 """
+
 from __future__ import annotations
 
 from itertools import chain
@@ -25,11 +26,11 @@ _NUM = frozenset({int, float})
 
 def has_routes(rec: dict) -> bool:
     ro, tr, model = rec.get("rollout"), rec.get("trainer"), rec.get("model")
-    return bool((isinstance(ro, dict) and (ro.get("routed_experts") is not None
-                                           or ro.get("router_topk_probs") is not None))
-                or (isinstance(tr, dict) and (tr.get("routed_experts") is not None
-                                              or tr.get("routing_replay") is not None))
-                or (isinstance(model, dict) and model.get("num_experts") is not None))
+    return bool(
+        (isinstance(ro, dict) and (ro.get("routed_experts") is not None or ro.get("router_topk_probs") is not None))
+        or (isinstance(tr, dict) and (tr.get("routed_experts") is not None or tr.get("routing_replay") is not None))
+        or (isinstance(model, dict) and model.get("num_experts") is not None)
+    )
 
 
 class RoutingDataError(ValueError):
@@ -49,33 +50,40 @@ def as_routes(x, call_id, field: str, *, n_experts: int | None = None) -> np.nda
     except (ValueError, TypeError) as e:  # ragged nested lists
         raise RoutingDataError(call_id, field, f"not a rectangular [tokens, layers, top_k] array ({e})") from None
     if a.ndim != 3:
-        raise RoutingDataError(call_id, field, f"expected [tokens, layers, top_k], got {a.ndim} dimension(s) "
-                                               f"{list(a.shape)}")
+        raise RoutingDataError(
+            call_id, field, f"expected [tokens, layers, top_k], got {a.ndim} dimension(s) {list(a.shape)}"
+        )
     if a.size and not np.issubdtype(a.dtype, np.integer):
         raise RoutingDataError(call_id, field, f"expert ids must be integers, got {a.dtype}")
     if a.shape[1] < 1 or a.shape[2] < 1:
-        raise RoutingDataError(call_id, field, f"needs at least one layer and one expert per token, got "
-                                               f"{list(a.shape)}")
+        raise RoutingDataError(
+            call_id, field, f"needs at least one layer and one expert per token, got {list(a.shape)}"
+        )
     a = a.astype(np.int64, copy=False)
     if not a.size:
         return a
     if n_experts is not None and a.max() >= n_experts:
         t, l, _ = np.argwhere(a >= n_experts)[0]
-        raise RoutingDataError(call_id, f"{field}[{t}][{l}]", f"expert id {int(a[t, l].max())} out of range: the "
-                                                              f"model has {n_experts} experts")
+        raise RoutingDataError(
+            call_id,
+            f"{field}[{t}][{l}]",
+            f"expert id {int(a[t, l].max())} out of range: the model has {n_experts} experts",
+        )
     neg = a < 0
     part = neg.any(-1) & ~neg.all(-1)
     if part.any():
         t, l = np.argwhere(part)[0]
-        raise RoutingDataError(call_id, f"{field}[{t}][{l}]", "partly recorded selection (some ids negative); "
-                                                              "record all top_k ids or none")
+        raise RoutingDataError(
+            call_id, f"{field}[{t}][{l}]", "partly recorded selection (some ids negative); record all top_k ids or none"
+        )
     if a.shape[2] > 1:
         s = np.sort(a, -1)
         dup = ((s[..., 1:] == s[..., :-1]) & (s[..., 1:] >= 0)).any(-1)
         if dup.any():
             t, l = np.argwhere(dup)[0]
-            raise RoutingDataError(call_id, f"{field}[{t}][{l}]",
-                                   f"the same expert is selected twice: {a[t, l].tolist()}")
+            raise RoutingDataError(
+                call_id, f"{field}[{t}][{l}]", f"the same expert is selected twice: {a[t, l].tolist()}"
+            )
     return a
 
 
@@ -132,8 +140,12 @@ def routes_issues(rec: dict, n: int) -> list[tuple[str, str]]:
         else:
             shapes[side] = arr.shape
     if len(shapes) == 2 and shapes["rollout"] != shapes["trainer"]:
-        out.append(("trainer.routed_experts", f"shape {list(shapes['trainer'])} differs from "
-                                              f"rollout.routed_experts {list(shapes['rollout'])}"))
+        out.append(
+            (
+                "trainer.routed_experts",
+                f"shape {list(shapes['trainer'])} differs from rollout.routed_experts {list(shapes['rollout'])}",
+            )
+        )
     if isinstance(ro, dict) and ro.get("router_topk_probs") is not None:
         p = ro["router_topk_probs"]
         if ro.get("routed_experts") is None:
@@ -148,8 +160,12 @@ def routes_issues(rec: dict, n: int) -> list[tuple[str, str]]:
                 except ValueError:
                     pa = None
                 if pa is None or ("rollout" in shapes and pa.shape != shapes["rollout"]):
-                    out.append(("rollout.router_topk_probs", f"shape {None if pa is None else list(pa.shape)} "
-                                                             f"differs from rollout.routed_experts"))
+                    out.append(
+                        (
+                            "rollout.router_topk_probs",
+                            f"shape {None if pa is None else list(pa.shape)} differs from rollout.routed_experts",
+                        )
+                    )
                 elif pa.size and not (np.isfinite(pa).all() and pa.min() >= 0 and pa.max() <= 1):
                     t, layer, _ = np.argwhere(~(np.isfinite(pa) & (pa >= 0) & (pa <= 1)))[0]
                     out.append((f"rollout.router_topk_probs[{t}][{layer}]", "probabilities must be in [0, 1]"))
@@ -195,9 +211,10 @@ class LayerCounts:
         name = model.get("served_name")
         first = self.seen.setdefault(name, (L, line, K))
         if first[0] != L:
-            return (f"{L} routed layers, but model {name!r} had {first[0]} at line {first[1]}; the layer count is "
-                    f"constant within a model")
+            return (
+                f"{L} routed layers, but model {name!r} had {first[0]} at line {first[1]}; the layer count is "
+                f"constant within a model"
+            )
         if len(first) > 2 and first[2] != K:
-            return (f"top_k {K}, but model {name!r} had {first[2]} at line {first[1]}; top_k is constant within a "
-                    f"model")
+            return f"top_k {K}, but model {name!r} had {first[2]} at line {first[1]}; top_k is constant within a model"
         return None

@@ -9,6 +9,7 @@ by section: :mod:`workers.fcr.sections` (fields), :mod:`workers.fcr.tokens` (per
 :mod:`workers.fcr.topk` (top-K lists), :mod:`workers.fcr.routes` (MoE routes); :mod:`workers.fcr.validate` runs
 them on a record and on a file.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -24,13 +25,15 @@ LOGPROBS_MODES = frozenset({"raw_logprobs", "processed_logprobs", "raw_logits", 
 GENERATION_CONFIG_SOURCES = frozenset({"request_only", "hf_defaults", "unknown"})
 ENGINE_APIS = frozenset({"chat.completions", "completions", "generate", "responses", "messages"})
 # docs/fcr.md#rollout-and-trainer: why a rollout log-prob is not the engine's value for that token id
-LOGPROB_UNVERIFIED_REASONS = frozenset({
-    "placeholder",   # a value the framework wrote where the engine sampled nothing (an appended EOS, a 0.0 default)
-    "padded",        # a padding value past what the engine returned
-    "not_reported",  # the engine reported no log-prob for the token; the log holds a stand-in
-    "reencoded",     # the token ids were re-encoded from text after sampling: the log-prob belonged to another id
-    "unaligned",     # the log-probs could not be matched to the ids position by position
-})
+LOGPROB_UNVERIFIED_REASONS = frozenset(
+    {
+        "placeholder",  # a value the framework wrote where the engine sampled nothing (an appended EOS, a 0.0 default)
+        "padded",  # a padding value past what the engine returned
+        "not_reported",  # the engine reported no log-prob for the token; the log holds a stand-in
+        "reencoded",  # the token ids were re-encoded from text after sampling: the log-prob belonged to another id
+        "unaligned",  # the log-probs could not be matched to the ids position by position
+    }
+)
 SENTINEL = -9999.0  # docs/fcr.md#conventions: values ≤ −9999 + 1e-6 are sentinels
 SENTINEL_CUT = SENTINEL + 1e-6
 POSITIVE_CUT = 1e-6  # R6: a log-prob above this is not a log-probability

@@ -15,13 +15,38 @@ run must still upload so that the audit can say why it is bad. Missing *nullable
 ``prompt.task_prompt_sha256_*``) are treated as null (docs/fcr.md#example-c-a-background-call omits
 ``response.text``).
 """
+
 from __future__ import annotations
 
-from workers.fcr.schema import (CONTEXT_EVENTS, DICT_OR_NULL, ENGINE_APIS, GENERATION_CONFIG_SOURCES, INT_OR_NULL,
-                                LOGPROBS_MODES, NUM_OR_NULL, PROMPT_PROVENANCE, RESPONSE_PROVENANCE, ROLE_SOURCES,
-                                ROLES, SCHEMA, STR_OR_NULL, T_STR, FcrIssue, first_bad, ids_sha256, is_num, member)
-from workers.fcr.tokens import (check_ids, check_logprobs, check_mask, check_unverified_spans,
-                                check_versions_aligned, logprob_warnings)
+from workers.fcr.schema import (
+    CONTEXT_EVENTS,
+    DICT_OR_NULL,
+    ENGINE_APIS,
+    GENERATION_CONFIG_SOURCES,
+    INT_OR_NULL,
+    LOGPROBS_MODES,
+    NUM_OR_NULL,
+    PROMPT_PROVENANCE,
+    RESPONSE_PROVENANCE,
+    ROLE_SOURCES,
+    ROLES,
+    SCHEMA,
+    STR_OR_NULL,
+    T_STR,
+    FcrIssue,
+    first_bad,
+    ids_sha256,
+    is_num,
+    member,
+)
+from workers.fcr.tokens import (
+    check_ids,
+    check_logprobs,
+    check_mask,
+    check_unverified_spans,
+    check_versions_aligned,
+    logprob_warnings,
+)
 from workers.fcr.topk import check_topk, topk_uncovered
 
 
@@ -88,14 +113,25 @@ def identity(rec: dict, f: Findings) -> None:
 
 
 def identity_ok(rec: dict) -> bool:
-    return (rec["schema"] == SCHEMA
-            and type(rec["run_id"]) is str and rec["run_id"] and type(rec["trajectory_id"]) is str
-            and rec["trajectory_id"] and type(rec["call_id"]) is str and rec["call_id"]
-            and type(rec["step"]) is int and type(rec["call_index"]) is int
-            and type(rec["role"]) is str and rec["role"] in ROLES
-            and type(rec["role_source"]) is str and rec["role_source"] in ROLE_SOURCES
-            and type(rec.get("parent_call_id")) in STR_OR_NULL and type(rec.get("timestamp")) in NUM_OR_NULL
-            and type(rec.get("purpose")) in STR_OR_NULL and type(rec.get("inferred_purpose")) in STR_OR_NULL)
+    return (
+        rec["schema"] == SCHEMA
+        and type(rec["run_id"]) is str
+        and rec["run_id"]
+        and type(rec["trajectory_id"]) is str
+        and rec["trajectory_id"]
+        and type(rec["call_id"]) is str
+        and rec["call_id"]
+        and type(rec["step"]) is int
+        and type(rec["call_index"]) is int
+        and type(rec["role"]) is str
+        and rec["role"] in ROLES
+        and type(rec["role_source"]) is str
+        and rec["role_source"] in ROLE_SOURCES
+        and type(rec.get("parent_call_id")) in STR_OR_NULL
+        and type(rec.get("timestamp")) in NUM_OR_NULL
+        and type(rec.get("purpose")) in STR_OR_NULL
+        and type(rec.get("inferred_purpose")) in STR_OR_NULL
+    )
 
 
 # ------------------------------------------------------------------------- model, tokenizer, engine, sampling
@@ -138,17 +174,27 @@ def model_and_engine(rec: dict, f: Findings) -> None:
 def model_and_engine_ok(rec: dict) -> bool:
     g = rec.get
     model, tok, eng, ct = g("model"), g("tokenizer"), g("engine"), rec["chat_template"]
-    return (type(model) is dict and type(model.get("served_name")) is str
-            and type(model.get("policy_version")) in INT_OR_NULL
-            and type(tok) is dict and type(tok.get("id")) is str and type(tok.get("sha256")) is str
-            and (ct is None or (type(ct) is dict and type(ct.get("sha256")) is str))
-            and type(eng) is dict and type(eng.get("name")) is str
-            and type(eng.get("api")) is str and eng["api"] in ENGINE_APIS
-            and type(eng.get("logprobs_mode")) in STR_OR_NULL and eng.get("logprobs_mode") in LOGPROBS_MODES
-            and type(eng.get("generation_config_source")) is str
-            and eng["generation_config_source"] in GENERATION_CONFIG_SOURCES
-            and type(g("sampling")) is dict and type(g("source")) is dict
-            and type(g("harness")) in DICT_OR_NULL and type(g("extra")) in DICT_OR_NULL)
+    return (
+        type(model) is dict
+        and type(model.get("served_name")) is str
+        and type(model.get("policy_version")) in INT_OR_NULL
+        and type(tok) is dict
+        and type(tok.get("id")) is str
+        and type(tok.get("sha256")) is str
+        and (ct is None or (type(ct) is dict and type(ct.get("sha256")) is str))
+        and type(eng) is dict
+        and type(eng.get("name")) is str
+        and type(eng.get("api")) is str
+        and eng["api"] in ENGINE_APIS
+        and type(eng.get("logprobs_mode")) in STR_OR_NULL
+        and eng.get("logprobs_mode") in LOGPROBS_MODES
+        and type(eng.get("generation_config_source")) is str
+        and eng["generation_config_source"] in GENERATION_CONFIG_SOURCES
+        and type(g("sampling")) is dict
+        and type(g("source")) is dict
+        and type(g("harness")) in DICT_OR_NULL
+        and type(g("extra")) in DICT_OR_NULL
+    )
 
 
 def _engine(eng, f: Findings) -> None:
@@ -191,13 +237,19 @@ def prompt(rec: dict, f: Findings) -> None:
 
 
 def prompt_ok(p: dict, fast: bool) -> bool:
-    return (type(p) is dict and type(p["provenance"]) is str and p["provenance"] in PROMPT_PROVENANCE
-            and type(p["ids_sha256"]) is str
-            and type(p.get("task_prompt_sha256_declared")) in STR_OR_NULL
-            and type(p.get("task_prompt_sha256_observed")) in STR_OR_NULL
-            and type(p.get("context_source_call_id")) in STR_OR_NULL
-            and type(p.get("context_event")) in STR_OR_NULL and p.get("context_event") in CONTEXT_EVENTS
-            and type(p["token_ids"]) is list and check_ids(p["token_ids"], fast) is None)
+    return (
+        type(p) is dict
+        and type(p["provenance"]) is str
+        and p["provenance"] in PROMPT_PROVENANCE
+        and type(p["ids_sha256"]) is str
+        and type(p.get("task_prompt_sha256_declared")) in STR_OR_NULL
+        and type(p.get("task_prompt_sha256_observed")) in STR_OR_NULL
+        and type(p.get("context_source_call_id")) in STR_OR_NULL
+        and type(p.get("context_event")) in STR_OR_NULL
+        and p.get("context_event") in CONTEXT_EVENTS
+        and type(p["token_ids"]) is list
+        and check_ids(p["token_ids"], fast) is None
+    )
 
 
 def _token_ids(block: dict, name: str, f: Findings) -> bool:
@@ -229,9 +281,11 @@ def response(rec: dict, f: Findings) -> int | None:
     if not member(rp, RESPONSE_PROVENANCE):
         f.err("response.provenance", f"expected one of {'|'.join(sorted(RESPONSE_PROVENANCE))}, got {rp!r}")
     _ids_hash(resp, "response", ids_ok, f)
-    for k, kind, expected in (("text", str, "expected a string or null"),
-                              ("usage_completion_tokens", int, "expected an int or null"),
-                              ("finish_reason", str, "expected a string or null")):
+    for k, kind, expected in (
+        ("text", str, "expected a string or null"),
+        ("usage_completion_tokens", int, "expected an int or null"),
+        ("finish_reason", str, "expected a string or null"),
+    ):
         v = resp.get(k)
         if v is not None and type(v) is not kind:
             f.err(f"response.{k}", expected)
@@ -247,11 +301,17 @@ def response(rec: dict, f: Findings) -> int | None:
 
 def response_ok(resp: dict, fast: bool) -> int | None:
     """n when the response section is fine, else None."""
-    if not (type(resp) is dict and type(resp["provenance"]) is str and resp["provenance"] in RESPONSE_PROVENANCE
-            and type(resp["ids_sha256"]) is str and type(resp.get("text")) in STR_OR_NULL
-            and type(resp.get("usage_completion_tokens")) in INT_OR_NULL
-            and type(resp.get("finish_reason")) in STR_OR_NULL
-            and type(resp["token_ids"]) is list and check_ids(resp["token_ids"], fast) is None):
+    if not (
+        type(resp) is dict
+        and type(resp["provenance"]) is str
+        and resp["provenance"] in RESPONSE_PROVENANCE
+        and type(resp["ids_sha256"]) is str
+        and type(resp.get("text")) in STR_OR_NULL
+        and type(resp.get("usage_completion_tokens")) in INT_OR_NULL
+        and type(resp.get("finish_reason")) in STR_OR_NULL
+        and type(resp["token_ids"]) is list
+        and check_ids(resp["token_ids"], fast) is None
+    ):
         return None
     n = len(resp["token_ids"])
     ts = resp.get("token_strings")
@@ -282,10 +342,13 @@ def rollout(rec: dict, n: int | None, f: Findings) -> None:
 
 def rollout_ok(ro: dict, n: int, fast: bool) -> bool:
     v, w, u = ro.get("top_k"), ro.get("token_policy_versions"), ro.get("logprob_unverified")
-    return (type(ro) is dict and check_logprobs(ro["logprobs"], n) is None
-            and (v is None or check_topk(v, n, fast) is None)
-            and (w is None or check_versions_aligned(w, n) is None)
-            and (u is None or check_unverified_spans(u, n) is None))
+    return (
+        type(ro) is dict
+        and check_logprobs(ro["logprobs"], n) is None
+        and (v is None or check_topk(v, n, fast) is None)
+        and (w is None or check_versions_aligned(w, n) is None)
+        and (u is None or check_unverified_spans(u, n) is None)
+    )
 
 
 def trainer(rec: dict, n: int | None, f: Findings) -> None:
@@ -318,11 +381,14 @@ def trainer_ok(tr, n: int, fast: bool) -> bool:
     if tr is None:
         return True
     lps, tk, mask = tr.get("logprobs"), tr.get("top_k"), tr.get("loss_mask_used")
-    return (type(tr) is dict and type(tr.get("policy_version")) in INT_OR_NULL
-            and type(tr.get("sample_id")) in STR_OR_NULL
-            and (lps is None or check_logprobs(lps, n) is None)
-            and (tk is None or check_topk(tk, n, fast) is None)
-            and (mask is None or check_mask(mask, n, fast) is None))
+    return (
+        type(tr) is dict
+        and type(tr.get("policy_version")) in INT_OR_NULL
+        and type(tr.get("sample_id")) in STR_OR_NULL
+        and (lps is None or check_logprobs(lps, n) is None)
+        and (tk is None or check_topk(tk, n, fast) is None)
+        and (mask is None or check_mask(mask, n, fast) is None)
+    )
 
 
 def _logprob_lint(side: str, lps, f: Findings) -> None:
@@ -339,8 +405,11 @@ def _coverage_lint(ro, tr: dict, f: Findings) -> None:
         return
     count, first = topk_uncovered(ro["top_k"], tr["top_k"])
     if count:
-        f.warn(f"trainer.top_k[{first}]", f"misses ids of rollout.top_k at {count} position(s); fcr/1 requires the "
-               "trainer list to cover them (the certificate there is looser)")
+        f.warn(
+            f"trainer.top_k[{first}]",
+            f"misses ids of rollout.top_k at {count} position(s); fcr/1 requires the "
+            "trainer list to cover them (the certificate there is looser)",
+        )
 
 
 # --------------------------------------------------------------------------------------------- whole record

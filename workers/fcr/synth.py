@@ -6,6 +6,7 @@ recomputed log-probs and top-K on the same ids, the loss mask used) and the occa
 rollout's the way real stacks differ: small log-space noise everywhere (bf16-like numerics) plus rare large
 "routing flips" where the trainer moves a lot of mass. No network, no model: numpy draws only.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -46,7 +47,11 @@ class SynthConfig:
 def _position_distributions(rng: np.random.Generator, n: int, cfg: SynthConfig):
     """Rollout and trainer log-probs over ``candidates`` ids per position, plus the unlisted tail."""
     c = cfg.candidates
-    ids = np.stack([rng.choice(VOCAB - 100, size=c, replace=False) + 100 for _ in range(n)]) if n else np.zeros((0, c), int)
+    ids = (
+        np.stack([rng.choice(VOCAB - 100, size=c, replace=False) + 100 for _ in range(n)])
+        if n
+        else np.zeros((0, c), int)
+    )
     sharp = rng.uniform(2.5, 6.0, size=(n, 1))  # LLM next-token distributions are peaked
     logits = rng.standard_normal((n, c)) * sharp
     tail = rng.uniform(0.0005, 0.01, size=(n, 1))  # mass on ids outside the candidates
@@ -86,23 +91,49 @@ def _policy_call(rng, cfg: SynthConfig, traj: str, index: int, step: int, prompt
     response = [int(x) for x in sampled]
     digest = sha256_text(task)
     return {
-        "schema": "fcr/1", "run_id": cfg.run_id, "trajectory_id": traj, "step": step,
-        "call_id": f"{traj}-{index}", "call_index": index, "parent_call_id": None,
-        "role": "policy", "role_source": "header", "purpose": "main_loop",
+        "schema": "fcr/1",
+        "run_id": cfg.run_id,
+        "trajectory_id": traj,
+        "step": step,
+        "call_id": f"{traj}-{index}",
+        "call_index": index,
+        "parent_call_id": None,
+        "role": "policy",
+        "role_source": "header",
+        "purpose": "main_loop",
         "model": {"served_name": "policy", "policy_version": step},
         "tokenizer": {"id": "synthetic@1", "sha256": "0" * 64},
         "chat_template": {"sha256": "1" * 64},
-        "engine": {"name": "vllm", "api": "chat.completions", "logprobs_mode": "processed_logprobs",
-                   "generation_config_source": "request_only"},
+        "engine": {
+            "name": "vllm",
+            "api": "chat.completions",
+            "logprobs_mode": "processed_logprobs",
+            "generation_config_source": "request_only",
+        },
         "sampling": {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_tokens": cfg.response_len[1]},
-        "prompt": {"token_ids": prompt, "provenance": "engine", "ids_sha256": sha256_ids(prompt),
-                   "task_prompt_sha256_declared": digest if root else None,
-                   "task_prompt_sha256_observed": digest if root else None},
-        "response": {"token_ids": response, "provenance": "engine", "ids_sha256": sha256_ids(response),
-                     "text": None, "usage_completion_tokens": length, "finish_reason": "stop"},
+        "prompt": {
+            "token_ids": prompt,
+            "provenance": "engine",
+            "ids_sha256": sha256_ids(prompt),
+            "task_prompt_sha256_declared": digest if root else None,
+            "task_prompt_sha256_observed": digest if root else None,
+        },
+        "response": {
+            "token_ids": response,
+            "provenance": "engine",
+            "ids_sha256": sha256_ids(response),
+            "text": None,
+            "usage_completion_tokens": length,
+            "finish_reason": "stop",
+        },
         "rollout": {"logprobs": [round(float(x), 6) for x in lp_roll], "top_k": roll_topk},
-        "trainer": {"policy_version": step, "logprobs": [round(float(x), 6) for x in lp_train], "top_k": train_topk,
-                    "loss_mask_used": [1] * length, "sample_id": f"{traj}-{index}"},
+        "trainer": {
+            "policy_version": step,
+            "logprobs": [round(float(x), 6) for x in lp_train],
+            "top_k": train_topk,
+            "loss_mask_used": [1] * length,
+            "sample_id": f"{traj}-{index}",
+        },
         "source": {"format": "synthetic", "ref": f"synth:{traj}:{index}", "importer_version": "1"},
     }
 
@@ -111,17 +142,38 @@ def _background_call(rng, cfg: SynthConfig, traj: str, index: int, step: int, ta
     response = [35, EOS]
     prompt = [0, 33, 34, 3] + task_ids
     return {
-        "schema": "fcr/1", "run_id": cfg.run_id, "trajectory_id": traj, "step": step,
-        "call_id": f"{traj}-bg-{index}", "call_index": index, "role": "background", "role_source": "header",
-        "purpose": "title", "model": {"served_name": "policy", "policy_version": step},
-        "tokenizer": {"id": "synthetic@1", "sha256": "0" * 64}, "chat_template": {"sha256": "1" * 64},
-        "engine": {"name": "vllm", "api": "chat.completions", "logprobs_mode": "processed_logprobs",
-                   "generation_config_source": "request_only"},
+        "schema": "fcr/1",
+        "run_id": cfg.run_id,
+        "trajectory_id": traj,
+        "step": step,
+        "call_id": f"{traj}-bg-{index}",
+        "call_index": index,
+        "role": "background",
+        "role_source": "header",
+        "purpose": "title",
+        "model": {"served_name": "policy", "policy_version": step},
+        "tokenizer": {"id": "synthetic@1", "sha256": "0" * 64},
+        "chat_template": {"sha256": "1" * 64},
+        "engine": {
+            "name": "vllm",
+            "api": "chat.completions",
+            "logprobs_mode": "processed_logprobs",
+            "generation_config_source": "request_only",
+        },
         "sampling": {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_tokens": 32},
-        "prompt": {"token_ids": prompt, "provenance": "engine", "ids_sha256": sha256_ids(prompt),
-                   "task_prompt_sha256_declared": None, "task_prompt_sha256_observed": None},
-        "response": {"token_ids": response, "provenance": "engine", "ids_sha256": sha256_ids(response),
-                     "usage_completion_tokens": 2},
+        "prompt": {
+            "token_ids": prompt,
+            "provenance": "engine",
+            "ids_sha256": sha256_ids(prompt),
+            "task_prompt_sha256_declared": None,
+            "task_prompt_sha256_observed": None,
+        },
+        "response": {
+            "token_ids": response,
+            "provenance": "engine",
+            "ids_sha256": sha256_ids(response),
+            "usage_completion_tokens": 2,
+        },
         "rollout": {"logprobs": [round(float(-rng.uniform(0.1, 2.0)), 6), -0.05]},
         "source": {"format": "synthetic", "ref": f"synth:{traj}:bg{index}", "importer_version": "1"},
     }
@@ -148,7 +200,9 @@ def iter_run(cfg: SynthConfig):
             yield _background_call(rng, cfg, traj, index, step, task_ids)
 
 
-def write_run(path, cfg: SynthConfig | None = None, *, compress: bool | None = None, target_bytes: int | None = None) -> dict:
+def write_run(
+    path, cfg: SynthConfig | None = None, *, compress: bool | None = None, target_bytes: int | None = None
+) -> dict:
     """Write a run log to ``path`` (gzip when the name ends in .gz unless ``compress`` says otherwise).
 
     With ``target_bytes`` the generator keeps adding trajectories (new seeds) until the uncompressed

@@ -8,14 +8,26 @@ offending index. ``fast=True`` is the caller's promise that no JSON boolean is a
 (:func:`array_bools_possible`): then one ``array('Q')`` / ``bytes()`` pass checks type and range together (without
 the promise they would take ``true`` for 1).
 """
+
 from __future__ import annotations
 
 from array import array
 
 import numpy as np
 
-from workers.fcr.schema import (INT_OR_NULL, LOGPROB_UNVERIFIED_REASONS, POSITIVE_CUT, SENTINEL_CUT, T_INT, T_NUM_NULL,
-                                FcrIssue, first_bad, is_int, is_num, member)
+from workers.fcr.schema import (
+    INT_OR_NULL,
+    LOGPROB_UNVERIFIED_REASONS,
+    POSITIVE_CUT,
+    SENTINEL_CUT,
+    T_INT,
+    T_NUM_NULL,
+    FcrIssue,
+    first_bad,
+    is_int,
+    is_num,
+    member,
+)
 
 BITS = frozenset({0, 1})
 
@@ -111,8 +123,9 @@ def check_unverified_spans(a, n):
         if not (type(s) is list and len(s) == 3 and is_int(s[0]) and is_int(s[1]) and 0 <= s[0] < s[1] <= n):
             return f"[{i}]", f"expected [start, end, reason] with 0 <= start < end <= {n}"
         if s[2] is None or not member(s[2], LOGPROB_UNVERIFIED_REASONS):
-            return f"[{i}][2]", (f"unknown reason {s[2]!r}; expected one of "
-                                 f"{', '.join(sorted(LOGPROB_UNVERIFIED_REASONS))}")
+            return f"[{i}][2]", (
+                f"unknown reason {s[2]!r}; expected one of {', '.join(sorted(LOGPROB_UNVERIFIED_REASONS))}"
+            )
     return None
 
 
@@ -168,9 +181,15 @@ def positive_logprob_issues(rec, line: int) -> list[FcrIssue]:
             hi = max((x for x in lps if x is not None), default=None)
         if hi is not None and hi > POSITIVE_CUT:
             i = first_bad(lps, lambda x: x is None or x <= POSITIVE_CUT)
-            out.append(FcrIssue(line, rec.get("call_id"), f"{name}.logprobs[{i}]",
-                                f"positive log-prob {lps[i]!r}; the audit and the certificate exclude such positions",
-                                "warning"))
+            out.append(
+                FcrIssue(
+                    line,
+                    rec.get("call_id"),
+                    f"{name}.logprobs[{i}]",
+                    f"positive log-prob {lps[i]!r}; the audit and the certificate exclude such positions",
+                    "warning",
+                )
+            )
     return out
 
 

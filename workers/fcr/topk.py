@@ -4,6 +4,7 @@ aligned 1:1 with ``response.token_ids``; the trainer's list must cover the rollo
 the audit (workers.fidelity) and the certificate engine (workers.certify) read records through, checking the
 structure in the same C-level passes. Sortedness is the audit's business, not the format's.
 """
+
 from __future__ import annotations
 
 from array import array
@@ -31,8 +32,7 @@ def check_topk(tk, n, fast=False, padding=False):
     if n <= 8:  # tiny calls: a plain loop beats the fixed cost of the C passes below
         for pos in tk:
             for e in pos:
-                if not (type(e) is list and len(e) == 2 and type(e[0]) is int and e[0] >= 0
-                        and type(e[1]) in T_NUM):
+                if not (type(e) is list and len(e) == 2 and type(e[0]) is int and e[0] >= 0 and type(e[1]) in T_NUM):
                     break
             else:
                 continue
@@ -62,8 +62,10 @@ def check_topk(tk, n, fast=False, padding=False):
             if type(e) is not list or len(e) != 2:
                 return where, "top-K entry must be a [token_id, logprob] pair"
             if not is_int(e[0]) or (e[0] < 0 and not (padding and e[0] == -1)):
-                return where, (f"top-K token id must be a non-negative int{' (or -1 for padding)' if padding else ''}"
-                               f", got {e[0]!r}")
+                return where, (
+                    f"top-K token id must be a non-negative int{' (or -1 for padding)' if padding else ''}"
+                    f", got {e[0]!r}"
+                )
             if not is_num(e[1]):
                 return where, f"top-K log-prob must be a number, got {type(e[1]).__name__}"
     return None
@@ -79,7 +81,7 @@ def topk_arrays(tk, n):
     flat = list(chain.from_iterable(chain.from_iterable(tk)))
     if (lens == K).all():  # common case: one float64 conversion, then a reshape
         a = np.asarray(flat, dtype=np.float64).reshape(n, K, 2)
-        if a[:, :, 0].max() < 2.0 ** 53:  # ids exact in float64
+        if a[:, :, 0].max() < 2.0**53:  # ids exact in float64
             return a[:, :, 0].astype(np.int64), np.ascontiguousarray(a[:, :, 1]), lens
     ids = np.full((n, K), -1, dtype=np.int64)
     lps = np.full((n, K), np.nan)

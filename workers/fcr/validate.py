@@ -12,6 +12,7 @@ Speed: the portal validates uploads within 2× a plain ``orjson`` parse. A recor
 each section (:func:`_fast_valid`), which accepts exactly the records the section checks find nothing in; only a
 record it does not accept goes through the sections, which name every problem.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -31,11 +32,19 @@ from workers.fcr.topk import check_topk, topk_arrays, topk_checked, topk_uncover
 from workers.fcr.validate_columnar import read_columns_into
 
 # Other engines' intake (workers.certify, workers.fidelity, workers.routing) imports these from here
-__all__ = ["FcrIssue", "array_bools_possible", "check_logprobs", "check_topk", "ids_sha256",
-           "positive_logprob_issues", "topk_arrays", "topk_checked", "topk_uncovered", "validate_file",
-           "validate_record"]
-
-
+__all__ = [
+    "FcrIssue",
+    "array_bools_possible",
+    "check_logprobs",
+    "check_topk",
+    "ids_sha256",
+    "positive_logprob_issues",
+    "topk_arrays",
+    "topk_checked",
+    "topk_uncovered",
+    "validate_file",
+    "validate_record",
+]
 
 
 _fast_valid = sections.record_ok  # the fast form of the whole record (tests/fcr/test_validate_fuzz.py)
@@ -244,15 +253,22 @@ def validate_file(
             progress(min(1.0, pos / size) if size else 1.0, f"line {reader.line_no + 1}")
 
     reader = open_reader(path, on_bytes=report if progress is not None else None)
-    line_no, bytes_read = read_into(tally, reader, report if progress is not None else None,
-                                    check_hashes=check_hashes, lint=lint, by_columns=by_columns)
+    line_no, bytes_read = read_into(
+        tally,
+        reader,
+        report if progress is not None else None,
+        check_hashes=check_hashes,
+        lint=lint,
+        by_columns=by_columns,
+    )
     if progress is not None:
         progress(1.0, f"done: {line_no} lines")
     return tally.summary(reader, bytes_read, size)
 
 
-def read_into(tally: Tally, reader, report=None, *, check_hashes: bool = False, lint: bool = False,
-              by_columns: bool = True) -> tuple[int, int]:
+def read_into(
+    tally: Tally, reader, report=None, *, check_hashes: bool = False, lint: bool = False, by_columns: bool = True
+) -> tuple[int, int]:
     """Every line (row) of ``reader`` into ``tally``; closes the reader. Returns the last line number and the file
     bytes consumed. A truncated or corrupt stream, or a read limit, is an error at its line and stops the reading
     there (``tally.stopped``). An ``fcr-parquet/1`` reader is checked by columns

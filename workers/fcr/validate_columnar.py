@@ -15,14 +15,14 @@ consecutive rows of about :data:`~workers.fcr.columnar.RECORD_SLICE_TOKENS` toke
 (tests/fcr/test_validate_columnar.py compares both paths on mutated files). One row group in memory at a time.
 No Django import.
 """
+
 from __future__ import annotations
 
 import numpy as np
 import orjson
 import pyarrow as pa
 
-from workers.fcr.columnar import LISTS, META, RECORD_SLICE_TOKENS, ROUTES, SCALARS, TOPK, RunLog, \
-    table_records
+from workers.fcr.columnar import LISTS, META, RECORD_SLICE_TOKENS, ROUTES, SCALARS, TOPK, RunLog, table_records
 from workers.fcr.parquet_columns import row_any
 from workers.fcr.reader import FcrParseError
 from workers.fcr.route_delta import COLUMN as DELTA

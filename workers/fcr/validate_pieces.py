@@ -18,6 +18,7 @@ that cannot be read) ends the file there, as it ends the one-pass read. So the m
 ``bytes_read`` of a file whose reading stopped (where each read stopped depends on its buffering). Tested:
 tests/fcr/test_validate_pieces.py.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,12 +28,21 @@ from workers.fcr.chunks import Chunk, open_chunk
 from workers.fcr.schema import FcrIssue
 from workers.fcr.validate import RUNS_CAP, Tally, read_into
 
-PIECE_KEYS = ("records", "valid_records", "routed_records", "n_err", "n_warn", "policy_tokens", "response_tokens",
-              "dups")
+PIECE_KEYS = (
+    "records",
+    "valid_records",
+    "routed_records",
+    "n_err",
+    "n_warn",
+    "policy_tokens",
+    "response_tokens",
+    "dups",
+)
 
 
-def validate_piece(path, chunk: Chunk | dict, *, max_errors: int = 20, max_warnings: int = 20,
-                   known_layers: dict | None = None) -> dict:
+def validate_piece(
+    path, chunk: Chunk | dict, *, max_errors: int = 20, max_warnings: int = 20, known_layers: dict | None = None
+) -> dict:
     """One piece's share of the summary, as JSON (what :func:`merge_pieces` needs). ``known_layers``: ``{model:
     (layers, line, top_k)}`` established by the earlier pieces (the merge passes it when it reads a piece again)."""
     chunk = Chunk.from_dict(chunk) if isinstance(chunk, dict) else chunk
@@ -45,19 +55,28 @@ def validate_piece(path, chunk: Chunk | dict, *, max_errors: int = 20, max_warni
         tally.stopped = consumed < _row_group_bytes(path, chunk)
     known = tally.known_layers
     return {
-        "index": chunk.index, "chunk": chunk.to_dict(), **{k: getattr(tally, k) for k in PIECE_KEYS},
-        "errors": tally.errors, "warnings": tally.warnings, "runs": tally.run_order,
-        "runs_truncated": tally.runs_truncated, "step_min": tally.step_min, "step_max": tally.step_max,
-        "by_role": tally.by_role, "has_trainer_lp": tally.has_trainer_lp, "has_topk": tally.has_topk,
+        "index": chunk.index,
+        "chunk": chunk.to_dict(),
+        **{k: getattr(tally, k) for k in PIECE_KEYS},
+        "errors": tally.errors,
+        "warnings": tally.warnings,
+        "runs": tally.run_order,
+        "runs_truncated": tally.runs_truncated,
+        "step_min": tally.step_min,
+        "step_max": tally.step_max,
+        "by_role": tally.by_role,
+        "has_trainer_lp": tally.has_trainer_lp,
+        "has_topk": tally.has_topk,
         "keys": [[key, line, call_id] for key, (line, call_id) in tally.first_keys.items()],
         "layers": [[model, *shape] for model, shape in tally.layer_counts.seen.items() if model not in known],
-        "stopped": tally.stopped, "bytes": consumed, "compressed": bool(reader.compressed),
+        "stopped": tally.stopped,
+        "bytes": consumed,
+        "compressed": bool(reader.compressed),
         "format": getattr(reader, "format", "fcr/1"),
     }
 
 
-def merge_pieces(pieces: list[dict], *, path, max_errors: int = 20, max_warnings: int = 20,
-                 read_again=None) -> dict:
+def merge_pieces(pieces: list[dict], *, path, max_errors: int = 20, max_warnings: int = 20, read_again=None) -> dict:
     """The summary of the whole file from its pieces' (any order; each piece once). ``read_again(index,
     known_layers)`` validates a piece once more (default: :func:`validate_piece` on ``path``); called only for a
     piece whose first layer count of a model disagrees with an earlier piece's."""
@@ -65,8 +84,9 @@ def merge_pieces(pieces: list[dict], *, path, max_errors: int = 20, max_warnings
         by_index = {p["index"]: p for p in pieces}
 
         def read_again(index, known):
-            return validate_piece(path, by_index[index]["chunk"], max_errors=max_errors, max_warnings=max_warnings,
-                                  known_layers=known)
+            return validate_piece(
+                path, by_index[index]["chunk"], max_errors=max_errors, max_warnings=max_warnings, known_layers=known
+            )
 
     kept, known = [], {}
     for piece in sorted(pieces, key=lambda p: p["index"]):
@@ -112,8 +132,9 @@ def _summary(pieces: list[dict], path, max_errors: int, max_warnings: int) -> di
     tally.by_role = {role: sum(p["by_role"][role] for p in pieces) for role in tally.by_role}
     tally.has_trainer_lp = any(p["has_trainer_lp"] for p in pieces)
     tally.has_topk = any(p["has_topk"] for p in pieces)
-    reader = SimpleNamespace(compressed=any(p["compressed"] for p in pieces),
-                             format=pieces[0]["format"] if pieces else "fcr/1")
+    reader = SimpleNamespace(
+        compressed=any(p["compressed"] for p in pieces), format=pieces[0]["format"] if pieces else "fcr/1"
+    )
     return tally.summary(reader, sum(p["bytes"] for p in pieces), os.path.getsize(path))
 
 
@@ -123,6 +144,6 @@ def _row_group_bytes(path, chunk: Chunk) -> int:
 
     log = RunLog(path)
     try:
-        return sum(log.compressed[chunk.start:chunk.end])
+        return sum(log.compressed[chunk.start : chunk.end])
     finally:
         log.close()

@@ -18,12 +18,20 @@ No Django import. Modules (each readable on its own):
 * :mod:`.verdict`       how a verdict is worded: coverage headline, label, the ``min_coverage`` gate
 * :mod:`.cli`           ``python -m workers.fidelity audit|import|join|gateway``
 """
+
 from workers.lazy import lazy_exports
 
 # Lazy: the web process imports ``workers.fidelity.rules`` (reason codes) and ``.verdict``; importing the
 # package must not load the audit or HF ``tokenizers`` with them. Each name loads its module on first use.
-_LAZY = {"audit_file": "audit", "audit_records": "audit", "read_masks": "masks_export", "AuditOptions": "rules",
-         "CODES": "rules", "FidelityTokenizer": "tokenizer", "TokenizerRegistry": "tokenizer"}
+_LAZY = {
+    "audit_file": "audit",
+    "audit_records": "audit",
+    "read_masks": "masks_export",
+    "AuditOptions": "rules",
+    "CODES": "rules",
+    "FidelityTokenizer": "tokenizer",
+    "TokenizerRegistry": "tokenizer",
+}
 
 __all__ = sorted(_LAZY)
 

@@ -27,6 +27,7 @@ the validator. Python's cyclic garbage collector is paused while the audit runs 
 lines): parsing allocates millions of short-lived lists, and with a large heap (e.g. torch imported) the collector
 otherwise costs more than the parse.
 """
+
 from __future__ import annotations
 
 import gc
@@ -63,22 +64,54 @@ def _gc_paused():
             gc.enable()
 
 
-
 # ------------------------------------------------------------------------------------------- audit
 def _malformed_line(line, reason) -> CallResult:
-    entry = {"line": line, "call_id": None, "run_id": None, "trajectory_id": None, "call_index": None,
-             "sample_id": None, "step": None, "role": "unknown", "role_source": None, "purpose": None,
-             "inferred_purpose": None, "n_tokens": 0, "verifiable_tokens": 0, "verdict": "excluded",
-             "primary_reason": "MALFORMED", "reasons": ["MALFORMED"], "spans": [], "rules": {"R0": "fail"},
-             "malformed": [{"field": "", "reason": reason}], "loss_mask_used": False,
-             "closed_failure_violations": 0, "drift_if_retokenized": None, "alignment": None, "lineage": None,
-             "certificate": None}
-    return CallResult(entry=entry, n=0, words=np.zeros(0, dtype=np.uint32), role="unknown",
-                      call_codes=int(BIT["MALFORMED"]))
+    entry = {
+        "line": line,
+        "call_id": None,
+        "run_id": None,
+        "trajectory_id": None,
+        "call_index": None,
+        "sample_id": None,
+        "step": None,
+        "role": "unknown",
+        "role_source": None,
+        "purpose": None,
+        "inferred_purpose": None,
+        "n_tokens": 0,
+        "verifiable_tokens": 0,
+        "verdict": "excluded",
+        "primary_reason": "MALFORMED",
+        "reasons": ["MALFORMED"],
+        "spans": [],
+        "rules": {"R0": "fail"},
+        "malformed": [{"field": "", "reason": reason}],
+        "loss_mask_used": False,
+        "closed_failure_violations": 0,
+        "drift_if_retokenized": None,
+        "alignment": None,
+        "lineage": None,
+        "certificate": None,
+    }
+    return CallResult(
+        entry=entry, n=0, words=np.zeros(0, dtype=np.uint32), role="unknown", call_codes=int(BIT["MALFORMED"])
+    )
 
 
-def _run(source, *, mode, tokenizer, masks_out, masks_format, path_label, progress=None, progress_every=2000,
-         call_sink=None, sink_batch=1000, **options) -> dict:
+def _run(
+    source,
+    *,
+    mode,
+    tokenizer,
+    masks_out,
+    masks_format,
+    path_label,
+    progress=None,
+    progress_every=2000,
+    call_sink=None,
+    sink_batch=1000,
+    **options,
+) -> dict:
     audit = _Audit(mode, tokenizer, progress, options)
     keep = audit.opts.max_calls_in_report
     keep = keep if keep is not None else (0 if call_sink else None)
@@ -229,8 +262,9 @@ class _Audit:
         opts, cov = self.opts, self.cov
         if self.certs is not None:
             cov.cert = self.certs.summary()
-        coverage = cov.report(chain_breaks=self.index.chain_breaks, merged_samples=self.index.merged_samples,
-                              unparsed_lines=self.unparsed)
+        coverage = cov.report(
+            chain_breaks=self.index.chain_breaks, merged_samples=self.index.merged_samples, unparsed_lines=self.unparsed
+        )
         n_ver, n_pol = coverage["verifiable_policy_tokens"], coverage["policy_tokens"]
         reasons = self._verdict_reasons(n_ver, n_pol)
         verdict = "FAIL" if reasons else "PASS"
@@ -263,8 +297,9 @@ class _Audit:
         if violations:
             reasons.append(f"closed-failure violations: {violations} trainer-used token(s) are not verifiable")
         if self.unparsed:
-            reasons.append(f"{self.unparsed} line(s) could not be read as records (fail closed: they may be training "
-                           "data)")
+            reasons.append(
+                f"{self.unparsed} line(s) could not be read as records (fail closed: they may be training data)"
+            )
         if self.opts.require_loss_mask and self.cov.policy_calls_without_mask:
             reasons.append(f"{self.cov.policy_calls_without_mask} policy call(s) lack trainer.loss_mask_used")
         gate = coverage_gate_reason(n_ver, n_pol, self.opts.min_coverage)
@@ -276,21 +311,29 @@ class _Audit:
         """What the log's producer should change, though the verdict stands."""
         warnings = []
         if not n_ver:
-            warnings.append("no policy token is verifiable: the closed-failure check passes trivially and says "
-                            "nothing about this log's data; see the exclusions by reason (e.g. "
-                            "TRAINER_LOGPROB_MISSING: attach the trainer side with `python -m workers.fidelity join`)")
+            warnings.append(
+                "no policy token is verifiable: the closed-failure check passes trivially and says "
+                "nothing about this log's data; see the exclusions by reason (e.g. "
+                "TRAINER_LOGPROB_MISSING: attach the trainer side with `python -m workers.fidelity join`)"
+            )
         if coverage["calls"]["spurious_call_rate"]:
-            warnings.append("calls with undeclared role (role 'unknown') reached the log: use the negotiated "
-                            "protocol (docs/fcr.md#negotiated-protocol) so background calls are declared or rejected")
+            warnings.append(
+                "calls with undeclared role (role 'unknown') reached the log: use the negotiated "
+                "protocol (docs/fcr.md#negotiated-protocol) so background calls are declared or rejected"
+            )
         if coverage["template_change"]:
             warnings.append("policy calls use more than one chat-template hash (mid-run template change)")
         unc = (coverage.get("certificates") or {}).get("trainer_list_uncovered_positions")
         if unc:
-            warnings.append(f"trainer.top_k misses ids of rollout.top_k at {unc} position(s) sent for certificates: "
-                            "fcr/1 requires the trainer list to cover them; the certificates there are looser")
+            warnings.append(
+                f"trainer.top_k misses ids of rollout.top_k at {unc} position(s) sent for certificates: "
+                "fcr/1 requires the trainer list to cover them; the certificates there are looser"
+            )
         if self.unregistered:
-            warnings.append("records reference tokenizer hashes that are not registered; tokenizer-dependent checks "
-                            "fail closed for them")
+            warnings.append(
+                "records reference tokenizer hashes that are not registered; tokenizer-dependent checks "
+                "fail closed for them"
+            )
         return warnings
 
 
@@ -308,16 +351,32 @@ def _evaluate(rec, raw, line, index, registry, unregistered, opts) -> CallResult
             unregistered.add(str(tsha))
     try:
         dup = index.duplicate_of(line, rec) if not critical(issues) else None
-        return evaluate_call(rec, line=line, issues=issues, tokenizer=tok, lineage=Lineage(duplicate_of_line=dup),
-                             opts=opts, defer_lineage=True, topk=topk)
+        return evaluate_call(
+            rec,
+            line=line,
+            issues=issues,
+            tokenizer=tok,
+            lineage=Lineage(duplicate_of_line=dup),
+            opts=opts,
+            defer_lineage=True,
+            topk=topk,
+        )
     except UNAUDITABLE as exc:  # e.g. ids beyond int64: fail closed on this record, not the run
-        return evaluate_call(rec, line=line, issues=[Unauditable(exc)], tokenizer=None, lineage=Lineage(),
-                             opts=opts)
+        return evaluate_call(rec, line=line, issues=[Unauditable(exc)], tokenizer=None, lineage=Lineage(), opts=opts)
 
 
-def audit_file(path, *, mode: str = "transition", tokenizer=None, masks_out=None, masks_format: str = "jsonl",
-               progress: Callable[[float, str], None] | None = None,
-               call_sink: Callable[[list[dict]], None] | None = None, sink_batch: int = 1000, **options) -> dict:
+def audit_file(
+    path,
+    *,
+    mode: str = "transition",
+    tokenizer=None,
+    masks_out=None,
+    masks_format: str = "jsonl",
+    progress: Callable[[float, str], None] | None = None,
+    call_sink: Callable[[list[dict]], None] | None = None,
+    sink_batch: int = 1000,
+    **options,
+) -> dict:
     """Audit an ``fcr/1`` JSONL file (plain or gzip). See the module docstring for the passes and memory.
 
     ``tokenizer``: None, a :class:`~workers.fidelity.tokenizer.FidelityTokenizer`, a path to ``tokenizer.json``, a
@@ -333,15 +392,43 @@ def audit_file(path, *, mode: str = "transition", tokenizer=None, masks_out=None
     least every 1 % of the file and every ``progress_every`` lines), then 0.9 → 1.0 as verdicts go to the sink, and
     1.0 at the end. An exception raised by ``progress`` or ``call_sink`` (e.g. a cancelled job) stops the audit.
     """
-    return _run(file_source(path), mode=mode, tokenizer=tokenizer, masks_out=masks_out, masks_format=masks_format,
-                progress=progress, call_sink=call_sink, sink_batch=sink_batch, path_label=str(path), **options)
+    return _run(
+        file_source(path),
+        mode=mode,
+        tokenizer=tokenizer,
+        masks_out=masks_out,
+        masks_format=masks_format,
+        progress=progress,
+        call_sink=call_sink,
+        sink_batch=sink_batch,
+        path_label=str(path),
+        **options,
+    )
 
 
-def audit_records(records: Iterable, *, mode: str = "transition", tokenizer=None, masks_out=None,
-                  masks_format: str = "jsonl", progress: Callable[[float, str], None] | None = None,
-                  call_sink: Callable[[list[dict]], None] | None = None, sink_batch: int = 1000, **options) -> dict:
+def audit_records(
+    records: Iterable,
+    *,
+    mode: str = "transition",
+    tokenizer=None,
+    masks_out=None,
+    masks_format: str = "jsonl",
+    progress: Callable[[float, str], None] | None = None,
+    call_sink: Callable[[list[dict]], None] | None = None,
+    sink_batch: int = 1000,
+    **options,
+) -> dict:
     """:func:`audit_file` over in-memory records (dicts, or JSON ``bytes``/``str`` lines); line numbers are 1-based
     positions in the list (progress: fraction of the records read; ``byte_offset`` is None)."""
-    return _run(list_source(list(records)), mode=mode, tokenizer=tokenizer, masks_out=masks_out,
-                masks_format=masks_format, progress=progress, call_sink=call_sink, sink_batch=sink_batch,
-                path_label=None, **options)
+    return _run(
+        list_source(list(records)),
+        mode=mode,
+        tokenizer=tokenizer,
+        masks_out=masks_out,
+        masks_format=masks_format,
+        progress=progress,
+        call_sink=call_sink,
+        sink_batch=sink_batch,
+        path_label=None,
+        **options,
+    )

@@ -12,6 +12,7 @@ rollout ids is counted (``trainer_list_uncovered_positions``) and warned about: 
 Certificates are reported separately; they change verifiability only with ``require_certificate`` (then positions
 without top-K get ``CERT_MISSING`` and invalid ones ``CERT_INPUT_INVALID``).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -121,8 +122,7 @@ class CertificateSection:
                 q_ids, q_lp = a["t_tk"][0], np.where(a["t_tk"][0] >= 0, a["t_tk"][1], -np.inf)
             else:
                 q_ids, q_lp = _lists(None, n)
-            parts.append((p_ids[sel], p_lp[sel], q_ids[sel], q_lp[sel], a["ids"][sel], a["r_lp"][sel],
-                          a["t_lp"][sel]))
+            parts.append((p_ids[sel], p_lp[sel], q_ids[sel], q_lp[sel], a["ids"][sel], a["r_lp"][sel], a["t_lp"][sel]))
         Kp = max(p[0].shape[1] for p in parts)
         Kq = max(p[2].shape[1] for p in parts)
 
@@ -133,7 +133,7 @@ class CertificateSection:
             off = 0
             for p in parts:
                 x = p[i]
-                out[off:off + len(x), :x.shape[1]] = x
+                out[off : off + len(x), : x.shape[1]] = x
                 off += len(x)
             return out
 
@@ -150,8 +150,9 @@ class CertificateSection:
             # docs/fcr.md#rollout-and-trainer: rollout.top_k is the engine's own top-K (capped); trainer.top_k only has
             # to cover the
             # rollout's ids, in any order, so no cap may be assumed for it
-            lo, hi, err = tv_interval_batch(t(P_ids), t(P_lp), t(Q_ids), t(Q_lp), t(Y), t(A), t(B),
-                                            topk_caps=(True, False), return_status=True)
+            lo, hi, err = tv_interval_batch(
+                t(P_ids), t(P_lp), t(Q_ids), t(Q_lp), t(Y), t(A), t(B), topk_caps=(True, False), return_status=True
+            )
         finally:
             if threads != 1:
                 torch.set_num_threads(threads)
@@ -160,8 +161,14 @@ class CertificateSection:
         off = 0
         for res, sel in self.pending:
             k = len(sel)
-            res.cert_raw = (sel, res.cert_arrays["r_tk"] is not None, lo[off:off + k], hi[off:off + k],
-                            err[off:off + k], btv[off:off + k])
+            res.cert_raw = (
+                sel,
+                res.cert_arrays["r_tk"] is not None,
+                lo[off : off + k],
+                hi[off : off + k],
+                err[off : off + k],
+                btv[off : off + k],
+            )
             res.cert_arrays = {}
             off += k
         self.pending = []
@@ -205,11 +212,13 @@ class CertificateSection:
             self.seq_sum_hi.add(np.array([cert["sum_hi"]]))
             self.seq_max_hi.add(np.array([cert["max_hi"]]))
         if n <= DETAIL_MAX_TOKENS:
+
             def full(x):
                 out = [None] * n
                 for i, v in zip(sel.tolist(), x):
                     out[i] = v
                 return out
+
             cert["lo"] = full([float(v) for v in lo])
             cert["hi"] = full([float(v) for v in hi])
             cert["gap"] = full([float(v) for v in hi - lo])

@@ -13,6 +13,7 @@
 ``audit`` exits 1 when the verdict is FAIL, 2 on usage or input errors (missing file), 0 on PASS. ``join`` exits 2
 when the join is refused (each problem named on stderr; nothing written).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,7 +33,12 @@ def _parser():
     a.add_argument("path")
     a.add_argument("--mode", choices=["transition", "merged"], default="transition")
     a.add_argument("--tokenizer", action="append", default=[], help="tokenizer.json to register (repeatable)")
-    a.add_argument("--toy-vocab", action="append", default=[], help="id→string vocabulary JSON of a toy tokenizer (docs/fcr.md#toy-tokenizer)")
+    a.add_argument(
+        "--toy-vocab",
+        action="append",
+        default=[],
+        help="id→string vocabulary JSON of a toy tokenizer (docs/fcr.md#toy-tokenizer)",
+    )
     a.add_argument("--masks-out")
     a.add_argument("--masks-format", choices=["jsonl", "bin"], default="jsonl")
     a.add_argument("--tau-align", type=float, default=1.0)
@@ -43,9 +49,13 @@ def _parser():
     a.add_argument("--require-loss-mask", action="store_true")
     a.add_argument("--no-certificates", action="store_true")
     a.add_argument("--max-calls", type=int, help="cap calls[] in the report (coverage still sees every call)")
-    a.add_argument("--min-coverage", type=_fraction, metavar="F",
-                   help="FAIL unless at least this fraction (0..1, or a percentage like 90%%) of policy tokens is "
-                        "verifiable (a CI gate; without it the verdict is the closed-failure check only)")
+    a.add_argument(
+        "--min-coverage",
+        type=_fraction,
+        metavar="F",
+        help="FAIL unless at least this fraction (0..1, or a percentage like 90%%) of policy tokens is "
+        "verifiable (a CI gate; without it the verdict is the closed-failure check only)",
+    )
     a.add_argument("--json", action="store_true", help="print the full JSON report")
     i = sub.add_parser("import", help="convert vLLM / Agent Lightning logs to fcr/1")
     i.add_argument("kind", choices=IMPORT_KINDS)
@@ -57,25 +67,39 @@ def _parser():
     i.add_argument("--toy-vocab")
     i.add_argument("--agent-match")
     i.add_argument("--logprobs-mode")
-    i.add_argument("--generation-config-source", default="unknown",
-                   choices=["request_only", "hf_defaults", "unknown"])
+    i.add_argument("--generation-config-source", default="unknown", choices=["request_only", "hf_defaults", "unknown"])
     i.add_argument("--chat-template-sha256")
-    i.add_argument("--engine", help="the inference engine behind the log (engine.name): verl/slime/skyrl rollouts, "
-                                    "or an OpenAI-compatible log served by something other than vLLM (vllm importer)")
-    i.add_argument("--ids-from", choices=["engine", "text"], default="engine",
-                   help="verl/slime/skyrl: 'text' when the rollout rebuilt ids from text offline (never verifiable)")
-    i.add_argument("--role", choices=["policy", "background"],
-                   help="declare the role of every call whose log does not (role_source 'config'), e.g. a gateway "
-                        "that serves only the trained agent")
+    i.add_argument(
+        "--engine",
+        help="the inference engine behind the log (engine.name): verl/slime/skyrl rollouts, "
+        "or an OpenAI-compatible log served by something other than vLLM (vllm importer)",
+    )
+    i.add_argument(
+        "--ids-from",
+        choices=["engine", "text"],
+        default="engine",
+        help="verl/slime/skyrl: 'text' when the rollout rebuilt ids from text offline (never verifiable)",
+    )
+    i.add_argument(
+        "--role",
+        choices=["policy", "background"],
+        help="declare the role of every call whose log does not (role_source 'config'), e.g. a gateway "
+        "that serves only the trained agent",
+    )
     i.add_argument("--moe-layers", type=int, help="sglang: MoE layer count, to reshape meta_info.routed_experts")
     i.add_argument("--json", action="store_true")
-    j = sub.add_parser("join", help="attach the trainer side (log-probs, loss masks, sample ids, task hashes) to an "
-                                    "imported inference log")
+    j = sub.add_parser(
+        "join",
+        help="attach the trainer side (log-probs, loss masks, sample ids, task hashes) to an imported inference log",
+    )
     j.add_argument("inference", help="fcr/1 JSONL from an importer or the gateway")
     j.add_argument("trainer", help="trainer side: JSONL (fcr-trainer/1 rows) or Parquet with the same columns")
     j.add_argument("out")
-    j.add_argument("--allow-untrained", action="store_true",
-                   help="keep policy calls that have no trainer row (the audit excludes them) instead of refusing")
+    j.add_argument(
+        "--allow-untrained",
+        action="store_true",
+        help="keep policy calls that have no trainer row (the audit excludes them) instead of refusing",
+    )
     j.add_argument("--json", action="store_true")
     g = sub.add_parser("gateway", help="negotiated-protocol proxy (docs/fcr.md#negotiated-protocol)")
     g.add_argument("--upstream", required=True)
@@ -88,8 +112,11 @@ def _parser():
     g.add_argument("--step", type=int, default=0)
     g.add_argument("--top-logprobs", type=int, default=5)
     g.add_argument("--tokenizer")
-    g.add_argument("--logprobs-mode", choices=["raw_logprobs", "processed_logprobs", "raw_logits", "processed_logits"],
-                   help="the upstream server's declared --logprobs-mode")
+    g.add_argument(
+        "--logprobs-mode",
+        choices=["raw_logprobs", "processed_logprobs", "raw_logits", "processed_logits"],
+        help="the upstream server's declared --logprobs-mode",
+    )
     g.add_argument("--generation-config-source", default="unknown", choices=["request_only", "hf_defaults", "unknown"])
     return p
 
@@ -112,8 +139,9 @@ def _fraction(text: str) -> float:
         value = float(t[:-1]) / 100.0 if t.endswith("%") else float(t)
         return check_min_coverage(value)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc) if "min_coverage" in str(exc) else
-                                         f"expected a fraction or a percentage, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            str(exc) if "min_coverage" in str(exc) else f"expected a fraction or a percentage, got {text!r}"
+        ) from None
 
 
 def human(rep: dict) -> str:
@@ -145,13 +173,22 @@ def main(argv=None) -> int:
 
         try:
             toks = _tokenizers(args.tokenizer, args.toy_vocab)
-            rep = audit_file(args.path, mode=args.mode, tokenizer=toks, masks_out=args.masks_out,
-                             masks_format=args.masks_format, tau_align=args.tau_align,
-                             max_staleness=args.max_staleness, delta=args.delta,
-                             allow_inferred_roles=args.allow_inferred_roles,
-                             require_certificate=args.require_certificate, require_loss_mask=args.require_loss_mask,
-                             certificates=not args.no_certificates, max_calls_in_report=args.max_calls,
-                             min_coverage=args.min_coverage)
+            rep = audit_file(
+                args.path,
+                mode=args.mode,
+                tokenizer=toks,
+                masks_out=args.masks_out,
+                masks_format=args.masks_format,
+                tau_align=args.tau_align,
+                max_staleness=args.max_staleness,
+                delta=args.delta,
+                allow_inferred_roles=args.allow_inferred_roles,
+                require_certificate=args.require_certificate,
+                require_loss_mask=args.require_loss_mask,
+                certificates=not args.no_certificates,
+                max_calls_in_report=args.max_calls,
+                min_coverage=args.min_coverage,
+            )
         except (OSError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
@@ -165,9 +202,14 @@ def main(argv=None) -> int:
 
         toks = _tokenizers([args.tokenizer] if args.tokenizer else [], [args.toy_vocab] if args.toy_vocab else [])
         tok = toks[0] if toks else None
-        common = dict(run_id=args.run_id, tokenizer=tok, logprobs_mode=args.logprobs_mode,
-                      generation_config_source=args.generation_config_source,
-                      chat_template_sha256=args.chat_template_sha256, role=args.role)
+        common = dict(
+            run_id=args.run_id,
+            tokenizer=tok,
+            logprobs_mode=args.logprobs_mode,
+            generation_config_source=args.generation_config_source,
+            chat_template_sha256=args.chat_template_sha256,
+            role=args.role,
+        )
         try:
             if args.kind == "vllm":
                 stats = import_vllm(args.src, args.dst, step=args.step, engine=args.engine, **common)
@@ -178,19 +220,33 @@ def main(argv=None) -> int:
             elif args.kind in ("verl", "slime", "skyrl", "nemo-rl"):
                 from workers.fidelity.importers.trajectories import import_trajectories
 
-                stats = import_trajectories(args.src, args.dst, fmt=args.kind, step=args.step, engine=args.engine,
-                                            ids_from=args.ids_from, **common)
+                stats = import_trajectories(
+                    args.src,
+                    args.dst,
+                    fmt=args.kind,
+                    step=args.step,
+                    engine=args.engine,
+                    ids_from=args.ids_from,
+                    **common,
+                )
             elif args.kind == "agl-events":
-                stats = import_agl_events(args.src, args.dst, step=args.step, agent_match=args.agent_match,
-                                          **common)
+                stats = import_agl_events(args.src, args.dst, step=args.step, agent_match=args.agent_match, **common)
             else:
-                stats = import_agl(args.src, args.dst, agent_match=args.agent_match,
-                                   steps={} if args.step is None else _AllSteps(args.step), **common)
+                stats = import_agl(
+                    args.src,
+                    args.dst,
+                    agent_match=args.agent_match,
+                    steps={} if args.step is None else _AllSteps(args.step),
+                    **common,
+                )
         except (OSError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        print(json.dumps(stats) if args.json else
-              f"imported {stats['records']} record(s) from {args.src} to {args.dst} ({stats})")
+        print(
+            json.dumps(stats)
+            if args.json
+            else f"imported {stats['records']} record(s) from {args.src} to {args.dst} ({stats})"
+        )
         return 0
     if args.cmd == "join":
         from workers.fidelity.join import JoinError, join
@@ -200,8 +256,11 @@ def main(argv=None) -> int:
         except (OSError, JoinError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        print(json.dumps(stats) if args.json else
-              f"joined {stats['joined']} of {stats['records']} record(s) into {args.out} ({stats})")
+        print(
+            json.dumps(stats)
+            if args.json
+            else f"joined {stats['joined']} of {stats['records']} record(s) into {args.out} ({stats})"
+        )
         return 0
     if args.cmd == "gateway":
         from workers.fidelity.gateway import serve

@@ -6,6 +6,7 @@ failures set their bit on every position (:func:`fail_all`); token-level failure
 (:func:`fail_at`). A position is *verifiable* iff its word is 0 (docs/fidelity-rules.md#definitions); spans are
 maximal runs of equal words. numpy only: the web tier reads the codes from here.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -54,9 +55,18 @@ assert len(CODES) <= 32
 # version, its identity and the
 # per-token arrays. Any other validator error (e.g. a missing ``source``) does not make the call MALFORMED.
 _CRITICAL_EXACT = frozenset({"", "schema", "call_id", "prompt", "response", "rollout", "trainer"})
-_CRITICAL_ARRAYS = ("prompt.token_ids", "response.token_ids", "response.token_strings", "rollout.logprobs",
-                    "rollout.top_k", "rollout.token_policy_versions", "rollout.logprob_unverified",
-                    "trainer.logprobs", "trainer.top_k", "trainer.loss_mask_used")
+_CRITICAL_ARRAYS = (
+    "prompt.token_ids",
+    "response.token_ids",
+    "response.token_strings",
+    "rollout.logprobs",
+    "rollout.top_k",
+    "rollout.token_policy_versions",
+    "rollout.logprob_unverified",
+    "trainer.logprobs",
+    "trainer.top_k",
+    "trainer.loss_mask_used",
+)
 
 
 def is_critical(field: str) -> bool:
@@ -95,5 +105,7 @@ def spans_of(words: np.ndarray) -> list[dict]:
     cuts = np.flatnonzero(words[1:] != words[:-1]) + 1
     starts = np.concatenate(([0], cuts))
     ends = np.concatenate((cuts, [n]))
-    return [{"start": int(s), "end": int(e), "verifiable": bool(words[s] == 0), "reasons": codes_of(words[s])}
-            for s, e in zip(starts, ends)]
+    return [
+        {"start": int(s), "end": int(e), "verifiable": bool(words[s] == 0), "reasons": codes_of(words[s])}
+        for s, e in zip(starts, ends)
+    ]

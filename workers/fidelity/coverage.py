@@ -5,6 +5,7 @@ Token-level distributions (alignment |Δ|, binary TV, certificate bounds) are ex
 then continue on a log-binned histogram (bin width 0.5 % of a decade ≈ 1.2 % relative), so quantiles of very large
 runs are approximate to that precision; counts, sums, means and maxima stay exact.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -101,11 +102,14 @@ def coverage_meta(rec) -> dict:
         return {}
     g = lambda d, k: d.get(k) if isinstance(d, dict) else None
     h = rec.get("harness")
-    return {"prompt_provenance": g(rec.get("prompt"), "provenance"),
-            "response_provenance": g(rec.get("response"), "provenance"),
-            "harness_version": g(h, "version"), "environment_image": g(g(h, "environment"), "image_digest"),
-            "tokenizer_sha256": g(rec.get("tokenizer"), "sha256"),
-            "chat_template_sha256": g(rec.get("chat_template"), "sha256")}
+    return {
+        "prompt_provenance": g(rec.get("prompt"), "provenance"),
+        "response_provenance": g(rec.get("response"), "provenance"),
+        "harness_version": g(h, "version"),
+        "environment_image": g(g(h, "environment"), "image_digest"),
+        "tokenizer_sha256": g(rec.get("tokenizer"), "sha256"),
+        "chat_template_sha256": g(rec.get("chat_template"), "sha256"),
+    }
 
 
 class Coverage:
@@ -138,9 +142,10 @@ class Coverage:
         self.policy_calls_without_mask = 0
         self.used_tokens = 0
         self.used_tokens_audited = 0
-        self.breakdowns = {k: defaultdict(lambda: {"calls": 0, "policy_tokens": 0, "verifiable_policy_tokens": 0})
-                           for k in ("step", "harness_version", "environment_image", "tokenizer_sha256",
-                                     "chat_template_sha256")}
+        self.breakdowns = {
+            k: defaultdict(lambda: {"calls": 0, "policy_tokens": 0, "verifiable_policy_tokens": 0})
+            for k in ("step", "harness_version", "environment_image", "tokenizer_sha256", "chat_template_sha256")
+        }
         self.cert = None  # filled by the certificate section
 
     # ------------------------------------------------------------------ accumulate
@@ -217,10 +222,13 @@ class Coverage:
                 self.cf_calls.append({"call_id": e["call_id"], "line": e["line"], "violations": viol})
         # breakdowns (docs/fidelity-rules.md#coverage-report)
         if meta:
-            for k, v in (("step", e["step"]), ("harness_version", meta["harness_version"]),
-                         ("environment_image", meta["environment_image"]),
-                         ("tokenizer_sha256", meta["tokenizer_sha256"]),
-                         ("chat_template_sha256", meta["chat_template_sha256"])):
+            for k, v in (
+                ("step", e["step"]),
+                ("harness_version", meta["harness_version"]),
+                ("environment_image", meta["environment_image"]),
+                ("tokenizer_sha256", meta["tokenizer_sha256"]),
+                ("chat_template_sha256", meta["chat_template_sha256"]),
+            ):
                 b = self.breakdowns[k][str(v)]
                 b["calls"] += 1
                 if role == "policy":
@@ -229,7 +237,7 @@ class Coverage:
 
     # ------------------------------------------------------------------ report
     def report(self, *, chain_breaks: list, merged_samples: int, unparsed_lines: int) -> dict:
-        frac = (lambda a, b: (a / b) if b else None)
+        frac = lambda a, b: (a / b) if b else None
         trajs = list(self.traj.values())
         fully = sum(1 for t in trajs if t[0] and t[1] == t[0])
         none_ = sum(1 for t in trajs if t[0] and t[1] == 0)
@@ -239,8 +247,11 @@ class Coverage:
         n_unknown = sum(unknown.values())
         # a change means two *known* templates: token-input calls (completions, /generate: no template, "None")
         # and importers' "unknown" placeholder say nothing about one
-        policy_templates = {k for k, v in self.breakdowns["chat_template_sha256"].items()
-                            if v["policy_tokens"] and k not in ("None", "unknown")}
+        policy_templates = {
+            k
+            for k, v in self.breakdowns["chat_template_sha256"].items()
+            if v["policy_tokens"] and k not in ("None", "unknown")
+        }
         return {
             "calls": {
                 "total": self.calls,
@@ -258,14 +269,22 @@ class Coverage:
             "excluded_policy_tokens_by_any_reason": {c: int(v) for c, v in zip(CODES, self.excl_any) if v},
             "excluded_tokens_by_primary_reason": {c: int(v) for c, v in zip(CODES, self.excl_primary_all) if v},
             "trajectories": {
-                "total": len(trajs), "fully_verifiable": fully, "partially_verifiable": partial,
-                "not_verifiable": none_, "min_coverage": min(covs) if covs else None,
+                "total": len(trajs),
+                "fully_verifiable": fully,
+                "partially_verifiable": partial,
+                "not_verifiable": none_,
+                "min_coverage": min(covs) if covs else None,
             },
-            "samples": {"merged_samples": merged_samples, "chain_breaks": len(chain_breaks),
-                        "chain_break_sites": chain_breaks[:100]},
+            "samples": {
+                "merged_samples": merged_samples,
+                "chain_breaks": len(chain_breaks),
+                "chain_break_sites": chain_breaks[:100],
+            },
             "background_ledger": {k: v for k, v in sorted(self.ledger.items())},
-            "provenance": {"prompt": dict(sorted(self.prov_prompt.items())),
-                           "response": dict(sorted(self.prov_response.items()))},
+            "provenance": {
+                "prompt": dict(sorted(self.prov_prompt.items())),
+                "response": dict(sorted(self.prov_response.items())),
+            },
             "drift": {
                 "engine_policy_calls_evaluated": self.drift_calls[0],
                 "calls_drifting_if_retokenized": self.drift_calls[1],

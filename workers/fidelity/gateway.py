@@ -20,6 +20,7 @@
 
 Standard library only (``http.server`` / ``http.client``); binds 127.0.0.1 unless told otherwise.
 """
+
 from __future__ import annotations
 
 import http.client
@@ -35,9 +36,23 @@ ROUTES = ("/v1/chat/completions", "/v1/completions")
 
 
 class GatewayState:
-    def __init__(self, *, upstream, log_path, undeclared="reject", frozen_upstream=None, run_id="run", step=0,
-                 top_logprobs=5, tokenizer=None, logprobs_mode=None, request_logprobs_mode=False,
-                 generation_config_source="unknown", chat_template_sha256=None, timeout=60.0):
+    def __init__(
+        self,
+        *,
+        upstream,
+        log_path,
+        undeclared="reject",
+        frozen_upstream=None,
+        run_id="run",
+        step=0,
+        top_logprobs=5,
+        tokenizer=None,
+        logprobs_mode=None,
+        request_logprobs_mode=False,
+        generation_config_source="unknown",
+        chat_template_sha256=None,
+        timeout=60.0,
+    ):
         if undeclared not in ("reject", "route_frozen"):
             raise ValueError("undeclared must be 'reject' or 'route_frozen'")
         if undeclared == "route_frozen" and not frozen_upstream:
@@ -47,9 +62,15 @@ class GatewayState:
         self.log_path = log_path
         self.undeclared = undeclared
         self.run_id, self.step, self.top_logprobs = run_id, step, top_logprobs
-        self.opts = {"run_id": run_id, "step": step, "steps": {}, "tokenizer": tokenizer,
-                     "logprobs_mode": logprobs_mode, "generation_config_source": generation_config_source,
-                     "chat_template_sha256": chat_template_sha256}
+        self.opts = {
+            "run_id": run_id,
+            "step": step,
+            "steps": {},
+            "tokenizer": tokenizer,
+            "logprobs_mode": logprobs_mode,
+            "generation_config_source": generation_config_source,
+            "chat_template_sha256": chat_template_sha256,
+        }
         self.request_logprobs_mode = request_logprobs_mode
         self.timeout = timeout
         self.lock = threading.Lock()
@@ -122,8 +143,14 @@ def make_handler(state: GatewayState):
                     return self._error(400, "bad_session", "trajectory_id required")
                 with state.lock:
                     state.sessions[traj] = body
-                return self._send(200, {"trajectory_id": traj, "undeclared": state.undeclared,
-                                        "declares_roles": bool(body.get("declares_roles", True))})
+                return self._send(
+                    200,
+                    {
+                        "trajectory_id": traj,
+                        "undeclared": state.undeclared,
+                        "declares_roles": bool(body.get("declares_roles", True)),
+                    },
+                )
             if self.path not in ROUTES:
                 return self._error(404, "not_found", self.path)
             return self._proxy(body)
@@ -138,12 +165,20 @@ def make_handler(state: GatewayState):
                 if state.undeclared == "reject":
                     with state.lock:
                         state.stats["rejected"] += 1
-                    return self._error(409, "undeclared_call", "X-FCR-Trajectory and X-FCR-Call-Role "
-                                       "(policy|background) are required in training mode")
+                    return self._error(
+                        409,
+                        "undeclared_call",
+                        "X-FCR-Trajectory and X-FCR-Call-Role (policy|background) are required in training mode",
+                    )
                 upstream = state.frozen
                 traj = traj or "undeclared"
-                headers.update({"x-fcr-trajectory": traj, "x-fcr-call-role": "background",
-                                "x-fcr-purpose": "undeclared_routed_frozen"})
+                headers.update(
+                    {
+                        "x-fcr-trajectory": traj,
+                        "x-fcr-call-role": "background",
+                        "x-fcr-purpose": "undeclared_routed_frozen",
+                    }
+                )
                 with state.lock:
                     state.stats["routed_frozen"] += 1
             chat = self.path.endswith("chat/completions")
@@ -177,13 +212,25 @@ def make_handler(state: GatewayState):
             index = state.next_index(traj)
             call_id = f"{traj}/{index}"
             session = state.sessions.get(traj, {})
-            meta = {"run_id": state.run_id, "trajectory_id": traj, "step": state.step, "call_index": index,
-                    "call_id": call_id, "headers": {k: v for k, v in headers.items()}}
+            meta = {
+                "run_id": state.run_id,
+                "trajectory_id": traj,
+                "step": state.step,
+                "call_index": index,
+                "call_id": call_id,
+                "headers": {k: v for k, v in headers.items()},
+            }
             if index == 0 and session.get("task_prompt_sha256"):
                 meta["task_prompt_sha256_declared"] = session["task_prompt_sha256"]
             try:
-                recs = convert_exchange({"request": req, "response": resp, "meta": meta}, line=index,
-                                        ref=f"gateway:{call_id}", opts=state.opts, call_index=index, retry=False)
+                recs = convert_exchange(
+                    {"request": req, "response": resp, "meta": meta},
+                    line=index,
+                    ref=f"gateway:{call_id}",
+                    opts=state.opts,
+                    call_index=index,
+                    retry=False,
+                )
             except (ValueError, TypeError, KeyError, AttributeError) as exc:
                 return self._error(502, "upstream_unusable", f"cannot record the call: {exc}")
             for rec in recs:
@@ -194,11 +241,23 @@ def make_handler(state: GatewayState):
             out_headers = {"X-FCR-Call-Id": call_id}
             if not client_stream:
                 return self._send(200, resp, headers=out_headers)
-            chunk = {"id": resp.get("id"), "object": "chat.completion.chunk" if chat else "text_completion",
-                     "model": resp.get("model"), "choices": [
-                         {"index": c.get("index", 0), "finish_reason": c.get("finish_reason"),
-                          **({"delta": {"role": "assistant", "content": (c.get("message") or {}).get("content")}}
-                             if chat else {"text": c.get("text")})} for c in resp.get("choices") or []]}
+            chunk = {
+                "id": resp.get("id"),
+                "object": "chat.completion.chunk" if chat else "text_completion",
+                "model": resp.get("model"),
+                "choices": [
+                    {
+                        "index": c.get("index", 0),
+                        "finish_reason": c.get("finish_reason"),
+                        **(
+                            {"delta": {"role": "assistant", "content": (c.get("message") or {}).get("content")}}
+                            if chat
+                            else {"text": c.get("text")}
+                        ),
+                    }
+                    for c in resp.get("choices") or []
+                ],
+            }
             sse = f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode()
             return self._send(200, None, headers=out_headers, raw=sse, content_type="text/event-stream")
 
@@ -220,12 +279,25 @@ def serve(args) -> int:
         from workers.fidelity.tokenizer import FidelityTokenizer
 
         tok = FidelityTokenizer.from_file(args.tokenizer)
-    srv = make_gateway(upstream=args.upstream, log_path=args.log, host=args.host, port=args.port,
-                       undeclared=args.undeclared, frozen_upstream=args.frozen_upstream, run_id=args.run_id,
-                       step=args.step, top_logprobs=args.top_logprobs, tokenizer=tok,
-                       logprobs_mode=args.logprobs_mode, generation_config_source=args.generation_config_source)
-    print(f"fcr gateway on http://{srv.server_address[0]}:{srv.server_address[1]} → {args.upstream} "
-          f"(undeclared: {args.undeclared}); log {args.log}", flush=True)
+    srv = make_gateway(
+        upstream=args.upstream,
+        log_path=args.log,
+        host=args.host,
+        port=args.port,
+        undeclared=args.undeclared,
+        frozen_upstream=args.frozen_upstream,
+        run_id=args.run_id,
+        step=args.step,
+        top_logprobs=args.top_logprobs,
+        tokenizer=tok,
+        logprobs_mode=args.logprobs_mode,
+        generation_config_source=args.generation_config_source,
+    )
+    print(
+        f"fcr gateway on http://{srv.server_address[0]}:{srv.server_address[1]} → {args.upstream} "
+        f"(undeclared: {args.undeclared}); log {args.log}",
+        flush=True,
+    )
     try:
         srv.serve_forever()
     except KeyboardInterrupt:

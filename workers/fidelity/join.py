@@ -32,6 +32,7 @@ written then. A *policy* inference record with no trainer row is refused too unl
 stays without a ``trainer`` block and the audit excludes it). Memory: the trainer rows wait in a temporary SQLite file,
 so the join holds one record at a time plus O(1) per trainer row in SQLite's page cache.
 """
+
 from __future__ import annotations
 
 import os
@@ -43,8 +44,15 @@ import orjson
 from workers.fcr.validate import validate_record
 from workers.fidelity.importers.common import dump, read_jsonl, ref_of
 
-TRAINER_FIELDS = ("logprobs", "top_k", "loss_mask_used", "sample_id", "policy_version", "routed_experts",
-                  "routing_replay")
+TRAINER_FIELDS = (
+    "logprobs",
+    "top_k",
+    "loss_mask_used",
+    "sample_id",
+    "policy_version",
+    "routed_experts",
+    "routing_replay",
+)
 MAX_ERRORS = 20
 PARQUET_MAGIC = b"PAR1"
 
@@ -92,24 +100,36 @@ def iter_rows(path):
 def _trainer_block(row: dict, where: str) -> tuple[dict, dict]:
     """A trainer row → (the record's ``trainer`` block, the other fields it carries)."""
     if isinstance(row.get("trainer"), dict):  # a whole fcr/1 record
-        row = {**row["trainer"], **{k: v for k, v in row.items() if k != "trainer"},
-               "task_prompt_sha256_declared": (row.get("prompt") or {}).get("task_prompt_sha256_declared")
-               if isinstance(row.get("prompt"), dict) else None,
-               "response_token_ids": (row.get("response") or {}).get("token_ids")
-               if isinstance(row.get("response"), dict) else None}
+        row = {
+            **row["trainer"],
+            **{k: v for k, v in row.items() if k != "trainer"},
+            "task_prompt_sha256_declared": (row.get("prompt") or {}).get("task_prompt_sha256_declared")
+            if isinstance(row.get("prompt"), dict)
+            else None,
+            "response_token_ids": (row.get("response") or {}).get("token_ids")
+            if isinstance(row.get("response"), dict)
+            else None,
+        }
     block = {k: row[k] for k in TRAINER_FIELDS if row.get(k) is not None}
     if "loss_mask_used" not in block and row.get("response_mask") is not None:
         block["loss_mask_used"] = row["response_mask"]
     ids, lps = row.get("top_k_ids"), row.get("top_k_logprobs")
     if "top_k" not in block and ids is not None:
-        if not (isinstance(ids, list) and isinstance(lps, list) and len(ids) == len(lps)
-                and all(isinstance(a, list) and isinstance(b, list) and len(a) == len(b) for a, b in zip(ids, lps))):
+        if not (
+            isinstance(ids, list)
+            and isinstance(lps, list)
+            and len(ids) == len(lps)
+            and all(isinstance(a, list) and isinstance(b, list) and len(a) == len(b) for a, b in zip(ids, lps))
+        ):
             raise ValueError(f"{where}: top_k_ids and top_k_logprobs must be lists of equal shape [T][K]")
         block["top_k"] = [[[i, v] for i, v in zip(a, b)] for a, b in zip(ids, lps)]
     if "logprobs" not in block:
         raise ValueError(f"{where}: no logprobs (the recomputed sampled-token log-probs are what the join attaches)")
-    extra = {k: row.get(k) for k in ("task_prompt_sha256_declared", "response_token_ids", "role", "step")
-             if row.get(k) is not None}
+    extra = {
+        k: row.get(k)
+        for k in ("task_prompt_sha256_declared", "response_token_ids", "role", "step")
+        if row.get(k) is not None
+    }
     return block, extra
 
 
@@ -123,8 +143,9 @@ def _keys(row) -> list[str]:
     return keys
 
 
-def join(inference_path, trainer_path, out_path, *, allow_untrained: bool = False, max_errors: int = MAX_ERRORS
-         ) -> dict:
+def join(
+    inference_path, trainer_path, out_path, *, allow_untrained: bool = False, max_errors: int = MAX_ERRORS
+) -> dict:
     """Join; returns counts ``{records, joined, untrained, trainer_rows, roles_declared}``. Raises :class:`JoinError`
     (nothing written) when any rule above fails."""
     problems: list[str] = []
@@ -144,8 +165,7 @@ def join(inference_path, trainer_path, out_path, *, allow_untrained: bool = Fals
     try:
         db.execute("PRAGMA journal_mode=OFF")
         db.execute("PRAGMA synchronous=OFF")
-        db.execute("CREATE TABLE row (id INTEGER PRIMARY KEY, line INTEGER, label TEXT, payload BLOB, "
-                   "used_by TEXT)")
+        db.execute("CREATE TABLE row (id INTEGER PRIMARY KEY, line INTEGER, label TEXT, payload BLOB, used_by TEXT)")
         db.execute("CREATE TABLE key (k TEXT PRIMARY KEY, row INTEGER)")
         for line, row, err in iter_rows(trainer_path):
             where = f"trainer {ref_of(trainer_path, line)}"
@@ -170,8 +190,9 @@ def join(inference_path, trainer_path, out_path, *, allow_untrained: bool = Fals
                 continue
             cur = db.execute("INSERT INTO row (line, label, payload) VALUES (?, ?, ?)", (line, str(label), payload))
             for k in keys:
-                prior = db.execute("SELECT r.line FROM key JOIN row r ON r.id = key.row WHERE key.k = ?",
-                                   (k,)).fetchone()
+                prior = db.execute(
+                    "SELECT r.line FROM key JOIN row r ON r.id = key.row WHERE key.k = ?", (k,)
+                ).fetchone()
                 if prior is not None:
                     problem(f"{where}: {_key_text(k)} is also given at line {prior[0]} (ambiguous trainer side)")
                 else:
@@ -190,23 +211,30 @@ def join(inference_path, trainer_path, out_path, *, allow_untrained: bool = Fals
                     if hit is not None:
                         hits[hit[0]] = k
                 if len(hits) > 1:
-                    problem(f"{where}: matched by two trainer rows (its call_id and its trajectory/index name "
-                            f"different rows)")
+                    problem(
+                        f"{where}: matched by two trainer rows (its call_id and its trajectory/index name "
+                        f"different rows)"
+                    )
                     continue
                 if not hits:
                     if rec.get("role") == "policy" and not allow_untrained:
-                        problem(f"{where}: policy call with no trainer row (pass allow_untrained / "
-                                f"--allow-untrained to keep it without one)")
+                        problem(
+                            f"{where}: policy call with no trainer row (pass allow_untrained / "
+                            f"--allow-untrained to keep it without one)"
+                        )
                     stats["untrained"] += 1
                     out.write(dump(rec))
                     continue
-                (row_id, key), = hits.items()
-                tline, used_by, payload = db.execute("SELECT line, used_by, payload FROM row WHERE id = ?",
-                                                     (row_id,)).fetchone()
+                ((row_id, key),) = hits.items()
+                tline, used_by, payload = db.execute(
+                    "SELECT line, used_by, payload FROM row WHERE id = ?", (row_id,)
+                ).fetchone()
                 twhere = f"trainer {ref_of(trainer_path, tline)}"
                 if used_by is not None:
-                    problem(f"{twhere}: {_key_text(key)} matches more than one inference record ({used_by} and "
-                            f"{where}); give each call_id")
+                    problem(
+                        f"{twhere}: {_key_text(key)} matches more than one inference record ({used_by} and "
+                        f"{where}); give each call_id"
+                    )
                     continue
                 db.execute("UPDATE row SET used_by = ? WHERE id = ?", (where, row_id))
                 block, extra = orjson.loads(payload)
@@ -218,8 +246,10 @@ def join(inference_path, trainer_path, out_path, *, allow_untrained: bool = Fals
                 stats["joined"] += 1
                 out.write(dump(joined))
         for tline, label in db.execute("SELECT line, label FROM row WHERE used_by IS NULL ORDER BY line"):
-            problem(f"trainer {ref_of(trainer_path, tline)}: {label} matches no inference record (trained data "
-                    f"the inference log does not have)")
+            problem(
+                f"trainer {ref_of(trainer_path, tline)}: {label} matches no inference record (trained data "
+                f"the inference log does not have)"
+            )
         if total:
             raise JoinError(problems, total)
         os.replace(tmp_out, out_path)
@@ -266,9 +296,12 @@ def _attach(rec, block, extra, where, twhere, problem):
             problem(f"{twhere}: role must be 'policy' or 'background', got {role!r}")
             return None
         out["role"], out["role_source"] = role, "config"
-    bad = [i for i in validate_record(out, lint=False)
-           if i.severity == "error" and (i.field.startswith("trainer") or i.field in ("step", "role")
-                                         or i.field.startswith("prompt.task_prompt"))]
+    bad = [
+        i
+        for i in validate_record(out, lint=False)
+        if i.severity == "error"
+        and (i.field.startswith("trainer") or i.field in ("step", "role") or i.field.startswith("prompt.task_prompt"))
+    ]
     if bad:
         problem(f"{twhere} → {where}: {bad[0].field}: {bad[0].reason}")
         return None

@@ -6,6 +6,7 @@ of an out-of-order file whose root or predecessor changed after they were read a
 resolve` / :meth:`~LineageIndex.apply_fixes`). Digests are 16-byte BLAKE2b of the ids as int64 bytes, so a prefix of
 the ids is a prefix of the bytes.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -52,7 +53,7 @@ def ids_prefix_ok(ids, length, want: bytes) -> bool:
 
 def bytes_prefix_ok(data: bytes, length, want: bytes) -> bool:
     """The same on ids already as int64 bytes."""
-    return len(data) >= 8 * length and digest_bytes(data[:8 * length]) == want
+    return len(data) >= 8 * length and digest_bytes(data[: 8 * length]) == want
 
 
 class LineageIndex:
@@ -75,8 +76,12 @@ class LineageIndex:
     def add(self, line, rec):
         """Index one parsed record (no validation here: the evaluation validates every record once; a record whose
         index fields are unusable is simply left out of the index)."""
-        if type(rec.get("call_id")) is not str or not isinstance(rec.get("prompt"), dict) \
-                or not isinstance(rec.get("response"), dict) or rec.get("schema") != "fcr/1":
+        if (
+            type(rec.get("call_id")) is not str
+            or not isinstance(rec.get("prompt"), dict)
+            or not isinstance(rec.get("response"), dict)
+            or rec.get("schema") != "fcr/1"
+        ):
             return
         try:
             self._add(line, rec)
@@ -117,8 +122,12 @@ class LineageIndex:
             k = bisect_left(members, item)
             members.insert(k, item)
             prev = members[k - 1] if k else None
-            self.spec[line] = (root[1], None if root[1] == line else bytes_prefix_ok(p_bytes, root[2], root[3]),
-                               prev and prev[1], prev and bytes_prefix_ok(p_bytes, prev[2], prev[3]))
+            self.spec[line] = (
+                root[1],
+                None if root[1] == line else bytes_prefix_ok(p_bytes, root[2], root[3]),
+                prev and prev[1],
+                prev and bytes_prefix_ok(p_bytes, prev[2], prev[3]),
+            )
         if sid is not None:
             members = self.samples.setdefault((run, sid), [])
             item = (ci, line, rec["call_id"], len(prompt), seq_len, seq_d)
@@ -176,8 +185,9 @@ class LineageIndex:
             for m in members[1:]:
                 if not broken and not self.chain_ok.get(m[1], False):
                     broken = True
-                    self.chain_breaks.append({"run_id": key[0], "sample_id": key[1], "call_id": m[2],
-                                              "call_index": m[0], "line": m[1]})
+                    self.chain_breaks.append(
+                        {"run_id": key[0], "sample_id": key[1], "call_id": m[2], "call_index": m[0], "line": m[1]}
+                    )
                 if broken:
                     self.broken_lines.add(m[1])
         self.merged_samples = len(self.samples)

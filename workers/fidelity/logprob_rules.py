@@ -12,6 +12,7 @@ give); with ``max_staleness`` each token is judged by its own version, never by 
 value is the engine's log-prob for that id (a placeholder, padding, re-encoded ids); the reasons go to the call's
 ``logprob_unverified`` entry.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -98,9 +99,14 @@ def semantics_and_topk(rec: dict, result, opts, ids, n: int, r_lp, r_ok, topk: d
     mode = eng.get("logprobs_mode") if isinstance(eng, dict) else None
     if not isinstance(eng, dict) or (mode == "raw_logprobs" and not isinstance(rec.get("sampling"), dict)):
         fail_all(result, "R7_NOT_EVALUABLE")
-    elif not (mode == "processed_logprobs" or (
-            mode == "raw_logprobs" and eng.get("generation_config_source") == "request_only"
-            and _untransformed(rec["sampling"]))):
+    elif not (
+        mode == "processed_logprobs"
+        or (
+            mode == "raw_logprobs"
+            and eng.get("generation_config_source") == "request_only"
+            and _untransformed(rec["sampling"])
+        )
+    ):
         fail_all(result, "LOGPROB_SEMANTICS_UNVERIFIED")
     rtk = rec["rollout"].get("top_k")
     if rtk is None or not n:
@@ -180,7 +186,11 @@ def _alignment(result, opts, r_lp, r_ok, t_lp, t_ok) -> None:
     med = _median(d)
     result.align_diff = d
     result.binary_tv = np.abs(np.exp(t_lp[both]) - np.exp(r_lp[both]))
-    result.entry["alignment"] = {"median_abs_diff": med, "mean_abs_diff": float(d.mean()),
-                                 "max_abs_diff": float(d.max()), "positions": int(both.sum())}
+    result.entry["alignment"] = {
+        "median_abs_diff": med,
+        "mean_abs_diff": float(d.mean()),
+        "max_abs_diff": float(d.max()),
+        "positions": int(both.sum()),
+    }
     if med > opts.tau_align:
         fail_all(result, "TRAINER_MISALIGNED")

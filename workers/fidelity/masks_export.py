@@ -17,6 +17,7 @@ Every audited record with a ``call_id`` gets an entry (excluded calls: all zeros
 
 :func:`read_masks` reads either format back as ``(call_id, numpy bool array)`` pairs.
 """
+
 from __future__ import annotations
 
 import struct
@@ -46,10 +47,20 @@ class MaskWriter:
         self.calls += 1
         self.tokens_on += int(mask.sum())
         if self.fmt == "jsonl":
-            self.fh.write(orjson.dumps({
-                "call_id": cid, "trajectory_id": entry.get("trajectory_id"), "sample_id": entry.get("sample_id"),
-                "line": entry.get("line"), "n_tokens": int(len(mask)), "verifiable_tokens": int(mask.sum()),
-                "mask": mask.astype(np.int8).tolist()}) + b"\n")
+            self.fh.write(
+                orjson.dumps(
+                    {
+                        "call_id": cid,
+                        "trajectory_id": entry.get("trajectory_id"),
+                        "sample_id": entry.get("sample_id"),
+                        "line": entry.get("line"),
+                        "n_tokens": int(len(mask)),
+                        "verifiable_tokens": int(mask.sum()),
+                        "mask": mask.astype(np.int8).tolist(),
+                    }
+                )
+                + b"\n"
+            )
         else:
             b = cid.encode("utf-8")
             self.fh.write(struct.pack("<H", len(b)) + b + struct.pack("<I", len(mask)))

@@ -21,6 +21,7 @@ Choices the rules leave open (docs/fidelity.md#audit--workersfidelity): R4 text 
 ``engine.skip_special_tokens`` when declared; when it is not, a match under either policy passes. (R6–R8's are in
 :mod:`workers.fidelity.logprob_rules`.)
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -29,8 +30,18 @@ import numpy as np
 
 from workers.fcr.validate import topk_arrays, topk_checked  # noqa: F401  (re-exported: the audit reads them here)
 from workers.fidelity import logprob_rules
-from workers.fidelity.codes import (BIT, CODES, REASONS, RULE_OF, RULES, codes_of, fail_all,  # noqa: F401
-                                    is_critical, spans_of)
+from workers.fidelity.codes import (  # noqa: F401 - re-exported: callers read the codes from the rules
+    BIT,
+    CODES,
+    REASONS,
+    RULE_OF,
+    RULES,
+    codes_of,
+    fail_all,
+    is_critical,
+    spans_of,
+)
+
 
 # ------------------------------------------------------------------------------------------- options
 @dataclass
@@ -124,11 +135,10 @@ def finalize(result: CallResult) -> CallResult:
     return result
 
 
-
 def _finish(result: CallResult, opts: AuditOptions, skip_from=None) -> CallResult:
     rules = result.entry["rules"]
     if skip_from is not None:
-        for r in RULES[RULES.index(skip_from):]:
+        for r in RULES[RULES.index(skip_from) :]:
             rules[r] = "n/a"
     if opts.mode != "merged":
         rules["R9"] = "n/a"
@@ -169,8 +179,17 @@ def apply_lineage(result: CallResult, lineage: Lineage, opts: AuditOptions) -> C
 
 
 # ------------------------------------------------------------------------------------------- R0–R9
-def evaluate_call(rec: dict, *, line: int, issues: list, tokenizer, lineage: Lineage | None, opts: AuditOptions,
-                  defer_lineage: bool = False, topk: dict | None = None) -> CallResult:
+def evaluate_call(
+    rec: dict,
+    *,
+    line: int,
+    issues: list,
+    tokenizer,
+    lineage: Lineage | None,
+    opts: AuditOptions,
+    defer_lineage: bool = False,
+    topk: dict | None = None,
+) -> CallResult:
     """Apply R0–R9 to one parsed record. ``issues`` are its structural (validator) errors; ``tokenizer`` the
     registered tokenizer for ``rec.tokenizer.sha256`` or None; ``lineage`` what the index learnt about its context.
 
@@ -203,8 +222,13 @@ def evaluate_call(rec: dict, *, line: int, issues: list, tokenizer, lineage: Lin
     if opts.certificates:  # arrays only: the record itself is released before the certificates are computed
         t_tk = trainer.get("top_k")
         t_tk = (topk.get("trainer") or topk_arrays(t_tk, n)) if isinstance(t_tk, list) and n else None
-        result.cert_arrays = {"r_lp": r_lp, "t_lp": t_lp, "r_tk": r_tk, "t_tk": t_tk,
-                              "ids": ids_arr if ids_arr is not None else np.asarray(ids, dtype=np.int64)}
+        result.cert_arrays = {
+            "r_lp": r_lp,
+            "t_lp": t_lp,
+            "r_tk": r_tk,
+            "t_tk": t_tk,
+            "ids": ids_arr if ids_arr is not None else np.asarray(ids, dtype=np.int64),
+        }
     if defer_lineage:
         return result
     return apply_lineage(result, lineage, opts)
@@ -274,8 +298,12 @@ def _r0_malformed(rec, result: CallResult, issues: list, lineage: Lineage, token
                 known = tokenizer.known(arr)
                 if not known.all():
                     j = int(np.flatnonzero(~known)[0])
-                    r0.append(_Issue(f"{part}.token_ids[{j}]", f"id {arr[j]} is not in the vocabulary of "
-                                                               f"tokenizer {tokenizer.id}"))
+                    r0.append(
+                        _Issue(
+                            f"{part}.token_ids[{j}]",
+                            f"id {arr[j]} is not in the vocabulary of tokenizer {tokenizer.id}",
+                        )
+                    )
                     break
     if not r0:
         return False
@@ -313,11 +341,13 @@ def _r2_response_ids(resp: dict, ids, result: CallResult, tokenizer) -> None:
         strings = resp.get("token_strings")
         if tokenizer is None:
             fail_all(result, "R2_NOT_EVALUABLE")
-        elif (not isinstance(strings, list) or len(strings) != result.n
-              or resp.get("usage_completion_tokens") != result.n):
+        elif (
+            not isinstance(strings, list) or len(strings) != result.n or resp.get("usage_completion_tokens") != result.n
+        ):
             fail_all(result, "RESPONSE_IDS_AMBIGUOUS")
-        elif any(not isinstance(s, str) or "\ufffd" in s or tokenizer.ids_for_string(s) != [i]
-                 for s, i in zip(strings, ids)):
+        elif any(
+            not isinstance(s, str) or "\ufffd" in s or tokenizer.ids_for_string(s) != [i] for s, i in zip(strings, ids)
+        ):
             fail_all(result, "RESPONSE_IDS_AMBIGUOUS")
 
 
@@ -341,11 +371,13 @@ def _r4_consistency(rec: dict, resp: dict, ids, result: CallResult, tokenizer) -
 
 def _lineage_input(prompt: dict, entry: dict) -> dict:
     src = prompt.get("context_source_call_id")
-    return {"evaluable": entry["trajectory_id"] is not None and entry["call_index"] is not None,
-            "declared": prompt.get("task_prompt_sha256_declared"),
-            "observed": prompt.get("task_prompt_sha256_observed"),
-            "context_event": prompt.get("context_event"),
-            "context_source": src if isinstance(src, str) else None}
+    return {
+        "evaluable": entry["trajectory_id"] is not None and entry["call_index"] is not None,
+        "declared": prompt.get("task_prompt_sha256_declared"),
+        "observed": prompt.get("task_prompt_sha256_observed"),
+        "context_event": prompt.get("context_event"),
+        "context_source": src if isinstance(src, str) else None,
+    }
 
 
 @dataclass

@@ -5,6 +5,7 @@ A JSONL file is read through the one bounded reader (workers/fcr/reader.py, docs
 truncated or corrupt gzip stream or a limit yields every complete line, then a :class:`Broken` on the line where
 reading stopped, which the audit counts as one unparsed line.
 """
+
 from __future__ import annotations
 
 import json
@@ -44,12 +45,14 @@ def file_source(path):
                     yield number, raw, reader.offset - len(raw) if offsets else None, reader.position / size
         except FcrParseError as exc:
             yield exc.line, Broken(exc.reason), None, 1.0
+
     return lines
 
 
 def parquet_source(path):
     """:func:`file_source` for ``fcr-parquet/1`` (workers/fcr/columnar.py): ``(row number, record, None, fraction)``,
     one row group in memory at a time; a row that is not a record (or an unreadable file) is a :class:`Broken`."""
+
     def lines() -> Iterator[tuple]:
         done = [0.0]
         for number, rec in iter_records_or_errors(path, lambda pos, total: done.__setitem__(0, pos / max(total, 1))):
@@ -57,6 +60,7 @@ def parquet_source(path):
                 yield number, Broken(f"{rec.field + ': ' if rec.field else ''}{rec.reason}"), None, done[0]
             else:
                 yield number, rec, None, done[0]
+
     return lines
 
 
@@ -65,6 +69,7 @@ def list_source(records: list):
         total = max(len(records), 1)
         for i, r in enumerate(records, start=1):
             yield i, r, None, i / total
+
     return lines
 
 

@@ -3,6 +3,7 @@ conventions of docs/fcr.md#toy-tokenizer).
 
 Deterministic given the seed; records are well-formed and, unless told otherwise, fully verifiable.
 """
+
 from __future__ import annotations
 
 import math
@@ -45,22 +46,50 @@ def base_record(**over) -> dict:
     return rec
 
 
-def synth_record(rng: random.Random, *, call: int, traj: str, prompt_len=256, resp_len=256, k=5,
-                 vocab=32000, trainer=True, run_id="run-synth", step=0) -> dict:
+def synth_record(
+    rng: random.Random,
+    *,
+    call: int,
+    traj: str,
+    prompt_len=256,
+    resp_len=256,
+    k=5,
+    vocab=32000,
+    trainer=True,
+    run_id="run-synth",
+    step=0,
+) -> dict:
     prompt = [rng.randrange(vocab) for _ in range(prompt_len)]
     resp = [rng.randrange(vocab) for _ in range(resp_len)]
     lps = [round(math.log(rng.uniform(0.05, 1.0)), 6) for _ in resp]
     rec = base_record(
-        run_id=run_id, trajectory_id=traj, step=step, call_id=f"{traj}-{call}", call_index=call,
-        prompt={"token_ids": prompt, "provenance": "engine", "ids_sha256": ids_sha256(prompt),
-                "task_prompt_sha256_declared": None, "task_prompt_sha256_observed": None},
-        response={"token_ids": resp, "provenance": "engine", "ids_sha256": ids_sha256(resp), "text": None,
-                  "usage_completion_tokens": resp_len, "finish_reason": "stop"},
+        run_id=run_id,
+        trajectory_id=traj,
+        step=step,
+        call_id=f"{traj}-{call}",
+        call_index=call,
+        prompt={
+            "token_ids": prompt,
+            "provenance": "engine",
+            "ids_sha256": ids_sha256(prompt),
+            "task_prompt_sha256_declared": None,
+            "task_prompt_sha256_observed": None,
+        },
+        response={
+            "token_ids": resp,
+            "provenance": "engine",
+            "ids_sha256": ids_sha256(resp),
+            "text": None,
+            "usage_completion_tokens": resp_len,
+            "finish_reason": "stop",
+        },
     )
     ro = {"logprobs": lps}
     if k:
-        ro["top_k"] = [[[a, lp]] + [[rng.randrange(vocab), round(lp - 1.0 - j, 6)] for j in range(k - 1)]
-                       for a, lp in zip(resp, lps)]
+        ro["top_k"] = [
+            [[a, lp]] + [[rng.randrange(vocab), round(lp - 1.0 - j, 6)] for j in range(k - 1)]
+            for a, lp in zip(resp, lps)
+        ]
     rec["rollout"] = ro
     if trainer:
         tl = [round(x - 0.01, 6) for x in lps]

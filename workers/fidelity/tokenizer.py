@@ -10,6 +10,7 @@ expressed as a real ``tokenizers`` pipeline: a WordPiece model with an empty con
 greedy longest-prefix matching), the ``<|…|>`` strings as special added tokens, and a ``Fuse`` decoder. So the audit
 runs one code path for the toy and for production tokenizers.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -81,15 +82,15 @@ class FidelityTokenizer:
     @classmethod
     def from_file(cls, path, *, id: str = "") -> FidelityTokenizer:
         data = open(path, "rb").read()
-        return cls.from_json(data.decode("utf-8"), sha256=hashlib.sha256(data).hexdigest(),
-                             id=id or os.path.basename(os.fspath(path)))
+        return cls.from_json(
+            data.decode("utf-8"), sha256=hashlib.sha256(data).hexdigest(), id=id or os.path.basename(os.fspath(path))
+        )
 
     @classmethod
     def toy(cls, vocab: Mapping, *, id: str = "toy") -> FidelityTokenizer:
         """The toy tokenizer (docs/fcr.md#toy-tokenizer); ``sha256`` = SHA-256 of the canonical vocabulary JSON."""
         sha = hashlib.sha256(canonical_vocab_json(vocab).encode("utf-8")).hexdigest()
-        return cls(Tokenizer.from_str(toy_tokenizer_json(vocab)), sha256=sha, id=id,
-                   vocab_ids=[int(k) for k in vocab])
+        return cls(Tokenizer.from_str(toy_tokenizer_json(vocab)), sha256=sha, id=id, vocab_ids=[int(k) for k in vocab])
 
     # ------------------------------------------------------------------ operations
     def encode(self, text: str) -> list[int]:

@@ -9,6 +9,7 @@ stdout: ``{"ok": true, "kind", "sha256", "vocab_size"}`` (a toy vocabulary's can
 written to OUT) or ``{"ok": false, "code", "message"}`` with the message a person reads. Past a limit the answer is
 ``tokenizer_too_complex``. No Django import.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -23,8 +24,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def limits() -> tuple[int, int]:
     """(address-space bytes, CPU seconds) of the checking process, from the environment at the time of the check."""
-    return (int(os.environ.get("TOKENIZER_CHECK_MEMORY_BYTES", 3 << 30)),
-            int(os.environ.get("TOKENIZER_CHECK_SECONDS", 300)))
+    return (
+        int(os.environ.get("TOKENIZER_CHECK_MEMORY_BYTES", 3 << 30)),
+        int(os.environ.get("TOKENIZER_CHECK_SECONDS", 300)),
+    )
 
 
 class TokenizerProblem(Exception):
@@ -34,8 +37,12 @@ class TokenizerProblem(Exception):
 
 
 def _is_toy_vocab(obj) -> bool:
-    return (isinstance(obj, dict) and bool(obj) and all(isinstance(k, str) and k.isdigit() for k in obj)
-            and all(isinstance(v, str) for v in obj.values()))
+    return (
+        isinstance(obj, dict)
+        and bool(obj)
+        and all(isinstance(k, str) and k.isdigit() for k in obj)
+        and all(isinstance(v, str) for v in obj.values())
+    )
 
 
 def check(data: bytes) -> dict:
@@ -48,16 +55,20 @@ def check(data: bytes) -> dict:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise TokenizerProblem("invalid_tokenizer_json", f"The tokenizer file is not UTF-8 text (byte {exc.start}).") \
-            from None
+        raise TokenizerProblem(
+            "invalid_tokenizer_json", f"The tokenizer file is not UTF-8 text (byte {exc.start})."
+        ) from None
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise TokenizerProblem("invalid_tokenizer_json", f"The tokenizer file is not valid JSON: {exc.msg} at line "
-                                                         f"{exc.lineno} column {exc.colno}.") from None
+        raise TokenizerProblem(
+            "invalid_tokenizer_json",
+            f"The tokenizer file is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}.",
+        ) from None
     except RecursionError:
-        raise TokenizerProblem("invalid_tokenizer_json", "The tokenizer file is nested too deeply to be a "
-                                                         "tokenizer.") from None
+        raise TokenizerProblem(
+            "invalid_tokenizer_json", "The tokenizer file is nested too deeply to be a tokenizer."
+        ) from None
     if isinstance(obj, dict) and "model" in obj:
         sha = hashlib.sha256(data).hexdigest()
         try:
@@ -74,16 +85,22 @@ def check(data: bytes) -> dict:
         except MemoryError:
             raise
         except Exception as exc:  # noqa: BLE001 - any failure to build it means the vocabulary is unusable: a 400
-            raise TokenizerProblem("invalid_tokenizer", f"The vocabulary cannot be built into a tokenizer: {exc}.") \
-                from None
+            raise TokenizerProblem(
+                "invalid_tokenizer", f"The vocabulary cannot be built into a tokenizer: {exc}."
+            ) from None
         return {"kind": "toy_vocab", "sha256": tok.sha256, "vocab_size": tok.vocab_size, "canonical": canonical}
-    raise TokenizerProblem("invalid_tokenizer", "Expected a Hugging Face tokenizer.json (a JSON object with a 'model' "
-                                                "section) or a toy vocabulary (a JSON object mapping token ids to "
-                                                "strings; docs/fcr.md#toy-tokenizer).")
+    raise TokenizerProblem(
+        "invalid_tokenizer",
+        "Expected a Hugging Face tokenizer.json (a JSON object with a 'model' "
+        "section) or a toy vocabulary (a JSON object mapping token ids to "
+        "strings; docs/fcr.md#toy-tokenizer).",
+    )
 
 
-TOO_COMPLEX = ("tokenizer_too_complex", "Checking the tokenizer file went past the checker's limits ({what}); it is "
-                                        "not registered.")
+TOO_COMPLEX = (
+    "tokenizer_too_complex",
+    "Checking the tokenizer file went past the checker's limits ({what}); it is not registered.",
+)
 
 
 def check_in_child(path: Path, out: Path) -> dict:
@@ -91,17 +108,25 @@ def check_in_child(path: Path, out: Path) -> dict:
     ``out`` for a toy vocabulary). Never raises for the file's content: a crash or a limit is an answer too."""
     memory, seconds = limits()
     try:
-        done = subprocess.run([sys.executable, "-m", "workers.fidelity.tokenizer_check", str(path), str(out)],
-                              cwd=ROOT, capture_output=True, timeout=seconds + 30,
-                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+        done = subprocess.run(
+            [sys.executable, "-m", "workers.fidelity.tokenizer_check", str(path), str(out)],
+            cwd=ROOT,
+            capture_output=True,
+            timeout=seconds + 30,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
     except subprocess.TimeoutExpired:
         return {"ok": False, "code": TOO_COMPLEX[0], "message": TOO_COMPLEX[1].format(what=f"{seconds} s")}
     try:
         answer = json.loads(done.stdout.decode().strip().splitlines()[-1])
     except (ValueError, IndexError):  # killed by a limit (SIGKILL past the CPU time, an allocation that aborted)
-        return {"ok": False, "code": TOO_COMPLEX[0],
-                "message": TOO_COMPLEX[1].format(what=f"memory {memory >> 20} MiB or {seconds} s of CPU; "
-                                                      f"exit {done.returncode}")}
+        return {
+            "ok": False,
+            "code": TOO_COMPLEX[0],
+            "message": TOO_COMPLEX[1].format(
+                what=f"memory {memory >> 20} MiB or {seconds} s of CPU; exit {done.returncode}"
+            ),
+        }
     if answer.get("ok") and answer.get("kind") == "toy_vocab":
         answer["canonical"] = Path(out).read_bytes()
     return answer
@@ -119,8 +144,11 @@ def main(argv: list[str]) -> int:
     except TokenizerProblem as exc:
         answer = {"ok": False, "code": exc.code, "message": exc.message}
     except MemoryError:
-        answer = {"ok": False, "code": TOO_COMPLEX[0],
-                  "message": TOO_COMPLEX[1].format(what=f"memory {memory >> 20} MiB")}
+        answer = {
+            "ok": False,
+            "code": TOO_COMPLEX[0],
+            "message": TOO_COMPLEX[1].format(what=f"memory {memory >> 20} MiB"),
+        }
     else:
         canonical = found.pop("canonical")
         if canonical is not None:

@@ -5,6 +5,7 @@ coverage gate (``min_coverage``: the share of policy response tokens that must b
 policy token is verifiable passes the closed-failure check trivially; it is never worded as a plain PASS: the
 label says so and the headline — the coverage — comes first everywhere the verdict is shown.
 """
+
 from __future__ import annotations
 
 NOTHING_VERIFIABLE = "PASS — nothing verifiable"
@@ -45,8 +46,10 @@ def coverage_gate_reason(verifiable: int, policy_tokens: int, min_coverage: floa
     frac = verifiable / policy_tokens if policy_tokens else 0.0
     if frac + 1e-12 >= min_coverage:
         return None
-    return (f"coverage gate: {frac:.2%} of policy tokens verifiable ({verifiable} of {policy_tokens}), "
-            f"below the required {min_coverage:.2%}")
+    return (
+        f"coverage gate: {frac:.2%} of policy tokens verifiable ({verifiable} of {policy_tokens}), "
+        f"below the required {min_coverage:.2%}"
+    )
 
 
 def check_min_coverage(value) -> float | None:

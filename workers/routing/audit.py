@@ -15,6 +15,7 @@ grid, fixed-bin histograms for quantiles). No Django import.
   naming the calls and layers; no flip but missing routes is UNVERIFIABLE; otherwise PASS. ``R2`` and ``none`` calls
   are measured, never failed (their trainer routes are expected to differ).
 """
+
 from __future__ import annotations
 
 import math
@@ -34,8 +35,11 @@ def compare_routes(rollout: np.ndarray, trainer: np.ndarray, call_id=None):
     """``(flipped, verified, n_diff)``, each ``[tokens, layers]``: see the module docstring. Both arrays must have the
     same shape (already checked by :func:`as_routes`)."""
     if rollout.shape != trainer.shape:
-        raise RoutingDataError(call_id, "trainer.routed_experts", f"shape {list(trainer.shape)} differs from the "
-                                                                  f"rollout's {list(rollout.shape)}")
+        raise RoutingDataError(
+            call_id,
+            "trainer.routed_experts",
+            f"shape {list(trainer.shape)} differs from the rollout's {list(rollout.shape)}",
+        )
     verified = (rollout[..., 0] >= 0) & (trainer[..., 0] >= 0)
     # sets compared as sorted rows; |R \ T| only where they differ (few pairs): each rollout id looked up among the
     # trainer's ids, O(K²) per flipped pair
@@ -157,13 +161,19 @@ class RoutingAudit:
             self.grid_flipped = np.zeros((L, GRID_BINS), np.int64)
             self.flipped_layers_hist = np.zeros(L + 1, np.int64)
         elif L != self.layers:
-            raise RoutingDataError(call_id, "rollout.routed_experts", f"{L} layers, but earlier calls of this model "
-                                                                      f"have {self.layers}; the layer count is "
-                                                                      f"constant within a model")
+            raise RoutingDataError(
+                call_id,
+                "rollout.routed_experts",
+                f"{L} layers, but earlier calls of this model "
+                f"have {self.layers}; the layer count is "
+                f"constant within a model",
+            )
         elif K != self.top_k:  # a swap rate over another k means nothing (it could pass 1)
-            raise RoutingDataError(call_id, "rollout.routed_experts", f"top_k {K}, but earlier calls of this model "
-                                                                      f"have {self.top_k}; top_k is constant within a "
-                                                                      f"model")
+            raise RoutingDataError(
+                call_id,
+                "rollout.routed_experts",
+                f"top_k {K}, but earlier calls of this model have {self.top_k}; top_k is constant within a model",
+            )
 
     def _grow_pos(self, T):
         n = min(T, POS_CAP)
@@ -172,27 +182,38 @@ class RoutingAudit:
             self.pos_flipped = np.pad(self.pos_flipped, (0, n - self.pos_flipped.size))
         return n
 
-    def add_call(self, call_id, *, rollout=None, trainer=None, replay: str | None = None,
-                 n_experts: int | None = None, n_tokens: int | None = None,
-                 metrics: TokenMetrics | None = None, checked: bool = False) -> dict:
+    def add_call(
+        self,
+        call_id,
+        *,
+        rollout=None,
+        trainer=None,
+        replay: str | None = None,
+        n_experts: int | None = None,
+        n_tokens: int | None = None,
+        metrics: TokenMetrics | None = None,
+        checked: bool = False,
+    ) -> dict:
         """Add one call. ``rollout``/``trainer``: routes ``[tokens, layers, top_k]`` or None (not recorded);
         ``replay``: the trainer's declared mode (None = undeclared); ``n_tokens``: the response length (checked
         against the routes; required when neither side is given); ``metrics``: per-token values for attribution;
         ``checked``: the routes already passed :func:`as_routes` (the fcr/1 format check calls it), so only their
         shapes are looked at here. Returns the call's own summary (flipped pairs, flipped layers)."""
         if replay is not None and replay not in REPLAY_MODES:
-            raise RoutingDataError(call_id, "trainer.routing_replay", f"unknown replay mode {replay!r}; use one of "
-                                                                      f"{', '.join(REPLAY_MODES)}")
+            raise RoutingDataError(
+                call_id,
+                "trainer.routing_replay",
+                f"unknown replay mode {replay!r}; use one of {', '.join(REPLAY_MODES)}",
+            )
         self.calls += 1
         self.calls_by_mode[replay or "undeclared"] += 1
         if checked:
-            r, t = (None if a is None or not np.size(a) else np.asarray(a, dtype=np.int64)
-                    for a in (rollout, trainer))  # a zero-token response's routes: nothing to compare
+            r, t = (
+                None if a is None or not np.size(a) else np.asarray(a, dtype=np.int64) for a in (rollout, trainer)
+            )  # a zero-token response's routes: nothing to compare
         else:
-            r = None if rollout is None else as_routes(rollout, call_id, "rollout.routed_experts",
-                                                       n_experts=n_experts)
-            t = None if trainer is None else as_routes(trainer, call_id, "trainer.routed_experts",
-                                                       n_experts=n_experts)
+            r = None if rollout is None else as_routes(rollout, call_id, "rollout.routed_experts", n_experts=n_experts)
+            t = None if trainer is None else as_routes(trainer, call_id, "trainer.routed_experts", n_experts=n_experts)
         T = next((a.shape[0] for a in (r, t) if a is not None), n_tokens)
         if T is None:
             raise RoutingDataError(call_id, "response.token_ids", "response length unknown and no routes given")
@@ -239,21 +260,35 @@ class RoutingAudit:
         if r is None and t is None:
             self.tokens_no_routes += T
         if self.flipped_layers_hist is not None and r is not None and t is not None:
-            self.flipped_layers_hist += np.bincount(n_flip[tok_full | tok_flipped], minlength=L + 1)[:L + 1]
+            self.flipped_layers_hist += np.bincount(n_flip[tok_full | tok_flipped], minlength=L + 1)[: L + 1]
         if metrics is not None:
             for f in ("tv_hi", "tv_lo", "abs_dlogp", "accepted"):
                 v = getattr(metrics, f)
                 if v is not None and np.shape(v) != (T,):
                     raise RoutingDataError(call_id, f, f"{np.shape(v)} values for {T} tokens")
-            m = TokenMetrics(*(None if getattr(metrics, f) is None else np.asarray(getattr(metrics, f))
-                               for f in ("tv_hi", "tv_lo", "abs_dlogp", "accepted")))
-            for g, sel in (("agree", tok_agree), ("flipped", tok_flipped), ("unverifiable", tok_unver),
-                           ("flipped_ge_n", n_flip >= self.N), ("all", np.ones(T, bool))):
+            m = TokenMetrics(
+                *(
+                    None if getattr(metrics, f) is None else np.asarray(getattr(metrics, f))
+                    for f in ("tv_hi", "tv_lo", "abs_dlogp", "accepted")
+                )
+            )
+            for g, sel in (
+                ("agree", tok_agree),
+                ("flipped", tok_flipped),
+                ("unverifiable", tok_unver),
+                ("flipped_ge_n", n_flip >= self.N),
+                ("all", np.ones(T, bool)),
+            ):
                 self.groups[g].add(sel, m)
         layers_flipped = np.flatnonzero(flipped.any(0)).tolist()
         unverified = int(T * (self.layers or 0) - verified.sum())
-        summary = {"call_id": call_id, "tokens": T, "pairs_flipped": int(flipped.sum()),
-                   "layers_flipped": layers_flipped, "pairs_unverified": unverified}
+        summary = {
+            "call_id": call_id,
+            "tokens": T,
+            "pairs_flipped": int(flipped.sum()),
+            "layers_flipped": layers_flipped,
+            "pairs_unverified": unverified,
+        }
         if replay == "R3":
             self.r3_calls += 1
             if layers_flipped:
@@ -264,8 +299,14 @@ class RoutingAudit:
             elif summary["pairs_unverified"]:
                 self.r3_unverifiable_calls += 1
                 if len(self.r3_unverifiable) < MAX_NAMED:
-                    self.r3_unverifiable.append({"call_id": call_id, "pairs_unverified": summary["pairs_unverified"],
-                                                 "rollout_routes": r is not None, "trainer_routes": t is not None})
+                    self.r3_unverifiable.append(
+                        {
+                            "call_id": call_id,
+                            "pairs_unverified": summary["pairs_unverified"],
+                            "rollout_routes": r is not None,
+                            "trainer_routes": t is not None,
+                        }
+                    )
             else:
                 self.r3_verified_calls += 1
         return summary
@@ -277,19 +318,30 @@ class RoutingAudit:
             reason = "no call declares R3 replay"
         elif self.r3_failed_calls:
             state = "FAIL"
-            reason = (f"{self.r3_failed_calls} of {self.r3_calls} R3 call(s) were trained on routes that differ from "
-                      f"the rollout's, at layer(s) {', '.join(map(str, sorted(self.r3_failed_layers)))}")
+            reason = (
+                f"{self.r3_failed_calls} of {self.r3_calls} R3 call(s) were trained on routes that differ from "
+                f"the rollout's, at layer(s) {', '.join(map(str, sorted(self.r3_failed_layers)))}"
+            )
         elif self.r3_unverifiable_calls:
             state = "UNVERIFIABLE"
-            reason = (f"{self.r3_unverifiable_calls} of {self.r3_calls} R3 call(s) lack rollout or replayed routes "
-                      f"at some token/layer; replay cannot be shown to have held there")
+            reason = (
+                f"{self.r3_unverifiable_calls} of {self.r3_calls} R3 call(s) lack rollout or replayed routes "
+                f"at some token/layer; replay cannot be shown to have held there"
+            )
         else:
             state = "PASS"
             reason = f"all {self.r3_calls} R3 call(s) replayed the rollout's routes at every token and layer"
-        return {"state": state, "reason": reason, "r3_calls": self.r3_calls, "verified_calls": self.r3_verified_calls,
-                "failed_calls": self.r3_failed_calls, "failed": self.r3_failed,
-                "failed_layers": sorted(self.r3_failed_layers), "unverifiable_calls": self.r3_unverifiable_calls,
-                "unverifiable": self.r3_unverifiable}
+        return {
+            "state": state,
+            "reason": reason,
+            "r3_calls": self.r3_calls,
+            "verified_calls": self.r3_verified_calls,
+            "failed_calls": self.r3_failed_calls,
+            "failed": self.r3_failed,
+            "failed_layers": sorted(self.r3_failed_layers),
+            "unverifiable_calls": self.r3_unverifiable_calls,
+            "unverifiable": self.r3_unverifiable,
+        }
 
     @staticmethod
     def _rate(num, den):
@@ -298,9 +350,19 @@ class RoutingAudit:
     def result(self) -> dict:
         rate = self._rate
         L = self.layers or 0
-        per_layer = [] if not L else [
-            {"layer": i, "verified": int(self.layer_verified[i]), "flipped": int(self.layer_flipped[i]),
-             "flip_rate": rate(int(self.layer_flipped[i]), int(self.layer_verified[i]))} for i in range(L)]
+        per_layer = (
+            []
+            if not L
+            else [
+                {
+                    "layer": i,
+                    "verified": int(self.layer_verified[i]),
+                    "flipped": int(self.layer_flipped[i]),
+                    "flip_rate": rate(int(self.layer_flipped[i]), int(self.layer_verified[i])),
+                }
+                for i in range(L)
+            ]
+        )
         grid = None
         if L:
             used = int(np.flatnonzero(self.grid_verified.sum(0)).max() + 1) if self.grid_verified.any() else 0
@@ -308,29 +370,46 @@ class RoutingAudit:
             bins = [[0, 0]] + [[1 << (k - 1), (1 << k) - 1] for k in range(1, used)]
             if used == GRID_BINS:
                 bins[-1][1] = None  # the last bin is open-ended
-            grid = {"position_bins": bins,
-                    "verified": gv.tolist(), "flipped": gf.tolist(),
-                    "flip_rate": np.where(gv > 0, gf / np.maximum(gv, 1), np.nan).round(6).tolist()}
+            grid = {
+                "position_bins": bins,
+                "verified": gv.tolist(),
+                "flipped": gf.tolist(),
+                "flip_rate": np.where(gv > 0, gf / np.maximum(gv, 1), np.nan).round(6).tolist(),
+            }
             grid["flip_rate"] = [[None if math.isnan(x) else x for x in row] for row in grid["flip_rate"]]
         attribution = {g: self.groups[g].finish() for g in GROUPS + ("flipped_ge_n", "all")}
         attribution["min_flipped_layers"] = self.N
         attribution["flipped_share"] = {
             k: rate(attribution["flipped"].get(k, {}).get("sum", 0.0), attribution["all"].get(k, {}).get("sum", 0.0))
-            for k in _SUM_FIELDS}
+            for k in _SUM_FIELDS
+        }
         return {
-            "layers": L, "top_k": self.top_k, "calls": self.calls, "calls_with_routes": self.calls_with_routes,
+            "layers": L,
+            "top_k": self.top_k,
+            "calls": self.calls,
+            "calls_with_routes": self.calls_with_routes,
             "calls_by_replay_mode": self.calls_by_mode,
-            "pairs": self.pairs + self.tokens_no_routes * L, "pairs_verified": self.pairs_verified, "pairs_flipped": self.pairs_flipped,
+            "pairs": self.pairs + self.tokens_no_routes * L,
+            "pairs_verified": self.pairs_verified,
+            "pairs_flipped": self.pairs_flipped,
             "flip_rate": rate(self.pairs_flipped, self.pairs_verified),
             "expert_swap_rate": rate(self.experts_swapped, self.pairs_verified * (self.top_k or 0)),
-            "tokens": self.tokens, "tokens_agree": self.tokens_agree, "tokens_flipped": self.tokens_flipped,
-            "tokens_unverifiable": self.tokens_unverifiable, "tokens_without_routes": self.tokens_no_routes,
+            "tokens": self.tokens,
+            "tokens_agree": self.tokens_agree,
+            "tokens_flipped": self.tokens_flipped,
+            "tokens_unverifiable": self.tokens_unverifiable,
+            "tokens_without_routes": self.tokens_no_routes,
             "token_flip_share": rate(self.tokens_flipped, self.tokens_agree + self.tokens_flipped),
-            "coverage": {"pairs": rate(self.pairs_verified, self.pairs + self.tokens_no_routes * L),
-                         "tokens": rate(self.tokens_agree + self.tokens_flipped, self.tokens)},
+            "coverage": {
+                "pairs": rate(self.pairs_verified, self.pairs + self.tokens_no_routes * L),
+                "tokens": rate(self.tokens_agree + self.tokens_flipped, self.tokens),
+            },
             "per_layer": per_layer,
-            "per_position": {"verified": self.pos_verified.tolist(), "flipped": self.pos_flipped.tolist(),
-                             "last_position_pools_from": POS_CAP - 1},
+            "per_position": {
+                "verified": self.pos_verified.tolist(),
+                "flipped": self.pos_flipped.tolist(),
+                "last_position_pools_from": POS_CAP - 1,
+            },
             "tokens_by_flipped_layers": [] if self.flipped_layers_hist is None else self.flipped_layers_hist.tolist(),
             "layer_position_grid": grid,
             "replay": self.replay_verdict(),

@@ -15,6 +15,7 @@ for a prompt of P tokens. Both decoders return exactly those T rows, refuse payl
 P + T − 1 nor P + T (some writers keep a row for the last token) nor T (response rows only), and refuse anything
 that does not decode, naming what was expected. No Django import.
 """
+
 from __future__ import annotations
 
 import base64
@@ -39,11 +40,13 @@ def response_rows(arr: np.ndarray, prompt_len: int, n_response: int) -> np.ndarr
     if T == 0:
         return arr[:0]
     if P >= 1 and rows in (P + T - 1, P + T):
-        return arr[P - 1:P - 1 + T]
+        return arr[P - 1 : P - 1 + T]
     if rows == T:
         return arr
-    raise EngineRoutesError(f"routed experts have {rows} rows; expected prompt + response − 1 = {P + T - 1} "
-                            f"(one per forwarded token), {P + T} or the response's {T}")
+    raise EngineRoutesError(
+        f"routed experts have {rows} rows; expected prompt + response − 1 = {P + T - 1} "
+        f"(one per forwarded token), {P + T} or the response's {T}"
+    )
 
 
 def _b64(payload: str) -> bytes:
@@ -67,8 +70,9 @@ def decode_vllm(value) -> np.ndarray:
     elif isinstance(value, list):
         arr = _nested(value)
     else:
-        raise EngineRoutesError(f"routed experts: expected an array, a base64 .npy string or a list, got "
-                                f"{type(value).__name__}")
+        raise EngineRoutesError(
+            f"routed experts: expected an array, a base64 .npy string or a list, got {type(value).__name__}"
+        )
     if not np.issubdtype(arr.dtype, np.integer):
         raise EngineRoutesError(f"routed experts: expected integer expert ids, got {arr.dtype}")
     return arr
@@ -79,21 +83,26 @@ def decode_sglang(value, *, num_layers: int | None, prompt_len: int, n_response:
     if isinstance(value, list):
         return _nested(value)
     if not isinstance(value, str):
-        raise EngineRoutesError(f"meta_info.routed_experts: expected a base64 string or a list, got "
-                                f"{type(value).__name__}")
+        raise EngineRoutesError(
+            f"meta_info.routed_experts: expected a base64 string or a list, got {type(value).__name__}"
+        )
     raw = _b64(value)
     if len(raw) % 4:
         raise EngineRoutesError(f"meta_info.routed_experts: {len(raw)} bytes is not a whole number of int32 values")
     flat = np.frombuffer(raw, dtype="<i4")
     if not num_layers or num_layers < 1:
-        raise EngineRoutesError("meta_info.routed_experts is a flat int32 payload: give the model's number of MoE "
-                                "layers (--moe-layers) to reshape it")
+        raise EngineRoutesError(
+            "meta_info.routed_experts is a flat int32 payload: give the model's number of MoE "
+            "layers (--moe-layers) to reshape it"
+        )
     rows = prompt_len + n_response - 1
     for r in (rows, rows + 1, n_response):
         if r > 0 and flat.size % (r * num_layers) == 0:
             return flat.reshape(r, num_layers, flat.size // (r * num_layers))
-    raise EngineRoutesError(f"meta_info.routed_experts: {flat.size} values do not make [{rows}, {num_layers}, "
-                            f"top_k] (prompt + response − 1 rows, {num_layers} layers)")
+    raise EngineRoutesError(
+        f"meta_info.routed_experts: {flat.size} values do not make [{rows}, {num_layers}, "
+        f"top_k] (prompt + response − 1 rows, {num_layers} layers)"
+    )
 
 
 def _nested(value: list) -> np.ndarray:
@@ -114,14 +123,17 @@ def vllm_response_routes(value, prompt_len: int, n_response: int) -> list:
 SGLANG_DTYPES = frozenset({None, "int32", "<i4", "i4"})  # what the flat payload is documented as
 
 
-def sglang_response_routes(value, prompt_len: int, n_response: int, *, num_layers: int | None = None,
-                           start_len=None, dtype=None) -> list:
+def sglang_response_routes(
+    value, prompt_len: int, n_response: int, *, num_layers: int | None = None, start_len=None, dtype=None
+) -> list:
     """fcr/1 ``rollout.routed_experts`` from SGLang's ``meta_info.routed_experts``. A declared
     ``routed_experts_start_len`` other than 0 (the rows then start at that token) or a declared dtype other than
     int32 is refused by name: reading such a payload as full-sequence int32 gives expert ids that mean nothing."""
     if start_len not in (None, 0) or type(start_len) is bool:
-        raise EngineRoutesError(f"routed_experts_start_len {start_len!r}: the payload covers rows from that token on, "
-                                f"not the whole sequence; such partial routes are not read")
+        raise EngineRoutesError(
+            f"routed_experts_start_len {start_len!r}: the payload covers rows from that token on, "
+            f"not the whole sequence; such partial routes are not read"
+        )
     if not (dtype is None or isinstance(dtype, str)) or dtype not in SGLANG_DTYPES:
         raise EngineRoutesError(f"routed experts dtype {dtype!r} declared; only int32 payloads are read")
     arr = decode_sglang(value, num_layers=num_layers, prompt_len=prompt_len, n_response=n_response)

@@ -3,6 +3,7 @@ waits (the rules are evaluated by workers/tasks/live.py after every completed ce
 
 Keyword arguments only: jobs/signals.py reads a positional int of a failed ``workers.tasks.*`` task as
 a Job id."""
+
 import logging
 
 from celery import shared_task

@@ -7,6 +7,7 @@ that any ``cpu`` worker certifies (``certify_chunk``), each stored once with its
 Failure: a worker killed mid-chunk leaves nothing of that chunk (one transaction); the broker redelivers its task
 (acks late, reject on worker lost) or, if the whole worker died, the stale-job reaper re-runs ``certify_upload``,
 which sends again only the chunks without a stored result."""
+
 import logging
 import os
 import socket
@@ -40,8 +41,10 @@ def certify_upload(job_id: int) -> str:
         certificate = certificates.begin(upload, options)
         histograms = certificates.Histograms()
         result = certify_file(
-            path, sequence_sink=lambda rows: certificates.add_sequences(certificate, rows, histograms),
-            progress=lambda f, m: progress(f, m), **options,
+            path,
+            sequence_sink=lambda rows: certificates.add_sequences(certificate, rows, histograms),
+            progress=lambda f, m: progress(f, m),
+            **options,
         )
         certificate = certificates.complete(certificate, result, histograms)
         progress(1.0, "drawing the run page's figures", force=True)
@@ -64,12 +67,24 @@ def certify_chunk(job_id: int, certificate_id: int, plan: dict, chunk: dict, n_c
         if index not in certificates.chunks_done(job):
             upload = Upload.objects.get(pk=job.subject_id)
             rows: list = []
-            part = certify_part(runs.artifact_path(upload.storage_name), plan, chunk, sequence_sink=rows.extend,
-                                progress=lambda f, m: progress(None, f"chunk {index + 1} of {n_chunks}: {m}"))
-            certificates.store_chunk(job, certificate, index, part.to_json(), rows,
-                                     worker=f"{socket.gethostname()} pid {os.getpid()}")
-        piece_stored(job, len(certificates.chunks_done(job)), n_chunks, progress, "chunks certified",
-                     lambda locked: _merge(locked, certificate, plan, n_chunks))
+            part = certify_part(
+                runs.artifact_path(upload.storage_name),
+                plan,
+                chunk,
+                sequence_sink=rows.extend,
+                progress=lambda f, m: progress(None, f"chunk {index + 1} of {n_chunks}: {m}"),
+            )
+            certificates.store_chunk(
+                job, certificate, index, part.to_json(), rows, worker=f"{socket.gethostname()} pid {os.getpid()}"
+            )
+        piece_stored(
+            job,
+            len(certificates.chunks_done(job)),
+            n_chunks,
+            progress,
+            "chunks certified",
+            lambda locked: _merge(locked, certificate, plan, n_chunks),
+        )
 
     return run_job_piece(job_id, work)
 
@@ -95,8 +110,15 @@ def _dispatch(job, upload, path, options, chunks, progress):
     def send(chunk):
         certify_chunk.apply_async(args=[job.pk, certificate.pk, plan, chunk.to_dict(), n], queue=job.queue)
 
-    return send_pieces(job, chunks, certificates.chunks_done(job), send, progress, "chunks certified",
-                       lambda locked: _merge(locked, certificate, plan, n))
+    return send_pieces(
+        job,
+        chunks,
+        certificates.chunks_done(job),
+        send,
+        progress,
+        "chunks certified",
+        lambda locked: _merge(locked, certificate, plan, n),
+    )
 
 
 def _merge(job, certificate, plan, n_chunks) -> dict:
@@ -124,8 +146,15 @@ def _store_figures(certificate):
 
 def _job_result(certificate, result):
     s = result["summary"]
-    return {"certificate": certificate.pk, "sequences": s.get("sequences"), "tokens": s.get("tokens"),
-            "acceptance_rate": s.get("acceptance_rate"), "eps_hat": s.get("eps_hat"),
-            "best_bound": result["bounds"].get("best"), "best_bound_id": result["bounds"].get("argmin"),
-            "data_errors": s.get("data_errors"), "verdict": certificate.verdict,
-            "verdict_label": (certificate.verdict_detail or {}).get("label")}
+    return {
+        "certificate": certificate.pk,
+        "sequences": s.get("sequences"),
+        "tokens": s.get("tokens"),
+        "acceptance_rate": s.get("acceptance_rate"),
+        "eps_hat": s.get("eps_hat"),
+        "best_bound": result["bounds"].get("best"),
+        "best_bound_id": result["bounds"].get("argmin"),
+        "data_errors": s.get("data_errors"),
+        "verdict": certificate.verdict,
+        "verdict_label": (certificate.verdict_detail or {}).get("label"),
+    }

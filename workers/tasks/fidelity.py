@@ -9,8 +9,15 @@ from audit_portal.jobs.execution import JobCancelled, JobInputError, run_job
 from audit_portal.runs import services as runs
 from audit_portal.runs.models import Upload
 
-AUDIT_OPTIONS = {"mode", "tau_align", "max_staleness", "allow_inferred_roles", "require_certificate",
-                 "require_loss_mask", "delta"}
+AUDIT_OPTIONS = {
+    "mode",
+    "tau_align",
+    "max_staleness",
+    "allow_inferred_roles",
+    "require_certificate",
+    "require_loss_mask",
+    "delta",
+}
 CALL_BATCH = 2000  # call summaries per bulk insert (and per call_sink batch)
 
 
@@ -67,24 +74,43 @@ def fidelity_audit(job_id: int) -> str:
             masks_jsonl = Path(tmp) / "masks.jsonl"
             # call summaries are bulk-inserted batch by batch as the engine emits them: nothing holds calls[]
             try:
-                result = audit_file(path, tokenizer=registry, masks_out=masks_jsonl, masks_format="jsonl",
-                                    call_sink=lambda entries: fidelity.add_calls(report, entries),
-                                    sink_batch=CALL_BATCH, progress=audit_progress, **options)
+                result = audit_file(
+                    path,
+                    tokenizer=registry,
+                    masks_out=masks_jsonl,
+                    masks_format="jsonl",
+                    call_sink=lambda entries: fidelity.add_calls(report, entries),
+                    sink_batch=CALL_BATCH,
+                    progress=audit_progress,
+                    **options,
+                )
             except fidelity.ReportSuperseded:  # a newer attempt owns the report now: leave the job to it
                 raise JobCancelled() from None
             progress(0.96, "storing the loss-mask export", force=True)
             masks = fidelity.store_masks(upload, masks_jsonl)
-        used = [{"id": registry.available[s].pk, "name": registry.available[s].name, "sha256": s,
-                 "kind": registry.available[s].kind} for s in registry.loaded()]
+        used = [
+            {
+                "id": registry.available[s].pk,
+                "name": registry.available[s].name,
+                "sha256": s,
+                "kind": registry.available[s].kind,
+            }
+            for s in registry.loaded()
+        ]
         unmatched = sorted(set(result["tokenizers"]["unregistered_seen"]) | set(registry.load_errors))
         tokenizers = {"used": used, "unmatched": unmatched, "load_errors": registry.load_errors}
         try:
             report = fidelity.complete(report, result, tokenizers=tokenizers, masks=masks)
         except fidelity.ReportSuperseded:
             raise JobCancelled() from None
-        return {"report": report.pk, "verdict": report.verdict,
-                "closed_failure_violations": report.closed_failure_violations, "calls": report.calls_total,
-                "policy_tokens": report.policy_tokens, "verifiable_fraction": report.verifiable_fraction,
-                "tokenizers_used": [t["sha256"] for t in used]}
+        return {
+            "report": report.pk,
+            "verdict": report.verdict,
+            "closed_failure_violations": report.closed_failure_violations,
+            "calls": report.calls_total,
+            "policy_tokens": report.policy_tokens,
+            "verifiable_fraction": report.verifiable_fraction,
+            "tokenizers_used": [t["sha256"] for t in used],
+        }
 
     return run_job(job_id, work)

@@ -9,6 +9,7 @@ Thin: each task hands the torch-based engine to the kernels app's orchestration
 (:mod:`audit_portal.kernels.conformance`: resume after a retry, the pass under the deployment's flags, trace files,
 storing verdicts), which the web tier may not import with torch.
 """
+
 from __future__ import annotations
 
 from celery import shared_task
@@ -23,8 +24,12 @@ def _engine() -> conformance.Engine:
     from workers.contracts.runner import run_contract
     from workers.contracts.sandbox import HarnessFailure, SandboxUnavailable, SessionPool
 
-    return conformance.Engine(run_contract=run_contract, calibrate=calibrate, session_pool=SessionPool,
-                              harness_errors=(HarnessFailure, SandboxUnavailable))
+    return conformance.Engine(
+        run_contract=run_contract,
+        calibrate=calibrate,
+        session_pool=SessionPool,
+        harness_errors=(HarnessFailure, SandboxUnavailable),
+    )
 
 
 @shared_task(name="workers.tasks.run_kernel_submission", acks_late=True)

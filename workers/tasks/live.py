@@ -5,6 +5,7 @@ evaluated on the run so far (the live view when there is one, else the newest ce
 evaluates them again on runs whose rule was changed.
 
 Keyword arguments only: jobs/signals.py reads a positional int of a failed ``workers.tasks.*`` task as a Job id."""
+
 import logging
 
 from celery import shared_task
@@ -31,8 +32,11 @@ def _combine(merged: dict | None, part: dict):
 
 @shared_task(name="workers.tasks.run_certificate_completed", acks_late=True)
 def run_certificate_completed(certificate_id: int | None = None) -> str:
-    certificate = RunCertificate.objects.select_related("run", "upload").filter(
-        pk=certificate_id, state=RunCertificate.State.COMPLETE).first()
+    certificate = (
+        RunCertificate.objects.select_related("run", "upload")
+        .filter(pk=certificate_id, state=RunCertificate.State.COMPLETE)
+        .first()
+    )
     if certificate is None or certificate.run is None:
         if certificate is not None:
             live.mark_processed(certificate.upload_id)  # nothing to grow: the sweep need not come back
@@ -50,8 +54,10 @@ def run_certificate_completed(certificate_id: int | None = None) -> str:
             path = artifact_path(upload.storage_name)
             plan = plan or plan_certificate(path)
             part = {"plan": plan, "partial": certify_part(path, plan).to_json()}  # this upload's steps only
-        view = live.add_segment(run, upload.pk, steps, plan or {}, part, _combine, declared,
-                                segment.rank) or LiveRun.objects.filter(run=run).first()
+        view = (
+            live.add_segment(run, upload.pk, steps, plan or {}, part, _combine, declared, segment.rank)
+            or LiveRun.objects.filter(run=run).first()
+        )
         live.mark_processed(upload.pk)
     raised = alerts.evaluate_run(run, _alert_snapshot(run, view))
     return f"{len(raised)} alert event(s)"

@@ -13,8 +13,7 @@ def compact(report: dict) -> dict:
     out = dict(report)
     pp = dict(report["per_position"])
     if len(pp["verified"]) > MAX_POSITIONS:
-        pp.update(verified=pp["verified"][:MAX_POSITIONS], flipped=pp["flipped"][:MAX_POSITIONS],
-                  cut_at=MAX_POSITIONS)
+        pp.update(verified=pp["verified"][:MAX_POSITIONS], flipped=pp["flipped"][:MAX_POSITIONS], cut_at=MAX_POSITIONS)
     out["per_position"] = pp
     return out
 

@@ -29,8 +29,14 @@ def training_step_audit(job_id: int) -> str:
         result = audit_config(config, device, progress=progress, arrays=True)
         audit = training.complete(audit, result)
         tv = audit.divergence.get("tv") or {}
-        return {"training_audit": audit.pk, "device": device, "device_note": note, "tv_mean": tv.get("mean"),
-                "tv_max": tv.get("max"), "losses": len(audit.steps), "seconds": (audit.summary.get("timing_s") or
-                                                                                   {}).get("total")}
+        return {
+            "training_audit": audit.pk,
+            "device": device,
+            "device_note": note,
+            "tv_mean": tv.get("mean"),
+            "tv_max": tv.get("max"),
+            "losses": len(audit.steps),
+            "seconds": (audit.summary.get("timing_s") or {}).get("total"),
+        }
 
     return run_job(job_id, work)

@@ -6,6 +6,7 @@ one-pass summary (workers/fcr/validate_pieces.py: duplicate calls and layer coun
 Failure: a worker killed mid-piece stores nothing of that piece; the broker redelivers its task (acks late, reject on
 worker lost) or, if the whole worker died, the stale-job reaper re-runs ``validate_upload``, which sends again only
 the pieces without a stored result."""
+
 import os
 import socket
 
@@ -29,8 +30,9 @@ def validate_upload(job_id: int) -> str:
         if len(pieces) > 1:
             return _dispatch(job, pieces, progress)
         progress(0.0, f"validating {upload.original_name}", force=True)
-        summary = validate_file(path, max_errors=settings.UPLOAD_VALIDATION_MAX_ERRORS,
-                                progress=lambda f, m: progress(f, m))
+        summary = validate_file(
+            path, max_errors=settings.UPLOAD_VALIDATION_MAX_ERRORS, progress=lambda f, m: progress(f, m)
+        )
         return _record(upload, summary)
 
     return run_job(job_id, work)
@@ -45,11 +47,18 @@ def validate_chunk(job_id: int, chunk: dict, n_chunks: int) -> str:
         index = chunk["index"]
         if index not in runs.validation_pieces_done(job):
             upload = Upload.objects.get(pk=job.subject_id)
-            result = validate_piece(runs.artifact_path(upload.storage_name), chunk,
-                                    max_errors=settings.UPLOAD_VALIDATION_MAX_ERRORS)
+            result = validate_piece(
+                runs.artifact_path(upload.storage_name), chunk, max_errors=settings.UPLOAD_VALIDATION_MAX_ERRORS
+            )
             runs.store_validation_piece(job, index, result, worker=f"{socket.gethostname()} pid {os.getpid()}")
-        piece_stored(job, len(runs.validation_pieces_done(job)), n_chunks, progress, "pieces validated",
-                     lambda locked: _merge(locked, n_chunks))
+        piece_stored(
+            job,
+            len(runs.validation_pieces_done(job)),
+            n_chunks,
+            progress,
+            "pieces validated",
+            lambda locked: _merge(locked, n_chunks),
+        )
 
     return run_job_piece(job_id, work)
 
@@ -71,8 +80,15 @@ def _dispatch(job, pieces, progress):
     def send(piece):
         validate_chunk.apply_async(args=[job.pk, piece.to_dict(), n], queue=job.queue)
 
-    return send_pieces(job, pieces, runs.validation_pieces_done(job), send, progress, "pieces validated",
-                       lambda locked: _merge(locked, n))
+    return send_pieces(
+        job,
+        pieces,
+        runs.validation_pieces_done(job),
+        send,
+        progress,
+        "pieces validated",
+        lambda locked: _merge(locked, n),
+    )
 
 
 def _merge(job, n_chunks) -> dict:
@@ -80,12 +96,20 @@ def _merge(job, n_chunks) -> dict:
     from workers.fcr.validate_pieces import merge_pieces
 
     upload = Upload.objects.select_related("project").get(pk=job.subject_id)
-    summary = merge_pieces(runs.stored_validation_pieces(job), path=runs.artifact_path(upload.storage_name),
-                           max_errors=settings.UPLOAD_VALIDATION_MAX_ERRORS)
+    summary = merge_pieces(
+        runs.stored_validation_pieces(job),
+        path=runs.artifact_path(upload.storage_name),
+        max_errors=settings.UPLOAD_VALIDATION_MAX_ERRORS,
+    )
     return {**_record(upload, summary), "pieces": n_chunks}
 
 
 def _record(upload, summary) -> dict:
     upload = runs.record_validation(upload, summary)
-    return {"upload": upload.pk, "stage": upload.stage, "records": summary.get("records"),
-            "error_count": summary.get("error_count"), "errors": summary.get("errors", [])[:5]}
+    return {
+        "upload": upload.pk,
+        "stage": upload.stage,
+        "records": summary.get("records"),
+        "error_count": summary.get("error_count"),
+        "errors": summary.get("errors", [])[:5],
+    }

@@ -17,6 +17,7 @@ Given a batch of prompts: sample rollouts under rollout numerics (:mod:`.model`)
 Pure function :func:`audit` returning a JSON-safe dict; ``device`` may be ``"cuda"`` (models and forwards there,
 all certificate maths on CPU in float64).
 """
+
 from __future__ import annotations
 
 import copy
@@ -42,8 +43,15 @@ def _q(x: torch.Tensor) -> dict:
     if x.numel() == 0:
         return {"n": 0}
     qs = torch.quantile(x, torch.tensor([0.5, 0.9, 0.99], dtype=torch.float64)) if x.numel() < 10_000_000 else None
-    return {"n": int(x.numel()), "mean": float(x.mean()), "max": float(x.max()), "min": float(x.min()),
-            "p50": float(qs[0]), "p90": float(qs[1]), "p99": float(qs[2])}
+    return {
+        "n": int(x.numel()),
+        "mean": float(x.mean()),
+        "max": float(x.max()),
+        "min": float(x.min()),
+        "p50": float(qs[0]),
+        "p90": float(qs[1]),
+        "p99": float(qs[2]),
+    }
 
 
 def _bounds(b: dict) -> dict:
@@ -69,8 +77,9 @@ def exact_and_topk(roll_full, train_full, y, *, K: int, precision="fp32"):
     return tv, kl, a, b, (p_ids, p_lp, q_ids, q_lp), r
 
 
-def certificate_views(roll_full, train_full, y, mask, *, K: int, thresholds=THRESHOLDS, precision="fp32",
-                      budget=0.5, constants="paper") -> dict:
+def certificate_views(
+    roll_full, train_full, y, mask, *, K: int, thresholds=THRESHOLDS, precision="fp32", budget=0.5, constants="paper"
+) -> dict:
     """Exact certificate vs the top-K-only certificate of the same positions (module docstring, item 2)."""
     tv, kl, a, b, (p_ids, p_lp, q_ids, q_lp), r = exact_and_topk(roll_full, train_full, y, K=K, precision=precision)
     m = mask
@@ -78,30 +87,40 @@ def certificate_views(roll_full, train_full, y, mask, *, K: int, thresholds=THRE
     contains = ((r.lo <= tv + 1e-12) & (tv <= r.hi + 1e-12))[m]
     est = sampled_estimates(a, b)
     out = {
-        "K": K, "precision": precision,
+        "K": K,
+        "precision": precision,
         "exact": {"tv": _q(tv[m]), "kl": _q(kl[m])},
         "sampled": {k: _q(est[k][m]) for k in ("k1", "k2", "k3", "bin_tv", "bin_kl")},
-        "topk": {"tv_lo": _q(r.lo[m]), "tv_hi": _q(r.hi[m]), "width": _q(width),
-                 "contains_exact": float(contains.to(torch.float64).mean()),
-                 "data_errors": int((r.err[m] != 0).sum()),
-                 "kl_upper_finite_share": float(torch.isfinite(r.kl_hi[m]).to(torch.float64).mean())},
+        "topk": {
+            "tv_lo": _q(r.lo[m]),
+            "tv_hi": _q(r.hi[m]),
+            "width": _q(width),
+            "contains_exact": float(contains.to(torch.float64).mean()),
+            "data_errors": int((r.err[m] != 0).sum()),
+            "kl_upper_finite_share": float(torch.isfinite(r.kl_hi[m]).to(torch.float64).mean()),
+        },
         "by_threshold": [],
     }
     for th in thresholds:
         K_used, lo_a, hi_a, st_a = adaptive_k(p_ids, p_lp, q_ids, q_lp, y, a, b, threshold=th, precision=precision)
         n = int(m.sum())
         ex_out = int(((tv > th) & m).sum())
-        out["by_threshold"].append({
-            "threshold": th,
-            "exact_out_share": ex_out / max(n, 1),
-            "topk_in_share": int(((st_a == 0) & m).sum()) / max(n, 1),
-            "topk_out_share": int(((st_a == 1) & m).sum()) / max(n, 1),
-            "topk_undetermined_share": int(((st_a == 2) & m).sum()) / max(n, 1),
-            "adaptive_K_mean": float(K_used[m].to(torch.float64).mean()),
-            "sequence_accept_exact_tv": float(((torch.where(m, tv, 0 * tv).amax(-1)) <= th).to(torch.float64).mean()),
-            "sequence_accept_topk_tv": float(((torch.where(m, hi_a, 0 * hi_a).amax(-1)) <= th).to(torch.float64)
-                                             .mean()),
-        })
+        out["by_threshold"].append(
+            {
+                "threshold": th,
+                "exact_out_share": ex_out / max(n, 1),
+                "topk_in_share": int(((st_a == 0) & m).sum()) / max(n, 1),
+                "topk_out_share": int(((st_a == 1) & m).sum()) / max(n, 1),
+                "topk_undetermined_share": int(((st_a == 2) & m).sum()) / max(n, 1),
+                "adaptive_K_mean": float(K_used[m].to(torch.float64).mean()),
+                "sequence_accept_exact_tv": float(
+                    ((torch.where(m, tv, 0 * tv).amax(-1)) <= th).to(torch.float64).mean()
+                ),
+                "sequence_accept_topk_tv": float(
+                    ((torch.where(m, hi_a, 0 * hi_a).amax(-1)) <= th).to(torch.float64).mean()
+                ),
+            }
+        )
     ex_kl = sequence_certificate(tv, tv, kl, m, kl_lo=kl, mode="kl", threshold=0.05, constants=constants)
     ex_tv = sequence_certificate(tv, tv, kl, m, kl_lo=kl, mode="tv", threshold=0.15, constants=constants)
     tk_tv = sequence_certificate(r.lo, r.hi, None, m, err=r.err, mode="tv", threshold=0.15, constants=constants)
@@ -112,20 +131,30 @@ def certificate_views(roll_full, train_full, y, mask, *, K: int, thresholds=THRE
         "exact_tv_mode": {"acceptance_rate": ex_tv["acceptance_rate"], "bounds": _bounds(ex_tv["bounds"])},
         "topk_tv_mode": {"acceptance_rate": tk_tv["acceptance_rate"], "bounds": _bounds(tk_tv["bounds"])},
         "budget": budget,
-        "exact_budget_kl": {"threshold": ex_b["threshold"], "via": ex_b["threshold_source"],
-                            "acceptance_rate": ex_b["acceptance_rate"]},
-        "topk_budget_tv": {"threshold": tk_b["threshold"], "via": tk_b["threshold_source"],
-                           "acceptance_rate": tk_b["acceptance_rate"]},
+        "exact_budget_kl": {
+            "threshold": ex_b["threshold"],
+            "via": ex_b["threshold_source"],
+            "acceptance_rate": ex_b["acceptance_rate"],
+        },
+        "topk_budget_tv": {
+            "threshold": tk_b["threshold"],
+            "via": tk_b["threshold_source"],
+            "acceptance_rate": tk_b["acceptance_rate"],
+        },
     }
     return out
 
 
 def _loss_specs(thr_tv=0.15, thr_kl=0.05):
     return {
-        "ppo": dict(fn="ppo"), "grpo": dict(fn="grpo"), "tis": dict(fn="tis"), "seq_mis": dict(fn="seq_mis"),
-        "icepop": dict(fn="icepop"), "cispo": dict(fn="cispo"),
-        "dppo_binary_tv": dict(fn="dppo", threshold=thr_tv), "dppo_binary_kl": dict(fn="dppo", threshold=thr_kl,
-                                                                                   divergence="binary_kl"),
+        "ppo": dict(fn="ppo"),
+        "grpo": dict(fn="grpo"),
+        "tis": dict(fn="tis"),
+        "seq_mis": dict(fn="seq_mis"),
+        "icepop": dict(fn="icepop"),
+        "cispo": dict(fn="cispo"),
+        "dppo_binary_tv": dict(fn="dppo", threshold=thr_tv),
+        "dppo_binary_kl": dict(fn="dppo", threshold=thr_kl, divergence="binary_kl"),
         "dppo_topk_tv": dict(fn="dppo", threshold=thr_tv, divergence="topk_tv"),
         "dppo_topk_kl": dict(fn="dppo", threshold=thr_kl, divergence="topk_kl"),
         "trm_max_kl": dict(fn="trm", mode="kl", threshold=thr_kl),
@@ -142,11 +171,20 @@ def loss_call(name, spec, logp, ctx):
     fn = spec.pop("fn")
     common = (logp, ctx["logp_roll"], ctx["adv"], ctx["mask"])
     if fn == "dppo" and spec.get("divergence", "").startswith("topk"):
-        spec["topk"] = {"roll_ids": ctx["p_ids"], "roll_topk_logp": ctx["p_lp"],
-                        "train_logp_at_roll_ids": ctx["train_full"].gather(-1, ctx["p_ids"]), "sampled_id": ctx["y"]}
+        spec["topk"] = {
+            "roll_ids": ctx["p_ids"],
+            "roll_topk_logp": ctx["p_lp"],
+            "train_logp_at_roll_ids": ctx["train_full"].gather(-1, ctx["p_ids"]),
+            "sampled_id": ctx["y"],
+        }
     if fn == "cdppo":
-        spec["lists"] = {"p_ids": ctx["p_ids"], "p_lp": ctx["p_lp"], "q_ids": ctx["q_ids"], "q_lp": ctx["q_lp"],
-                         "sampled_id": ctx["y"]}
+        spec["lists"] = {
+            "p_ids": ctx["p_ids"],
+            "p_lp": ctx["p_lp"],
+            "q_ids": ctx["q_ids"],
+            "q_lp": ctx["q_lp"],
+            "sampled_id": ctx["y"],
+        }
         spec.setdefault("precision", ctx.get("precision", "fp32"))
     if fn == "trm" and spec.get("mode") in ("kl", "tv"):
         spec["kl"], spec["tv"] = ctx["kl"], ctx["tv"]
@@ -158,8 +196,15 @@ def profile(roll_full, train_full, y, *, K: int, bins: int = 40, precision="fp32
     max exact TV / KL at each response position, the mean top-K interval [lo, hi] at K next to the mean exact TV,
     and a histogram of exact TV over log10-spaced bins (zeros counted apart)."""
     tv, kl, _, _, _, r = exact_and_topk(roll_full, train_full, y, K=K, precision=precision)
-    pos = {"tv_mean": tv.mean(0), "tv_max": tv.amax(0), "kl_mean": kl.mean(0), "kl_max": kl.amax(0),
-           "topk_lo_mean": r.lo.mean(0), "topk_hi_mean": r.hi.mean(0), "topk_hi_max": r.hi.amax(0)}
+    pos = {
+        "tv_mean": tv.mean(0),
+        "tv_max": tv.amax(0),
+        "kl_mean": kl.mean(0),
+        "kl_max": kl.amax(0),
+        "topk_lo_mean": r.lo.mean(0),
+        "topk_hi_mean": r.hi.mean(0),
+        "topk_hi_max": r.hi.amax(0),
+    }
     flat = tv.reshape(-1).to(torch.float64)
     pos_tv = flat[flat > 0]
     hist = {"zeros": int((flat <= 0).sum()), "log10_edges": [], "counts": []}
@@ -168,16 +213,35 @@ def profile(roll_full, train_full, y, *, K: int, bins: int = 40, precision="fp32
         hi = max(hi, lo + 0.25)
         edges = torch.linspace(lo, hi, bins + 1, dtype=torch.float64)
         counts = torch.histc(pos_tv.log10(), bins=bins, min=lo, max=hi)
-        hist = {"zeros": hist["zeros"], "log10_edges": [float(e) for e in edges],
-                "counts": [int(c) for c in counts]}
-    return {"K": K, "position": {k: [float(x) for x in v] for k, v in pos.items()}, "tv_histogram": hist,
-            "tokens": {"tv": tv, "kl": kl, "topk_lo": r.lo, "topk_hi": r.hi}}
+        hist = {"zeros": hist["zeros"], "log10_edges": [float(e) for e in edges], "counts": [int(c) for c in counts]}
+    return {
+        "K": K,
+        "position": {k: [float(x) for x in v] for k, v in pos.items()},
+        "tv_histogram": hist,
+        "tokens": {"tv": tv, "kl": kl, "topk_lo": r.lo, "topk_hi": r.hi},
+    }
 
 
-def audit(*, device="cpu", batch: int = 16, group: int = 4, prompt_len: int = 4, length: int = 16, topk: int = 8,
-          numerics: str = "bf16_autocast", seed: int = 0, cfg: ModelConfig | None = None, lr: float = 1.0,
-          optimizer: str = "sgd", budget: float = 0.5, losses=None, thresholds=THRESHOLDS, prompts=None,
-          progress=None, arrays: bool = False) -> dict:
+def audit(
+    *,
+    device="cpu",
+    batch: int = 16,
+    group: int = 4,
+    prompt_len: int = 4,
+    length: int = 16,
+    topk: int = 8,
+    numerics: str = "bf16_autocast",
+    seed: int = 0,
+    cfg: ModelConfig | None = None,
+    lr: float = 1.0,
+    optimizer: str = "sgd",
+    budget: float = 0.5,
+    losses=None,
+    thresholds=THRESHOLDS,
+    prompts=None,
+    progress=None,
+    arrays: bool = False,
+) -> dict:
     """One audited training step (module docstring). ``batch`` sequences = ``batch // group`` prompts × ``group``
     samples (GRPO-style advantages R − mean_group(R)). The step is plain SGD by default, so the post-step
     divergence reflects each loss's masked gradient (Adam's first step has size ≈ lr whatever the gradient);
@@ -185,6 +249,7 @@ def audit(*, device="cpu", batch: int = 16, group: int = 4, prompt_len: int = 4,
     each is sampled ``group`` times. ``progress(fraction, message)`` is called between stages. With ``arrays``
     the result also holds the per-token exact TV/KL and top-K interval ends (``[B][T]`` lists) under ``arrays``.
     Returns a JSON-safe dict."""
+
     def report(fraction, message):
         if progress is not None:
             progress(fraction, message)
@@ -214,12 +279,25 @@ def audit(*, device="cpu", batch: int = 16, group: int = 4, prompt_len: int = 4,
     adv = group_advantages(R, group)
     tv, kl = exact_tv_kl(roll_full, train_full)
     report(0.3, "exact and top-K certificates")
-    views = {f"K={K}": certificate_views(roll_full, train_full, y, mask, K=K, thresholds=thresholds, budget=budget)
-             for K in sorted({1, topk})}
+    views = {
+        f"K={K}": certificate_views(roll_full, train_full, y, mask, K=K, thresholds=thresholds, budget=budget)
+        for K in sorted({1, topk})
+    }
     p_ids, p_lp = topk_lists(roll_full, topk)
     q_ids, q_lp = topk_lists(train_full, topk)
-    ctx = {"logp_roll": roll_full.gather(-1, y[..., None])[..., 0], "adv": adv, "mask": mask, "y": y,
-           "p_ids": p_ids, "p_lp": p_lp, "q_ids": q_ids, "q_lp": q_lp, "train_full": train_full, "tv": tv, "kl": kl}
+    ctx = {
+        "logp_roll": roll_full.gather(-1, y[..., None])[..., 0],
+        "adv": adv,
+        "mask": mask,
+        "y": y,
+        "p_ids": p_ids,
+        "p_lp": p_lp,
+        "q_ids": q_ids,
+        "q_lp": q_lp,
+        "train_full": train_full,
+        "tv": tv,
+        "kl": kl,
+    }
     specs = _loss_specs()
     if losses is not None:
         specs = {k: v for k, v in specs.items() if k in losses}
@@ -240,30 +318,48 @@ def audit(*, device="cpu", batch: int = 16, group: int = 4, prompt_len: int = 4,
             new_full = trainer_logp(m2, tokens, prompt_len, dtype=torch.float64).cpu()
         tv2, kl2 = exact_tv_kl(roll_full, new_full)
         info = {k: v for k, v in out.info.items() if isinstance(v, (int, float, str, dict, type(None)))}
-        steps[name] = {"loss": float(out.loss.detach()), "grad_norm": gn, **info,
-                       "masked_sequences_any": int((~out.keep & mask).any(-1).sum()),
-                       "post_step_tv_mean": float(tv2.mean()), "post_step_kl_mean": float(kl2.mean()),
-                       "post_step_kl_max": float(kl2.max())}
+        steps[name] = {
+            "loss": float(out.loss.detach()),
+            "grad_norm": gn,
+            **info,
+            "masked_sequences_any": int((~out.keep & mask).any(-1).sum()),
+            "post_step_tv_mean": float(tv2.mean()),
+            "post_step_kl_mean": float(kl2.mean()),
+            "post_step_kl_max": float(kl2.max()),
+        }
     # agreement between DPPO and C-DPPO masks (what certification changes)
     agree = {}
     if "dppo_binary_tv" in specs and "cdppo" in specs:
         lp0 = train_full.gather(-1, y[..., None])[..., 0].clone()
         kd = loss_call("d", specs["dppo_binary_tv"], lp0, ctx).keep
         kc = loss_call("c", specs["cdppo"], lp0, ctx).keep
-        agree = {"both_keep": int((kd & kc).sum()), "dppo_only_keeps": int((kd & ~kc).sum()),
-                 "cdppo_only_keeps": int((~kd & kc).sum()), "both_mask": int((~kd & ~kc).sum())}
+        agree = {
+            "both_keep": int((kd & kc).sum()),
+            "dppo_only_keeps": int((kd & ~kc).sum()),
+            "cdppo_only_keeps": int((~kd & kc).sum()),
+            "both_mask": int((~kd & ~kc).sum()),
+        }
     prof = profile(roll_full, train_full, y, K=topk)
     tok = prof.pop("tokens")
     result = {
         "schema": "training-audit/1",
-        "device": str(device), "torch": torch.__version__, "numerics": {"rollout": numerics, "trainer": "fp32,math"},
-        "model": cfg.to_dict(), "batch": int(tokens.shape[0]), "group": group, "prompt_len": prompt_len,
-        "length": length, "seed": seed, "optimizer": {"name": optimizer, "lr": lr},
+        "device": str(device),
+        "torch": torch.__version__,
+        "numerics": {"rollout": numerics, "trainer": "fp32,math"},
+        "model": cfg.to_dict(),
+        "batch": int(tokens.shape[0]),
+        "group": group,
+        "prompt_len": prompt_len,
+        "length": length,
+        "seed": seed,
+        "optimizer": {"name": optimizer, "lr": lr},
         "reward": {"mean": float(R.mean()), "min": float(R.min()), "max": float(R.max())},
-        "divergence": {"tv": _q(tv), "kl": _q(kl),
-                       "tokens_tv_over": {str(th): float((tv > th).to(torch.float64).mean()) for th in thresholds},
-                       "argmax_flip_share": float((roll_full.argmax(-1) != train_full.argmax(-1))
-                                                  .to(torch.float64).mean())},
+        "divergence": {
+            "tv": _q(tv),
+            "kl": _q(kl),
+            "tokens_tv_over": {str(th): float((tv > th).to(torch.float64).mean()) for th in thresholds},
+            "argmax_flip_share": float((roll_full.argmax(-1) != train_full.argmax(-1)).to(torch.float64).mean()),
+        },
         "certificates": views,
         "steps": steps,
         "dppo_vs_cdppo_masks": agree,
@@ -278,30 +374,52 @@ def audit(*, device="cpu", batch: int = 16, group: int = 4, prompt_len: int = 4,
 
 def summary_lines(res: dict) -> list[str]:
     d = res["divergence"]
-    lines = [f"audit on {res['device']} rollout={res['numerics']['rollout']} vs trainer={res['numerics']['trainer']} "
-             f"batch={res['batch']} T={res['length']} V={res['model']['vocab']}",
-             f"exact token TV: mean {d['tv']['mean']:.3g} p99 {d['tv']['p99']:.3g} max {d['tv']['max']:.3g};  "
-             f"KL: mean {d['kl']['mean']:.3g} max {d['kl']['max']:.3g}; argmax flips {d['argmax_flip_share']:.3%}"]
+    lines = [
+        f"audit on {res['device']} rollout={res['numerics']['rollout']} vs trainer={res['numerics']['trainer']} "
+        f"batch={res['batch']} T={res['length']} V={res['model']['vocab']}",
+        f"exact token TV: mean {d['tv']['mean']:.3g} p99 {d['tv']['p99']:.3g} max {d['tv']['max']:.3g};  "
+        f"KL: mean {d['kl']['mean']:.3g} max {d['kl']['max']:.3g}; argmax flips {d['argmax_flip_share']:.3%}",
+    ]
     for k, v in res["certificates"].items():
         s = v["sequence"]
         be = s["exact_kl_mode"]["bounds"].get("best")
         bt = s["topk_tv_mode"]["bounds"].get("best")
-        lines.append(f"[{k}] top-K width mean {v['topk']['width']['mean']:.3g} max {v['topk']['width']['max']:.3g}; "
-                     f"contains exact {v['topk']['contains_exact']:.0%}; B* exact {be:.3g} vs top-K {bt:.3g}")
+        lines.append(
+            f"[{k}] top-K width mean {v['topk']['width']['mean']:.3g} max {v['topk']['width']['max']:.3g}; "
+            f"contains exact {v['topk']['contains_exact']:.0%}; B* exact {be:.3g} vs top-K {bt:.3g}"
+        )
         for row in v["by_threshold"]:
-            lines.append(f"   θ={row['threshold']:<6} exact OUT {row['exact_out_share']:.2%}  top-K IN "
-                         f"{row['topk_in_share']:.2%} OUT {row['topk_out_share']:.2%} UNDET "
-                         f"{row['topk_undetermined_share']:.2%}  (adaptive K̄={row['adaptive_K_mean']:.2f})")
+            lines.append(
+                f"   θ={row['threshold']:<6} exact OUT {row['exact_out_share']:.2%}  top-K IN "
+                f"{row['topk_in_share']:.2%} OUT {row['topk_out_share']:.2%} UNDET "
+                f"{row['topk_undetermined_share']:.2%}  (adaptive K̄={row['adaptive_K_mean']:.2f})"
+            )
     for name, s in res["steps"].items():
-        lines.append(f"  {name:<16} masked {s['masked_fraction']:.2%} of tokens, grad-norm {s['grad_norm']:.3g}, "
-                     f"post-step KL mean {s['post_step_kl_mean']:.3g}")
+        lines.append(
+            f"  {name:<16} masked {s['masked_fraction']:.2%} of tokens, grad-norm {s['grad_norm']:.3g}, "
+            f"post-step KL mean {s['post_step_kl_mean']:.3g}"
+        )
     return lines
 
 
 def audit_config(cfg: dict, device="cpu", *, progress=None, arrays: bool = False) -> dict:
     """:func:`audit` of a config validated by :func:`workers.training.config.validate` (the portal's job)."""
     model = ModelConfig(**{k: cfg[k] for k in ("vocab", "d_model", "n_layers", "n_heads", "max_len", "seed")})
-    return audit(device=device, batch=cfg["batch"], group=cfg["group"], prompt_len=cfg["prompt_len"],
-                 length=cfg["length"], topk=cfg["topk"], numerics=cfg["numerics"], seed=cfg["seed"], cfg=model,
-                 lr=cfg["lr"], optimizer=cfg["optimizer"], budget=cfg["budget"], losses=cfg["losses"],
-                 prompts=cfg["prompts"], progress=progress, arrays=arrays)
+    return audit(
+        device=device,
+        batch=cfg["batch"],
+        group=cfg["group"],
+        prompt_len=cfg["prompt_len"],
+        length=cfg["length"],
+        topk=cfg["topk"],
+        numerics=cfg["numerics"],
+        seed=cfg["seed"],
+        cfg=model,
+        lr=cfg["lr"],
+        optimizer=cfg["optimizer"],
+        budget=cfg["budget"],
+        losses=cfg["losses"],
+        prompts=cfg["prompts"],
+        progress=progress,
+        arrays=arrays,
+    )

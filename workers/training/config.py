@@ -6,28 +6,57 @@ with it, the worker validates again before running).
 worker has CUDA: ``auto`` uses CUDA when present and falls back to CPU; ``cuda`` falls back to CPU only when the
 config fits the CPU limits; ``cpu`` always runs on CPU.
 """
+
 from __future__ import annotations
 
 import math
 
 PRECISIONS = ("fp32", "bf16_autocast", "bf16_weights")
 OPTIONS = ("sdpa", "extra_batch")
-LOSS_NAMES = ("ppo", "grpo", "tis", "seq_mis", "icepop", "cispo", "dppo_binary_tv", "dppo_binary_kl", "dppo_topk_tv",
-              "dppo_topk_kl", "trm_max_kl", "trm_max_avg_kl", "trm_k2max", "cdppo", "cdppo_budget")
+LOSS_NAMES = (
+    "ppo",
+    "grpo",
+    "tis",
+    "seq_mis",
+    "icepop",
+    "cispo",
+    "dppo_binary_tv",
+    "dppo_binary_kl",
+    "dppo_topk_tv",
+    "dppo_topk_kl",
+    "trm_max_kl",
+    "trm_max_avg_kl",
+    "trm_k2max",
+    "cdppo",
+    "cdppo_budget",
+)
 DEVICES = ("auto", "cuda", "cpu")
 OPTIMIZERS = ("sgd", "adam")
 
 # field: (default, min, max). Model fields first (they fix the seeded weights), then the batch.
 INT_FIELDS = {
-    "vocab": (32, 2, 65536), "d_model": (64, 2, 4096), "n_layers": (2, 1, 48), "n_heads": (4, 1, 64),
-    "max_len": (64, 2, 4096), "seed": (0, 0, 2**31 - 1),
-    "batch": (16, 1, 1024), "group": (4, 1, 256), "prompt_len": (4, 1, 2048), "length": (16, 1, 2048),
+    "vocab": (32, 2, 65536),
+    "d_model": (64, 2, 4096),
+    "n_layers": (2, 1, 48),
+    "n_heads": (4, 1, 64),
+    "max_len": (64, 2, 4096),
+    "seed": (0, 0, 2**31 - 1),
+    "batch": (16, 1, 1024),
+    "group": (4, 1, 256),
+    "prompt_len": (4, 1, 2048),
+    "length": (16, 1, 2048),
     "topk": (8, 1, 65536),
 }
 FLOAT_FIELDS = {"lr": (1.0, 0.0, 1e3), "budget": (0.5, 0.0, 1e6)}  # both exclusive at 0
-DEFAULTS = {**{k: v[0] for k, v in INT_FIELDS.items()}, **{k: v[0] for k, v in FLOAT_FIELDS.items()},
-            "numerics": "bf16_autocast", "optimizer": "sgd", "device": "auto", "losses": list(LOSS_NAMES),
-            "prompts": None}
+DEFAULTS = {
+    **{k: v[0] for k, v in INT_FIELDS.items()},
+    **{k: v[0] for k, v in FLOAT_FIELDS.items()},
+    "numerics": "bf16_autocast",
+    "optimizer": "sgd",
+    "device": "auto",
+    "losses": list(LOSS_NAMES),
+    "prompts": None,
+}
 
 # What a CPU worker (the fallback) accepts, and what any worker accepts. ``work`` ≈ parameters × tokens pushed
 # through the model (decode without a cache re-reads the prefix; 15 losses × forward, backward, forward); on one
@@ -52,15 +81,21 @@ def parse_numerics(numerics) -> dict:
     parts = [p.strip() for p in numerics.split(",") if p.strip()]
     unknown = [p for p in parts if p not in PRECISIONS + OPTIONS]
     if unknown:
-        raise ConfigError("numerics", f"unknown rollout numerics {', '.join(map(repr, unknown))}; use one of "
-                                      f"{', '.join(PRECISIONS)} plus optionally {', '.join(OPTIONS)}")
+        raise ConfigError(
+            "numerics",
+            f"unknown rollout numerics {', '.join(map(repr, unknown))}; use one of "
+            f"{', '.join(PRECISIONS)} plus optionally {', '.join(OPTIONS)}",
+        )
     precision = [p for p in parts if p in PRECISIONS]
     if len(precision) > 1:
         raise ConfigError("numerics", f"give at most one precision, got {', '.join(precision)}")
     if len(set(parts)) != len(parts):
         raise ConfigError("numerics", "an option is repeated")
-    return {"precision": precision[0] if precision else "fp32", "attn": "sdpa" if "sdpa" in parts else "math",
-            "extra_batch": "extra_batch" in parts}
+    return {
+        "precision": precision[0] if precision else "fp32",
+        "attn": "sdpa" if "sdpa" in parts else "math",
+        "extra_batch": "extra_batch" in parts,
+    }
 
 
 def _int(field, value):
@@ -156,19 +191,28 @@ def validate(data: dict | None) -> dict:
         cfg["prompt_len"] = len(cfg["prompts"][0])
         cfg["batch"] = len(cfg["prompts"]) * cfg["group"]
         if cfg["batch"] > INT_FIELDS["batch"][2]:
-            raise ConfigError("prompts", f"{len(cfg['prompts'])} prompts × group {cfg['group']} exceeds the batch "
-                                         f"limit of {INT_FIELDS['batch'][2]}")
+            raise ConfigError(
+                "prompts",
+                f"{len(cfg['prompts'])} prompts × group {cfg['group']} exceeds the batch "
+                f"limit of {INT_FIELDS['batch'][2]}",
+            )
     elif cfg["batch"] % cfg["group"]:
         raise ConfigError("batch", f"must be a multiple of group ({cfg['group']}), got {cfg['batch']}")
     if cfg["prompt_len"] + cfg["length"] > cfg["max_len"]:
-        raise ConfigError("length", f"prompt_len + length ({cfg['prompt_len']} + {cfg['length']}) exceeds the "
-                                    f"model's max_len ({cfg['max_len']})")
+        raise ConfigError(
+            "length",
+            f"prompt_len + length ({cfg['prompt_len']} + {cfg['length']}) exceeds the "
+            f"model's max_len ({cfg['max_len']})",
+        )
     if cfg["topk"] > cfg["vocab"]:
         raise ConfigError("topk", f"must be at most vocab ({cfg['vocab']}), got {cfg['topk']}")
     over = exceeds(cfg, GPU_LIMITS if cfg["device"] == "cuda" else CPU_LIMITS)
     if over:
-        where = ("any worker" if cfg["device"] == "cuda"
-                 else "the CPU fallback (ask for device 'cuda' to run it on a GPU worker)")
+        where = (
+            "any worker"
+            if cfg["device"] == "cuda"
+            else "the CPU fallback (ask for device 'cuda' to run it on a GPU worker)"
+        )
         raise ConfigError(over[0], f"{over[1]} — too large for {where}")
     return cfg
 
@@ -190,8 +234,10 @@ def exceeds(cfg: dict, limits: dict) -> tuple[str, str] | None:
     if c["params"] > limits["params"]:
         return "d_model", f"the model has {c['params']:,} parameters (limit {limits['params']:,})"
     if c["logits"] > limits["logits"]:
-        return "batch", (f"batch × length × vocab = {c['logits']:,} full-vocabulary log-probs per view "
-                         f"(limit {int(limits['logits']):,})")
+        return "batch", (
+            f"batch × length × vocab = {c['logits']:,} full-vocabulary log-probs per view "
+            f"(limit {int(limits['logits']):,})"
+        )
     if c["work"] > limits["work"]:
         return "length", f"about {c['work']:.2g} parameter-token operations (limit {limits['work']:.2g})"
     return None

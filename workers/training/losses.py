@@ -40,6 +40,7 @@ The masks are **not** re-implemented here: DPPO, C-DPPO and TRM masks come from 
 implementation). All mask statistics are computed in float64 from detached log-probs; only ``logp`` carries a
 gradient. Each function returns a :class:`LossOut` ``(loss, keep, weight, info)``.
 """
+
 from __future__ import annotations
 
 import math
@@ -54,10 +55,10 @@ LOG_CLAMP = 20.0  # log-ratio clamp (verl SAFETY_BOUND, Stable-RL min(log r, 20)
 
 
 class LossOut(NamedTuple):
-    loss: torch.Tensor          # scalar, differentiable w.r.t. ``logp``
-    keep: torch.Tensor          # bool [B, T]  M (already multiplied by the response mask)
-    weight: torch.Tensor        # float [B, T] w (detached)
-    info: dict                  # statistics: masked fractions, normaliser, sequence accepts, …
+    loss: torch.Tensor  # scalar, differentiable w.r.t. ``logp``
+    keep: torch.Tensor  # bool [B, T]  M (already multiplied by the response mask)
+    weight: torch.Tensor  # float [B, T] w (detached)
+    info: dict  # statistics: masked fractions, normaliser, sequence accepts, …
 
 
 # ---- helpers ------------------------------------------------------------------------------------------------------
@@ -106,13 +107,15 @@ def unified_loss(logp, keep, weight, advantages, response_mask=None, *, norm="to
     loss = -(coef * torch.where(m, logp, torch.zeros_like(logp))).sum()
     n_tok = int(m.sum())
     info = dict(info or {})
-    info.update({
-        "norm": norm,
-        "tokens": n_tok,
-        "masked_tokens": int((m & ~keep).sum()),
-        "masked_fraction": float((m & ~keep).sum()) / max(n_tok, 1),
-        "mean_weight": float(torch.where(keep, w, torch.zeros_like(w)).sum()) / max(int(keep.sum()), 1),
-    })
+    info.update(
+        {
+            "norm": norm,
+            "tokens": n_tok,
+            "masked_tokens": int((m & ~keep).sum()),
+            "masked_fraction": float((m & ~keep).sum()) / max(n_tok, 1),
+            "mean_weight": float(torch.where(keep, w, torch.zeros_like(w)).sum()) / max(int(keep.sum()), 1),
+        }
+    )
     return LossOut(loss, keep, w, info)
 
 
@@ -163,8 +166,9 @@ def grpo_clip_loss(logp, logp_roll, advantages, response_mask=None, *, eps_low=0
     return ppo_clip_loss(logp, logp_roll, advantages, response_mask, eps_low=eps_low, eps_high=eps_high, norm=norm)
 
 
-def tis_loss(logp, logp_roll, advantages, response_mask=None, *, C=2.0, logp_old=None, eps_low=0.2, eps_high=0.28,
-             norm="token"):
+def tis_loss(
+    logp, logp_roll, advantages, response_mask=None, *, C=2.0, logp_old=None, eps_low=0.2, eps_high=0.28, norm="token"
+):
     """Token TIS (docs/masks.md#importance-weights-and-related-corrections): w = min(k, C)·r_old, M = PPO(r_old);
     k = π_old/π_roll, r_old = π_θ/π_old.
 
@@ -172,21 +176,32 @@ def tis_loss(logp, logp_roll, advantages, response_mask=None, *, C=2.0, logp_old
     """
     _, k, r_old = _ratios(logp, logp_roll, logp_old)
     keep = ppo_keep(r_old, advantages, eps_low, eps_high)
-    return unified_loss(logp, keep, torch.clamp(k, max=C) * r_old, advantages, response_mask, norm=norm,
-                        info={"truncated_fraction": float((k > C).to(torch.float64).mean())})
+    return unified_loss(
+        logp,
+        keep,
+        torch.clamp(k, max=C) * r_old,
+        advantages,
+        response_mask,
+        norm=norm,
+        info={"truncated_fraction": float((k > C).to(torch.float64).mean())},
+    )
 
 
 def _seq_log_k(logp, logp_roll, logp_old, response_mask):
     dev = logp.device
-    lp = logp.detach().to(torch.float64) if logp_old is None else \
-        torch.as_tensor(logp_old, dtype=torch.float64, device=dev)
+    lp = (
+        logp.detach().to(torch.float64)
+        if logp_old is None
+        else torch.as_tensor(logp_old, dtype=torch.float64, device=dev)
+    )
     m = _mask(response_mask, lp)
     lk = torch.where(m, lp - torch.as_tensor(logp_roll, dtype=torch.float64, device=dev), torch.zeros_like(lp)).sum(-1)
     return torch.clamp(lk, -LOG_CLAMP, LOG_CLAMP), m
 
 
-def seq_tis_loss(logp, logp_roll, advantages, response_mask=None, *, C=2.0, logp_old=None, eps_low=0.2,
-                 eps_high=0.28, norm="token"):
+def seq_tis_loss(
+    logp, logp_roll, advantages, response_mask=None, *, C=2.0, logp_old=None, eps_low=0.2, eps_high=0.28, norm="token"
+):
     """Sequence TIS (docs/masks.md#importance-weights-and-related-corrections): w = min(Π_t k_t, C)·r_old broadcast
     over the sequence, M = PPO(r_old);
     Π_t k_t = exp(clamp(Σ_t log k_t, ±20))."""
@@ -197,8 +212,9 @@ def seq_tis_loss(logp, logp_roll, advantages, response_mask=None, *, C=2.0, logp
     return unified_loss(logp, keep, w_seq[:, None] * r_old, advantages, response_mask, norm=norm)
 
 
-def seq_mis_loss(logp, logp_roll, advantages, response_mask=None, *, C=2.0, logp_old=None, eps_low=0.2,
-                 eps_high=0.28, norm="token"):
+def seq_mis_loss(
+    logp, logp_roll, advantages, response_mask=None, *, C=2.0, logp_old=None, eps_low=0.2, eps_high=0.28, norm="token"
+):
     """Sequence MIS (docs/masks.md#importance-weights-and-related-corrections): ρ(y)·1[ρ(y) ≤ C] —
     M = PPO(r_old) ∧ Π_t k_t ≤ C, w = Π_t k_t·r_old."""
     _, _, r_old = _ratios(logp, logp_roll, logp_old)
@@ -206,12 +222,30 @@ def seq_mis_loss(logp, logp_roll, advantages, response_mask=None, *, C=2.0, logp
     rho = torch.exp(lk)
     seq_ok = rho <= C
     keep = ppo_keep(r_old, advantages, eps_low, eps_high) & seq_ok[:, None]
-    return unified_loss(logp, keep, rho[:, None] * r_old, advantages, response_mask, norm=norm,
-                        info={"sequences_rejected": int((~seq_ok).sum()), "sequences": int(rho.numel())})
+    return unified_loss(
+        logp,
+        keep,
+        rho[:, None] * r_old,
+        advantages,
+        response_mask,
+        norm=norm,
+        info={"sequences_rejected": int((~seq_ok).sum()), "sequences": int(rho.numel())},
+    )
 
 
-def icepop_loss(logp, logp_roll, advantages, response_mask=None, *, alpha=0.5, beta=5.0, logp_old=None,
-                eps_low=0.2, eps_high=0.28, norm="token"):
+def icepop_loss(
+    logp,
+    logp_roll,
+    advantages,
+    response_mask=None,
+    *,
+    alpha=0.5,
+    beta=5.0,
+    logp_old=None,
+    eps_low=0.2,
+    eps_high=0.28,
+    norm="token",
+):
     """IcePop (Ring-1T α = 0.5, β = 5; docs/masks.md#importance-weights-and-related-corrections):
     M = PPO(r_old) ∧ α ≤ k ≤ β, w = k·r_old (weights outside are zeroed)."""
     _, k, r_old = _ratios(logp, logp_roll, logp_old)
@@ -219,8 +253,18 @@ def icepop_loss(logp, logp_roll, advantages, response_mask=None, *, alpha=0.5, b
     return unified_loss(logp, keep, k * r_old, advantages, response_mask, norm=norm)
 
 
-def cispo_loss(logp, logp_roll, advantages, response_mask=None, *, eps_high_is=2.0, ppo_mask=False, eps_low=0.2,
-               eps_high=0.28, norm="token"):
+def cispo_loss(
+    logp,
+    logp_roll,
+    advantages,
+    response_mask=None,
+    *,
+    eps_high_is=2.0,
+    ppo_mask=False,
+    eps_low=0.2,
+    eps_high=0.28,
+    norm="token",
+):
     """CISPO (docs/masks.md#importance-weights-and-related-corrections): keep every token, clip the stop-gradient
     weight: w = min(r, 1+ε_high^IS), M = 1 (or the PPO mask with ``ppo_mask=True``, the "general form"). Default 1+ε_high^IS = 3 is DPPO's "PG-TIS (CISPO)" C = 3."""
     r, _, _ = _ratios(logp, logp_roll, None)
@@ -229,8 +273,18 @@ def cispo_loss(logp, logp_roll, advantages, response_mask=None, *, eps_high_is=2
 
 
 # ---- DPPO / C-DPPO / TRM (masks from workers.certify) -------------------------------------------------------------
-def dppo_loss(logp, logp_roll, advantages, response_mask=None, *, threshold=0.15, divergence="binary_tv", C=math.inf,
-              topk=None, norm="token"):
+def dppo_loss(
+    logp,
+    logp_roll,
+    advantages,
+    response_mask=None,
+    *,
+    threshold=0.15,
+    divergence="binary_tv",
+    C=math.inf,
+    topk=None,
+    norm="token",
+):
     """DPPO (docs/masks.md#dppo): M from :func:`workers.certify.masks.dppo_mask` — M = 0 iff (Â>0 ∧ r>1 ∧ D>δ) or
     (Â<0 ∧ r<1 ∧ D>δ) — and w = min(r, C).
 
@@ -239,16 +293,45 @@ def dppo_loss(logp, logp_roll, advantages, response_mask=None, *, threshold=0.15
     the trainer's log-probs evaluated at the engine's ids, detached).
     """
     lp = _cpu(logp)
-    keep = dppo_mask(_cpu(logp_roll), lp, _cpu(advantages), threshold, divergence=divergence,
-                     response_mask=_cpu(response_mask), **(_cpu(topk) or {}))
+    keep = dppo_mask(
+        _cpu(logp_roll),
+        lp,
+        _cpu(advantages),
+        threshold,
+        divergence=divergence,
+        response_mask=_cpu(response_mask),
+        **(_cpu(topk) or {}),
+    )
     r, _, _ = _ratios(logp, logp_roll, None)
-    return unified_loss(logp, keep.to(logp.device), torch.clamp(r, max=C), advantages, response_mask, norm=norm,
-                        info={"divergence": divergence, "threshold": threshold})
+    return unified_loss(
+        logp,
+        keep.to(logp.device),
+        torch.clamp(r, max=C),
+        advantages,
+        response_mask,
+        norm=norm,
+        info={"divergence": divergence, "threshold": threshold},
+    )
 
 
-def cdppo_loss(logp, logp_roll, advantages, response_mask=None, *, lists, threshold=0.15, C=math.inf,
-               precision="fp32", eta=None, adaptive=True, budget=None, T_ref=None, constants="paper", caps=True,
-               norm="token"):
+def cdppo_loss(
+    logp,
+    logp_roll,
+    advantages,
+    response_mask=None,
+    *,
+    lists,
+    threshold=0.15,
+    C=math.inf,
+    precision="fp32",
+    eta=None,
+    adaptive=True,
+    budget=None,
+    T_ref=None,
+    constants="paper",
+    caps=True,
+    norm="token",
+):
     """C-DPPO: DPPO's direction rule on the **certified** two-sided TV interval (docs/masks.md#c-dppo).
 
     M from :func:`workers.certify.masks.cdppo_mask`: a direction-unsafe token is kept only if its robust TV upper
@@ -258,27 +341,64 @@ def cdppo_loss(logp, logp_roll, advantages, response_mask=None, *, lists, thresh
     """
     lp = _cpu(logp)
     lists = _cpu(lists)
-    keep, cinfo = cdppo_mask(lists["p_ids"], lists["p_lp"], lists["q_ids"], lists["q_lp"], lists["sampled_id"],
-                             _cpu(logp_roll), lp, _cpu(advantages), threshold, response_mask=_cpu(response_mask),
-                             caps=caps,
-                             precision=precision, eta=eta, adaptive=adaptive, budget=budget, T_ref=T_ref,
-                             constants=constants, return_info=True)
+    keep, cinfo = cdppo_mask(
+        lists["p_ids"],
+        lists["p_lp"],
+        lists["q_ids"],
+        lists["q_lp"],
+        lists["sampled_id"],
+        _cpu(logp_roll),
+        lp,
+        _cpu(advantages),
+        threshold,
+        response_mask=_cpu(response_mask),
+        caps=caps,
+        precision=precision,
+        eta=eta,
+        adaptive=adaptive,
+        budget=budget,
+        T_ref=T_ref,
+        constants=constants,
+        return_info=True,
+    )
     r, _, _ = _ratios(logp, logp_roll, None)
     m = _mask(_cpu(response_mask), lp)
     st = cinfo["status"]
-    info = {"threshold": threshold, "precision": precision,
-            "status_counts": {name: int(((st == code) & m).sum()) for code, name in
-                              ((0, "IN"), (1, "OUT"), (2, "UNDETERMINED"), (3, "DATA_ERROR"))}}
+    info = {
+        "threshold": threshold,
+        "precision": precision,
+        "status_counts": {
+            name: int(((st == code) & m).sum())
+            for code, name in ((0, "IN"), (1, "OUT"), (2, "UNDETERMINED"), (3, "DATA_ERROR"))
+        },
+    }
     if cinfo["guard"] is not None:
         g = cinfo["guard"]
-        info["guard"] = {"eps_star": g["eps_star"], "via": g["via"],
-                         "sequences_dropped": int((~g["sequence_ok"]).sum())}
-    return unified_loss(logp, keep.to(logp.device), torch.clamp(r, max=C), advantages, response_mask, norm=norm,
-                        info=info)
+        info["guard"] = {
+            "eps_star": g["eps_star"],
+            "via": g["via"],
+            "sequences_dropped": int((~g["sequence_ok"]).sum()),
+        }
+    return unified_loss(
+        logp, keep.to(logp.device), torch.clamp(r, max=C), advantages, response_mask, norm=norm, info=info
+    )
 
 
-def trm_loss(logp, logp_roll, advantages, response_mask=None, *, mode="kl", threshold=0.05, avg_threshold=None,
-             tv=None, kl=None, tv_lo=None, kl_lo=None, norm="batch"):
+def trm_loss(
+    logp,
+    logp_roll,
+    advantages,
+    response_mask=None,
+    *,
+    mode="kl",
+    threshold=0.05,
+    avg_threshold=None,
+    tv=None,
+    kl=None,
+    tv_lo=None,
+    kl_lo=None,
+    norm="batch",
+):
     """TRM (docs/bounds.md#trm-masks): whole-sequence mask M_i from :func:`workers.certify.sequence.trm_mask`,
     w = ρ_t = π_θ/π_roll,
     gradient (1/N)·Σ_i M_i·Â_i·Σ_t ρ_t·∇log π_θ (normalised by the **total** N, ``norm="batch"``).
@@ -291,26 +411,53 @@ def trm_loss(logp, logp_roll, advantages, response_mask=None, *, mode="kl", thre
     lp = _cpu(logp)
     m = _mask(_cpu(response_mask), lp)
     if mode in ("k2max", "k3mean"):
-        accept, status = trm_mask(response_mask=m, mode=mode, threshold=threshold, logp_roll=_cpu(logp_roll),
-                                  logp_train=lp)
+        accept, status = trm_mask(
+            response_mask=m, mode=mode, threshold=threshold, logp_roll=_cpu(logp_roll), logp_train=lp
+        )
     else:
         tvt, klt, tv_lo, kl_lo = _cpu(tv), _cpu(kl), _cpu(tv_lo), _cpu(kl_lo)
         if mode == "kl" and klt is None:
             raise ValueError("TRM mode 'kl' needs the exact per-token KL (kl=…)")
         if tvt is None:
             tvt = torch.sqrt(klt / 2.0).clamp(max=1.0)  # Pinsker (only enters the unused TV side of the report)
-        accept, status = trm_mask(tv_lo=tvt if tv_lo is None else tv_lo, tv_hi=tvt,
-                                  kl_lo=klt if kl_lo is None else kl_lo, kl_hi=klt, response_mask=m, mode=mode,
-                                  threshold=threshold, avg_threshold=avg_threshold)
+        accept, status = trm_mask(
+            tv_lo=tvt if tv_lo is None else tv_lo,
+            tv_hi=tvt,
+            kl_lo=klt if kl_lo is None else kl_lo,
+            kl_hi=klt,
+            response_mask=m,
+            mode=mode,
+            threshold=threshold,
+            avg_threshold=avg_threshold,
+        )
     keep = accept.to(logp.device)[:, None].expand(logp.shape)
     r, _, _ = _ratios(logp, logp_roll, None)
-    return unified_loss(logp, keep, r, advantages, response_mask, norm=norm,
-                        info={"mode": mode, "threshold": threshold, "sequences": int(accept.numel()),
-                              "sequences_rejected": int((~accept).sum()),
-                              "acceptance_rate": float(accept.to(torch.float64).mean()) if accept.numel() else None})
+    return unified_loss(
+        logp,
+        keep,
+        r,
+        advantages,
+        response_mask,
+        norm=norm,
+        info={
+            "mode": mode,
+            "threshold": threshold,
+            "sequences": int(accept.numel()),
+            "sequences_rejected": int((~accept).sum()),
+            "acceptance_rate": float(accept.to(torch.float64).mean()) if accept.numel() else None,
+        },
+    )
 
 
 LOSSES = {
-    "ppo": ppo_clip_loss, "grpo": grpo_clip_loss, "tis": tis_loss, "seq_tis": seq_tis_loss, "seq_mis": seq_mis_loss,
-    "icepop": icepop_loss, "cispo": cispo_loss, "dppo": dppo_loss, "cdppo": cdppo_loss, "trm": trm_loss,
+    "ppo": ppo_clip_loss,
+    "grpo": grpo_clip_loss,
+    "tis": tis_loss,
+    "seq_tis": seq_tis_loss,
+    "seq_mis": seq_mis_loss,
+    "icepop": icepop_loss,
+    "cispo": cispo_loss,
+    "dppo": dppo_loss,
+    "cdppo": cdppo_loss,
+    "trm": trm_loss,
 }

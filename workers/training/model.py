@@ -14,6 +14,7 @@ Sampling is always decode-style (each step recomputes the prefix, no cache), whi
 sequence in one fp32 forward with the explicit attention path — the prefill/decode difference is part of the
 mismatch, as in real RL stacks.
 """
+
 from __future__ import annotations
 
 import copy
@@ -113,19 +114,30 @@ def rollout_logits_fn(model: TinyCausalLM, numerics: str):
         def f(tokens, **kw):
             return m(tokens, nx["attn"], **kw).float()
     elif nx["precision"] == "bf16_autocast":
+
         def f(tokens, **kw):
             with torch.autocast(_device_type(dev), dtype=torch.bfloat16):
                 return model(tokens, nx["attn"], **kw).float()
     else:
+
         def f(tokens, **kw):
             return model(tokens, nx["attn"], **kw).float()
+
     return f, nx
 
 
 @torch.no_grad()
-def sample(model: TinyCausalLM, prompts: torch.Tensor, length: int, *, numerics: str = "bf16_autocast",
-           gen: torch.Generator | None = None, temperature: float = 1.0, logit_noise=None,
-           record_routes: bool = False):
+def sample(
+    model: TinyCausalLM,
+    prompts: torch.Tensor,
+    length: int,
+    *,
+    numerics: str = "bf16_autocast",
+    gen: torch.Generator | None = None,
+    temperature: float = 1.0,
+    logit_noise=None,
+    record_routes: bool = False,
+):
     """Decode ``length`` tokens per prompt under rollout numerics.
 
     Returns ``(tokens [B, P+T], roll_logp [B, T, V] float64)`` — the rollout's full log-probs at every response
@@ -168,11 +180,12 @@ def trainer_logits(model: TinyCausalLM, tokens: torch.Tensor, prompt_len: int, *
     """Trainer numerics: one fp32 forward over the whole sequence (explicit attention); fp32 logits ``[B, T, V]`` of
     the response positions (position P+t−1 predicts token P+t). ``kw`` goes to the forward (MoE: ``replay``,
     ``routes_out``)."""
-    return model(tokens[:, :-1], "math", **kw).float()[:, prompt_len - 1:, :] / temperature
+    return model(tokens[:, :-1], "math", **kw).float()[:, prompt_len - 1 :, :] / temperature
 
 
-def trainer_logp(model: TinyCausalLM, tokens: torch.Tensor, prompt_len: int, *, temperature: float = 1.0,
-                 dtype=torch.float32, **kw):
+def trainer_logp(
+    model: TinyCausalLM, tokens: torch.Tensor, prompt_len: int, *, temperature: float = 1.0, dtype=torch.float32, **kw
+):
     """Differentiable log-probs ``[B, T, V]`` of the trainer (log-softmax in ``dtype``). For certificates use
     ``dtype=torch.float64``: an fp32 log-softmax is normalised only to ~1e-7, enough to push a certified lower end
     (which assumes Σ = 1) above the "exact" TV computed from the same values."""

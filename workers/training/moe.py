@@ -11,6 +11,7 @@ over the forced experts, as replaying trainers do).
 routes, then recomputes under trainer numerics (fp32) twice — routing freely, and replaying the rollout's routes —
 and returns every per-token quantity the routing audit needs, with the exact full-vocabulary TV of each token.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -40,8 +41,8 @@ class MoE(nn.Module):
         super().__init__()
         self.k = top_k
         self.router = nn.Linear(d, n_experts, bias=False)
-        self.w1 = nn.Parameter(torch.randn(n_experts, d, hidden) / d ** 0.5)
-        self.w2 = nn.Parameter(torch.randn(n_experts, hidden, d) / hidden ** 0.5)
+        self.w1 = nn.Parameter(torch.randn(n_experts, d, hidden) / d**0.5)
+        self.w2 = nn.Parameter(torch.randn(n_experts, hidden, d) / hidden**0.5)
 
     def forward(self, x, replay=None):
         """``x`` [B, L, D] → (output [B, L, D], experts [B, L, top_k]); ``replay`` forces the experts."""
@@ -77,8 +78,9 @@ class TinyMoELM(TinyCausalLM):
         B, L = tokens.shape
         cfg = self.cfg
         if replay is not None and tuple(replay.shape) != (B, L, cfg.n_layers, cfg.top_k):
-            raise ValueError(f"replay routes have shape {list(replay.shape)}, expected "
-                             f"{[B, L, cfg.n_layers, cfg.top_k]}")
+            raise ValueError(
+                f"replay routes have shape {list(replay.shape)}, expected {[B, L, cfg.n_layers, cfg.top_k]}"
+            )
         x = self.tok(tokens) + self.pos(torch.arange(L, device=tokens.device))[None]
         chosen = []
         for i, b in enumerate(self.blocks):
@@ -100,8 +102,15 @@ def build_moe_model(cfg: MoEConfig = MoEConfig(), device="cpu") -> TinyMoELM:
 
 
 @torch.no_grad()
-def routing_experiment(cfg: MoEConfig = MoEConfig(), *, batch: int = 8, prompt_len: int = 4, length: int = 16,
-                       numerics: str = "bf16_autocast", sample_seed: int = 0) -> dict:
+def routing_experiment(
+    cfg: MoEConfig = MoEConfig(),
+    *,
+    batch: int = 8,
+    prompt_len: int = 4,
+    length: int = 16,
+    numerics: str = "bf16_autocast",
+    sample_seed: int = 0,
+) -> dict:
     """Sample under ``numerics``, recompute in fp32 with and without replay. Every array is numpy, per sequence:
 
     ``tokens`` [B, P+T]; ``rollout_routes`` [B, T, layers, top_k] (the routes of the position that predicts each
@@ -124,18 +133,29 @@ def routing_experiment(cfg: MoEConfig = MoEConfig(), *, batch: int = 8, prompt_l
 
     P = prompt_len - 1
     return {
-        "tokens": toks.numpy(), "prompt_len": prompt_len,
-        "rollout_routes": roll_routes[:, P:].numpy(), "trainer_routes": rec[0][:, P:].numpy(),
+        "tokens": toks.numpy(),
+        "prompt_len": prompt_len,
+        "rollout_routes": roll_routes[:, P:].numpy(),
+        "trainer_routes": rec[0][:, P:].numpy(),
         "replayed_routes": rec_r[0][:, P:].numpy(),
-        "rollout_logp": pick(roll_full), "trainer_logp": pick(train_full), "replay_logp": pick(replay_full),
-        "tv": exact_tv_kl(roll_full, train_full)[0].numpy(), "tv_replay": exact_tv_kl(roll_full, replay_full)[0].numpy(),
+        "rollout_logp": pick(roll_full),
+        "trainer_logp": pick(train_full),
+        "replay_logp": pick(replay_full),
+        "tv": exact_tv_kl(roll_full, train_full)[0].numpy(),
+        "tv_replay": exact_tv_kl(roll_full, replay_full)[0].numpy(),
         "n_experts": cfg.n_experts,
     }
 
 
-
-def experiment_records(exp: dict, *, trainer_routes: str = "trainer_routes", replay: str | None = "none",
-                       run_id: str = "moe-ground-truth", step: int = 0, router_probs: bool = False) -> list[dict]:
+def experiment_records(
+    exp: dict,
+    *,
+    trainer_routes: str = "trainer_routes",
+    replay: str | None = "none",
+    run_id: str = "moe-ground-truth",
+    step: int = 0,
+    router_probs: bool = False,
+) -> list[dict]:
     """fcr/1 records (one policy call per sequence) of a :func:`routing_experiment`: tokens, both sides' log-probs
     of the sampled tokens and both sides' routes (``trainer_routes`` names which trainer routes: ``trainer_routes``
     or ``replayed_routes``, with the matching log-probs), the declared ``replay`` mode and ``model.num_experts``."""
@@ -150,20 +170,40 @@ def experiment_records(exp: dict, *, trainer_routes: str = "trainer_routes", rep
         rollout = {"logprobs": exp["rollout_logp"][b].tolist(), "routed_experts": exp["rollout_routes"][b].tolist()}
         if router_probs:
             rollout["router_topk_probs"] = np.full(exp["rollout_routes"][b].shape, 0.5).tolist()
-        out.append({
-            "schema": "fcr/1", "run_id": run_id, "trajectory_id": f"{run_id}-t{b}", "step": step, "call_id": cid,
-            "call_index": 0, "parent_call_id": None, "role": "policy", "role_source": "header",
-            "purpose": "main_loop", "model": {"served_name": "tiny-moe", "policy_version": step,
-                                              "num_experts": int(exp["n_experts"])},
-            "tokenizer": {"id": "tiny-moe@1", "sha256": "0" * 64}, "chat_template": None,
-            "engine": {"name": "tiny-moe-bf16", "api": "generate", "logprobs_mode": "raw_logprobs",
-                       "generation_config_source": "request_only"},
-            "sampling": {"temperature": 1.0}, "source": {"format": "synthetic", "ref": cid, "importer_version": "1"},
-            "prompt": {"token_ids": prompt, "provenance": "engine", "ids_sha256": sha256_ids(prompt)},
-            "response": {"token_ids": resp, "provenance": "engine", "ids_sha256": sha256_ids(resp)},
-            "rollout": rollout,
-            "trainer": {"policy_version": step, "logprobs": exp[lp_key][b].tolist(),
-                        "routed_experts": exp[trainer_routes][b].tolist(), "routing_replay": replay,
-                        "loss_mask_used": [1] * len(resp), "sample_id": cid},
-        })
+        out.append(
+            {
+                "schema": "fcr/1",
+                "run_id": run_id,
+                "trajectory_id": f"{run_id}-t{b}",
+                "step": step,
+                "call_id": cid,
+                "call_index": 0,
+                "parent_call_id": None,
+                "role": "policy",
+                "role_source": "header",
+                "purpose": "main_loop",
+                "model": {"served_name": "tiny-moe", "policy_version": step, "num_experts": int(exp["n_experts"])},
+                "tokenizer": {"id": "tiny-moe@1", "sha256": "0" * 64},
+                "chat_template": None,
+                "engine": {
+                    "name": "tiny-moe-bf16",
+                    "api": "generate",
+                    "logprobs_mode": "raw_logprobs",
+                    "generation_config_source": "request_only",
+                },
+                "sampling": {"temperature": 1.0},
+                "source": {"format": "synthetic", "ref": cid, "importer_version": "1"},
+                "prompt": {"token_ids": prompt, "provenance": "engine", "ids_sha256": sha256_ids(prompt)},
+                "response": {"token_ids": resp, "provenance": "engine", "ids_sha256": sha256_ids(resp)},
+                "rollout": rollout,
+                "trainer": {
+                    "policy_version": step,
+                    "logprobs": exp[lp_key][b].tolist(),
+                    "routed_experts": exp[trainer_routes][b].tolist(),
+                    "routing_replay": replay,
+                    "loss_mask_used": [1] * len(resp),
+                    "sample_id": cid,
+                },
+            }
+        )
     return out

@@ -1,5 +1,6 @@
 """Offline Plotly HTML for the figures under docs/ and bench/out: the page loads the repository's vendored
 ``static/vendor/plotly.min.js`` by a relative path (no CDN, nothing large copied next to each figure)."""
+
 from __future__ import annotations
 
 import os

@@ -3,6 +3,7 @@
 Copy task: the prompt is P tokens x_0..x_{P−1}; the target at response position t is x_{t mod P};
 R(x, y) = (1/T)·Σ_t 1[y_t = x_{t mod P}] ∈ [0, 1]. A uniform policy scores 1/V.
 """
+
 from __future__ import annotations
 
 import torch

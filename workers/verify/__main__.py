@@ -7,6 +7,7 @@ with ``--json``). Exit status: 0 VERIFIED; 1 a check failed; 2 an input cannot b
 verifies only with the key set it carries itself (pin the portal's key set with --keys, AUDIT_VERIFY_KEYS or
 --pin-keys).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,27 +54,60 @@ def main(argv=None) -> int:
         return witness.main(argv[1:])
     p = argparse.ArgumentParser(prog="python -m workers.verify", description=__doc__.split("\n\n")[1])
     p.add_argument("bundle", nargs="?", metavar="CERT.json", help="certificate bundle downloaded from the portal")
-    p.add_argument("--file", action="append", default=[], metavar="PATH",
-                   help="an audited file; its SHA-256 must be a subject digest (repeatable)")
-    p.add_argument("--keys", metavar="KEYS.json",
-                   help=f"the key set to trust (default: ${trust.ENV_KEYS}, else the pinned "
-                        f"~/.config/audit-portal/{trust.KEYS_FILE})")
-    p.add_argument("--pin-keys", metavar="KEYS.json",
-                   help="add this key set (e.g. the portal's /.well-known/audit-portal-keys.json) to the pinned keys "
-                        "and exit; keys pinned earlier stay")
-    p.add_argument("--log-checkpoint", metavar="CHECKPOINT.json",
-                   help="a checkpoint to verify inclusion against instead of the bundle's")
-    p.add_argument("--since", metavar="CHECKPOINT.json",
-                   help=f"an earlier checkpoint the log must extend (default: ${trust.ENV_CHECKPOINT}, else the "
-                        f"pinned ~/.config/audit-portal/{trust.CHECKPOINT_FILE})")
-    p.add_argument("--consistency", metavar="PROOF.json",
-                   help="the consistency proof from /api/v1/log/consistency/ (default: the bundle's)")
-    p.add_argument("--save-checkpoint", action="store_true",
-                   help="when VERIFIED, pin the bundle's checkpoint as the one later runs check the log extends")
-    p.add_argument("--witness", action="append", default=[], metavar="KEY",
-                   help="a witness's verifier key (name+hash+base64, cosignature/v1) you trust (repeatable)")
-    p.add_argument("--min-witnesses", type=int, default=0, metavar="K",
-                   help="require cosignatures of the bundle's checkpoint by at least K of the --witness keys")
+    p.add_argument(
+        "--file",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="an audited file; its SHA-256 must be a subject digest (repeatable)",
+    )
+    p.add_argument(
+        "--keys",
+        metavar="KEYS.json",
+        help=f"the key set to trust (default: ${trust.ENV_KEYS}, else the pinned "
+        f"~/.config/audit-portal/{trust.KEYS_FILE})",
+    )
+    p.add_argument(
+        "--pin-keys",
+        metavar="KEYS.json",
+        help="add this key set (e.g. the portal's /.well-known/audit-portal-keys.json) to the pinned keys "
+        "and exit; keys pinned earlier stay",
+    )
+    p.add_argument(
+        "--log-checkpoint",
+        metavar="CHECKPOINT.json",
+        help="a checkpoint to verify inclusion against instead of the bundle's",
+    )
+    p.add_argument(
+        "--since",
+        metavar="CHECKPOINT.json",
+        help=f"an earlier checkpoint the log must extend (default: ${trust.ENV_CHECKPOINT}, else the "
+        f"pinned ~/.config/audit-portal/{trust.CHECKPOINT_FILE})",
+    )
+    p.add_argument(
+        "--consistency",
+        metavar="PROOF.json",
+        help="the consistency proof from /api/v1/log/consistency/ (default: the bundle's)",
+    )
+    p.add_argument(
+        "--save-checkpoint",
+        action="store_true",
+        help="when VERIFIED, pin the bundle's checkpoint as the one later runs check the log extends",
+    )
+    p.add_argument(
+        "--witness",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="a witness's verifier key (name+hash+base64, cosignature/v1) you trust (repeatable)",
+    )
+    p.add_argument(
+        "--min-witnesses",
+        type=int,
+        default=0,
+        metavar="K",
+        help="require cosignatures of the bundle's checkpoint by at least K of the --witness keys",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     args = p.parse_args(argv)
     if args.pin_keys:
@@ -95,17 +129,28 @@ def main(argv=None) -> int:
         except OSError as exc:
             print(f"error: cannot read file {path}: {exc}", file=sys.stderr)
             return 2
-    report = verify_bundle(bundle, files=args.file, checkpoint=ckpt, keys=keys.data if keys else None,
-                           keys_source=keys.source if keys else "", since=since.data if since else None,
-                           consistency=proof, witnesses=args.witness, min_witnesses=args.min_witnesses)
+    report = verify_bundle(
+        bundle,
+        files=args.file,
+        checkpoint=ckpt,
+        keys=keys.data if keys else None,
+        keys_source=keys.source if keys else "",
+        since=since.data if since else None,
+        consistency=proof,
+        witnesses=args.witness,
+        min_witnesses=args.min_witnesses,
+    )
     verdict = report.verdict
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
     else:
         for c in report.checks:
             print(f"{MARK[c.state]}  {c.name:<11} {c.message}")
-        print(verdict if not report.failed else "NOT VERIFIED: failed check(s): " +
-              ", ".join(c.name for c in report.failed))
+        print(
+            verdict
+            if not report.failed
+            else "NOT VERIFIED: failed check(s): " + ", ".join(c.name for c in report.failed)
+        )
     for c in report.checks:
         if c.state == FAILED:
             print(f"verification failed: {c.name}: {c.message}", file=sys.stderr)
@@ -114,8 +159,10 @@ def main(argv=None) -> int:
     if verdict == "VERIFIED" and args.save_checkpoint:
         checkpoint = ckpt if ckpt is not None else bundle.get("checkpoint")
         if since is not None and _size(since.data) > _size(checkpoint):
-            print(f"kept the pinned checkpoint of tree size {_size(since.data)} (newer than this bundle's)",
-                  file=sys.stderr)
+            print(
+                f"kept the pinned checkpoint of tree size {_size(since.data)} (newer than this bundle's)",
+                file=sys.stderr,
+            )
         else:
             print(f"pinned the checkpoint in {trust.save_checkpoint(checkpoint)}", file=sys.stderr)
     return EXIT[verdict]

@@ -29,6 +29,7 @@ one's state (``ok``, ``failed`` or ``skipped``) with a message:
   which proves nothing (anyone can make a key and put it in a bundle). :attr:`Report.verdict` is then
   ``UNPINNED``, not ``VERIFIED``.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -43,8 +44,17 @@ from workers.verify import statement as st
 from workers.verify.keys import parse_key_set
 
 BUNDLE_MEDIA_TYPE = "application/vnd.audit-portal.bundle+json;version=1"
-CHECK_NAMES = ("keys", "signature", "statement", "subjects", "checkpoint", "inclusion", "consistency", "witnesses",
-               "trust")
+CHECK_NAMES = (
+    "keys",
+    "signature",
+    "statement",
+    "subjects",
+    "checkpoint",
+    "inclusion",
+    "consistency",
+    "witnesses",
+    "trust",
+)
 OK, FAILED, SKIPPED, UNPINNED = "ok", "failed", "skipped", "unpinned"
 VERIFIED, NOT_VERIFIED, UNPINNED_VERDICT = "VERIFIED", "NOT VERIFIED", "UNPINNED"
 
@@ -83,8 +93,12 @@ class Report:
         self.checks.append(Check(name, state, message))
 
     def as_dict(self) -> dict:
-        return {"ok": self.ok, "verdict": self.verdict, "checks": [asdict(c) for c in self.checks],
-                "failed": [c.name for c in self.failed]}
+        return {
+            "ok": self.ok,
+            "verdict": self.verdict,
+            "checks": [asdict(c) for c in self.checks],
+            "failed": [c.name for c in self.failed],
+        }
 
 
 def envelope_leaf(envelope: dict) -> bytes:
@@ -97,18 +111,29 @@ def sign_statement(statement: dict, private_key, keyid: str) -> dict:
     return dsse.sign(jcs.canonical(st.check(statement)), dsse.INTOTO_PAYLOAD_TYPE, private_key, keyid)
 
 
-def build_bundle(envelope: dict, *, log_index: int, integrated_time, leaf_hashes: list[bytes], checkpoint: dict,
-                 keys: dict) -> dict:
+def build_bundle(
+    envelope: dict, *, log_index: int, integrated_time, leaf_hashes: list[bytes], checkpoint: dict, keys: dict
+) -> dict:
     """A bundle for the entry at ``log_index`` with its inclusion proof in the tree of ``leaf_hashes`` (whose size
     must be the checkpoint's). The bundle records the leaf hash *the log holds*; :func:`verify_bundle` recomputes
     it from the envelope, so a log whose stored envelope no longer matches its leaf is caught there."""
-    return {"mediaType": BUNDLE_MEDIA_TYPE, "envelope": envelope,
-            "log_entry": {"log_index": log_index, "leaf_hash": leaf_hashes[log_index].hex(),
-                          "integrated_time": integrated_time},
-            "inclusion_proof": {"log_index": log_index, "tree_size": len(leaf_hashes),
-                                "root_hash": merkle.root(leaf_hashes).hex(),
-                                "hashes": [h.hex() for h in merkle.inclusion_proof(log_index, leaf_hashes)]},
-            "checkpoint": checkpoint, "keys": keys}
+    return {
+        "mediaType": BUNDLE_MEDIA_TYPE,
+        "envelope": envelope,
+        "log_entry": {
+            "log_index": log_index,
+            "leaf_hash": leaf_hashes[log_index].hex(),
+            "integrated_time": integrated_time,
+        },
+        "inclusion_proof": {
+            "log_index": log_index,
+            "tree_size": len(leaf_hashes),
+            "root_hash": merkle.root(leaf_hashes).hex(),
+            "hashes": [h.hex() for h in merkle.inclusion_proof(log_index, leaf_hashes)],
+        },
+        "checkpoint": checkpoint,
+        "keys": keys,
+    }
 
 
 def file_sha256(path, chunk: int = 1 << 20) -> str:
@@ -128,9 +153,19 @@ def _hex_list(values) -> list[bytes]:
     return out
 
 
-def verify_bundle(bundle, *, files=(), checkpoint=None, keys=None, file_digests: dict | None = None,
-                  keys_source: str = "the key set given", since=None, consistency=None, witnesses=(),
-                  min_witnesses: int = 0) -> Report:
+def verify_bundle(
+    bundle,
+    *,
+    files=(),
+    checkpoint=None,
+    keys=None,
+    file_digests: dict | None = None,
+    keys_source: str = "the key set given",
+    since=None,
+    consistency=None,
+    witnesses=(),
+    min_witnesses: int = 0,
+) -> Report:
     """Run every check on ``bundle`` (a dict). ``files``: local paths whose SHA-256 must each be a subject digest;
     ``file_digests``: name → precomputed hex digest, checked the same way (the portal passes its stored files'
     digests here). ``checkpoint``: a checkpoint envelope to use instead of the bundle's. ``keys``: the key set the
@@ -147,9 +182,13 @@ def verify_bundle(bundle, *, files=(), checkpoint=None, keys=None, file_digests:
     if keys is None:
         report = _checks(bundle, wanted, checkpoint, None, since, consistency, w=w)
         if not report.failed:
-            report.add("trust", UNPINNED, "verified only with the key set inside the bundle, which anyone can make: "
-                                          "pin the portal's key set (--keys KEYS.json, AUDIT_VERIFY_KEYS or "
-                                          "--pin-keys KEYS.json; see docs/verify.md)")
+            report.add(
+                "trust",
+                UNPINNED,
+                "verified only with the key set inside the bundle, which anyone can make: "
+                "pin the portal's key set (--keys KEYS.json, AUDIT_VERIFY_KEYS or "
+                "--pin-keys KEYS.json; see docs/verify.md)",
+            )
         return report
     report = _checks(bundle, wanted, checkpoint, keys, since, consistency, keys_source, w=w)
     if not report.failed:
@@ -158,18 +197,37 @@ def verify_bundle(bundle, *, files=(), checkpoint=None, keys=None, file_digests:
     if {c.name for c in report.failed} & {"keys", "signature", "checkpoint"}:
         enclosed = _checks(bundle, wanted, checkpoint, None, since, consistency, w=w)
         if not enclosed.failed:
-            signer = ", ".join(sorted({s.get("keyid", "?")[:16] + "…" for s in
-                                       (bundle.get("envelope") or {}).get("signatures") or [] if isinstance(s, dict)}))
-            enclosed.add("trust", UNPINNED, f"signed by key {signer}, which the pinned key set {keys_source} does not "
-                                            "hold: it verifies only with the key set inside the bundle, which anyone "
-                                            "can make. If the portal rotated its key, pin its current key set "
-                                            "(--pin-keys) and verify again")
+            signer = ", ".join(
+                sorted(
+                    {
+                        s.get("keyid", "?")[:16] + "…"
+                        for s in (bundle.get("envelope") or {}).get("signatures") or []
+                        if isinstance(s, dict)
+                    }
+                )
+            )
+            enclosed.add(
+                "trust",
+                UNPINNED,
+                f"signed by key {signer}, which the pinned key set {keys_source} does not "
+                "hold: it verifies only with the key set inside the bundle, which anyone "
+                "can make. If the portal rotated its key, pin its current key set "
+                "(--pin-keys) and verify again",
+            )
             return enclosed
     return report
 
 
-def _checks(bundle: dict, wanted: dict, checkpoint, keys, since, consistency,
-            key_source: str = "the bundle's key set", w=((), 0)) -> Report:
+def _checks(
+    bundle: dict,
+    wanted: dict,
+    checkpoint,
+    keys,
+    since,
+    consistency,
+    key_source: str = "the bundle's key set",
+    w=((), 0),
+) -> Report:
     report = Report()
     envelope = bundle.get("envelope") if "envelope" in bundle else (bundle if "payloadType" in bundle else None)
 
@@ -201,8 +259,12 @@ def _checks(bundle: dict, wanted: dict, checkpoint, keys, since, consistency,
         if payload_type != dsse.INTOTO_PAYLOAD_TYPE:
             raise st.StatementError(f"payloadType is {payload_type!r}, not {dsse.INTOTO_PAYLOAD_TYPE}")
         report.statement = st.check(json.loads(payload))
-        report.add("statement", OK, f"in-toto Statement v1, predicateType {report.statement['predicateType']}, "
-                                    f"{len(report.statement['subject'])} subject(s)")
+        report.add(
+            "statement",
+            OK,
+            f"in-toto Statement v1, predicateType {report.statement['predicateType']}, "
+            f"{len(report.statement['subject'])} subject(s)",
+        )
     except (st.StatementError, ValueError, TypeError) as exc:
         report.add("statement", FAILED, f"the payload is not an in-toto Statement v1: {exc}")
 
@@ -213,8 +275,11 @@ def _checks(bundle: dict, wanted: dict, checkpoint, keys, since, consistency,
         report.add("subjects", FAILED, "there is no readable statement to compare the files with")
     else:
         digests = {s["digest"]["sha256"]: s.get("name", "") for s in report.statement["subject"]}
-        bad = [f"{name} (sha256 {digest}) is not a subject of this certificate"
-               for name, digest in wanted.items() if digest not in digests]
+        bad = [
+            f"{name} (sha256 {digest}) is not a subject of this certificate"
+            for name, digest in wanted.items()
+            if digest not in digests
+        ]
         if bad:
             listed = ", ".join(f"{n or '?'} = {d}" for d, n in digests.items())
             report.add("subjects", FAILED, "; ".join(bad) + f" — the subjects are: {listed}")
@@ -228,8 +293,12 @@ def _checks(bundle: dict, wanted: dict, checkpoint, keys, since, consistency,
         if cp_env is None:
             raise dsse.EnvelopeError("there is no checkpoint")
         head = cp.open_checkpoint(cp_env, public_keys)
-        report.add("checkpoint", OK, f"log {head.get('origin')!r} at tree size {head['tree_size']}, root "
-                                     f"{head['root_hash'].hex()}, signed by key {head['keyid']}")
+        report.add(
+            "checkpoint",
+            OK,
+            f"log {head.get('origin')!r} at tree size {head['tree_size']}, root "
+            f"{head['root_hash'].hex()}, signed by key {head['keyid']}",
+        )
     except dsse.EnvelopeError as exc:
         report.add("checkpoint", FAILED, f"the log checkpoint does not verify: {exc}")
 
@@ -248,18 +317,27 @@ def _checks(bundle: dict, wanted: dict, checkpoint, keys, since, consistency,
             raise ValueError("there is no verified checkpoint to prove inclusion against")
         index, size = proof.get("log_index"), proof.get("tree_size")
         if size != head["tree_size"]:
-            raise ValueError(f"the proof is for tree size {size}, the checkpoint is for tree size "
-                             f"{head['tree_size']} (download the bundle with ?tree_size={head['tree_size']})")
-        if not isinstance(index, int) or not merkle.verify_inclusion(leaf, index, size, _hex_list(proof.get("hashes")),
-                                                                     head["root_hash"]):
-            raise ValueError(f"leaf {leaf.hex()} at index {index} does not verify against root "
-                             f"{head['root_hash'].hex()} of tree size {size}")
-        report.add("inclusion", OK, f"entry {index} is in the log of size {size} (RFC 6962 inclusion proof, "
-                                    f"{len(proof['hashes'])} hashes)")
+            raise ValueError(
+                f"the proof is for tree size {size}, the checkpoint is for tree size "
+                f"{head['tree_size']} (download the bundle with ?tree_size={head['tree_size']})"
+            )
+        if not isinstance(index, int) or not merkle.verify_inclusion(
+            leaf, index, size, _hex_list(proof.get("hashes")), head["root_hash"]
+        ):
+            raise ValueError(
+                f"leaf {leaf.hex()} at index {index} does not verify against root "
+                f"{head['root_hash'].hex()} of tree size {size}"
+            )
+        report.add(
+            "inclusion",
+            OK,
+            f"entry {index} is in the log of size {size} (RFC 6962 inclusion proof, {len(proof['hashes'])} hashes)",
+        )
     except (ValueError, TypeError) as exc:
         report.add("inclusion", FAILED, f"the transparency-log inclusion proof does not verify: {exc}")
-    _consistency(report, head, since, consistency if consistency is not None else bundle.get("consistency_proof"),
-                 public_keys)
+    _consistency(
+        report, head, since, consistency if consistency is not None else bundle.get("consistency_proof"), public_keys
+    )
     _witnesses(report, head, bundle.get("checkpoint_note"), public_keys, *w)
     _key_log(report, bundle, head, signer)
     return report
@@ -280,10 +358,12 @@ def _key_log(report: Report, bundle: dict, head, signer) -> None:
         entries = []
         for e in events:
             leaf = merkle.leaf_hash(envelope_leaf(e["envelope"]))
-            if not merkle.verify_inclusion(leaf, e["log_index"], head["tree_size"], _hex_list(e["hashes"]),
-                                           head["root_hash"]):
-                raise ValueError(f"key event {e['log_index']} is not in the log of the checkpoint (its inclusion "
-                                 "proof fails)")
+            if not merkle.verify_inclusion(
+                leaf, e["log_index"], head["tree_size"], _hex_list(e["hashes"]), head["root_hash"]
+            ):
+                raise ValueError(
+                    f"key event {e['log_index']} is not in the log of the checkpoint (its inclusion proof fails)"
+                )
             entries.append((e["log_index"], e["envelope"]))
         history = keylog.derive(entries)
         if history.problems:
@@ -296,10 +376,15 @@ def _key_log(report: Report, bundle: dict, head, signer) -> None:
             if entry is None:
                 raise ValueError(f"key {kid} signed the {who} but the log never introduced it")
             retired = entry.get("retired_at_index")
-            if who == "certificate" and isinstance(index, int) and (
-                    index < entry["introduced_at_index"] or (retired is not None and index > retired)):
-                raise ValueError(f"key {kid} signed entry {index} but was active in the log only from entry "
-                                 f"{entry['introduced_at_index']}" + (f" to {retired}" if retired is not None else ""))
+            if (
+                who == "certificate"
+                and isinstance(index, int)
+                and (index < entry["introduced_at_index"] or (retired is not None and index > retired))
+            ):
+                raise ValueError(
+                    f"key {kid} signed entry {index} but was active in the log only from entry "
+                    f"{entry['introduced_at_index']}" + (f" to {retired}" if retired is not None else "")
+                )
         check.message += f"; every signer introduced in the log ({len(entries)} key event(s), inclusion-proved)"
     except (ValueError, TypeError, KeyError) as exc:
         check.state, check.message = FAILED, f"key history: {exc}"
@@ -309,8 +394,12 @@ def _witnesses(report: Report, head, cosigned, public_keys, witnesses, k: int) -
     """The ``witnesses`` check: at least ``k`` of the pinned witnesses cosigned (C2SP tlog-cosignature) the C2SP
     checkpoint note of the very tree head the inclusion was proved against, itself signed by a trusted log key."""
     if not witnesses and not k:
-        report.add("witnesses", SKIPPED, "no witness pinned (--witness KEY --min-witnesses k): nobody outside the "
-                                         "portal vouches that it showed this checkpoint to everyone")
+        report.add(
+            "witnesses",
+            SKIPPED,
+            "no witness pinned (--witness KEY --min-witnesses k): nobody outside the "
+            "portal vouches that it showed this checkpoint to everyone",
+        )
         return
     try:
         pinned = [vnote.parse_verifier(text) for text in witnesses]
@@ -319,8 +408,9 @@ def _witnesses(report: Report, head, cosigned, public_keys, witnesses, k: int) -
         if head is None:
             raise ValueError("there is no verified checkpoint for witnesses to have cosigned")
         if not isinstance(cosigned, str):
-            raise ValueError("the bundle has no checkpoint note (bundles from before C2SP checkpoints carry none: "
-                             "download it again)")
+            raise ValueError(
+                "the bundle has no checkpoint note (bundles from before C2SP checkpoints carry none: download it again)"
+            )
         origin = cosigned.split("\n", 1)[0]
         body = None
         for key in public_keys.values():
@@ -332,15 +422,22 @@ def _witnesses(report: Report, head, cosigned, public_keys, witnesses, k: int) -
         if body is None:
             raise ValueError("the checkpoint note is not signed by a key of the trusted key set")
         if (body["tree_size"], body["root_hash"]) != (head["tree_size"], head["root_hash"]):
-            raise ValueError(f"the checkpoint note is of tree size {body['tree_size']}, not the checkpoint's "
-                             f"{head['tree_size']} (or its root differs)")
+            raise ValueError(
+                f"the checkpoint note is of tree size {body['tree_size']}, not the checkpoint's "
+                f"{head['tree_size']} (or its root differs)"
+            )
         got = vnote.verify_cosignatures(cosigned, pinned)
         if len(got) < k:
-            raise ValueError(f"{len(got)} of the {len(pinned)} pinned witnesses cosigned tree size "
-                             f"{body['tree_size']}, {k} required")
+            raise ValueError(
+                f"{len(got)} of the {len(pinned)} pinned witnesses cosigned tree size {body['tree_size']}, {k} required"
+            )
         names = ", ".join(sorted(t.split("+")[0] for t in got)) or "none"
-        report.add("witnesses", OK, f"{len(got)} of {len(pinned)} pinned witnesses cosigned tree size "
-                                    f"{body['tree_size']} ({names}; {k} required)")
+        report.add(
+            "witnesses",
+            OK,
+            f"{len(got)} of {len(pinned)} pinned witnesses cosigned tree size "
+            f"{body['tree_size']} ({names}; {k} required)",
+        )
     except (ValueError, vnote.NoteError) as exc:
         report.add("witnesses", FAILED, f"the witness cosignatures do not suffice: {exc}")
 
@@ -349,8 +446,12 @@ def _consistency(report: Report, head, since, proof, public_keys) -> None:
     """The ``consistency`` check: is the bundle's log (checkpoint ``head``) an append-only extension of the pinned
     checkpoint ``since`` (or the other way round when the pinned one is the later)?"""
     if since is None:
-        report.add("consistency", SKIPPED, "no earlier checkpoint pinned (--since CHECKPOINT.json or "
-                                           "--save-checkpoint): a log rewritten wholesale is not detectable")
+        report.add(
+            "consistency",
+            SKIPPED,
+            "no earlier checkpoint pinned (--since CHECKPOINT.json or "
+            "--save-checkpoint): a log rewritten wholesale is not detectable",
+        )
         return
     try:
         old = cp.open_checkpoint(since, public_keys)
@@ -363,26 +464,45 @@ def _consistency(report: Report, head, since, proof, public_keys) -> None:
     m, n = old["tree_size"], head["tree_size"]
     try:
         if old.get("origin") != head.get("origin"):
-            raise ValueError(f"the pinned checkpoint is of log {old.get('origin')!r}, the bundle's of "
-                             f"{head.get('origin')!r}")
+            raise ValueError(
+                f"the pinned checkpoint is of log {old.get('origin')!r}, the bundle's of {head.get('origin')!r}"
+            )
         if m == n:
             if old["root_hash"] != head["root_hash"]:
-                raise ValueError(f"both are of tree size {n} but their roots differ ({old['root_hash'].hex()} pinned, "
-                                 f"{head['root_hash'].hex()} now): the log was rewritten")
+                raise ValueError(
+                    f"both are of tree size {n} but their roots differ ({old['root_hash'].hex()} pinned, "
+                    f"{head['root_hash'].hex()} now): the log was rewritten"
+                )
         elif m and n:
             first, second = (old, head) if m < n else (head, old)
-            if not isinstance(proof, dict) or (proof.get("first"), proof.get("second")) != (first["tree_size"],
-                                                                                           second["tree_size"]):
-                raise ValueError(f"no consistency proof from tree size {first['tree_size']} to "
-                                 f"{second['tree_size']} (download the bundle with ?consistency_from={m}, or pass "
-                                 f"--consistency with /api/v1/log/consistency/?first={first['tree_size']}&second="
-                                 f"{second['tree_size']})")
-            if not merkle.verify_consistency(first["tree_size"], second["tree_size"], _hex_list(proof.get("hashes")),
-                                             first["root_hash"], second["root_hash"]):
-                raise ValueError(f"the log of tree size {second['tree_size']} does not extend the one of size "
-                                 f"{first['tree_size']} (root {first['root_hash'].hex()}): entries below "
-                                 f"{first['tree_size']} were rewritten")
-        report.add("consistency", OK, f"the log extends the pinned checkpoint of tree size {m}" if m <= n else
-                   f"the pinned checkpoint of tree size {m} extends the bundle's log (RFC 6962 consistency proof)")
+            if not isinstance(proof, dict) or (proof.get("first"), proof.get("second")) != (
+                first["tree_size"],
+                second["tree_size"],
+            ):
+                raise ValueError(
+                    f"no consistency proof from tree size {first['tree_size']} to "
+                    f"{second['tree_size']} (download the bundle with ?consistency_from={m}, or pass "
+                    f"--consistency with /api/v1/log/consistency/?first={first['tree_size']}&second="
+                    f"{second['tree_size']})"
+                )
+            if not merkle.verify_consistency(
+                first["tree_size"],
+                second["tree_size"],
+                _hex_list(proof.get("hashes")),
+                first["root_hash"],
+                second["root_hash"],
+            ):
+                raise ValueError(
+                    f"the log of tree size {second['tree_size']} does not extend the one of size "
+                    f"{first['tree_size']} (root {first['root_hash'].hex()}): entries below "
+                    f"{first['tree_size']} were rewritten"
+                )
+        report.add(
+            "consistency",
+            OK,
+            f"the log extends the pinned checkpoint of tree size {m}"
+            if m <= n
+            else f"the pinned checkpoint of tree size {m} extends the bundle's log (RFC 6962 consistency proof)",
+        )
     except (ValueError, TypeError) as exc:
         report.add("consistency", FAILED, f"the log is not consistent with the pinned checkpoint: {exc}")

@@ -9,6 +9,7 @@ Ed25519 key that signs the certificates. An inclusion proof verified against a c
 entry is in the log the key holder committed to; a consistency proof (RFC 6962 §2.1.2) between two checkpoints
 shows the later log extends the earlier one without rewriting it.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,9 @@ CHECKPOINT_PAYLOAD_TYPE = "application/vnd.audit-portal.checkpoint+json"
 
 
 def payload(origin: str, tree_size: int, root_hash: bytes, timestamp: str) -> bytes:
-    return jcs.canonical({"origin": origin, "tree_size": tree_size, "root_hash": root_hash.hex(),
-                          "timestamp": timestamp})
+    return jcs.canonical(
+        {"origin": origin, "tree_size": tree_size, "root_hash": root_hash.hex(), "timestamp": timestamp}
+    )
 
 
 def sign(origin: str, tree_size: int, root_hash: bytes, timestamp: str, private_key, keyid: str) -> dict:

@@ -9,6 +9,7 @@ payload type this way means a signature over one kind of document cannot be repl
 is ``{"payload": base64(body), "payloadType": type, "signatures": [{"keyid": …, "sig": base64(sig)}]}``
 (standard base64 with padding). Ed25519 is RFC 8032 (``cryptography``'s implementation).
 """
+
 from __future__ import annotations
 
 import base64
@@ -46,8 +47,11 @@ def b64encode(data: bytes) -> str:
 def sign(payload: bytes, payload_type: str, private_key: Ed25519PrivateKey, keyid: str) -> dict:
     """A DSSE envelope holding ``payload`` with one Ed25519 signature over ``PAE(payload_type, payload)``."""
     sig = private_key.sign(pae(payload_type, payload))
-    return {"payload": b64encode(payload), "payloadType": payload_type,
-            "signatures": [{"keyid": keyid, "sig": b64encode(sig)}]}
+    return {
+        "payload": b64encode(payload),
+        "payloadType": payload_type,
+        "signatures": [{"keyid": keyid, "sig": b64encode(sig)}],
+    }
 
 
 def parse(envelope) -> tuple[str, bytes, list[tuple[str, bytes]]]:

@@ -7,6 +7,7 @@ infinities have no JSON form: :func:`jsonable` turns them into the strings ``"Na
 ``"-Infinity"`` before canonicalisation so a certificate never silently drops one. Numbers of any size sign:
 ``rfc8785`` refuses integers beyond ±(2^53 − 1), so :func:`jsonable` maps them first (see :func:`_large_int`).
 """
+
 from __future__ import annotations
 
 import json

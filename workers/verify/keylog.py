@@ -22,6 +22,7 @@ A break of any rule is a problem naming the entry and the key. Whoever holds onl
 role, which may INSERT into the log) cannot add a key without the active private key; whoever holds that key can
 rotate — but only in the open, in an entry every witness and verifier sees.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,17 +40,27 @@ def key_statement(event: str, public_key, *, previous_key_id: str | None, time: 
     if event not in EVENTS:
         raise ValueError(f"unknown key event {event!r}")
     entry = vkeys.key_entry(public_key)
-    return st.statement([st.subject(f"ed25519:{entry['key_id']}", entry["key_id"])], KEY_PREDICATE,
-                        {"event": event, "key_id": entry["key_id"], "algorithm": vkeys.ALGORITHM,
-                         "public_key": entry["public_key"], "previous_key_id": previous_key_id, "time": time})
+    return st.statement(
+        [st.subject(f"ed25519:{entry['key_id']}", entry["key_id"])],
+        KEY_PREDICATE,
+        {
+            "event": event,
+            "key_id": entry["key_id"],
+            "algorithm": vkeys.ALGORITHM,
+            "public_key": entry["public_key"],
+            "previous_key_id": previous_key_id,
+            "time": time,
+        },
+    )
 
 
 def sign_event(event: str, public_key, signer_private, *, previous_key_id: str | None, time: str) -> dict:
     """The DSSE envelope of a key event, signed by ``signer_private`` (the new key for an introduction, the outgoing
     key for a rotation, the retired key for a retirement)."""
     stmt = key_statement(event, public_key, previous_key_id=previous_key_id, time=time)
-    return dsse.sign(jcs.canonical(stmt), dsse.INTOTO_PAYLOAD_TYPE, signer_private,
-                     vkeys.key_id(signer_private.public_key()))
+    return dsse.sign(
+        jcs.canonical(stmt), dsse.INTOTO_PAYLOAD_TYPE, signer_private, vkeys.key_id(signer_private.public_key())
+    )
 
 
 def is_key_event(envelope) -> bool:
@@ -77,8 +88,10 @@ class KeyHistory:
         return {"keys": [dict(v) for v in self.keys.values()]}
 
     def fingerprints(self) -> list[str]:
-        return [f"{k['key_id']} {k['status']} (introduced at log index {k['introduced_at_index']})"
-                for k in self.keys.values()]
+        return [
+            f"{k['key_id']} {k['status']} (introduced at log index {k['introduced_at_index']})"
+            for k in self.keys.values()
+        ]
 
 
 def derive(entries) -> KeyHistory:
@@ -94,15 +107,19 @@ def derive(entries) -> KeyHistory:
         claimed = ", ".join(sorted({kid for kid, _ in sigs})) or "(none)"
         if not (isinstance(stmt, dict) and stmt.get("predicateType") == KEY_PREDICATE):
             if h.active is None:
-                h.problems.append(f"entry {index}: signed by key {claimed}, but no key is active there (the log "
-                                  "introduced none, or retired it)")
+                h.problems.append(
+                    f"entry {index}: signed by key {claimed}, but no key is active there (the log "
+                    "introduced none, or retired it)"
+                )
                 continue
             try:
                 dsse.verify(envelope, {h.active: h.public[h.active]})
                 h.signer_at[index] = h.active
             except dsse.EnvelopeError:
-                h.problems.append(f"entry {index}: not signed by the active key {h.active} (claims key {claimed}, "
-                                  "which the log did not introduce as active there)")
+                h.problems.append(
+                    f"entry {index}: not signed by the active key {h.active} (claims key {claimed}, "
+                    "which the log did not introduce as active there)"
+                )
             continue
         _key_event(h, index, envelope, stmt, claimed)
     return h
@@ -122,8 +139,10 @@ def _key_event(h: KeyHistory, index: int, envelope, stmt: dict, claimed: str) ->
         return
     if event == INTRODUCE:
         if h.keys:
-            h.problems.append(f"entry {index}: introduces key {kid} without the active key's signature (only the "
-                              "log's first key may be introduced; later keys come by rotation)")
+            h.problems.append(
+                f"entry {index}: introduces key {kid} without the active key's signature (only the "
+                "log's first key may be introduced; later keys come by rotation)"
+            )
             return
         signer, signer_key = kid, new_key
     elif event in (ROTATE, RETIRE):
@@ -132,8 +151,10 @@ def _key_event(h: KeyHistory, index: int, envelope, stmt: dict, claimed: str) ->
             h.problems.append(f"entry {index}: {event} of key {kid} while no key is active")
             return
         if event == ROTATE and pred.get("previous_key_id") != signer:
-            h.problems.append(f"entry {index}: rotation to key {kid} names previous key {pred.get('previous_key_id')},"
-                              f" but the active key is {signer}")
+            h.problems.append(
+                f"entry {index}: rotation to key {kid} names previous key {pred.get('previous_key_id')},"
+                f" but the active key is {signer}"
+            )
             return
         if event == RETIRE and kid != signer:
             h.problems.append(f"entry {index}: retires key {kid}, which is not the active key {signer}")
@@ -148,8 +169,9 @@ def _key_event(h: KeyHistory, index: int, envelope, stmt: dict, claimed: str) ->
     try:
         dsse.verify(envelope, {signer: signer_key})
     except dsse.EnvelopeError:
-        h.problems.append(f"entry {index}: the {event} of key {kid} is not signed by key {signer} (claims key "
-                          f"{claimed})")
+        h.problems.append(
+            f"entry {index}: the {event} of key {kid} is not signed by key {signer} (claims key {claimed})"
+        )
         return
     h.signer_at[index] = signer
     h.events.append((index, event, kid))
@@ -160,8 +182,16 @@ def _key_event(h: KeyHistory, index: int, envelope, stmt: dict, claimed: str) ->
         return
     if event == ROTATE:
         h.keys[signer].update(status="retired", retired_at=when, retired_at_index=index)
-    h.keys[kid] = {"key_id": kid, "algorithm": vkeys.ALGORITHM, "public_key": pred["public_key"], "status": "active",
-                   "created_at": when, "retired_at": None, "introduced_at_index": index, "retired_at_index": None}
+    h.keys[kid] = {
+        "key_id": kid,
+        "algorithm": vkeys.ALGORITHM,
+        "public_key": pred["public_key"],
+        "status": "active",
+        "created_at": when,
+        "retired_at": None,
+        "introduced_at_index": index,
+        "retired_at_index": None,
+    }
     h.public[kid] = new_key
     h.active = kid
 

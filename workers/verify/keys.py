@@ -8,6 +8,7 @@ portal serves (``/api/v1/keys/``, ``/.well-known/audit-portal-keys.json``) and p
 
 Retired keys stay in the set: certificates they signed stay verifiable after a rotation.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -34,8 +35,9 @@ def generate() -> Ed25519PrivateKey:
 
 
 def private_pem(key: Ed25519PrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 def load_private_pem(data: bytes) -> Ed25519PrivateKey:
@@ -46,8 +48,14 @@ def load_private_pem(data: bytes) -> Ed25519PrivateKey:
 
 
 def key_entry(key: Ed25519PublicKey, *, status: str = "active", created_at=None, retired_at=None) -> dict:
-    return {"key_id": key_id(key), "algorithm": ALGORITHM, "public_key": b64encode(public_bytes(key)),
-            "status": status, "created_at": created_at, "retired_at": retired_at}
+    return {
+        "key_id": key_id(key),
+        "algorithm": ALGORITHM,
+        "public_key": b64encode(public_bytes(key)),
+        "status": status,
+        "created_at": created_at,
+        "retired_at": retired_at,
+    }
 
 
 def parse_key_set(data) -> dict[str, tuple[Ed25519PublicKey, dict]]:

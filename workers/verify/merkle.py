@@ -19,6 +19,7 @@ Every function takes *leaf hashes* (32-byte digests already domain-separated wit
 hash per entry and never needs the entries themselves to build a proof. Building a proof or a root is O(n)
 hashes over the leaf hashes; verifying one is O(log n).
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -21,6 +21,7 @@ over ``name || 0x0A || 0x04 || key``) and signature bytes ``key id || timestamp 
 Ed25519("cosignature/v1\\ntime <timestamp>\\n" || checkpoint text)``: the witness says *at that time it had verified
 the checkpoint and that the log was consistent with every earlier checkpoint it had seen*.
 """
+
 from __future__ import annotations
 
 import base64
@@ -73,7 +74,9 @@ class Verifier:
 
     @property
     def text(self) -> str:
-        return f"{self.name}+{self.key_hash.hex()}+{base64.b64encode(bytes([self.alg]) + _raw(self.public_key)).decode()}"
+        return (
+            f"{self.name}+{self.key_hash.hex()}+{base64.b64encode(bytes([self.alg]) + _raw(self.public_key)).decode()}"
+        )
 
     def verify(self, message: bytes, sig: bytes) -> bool:
         try:
@@ -113,8 +116,9 @@ def parse_verifier(text: str) -> Verifier:
 
 
 def signer_key(name: str, private_key: Ed25519PrivateKey, alg: int = ALG_ED25519) -> str:
-    seed = private_key.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
-                                     serialization.NoEncryption())
+    seed = private_key.private_bytes(
+        serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
+    )
     kh = key_id(_check_name(name), alg, _raw(private_key.public_key()))
     return f"PRIVATE+KEY+{name}+{kh.hex()}+{base64.b64encode(bytes([alg]) + seed).decode()}"
 
@@ -158,7 +162,7 @@ def split(note: str) -> tuple[str, list[tuple[str, bytes]]]:
     cut = note.rfind("\n\n")
     if cut < 0:
         raise NoteError("malformed note: no blank line before the signatures")
-    text, block = note[:cut + 1], note[cut + 2:]
+    text, block = note[: cut + 1], note[cut + 2 :]
     lines = block.split("\n")[:-1]
     if not lines:
         raise NoteError("malformed note: no signatures")
@@ -168,7 +172,7 @@ def split(note: str) -> tuple[str, list[tuple[str, bytes]]]:
     for line in lines:
         if not line.startswith(SIG_PREFIX):
             raise NoteError(f"malformed note: {line!r} is not a signature line")
-        name, _, b64 = line[len(SIG_PREFIX):].partition(" ")
+        name, _, b64 = line[len(SIG_PREFIX) :].partition(" ")
         try:
             raw = base64.b64decode(b64, validate=True)
         except binascii.Error:
@@ -203,13 +207,13 @@ def open_note(note: str, verifiers: list[Verifier]) -> tuple[str, list[Verifier]
 
 # --- checkpoints -----------------------------------------------------------------------------------------------------
 
+
 def checkpoint_text(origin: str, tree_size: int, root_hash: bytes, extensions: tuple[str, ...] = ()) -> str:
     if not origin or "\n" in origin:
         raise NoteError("the origin must be one non-empty line")
     if len(root_hash) != 32 or tree_size < 0:
         raise NoteError("a checkpoint needs a 32-byte root hash and a size >= 0")
-    return "".join(f"{line}\n" for line in (origin, str(tree_size), base64.b64encode(root_hash).decode(),
-                                             *extensions))
+    return "".join(f"{line}\n" for line in (origin, str(tree_size), base64.b64encode(root_hash).decode(), *extensions))
 
 
 def parse_checkpoint(text: str) -> dict:
@@ -239,6 +243,7 @@ def open_checkpoint(note: str, log_verifier: Verifier) -> dict:
 
 
 # --- cosignatures ----------------------------------------------------------------------------------------------------
+
 
 def cosignature_message(text: str, timestamp: int) -> bytes:
     return f"cosignature/v1\ntime {timestamp}\n".encode() + text.encode()
@@ -273,7 +278,7 @@ def verify_cosignatures(note: str, witnesses: list[Verifier]) -> dict[str, int]:
 def add_signatures(note: str, lines: list[str]) -> str:
     """``note`` with the signature ``lines`` added (those it already holds are not repeated)."""
     text, _ = split(note)
-    have = note[len(text) + 1:].splitlines(keepends=True)
+    have = note[len(text) + 1 :].splitlines(keepends=True)
     for line in lines:
         line = line if line.endswith("\n") else line + "\n"
         if line not in have:
@@ -282,6 +287,7 @@ def add_signatures(note: str, lines: list[str]) -> str:
 
 
 # --- the tlog-witness add-checkpoint request -------------------------------------------------------------------------
+
 
 def add_checkpoint_body(old_size: int, proof: list[bytes], signed_note: str) -> str:
     """``old <size>``, one base64 consistency-proof hash a line, a blank line, then the checkpoint note
@@ -293,8 +299,10 @@ def parse_add_checkpoint(body: str) -> tuple[int, list[bytes], str]:
     head, sep, signed_note = body.partition("\n\n")
     lines = head.split("\n")
     if not sep or not lines or not re.fullmatch(r"old (0|[1-9][0-9]*)", lines[0]):
-        raise NoteError("malformed add-checkpoint request: it starts with 'old <size>', then proof lines, a blank line"
-                        " and the checkpoint")
+        raise NoteError(
+            "malformed add-checkpoint request: it starts with 'old <size>', then proof lines, a blank line"
+            " and the checkpoint"
+        )
     proof = []
     for line in lines[1:]:
         try:

@@ -15,6 +15,7 @@ The portal's predicate types (type identifiers, not fetched):
   (``result`` PASSED | WARNED | FAILED, ``configuration`` = the contract versions run, ``passedTests``,
   ``warnedTests``, ``failedTests``).
 """
+
 from __future__ import annotations
 
 import re

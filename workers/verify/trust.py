@@ -17,6 +17,7 @@ The same goes for a checkpoint (a signed tree head of the log): ``--since CHECKP
 extension of it (RFC 6962 consistency), so a log rewritten after the pinned checkpoint is caught even when every
 signature in the bundle is valid.
 """
+
 from __future__ import annotations
 
 import json

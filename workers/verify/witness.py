@@ -17,6 +17,7 @@ A refusal is printed with its reason and the exit status is 1 (``--once``) — t
 that contradicts what it saw. ``--print-key`` prints its verifier key (what the portal's AUDIT_LOG_WITNESS_KEYS and a
 verifier's ``--witness`` take).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,8 +57,14 @@ class Transport:
         return self._call(urllib.request.Request(self.base_url.rstrip("/") + path))
 
     def post(self, path: str, body: bytes) -> tuple[int, bytes]:
-        return self._call(urllib.request.Request(self.base_url.rstrip("/") + path, data=body, method="POST",
-                                                 headers={"Content-Type": "text/plain; charset=utf-8"}))
+        return self._call(
+            urllib.request.Request(
+                self.base_url.rstrip("/") + path,
+                data=body,
+                method="POST",
+                headers={"Content-Type": "text/plain; charset=utf-8"},
+            )
+        )
 
 
 class Witness:
@@ -127,8 +134,10 @@ class Witness:
         state = self.state()
         for kid, entry in (state.get("keys") or {}).items():
             if history.keys.get(kid, {}).get("public_key") != entry["public_key"]:
-                raise Refused(f"key {kid}, recorded with an earlier checkpoint, is no longer in the log's key "
-                              "history: the key history was rewritten")
+                raise Refused(
+                    f"key {kid}, recorded with an earlier checkpoint, is no longer in the log's key "
+                    "history: the key history was rewritten"
+                )
         signer = None
         for kid, public in history.public.items():
             try:
@@ -138,8 +147,11 @@ class Witness:
             except note.NoteError:
                 continue
         if signer is None:
-            raise Refused("the checkpoint is not signed by a key the log introduced (claims: "
-                          + ", ".join(n for n, _ in note.split(signed)[1]) + ")")
+            raise Refused(
+                "the checkpoint is not signed by a key the log introduced (claims: "
+                + ", ".join(n for n, _ in note.split(signed)[1])
+                + ")"
+            )
         old = int(state.get("tree_size", 0))
         proof: list[bytes] = []
         if state and state.get("origin") != body["origin"]:
@@ -152,13 +164,21 @@ class Witness:
             data = json.loads(self._get(f"/api/v1/log/consistency/?first={old}&second={size}"))
             proof = [bytes.fromhex(h) for h in data.get("hashes", [])]
             if not merkle.verify_consistency(old, size, proof, base64.b64decode(state["root_hash"]), root):
-                raise Refused(f"the log of tree size {size} does not extend the one of size {old} that this witness "
-                              "cosigned: entries were rewritten")
-        new_state = {"origin": body["origin"], "tree_size": size, "root_hash": base64.b64encode(root).decode(),
-                     "signed_by": signer, "keys": {kid: {k: v for k, v in entry.items()}
-                                                   for kid, entry in history.keys.items()},
-                     "history": [*state.get("history", [])[-999:],
-                                 {"tree_size": size, "key_set": sorted(history.keys), "time": int(time.time())}]}
+                raise Refused(
+                    f"the log of tree size {size} does not extend the one of size {old} that this witness "
+                    "cosigned: entries were rewritten"
+                )
+        new_state = {
+            "origin": body["origin"],
+            "tree_size": size,
+            "root_hash": base64.b64encode(root).decode(),
+            "signed_by": signer,
+            "keys": {kid: {k: v for k, v in entry.items()} for kid, entry in history.keys.items()},
+            "history": [
+                *state.get("history", [])[-999:],
+                {"tree_size": size, "key_set": sorted(history.keys), "time": int(time.time())},
+            ],
+        }
         return body, new_state, proof, str(old)
 
     def round(self) -> str:
@@ -167,16 +187,20 @@ class Witness:
         body, new_state, proof, old = self.check(signed)
         text, sigs = note.split(signed)
         # post the log's own signature and this witness's cosignature (not other witnesses' lines it was shown)
-        signed = text + "\n" + "".join(note.signature_line(n, raw[:4], raw[4:]) for n, raw in sigs
-                                       if n == body["origin"])
+        signed = (
+            text + "\n" + "".join(note.signature_line(n, raw[:4], raw[4:]) for n, raw in sigs if n == body["origin"])
+        )
         line = note.cosign(text, self.name, self.key, int(time.time()))
         self._save(new_state, note.add_signatures(signed, [line]), body["tree_size"])
-        status, reply = self.transport.post("/api/v1/log/add-checkpoint",
-                                            note.add_checkpoint_body(int(old), proof,
-                                                                     note.add_signatures(signed, [line])).encode())
+        status, reply = self.transport.post(
+            "/api/v1/log/add-checkpoint",
+            note.add_checkpoint_body(int(old), proof, note.add_signatures(signed, [line])).encode(),
+        )
         if status != 200:
-            return (f"cosigned tree size {body['tree_size']}, but the log refused the cosignature: HTTP {status}: "
-                    f"{reply[:200].decode(errors='replace').strip()}")
+            return (
+                f"cosigned tree size {body['tree_size']}, but the log refused the cosignature: HTTP {status}: "
+                f"{reply[:200].decode(errors='replace').strip()}"
+            )
         return f"cosigned tree size {body['tree_size']}"
 
 

@@ -6,95 +6,142 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('accounts', '0001_initial'),
-        ('runs', '0001_initial'),
+        ("accounts", "0001_initial"),
+        ("runs", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='AlertRule',
+            name="AlertRule",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100)),
-                ('kind', models.CharField(choices=[('budget', 'best bound B* of the run so far above the budget'), ('eps_rising', 'ε̂ (largest per step) rising over the last N steps'), ('abs_diff_rising', '|Δ log p| mean rising over the last N steps'), ('mask_rate', 'MIS mask rate (token share) above X, mean over the last N steps')], max_length=20)),
-                ('threshold', models.FloatField()),
-                ('window', models.PositiveIntegerField(default=5)),
-                ('webhook_url', models.CharField(blank=True, max_length=2000)),
-                ('secret', models.CharField(max_length=64)),
-                ('enabled', models.BooleanField(default=True)),
-                ('created_by', models.CharField(blank=True, max_length=150)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='alert_rules', to='accounts.project')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(max_length=100)),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("budget", "best bound B* of the run so far above the budget"),
+                            ("eps_rising", "ε̂ (largest per step) rising over the last N steps"),
+                            ("abs_diff_rising", "|Δ log p| mean rising over the last N steps"),
+                            ("mask_rate", "MIS mask rate (token share) above X, mean over the last N steps"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                ("threshold", models.FloatField()),
+                ("window", models.PositiveIntegerField(default=5)),
+                ("webhook_url", models.CharField(blank=True, max_length=2000)),
+                ("secret", models.CharField(max_length=64)),
+                ("enabled", models.BooleanField(default=True)),
+                ("created_by", models.CharField(blank=True, max_length=150)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="alert_rules", to="accounts.project"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='AlertEvent',
+            name="AlertEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(choices=[('fired', 'fired'), ('resolved', 're-armed')], max_length=10)),
-                ('value', models.FloatField(null=True)),
-                ('message', models.CharField(blank=True, max_length=500)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='alert_events', to='runs.run')),
-                ('rule', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='events', to='alerts.alertrule')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("kind", models.CharField(choices=[("fired", "fired"), ("resolved", "re-armed")], max_length=10)),
+                ("value", models.FloatField(null=True)),
+                ("message", models.CharField(blank=True, max_length=500)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="alert_events", to="runs.run"
+                    ),
+                ),
+                (
+                    "rule",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="events", to="alerts.alertrule"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='AlertState',
+            name="AlertState",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('firing', models.BooleanField(default=False)),
-                ('value', models.FloatField(null=True)),
-                ('message', models.CharField(blank=True, max_length=500)),
-                ('fired_count', models.PositiveIntegerField(default=0)),
-                ('changed_at', models.DateTimeField(null=True)),
-                ('evaluated_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('rule', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='states', to='alerts.alertrule')),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='alert_states', to='runs.run')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("firing", models.BooleanField(default=False)),
+                ("value", models.FloatField(null=True)),
+                ("message", models.CharField(blank=True, max_length=500)),
+                ("fired_count", models.PositiveIntegerField(default=0)),
+                ("changed_at", models.DateTimeField(null=True)),
+                ("evaluated_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "rule",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="states", to="alerts.alertrule"
+                    ),
+                ),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="alert_states", to="runs.run"
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='WebhookDelivery',
+            name="WebhookDelivery",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('url', models.CharField(max_length=2000)),
-                ('payload', models.TextField()),
-                ('state', models.CharField(choices=[('pending', 'pending'), ('delivered', 'delivered'), ('failed', 'failed')], default='pending', max_length=10)),
-                ('attempts', models.PositiveSmallIntegerField(default=0)),
-                ('last_status', models.IntegerField(null=True)),
-                ('last_error', models.CharField(blank=True, max_length=500)),
-                ('last_response', models.CharField(blank=True, max_length=2048)),
-                ('last_seconds', models.FloatField(null=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('last_attempt_at', models.DateTimeField(null=True)),
-                ('next_attempt_at', models.DateTimeField(null=True)),
-                ('finished_at', models.DateTimeField(null=True)),
-                ('event', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='deliveries', to='alerts.alertevent')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("url", models.CharField(max_length=2000)),
+                ("payload", models.TextField()),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[("pending", "pending"), ("delivered", "delivered"), ("failed", "failed")],
+                        default="pending",
+                        max_length=10,
+                    ),
+                ),
+                ("attempts", models.PositiveSmallIntegerField(default=0)),
+                ("last_status", models.IntegerField(null=True)),
+                ("last_error", models.CharField(blank=True, max_length=500)),
+                ("last_response", models.CharField(blank=True, max_length=2048)),
+                ("last_seconds", models.FloatField(null=True)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("last_attempt_at", models.DateTimeField(null=True)),
+                ("next_attempt_at", models.DateTimeField(null=True)),
+                ("finished_at", models.DateTimeField(null=True)),
+                (
+                    "event",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="deliveries", to="alerts.alertevent"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.AddIndex(
-            model_name='alertrule',
-            index=models.Index(fields=['project', '-created_at'], name='alerts_aler_project_970e3c_idx'),
+            model_name="alertrule",
+            index=models.Index(fields=["project", "-created_at"], name="alerts_aler_project_970e3c_idx"),
         ),
         migrations.AddIndex(
-            model_name='alertevent',
-            index=models.Index(fields=['rule', '-created_at'], name='alerts_aler_rule_id_08b6f5_idx'),
+            model_name="alertevent",
+            index=models.Index(fields=["rule", "-created_at"], name="alerts_aler_rule_id_08b6f5_idx"),
         ),
         migrations.AddConstraint(
-            model_name='alertstate',
-            constraint=models.UniqueConstraint(fields=('rule', 'run'), name='one_alert_state_per_rule_run'),
+            model_name="alertstate",
+            constraint=models.UniqueConstraint(fields=("rule", "run"), name="one_alert_state_per_rule_run"),
         ),
     ]

@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('alerts', '0001_initial'),
+        ("alerts", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='alertstate',
-            name='as_of',
+            model_name="alertstate",
+            name="as_of",
             field=models.DateTimeField(null=True),
         ),
     ]

@@ -5,59 +5,74 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Checkpoint',
+            name="Checkpoint",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('tree_size', models.BigIntegerField(unique=True)),
-                ('root_hash', models.CharField(max_length=64)),
-                ('envelope', models.TextField()),
-                ('key_id', models.CharField(max_length=64)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("tree_size", models.BigIntegerField(unique=True)),
+                ("root_hash", models.CharField(max_length=64)),
+                ("envelope", models.TextField()),
+                ("key_id", models.CharField(max_length=64)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
             ],
             options={
-                'ordering': ['tree_size'],
+                "ordering": ["tree_size"],
             },
         ),
         migrations.CreateModel(
-            name='SigningKey',
+            name="SigningKey",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key_id', models.CharField(max_length=64, unique=True)),
-                ('algorithm', models.CharField(default='ed25519', max_length=16)),
-                ('public_key', models.CharField(max_length=64)),
-                ('status', models.CharField(choices=[('active', 'Active'), ('retired', 'Retired')], default='active', max_length=10)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('retired_at', models.DateTimeField(blank=True, null=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("key_id", models.CharField(max_length=64, unique=True)),
+                ("algorithm", models.CharField(default="ed25519", max_length=16)),
+                ("public_key", models.CharField(max_length=64)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("active", "Active"), ("retired", "Retired")], default="active", max_length=10
+                    ),
+                ),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("retired_at", models.DateTimeField(blank=True, null=True)),
             ],
             options={
-                'ordering': ['created_at', 'id'],
+                "ordering": ["created_at", "id"],
             },
         ),
         migrations.CreateModel(
-            name='LogEntry',
+            name="LogEntry",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('index', models.BigIntegerField(unique=True)),
-                ('leaf_hash', models.CharField(max_length=64)),
-                ('envelope', models.TextField()),
-                ('predicate_type', models.CharField(max_length=200)),
-                ('subject_kind', models.CharField(choices=[('run_certificate', 'Run certificate'), ('fidelity_report', 'Fidelity report'), ('kernel_submission', 'Kernel conformance result')], max_length=32)),
-                ('subject_id', models.BigIntegerField()),
-                ('project_id', models.BigIntegerField(null=True)),
-                ('key_id', models.CharField(max_length=64)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("index", models.BigIntegerField(unique=True)),
+                ("leaf_hash", models.CharField(max_length=64)),
+                ("envelope", models.TextField()),
+                ("predicate_type", models.CharField(max_length=200)),
+                (
+                    "subject_kind",
+                    models.CharField(
+                        choices=[
+                            ("run_certificate", "Run certificate"),
+                            ("fidelity_report", "Fidelity report"),
+                            ("kernel_submission", "Kernel conformance result"),
+                        ],
+                        max_length=32,
+                    ),
+                ),
+                ("subject_id", models.BigIntegerField()),
+                ("project_id", models.BigIntegerField(null=True)),
+                ("key_id", models.CharField(max_length=64)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
             ],
             options={
-                'ordering': ['index'],
-                'indexes': [models.Index(fields=['subject_kind', 'subject_id', '-index'], name='attestation_subject_eb6a20_idx')],
+                "ordering": ["index"],
+                "indexes": [
+                    models.Index(fields=["subject_kind", "subject_id", "-index"], name="attestation_subject_eb6a20_idx")
+                ],
             },
         ),
     ]

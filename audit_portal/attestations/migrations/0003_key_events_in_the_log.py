@@ -4,6 +4,7 @@ a log entry of kind ``signing_key``, and the signing-key table is a projection o
 role (SELECT only on the key table) never writes it. The trigger does not check signatures: the key set anyone
 verifies with is derived from the log, and ``verify_log`` reports every row here that the log does not back.
 SQLite has no roles; there the application writes the projection (``keys.project_sqlite``)."""
+
 from django.db import migrations, models
 
 PG_FORWARD = [
@@ -32,8 +33,10 @@ $$""",
     """CREATE TRIGGER attestations_logentry_key_events AFTER INSERT ON attestations_logentry
     FOR EACH ROW WHEN (NEW.subject_kind = 'signing_key') EXECUTE FUNCTION attestations_project_key_event()""",
 ]
-PG_BACKWARD = ["DROP TRIGGER IF EXISTS attestations_logentry_key_events ON attestations_logentry",
-               "DROP FUNCTION IF EXISTS attestations_project_key_event()"]
+PG_BACKWARD = [
+    "DROP TRIGGER IF EXISTS attestations_logentry_key_events ON attestations_logentry",
+    "DROP FUNCTION IF EXISTS attestations_project_key_event()",
+]
 
 
 def _run(statements_by_vendor):
@@ -41,6 +44,7 @@ def _run(statements_by_vendor):
         with schema_editor.connection.cursor() as cursor:
             for sql in statements_by_vendor.get(schema_editor.connection.vendor, []):
                 cursor.execute(sql)
+
     return run
 
 
@@ -49,9 +53,17 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.AlterField(
-            model_name="logentry", name="subject_kind",
-            field=models.CharField(choices=[("run_certificate", "Run certificate"), ("fidelity_report", "Fidelity report"),
-                                            ("kernel_submission", "Kernel conformance result"),
-                                            ("signing_key", "Signing key event")], max_length=32)),
+            model_name="logentry",
+            name="subject_kind",
+            field=models.CharField(
+                choices=[
+                    ("run_certificate", "Run certificate"),
+                    ("fidelity_report", "Fidelity report"),
+                    ("kernel_submission", "Kernel conformance result"),
+                    ("signing_key", "Signing key event"),
+                ],
+                max_length=32,
+            ),
+        ),
         migrations.RunPython(_run({"postgresql": PG_FORWARD}), _run({"postgresql": PG_BACKWARD})),
     ]

@@ -5,30 +5,31 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('attestations', '0003_key_events_in_the_log'),
+        ("attestations", "0003_key_events_in_the_log"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='checkpoint',
-            name='note',
+            model_name="checkpoint",
+            name="note",
             field=models.TextField(blank=True, null=True),
         ),
         migrations.CreateModel(
-            name='Cosignature',
+            name="Cosignature",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('tree_size', models.BigIntegerField()),
-                ('witness', models.CharField(max_length=300)),
-                ('timestamp', models.BigIntegerField()),
-                ('line', models.TextField()),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("tree_size", models.BigIntegerField()),
+                ("witness", models.CharField(max_length=300)),
+                ("timestamp", models.BigIntegerField()),
+                ("line", models.TextField()),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
             ],
             options={
-                'ordering': ['tree_size', 'witness'],
-                'constraints': [models.UniqueConstraint(fields=('tree_size', 'witness'), name='one_cosignature_per_witness')],
+                "ordering": ["tree_size", "witness"],
+                "constraints": [
+                    models.UniqueConstraint(fields=("tree_size", "witness"), name="one_cosignature_per_witness")
+                ],
             },
         ),
     ]

@@ -5,24 +5,23 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('attestations', '0004_checkpoint_notes_and_cosignatures'),
+        ("attestations", "0004_checkpoint_notes_and_cosignatures"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='LogCheck',
+            name="LogCheck",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('ok', models.BooleanField()),
-                ('tree_size', models.BigIntegerField(default=0)),
-                ('problems', models.JSONField(default=list)),
-                ('warnings', models.JSONField(default=list)),
-                ('checked_at', models.DateTimeField(default=django.utils.timezone.now)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("ok", models.BooleanField()),
+                ("tree_size", models.BigIntegerField(default=0)),
+                ("problems", models.JSONField(default=list)),
+                ("warnings", models.JSONField(default=list)),
+                ("checked_at", models.DateTimeField(default=django.utils.timezone.now)),
             ],
             options={
-                'ordering': ['-checked_at', '-id'],
+                "ordering": ["-checked_at", "-id"],
             },
         ),
     ]

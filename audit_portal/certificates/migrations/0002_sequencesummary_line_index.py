@@ -4,14 +4,13 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('certificates', '0001_initial'),
+        ("certificates", "0001_initial"),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='sequencesummary',
-            index=models.Index(fields=['certificate', 'line', 'id'], name='seqsummary_cert_line'),
+            model_name="sequencesummary",
+            index=models.Index(fields=["certificate", "line", "id"], name="seqsummary_cert_line"),
         ),
     ]

@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('certificates', '0002_sequencesummary_line_index'),
+        ("certificates", "0002_sequencesummary_line_index"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='stepaggregate',
-            name='metrics',
+            model_name="stepaggregate",
+            name="metrics",
             field=models.JSONField(blank=True, default=dict),
         ),
     ]

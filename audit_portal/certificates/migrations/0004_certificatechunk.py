@@ -6,30 +6,41 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('certificates', '0003_stepaggregate_metrics'),
-        ('jobs', '0001_initial'),
+        ("certificates", "0003_stepaggregate_metrics"),
+        ("jobs", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='CertificateChunk',
+            name="CertificateChunk",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('index', models.IntegerField()),
-                ('partial', models.JSONField()),
-                ('histograms', models.JSONField(default=dict)),
-                ('sequences', models.IntegerField(default=0)),
-                ('tokens', models.BigIntegerField(default=0)),
-                ('worker', models.CharField(blank=True, max_length=200)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('certificate', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='chunks', to='certificates.runcertificate')),
-                ('job', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='certificate_chunks', to='jobs.job')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("index", models.IntegerField()),
+                ("partial", models.JSONField()),
+                ("histograms", models.JSONField(default=dict)),
+                ("sequences", models.IntegerField(default=0)),
+                ("tokens", models.BigIntegerField(default=0)),
+                ("worker", models.CharField(blank=True, max_length=200)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "certificate",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="chunks",
+                        to="certificates.runcertificate",
+                    ),
+                ),
+                (
+                    "job",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="certificate_chunks", to="jobs.job"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['index'],
-                'constraints': [models.UniqueConstraint(fields=('job', 'index'), name='certificate_chunk_once')],
+                "ordering": ["index"],
+                "constraints": [models.UniqueConstraint(fields=("job", "index"), name="certificate_chunk_once")],
             },
         ),
     ]

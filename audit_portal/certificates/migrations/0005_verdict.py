@@ -14,20 +14,19 @@ def backfill(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('certificates', '0004_certificatechunk'),
+        ("certificates", "0004_certificatechunk"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='runcertificate',
-            name='verdict',
+            model_name="runcertificate",
+            name="verdict",
             field=models.CharField(blank=True, db_index=True, max_length=20),
         ),
         migrations.AddField(
-            model_name='runcertificate',
-            name='verdict_detail',
+            model_name="runcertificate",
+            name="verdict_detail",
             field=models.JSONField(blank=True, default=dict),
         ),
         migrations.RunPython(backfill, migrations.RunPython.noop),

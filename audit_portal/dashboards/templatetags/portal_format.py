@@ -1,4 +1,5 @@
 """Number formatting for the portal's tables: one way to show a cell, whatever page it is on."""
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,12 @@ def cell(row, column) -> str:
     if column.percent:
         return percent(value)
     if column.key == "verdict":  # the code's plain label, in a badge coloured by the code (runs.html)
-        return format_html('<span class="badge verdict-{}" title="{}">{}</span>', value,
-                           (getattr(row, "verdict_detail", None) or {}).get("sentence", ""), LABELS.get(value, value))
+        return format_html(
+            '<span class="badge verdict-{}" title="{}">{}</span>',
+            value,
+            (getattr(row, "verdict_detail", None) or {}).get("sentence", ""),
+            LABELS.get(value, value),
+        )
     if column.key == "created":
         return timezone.localtime(value).strftime("%Y-%m-%d %H:%M")
     if isinstance(value, int):
@@ -70,14 +75,20 @@ def get_item(mapping, key):
 
 # Section references in engine text: "(docs/intervals.md#kl-bounds)" now, "(spec §5.3)" in messages stored before the
 # mathematics moved into docs/ — both are for readers of the JSON, not of a page.
-_SPEC_REFERENCE = re.compile(r"\s*\((?:see )?spec(?:/[\w.]+)? ?§[\d.]+(?:, ?§[\d.]+)*\)|\s*spec(?:/[\w.]+)? ?§[\d.]+"
-                             r"|\s*\(docs/[\w./-]+\.md(?:#[\w-]+)?(?:, ?docs/[\w./-]+\.md(?:#[\w-]+)?)*\)")
+_SPEC_REFERENCE = re.compile(
+    r"\s*\((?:see )?spec(?:/[\w.]+)? ?§[\d.]+(?:, ?§[\d.]+)*\)|\s*spec(?:/[\w.]+)? ?§[\d.]+"
+    r"|\s*\(docs/[\w./-]+\.md(?:#[\w-]+)?(?:, ?docs/[\w./-]+\.md(?:#[\w-]+)?)*\)"
+)
 
 
 # engine options named in caveats, in words
-_ENGINE_WORDS = [("; pass caps=False if it is not.", "; if it is not, certify again with that assumption "
-                  "switched off (the certify option caps)."),
-                 ("pass caps=False if it is not", "if it is not, certify again with that assumption switched off")]
+_ENGINE_WORDS = [
+    (
+        "; pass caps=False if it is not.",
+        "; if it is not, certify again with that assumption switched off (the certify option caps).",
+    ),
+    ("pass caps=False if it is not", "if it is not, certify again with that assumption switched off"),
+]
 
 
 @register.filter

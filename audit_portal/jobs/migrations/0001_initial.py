@@ -6,43 +6,65 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('accounts', '0001_initial'),
+        ("accounts", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Job',
+            name="Job",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(max_length=40)),
-                ('task_name', models.CharField(max_length=120)),
-                ('queue', models.CharField(default='cpu', max_length=16)),
-                ('subject_kind', models.CharField(blank=True, max_length=40)),
-                ('subject_id', models.BigIntegerField(blank=True, null=True)),
-                ('title', models.CharField(blank=True, max_length=200)),
-                ('params', models.JSONField(blank=True, default=dict)),
-                ('state', models.CharField(choices=[('queued', 'Queued'), ('running', 'Running'), ('succeeded', 'Succeeded'), ('failed', 'Failed'), ('cancelled', 'Cancelled')], db_index=True, default='queued', max_length=16)),
-                ('progress', models.FloatField(default=0.0)),
-                ('message', models.CharField(blank=True, max_length=500)),
-                ('error', models.TextField(blank=True)),
-                ('result', models.JSONField(blank=True, default=dict)),
-                ('attempts', models.PositiveSmallIntegerField(default=0)),
-                ('worker', models.CharField(blank=True, max_length=200)),
-                ('submitted_by', models.CharField(blank=True, max_length=150)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('heartbeat_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='jobs', to='accounts.project')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("kind", models.CharField(max_length=40)),
+                ("task_name", models.CharField(max_length=120)),
+                ("queue", models.CharField(default="cpu", max_length=16)),
+                ("subject_kind", models.CharField(blank=True, max_length=40)),
+                ("subject_id", models.BigIntegerField(blank=True, null=True)),
+                ("title", models.CharField(blank=True, max_length=200)),
+                ("params", models.JSONField(blank=True, default=dict)),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("queued", "Queued"),
+                            ("running", "Running"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        db_index=True,
+                        default="queued",
+                        max_length=16,
+                    ),
+                ),
+                ("progress", models.FloatField(default=0.0)),
+                ("message", models.CharField(blank=True, max_length=500)),
+                ("error", models.TextField(blank=True)),
+                ("result", models.JSONField(blank=True, default=dict)),
+                ("attempts", models.PositiveSmallIntegerField(default=0)),
+                ("worker", models.CharField(blank=True, max_length=200)),
+                ("submitted_by", models.CharField(blank=True, max_length=150)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("heartbeat_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="jobs", to="accounts.project"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
-                'indexes': [models.Index(fields=['project', '-created_at'], name='jobs_job_project_1cf14b_idx'), models.Index(fields=['subject_kind', 'subject_id'], name='jobs_job_subject_5830a5_idx'), models.Index(fields=['state', 'heartbeat_at'], name='jobs_job_state_d7ed30_idx')],
+                "ordering": ["-created_at", "-id"],
+                "indexes": [
+                    models.Index(fields=["project", "-created_at"], name="jobs_job_project_1cf14b_idx"),
+                    models.Index(fields=["subject_kind", "subject_id"], name="jobs_job_subject_5830a5_idx"),
+                    models.Index(fields=["state", "heartbeat_at"], name="jobs_job_state_d7ed30_idx"),
+                ],
             },
         ),
     ]

@@ -6,134 +6,212 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('accounts', '0001_initial'),
-        ('jobs', '0001_initial'),
+        ("accounts", "0001_initial"),
+        ("jobs", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Contract',
+            name="Contract",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('contract_id', models.CharField(max_length=200)),
-                ('version', models.CharField(max_length=40)),
-                ('contract_class', models.CharField(db_index=True, max_length=16)),
-                ('family', models.CharField(max_length=16)),
-                ('title', models.CharField(blank=True, max_length=300)),
-                ('protocol', models.CharField(max_length=80)),
-                ('signature', models.CharField(max_length=300)),
-                ('spec', models.JSONField(default=dict)),
-                ('source_text', models.TextField()),
-                ('sha256', models.CharField(max_length=64)),
-                ('source_name', models.CharField(blank=True, max_length=300)),
-                ('loaded_at', models.DateTimeField(default=django.utils.timezone.now)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("contract_id", models.CharField(max_length=200)),
+                ("version", models.CharField(max_length=40)),
+                ("contract_class", models.CharField(db_index=True, max_length=16)),
+                ("family", models.CharField(max_length=16)),
+                ("title", models.CharField(blank=True, max_length=300)),
+                ("protocol", models.CharField(max_length=80)),
+                ("signature", models.CharField(max_length=300)),
+                ("spec", models.JSONField(default=dict)),
+                ("source_text", models.TextField()),
+                ("sha256", models.CharField(max_length=64)),
+                ("source_name", models.CharField(blank=True, max_length=300)),
+                ("loaded_at", models.DateTimeField(default=django.utils.timezone.now)),
             ],
             options={
-                'ordering': ['contract_class', 'contract_id', '-loaded_at'],
-                'constraints': [models.UniqueConstraint(fields=('contract_id', 'version'), name='contract_version_unique')],
+                "ordering": ["contract_class", "contract_id", "-loaded_at"],
+                "constraints": [
+                    models.UniqueConstraint(fields=("contract_id", "version"), name="contract_version_unique")
+                ],
             },
         ),
         migrations.CreateModel(
-            name='ContractCalibration',
+            name="ContractCalibration",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('status', models.CharField(choices=[('not_run', 'Not yet run'), ('queued', 'Queued'), ('running', 'Running'), ('calibrated', 'Calibrated'), ('failed', 'Failed')], default='queued', max_length=16)),
-                ('result', models.JSONField(blank=True, default=dict)),
-                ('problems', models.JSONField(blank=True, default=list)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('contract', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='calibrations', to='kernels.contract')),
-                ('job', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='jobs.job')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("not_run", "Not yet run"),
+                            ("queued", "Queued"),
+                            ("running", "Running"),
+                            ("calibrated", "Calibrated"),
+                            ("failed", "Failed"),
+                        ],
+                        default="queued",
+                        max_length=16,
+                    ),
+                ),
+                ("result", models.JSONField(blank=True, default=dict)),
+                ("problems", models.JSONField(blank=True, default=list)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "contract",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="calibrations", to="kernels.contract"
+                    ),
+                ),
+                (
+                    "job",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="jobs.job",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='Implementation',
+            name="Implementation",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200)),
-                ('kind', models.CharField(choices=[('import_path', 'Registered import path'), ('uploaded_module', 'Uploaded module')], max_length=20)),
-                ('import_path', models.CharField(blank=True, max_length=300)),
-                ('functions', models.JSONField(blank=True, default=dict)),
-                ('code_sha256', models.CharField(blank=True, max_length=64)),
-                ('code_size', models.IntegerField(blank=True, null=True)),
-                ('storage_name', models.CharField(blank=True, max_length=300)),
-                ('original_filename', models.CharField(blank=True, max_length=255)),
-                ('fingerprint', models.CharField(max_length=64)),
-                ('created_by', models.CharField(blank=True, max_length=150)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='kernel_implementations', to='accounts.project')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(max_length=200)),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[("import_path", "Registered import path"), ("uploaded_module", "Uploaded module")],
+                        max_length=20,
+                    ),
+                ),
+                ("import_path", models.CharField(blank=True, max_length=300)),
+                ("functions", models.JSONField(blank=True, default=dict)),
+                ("code_sha256", models.CharField(blank=True, max_length=64)),
+                ("code_size", models.IntegerField(blank=True, null=True)),
+                ("storage_name", models.CharField(blank=True, max_length=300)),
+                ("original_filename", models.CharField(blank=True, max_length=255)),
+                ("fingerprint", models.CharField(max_length=64)),
+                ("created_by", models.CharField(blank=True, max_length=150)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="kernel_implementations",
+                        to="accounts.project",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name', 'id'],
+                "ordering": ["name", "id"],
             },
         ),
         migrations.CreateModel(
-            name='Submission',
+            name="Submission",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('device', models.CharField(choices=[('cpu', 'CPU'), ('cuda', 'CUDA')], default='cpu', max_length=8)),
-                ('plan', models.JSONField(default=list)),
-                ('grade', models.JSONField(blank=True, default=dict)),
-                ('environment', models.JSONField(blank=True, default=dict)),
-                ('submitted_by', models.CharField(blank=True, max_length=150)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('implementation', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='submissions', to='kernels.implementation')),
-                ('job', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='jobs.job')),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='kernel_submissions', to='accounts.project')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("device", models.CharField(choices=[("cpu", "CPU"), ("cuda", "CUDA")], default="cpu", max_length=8)),
+                ("plan", models.JSONField(default=list)),
+                ("grade", models.JSONField(blank=True, default=dict)),
+                ("environment", models.JSONField(blank=True, default=dict)),
+                ("submitted_by", models.CharField(blank=True, max_length=150)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "implementation",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="submissions",
+                        to="kernels.implementation",
+                    ),
+                ),
+                (
+                    "job",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="jobs.job",
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="kernel_submissions",
+                        to="accounts.project",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='Verdict',
+            name="Verdict",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('contract_class', models.CharField(max_length=16)),
-                ('verdict', models.CharField(db_index=True, max_length=20)),
-                ('statistic_name', models.CharField(blank=True, max_length=60)),
-                ('statistic', models.FloatField(blank=True, null=True)),
-                ('bound', models.FloatField(blank=True, null=True)),
-                ('margin', models.FloatField(blank=True, null=True)),
-                ('margin_infinite', models.BooleanField(default=False)),
-                ('reason', models.TextField(blank=True)),
-                ('signature', models.JSONField(blank=True, default=dict)),
-                ('assurance_level', models.PositiveSmallIntegerField(default=0)),
-                ('measurements', models.IntegerField(default=0)),
-                ('impl_hash', models.CharField(blank=True, max_length=64)),
-                ('detail', models.JSONField(blank=True, default=dict)),
-                ('trace_storage', models.CharField(blank=True, max_length=300)),
-                ('duration_s', models.FloatField(default=0.0)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('contract', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='verdicts', to='kernels.contract')),
-                ('submission', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='verdicts', to='kernels.submission')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("contract_class", models.CharField(max_length=16)),
+                ("verdict", models.CharField(db_index=True, max_length=20)),
+                ("statistic_name", models.CharField(blank=True, max_length=60)),
+                ("statistic", models.FloatField(blank=True, null=True)),
+                ("bound", models.FloatField(blank=True, null=True)),
+                ("margin", models.FloatField(blank=True, null=True)),
+                ("margin_infinite", models.BooleanField(default=False)),
+                ("reason", models.TextField(blank=True)),
+                ("signature", models.JSONField(blank=True, default=dict)),
+                ("assurance_level", models.PositiveSmallIntegerField(default=0)),
+                ("measurements", models.IntegerField(default=0)),
+                ("impl_hash", models.CharField(blank=True, max_length=64)),
+                ("detail", models.JSONField(blank=True, default=dict)),
+                ("trace_storage", models.CharField(blank=True, max_length=300)),
+                ("duration_s", models.FloatField(default=0.0)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "contract",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="verdicts", to="kernels.contract"
+                    ),
+                ),
+                (
+                    "submission",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="verdicts", to="kernels.submission"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['submission', 'id'],
+                "ordering": ["submission", "id"],
             },
         ),
         migrations.AddConstraint(
-            model_name='implementation',
-            constraint=models.UniqueConstraint(fields=('project', 'fingerprint'), name='implementation_unique_in_project'),
+            model_name="implementation",
+            constraint=models.UniqueConstraint(
+                fields=("project", "fingerprint"), name="implementation_unique_in_project"
+            ),
         ),
         migrations.AddIndex(
-            model_name='submission',
-            index=models.Index(fields=['project', '-created_at'], name='kernels_sub_project_1bf029_idx'),
+            model_name="submission",
+            index=models.Index(fields=["project", "-created_at"], name="kernels_sub_project_1bf029_idx"),
         ),
         migrations.AddIndex(
-            model_name='submission',
-            index=models.Index(fields=['implementation', 'device', '-created_at'], name='kernels_sub_impleme_65274a_idx'),
+            model_name="submission",
+            index=models.Index(
+                fields=["implementation", "device", "-created_at"], name="kernels_sub_impleme_65274a_idx"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='verdict',
-            constraint=models.UniqueConstraint(fields=('submission', 'contract'), name='one_verdict_per_contract'),
+            model_name="verdict",
+            constraint=models.UniqueConstraint(fields=("submission", "contract"), name="one_verdict_per_contract"),
         ),
     ]

@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('kernels', '0001_initial'),
+        ("kernels", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='implementation',
-            name='badge_token',
-            field=models.CharField(blank=True, db_index=True, default='', max_length=64),
+            model_name="implementation",
+            name="badge_token",
+            field=models.CharField(blank=True, db_index=True, default="", max_length=64),
         ),
     ]

@@ -4,20 +4,19 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('kernels', '0002_implementation_badge_token'),
+        ("kernels", "0002_implementation_badge_token"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='submission',
-            name='deployment_flags',
+            model_name="submission",
+            name="deployment_flags",
             field=models.JSONField(blank=True, default=dict),
         ),
         migrations.AddField(
-            model_name='submission',
-            name='target',
+            model_name="submission",
+            name="target",
             field=models.JSONField(blank=True, default=dict),
         ),
     ]

@@ -1,4 +1,5 @@
 """Rendering helpers for contract specs (nested YAML data) and verdict cells."""
+
 from __future__ import annotations
 
 from django import template
@@ -19,16 +20,19 @@ def spec_value(value, depth: int = 0):
     if isinstance(value, dict):
         if not value:
             return mark_safe('<span class="muted">—</span>')
-        items = format_html_join("", "<dt>{}</dt><dd>{}</dd>",
-                                 ((k.replace("_", " "), spec_value(v, depth + 1)) for k, v in value.items()))
+        items = format_html_join(
+            "", "<dt>{}</dt><dd>{}</dd>", ((k.replace("_", " "), spec_value(v, depth + 1)) for k, v in value.items())
+        )
         return format_html('<dl class="kv spec">{}</dl>', items)
     if isinstance(value, list):
         if not value:
             return mark_safe('<span class="muted">—</span>')
         if all(not isinstance(v, (dict, list)) and len(str(v)) <= 40 for v in value):
             return format_html_join(" ", '<span class="chip mono">{}</span>', ((str(v),) for v in value))
-        return format_html('<ul class="spec">{}</ul>',
-                           format_html_join("", "<li>{}</li>", ((spec_value(v, depth + 1),) for v in value)))
+        return format_html(
+            '<ul class="spec">{}</ul>',
+            format_html_join("", "<li>{}</li>", ((spec_value(v, depth + 1),) for v in value)),
+        )
     if value is None:
         return mark_safe('<span class="muted">—</span>')
     if isinstance(value, bool):
@@ -44,8 +48,9 @@ def point_text(p) -> str:
     """A measured point ``{M: 32, K: 2949}`` as "M = 32, K = 2,949" (a failing clause's point, a sweep point)."""
     if not isinstance(p, dict):
         return str(p)
-    return ", ".join(f"{k} = {v:,}" if isinstance(v, int) and not isinstance(v, bool) else f"{k} = {v}"
-                     for k, v in p.items())
+    return ", ".join(
+        f"{k} = {v:,}" if isinstance(v, int) and not isinstance(v, bool) else f"{k} = {v}" for k, v in p.items()
+    )
 
 
 @register.filter

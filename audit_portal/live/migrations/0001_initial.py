@@ -6,37 +6,46 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('runs', '0001_initial'),
+        ("runs", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='LiveRun',
+            name="LiveRun",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('plan', models.JSONField(default=dict)),
-                ('partial', models.JSONField(default=dict)),
-                ('certificate', models.JSONField(default=dict)),
-                ('steps', models.JSONField(default=list)),
-                ('uploads', models.JSONField(default=list)),
-                ('skipped', models.JSONField(default=list)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('updated_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('run', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='live', to='runs.run')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("plan", models.JSONField(default=dict)),
+                ("partial", models.JSONField(default=dict)),
+                ("certificate", models.JSONField(default=dict)),
+                ("steps", models.JSONField(default=list)),
+                ("uploads", models.JSONField(default=list)),
+                ("skipped", models.JSONField(default=list)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("updated_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "run",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="live", to="runs.run"
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='LiveSegment',
+            name="LiveSegment",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('first_step', models.BigIntegerField()),
-                ('last_step', models.BigIntegerField()),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('upload', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='live_segment', to='runs.upload')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("first_step", models.BigIntegerField()),
+                ("last_step", models.BigIntegerField()),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "upload",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="live_segment", to="runs.upload"
+                    ),
+                ),
             ],
         ),
     ]

@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('live', '0001_initial'),
+        ("live", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='livesegment',
-            name='processed_at',
+            model_name="livesegment",
+            name="processed_at",
             field=models.DateTimeField(null=True),
         ),
     ]

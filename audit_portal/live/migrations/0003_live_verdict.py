@@ -10,27 +10,27 @@ def backfill(apps, schema_editor):
     LiveRun = apps.get_model("live", "LiveRun")
     for live in LiveRun.objects.exclude(certificate={}).only("id", "certificate", "plan").iterator():
         c = live.certificate or {}
-        verdict = run_verdict(c.get("summary") or {}, c.get("bounds") or {},
-                              c.get("options") or (live.plan or {}).get("opts") or {})
+        verdict = run_verdict(
+            c.get("summary") or {}, c.get("bounds") or {}, c.get("options") or (live.plan or {}).get("opts") or {}
+        )
         LiveRun.objects.filter(pk=live.pk).update(verdict=verdict.code, verdict_detail=verdict.as_dict())
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('live', '0002_livesegment_processed_at'),
+        ("live", "0002_livesegment_processed_at"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='liverun',
-            name='verdict',
+            model_name="liverun",
+            name="verdict",
             field=models.CharField(blank=True, max_length=20),
         ),
         migrations.AddField(
-            model_name='liverun',
-            name='verdict_detail',
+            model_name="liverun",
+            name="verdict_detail",
             field=models.JSONField(blank=True, default=dict),
         ),
-            migrations.RunPython(backfill, migrations.RunPython.noop),
+        migrations.RunPython(backfill, migrations.RunPython.noop),
     ]

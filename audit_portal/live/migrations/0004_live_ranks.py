@@ -9,20 +9,19 @@ def backfill(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('live', '0003_live_verdict'),
+        ("live", "0003_live_verdict"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='liverun',
-            name='ranks',
+            model_name="liverun",
+            name="ranks",
             field=models.JSONField(default=dict),
         ),
         migrations.AddField(
-            model_name='livesegment',
-            name='rank',
+            model_name="livesegment",
+            name="rank",
             field=models.PositiveIntegerField(default=0),
         ),
         migrations.RunPython(backfill, migrations.RunPython.noop),

@@ -6,62 +6,107 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('accounts', '0001_initial'),
+        ("accounts", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Run',
+            name="Run",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='runs', to='accounts.project')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(max_length=200)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="runs", to="accounts.project"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='Upload',
+            name="Upload",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('original_name', models.CharField(max_length=255)),
-                ('sha256', models.CharField(max_length=64)),
-                ('size_bytes', models.BigIntegerField()),
-                ('content_type', models.CharField(blank=True, max_length=100)),
-                ('compression', models.CharField(default='none', max_length=10)),
-                ('format', models.CharField(default='fcr/1', max_length=20)),
-                ('storage_name', models.CharField(blank=True, max_length=300)),
-                ('stage', models.CharField(choices=[('received', 'Received'), ('processing', 'Processing'), ('valid', 'Valid'), ('invalid', 'Invalid'), ('duplicate', 'Duplicate')], db_index=True, default='received', max_length=16)),
-                ('validation', models.JSONField(blank=True, default=dict)),
-                ('error_count', models.IntegerField(default=0)),
-                ('submitted_by', models.CharField(blank=True, max_length=150)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('processed_at', models.DateTimeField(blank=True, null=True)),
-                ('duplicate_of', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='resubmissions', to='runs.upload')),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='uploads', to='accounts.project')),
-                ('run', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='uploads', to='runs.run')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("original_name", models.CharField(max_length=255)),
+                ("sha256", models.CharField(max_length=64)),
+                ("size_bytes", models.BigIntegerField()),
+                ("content_type", models.CharField(blank=True, max_length=100)),
+                ("compression", models.CharField(default="none", max_length=10)),
+                ("format", models.CharField(default="fcr/1", max_length=20)),
+                ("storage_name", models.CharField(blank=True, max_length=300)),
+                (
+                    "stage",
+                    models.CharField(
+                        choices=[
+                            ("received", "Received"),
+                            ("processing", "Processing"),
+                            ("valid", "Valid"),
+                            ("invalid", "Invalid"),
+                            ("duplicate", "Duplicate"),
+                        ],
+                        db_index=True,
+                        default="received",
+                        max_length=16,
+                    ),
+                ),
+                ("validation", models.JSONField(blank=True, default=dict)),
+                ("error_count", models.IntegerField(default=0)),
+                ("submitted_by", models.CharField(blank=True, max_length=150)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("processed_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "duplicate_of",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="resubmissions",
+                        to="runs.upload",
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="uploads", to="accounts.project"
+                    ),
+                ),
+                (
+                    "run",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="uploads",
+                        to="runs.run",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.AddConstraint(
-            model_name='run',
-            constraint=models.UniqueConstraint(fields=('project', 'name'), name='run_name_unique_in_project'),
+            model_name="run",
+            constraint=models.UniqueConstraint(fields=("project", "name"), name="run_name_unique_in_project"),
         ),
         migrations.AddIndex(
-            model_name='upload',
-            index=models.Index(fields=['project', '-created_at'], name='runs_upload_project_8c340e_idx'),
+            model_name="upload",
+            index=models.Index(fields=["project", "-created_at"], name="runs_upload_project_8c340e_idx"),
         ),
         migrations.AddConstraint(
-            model_name='upload',
-            constraint=models.UniqueConstraint(condition=models.Q(('duplicate_of__isnull', True)), fields=('project', 'sha256'), name='one_original_upload_per_digest'),
+            model_name="upload",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("duplicate_of__isnull", True)),
+                fields=("project", "sha256"),
+                name="one_original_upload_per_digest",
+            ),
         ),
     ]

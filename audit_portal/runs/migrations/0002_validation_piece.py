@@ -6,26 +6,30 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('jobs', '0001_initial'),
-        ('runs', '0001_initial'),
+        ("jobs", "0001_initial"),
+        ("runs", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ValidationPiece',
+            name="ValidationPiece",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('index', models.IntegerField()),
-                ('result', models.JSONField()),
-                ('worker', models.CharField(blank=True, max_length=200)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('job', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='validation_pieces', to='jobs.job')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("index", models.IntegerField()),
+                ("result", models.JSONField()),
+                ("worker", models.CharField(blank=True, max_length=200)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "job",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="validation_pieces", to="jobs.job"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['index'],
-                'constraints': [models.UniqueConstraint(fields=('job', 'index'), name='validation_piece_once')],
+                "ordering": ["index"],
+                "constraints": [models.UniqueConstraint(fields=("job", "index"), name="validation_piece_once")],
             },
         ),
     ]

@@ -4,30 +4,34 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('runs', '0002_validation_piece'),
+        ("runs", "0002_validation_piece"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='run',
-            name='config',
+            model_name="run",
+            name="config",
             field=models.JSONField(blank=True, default=dict),
         ),
         migrations.AddField(
-            model_name='run',
-            name='missing_steps',
+            model_name="run",
+            name="missing_steps",
             field=models.JSONField(blank=True, default=list),
         ),
         migrations.AddField(
-            model_name='run',
-            name='state',
-            field=models.CharField(blank=True, choices=[('running', 'Running'), ('finished', 'Finished'), ('failed', 'Failed'), ('', 'Not declared')], default='', max_length=10),
+            model_name="run",
+            name="state",
+            field=models.CharField(
+                blank=True,
+                choices=[("running", "Running"), ("finished", "Finished"), ("failed", "Failed"), ("", "Not declared")],
+                default="",
+                max_length=10,
+            ),
         ),
         migrations.AddField(
-            model_name='run',
-            name='tags',
+            model_name="run",
+            name="tags",
             field=models.JSONField(blank=True, default=list),
         ),
     ]

@@ -6,31 +6,54 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('accounts', '0001_initial'),
-        ('runs', '0002_validation_piece'),
+        ("accounts", "0001_initial"),
+        ("runs", "0002_validation_piece"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='UploadSession',
+            name="UploadSession",
             fields=[
-                ('id', models.UUIDField(primary_key=True, serialize=False)),
-                ('name', models.CharField(max_length=255)),
-                ('size_bytes', models.BigIntegerField()),
-                ('sha256', models.CharField(max_length=64)),
-                ('part_size', models.BigIntegerField()),
-                ('parts_received', models.JSONField(blank=True, default=list)),
-                ('state', models.CharField(choices=[('open', 'Open'), ('completed', 'Completed')], db_index=True, default='open', max_length=16)),
-                ('created_by', models.CharField(blank=True, max_length=150)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='upload_sessions', to='accounts.project')),
-                ('upload', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='runs.upload')),
+                ("id", models.UUIDField(primary_key=True, serialize=False)),
+                ("name", models.CharField(max_length=255)),
+                ("size_bytes", models.BigIntegerField()),
+                ("sha256", models.CharField(max_length=64)),
+                ("part_size", models.BigIntegerField()),
+                ("parts_received", models.JSONField(blank=True, default=list)),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[("open", "Open"), ("completed", "Completed")],
+                        db_index=True,
+                        default="open",
+                        max_length=16,
+                    ),
+                ),
+                ("created_by", models.CharField(blank=True, max_length=150)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="upload_sessions",
+                        to="accounts.project",
+                    ),
+                ),
+                (
+                    "upload",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="runs.upload",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at'],
+                "ordering": ["-created_at"],
             },
         ),
     ]

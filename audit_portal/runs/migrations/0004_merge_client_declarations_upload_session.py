@@ -4,11 +4,9 @@ from django.db import migrations
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('runs', '0003_run_client_declarations'),
-        ('runs', '0003_upload_session'),
+        ("runs", "0003_run_client_declarations"),
+        ("runs", "0003_upload_session"),
     ]
 
-    operations = [
-    ]
+    operations = []

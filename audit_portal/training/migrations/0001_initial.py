@@ -6,42 +6,57 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('accounts', '0001_initial'),
-        ('jobs', '0001_initial'),
+        ("accounts", "0001_initial"),
+        ("jobs", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='TrainingAudit',
+            name="TrainingAudit",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('config', models.JSONField(default=dict)),
-                ('rollout_numerics', models.CharField(max_length=100)),
-                ('trainer_numerics', models.CharField(default='fp32,math', max_length=100)),
-                ('device_requested', models.CharField(default='auto', max_length=8)),
-                ('device_used', models.CharField(blank=True, max_length=32)),
-                ('device_note', models.CharField(blank=True, max_length=300)),
-                ('submitted_by', models.CharField(blank=True, max_length=150)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('completed_at', models.DateTimeField(blank=True, null=True)),
-                ('summary', models.JSONField(blank=True, default=dict)),
-                ('divergence', models.JSONField(blank=True, default=dict)),
-                ('certificates', models.JSONField(blank=True, default=dict)),
-                ('steps', models.JSONField(blank=True, default=dict)),
-                ('mask_agreement', models.JSONField(blank=True, default=dict)),
-                ('profile', models.JSONField(blank=True, default=dict)),
-                ('tokens_storage', models.CharField(blank=True, max_length=300)),
-                ('tokens_bytes', models.BigIntegerField(default=0)),
-                ('job', models.OneToOneField(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='training_audit', to='jobs.job')),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='training_audits', to='accounts.project')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("config", models.JSONField(default=dict)),
+                ("rollout_numerics", models.CharField(max_length=100)),
+                ("trainer_numerics", models.CharField(default="fp32,math", max_length=100)),
+                ("device_requested", models.CharField(default="auto", max_length=8)),
+                ("device_used", models.CharField(blank=True, max_length=32)),
+                ("device_note", models.CharField(blank=True, max_length=300)),
+                ("submitted_by", models.CharField(blank=True, max_length=150)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("completed_at", models.DateTimeField(blank=True, null=True)),
+                ("summary", models.JSONField(blank=True, default=dict)),
+                ("divergence", models.JSONField(blank=True, default=dict)),
+                ("certificates", models.JSONField(blank=True, default=dict)),
+                ("steps", models.JSONField(blank=True, default=dict)),
+                ("mask_agreement", models.JSONField(blank=True, default=dict)),
+                ("profile", models.JSONField(blank=True, default=dict)),
+                ("tokens_storage", models.CharField(blank=True, max_length=300)),
+                ("tokens_bytes", models.BigIntegerField(default=0)),
+                (
+                    "job",
+                    models.OneToOneField(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="training_audit",
+                        to="jobs.job",
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="training_audits",
+                        to="accounts.project",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
-                'indexes': [models.Index(fields=['project', '-created_at'], name='training_tr_project_f7125d_idx')],
+                "ordering": ["-created_at", "-id"],
+                "indexes": [models.Index(fields=["project", "-created_at"], name="training_tr_project_f7125d_idx")],
             },
         ),
     ]

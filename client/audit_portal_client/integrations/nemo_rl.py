@@ -31,6 +31,7 @@ an assumed PASS. Pass ``trainer_routes_key`` when your trainer stores the routes
 ``routed_experts``) — e.g. captured with NeMo RL's ``NRL_R3_TRACE_VERIFY_FORWARD`` check — and the audit compares
 them. NeMo RL logs no top-K lists: the certificate uses the sampled-token bound (its caveat says so).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -56,16 +57,24 @@ def _shifted_routes(data, key, B, S):
     if routes is None:
         raise ValueError(f"train_data lacks {key!r} (the routes key given)")
     if routes.ndim != 4 or routes.shape[:2] != (B, S):
-        raise ValueError(f"train_data[{key!r}]: expected [B, S, layers, top_k] = [{B}, {S}, …], got "
-                         f"{list(routes.shape)}")
+        raise ValueError(
+            f"train_data[{key!r}]: expected [B, S, layers, top_k] = [{B}, {S}, …], got {list(routes.shape)}"
+        )
     out = np.full(routes.shape, -1, dtype=np.int64 if not np.issubdtype(routes.dtype, np.integer) else routes.dtype)
     out[:, 1:] = routes[:, :-1]
     return out
 
 
-def log_train_data(run, train_data, step: int, *, routing_replay: str | None = None,
-                   rollout_routes_key: str | None = "routed_experts", trainer_routes_key: str | None = None,
-                   num_experts: int | None = None) -> int:
+def log_train_data(
+    run,
+    train_data,
+    step: int,
+    *,
+    routing_replay: str | None = None,
+    rollout_routes_key: str | None = "routed_experts",
+    trainer_routes_key: str | None = None,
+    num_experts: int | None = None,
+) -> int:
     """Log one NeMo RL ``train_data`` dict (see the module docstring); returns the number of policy calls written.
     ``rollout_routes_key`` is read only when the dict has it (R3 runs); ``routing_replay`` is the trainer's declared
     mode (none / R2 / R3)."""
@@ -93,9 +102,19 @@ def log_train_data(run, train_data, step: int, *, routing_replay: str | None = N
     if trainer_routes_key:
         routes["trainer_routed_experts"] = _shifted_routes(train_data, trainer_routes_key, B, S)
     if hasattr(run, "_warn_once"):  # said once per run: what the certificate cannot use
-        run._warn_once("topk", "audit-portal: NeMo RL's train_data carries the sampled token's log-probs only (no "
-                               "top-K on either side): the certificate's ε̂ is the sampled-token estimate, looser "
-                               "than with top-K")
-    return run.log_step(step, rollout_logprobs=train_data["generation_logprobs"],
-                        trainer_logprobs=train_data["prev_logprobs"], response_mask=mask, response_ids=ids,
-                        routing_replay=routing_replay, num_experts=num_experts, **routes)
+        run._warn_once(
+            "topk",
+            "audit-portal: NeMo RL's train_data carries the sampled token's log-probs only (no "
+            "top-K on either side): the certificate's ε̂ is the sampled-token estimate, looser "
+            "than with top-K",
+        )
+    return run.log_step(
+        step,
+        rollout_logprobs=train_data["generation_logprobs"],
+        trainer_logprobs=train_data["prev_logprobs"],
+        response_mask=mask,
+        response_ids=ids,
+        routing_replay=routing_replay,
+        num_experts=num_experts,
+        **routes,
+    )

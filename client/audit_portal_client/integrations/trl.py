@@ -22,6 +22,7 @@ or ``old_per_token_logps``, the engine's top-K is not in TRL's batch: no top-K i
 ``on_train_end`` calls ``run.finish()`` (``finish_on_end=False`` to call it yourself); its result is ``callback.result``.
 Tested against trl==1.16.0 / transformers==5.24.0 (client/tests/test_trl.py and the repository's e2e test).
 """
+
 from __future__ import annotations
 
 import logging
@@ -35,8 +36,15 @@ log = logging.getLogger("audit_portal_client")
 
 
 class AuditPortalCallback(TrainerCallback):
-    def __init__(self, run, *, finish_on_end: bool = True, budget: float | None = None, finish_timeout: float = 900,
-                 topk: int = 5):
+    def __init__(
+        self,
+        run,
+        *,
+        finish_on_end: bool = True,
+        budget: float | None = None,
+        finish_timeout: float = 900,
+        topk: int = 5,
+    ):
         self.run, self.finish_on_end, self.budget, self.finish_timeout = run, finish_on_end, budget, finish_timeout
         self.topk = int(topk)
         self.topk_note: str | None = None if self.topk else "top-K turned off (topk=0)"
@@ -56,7 +64,8 @@ class AuditPortalCallback(TrainerCallback):
                 out[ROLLOUT_KEY] = self._recompute(out)
                 if self.topk:
                     out[ROLLOUT_TOPK_IDS], out[ROLLOUT_TOPK_LPS] = self._topk(
-                        out["prompt_ids"], out["prompt_mask"], out["completion_ids"], out["completion_mask"])
+                        out["prompt_ids"], out["prompt_mask"], out["completion_ids"], out["completion_mask"]
+                    )
             return out
 
         def compute_loss(model, inputs):
@@ -77,8 +86,9 @@ class AuditPortalCallback(TrainerCallback):
             if "logps" in captured:
                 trainer_topk = None
                 if self.topk and inputs.get(ROLLOUT_TOPK_IDS) is not None:
-                    trainer_topk = self._topk(inputs["prompt_ids"], inputs["prompt_mask"], inputs["completion_ids"],
-                                              inputs["completion_mask"])
+                    trainer_topk = self._topk(
+                        inputs["prompt_ids"], inputs["prompt_mask"], inputs["completion_ids"], inputs["completion_mask"]
+                    )
                 self._log(inputs, captured["logps"], trainer_topk)
             return result
 
@@ -92,9 +102,13 @@ class AuditPortalCallback(TrainerCallback):
         input_ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
         attention_mask = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
         with torch.no_grad():
-            logps = t._get_per_token_logps_and_entropies(t.model, input_ids, attention_mask,
-                                                            out["completion_ids"].size(1),
-                                                            batch_size=out["completion_ids"].size(0))[0]
+            logps = t._get_per_token_logps_and_entropies(
+                t.model,
+                input_ids,
+                attention_mask,
+                out["completion_ids"].size(1),
+                batch_size=out["completion_ids"].size(0),
+            )[0]
         return logps
 
     def _topk(self, prompt_ids, prompt_mask, completion_ids, completion_mask):
@@ -107,17 +121,19 @@ class AuditPortalCallback(TrainerCallback):
         ids, lps = [], []
         with torch.no_grad():
             for r in range(input_ids.size(0)):
-                logits = t.model(input_ids=input_ids[r:r + 1], attention_mask=attention_mask[r:r + 1]).logits
-                logp = torch.log_softmax(logits[:, -C - 1:-1, :].float() / float(getattr(t, "temperature", 1.0)), -1)
+                logits = t.model(input_ids=input_ids[r : r + 1], attention_mask=attention_mask[r : r + 1]).logits
+                logp = torch.log_softmax(logits[:, -C - 1 : -1, :].float() / float(getattr(t, "temperature", 1.0)), -1)
                 top = torch.topk(logp, min(self.topk, logp.size(-1)), dim=-1)
                 ids.append(top.indices)
                 lps.append(top.values)
         return torch.cat(ids).detach(), torch.cat(lps).detach()
 
     def _log(self, inputs, trainer_logps, trainer_topk=None):
-        for key, source in (("sampling_per_token_logps", "engine sampling log-probs"),
-                            ("old_per_token_logps", "old_per_token_logps"),
-                            (ROLLOUT_KEY, "recomputed at generation (no grad)")):
+        for key, source in (
+            ("sampling_per_token_logps", "engine sampling log-probs"),
+            ("old_per_token_logps", "old_per_token_logps"),
+            (ROLLOUT_KEY, "recomputed at generation (no grad)"),
+        ):
             rollout = inputs.get(key)
             if rollout is not None:
                 self.rollout_source = source
@@ -131,15 +147,28 @@ class AuditPortalCallback(TrainerCallback):
         topk = {}
         recomputed = key == ROLLOUT_KEY
         if trainer_topk is not None and recomputed and inputs.get(ROLLOUT_TOPK_IDS) is not None:
-            topk = dict(rollout_topk_ids=inputs[ROLLOUT_TOPK_IDS], rollout_topk_logprobs=inputs[ROLLOUT_TOPK_LPS],
-                        trainer_topk_ids=trainer_topk[0], trainer_topk_logprobs=trainer_topk[1])
+            topk = dict(
+                rollout_topk_ids=inputs[ROLLOUT_TOPK_IDS],
+                rollout_topk_logprobs=inputs[ROLLOUT_TOPK_LPS],
+                trainer_topk_ids=trainer_topk[0],
+                trainer_topk_logprobs=trainer_topk[1],
+            )
         elif self.topk and self.topk_note is None:
-            self.topk_note = (f"no top-K: the rollout log-probs come from {self.rollout_source}, whose top-K TRL "
-                              f"does not keep in its batch")
+            self.topk_note = (
+                f"no top-K: the rollout log-probs come from {self.rollout_source}, whose top-K TRL "
+                f"does not keep in its batch"
+            )
             log.warning("audit-portal: %s", self.topk_note)
-        self.run.log_step(step, rollout_logprobs=rollout, trainer_logprobs=trainer_logps, response_mask=mask,
-                          response_ids=inputs["completion_ids"], prompt_ids=inputs["prompt_ids"],
-                          prompt_mask=inputs["prompt_mask"], **topk)
+        self.run.log_step(
+            step,
+            rollout_logprobs=rollout,
+            trainer_logprobs=trainer_logps,
+            response_mask=mask,
+            response_ids=inputs["completion_ids"],
+            prompt_ids=inputs["prompt_ids"],
+            prompt_mask=inputs["prompt_mask"],
+            **topk,
+        )
         self.batches_logged += 1
 
     def on_save(self, args, state, control, **kwargs):

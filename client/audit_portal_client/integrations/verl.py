@@ -28,6 +28,7 @@ rollout's routes; the trainer's (``trainer_routes_key``) only when the trainer r
 under a key of its own — verl's batch does not carry them in R3 mode, so such a run's replay audit says UNVERIFIABLE
 rather than assume the replay held.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -49,14 +50,22 @@ def _response_routes(tensors, key, P, R):
     if routes is None:
         raise ValueError(f"DataProto.batch lacks {key!r} (the routes key given)")
     if routes.ndim != 4 or routes.shape[1] != P + R or P < 1:
-        raise ValueError(f"batch[{key!r}]: expected [B, prompt + response = {P + R}, layers, top_k], got "
-                         f"{list(routes.shape)}")
-    return routes[:, P - 1:P - 1 + R]
+        raise ValueError(
+            f"batch[{key!r}]: expected [B, prompt + response = {P + R}, layers, top_k], got {list(routes.shape)}"
+        )
+    return routes[:, P - 1 : P - 1 + R]
 
 
-def log_dataproto(run, data, step: int | None = None, *, rollout_routes_key: str | None = None,
-                  trainer_routes_key: str | None = None, routing_replay: str | None = None,
-                  num_experts: int | None = None) -> int:
+def log_dataproto(
+    run,
+    data,
+    step: int | None = None,
+    *,
+    rollout_routes_key: str | None = None,
+    trainer_routes_key: str | None = None,
+    routing_replay: str | None = None,
+    num_experts: int | None = None,
+) -> int:
     """Log one verl ``DataProto`` (see the module docstring); returns the number of policy calls written.
     ``rollout_routes_key`` / ``trainer_routes_key``: batch keys of routes aligned with ``input_ids``;
     ``routing_replay``: the trainer's replay mode (none / R2 / R3)."""
@@ -64,11 +73,14 @@ def log_dataproto(run, data, step: int | None = None, *, rollout_routes_key: str
     responses = _get(tensors, "responses")
     rollout = _get(tensors, "rollout_log_probs")
     old = _get(tensors, "old_log_probs")
-    missing = [k for k, v in (("responses", responses), ("rollout_log_probs", rollout), ("old_log_probs", old))
-               if v is None]
+    missing = [
+        k for k, v in (("responses", responses), ("rollout_log_probs", rollout), ("old_log_probs", old)) if v is None
+    ]
     if missing:
-        raise ValueError(f"DataProto.batch lacks {', '.join(missing)} (verl: set rollout.calculate_log_probs=True and "
-                         f"log after the old-log-prob recompute)")
+        raise ValueError(
+            f"DataProto.batch lacks {', '.join(missing)} (verl: set rollout.calculate_log_probs=True and "
+            f"log after the old-log-prob recompute)"
+        )
     R = responses.shape[1]
     attention = _get(tensors, "attention_mask")
     mask = _get(tensors, "response_mask")
@@ -90,15 +102,30 @@ def log_dataproto(run, data, step: int | None = None, *, rollout_routes_key: str
     routes = {}
     if rollout_routes_key or trainer_routes_key:
         P = attention.shape[1] - R if attention is not None else (prompts.shape[1] if prompts is not None else 0)
-        routes = {"rollout_routed_experts": _response_routes(tensors, rollout_routes_key, P, R),
-                  "trainer_routed_experts": _response_routes(tensors, trainer_routes_key, P, R)}
+        routes = {
+            "rollout_routed_experts": _response_routes(tensors, rollout_routes_key, P, R),
+            "trainer_routed_experts": _response_routes(tensors, trainer_routes_key, P, R),
+        }
     if hasattr(run, "_warn_once"):  # said once per run: what the certificate cannot use
-        run._warn_once("topk", "audit-portal: verl's DataProto carries the sampled token's log-probs only (no top-K "
-                               "on either side): the certificate's ε̂ is the sampled-token estimate, looser than "
-                               "with top-K (log_step(..., rollout_topk_ids=…) when your rollout returns them)")
-    return run.log_step(step, rollout_logprobs=rollout, trainer_logprobs=old, response_mask=mask,
-                        response_ids=responses, prompt_ids=prompts, prompt_mask=prompt_mask, trajectory_ids=traj,
-                        routing_replay=routing_replay, num_experts=num_experts, **routes)
+        run._warn_once(
+            "topk",
+            "audit-portal: verl's DataProto carries the sampled token's log-probs only (no top-K "
+            "on either side): the certificate's ε̂ is the sampled-token estimate, looser than "
+            "with top-K (log_step(..., rollout_topk_ids=…) when your rollout returns them)",
+        )
+    return run.log_step(
+        step,
+        rollout_logprobs=rollout,
+        trainer_logprobs=old,
+        response_mask=mask,
+        response_ids=responses,
+        prompt_ids=prompts,
+        prompt_mask=prompt_mask,
+        trajectory_ids=traj,
+        routing_replay=routing_replay,
+        num_experts=num_experts,
+        **routes,
+    )
 
 
 def install(run):

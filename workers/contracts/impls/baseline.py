@@ -1,4 +1,5 @@
 """Baselines: implementations that fail the visible functional check (the first calibration state)."""
+
 from __future__ import annotations
 
 import torch

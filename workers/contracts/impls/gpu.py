@@ -1,4 +1,5 @@
 """Implementations whose behaviour differs on GPUs (used by bench/contracts_gpu.py; they run on CPU too)."""
+
 from __future__ import annotations
 
 import torch

@@ -1,4 +1,5 @@
 """Conforming implementations, one per class, with the signatures of docs/contract-language.md#the-twelve-classes."""
+
 from __future__ import annotations
 
 import torch
@@ -22,7 +23,7 @@ def _split_k(a, b, splits, partial_dtype):
     step = max(1, -(-K // splits))
     acc = torch.zeros(a.shape[0], b.shape[1], dtype=torch.float32, device=a.device)
     for s in range(0, K, step):
-        acc = acc + torch.matmul(a[:, s:s + step], b[s:s + step]).to(partial_dtype).to(torch.float32)
+        acc = acc + torch.matmul(a[:, s : s + step], b[s : s + step]).to(partial_dtype).to(torch.float32)
     return acc
 
 
@@ -46,7 +47,7 @@ def linear(x, w):
 
 def linear_batch_invariant(x, w):
     """C-ORD-03: every row through the same M = 1 path, so its bits cannot depend on the batch."""
-    return torch.cat([x[i:i + 1] @ w for i in range(x.shape[0])], 0) if x.shape[0] else x @ w
+    return torch.cat([x[i : i + 1] @ w for i in range(x.shape[0])], 0) if x.shape[0] else x @ w
 
 
 def row_mean(x):

@@ -2,6 +2,7 @@
 allclose check at its benchmark shape and every point of the v0.1.0 sweeps, and is caught only because the
 v0.2.0 sweeps reach the sizes and values of the declared scope. CPU emulations of defects seen in real kernels:
 a K loop that drops the tail, a precision switch above a size, a fast path for large inputs, a missing guard."""
+
 from __future__ import annotations
 
 import os
@@ -42,7 +43,7 @@ def bf16_stats_wide_layer_norm(x, eps: float = 1e-5):
 # ---------------------------------------------------------------- C-PRC-03
 def ftz_large_mul(x, w):
     """Tensors of 2**20 elements or more go through a path with FTZ/DAZ on (the CPU's real MXCSR switch)."""
-    torch.set_flush_denormal(x.numel() >= 2 ** 20)
+    torch.set_flush_denormal(x.numel() >= 2**20)
     try:
         return torch.mul(x, w)
     finally:
@@ -53,7 +54,7 @@ def ftz_large_mul(x, w):
 def fp16_long_k_linear(x, w):
     """Long reductions (K >= 2048) stage operands in fp16: range and precision narrowed only there."""
     if x.shape[1] >= 2048:
-        return (x.to(torch.float16).float() @ w.to(torch.float16).float())
+        return x.to(torch.float16).float() @ w.to(torch.float16).float()
     return x @ w
 
 
@@ -65,7 +66,7 @@ def fp16_accumulate_long_rows_mean(x):
         return x.mean(-1)
     acc = torch.zeros(R, dtype=torch.float16)
     for s in range(0, N, 4096):
-        acc = (acc.float() + x[:, s:s + 4096].sum(-1)).to(torch.float16)
+        acc = (acc.float() + x[:, s : s + 4096].sum(-1)).to(torch.float16)
     return acc.float() / N
 
 
@@ -79,7 +80,7 @@ def random_order_large_batch_row_sum(x):
     xp = x[:, torch.randperm(x.shape[1], generator=g)]
     acc = torch.zeros(x.shape[0], dtype=torch.float32)
     for s in range(0, x.shape[1], 4):
-        acc = acc + xp[:, s:s + 4].sum(-1)
+        acc = acc + xp[:, s : s + 4].sum(-1)
     return acc
 
 
@@ -87,12 +88,12 @@ def random_order_large_batch_row_sum(x):
 def split_k_above_64_linear(x, w):
     """Batches above 64 rows switch to split-K (4 fp32 partials): each row's bits now depend on the batch."""
     if x.shape[0] <= 64:
-        return torch.cat([x[i:i + 1] @ w for i in range(x.shape[0])], 0) if x.shape[0] else x @ w
+        return torch.cat([x[i : i + 1] @ w for i in range(x.shape[0])], 0) if x.shape[0] else x @ w
     K = x.shape[1]
     step = -(-K // 4)
     acc = torch.zeros(x.shape[0], w.shape[1], dtype=torch.float32)
     for s in range(0, K, step):
-        acc = acc + x[:, s:s + step] @ w[s:s + step]
+        acc = acc + x[:, s : s + step] @ w[s : s + step]
     return acc
 
 
@@ -116,7 +117,7 @@ def bf16_large_m_autotuned_matmul(a, b, *, config=None):
         step = max(1, -(-K // 4))
         acc = torch.zeros(a.shape[0], b.shape[1], dtype=torch.float32)
         for s in range(0, K, step):
-            acc = acc + torch.matmul(a[:, s:s + step], b[s:s + step])
+            acc = acc + torch.matmul(a[:, s : s + step], b[s : s + step])
         return acc
     raise ValueError(f"unknown config {config!r}")
 
@@ -139,7 +140,7 @@ def fp16_sum_long_rows_softmax(x):
     e = torch.exp(x - x.amax(-1, keepdim=True))
     acc = torch.zeros(x.shape[:-1] + (1,), dtype=torch.float16)
     for s in range(0, N, 4096):
-        acc = (acc.float() + e[..., s:s + 4096].sum(-1, keepdim=True)).to(torch.float16)
+        acc = (acc.float() + e[..., s : s + 4096].sum(-1, keepdim=True)).to(torch.float16)
     return e / acc.float()
 
 

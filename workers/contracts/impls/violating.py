@@ -2,6 +2,7 @@
 allclose(1e-2, 1e-2) check on random inputs and fails its contract. They are CPU emulations of real defects, except
 ``flush_denormal_mul`` (a real FTZ/DAZ switch) and ``torch_mm_linear`` (stock torch.mm, batch-variant on many BLAS
 builds)."""
+
 from __future__ import annotations
 
 import os
@@ -35,7 +36,7 @@ def fp16_accumulate_matmul(a, b, *, config=None, chunk: int = 32):
     a16, b16 = a.to(torch.float16), b.to(torch.float16)
     acc = torch.zeros(a.shape[0], b.shape[1], dtype=torch.float16, device=a.device)
     for s in range(0, a.shape[1], chunk):
-        part = torch.matmul(a16[:, s:s + chunk].float(), b16[s:s + chunk].float())
+        part = torch.matmul(a16[:, s : s + chunk].float(), b16[s : s + chunk].float())
         acc = (acc.float() + part).to(torch.float16)
     return acc.float()
 
@@ -83,7 +84,7 @@ def random_order_row_sum(x):
     xp = x[:, perm]
     acc = torch.zeros(x.shape[0], dtype=torch.float32, device=x.device)
     for s in range(0, x.shape[1], 16):  # sequential blocks, so the order actually reaches the result
-        acc = acc + xp[:, s:s + 16].sum(-1)
+        acc = acc + xp[:, s : s + 16].sum(-1)
     return acc
 
 
@@ -102,7 +103,7 @@ def split_k_small_batch_linear(x, w, splits: int = 4):
     step = -(-K // splits)
     acc = torch.zeros(x.shape[0], w.shape[1], dtype=torch.float32, device=x.device)
     for s in range(0, K, step):
-        acc = acc + x[:, s:s + step] @ w[s:s + step]
+        acc = acc + x[:, s : s + step] @ w[s : s + step]
     return acc
 
 
@@ -154,7 +155,7 @@ def autotuned_matmul(a, b, *, config=None):
         step = -(-K // 8)
         acc = torch.zeros(a.shape[0], b.shape[1], dtype=torch.float32, device=a.device)
         for s in range(0, K, step):
-            acc = acc + torch.matmul(a[:, s:s + step], b[s:s + step]).to(torch.float16).float()
+            acc = acc + torch.matmul(a[:, s : s + step], b[s : s + step]).to(torch.float16).float()
         return acc
     raise ValueError(f"unknown config {config!r}")
 

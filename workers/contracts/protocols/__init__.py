@@ -6,90 +6,103 @@ and ``postcondition.relation``, the sweeps it understands the value generators i
 the names ``measurement_protocol.sweep`` may give a point) and the violation ``patterns`` it can report
 (the keys allowed in ``violation_signature.discriminators``). ``get(name)`` imports the module itself.
 """
+
 from __future__ import annotations
 
 import importlib
 
 PROTOCOL_META = {
     "matmul_precision": {
-        "class": "C-PRC-01", "module": "prc01",
+        "class": "C-PRC-01",
+        "module": "prc01",
         "names": ("rho", "probe_mismatch", "K", "M", "N", "u"),
         "sweeps": ("K", "M", "N"),
         "values": ("gauss",),
         "patterns": ("probe_inexact", "rho_flat_in_K", "rho_grows_with_K"),
     },
     "layernorm_cancellation": {
-        "class": "C-PRC-02", "module": "prc02",
+        "class": "C-PRC-02",
+        "module": "prc02",
         "names": ("err", "kappa", "c", "D", "u"),
         "sweeps": ("c", "D", "rows"),
         "values": ("offset_gauss",),
         "patterns": ("err_quadratic_in_kappa", "err_above_linear_kappa_bound"),
     },
     "denormal_policy": {
-        "class": "C-PRC-03", "module": "prc03",
+        "class": "C-PRC-03",
+        "module": "prc03",
         "names": ("mismatch", "flush_ratio", "n_subnormal"),
         "sweeps": ("n",),
         "values": ("subnormal_ladder", "scattered_subnormals"),
         "patterns": ("outputs_flushed", "inputs_flushed", "inexact"),
     },
     "scaling_invariance": {
-        "class": "C-PRC-04", "module": "prc04",
+        "class": "C-PRC-04",
+        "module": "prc04",
         "names": ("mismatch", "rho", "k", "K", "u"),
         "sweeps": ("k", "M", "K", "N"),
         "values": ("linear_init",),
         "patterns": ("overflow_at_scale", "underflow_at_scale", "not_equivariant", "error_above_bound"),
     },
     "reduction_order": {
-        "class": "C-ORD-01", "module": "ord01",
+        "class": "C-ORD-01",
+        "module": "ord01",
         "names": ("e", "N", "u"),
         "sweeps": ("N", "rows"),
         "values": ("gauss", "offset_gauss"),
         "patterns": ("error_above_fpna_envelope",),
     },
     "atomic_determinism": {
-        "class": "C-ORD-02", "module": "ord02",
+        "class": "C-ORD-02",
+        "module": "ord02",
         "names": ("distinct_extra", "R", "e", "N"),
         "sweeps": ("N", "rows"),
         "values": ("gauss",),
         "patterns": ("run_to_run_variation", "error_above_fpna_envelope"),
     },
     "partition_invariance": {
-        "class": "C-ORD-03", "module": "ord03",
+        "class": "C-ORD-03",
+        "module": "ord03",
         "names": ("mismatch_rows", "b", "K", "N"),
         "sweeps": ("b", "K", "N"),
         "values": ("gauss",),
         "patterns": ("batch_size_step", "batch_position_dependent"),
     },
     "fused_equivalence": {
-        "class": "C-CMP-01", "module": "cmp01",
+        "class": "C-CMP-01",
+        "module": "cmp01",
         "names": ("rel_err", "sentinel_survival", "order_mismatch", "D", "u"),
         "sweeps": ("D", "rows"),
         "values": ("gauss3", "near_zero_rows"),
         "patterns": ("approx_math_error_floor", "output_not_written", "partial_write", "order_dependent"),
     },
     "autotune_invariance": {
-        "class": "C-CMP-02", "module": "cmp02",
+        "class": "C-CMP-02",
+        "module": "cmp02",
         "names": ("rho", "K", "M", "u"),
         "sweeps": ("K", "M", "N"),
         "values": ("gauss",),
         "patterns": ("config_dependent_error", "shape_dependent_choice"),
     },
     "shape_polymorphism": {
-        "class": "C-CMP-03", "module": "cmp03",
+        "class": "C-CMP-03",
+        "module": "cmp03",
         "names": ("err", "N"),
         "sweeps": ("N", "rows"),
         "values": ("gauss2", "large_logits"),
         "patterns": ("tail_failure", "layout_failure", "shape_failure"),
     },
     "nan_propagation": {
-        "class": "C-EXC-01", "module": "exc01",
+        "class": "C-EXC-01",
+        "module": "exc01",
         "names": ("mismatch", "R", "N"),
         "sweeps": ("R", "N"),
         "values": ("nan_inf_any_position",),
         "patterns": ("nan_dropped", "spurious_nan", "inf_mismatch", "value_mismatch"),
     },
     "oob_semantics": {
-        "class": "C-EXC-02", "module": "exc02",
+        "class": "C-EXC-02",
+        "module": "exc02",
         "names": ("raise_deficit", "inbound_mismatch", "oob_mismatch"),
         "sweeps": ("n", "d", "m", "probes"),
         "values": ("oob_any_position",),
@@ -101,6 +114,7 @@ PROTOCOL_META = {
 def get(name: str):
     """The protocol module for ``name`` (imports torch)."""
     return importlib.import_module(f"{__name__}.{PROTOCOL_META[name]['module']}")
+
 
 # Policy fields a class needs declared before it can be measured (NOT_DECLARED otherwise,
 # docs/contract-language.md#verdicts).

@@ -14,6 +14,7 @@ A protocol module defines (see any of ``prc01.py`` … ``exc02.py``):
   (docs/contract-language.md#why-contracts);
 * ``perturb(case) -> Case`` — the input-sensitivity partner of a case (harness invariant 4).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-U32 = 2.0 ** -24
+U32 = 2.0**-24
 
 
 @dataclass
@@ -39,12 +40,12 @@ class Case:
     kwargs: dict = field(default_factory=dict)
     expect_shape: tuple | None = None
     expect_dtype: torch.dtype | None = torch.float32
-    expect_raise: bool = False        # an OOB probe: raising is recorded, not a CRASH
-    repeat: int = 2                   # replay (harness invariant 7); ORD-02 asks for R launches
-    interleave: bool = False          # run unrelated work between repeats (ORD-02)
-    all_configs: bool = False         # CMP-02: force every config in impl.configs
-    order: str = "candidate_first"    # or "reference_first" (the reversed-order repeat, harness invariant 2)
-    reference: str | None = None      # trusted reference run first when order == "reference_first"
+    expect_raise: bool = False  # an OOB probe: raising is recorded, not a CRASH
+    repeat: int = 2  # replay (harness invariant 7); ORD-02 asks for R launches
+    interleave: bool = False  # run unrelated work between repeats (ORD-02)
+    all_configs: bool = False  # CMP-02: force every config in impl.configs
+    order: str = "candidate_first"  # or "reference_first" (the reversed-order repeat, harness invariant 2)
+    reference: str | None = None  # trusted reference run first when order == "reference_first"
     meta: dict = field(default_factory=dict)  # point, seed, seed_class, sensitivity_of, ...
 
     @property
@@ -70,8 +71,12 @@ def randn(shape, g, dtype=torch.float32):
 def bits(t: torch.Tensor) -> torch.Tensor:
     """Integer view of a float tensor for bitwise comparison (NaN payloads included)."""
     t = t.contiguous()
-    view = {torch.float32: torch.int32, torch.float64: torch.int64, torch.float16: torch.int16,
-            torch.bfloat16: torch.int16}.get(t.dtype)
+    view = {
+        torch.float32: torch.int32,
+        torch.float64: torch.int64,
+        torch.float16: torch.int16,
+        torch.bfloat16: torch.int16,
+    }.get(t.dtype)
     return t.view(view) if view is not None else t
 
 
@@ -92,7 +97,7 @@ def fmax(t: torch.Tensor) -> float:
 
 def ftz_enabled() -> bool:
     """True if the CPU currently flushes subnormals (FTZ/DAZ), probed rather than assumed."""
-    x = torch.tensor([2.0 ** -140], dtype=torch.float32)
+    x = torch.tensor([2.0**-140], dtype=torch.float32)
     return float(x * torch.tensor([1.5], dtype=torch.float32)) == 0.0
 
 
@@ -186,8 +191,11 @@ def _shrink(point: dict, budget: dict, dims: dict, rng) -> dict:
     for _ in range(128):
         if _within_budget(p, budget):
             return p
-        name = max((d for d in dims if isinstance(p.get(d), int) and p[d] > int(dims[d]["range"][0])),
-                   key=lambda d: p[d], default=None)
+        name = max(
+            (d for d in dims if isinstance(p.get(d), int) and p[d] > int(dims[d]["range"][0])),
+            key=lambda d: p[d],
+            default=None,
+        )
         if name is None:
             break
         lo = int(dims[name]["range"][0])

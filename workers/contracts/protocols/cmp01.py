@@ -1,6 +1,7 @@
 """C-CMP-01 — fused / transformed-operation equivalence (docs/contract-language.md#the-twelve-classes): relative error
 against the fp64 *unfused* RMSNorm within 8*u*sqrt(D), output fully written on freshly poisoned memory (sentinel
 survival 0), no dependence on whether the reference ran first (reversed-order repeat), input sensitivity."""
+
 from __future__ import annotations
 
 import torch
@@ -20,8 +21,11 @@ def cases(contract, seeds):
         for i, p in enumerate(sweep_points(contract, seed, {"D": 1024, "rows": 64, "value": "gauss3"})):
             D, rows = p["D"], p["rows"]
             for t in range(trials):
-                g = generator("cmp01", seed, D, t) if (rows, p["value"]) == (64, "gauss3") else \
-                    generator("cmp01", seed, i, D, rows, t)
+                g = (
+                    generator("cmp01", seed, D, t)
+                    if (rows, p["value"]) == (64, "gauss3")
+                    else generator("cmp01", seed, i, D, rows, t)
+                )
                 x = 3.0 * randn((rows, D), g)
                 if p["value"] == "near_zero_rows":  # rms between 1e-5 and 1e-2: where eps matters
                     x = scaled_rows(x, g, 2.5, 5.5)
@@ -29,9 +33,16 @@ def cases(contract, seeds):
                 key = f"s{seed}/p{i}/D{D}x{rows}/t{t}"
                 out.append(Case(key, [x, Out((rows, D))], expect_shape=(rows, D), meta=meta))
                 if reversed_order and t == 0 and i == 0:
-                    out.append(Case(f"{key}/reference_first", [x, Out((rows, D))], expect_shape=(rows, D),
-                                    order="reference_first", reference=REVERSED_ORDER_REFERENCE,
-                                    meta=dict(meta, order_of=key, no_sensitivity=True)))
+                    out.append(
+                        Case(
+                            f"{key}/reference_first",
+                            [x, Out((rows, D))],
+                            expect_shape=(rows, D),
+                            order="reference_first",
+                            reference=REVERSED_ORDER_REFERENCE,
+                            meta=dict(meta, order_of=key, no_sensitivity=True),
+                        )
+                    )
     return out
 
 
@@ -66,12 +77,25 @@ def measure(contract, cases, results):
         for k2, c2 in cases.items():
             if c2.meta.get("order_of") == key and results[k2]["outputs"]:
                 o2 = results[k2]["outputs"][0]
-                order_mismatch = int((torch.isnan(o2) != torch.isnan(out)).sum() +
-                                     ((o2 != out) & ~torch.isnan(o2) & ~torch.isnan(out)).sum())
-        names = {"rel_err": fmax(rel), "sentinel_survival": survival, "order_mismatch": order_mismatch,
-                 "D": x.shape[-1], "u": u}
-        m = {"point": c.meta["point"], "seed": c.meta["seed"], "seed_class": c.meta["seed_class"], "names": names,
-             "cases": [key], "input_hash": r.get("input_hash")}
+                order_mismatch = int(
+                    (torch.isnan(o2) != torch.isnan(out)).sum()
+                    + ((o2 != out) & ~torch.isnan(o2) & ~torch.isnan(out)).sum()
+                )
+        names = {
+            "rel_err": fmax(rel),
+            "sentinel_survival": survival,
+            "order_mismatch": order_mismatch,
+            "D": x.shape[-1],
+            "u": u,
+        }
+        m = {
+            "point": c.meta["point"],
+            "seed": c.meta["seed"],
+            "seed_class": c.meta["seed_class"],
+            "names": names,
+            "cases": [key],
+            "input_hash": r.get("input_hash"),
+        }
         rel_f = rel[torch.isfinite(rel)]
         m["median_rel"] = float(rel_f.median()) if rel_f.numel() else None
         stuck_rows = stuck.any(-1) if stuck is not None and stuck.dim() == 2 else torch.zeros(0, dtype=torch.bool)
@@ -100,9 +124,15 @@ def signature(contract, measurements):
     else:
         pattern = None
     unwritten = next((m["unwritten_rows"] for m in measurements if m["unwritten_rows"]), [])
-    return {"pattern": pattern, "discriminator": (contract.data["violation_signature"].get("discriminators") or {}).get(pattern),
-            "rel_err_max": rel, "rel_err_median": med, "sentinel_survival": surv, "order_mismatch": order,
-            "unwritten_rows_sample": unwritten}
+    return {
+        "pattern": pattern,
+        "discriminator": (contract.data["violation_signature"].get("discriminators") or {}).get(pattern),
+        "rel_err_max": rel,
+        "rel_err_median": med,
+        "sentinel_survival": surv,
+        "order_mismatch": order,
+        "unwritten_rows_sample": unwritten,
+    }
 
 
 def naive_args(contract, trial):

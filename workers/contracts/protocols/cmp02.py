@@ -1,6 +1,7 @@
 """C-CMP-02 — autotune / schedule invariance (docs/contract-language.md#the-twelve-classes): every config the
 implementation exposes in ``impl.configs`` (forced one by one) and its own automatic choice satisfy C-PRC-01's bound,
 at shapes that steer a tuner to different choices (small and large M)."""
+
 from __future__ import annotations
 
 from .base import Case, generator, point_label, randn, seed_meta, sweep_points
@@ -15,9 +16,15 @@ def cases(contract, seeds):
             M, K, N = p["M"], p["K"], p["N"]
             for t in range(trials):
                 g = generator("cmp02", seed, M, K, t) if N == 64 else generator("cmp02", seed, i, M, K, N, t)
-                out.append(Case(f"s{seed}/p{i}/M{M}K{K}N{N}/t{t}", [randn((M, K), g), randn((K, N), g)],
-                                expect_shape=(M, N), all_configs=True,
-                                meta=seed_meta(seed, klass, **point_label(p), trial=t)))
+                out.append(
+                    Case(
+                        f"s{seed}/p{i}/M{M}K{K}N{N}/t{t}",
+                        [randn((M, K), g), randn((K, N), g)],
+                        expect_shape=(M, N),
+                        all_configs=True,
+                        meta=seed_meta(seed, klass, **point_label(p), trial=t),
+                    )
+                )
     return out
 
 
@@ -45,9 +52,17 @@ def measure(contract, cases, results):
             out = cfg["outputs"][0]
             hashes.add(cfg["hashes"][0])
             names = {"rho": rho(a, b, out), "K": a.shape[1], "M": a.shape[0], "u": u}
-            ms.append({"point": dict(c.meta["point"], config=cfg["config"]), "seed": c.meta["seed"],
-                       "seed_class": c.meta["seed_class"], "names": names, "cases": [key],
-                       "input_hash": r.get("input_hash"), "config": cfg["config"]})
+            ms.append(
+                {
+                    "point": dict(c.meta["point"], config=cfg["config"]),
+                    "seed": c.meta["seed"],
+                    "seed_class": c.meta["seed_class"],
+                    "names": names,
+                    "cases": [key],
+                    "input_hash": r.get("input_hash"),
+                    "config": cfg["config"],
+                }
+            )
         for m in ms:
             if m["cases"] == [key]:
                 m["distinct_outputs"] = len(hashes)
@@ -59,8 +74,11 @@ def signature(contract, measurements):
     for m in measurements:
         k = f"{m['config']}@M{m['names']['M']}"
         table[k] = max(table.get(k, 0.0), m["names"]["rho"])
-    bad = [m for m in measurements
-           if not contract.relation.holds(dict(m["names"], bound=contract.bound.evaluate(m["names"])))]
+    bad = [
+        m
+        for m in measurements
+        if not contract.relation.holds(dict(m["names"], bound=contract.bound.evaluate(m["names"])))
+    ]
     pattern = None
     if bad:
         forced_bad = {m["config"] for m in bad if m["config"] != "auto"}
@@ -69,9 +87,13 @@ def signature(contract, measurements):
         pattern = "shape_dependent_choice" if auto_bad_ms and auto_bad_ms != auto_ms else "config_dependent_error"
         if not forced_bad and not auto_bad_ms:
             pattern = "config_dependent_error"
-    return {"pattern": pattern, "discriminator": (contract.data["violation_signature"].get("discriminators") or {}).get(pattern),
-            "rho_max_by_config_and_M": table, "configs": sorted({m["config"] for m in measurements}),
-            "distinct_outputs_across_configs": max((m.get("distinct_outputs", 1) for m in measurements), default=0)}
+    return {
+        "pattern": pattern,
+        "discriminator": (contract.data["violation_signature"].get("discriminators") or {}).get(pattern),
+        "rho_max_by_config_and_M": table,
+        "configs": sorted({m["config"] for m in measurements}),
+        "distinct_outputs_across_configs": max((m.get("distinct_outputs", 1) for m in measurements), default=0),
+    }
 
 
 def naive_args(contract, trial):

@@ -1,6 +1,7 @@
 """C-CMP-03 — shape-polymorphism preservation (docs/contract-language.md#the-twelve-classes): softmax error <= 1e-6
 against fp64 for every shape in a boundary sweep (1, 7, 15, 16, 17, 127, 1000, 1023, 1024, 1025, 4099), non-contiguous
 inputs and a rank-3 shape."""
+
 from __future__ import annotations
 
 import torch
@@ -25,24 +26,47 @@ def cases(contract, seeds):
     old_style = not contract.protocol_params.get("sweep")
     out = []
     for seed, klass in seeds:
-        for i, p in enumerate(sweep_points(contract, seed, {"N": 1000, "rows": 4, "value": "gauss2",
-                                                             "layout": "contiguous"})):
+        for i, p in enumerate(
+            sweep_points(contract, seed, {"N": 1000, "rows": 4, "value": "gauss2", "layout": "contiguous"})
+        ):
             N, rows, value, layout = p["N"], p["rows"], p["value"], p["layout"]
-            g = generator("cmp03", seed, N) if old_style or (rows, value, layout) == (4, "gauss2", "contiguous") \
+            g = (
+                generator("cmp03", seed, N)
+                if old_style or (rows, value, layout) == (4, "gauss2", "contiguous")
                 else generator("cmp03", seed, i, N, rows, value, layout)
+            )
             x = _values(2.0 * randn((rows, N), g), value, g)
             if old_style or layout == "contiguous":
-                out.append(Case(f"s{seed}/p{i}/N{N}x{rows}/{value}", [x], expect_shape=(rows, N),
-                                meta=seed_meta(seed, klass, **point_label(dict(p, layout="contiguous")))))
+                out.append(
+                    Case(
+                        f"s{seed}/p{i}/N{N}x{rows}/{value}",
+                        [x],
+                        expect_shape=(rows, N),
+                        meta=seed_meta(seed, klass, **point_label(dict(p, layout="contiguous"))),
+                    )
+                )
             if (old_style and N in (17, 1000, 1025)) or layout == "transposed":
                 xt = _values(2.0 * randn((N, rows), g).t(), value, g).t().contiguous().t()  # non-contiguous view
-                out.append(Case(f"s{seed}/p{i}/N{N}x{rows}/{value}/transposed", [xt], expect_shape=(rows, N),
-                                meta=dict(seed_meta(seed, klass, **point_label(dict(p, layout="transposed"))),
-                                          no_sensitivity=True)))
+                out.append(
+                    Case(
+                        f"s{seed}/p{i}/N{N}x{rows}/{value}/transposed",
+                        [xt],
+                        expect_shape=(rows, N),
+                        meta=dict(
+                            seed_meta(seed, klass, **point_label(dict(p, layout="transposed"))), no_sensitivity=True
+                        ),
+                    )
+                )
         g = generator("cmp03-rank3", seed)
         x3 = 2.0 * randn((2, 3, 33), g)
-        out.append(Case(f"s{seed}/rank3", [x3], expect_shape=(2, 3, 33),
-                        meta=dict(seed_meta(seed, klass, N=33, layout="rank3", value="gauss2"), no_sensitivity=True)))
+        out.append(
+            Case(
+                f"s{seed}/rank3",
+                [x3],
+                expect_shape=(2, 3, 33),
+                meta=dict(seed_meta(seed, klass, N=33, layout="rank3", value="gauss2"), no_sensitivity=True),
+            )
+        )
     return out
 
 
@@ -63,14 +87,25 @@ def measure(contract, cases, results):
         x = c.args[0]
         ref = torch.softmax(x.double(), -1)
         names = {"err": fmax(abs_err(r["outputs"][0], ref)), "N": x.shape[-1]}
-        ms.append({"point": c.meta["point"], "seed": c.meta["seed"], "seed_class": c.meta["seed_class"],
-                   "names": names, "cases": [key], "input_hash": r.get("input_hash")})
+        ms.append(
+            {
+                "point": c.meta["point"],
+                "seed": c.meta["seed"],
+                "seed_class": c.meta["seed_class"],
+                "names": names,
+                "cases": [key],
+                "input_hash": r.get("input_hash"),
+            }
+        )
     return ms
 
 
 def signature(contract, measurements):
-    fail_pts = [m["point"] for m in measurements
-                if not contract.relation.holds(dict(m["names"], bound=contract.bound.evaluate(m["names"])))]
+    fail_pts = [
+        m["point"]
+        for m in measurements
+        if not contract.relation.holds(dict(m["names"], bound=contract.bound.evaluate(m["names"])))
+    ]
     pass_pts = [m["point"] for m in measurements if m["point"] not in fail_pts]
     pattern = None
     if fail_pts:
@@ -81,9 +116,12 @@ def signature(contract, measurements):
             pattern = "layout_failure"
         else:
             pattern = "shape_failure"
-    return {"pattern": pattern, "discriminator": (contract.data["violation_signature"].get("discriminators") or {}).get(pattern),
-            "failing_shapes": sorted({f"N={p['N']}/{p['layout']}" for p in fail_pts}),
-            "failing_fraction": len(fail_pts) / max(len(measurements), 1)}
+    return {
+        "pattern": pattern,
+        "discriminator": (contract.data["violation_signature"].get("discriminators") or {}).get(pattern),
+        "failing_shapes": sorted({f"N={p['N']}/{p['layout']}" for p in fail_pts}),
+        "failing_fraction": len(fail_pts) / max(len(measurements), 1),
+    }
 
 
 def naive_args(contract, trial):

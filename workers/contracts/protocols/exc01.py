@@ -1,5 +1,6 @@
 """C-EXC-01 — NaN/Inf propagation (docs/contract-language.md#the-twelve-classes), IEEE_PROPAGATE for a row max: the
 output NaN mask equals "any NaN in the row", +Inf and -Inf masks match separately, finite maxima are exact (T0)."""
+
 from __future__ import annotations
 
 import torch
@@ -15,9 +16,13 @@ def _inject(x, g):
     x = x.clone()
     nan, inf = float("nan"), float("inf")
     structured = [
-        lambda r: x[r].__setitem__(0, nan), lambda r: x[r].__setitem__(N // 2, nan),
-        lambda r: x[r].__setitem__(N - 1, nan), lambda r: x[r].fill_(nan), lambda r: x[r].fill_(-inf),
-        lambda r: x[r].__setitem__(N // 3, inf), lambda r: x[r].__setitem__(0, -inf),
+        lambda r: x[r].__setitem__(0, nan),
+        lambda r: x[r].__setitem__(N // 2, nan),
+        lambda r: x[r].__setitem__(N - 1, nan),
+        lambda r: x[r].fill_(nan),
+        lambda r: x[r].fill_(-inf),
+        lambda r: x[r].__setitem__(N // 3, inf),
+        lambda r: x[r].__setitem__(0, -inf),
         lambda r: (x[r].__setitem__(1 % N, inf), x[r].__setitem__(0, nan)),
     ]
     for r in range(min(R, len(structured))):
@@ -41,8 +46,14 @@ def cases(contract, seeds):
             for t in range(trials):
                 g = generator("exc01", seed, t) if (R, N) == (64, 256) else generator("exc01", seed, i, R, N, t)
                 x = _inject(randn((R, N), g), g)
-                out.append(Case(f"s{seed}/p{i}/R{R}N{N}/t{t}", [x], expect_shape=(R,),
-                                meta=seed_meta(seed, klass, **point_label(p), trial=t)))
+                out.append(
+                    Case(
+                        f"s{seed}/p{i}/R{R}N{N}/t{t}",
+                        [x],
+                        expect_shape=(R,),
+                        meta=seed_meta(seed, klass, **point_label(p), trial=t),
+                    )
+                )
     return out
 
 
@@ -69,15 +80,30 @@ def measure(contract, cases, results):
         ref = oracle(c.args[0])
         nan_dropped = int((torch.isnan(ref) & ~torch.isnan(out)).sum())
         spurious = int((~torch.isnan(ref) & torch.isnan(out)).sum())
-        inf_mis = int(((torch.isposinf(ref) != torch.isposinf(out)) | (torch.isneginf(ref) != torch.isneginf(out))).sum())
+        inf_mis = int(
+            ((torch.isposinf(ref) != torch.isposinf(out)) | (torch.isneginf(ref) != torch.isneginf(out))).sum()
+        )
         fin = torch.isfinite(ref) & torch.isfinite(out)
         val = int((out[fin] != ref[fin]).sum())
         mism = int((~((torch.isnan(ref) & torch.isnan(out)) | (ref == out))).sum())
         names = {"mismatch": mism, "R": out.shape[0], "N": c.args[0].shape[-1]}
-        ms.append({"point": c.meta["point"], "seed": c.meta["seed"], "seed_class": c.meta["seed_class"], "names": names,
-                   "cases": [key], "input_hash": r.get("input_hash"),
-                   "detail": {"nan_dropped": nan_dropped, "spurious_nan": spurious, "inf_mismatch": inf_mis,
-                              "value_mismatch": val, "nan_rows": int(torch.isnan(ref).sum())}})
+        ms.append(
+            {
+                "point": c.meta["point"],
+                "seed": c.meta["seed"],
+                "seed_class": c.meta["seed_class"],
+                "names": names,
+                "cases": [key],
+                "input_hash": r.get("input_hash"),
+                "detail": {
+                    "nan_dropped": nan_dropped,
+                    "spurious_nan": spurious,
+                    "inf_mismatch": inf_mis,
+                    "value_mismatch": val,
+                    "nan_rows": int(torch.isnan(ref).sum()),
+                },
+            }
+        )
     return ms
 
 
@@ -88,8 +114,11 @@ def signature(contract, measurements):
             tot[k] += m["detail"][k]
     order = ("nan_dropped", "spurious_nan", "inf_mismatch", "value_mismatch")
     pattern = next((k for k in order if tot[k]), None)
-    return {"pattern": pattern, "discriminator": (contract.data["violation_signature"].get("discriminators") or {}).get(pattern),
-            **tot}
+    return {
+        "pattern": pattern,
+        "discriminator": (contract.data["violation_signature"].get("discriminators") or {}).get(pattern),
+        **tot,
+    }
 
 
 def naive_args(contract, trial):

@@ -1,5 +1,6 @@
 """C-EXC-02 — out-of-bounds access semantics (docs/contract-language.md#the-twelve-classes): the declared ``oob`` /
 ``negative_index`` policy holds on every OOB probe (RAISE: an exception), in-bound positions are exact (T0)."""
+
 from __future__ import annotations
 
 import torch
@@ -31,23 +32,36 @@ def _probes_for(seed, i, count):
 def cases(contract, seeds):
     out = []
     for seed, klass in seeds:
-        for i, p in enumerate(sweep_points(contract, seed, {"n": 100, "d": 8, "m": 1000, "value": "oob_any_position",
-                                                             "probes": None})):
+        for i, p in enumerate(
+            sweep_points(contract, seed, {"n": 100, "d": 8, "m": 1000, "value": "oob_any_position", "probes": None})
+        ):
             n, d, m = p["n"], p["d"], max(1, p["m"])
             g = generator("exc02", seed) if i == 0 else generator("exc02", seed, i, n, d, m)
             data = randn((n, d), g)
             idx = torch.randint(0, n, (m,), generator=g)
             label = point_label(p)
             tag = f"s{seed}/p{i}"
-            out.append(Case(f"{tag}/inbound", [data, idx], expect_shape=(m, d),
-                            meta=dict(seed_meta(seed, klass, probe="inbound", **label), group=tag)))
+            out.append(
+                Case(
+                    f"{tag}/inbound",
+                    [data, idx],
+                    expect_shape=(m, d),
+                    meta=dict(seed_meta(seed, klass, probe="inbound", **label), group=tag),
+                )
+            )
             for pr in _probes_for(seed, i, p.get("probes")):
                 bad = idx.clone()
                 pos = int(torch.randint(0, m, (1,), generator=g))  # anywhere in the index set
                 bad[pos] = _probe_value(pr, n)
-                out.append(Case(f"{tag}/oob/{pr}", [data, bad], expect_shape=(m, d), expect_raise=True,
-                                meta=dict(seed_meta(seed, klass, probe=pr, **label), pos=pos, no_sensitivity=True,
-                                          group=tag)))
+                out.append(
+                    Case(
+                        f"{tag}/oob/{pr}",
+                        [data, bad],
+                        expect_shape=(m, d),
+                        expect_raise=True,
+                        meta=dict(seed_meta(seed, klass, probe=pr, **label), pos=pos, no_sensitivity=True, group=tag),
+                    )
+                )
     return out
 
 
@@ -65,8 +79,13 @@ def expected_behaviour(policies, value, n):
     oob = policies.get("oob", "RAISE")
     if value < 0 and policies.get("negative_index") == "ERROR" and oob != "UNDEFINED":
         return ("raise",)
-    return {"RAISE": ("raise",), "ZERO": ("zero",), "CLAMP": ("row", min(max(value, 0), n - 1)),
-            "WRAP": ("row", value % n), "UNDEFINED": ("any",)}[oob]
+    return {
+        "RAISE": ("raise",),
+        "ZERO": ("zero",),
+        "CLAMP": ("row", min(max(value, 0), n - 1)),
+        "WRAP": ("row", value % n),
+        "UNDEFINED": ("any",),
+    }[oob]
 
 
 def measure(contract, cases, results):
@@ -78,9 +97,20 @@ def measure(contract, cases, results):
         data, idx = c.args
         n = data.shape[0]
         point = {k: v for k, v in c.meta["point"].items() if k != "probe"}
-        s = per_seed.setdefault(c.meta.get("group", c.meta["seed"]), {
-            "seed": c.meta["seed"], "seed_class": c.meta["seed_class"], "raise_deficit": 0, "inbound_mismatch": 0,
-            "oob_mismatch": 0, "observed": {}, "cases": [], "input_hash": r.get("input_hash"), "point": point})
+        s = per_seed.setdefault(
+            c.meta.get("group", c.meta["seed"]),
+            {
+                "seed": c.meta["seed"],
+                "seed_class": c.meta["seed_class"],
+                "raise_deficit": 0,
+                "inbound_mismatch": 0,
+                "oob_mismatch": 0,
+                "observed": {},
+                "cases": [],
+                "input_hash": r.get("input_hash"),
+                "point": point,
+            },
+        )
         s["cases"].append(key)
         if c.meta.get("sensitivity_of"):
             continue
@@ -103,9 +133,17 @@ def measure(contract, cases, results):
         elif exp[0] == "zero" and (raised or out is None or bool((out[pos] != 0).any())):
             s["oob_mismatch"] += 1
     for s in per_seed.values():
-        ms.append({"point": dict(s["point"], probes=len(s["observed"])), "seed": s["seed"], "seed_class": s["seed_class"],
-                   "names": {k: s[k] for k in ("raise_deficit", "inbound_mismatch", "oob_mismatch")},
-                   "cases": s["cases"], "input_hash": s["input_hash"], "observed": s["observed"]})
+        ms.append(
+            {
+                "point": dict(s["point"], probes=len(s["observed"])),
+                "seed": s["seed"],
+                "seed_class": s["seed_class"],
+                "names": {k: s[k] for k in ("raise_deficit", "inbound_mismatch", "oob_mismatch")},
+                "cases": s["cases"],
+                "input_hash": s["input_hash"],
+                "observed": s["observed"],
+            }
+        )
     return ms
 
 
@@ -142,11 +180,21 @@ def signature(contract, measurements):
     pattern = None
     if raised < total and contract.policies.get("oob") == "RAISE":
         pattern = {"zero": "no_raise_zero_fill", "clamp": "no_raise_clamped", "wrap": "no_raise_wrapped"}.get(
-            next(iter(kinds)) if len(kinds) == 1 else "", "no_raise_other")
-    return {"pattern": pattern, "discriminator": (contract.data["violation_signature"].get("discriminators") or {}).get(pattern),
-            "oob_probes": total, "raised": raised, "exception_deficit": total - raised, "observed": probes,
-            "index_width_example": {"rows": 70000, "row_stride": 40000,
-                                    "int32_offset_of_row_69999": int32_offset(69999, 40000)}}
+            next(iter(kinds)) if len(kinds) == 1 else "", "no_raise_other"
+        )
+    return {
+        "pattern": pattern,
+        "discriminator": (contract.data["violation_signature"].get("discriminators") or {}).get(pattern),
+        "oob_probes": total,
+        "raised": raised,
+        "exception_deficit": total - raised,
+        "observed": probes,
+        "index_width_example": {
+            "rows": 70000,
+            "row_stride": 40000,
+            "int32_offset_of_row_69999": int32_offset(69999, 40000),
+        },
+    }
 
 
 def naive_args(contract, trial):

@@ -1,6 +1,7 @@
 """C-ORD-03 — partition (batch) invariance (docs/contract-language.md#the-twelve-classes): f(X)[i] == f(x_i)
 bit-exactly for every batch size b in the sweep and every position; the oracle is the implementation's own batch-1
 evaluation."""
+
 from __future__ import annotations
 
 import math
@@ -27,7 +28,7 @@ def cases(contract, seeds):
     out = []
     for seed, klass in seeds:
         points = sweep_points(contract, seed, {"b": 1, "K": 1024, "N": 1024, "value": "gauss"})
-        for (K, N) in dict.fromkeys((p["K"], p["N"]) for p in points):
+        for K, N in dict.fromkeys((p["K"], p["N"]) for p in points):
             bs = sorted({p["b"] for p in points if (p["K"], p["N"]) == (K, N)})
             bmax = max(bs)
             g = generator("ord03", seed) if (K, N) == (1024, 1024) else generator("ord03", seed, K, N)
@@ -35,13 +36,24 @@ def cases(contract, seeds):
             w = randn((K, N), g) / math.sqrt(K)
             tag = f"s{seed}/K{K}N{N}"
             for i in _rows_to_check(seed, K, N, bmax):
-                out.append(Case(f"{tag}/row{i}", [x[i:i + 1].clone(), w], expect_shape=(1, N),
-                                meta=dict(seed_meta(seed, klass, row=i, K=K, N=N), no_sensitivity=True, row=i,
-                                          group=tag)))
+                out.append(
+                    Case(
+                        f"{tag}/row{i}",
+                        [x[i : i + 1].clone(), w],
+                        expect_shape=(1, N),
+                        meta=dict(seed_meta(seed, klass, row=i, K=K, N=N), no_sensitivity=True, row=i, group=tag),
+                    )
+                )
             for b in bs:
                 p = next(p for p in points if (p["b"], p["K"], p["N"]) == (b, K, N))
-                out.append(Case(f"{tag}/b{b}", [x[:b].clone(), w], expect_shape=(b, N),
-                                meta=dict(seed_meta(seed, klass, **point_label(p)), b=b, group=tag)))
+                out.append(
+                    Case(
+                        f"{tag}/b{b}",
+                        [x[:b].clone(), w],
+                        expect_shape=(b, N),
+                        meta=dict(seed_meta(seed, klass, **point_label(p)), b=b, group=tag),
+                    )
+                )
     return out
 
 
@@ -78,8 +90,18 @@ def measure(contract, cases, results):
         names = {"mismatch_rows": mism, "b": c.meta["b"], "K": x.shape[1], "N": w.shape[1]}
         if not checked:
             continue
-        ms.append({"point": c.meta["point"], "seed": seed, "seed_class": c.meta["seed_class"], "names": names,
-                   "cases": [key], "input_hash": r.get("input_hash"), "rows": where[:8], "checked_rows": checked})
+        ms.append(
+            {
+                "point": c.meta["point"],
+                "seed": seed,
+                "seed_class": c.meta["seed_class"],
+                "names": names,
+                "cases": [key],
+                "input_hash": r.get("input_hash"),
+                "rows": where[:8],
+                "checked_rows": checked,
+            }
+        )
     return ms
 
 
@@ -92,10 +114,15 @@ def signature(contract, measurements):
     pattern = None
     if failing:
         passing_above = [b for b in by_b if b > failing[0] and by_b[b] == 0]
-        pattern = "batch_position_dependent" if passing_above or any(0 < by_b[b] < 1 for b in failing) else "batch_size_step"
-    return {"pattern": pattern, "discriminator": (contract.data["violation_signature"].get("discriminators") or {}).get(pattern),
-            "mismatch_fraction_by_batch": {str(b): by_b[b] for b in sorted(by_b)},
-            "first_failing_batch": failing[0] if failing else None}
+        pattern = (
+            "batch_position_dependent" if passing_above or any(0 < by_b[b] < 1 for b in failing) else "batch_size_step"
+        )
+    return {
+        "pattern": pattern,
+        "discriminator": (contract.data["violation_signature"].get("discriminators") or {}).get(pattern),
+        "mismatch_fraction_by_batch": {str(b): by_b[b] for b in sorted(by_b)},
+        "first_failing_batch": failing[0] if failing else None,
+    }
 
 
 def naive_args(contract, trial):

@@ -1,6 +1,7 @@
 """C-PRC-01 — accumulator and operand precision (docs/contract-language.md#the-twelve-classes): identity probes
 bit-exact, and rho_ij = |C - C64|_ij / (u32 * ||a_i o b_j||_2) within the bound (4*sqrt(K) in the shipped
 contract)."""
+
 from __future__ import annotations
 
 import math
@@ -24,17 +25,32 @@ def cases(contract, seeds):
         a = randn((M, K0), g)
         b = randn((K0, N), g)
         k = torch.randint(1, 8, (M, K0), generator=g).float()
-        a12 = (1.0 + k * 2.0 ** -12) * torch.sign(randn((M, K0), g))
-        for name, x, y, expect in (("A@I", a, torch.eye(K0), (M, K0)), ("I@B", torch.eye(K0), b, (K0, N)),
-                                   ("A12@I", a12, torch.eye(K0), (M, K0))):
-            out.append(Case(f"s{seed}/probe/{name}", [x, y], expect_shape=expect,
-                            meta=dict(seed_meta(seed, klass, probe=name, K=K0), probe=name, no_sensitivity=True)))
+        a12 = (1.0 + k * 2.0**-12) * torch.sign(randn((M, K0), g))
+        for name, x, y, expect in (
+            ("A@I", a, torch.eye(K0), (M, K0)),
+            ("I@B", torch.eye(K0), b, (K0, N)),
+            ("A12@I", a12, torch.eye(K0), (M, K0)),
+        ):
+            out.append(
+                Case(
+                    f"s{seed}/probe/{name}",
+                    [x, y],
+                    expect_shape=expect,
+                    meta=dict(seed_meta(seed, klass, probe=name, K=K0), probe=name, no_sensitivity=True),
+                )
+            )
         for i, p in enumerate(sweep_points(contract, seed, {"M": 32, "K": 64, "N": 32, "value": "gauss"})):
             M, K, N = p["M"], p["K"], p["N"]
             for t in range(trials):
                 g = generator("prc01", seed, i, M, K, N, t)
-                out.append(Case(f"s{seed}/p{i}/M{M}K{K}N{N}/t{t}", [randn((M, K), g), randn((K, N), g)],
-                                expect_shape=(M, N), meta=seed_meta(seed, klass, **point_label(p), trial=t)))
+                out.append(
+                    Case(
+                        f"s{seed}/p{i}/M{M}K{K}N{N}/t{t}",
+                        [randn((M, K), g), randn((K, N), g)],
+                        expect_shape=(M, N),
+                        meta=seed_meta(seed, klass, **point_label(p), trial=t),
+                    )
+                )
     return out
 
 
@@ -67,15 +83,38 @@ def measure(contract, cases, results):
         a, b = c.args
         if "probe" in c.meta:
             expect = a if c.meta["probe"] != "I@B" else b
-            mism = int((out.contiguous().view(torch.int32) != expect.contiguous().view(torch.int32)).sum()) \
-                if out.dtype == torch.float32 else out.numel()
-            names = {"rho": 0.0, "probe_mismatch": mism, "K": c.meta["point"]["K"], "M": a.shape[0], "N": b.shape[1],
-                     "u": u}
+            mism = (
+                int((out.contiguous().view(torch.int32) != expect.contiguous().view(torch.int32)).sum())
+                if out.dtype == torch.float32
+                else out.numel()
+            )
+            names = {
+                "rho": 0.0,
+                "probe_mismatch": mism,
+                "K": c.meta["point"]["K"],
+                "M": a.shape[0],
+                "N": b.shape[1],
+                "u": u,
+            }
         else:
-            names = {"rho": rho(a, b, out), "probe_mismatch": 0, "K": a.shape[1], "M": a.shape[0], "N": b.shape[1],
-                     "u": u}
-        ms.append({"point": c.meta["point"], "seed": c.meta["seed"], "seed_class": c.meta["seed_class"],
-                   "names": names, "cases": [key], "input_hash": r.get("input_hash")})
+            names = {
+                "rho": rho(a, b, out),
+                "probe_mismatch": 0,
+                "K": a.shape[1],
+                "M": a.shape[0],
+                "N": b.shape[1],
+                "u": u,
+            }
+        ms.append(
+            {
+                "point": c.meta["point"],
+                "seed": c.meta["seed"],
+                "seed_class": c.meta["seed_class"],
+                "names": names,
+                "cases": [key],
+                "input_hash": r.get("input_hash"),
+            }
+        )
     return ms
 
 
@@ -103,10 +142,15 @@ def signature(contract, measurements):
             pattern = "rho_grows_with_K"
     elif any(probes.values()):
         pattern = "probe_inexact"
-    return {"pattern": pattern, "diagnosis": diagnosis,
-            "discriminator": (contract.data["violation_signature"].get("discriminators") or {}).get(pattern),
-            "rho_max_by_K": {str(k): by_k[k] for k in ks}, "rho_loglog_slope": slope,
-            "probe_mismatches": probes, "probes_exact": not any(probes.values())}
+    return {
+        "pattern": pattern,
+        "diagnosis": diagnosis,
+        "discriminator": (contract.data["violation_signature"].get("discriminators") or {}).get(pattern),
+        "rho_max_by_K": {str(k): by_k[k] for k in ks},
+        "rho_loglog_slope": slope,
+        "probe_mismatches": probes,
+        "probes_exact": not any(probes.values()),
+    }
 
 
 def naive_args(contract, trial):

@@ -1,5 +1,6 @@
 """C-PRC-04 — mixed-precision scaling invariance (docs/contract-language.md#the-twelve-classes): f(s*x)/s == f(x)
 bit-exactly for s = 2**k, and the error against the fp64 oracle within C-PRC-01's bound at every scale."""
+
 from __future__ import annotations
 
 import math
@@ -25,16 +26,31 @@ def cases(contract, seeds):
         points = sweep_points(contract, seed, defaults)
         shapes = list(dict.fromkeys((p["M"], p["K"], p["N"]) for p in points))
         for t in range(trials):
-            for (M, K, N) in shapes:
+            for M, K, N in shapes:
                 x, w = _xw(seed, t, M, K, N)
                 base = f"s{seed}/t{t}/M{M}K{K}N{N}"
-                out.append(Case(f"{base}/k0", [x, w], expect_shape=(M, N),
-                                meta=seed_meta(seed, klass, M=M, K=K, N=N, k=0, value="linear_init", trial=t)))
+                out.append(
+                    Case(
+                        f"{base}/k0",
+                        [x, w],
+                        expect_shape=(M, N),
+                        meta=seed_meta(seed, klass, M=M, K=K, N=N, k=0, value="linear_init", trial=t),
+                    )
+                )
                 for k in dict.fromkeys(p["k"] for p in points if (p["M"], p["K"], p["N"]) == (M, K, N)):
                     p = next(p for p in points if (p["M"], p["K"], p["N"], p["k"]) == (M, K, N, k))
-                    out.append(Case(f"{base}/k{k}", [x * 2.0 ** k, w], expect_shape=(M, N),
-                                    meta=dict(seed_meta(seed, klass, **point_label(p), trial=t), base=f"{base}/k0",
-                                              no_sensitivity=True)))
+                    out.append(
+                        Case(
+                            f"{base}/k{k}",
+                            [x * 2.0**k, w],
+                            expect_shape=(M, N),
+                            meta=dict(
+                                seed_meta(seed, klass, **point_label(p), trial=t),
+                                base=f"{base}/k0",
+                                no_sensitivity=True,
+                            ),
+                        )
+                    )
     return out
 
 
@@ -58,16 +74,24 @@ def measure(contract, cases, results):
         if tuple(out.shape) != tuple(c.expect_shape) or tuple(out0.shape) != tuple(c.expect_shape):
             continue
         k = c.meta["point"]["k"]
-        scaled_back = (out.double() / 2.0 ** k).to(out.dtype) if out.is_floating_point() else out
+        scaled_back = (out.double() / 2.0**k).to(out.dtype) if out.is_floating_point() else out
         mism = int((bits(scaled_back) != bits(out0)).sum()) if out.dtype == out0.dtype else out.numel()
         x0, w = cases[c.meta["base"]].args
         ref = x0.double() @ w.double()
         den = torch.sqrt((x0.double() ** 2) @ (w.double() ** 2)).clamp_min(1e-300)
         rho = fmax(abs_err(scaled_back.double(), ref) / (U32 * den))
         names = {"mismatch": mism, "rho": rho, "k": k, "K": x0.shape[1], "u": u}
-        ms.append({"point": c.meta["point"], "seed": c.meta["seed"], "seed_class": c.meta["seed_class"],
-                   "names": names, "cases": [key, c.meta["base"]], "input_hash": r.get("input_hash"),
-                   "nonfinite": int((~torch.isfinite(out)).sum())})
+        ms.append(
+            {
+                "point": c.meta["point"],
+                "seed": c.meta["seed"],
+                "seed_class": c.meta["seed_class"],
+                "names": names,
+                "cases": [key, c.meta["base"]],
+                "input_hash": r.get("input_hash"),
+                "nonfinite": int((~torch.isfinite(out)).sum()),
+            }
+        )
     return ms
 
 
@@ -82,15 +106,22 @@ def signature(contract, measurements):
     pattern = None
     if any(v["nonfinite"] for k, v in by_k.items() if k > 0):
         pattern = "overflow_at_scale"
-    elif any(v["mismatch"] for k, v in by_k.items() if k < 0) and not any(v["mismatch"] for k, v in by_k.items() if k > 0):
+    elif any(v["mismatch"] for k, v in by_k.items() if k < 0) and not any(
+        v["mismatch"] for k, v in by_k.items() if k > 0
+    ):
         pattern = "underflow_at_scale"
     elif any(v["mismatch"] for v in by_k.values()):
         pattern = "not_equivariant"
-    elif any(not contract.relation.holds(dict(m["names"], bound=contract.bound.evaluate(m["names"]))) for m in measurements):
+    elif any(
+        not contract.relation.holds(dict(m["names"], bound=contract.bound.evaluate(m["names"]))) for m in measurements
+    ):
         pattern = "error_above_bound"
-    return {"pattern": pattern, "discriminator": (contract.data["violation_signature"].get("discriminators") or {}).get(pattern),
-            "by_scale_exponent": {str(k): by_k[k] for k in sorted(by_k)},
-            "first_failing_k": next((k for k in sorted(by_k, key=abs) if by_k[k]["mismatch"]), None)}
+    return {
+        "pattern": pattern,
+        "discriminator": (contract.data["violation_signature"].get("discriminators") or {}).get(pattern),
+        "by_scale_exponent": {str(k): by_k[k] for k in sorted(by_k)},
+        "first_failing_k": next((k for k in sorted(by_k, key=abs) if by_k[k]["mismatch"]), None),
+    }
 
 
 def naive_args(contract, trial):

@@ -1,4 +1,5 @@
 """Importers to ``fcr/1`` (docs/fidelity-rules.md#importers): vLLM OpenAI-compatible logs and Agent Lightning spans."""
+
 from workers.fidelity.importers.agl import import_agl
 from workers.fidelity.importers.agl_events import import_agl_events
 from workers.fidelity.importers.common import safe_literal

@@ -22,16 +22,30 @@ parent_id`` (or ``parent.span_id``), ``name``, ``attributes`` (flattened OpenTel
 
 Memory: the spans of the whole input are held (AGL dumps are per run / per rollout batch).
 """
+
 from __future__ import annotations
 
 import re
 
 from workers.fidelity.importers.common import (
-    dump, ids_sha256, int_list, map_token, read_jsonl, ref_of, safe_literal, skeleton, tokenizer_block, topk_lists,
+    dump,
+    ids_sha256,
+    int_list,
+    map_token,
+    read_jsonl,
+    ref_of,
+    safe_literal,
+    skeleton,
+    tokenizer_block,
+    topk_lists,
 )
 
 DEFAULT_LLM_MATCH = r"openai\.chat\.completion|raw_gen_ai_request"
-PROMPT_KEYS = ("prompt_token_ids", "llm.hosted_vllm.prompt_token_ids", "agentlightning.operation.output.prompt_token_ids")
+PROMPT_KEYS = (
+    "prompt_token_ids",
+    "llm.hosted_vllm.prompt_token_ids",
+    "agentlightning.operation.output.prompt_token_ids",
+)
 RESPONSE_ID_KEYS = ("gen_ai.response.id", "agentlightning.operation.output.id", "llm.hosted_vllm.id")
 AGL_OPERATION = "agentlightning.operation"
 
@@ -115,8 +129,14 @@ def prompt_ids(attrs):
 
 
 def response_ids(attrs):
-    v = _first(attrs, ("response_token_ids", "llm.hosted_vllm.response_token_ids",
-                       "agentlightning.operation.output.response_token_ids.0"))
+    v = _first(
+        attrs,
+        (
+            "response_token_ids",
+            "llm.hosted_vllm.response_token_ids",
+            "agentlightning.operation.output.response_token_ids.0",
+        ),
+    )
     if v is not None:
         v = safe_literal(v)
         if isinstance(v, list) and v and isinstance(v[0], list):
@@ -150,9 +170,20 @@ def _logprob_content(attrs):
     return None
 
 
-def import_agl(in_path, out_path, *, run_id=None, agent_match=None, llm_match=DEFAULT_LLM_MATCH, steps=None,
-               tokenizer=None, logprobs_mode=None, generation_config_source="unknown",
-               chat_template_sha256=None, role=None) -> dict:
+def import_agl(
+    in_path,
+    out_path,
+    *,
+    run_id=None,
+    agent_match=None,
+    llm_match=DEFAULT_LLM_MATCH,
+    steps=None,
+    tokenizer=None,
+    logprobs_mode=None,
+    generation_config_source="unknown",
+    chat_template_sha256=None,
+    role=None,
+) -> dict:
     llm_re = re.compile(llm_match)
     agent_re = re.compile(agent_match) if agent_match else None
     spans, lines = [], {}
@@ -168,8 +199,13 @@ def import_agl(in_path, out_path, *, run_id=None, agent_match=None, llm_match=DE
     for s in spans:
         if isinstance(s.get("name"), str) and llm_re.search(s["name"]):
             groups.setdefault((str(s.get("rollout_id")), str(s.get("attempt_id"))), []).append(s)
-    stats = {"spans": len(spans), "llm_spans": sum(len(g) for g in groups.values()), "records": 0,
-             "duplicates_dropped": 0, "failed": 0}
+    stats = {
+        "spans": len(spans),
+        "llm_spans": sum(len(g) for g in groups.values()),
+        "records": 0,
+        "duplicates_dropped": 0,
+        "failed": 0,
+    }
     out_records = []
     for (rollout, attempt), group in sorted(groups.items()):
         # dedupe by response id, preferring a span with token ids
@@ -198,18 +234,45 @@ def import_agl(in_path, out_path, *, run_id=None, agent_match=None, llm_match=DE
                 s = dict(s, attributes=merged)
                 lines[id(s)] = lines[id(chosen[rid][1])]
             kept.append(s)
-        kept.sort(key=lambda s: (s.get("sequence_id") if type(s.get("sequence_id")) is int else 1 << 62,
-                                 str(s.get("start_time")), lines[id(s)]))
+        kept.sort(
+            key=lambda s: (
+                s.get("sequence_id") if type(s.get("sequence_id")) is int else 1 << 62,
+                str(s.get("start_time")),
+                lines[id(s)],
+            )
+        )
         for call_index, s in enumerate(kept):
-            rec = _convert(s, rollout, attempt, call_index, by_id, agent_re, in_path, lines[id(s)],
-                           run_id, steps or {}, tokenizer, logprobs_mode, generation_config_source,
-                           chat_template_sha256, stats)
+            rec = _convert(
+                s,
+                rollout,
+                attempt,
+                call_index,
+                by_id,
+                agent_re,
+                in_path,
+                lines[id(s)],
+                run_id,
+                steps or {},
+                tokenizer,
+                logprobs_mode,
+                generation_config_source,
+                chat_template_sha256,
+                stats,
+            )
             if role is not None and rec["role_source"] == "default":
                 rec["role"], rec["role_source"] = role, "config"
             out_records.append(rec)
     for line, err in bad_lines:  # docs/fidelity-rules.md#importers: a parse failure is a record, never a dropped call
-        rec = skeleton(run_id=run_id or "unknown", trajectory_id="unknown", step=-1, call_id=ref_of(in_path, line),
-                       call_index=line, source_format="agl_span", ref=ref_of(in_path, line), tokenizer=tokenizer)
+        rec = skeleton(
+            run_id=run_id or "unknown",
+            trajectory_id="unknown",
+            step=-1,
+            call_id=ref_of(in_path, line),
+            call_index=line,
+            source_format="agl_span",
+            ref=ref_of(in_path, line),
+            tokenizer=tokenizer,
+        )
         rec["extra"] = {"import_error": err}
         out_records.append(rec)
         stats["failed"] += 1
@@ -220,8 +283,23 @@ def import_agl(in_path, out_path, *, run_id=None, agent_match=None, llm_match=DE
     return stats
 
 
-def _convert(s, rollout, attempt, call_index, by_id, agent_re, in_path, line, run_id, steps, tok, logprobs_mode,
-             gcs, template_sha, stats):
+def _convert(
+    s,
+    rollout,
+    attempt,
+    call_index,
+    by_id,
+    agent_re,
+    in_path,
+    line,
+    run_id,
+    steps,
+    tok,
+    logprobs_mode,
+    gcs,
+    template_sha,
+    stats,
+):
     a = _attrs(s)
     traj = f"{rollout}:{attempt}"
     step = a.get("batch_idx")
@@ -231,19 +309,39 @@ def _convert(s, rollout, attempt, call_index, by_id, agent_re, in_path, line, ru
         step = -1
     rid = _response_id(a)
     call_id = rid if rid is not None else f"{traj}:{_sid(s.get('span_id')) or line}"
-    rec = skeleton(run_id=run_id or "unknown", trajectory_id=traj, step=step, call_id=call_id,
-                   call_index=call_index, source_format="agl_span", ref=f"{ref_of(in_path, line)} span "
-                                                                          f"{s.get('span_id')}", tokenizer=tok)
+    rec = skeleton(
+        run_id=run_id or "unknown",
+        trajectory_id=traj,
+        step=step,
+        call_id=call_id,
+        call_index=call_index,
+        source_format="agl_span",
+        ref=f"{ref_of(in_path, line)} span {s.get('span_id')}",
+        tokenizer=tok,
+    )
     _span_role(rec, s, by_id, agent_re)
-    rec["model"] = {"served_name": str(a.get("gen_ai.request.model") or a.get("llm.hosted_vllm.model")
-                                       or a.get("gen_ai.response.model") or "unknown"),
-                    "policy_version": a.get("model_version") if type(a.get("model_version")) is int else None}
+    rec["model"] = {
+        "served_name": str(
+            a.get("gen_ai.request.model")
+            or a.get("llm.hosted_vllm.model")
+            or a.get("gen_ai.response.model")
+            or "unknown"
+        ),
+        "policy_version": a.get("model_version") if type(a.get("model_version")) is int else None,
+    }
     rec["tokenizer"] = tokenizer_block(tok)
     rec["chat_template"] = {"sha256": template_sha or "unknown"}
-    rec["engine"] = {"name": "vllm", "api": "chat.completions", "logprobs_mode": logprobs_mode,
-                     "generation_config_source": gcs}
-    rec["sampling"] = {"temperature": a.get("gen_ai.request.temperature"), "top_p": a.get("gen_ai.request.top_p"),
-                       "max_tokens": a.get("gen_ai.request.max_tokens")}
+    rec["engine"] = {
+        "name": "vllm",
+        "api": "chat.completions",
+        "logprobs_mode": logprobs_mode,
+        "generation_config_source": gcs,
+    }
+    rec["sampling"] = {
+        "temperature": a.get("gen_ai.request.temperature"),
+        "top_p": a.get("gen_ai.request.top_p"),
+        "max_tokens": a.get("gen_ai.request.max_tokens"),
+    }
     pids = prompt_ids(a)
     if pids is not None:
         rec["prompt"].update(token_ids=pids, provenance="engine", ids_sha256=ids_sha256(pids))
@@ -290,10 +388,13 @@ def _span_logprobs(rec, content, tok, extra) -> None:
         return
     rec["rollout"] = {"logprobs": [v if type(v) in (int, float) else None for v in (e.get("logprob") for e in content)]}
     if any(e.get("top_logprobs") is not None for e in content):
-        tops = [[(x.get("token"), x.get("logprob")) for x in e.get("top_logprobs") or [] if isinstance(x, dict)]
-                for e in content]
-        top_k, dropped = topk_lists(tops, ids, lambda x: map_token(x, tok),
-                                    sampled_listed_first=True)  # vLLM behind the proxy: sampled listed first
+        tops = [
+            [(x.get("token"), x.get("logprob")) for x in e.get("top_logprobs") or [] if isinstance(x, dict)]
+            for e in content
+        ]
+        top_k, dropped = topk_lists(
+            tops, ids, lambda x: map_token(x, tok), sampled_listed_first=True
+        )  # vLLM behind the proxy: sampled listed first
         rec["rollout"]["top_k"] = top_k
         if dropped:
             extra["top_k_dropped_positions"] = dropped

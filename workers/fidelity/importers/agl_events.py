@@ -21,12 +21,20 @@ matches ``agent_match`` are ``policy``/``config``. Trajectory = ``rollout_id:att
 ``sequence_id`` when given, else the order within the trajectory. ``policy_version`` from ``data.server.version`` or
 ``data.model_version``.
 """
+
 from __future__ import annotations
 
 import re
 
 from workers.fidelity.importers.common import (
-    emit, ids_sha256, int_list, map_token, read_jsonl, ref_of, skeleton, topk_lists,
+    emit,
+    ids_sha256,
+    int_list,
+    map_token,
+    read_jsonl,
+    ref_of,
+    skeleton,
+    topk_lists,
 )
 from workers.fidelity.importers.vllm import convert_exchange
 
@@ -38,14 +46,21 @@ def _num_or_none(v):
 def _logprob_record(rec, lps, content, tok, extra):
     """Sampled log-probs (aligned with the ids, else all null) and top-K from an OpenAI content list."""
     n = len(rec["response"]["token_ids"])
-    if content is not None and isinstance(content, list) and len(content) == n and all(
-            isinstance(e, dict) for e in content):
+    if (
+        content is not None
+        and isinstance(content, list)
+        and len(content) == n
+        and all(isinstance(e, dict) for e in content)
+    ):
         lps = [e.get("logprob") for e in content]
         if any(e.get("top_logprobs") is not None for e in content):
-            tops = [[(x.get("token"), x.get("logprob")) for x in e.get("top_logprobs") or [] if isinstance(x, dict)]
-                    for e in content]
-            top_k, dropped = topk_lists(tops, rec["response"]["token_ids"], lambda x: map_token(x, tok),
-                                        sampled_listed_first=True)
+            tops = [
+                [(x.get("token"), x.get("logprob")) for x in e.get("top_logprobs") or [] if isinstance(x, dict)]
+                for e in content
+            ]
+            top_k, dropped = topk_lists(
+                tops, rec["response"]["token_ids"], lambda x: map_token(x, tok), sampled_listed_first=True
+            )
             rec["rollout"]["top_k"] = top_k
             if dropped:
                 extra["top_k_dropped_positions"] = dropped
@@ -66,29 +81,52 @@ def _ids_record(rec, pids, rids):
         rec["response"].update(token_ids=rids, provenance="engine", ids_sha256=ids_sha256(rids))
 
 
-def import_agl_events(in_path, out_path, *, run_id=None, step=None, steps=None, role=None, agent_match=None,
-                      tokenizer=None, logprobs_mode=None, generation_config_source="unknown",
-                      chat_template_sha256=None) -> dict:
+def import_agl_events(
+    in_path,
+    out_path,
+    *,
+    run_id=None,
+    step=None,
+    steps=None,
+    role=None,
+    agent_match=None,
+    tokenizer=None,
+    logprobs_mode=None,
+    generation_config_source="unknown",
+    chat_template_sha256=None,
+) -> dict:
     """Convert AGL events / triplets to ``fcr/1``; returns counts (``events_skipped`` by event type)."""
     if role not in (None, "policy", "background"):
         raise ValueError(f"role must be 'policy' or 'background', got {role!r}")
     agent_re = re.compile(agent_match) if agent_match else None
-    opts = {"run_id": run_id, "step": step, "steps": steps or {}, "tokenizer": tokenizer,
-            "logprobs_mode": logprobs_mode, "generation_config_source": generation_config_source,
-            "chat_template_sha256": chat_template_sha256}
+    opts = {
+        "run_id": run_id,
+        "step": step,
+        "steps": steps or {},
+        "tokenizer": tokenizer,
+        "logprobs_mode": logprobs_mode,
+        "generation_config_source": generation_config_source,
+        "chat_template_sha256": chat_template_sha256,
+    }
     stats = {"items": 0, "records": 0, "failed": 0, "events_skipped": {}}
     counters: dict = {}
     with open(out_path, "wb") as out:
         for line, obj, err in read_jsonl(in_path):
             stats["items"] += 1
             ref = ref_of(in_path, line)
-            if isinstance(obj, dict) and isinstance(obj.get("event_type"), str) and obj["event_type"] != \
-                    "model_request":
+            if (
+                isinstance(obj, dict)
+                and isinstance(obj.get("event_type"), str)
+                and obj["event_type"] != "model_request"
+            ):
                 skipped = stats["events_skipped"]
                 skipped[obj["event_type"]] = skipped.get(obj["event_type"], 0) + 1
                 continue
-            traj = (f"{obj.get('rollout_id')}:{obj.get('attempt_id')}" if isinstance(obj, dict)
-                    and obj.get("rollout_id") is not None else "unknown")
+            traj = (
+                f"{obj.get('rollout_id')}:{obj.get('attempt_id')}"
+                if isinstance(obj, dict) and obj.get("rollout_id") is not None
+                else "unknown"
+            )
             idx = counters.get(traj, 0)
             counters[traj] = idx + 1
             seq = obj.get("sequence_id") if isinstance(obj, dict) else None
@@ -102,9 +140,16 @@ def import_agl_events(in_path, out_path, *, run_id=None, step=None, steps=None, 
                 err = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
             if recs is None:
                 stats["failed"] += 1
-                rec = skeleton(run_id=run_id or "unknown", trajectory_id=traj, step=step if type(step) is int else -1,
-                               call_id=ref, call_index=call_index, source_format="agl_event", ref=ref,
-                               tokenizer=tokenizer)
+                rec = skeleton(
+                    run_id=run_id or "unknown",
+                    trajectory_id=traj,
+                    step=step if type(step) is int else -1,
+                    call_id=ref,
+                    call_index=call_index,
+                    source_format="agl_event",
+                    ref=ref,
+                    tokenizer=tokenizer,
+                )
                 rec["extra"] = {"import_error": err}
                 recs = [rec]
             emit(out, recs, role=role, stats=stats)
@@ -118,8 +163,14 @@ def _convert(obj, *, traj, call_index, ref, opts, agent_re) -> list[dict]:
     if isinstance(data, dict) and isinstance(data.get("response"), (dict, list)):
         return convert_exchange(obj, line=0, ref=ref, opts=opts, call_index=call_index, retry=False)
     step = opts["steps"].get(traj.split(":")[0], opts["steps"].get(traj, opts["step"]))
-    kw = {"traj": traj, "call_index": call_index, "ref": ref, "opts": opts,
-          "step": step if type(step) is int else -1, "extra": {}}
+    kw = {
+        "traj": traj,
+        "call_index": call_index,
+        "ref": ref,
+        "opts": opts,
+        "step": step if type(step) is int else -1,
+        "extra": {},
+    }
     if isinstance(data, dict):  # ?format=triplet model_request
         rec = _event_triplet(obj, data, **kw)
     elif isinstance(obj.get("observation"), dict) and isinstance(obj.get("completion"), dict):  # TokensTriplet
@@ -129,8 +180,12 @@ def _convert(obj, *, traj, call_index, ref, opts, agent_re) -> list[dict]:
     else:
         raise ValueError("neither an Agent Lightning event nor a Triplet")
     rec["chat_template"] = {"sha256": opts["chat_template_sha256"] or "unknown"}
-    rec["engine"] = {"name": "vllm", "api": "chat.completions", "logprobs_mode": opts["logprobs_mode"],
-                     "generation_config_source": opts["generation_config_source"]}
+    rec["engine"] = {
+        "name": "vllm",
+        "api": "chat.completions",
+        "logprobs_mode": opts["logprobs_mode"],
+        "generation_config_source": opts["generation_config_source"],
+    }
     if kw["extra"]:
         rec["extra"] = kw["extra"]
     return [rec]
@@ -139,12 +194,22 @@ def _convert(obj, *, traj, call_index, ref, opts, agent_re) -> list[dict]:
 def _event_triplet(obj, data, *, traj, call_index, ref, opts, step, extra) -> dict:
     """A ``?format=triplet`` ``model_request`` event: engine ids and sampled log-probs, ``data.server`` version; a
     failed call (``error``, ``http_status`` ≥ 400) keeps no ids."""
-    rec = skeleton(run_id=opts["run_id"] or "unknown", trajectory_id=traj, step=step, call_id=f"{traj}:{call_index}",
-                   call_index=call_index, source_format="agl_event_triplet", ref=ref, tokenizer=opts["tokenizer"])
+    rec = skeleton(
+        run_id=opts["run_id"] or "unknown",
+        trajectory_id=traj,
+        step=step,
+        call_id=f"{traj}:{call_index}",
+        call_index=call_index,
+        source_format="agl_event_triplet",
+        ref=ref,
+        tokenizer=opts["tokenizer"],
+    )
     srv = data.get("server") if isinstance(data.get("server"), dict) else {}
     version = srv.get("version", data.get("model_version"))
-    rec["model"] = {"served_name": str(srv.get("model") or "unknown"),
-                    "policy_version": version if type(version) is int else None}
+    rec["model"] = {
+        "served_name": str(srv.get("model") or "unknown"),
+        "policy_version": version if type(version) is int else None,
+    }
     status = data.get("http_status")
     if data.get("error") is not None or (type(status) is int and status >= 400):
         extra["import_error"] = f"model call failed: {data.get('error') or status}"
@@ -161,9 +226,16 @@ def _triplet(obj, *, agent_re, traj, call_index, ref, opts, step, extra) -> dict
     name matched against ``agent_re``."""
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
     rid = meta.get("response_id")
-    rec = skeleton(run_id=opts["run_id"] or "unknown", trajectory_id=traj, step=step,
-                   call_id=str(rid) if isinstance(rid, str) and rid else f"{traj}:{call_index}",
-                   call_index=call_index, source_format="agl_triplet", ref=ref, tokenizer=opts["tokenizer"])
+    rec = skeleton(
+        run_id=opts["run_id"] or "unknown",
+        trajectory_id=traj,
+        step=step,
+        call_id=str(rid) if isinstance(rid, str) and rid else f"{traj}:{call_index}",
+        call_index=call_index,
+        source_format="agl_triplet",
+        ref=ref,
+        tokenizer=opts["tokenizer"],
+    )
     _ids_record(rec, int_list(obj["prompt"].get("token_ids")), int_list(obj["response"].get("token_ids")))
     _logprob_record(rec, None, obj["response"].get("logprobs"), opts["tokenizer"], extra)
     agent = meta.get("agent_name")
@@ -204,9 +276,16 @@ def _tokens_triplet(obj, *, traj, call_index, ref, opts, step, extra) -> dict:
     raw = obj.get("raw_call") if isinstance(obj.get("raw_call"), dict) else {}
     resp = raw.get("response") if isinstance(raw.get("response"), dict) else {}
     rid = resp.get("id") or meta.get("response_id")
-    rec = skeleton(run_id=opts["run_id"] or "unknown", trajectory_id=traj, step=step,
-                   call_id=str(rid) if isinstance(rid, str) and rid else f"{traj}:{call_index}",
-                   call_index=call_index, source_format="agl_tokens_triplet", ref=ref, tokenizer=opts["tokenizer"])
+    rec = skeleton(
+        run_id=opts["run_id"] or "unknown",
+        trajectory_id=traj,
+        step=step,
+        call_id=str(rid) if isinstance(rid, str) and rid else f"{traj}:{call_index}",
+        call_index=call_index,
+        source_format="agl_tokens_triplet",
+        ref=ref,
+        tokenizer=opts["tokenizer"],
+    )
     _ids_record(rec, int_list(obj["observation"].get("token_ids")), int_list(obj["completion"].get("token_ids")))
     _logprob_record(rec, obj["completion"].get("logprobs"), None, opts["tokenizer"], extra)
     rec["model"]["policy_version"] = _version_of(meta, obj, raw)

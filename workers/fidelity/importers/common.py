@@ -5,6 +5,7 @@ output: sorted keys, no import-time values), one record per (call, choice), neve
 fields (absent values stay ``null`` and no ``trainer`` block is written), source pointers preserved (``source.ref`` = ``file:line``), and a parse
 failure yields a record with ``provenance: "missing"`` instead of a dropped call.
 """
+
 from __future__ import annotations
 
 import ast
@@ -26,8 +27,15 @@ def text_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-_META_STR = ("run_id", "trajectory_id", "call_id", "purpose", "task_prompt_sha256_declared", "context_source_call_id",
-             "model")
+_META_STR = (
+    "run_id",
+    "trajectory_id",
+    "call_id",
+    "purpose",
+    "task_prompt_sha256_declared",
+    "context_source_call_id",
+    "model",
+)
 _META_INT = ("step", "call_index", "policy_version", "status")
 _CONTEXT_EVENTS = ("compaction", "truncation", "retry")
 
@@ -125,7 +133,6 @@ def int_list(v):
     return None
 
 
-
 def _is_num(v) -> bool:
     return (type(v) is int or type(v) is float) and v == v
 
@@ -163,8 +170,9 @@ def topk_lists(tops, sampled_ids, map_id, *, sampled_listed_first: bool):
     :func:`topk_list`; a position whose list cannot be used becomes ``[]`` and is listed in ``dropped``."""
     top_k, dropped = [], []
     for t, entries in enumerate(tops):
-        lst, _ = topk_list([(map_id(x), v) for x, v in entries], sampled_ids[t],
-                           sampled_listed_first=sampled_listed_first)
+        lst, _ = topk_list(
+            [(map_id(x), v) for x, v in entries], sampled_ids[t], sampled_listed_first=sampled_listed_first
+        )
         if lst is None:
             top_k.append([])
             dropped.append(t)
@@ -194,13 +202,27 @@ def skeleton(*, run_id, trajectory_id, step, call_id, call_index, source_format,
         "model": {"served_name": "unknown", "policy_version": None},
         "tokenizer": tokenizer_block(tokenizer),
         "chat_template": None,
-        "engine": {"name": "unknown", "api": "chat.completions", "logprobs_mode": None,
-                   "generation_config_source": "unknown"},
+        "engine": {
+            "name": "unknown",
+            "api": "chat.completions",
+            "logprobs_mode": None,
+            "generation_config_source": "unknown",
+        },
         "sampling": {},
-        "prompt": {"token_ids": [], "provenance": "missing", "ids_sha256": ids_sha256([]),
-                   "task_prompt_sha256_declared": None, "task_prompt_sha256_observed": None},
-        "response": {"token_ids": [], "provenance": "missing", "ids_sha256": ids_sha256([]), "text": None,
-                     "usage_completion_tokens": None},
+        "prompt": {
+            "token_ids": [],
+            "provenance": "missing",
+            "ids_sha256": ids_sha256([]),
+            "task_prompt_sha256_declared": None,
+            "task_prompt_sha256_observed": None,
+        },
+        "response": {
+            "token_ids": [],
+            "provenance": "missing",
+            "ids_sha256": ids_sha256([]),
+            "text": None,
+            "usage_completion_tokens": None,
+        },
         "rollout": {"logprobs": []},
         "source": {"format": source_format, "ref": ref, "importer_version": IMPORTER_VERSION},
     }
@@ -233,12 +255,16 @@ def refuse_binary(path) -> None:
         head = f.read(8)
     for magic, what in _BINARY_FORMATS:
         if head.startswith(magic):
-            raise ValueError(f"{os.fspath(path)} is {what}, not JSON lines; importers do not load binary dumps — "
-                             f"write one JSON object per line (slime: Sample.to_dict())")
+            raise ValueError(
+                f"{os.fspath(path)} is {what}, not JSON lines; importers do not load binary dumps — "
+                f"write one JSON object per line (slime: Sample.to_dict())"
+            )
     if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
-        raise ValueError(f"{os.fspath(path)} is a Python pickle (protocol {head[1]}; torch.save's legacy format), "
-                         f"not JSON lines; importers never unpickle — write one JSON object per line "
-                         f"(slime: Sample.to_dict())")
+        raise ValueError(
+            f"{os.fspath(path)} is a Python pickle (protocol {head[1]}; torch.save's legacy format), "
+            f"not JSON lines; importers never unpickle — write one JSON object per line "
+            f"(slime: Sample.to_dict())"
+        )
 
 
 def read_jsonl(path):

@@ -20,16 +20,32 @@ the server streams increments (``--stream-output``): the last chunk per choice `
 concatenated when the last chunk's ids are shorter than its log-probs. Sampling parameters from
 ``request.sampling_params``; ``engine.logprobs_mode`` from configuration (``--logprobs-mode``).
 """
+
 from __future__ import annotations
 
 from workers.fidelity.importers.common import (
-    emit, ids_sha256, int_list, meta_of, read_jsonl, ref_of, skeleton, text_sha256, topk_lists,
+    emit,
+    ids_sha256,
+    int_list,
+    meta_of,
+    read_jsonl,
+    ref_of,
+    skeleton,
+    text_sha256,
+    topk_lists,
 )
 from workers.fidelity.importers.vllm import ROLE_VALUES, error_text, failed_record, headers_of
 from workers.routing.engines import attach_rollout_routes, sglang_response_routes
 
-SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
-                 "frequency_penalty")
+SAMPLING_KEYS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+)
 STRUCTURED_KEYS = ("json_schema", "regex", "ebnf", "structural_tag")
 
 
@@ -66,7 +82,7 @@ def _is_incremental(group) -> bool:
             return False
         if sum(map(len, ids)) == ct:
             return True
-    return any(len(b) < len(a) or b[:len(a)] != a for a, b in zip(ids, ids[1:]))
+    return any(len(b) < len(a) or b[: len(a)] != a for a, b in zip(ids, ids[1:]))
 
 
 def _merge_group(group) -> dict:
@@ -142,8 +158,15 @@ def convert(obj, *, ref, opts, call_index) -> list[dict]:
     meta = meta_of(obj)
     outs = _outputs(req, obj.get("response"))
     headers = headers_of(obj)
-    ctx = {"req": req, "meta": meta, "headers": headers, "opts": opts, "ref": ref, "call_index": call_index,
-           "traj": str(meta.get("trajectory_id") or headers.get("x-fcr-trajectory") or "unknown")}
+    ctx = {
+        "req": req,
+        "meta": meta,
+        "headers": headers,
+        "opts": opts,
+        "ref": ref,
+        "call_index": call_index,
+        "traj": str(meta.get("trajectory_id") or headers.get("x-fcr-trajectory") or "unknown"),
+    }
     recs = []
     for out, call_id in zip(outs, _call_ids(meta, headers, outs, ref)):
         mi = out.get("meta_info") if isinstance(out.get("meta_info"), dict) else {}
@@ -157,8 +180,12 @@ def convert(obj, *, ref, opts, call_index) -> list[dict]:
         if extra:
             rec["extra"] = extra
         if mi.get("routed_experts") is not None:  # return_routed_experts (docs/routing.md)
-            attach_rollout_routes(rec, lambda P, T, mi=mi: sglang_response_routes(
-                mi["routed_experts"], P, T, num_layers=opts.get("moe_layers"), **_route_layout(req, mi)))
+            attach_rollout_routes(
+                rec,
+                lambda P, T, mi=mi: sglang_response_routes(
+                    mi["routed_experts"], P, T, num_layers=opts.get("moe_layers"), **_route_layout(req, mi)
+                ),
+            )
         recs.append(rec)
     return recs
 
@@ -167,9 +194,16 @@ def _base_record(ctx: dict, call_id: str, mi: dict) -> dict:
     """Identity, role, purpose, model (``weight_version`` → ``policy_version`` when an integer), engine, sampling."""
     meta, headers, opts, req = ctx["meta"], ctx["headers"], ctx["opts"], ctx["req"]
     step = meta.get("step") if type(meta.get("step")) is int else opts.get("step")
-    rec = skeleton(run_id=opts.get("run_id") or meta.get("run_id") or "unknown", trajectory_id=ctx["traj"],
-                   step=step if type(step) is int else -1, call_id=call_id, call_index=ctx["call_index"],
-                   source_format="sglang_generate", ref=ctx["ref"], tokenizer=opts.get("tokenizer"))
+    rec = skeleton(
+        run_id=opts.get("run_id") or meta.get("run_id") or "unknown",
+        trajectory_id=ctx["traj"],
+        step=step if type(step) is int else -1,
+        call_id=call_id,
+        call_index=ctx["call_index"],
+        source_format="sglang_generate",
+        ref=ctx["ref"],
+        tokenizer=opts.get("tokenizer"),
+    )
     if headers.get("x-fcr-call-role") in ROLE_VALUES:
         rec["role"], rec["role_source"] = headers["x-fcr-call-role"], "header"
     for key, field in (("x-fcr-purpose", "purpose"), ("x-fcr-parent-call", "parent_call_id")):
@@ -180,8 +214,12 @@ def _base_record(ctx: dict, call_id: str, mi: dict) -> dict:
     if type(version) is not int:
         version = wv if type(wv) is int else int(wv) if isinstance(wv, str) and wv.isdigit() else None
     rec["model"] = {"served_name": str(req.get("model") or meta.get("model") or "unknown"), "policy_version": version}
-    rec["engine"] = {"name": "sglang", "api": "generate", "logprobs_mode": opts.get("logprobs_mode"),
-                     "generation_config_source": opts.get("generation_config_source", "unknown")}
+    rec["engine"] = {
+        "name": "sglang",
+        "api": "generate",
+        "logprobs_mode": opts.get("logprobs_mode"),
+        "generation_config_source": opts.get("generation_config_source", "unknown"),
+    }
     rec["sampling"] = _sampling(req)
     return rec
 
@@ -233,8 +271,9 @@ def _response(rec: dict, out: dict, mi: dict, extra: dict) -> None:
     tops = mi.get("output_top_logprobs")
     if isinstance(tops, list) and len(tops) == n:
         pos = [[(e[1], e[0]) for e in (t or []) if isinstance(e, (list, tuple)) and len(e) >= 2] for t in tops]
-        top_k, dropped = topk_lists(pos, r["token_ids"], lambda x: x if type(x) is int and x >= 0 else None,
-                                    sampled_listed_first=False)
+        top_k, dropped = topk_lists(
+            pos, r["token_ids"], lambda x: x if type(x) is int and x >= 0 else None, sampled_listed_first=False
+        )
         rec["rollout"]["top_k"] = top_k
         if dropped:
             extra["top_k_dropped_positions"] = dropped
@@ -272,12 +311,29 @@ def _route_layout(req: dict, mi: dict) -> dict:
     return {"start_len": start, "dtype": dtype}
 
 
-def import_sglang(in_path, out_path, *, run_id=None, step=None, tokenizer=None, logprobs_mode=None,
-                  generation_config_source="unknown", role=None, moe_layers=None, **_ignored) -> dict:
+def import_sglang(
+    in_path,
+    out_path,
+    *,
+    run_id=None,
+    step=None,
+    tokenizer=None,
+    logprobs_mode=None,
+    generation_config_source="unknown",
+    role=None,
+    moe_layers=None,
+    **_ignored,
+) -> dict:
     """Convert an SGLang ``/generate`` exchange log to ``fcr/1``; returns counts. ``moe_layers``: the model's MoE
     layer count, needed to reshape ``meta_info.routed_experts`` (flat int32)."""
-    opts = {"run_id": run_id, "step": step, "tokenizer": tokenizer, "logprobs_mode": logprobs_mode,
-            "generation_config_source": generation_config_source, "moe_layers": moe_layers}
+    opts = {
+        "run_id": run_id,
+        "step": step,
+        "tokenizer": tokenizer,
+        "logprobs_mode": logprobs_mode,
+        "generation_config_source": generation_config_source,
+        "moe_layers": moe_layers,
+    }
     stats = {"exchanges": 0, "records": 0, "failed": 0}
     counters: dict = {}
     with open(out_path, "wb") as out:
@@ -285,8 +341,11 @@ def import_sglang(in_path, out_path, *, run_id=None, step=None, tokenizer=None, 
             stats["exchanges"] += 1
             ref = ref_of(in_path, line)
             meta = meta_of(obj)
-            traj = str(meta.get("trajectory_id") or (headers_of(obj).get("x-fcr-trajectory") if isinstance(
-                obj, dict) else None) or "unknown")
+            traj = str(
+                meta.get("trajectory_id")
+                or (headers_of(obj).get("x-fcr-trajectory") if isinstance(obj, dict) else None)
+                or "unknown"
+            )
             idx = counters.get(traj, 0)
             counters[traj] = idx + 1
             ci = meta.get("call_index") if type(meta.get("call_index")) is int else idx
@@ -298,8 +357,17 @@ def import_sglang(in_path, out_path, *, run_id=None, step=None, tokenizer=None, 
                     err = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
             if recs is None:
                 stats["failed"] += 1
-                recs = [failed_record(obj if isinstance(obj, dict) else {}, traj=traj, call_index=ci, ref=ref,
-                                      err=err or "not a JSON object", opts=opts, source_format="sglang_generate")]
+                recs = [
+                    failed_record(
+                        obj if isinstance(obj, dict) else {},
+                        traj=traj,
+                        call_index=ci,
+                        ref=ref,
+                        err=err or "not a JSON object",
+                        opts=opts,
+                        source_format="sglang_generate",
+                    )
+                ]
                 recs[0]["engine"].update(name="sglang", api="generate")
                 recs[0]["chat_template"] = None
             emit(out, recs, role=role, stats=stats)

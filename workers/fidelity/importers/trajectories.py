@@ -24,13 +24,21 @@ log-probs the run's slice. The task text the rollout was given — verl ``raw_pr
 ``run_id`` override the derived ones. ``ids_from="text"`` declares that the ids were rebuilt from text offline
 (response provenance ``retokenized``). No trainer block is written: join the trainer side (``join``).
 """
+
 from __future__ import annotations
 
 import os
 import re
 
 from workers.fidelity.importers.common import (
-    dump, ids_sha256, int_list, read_jsonl, ref_of, skeleton, task_text, text_sha256,
+    dump,
+    ids_sha256,
+    int_list,
+    read_jsonl,
+    ref_of,
+    skeleton,
+    task_text,
+    text_sha256,
 )
 
 
@@ -48,9 +56,27 @@ def split_calls(response_ids, mask):
     return runs
 
 
-def trajectory_records(*, prompt_ids, response_ids, mask, logprobs, traj, step, run_id, ref, fmt, opts,
-                       policy_version=None, extra=None, first_index=0, prompt=None, token_versions=None,
-                       unverified=(), ids_reencoded=False, trainer=None) -> list[dict]:
+def trajectory_records(
+    *,
+    prompt_ids,
+    response_ids,
+    mask,
+    logprobs,
+    traj,
+    step,
+    run_id,
+    ref,
+    fmt,
+    opts,
+    policy_version=None,
+    extra=None,
+    first_index=0,
+    prompt=None,
+    token_versions=None,
+    unverified=(),
+    ids_reencoded=False,
+    trainer=None,
+) -> list[dict]:
     """One ``fcr/1`` record per model call of a trajectory (see the module docstring); call indices start at
     ``first_index`` (SkyRL step-wise rows continue a trajectory). ``token_versions`` (one int or None per response
     token) is the version that sampled each token of a partial rollout; ``unverified`` lists ``(start, end, reason)``
@@ -60,35 +86,63 @@ def trajectory_records(*, prompt_ids, response_ids, mask, logprobs, traj, step, 
     n = len(response_ids)
     mask = [1] * n if mask is None else mask
     if not (isinstance(mask, list) and len(mask) == n and all(m in (0, 1) and type(m) is int for m in mask)):
-        raise ValueError(f"mask must be 0/1 per response token ({n}), got {type(mask).__name__} of "
-                         f"{len(mask) if isinstance(mask, list) else '?'}")
-    row = dict(prompt_ids=prompt_ids, response_ids=response_ids, logprobs=logprobs, traj=traj, step=step,
-               run_id=run_id, ref=ref, fmt=fmt, opts=opts, policy_version=policy_version, extra=extra, prompt=prompt,
-               token_versions=token_versions, unverified=unverified, ids_reencoded=ids_reencoded, trainer=trainer,
-               lps_ok=isinstance(logprobs, list) and len(logprobs) == n,
-               retok=opts.get("ids_from") == "text" or (fmt == "skyrl" and logprobs is None) or ids_reencoded)
-    return [_call_record(row, k, a, b)
-            for k, (a, b) in enumerate(split_calls(response_ids, mask), start=first_index)]
+        raise ValueError(
+            f"mask must be 0/1 per response token ({n}), got {type(mask).__name__} of "
+            f"{len(mask) if isinstance(mask, list) else '?'}"
+        )
+    row = dict(
+        prompt_ids=prompt_ids,
+        response_ids=response_ids,
+        logprobs=logprobs,
+        traj=traj,
+        step=step,
+        run_id=run_id,
+        ref=ref,
+        fmt=fmt,
+        opts=opts,
+        policy_version=policy_version,
+        extra=extra,
+        prompt=prompt,
+        token_versions=token_versions,
+        unverified=unverified,
+        ids_reencoded=ids_reencoded,
+        trainer=trainer,
+        lps_ok=isinstance(logprobs, list) and len(logprobs) == n,
+        retok=opts.get("ids_from") == "text" or (fmt == "skyrl" and logprobs is None) or ids_reencoded,
+    )
+    return [_call_record(row, k, a, b) for k, (a, b) in enumerate(split_calls(response_ids, mask), start=first_index)]
 
 
 def _call_record(row: dict, k: int, a: int, b: int) -> dict:
     """The record of the model call at response positions ``[a, b)`` of a trajectory (``row``: what
     :func:`trajectory_records` was given, with ``lps_ok`` and ``retok`` decided once)."""
     opts, traj, response_ids = row["opts"], row["traj"], row["response_ids"]
-    rec = skeleton(run_id=row["run_id"], trajectory_id=traj, step=row["step"], call_id=f"{traj}#{k}", call_index=k,
-                   source_format=row["fmt"], ref=row["ref"], tokenizer=opts.get("tokenizer"))
+    rec = skeleton(
+        run_id=row["run_id"],
+        trajectory_id=traj,
+        step=row["step"],
+        call_id=f"{traj}#{k}",
+        call_index=k,
+        source_format=row["fmt"],
+        ref=row["ref"],
+        tokenizer=opts.get("tokenizer"),
+    )
     rec["role"], rec["role_source"], rec["purpose"] = "policy", "config", "main_loop"
-    rec["engine"] = {"name": opts.get("engine") or "unknown", "api": "generate",
-                     "logprobs_mode": opts.get("logprobs_mode"),
-                     "generation_config_source": opts.get("generation_config_source", "unknown")}
+    rec["engine"] = {
+        "name": opts.get("engine") or "unknown",
+        "api": "generate",
+        "logprobs_mode": opts.get("logprobs_mode"),
+        "generation_config_source": opts.get("generation_config_source", "unknown"),
+    }
     p = list(row["prompt_ids"]) + list(response_ids[:a])
     rec["prompt"].update(token_ids=p, provenance="engine_input", ids_sha256=ids_sha256(p))
     text = task_text(row["prompt"])
     if text is not None:  # what the rollout was asked (the trainer declares its hash through ``join``)
         rec["prompt"]["task_prompt_sha256_observed"] = text_sha256(text)
     r = list(response_ids[a:b])
-    rec["response"].update(token_ids=r, provenance="retokenized" if row["retok"] else "engine",
-                           ids_sha256=ids_sha256(r))
+    rec["response"].update(
+        token_ids=r, provenance="retokenized" if row["retok"] else "engine", ids_sha256=ids_sha256(r)
+    )
     lp = [v if type(v) in (int, float) else None for v in row["logprobs"][a:b]] if row["lps_ok"] else [None] * len(r)
     rec["rollout"] = {"logprobs": [None] * len(r) if row["retok"] and not row["ids_reencoded"] else lp}
     rec["model"]["policy_version"] = _call_versions(rec, row["policy_version"], row["token_versions"], a, b)
@@ -107,8 +161,11 @@ def _trainer_block(trainer, a, b, traj) -> dict:
     """The trainer's side of one call from a step dump: its recomputed log-probs, the mask it applied (its token
     mask × the sample's weight) and the training sequence the calls shared (``sample_id``)."""
     lps = trainer["logprobs"][a:b]
-    block = {"logprobs": [v if type(v) in (int, float) else None for v in lps],
-             "loss_mask_used": [1 if trainer["used"] else 0] * (b - a), "sample_id": traj}
+    block = {
+        "logprobs": [v if type(v) in (int, float) else None for v in lps],
+        "loss_mask_used": [1 if trainer["used"] else 0] * (b - a),
+        "sample_id": traj,
+    }
     if type(trainer.get("policy_version")) is int:
         block["policy_version"] = trainer["policy_version"]
     return block
@@ -140,11 +197,35 @@ def _version(v):
     return None
 
 
-def _traj(key, prompt_ids, response_ids, mask, logprobs, prompt, *, version=None, token_versions=None, extra=None,
-          unverified=(), ids_reencoded=False, trainer=None) -> dict:
-    return {"key": key, "prompt_ids": prompt_ids, "response_ids": response_ids, "mask": mask, "logprobs": logprobs,
-            "prompt": prompt, "policy_version": version, "token_versions": token_versions, "extra": extra or {},
-            "unverified": list(unverified), "ids_reencoded": ids_reencoded, "trainer": trainer}
+def _traj(
+    key,
+    prompt_ids,
+    response_ids,
+    mask,
+    logprobs,
+    prompt,
+    *,
+    version=None,
+    token_versions=None,
+    extra=None,
+    unverified=(),
+    ids_reencoded=False,
+    trainer=None,
+) -> dict:
+    return {
+        "key": key,
+        "prompt_ids": prompt_ids,
+        "response_ids": response_ids,
+        "mask": mask,
+        "logprobs": logprobs,
+        "prompt": prompt,
+        "policy_version": version,
+        "token_versions": token_versions,
+        "extra": extra or {},
+        "unverified": list(unverified),
+        "ids_reencoded": ids_reencoded,
+        "trainer": trainer,
+    }
 
 
 def _span_versions(start, end, n):
@@ -166,11 +247,17 @@ def _verl_rows(obj):
 
     def field(name):
         return obj.get(name) if obj.get(name) is not None else ef.get(name)
+
     # the fully-async recipe's param_version_start/_end, or verl's min_global_steps/max_global_steps (the weights
     # versions that generated the sample's first and last tokens)
-    lo, hi = next(((field(a), field(b)) for a, b in (("param_version_start", "param_version_end"),
-                                                     ("min_global_steps", "max_global_steps"))
-                   if field(a) is not None or field(b) is not None), (None, None))
+    lo, hi = next(
+        (
+            (field(a), field(b))
+            for a, b in (("param_version_start", "param_version_end"), ("min_global_steps", "max_global_steps"))
+            if field(a) is not None or field(b) is not None
+        ),
+        (None, None),
+    )
     version, tv = _span_versions(lo, hi, n)
     if version is None and tv is None:
         version = _version(field("param_version"))
@@ -178,9 +265,19 @@ def _verl_rows(obj):
     if tv is not None:
         extra["policy_versions"] = [_version(lo), _version(hi)]
     lps = obj.get("response_logprobs") if obj.get("response_logprobs") is not None else obj.get("log_probs")
-    return [_traj(obj.get("trajectory_id") or obj.get("uid") or obj.get("request_id"),
-                  int_list(obj.get("prompt_ids")), resp, obj.get("response_mask"), lps,
-                  obj.get("raw_prompt", obj.get("messages")), version=version, token_versions=tv, extra=extra)]
+    return [
+        _traj(
+            obj.get("trajectory_id") or obj.get("uid") or obj.get("request_id"),
+            int_list(obj.get("prompt_ids")),
+            resp,
+            obj.get("response_mask"),
+            lps,
+            obj.get("raw_prompt", obj.get("messages")),
+            version=version,
+            token_versions=tv,
+            extra=extra,
+        )
+    ]
 
 
 def _slime_versions(wv, prompt_len, n):
@@ -211,11 +308,23 @@ def _slime_rows(obj):
     if tokens is None or type(n) is not int or not 0 <= n <= len(tokens):
         raise ValueError("tokens / response_length missing or inconsistent")
     version, tv = _slime_versions(obj.get("weight_versions"), len(tokens) - n, n)
-    key = obj.get("trajectory_id") or (f"{obj.get('group_index')}:{obj.get('index')}"
-                                       if obj.get("index") is not None else None)
+    key = obj.get("trajectory_id") or (
+        f"{obj.get('group_index')}:{obj.get('index')}" if obj.get("index") is not None else None
+    )
     extra = {k: obj[k] for k in ("status",) if isinstance(obj.get(k), str)}
-    return [_traj(key, tokens[:len(tokens) - n], tokens[len(tokens) - n:], obj.get("loss_mask"),
-                  obj.get("rollout_log_probs"), obj.get("prompt"), version=version, token_versions=tv, extra=extra)]
+    return [
+        _traj(
+            key,
+            tokens[: len(tokens) - n],
+            tokens[len(tokens) - n :],
+            obj.get("loss_mask"),
+            obj.get("rollout_log_probs"),
+            obj.get("prompt"),
+            version=version,
+            token_versions=tv,
+            extra=extra,
+        )
+    ]
 
 
 def _skyrl_unverified(r, m, lp, stop, appended_eos):
@@ -239,18 +348,31 @@ def _skyrl_reencoded(flag) -> bool:
 
 
 def _skyrl_rows(obj):
-    if isinstance(obj.get("prompt_token_ids"), list) and obj["prompt_token_ids"] and isinstance(
-            obj["prompt_token_ids"][0], list):
+    if (
+        isinstance(obj.get("prompt_token_ids"), list)
+        and obj["prompt_token_ids"]
+        and isinstance(obj["prompt_token_ids"][0], list)
+    ):
         return _skyrl_batch(obj)
     tid = obj.get("trajectory_id")
     key = f"{tid.get('instance_id')}_{tid.get('repetition_id')}" if isinstance(tid, dict) else tid
     r, m = int_list(obj.get("response_ids")), obj.get("loss_mask", obj.get("loss_masks"))
     lp, stop = obj.get("rollout_logprobs"), obj.get("stop_reason")
     reenc = _skyrl_reencoded(obj.get("postprocessed_action")) or _skyrl_reencoded(obj.get("env_metrics"))
-    return [_traj(key, int_list(obj.get("prompt_token_ids")), r, m, lp, obj.get("prompt", obj.get("prompts")),
-                  extra={"stop_reason": stop} if isinstance(stop, str) else {},
-                  unverified=_skyrl_unverified(r, m, lp, stop, obj.get("appended_eos_token")) +
-                  ([(0, len(r), "reencoded")] if reenc and r and lp is not None else []), ids_reencoded=reenc)]
+    return [
+        _traj(
+            key,
+            int_list(obj.get("prompt_token_ids")),
+            r,
+            m,
+            lp,
+            obj.get("prompt", obj.get("prompts")),
+            extra={"stop_reason": stop} if isinstance(stop, str) else {},
+            unverified=_skyrl_unverified(r, m, lp, stop, obj.get("appended_eos_token"))
+            + ([(0, len(r), "reencoded")] if reenc and r and lp is not None else []),
+            ids_reencoded=reenc,
+        )
+    ]
 
 
 def _skyrl_batch(obj):
@@ -264,19 +386,39 @@ def _skyrl_batch(obj):
         if not isinstance(v, list) or len(v) != B:
             raise ValueError(f"{name} must be a list of {B} entries (one per trajectory)")
         return v
+
     out = []
     for p, r, m, lp, tid, stop, conv, eos, post, env in zip(
-            col("prompt_token_ids"), col("response_ids"), col("loss_masks"), col("rollout_logprobs"),
-            col("trajectory_ids"), col("stop_reasons"), col("prompts"), col("appended_eos_token"),
-            col("postprocessed_action"), col("env_metrics")):
+        col("prompt_token_ids"),
+        col("response_ids"),
+        col("loss_masks"),
+        col("rollout_logprobs"),
+        col("trajectory_ids"),
+        col("stop_reasons"),
+        col("prompts"),
+        col("appended_eos_token"),
+        col("postprocessed_action"),
+        col("env_metrics"),
+    ):
         key = f"{tid.get('instance_id')}_{tid.get('repetition_id')}" if isinstance(tid, dict) else None
         r = int_list(r)
         reenc = _skyrl_reencoded(post) or _skyrl_reencoded(env)
         unverified = _skyrl_unverified(r, m, lp, stop, eos)
         if reenc and r and lp is not None:
             unverified.append((0, len(r), "reencoded"))
-        out.append(_traj(key, int_list(p), r, m, lp, conv, extra={"stop_reason": stop} if stop else {},
-                         unverified=unverified, ids_reencoded=reenc))
+        out.append(
+            _traj(
+                key,
+                int_list(p),
+                r,
+                m,
+                lp,
+                conv,
+                extra={"stop_reason": stop} if stop else {},
+                unverified=unverified,
+                ids_reencoded=reenc,
+            )
+        )
     return out
 
 
@@ -301,22 +443,48 @@ def _nemo_rows(obj):
     resp_mask = [1 if m == 1 else 0 if m == 0 else m for m in mask[first:n]]
     # NeMo RL writes 0 where the engine reported no log-prob: an exact 0.0 on a model token cannot be shown to be
     # the engine's value (a loss mask of 1 is no evidence)
-    stand_in = [(t, t + 1, "not_reported") for t, v in enumerate(gen[first:n])
-                if resp_mask[t] == 1 and type(v) in (int, float) and v == 0]
-    return [_traj(obj.get("trajectory_id") or obj.get("sample_id"), ids[:first], ids[first:n], resp_mask,
-                  list(gen[first:n]), obj.get("content") if isinstance(obj.get("content"), (str, list)) else None,
-                  unverified=stand_in,
-                  version=_version(obj.get("policy_version")),
-                  extra={k: obj[k] for k in ("rewards", "reward") if type(obj.get(k)) in (int, float)},
-                  trainer={"logprobs": list(prev[first:n]), "used": used not in (0, 0.0, False),
-                           "policy_version": _version(obj.get("trainer_policy_version"))})]
+    stand_in = [
+        (t, t + 1, "not_reported")
+        for t, v in enumerate(gen[first:n])
+        if resp_mask[t] == 1 and type(v) in (int, float) and v == 0
+    ]
+    return [
+        _traj(
+            obj.get("trajectory_id") or obj.get("sample_id"),
+            ids[:first],
+            ids[first:n],
+            resp_mask,
+            list(gen[first:n]),
+            obj.get("content") if isinstance(obj.get("content"), (str, list)) else None,
+            unverified=stand_in,
+            version=_version(obj.get("policy_version")),
+            extra={k: obj[k] for k in ("rewards", "reward") if type(obj.get(k)) in (int, float)},
+            trainer={
+                "logprobs": list(prev[first:n]),
+                "used": used not in (0, 0.0, False),
+                "policy_version": _version(obj.get("trainer_policy_version")),
+            },
+        )
+    ]
 
 
 _ROWS = {"verl": _verl_rows, "slime": _slime_rows, "skyrl": _skyrl_rows, "nemo-rl": _nemo_rows}
 
 
-def import_trajectories(in_path, out_path, *, fmt, run_id=None, step=None, tokenizer=None, engine=None,
-                        logprobs_mode=None, generation_config_source="unknown", ids_from="engine", **_ignored) -> dict:
+def import_trajectories(
+    in_path,
+    out_path,
+    *,
+    fmt,
+    run_id=None,
+    step=None,
+    tokenizer=None,
+    engine=None,
+    logprobs_mode=None,
+    generation_config_source="unknown",
+    ids_from="engine",
+    **_ignored,
+) -> dict:
     """Convert verl / slime / SkyRL rollout outputs (``fmt``) to ``fcr/1``; returns counts. A line that cannot be
     read becomes a ``missing`` record (docs/fidelity-rules.md#importers)."""
     if fmt not in _ROWS:
@@ -326,8 +494,13 @@ def import_trajectories(in_path, out_path, *, fmt, run_id=None, step=None, token
     if step is None and fmt == "nemo-rl":  # NeMo RL names its dumps train_data_step{N}.jsonl
         m = re.search(r"train_data_step(\d+)", os.path.basename(os.fspath(in_path)))
         step = int(m.group(1)) if m else None
-    opts = {"tokenizer": tokenizer, "engine": engine, "logprobs_mode": logprobs_mode,
-            "generation_config_source": generation_config_source, "ids_from": ids_from}
+    opts = {
+        "tokenizer": tokenizer,
+        "engine": engine,
+        "logprobs_mode": logprobs_mode,
+        "generation_config_source": generation_config_source,
+        "ids_from": ids_from,
+    }
     stats = {"lines": 0, "trajectories": 0, "records": 0, "failed": 0, "turns_without_model_tokens": 0}
     next_index: dict = {}
     with open(out_path, "wb") as out:
@@ -346,8 +519,16 @@ def import_trajectories(in_path, out_path, *, fmt, run_id=None, step=None, token
                     key = row.pop("key")
                     traj = str(key) if key is not None else f"{ref}/{j}"
                     # SkyRL step-wise rows repeat a trajectory id (one row per turn, in order): indices continue
-                    got = trajectory_records(traj=traj, step=st, run_id=rid, ref=ref, fmt=fmt, opts=opts,
-                                             first_index=next_index.get(traj, 0), **row)
+                    got = trajectory_records(
+                        traj=traj,
+                        step=st,
+                        run_id=rid,
+                        ref=ref,
+                        fmt=fmt,
+                        opts=opts,
+                        first_index=next_index.get(traj, 0),
+                        **row,
+                    )
                     next_index[traj] = next_index.get(traj, 0) + len(got)
                     stats["trajectories"] += 1
                     stats["turns_without_model_tokens"] += int(not got)
@@ -357,8 +538,16 @@ def import_trajectories(in_path, out_path, *, fmt, run_id=None, step=None, token
                 recs = None
             if recs is None:
                 stats["failed"] += 1
-                rec = skeleton(run_id=run_id or "unknown", trajectory_id=ref, step=step if type(step) is int else -1,
-                               call_id=ref, call_index=0, source_format=fmt, ref=ref, tokenizer=tokenizer)
+                rec = skeleton(
+                    run_id=run_id or "unknown",
+                    trajectory_id=ref,
+                    step=step if type(step) is int else -1,
+                    call_id=ref,
+                    call_index=0,
+                    source_format=fmt,
+                    ref=ref,
+                    tokenizer=tokenizer,
+                )
                 rec["engine"]["api"] = "generate"
                 rec["extra"] = {"import_error": err}
                 recs = [rec]

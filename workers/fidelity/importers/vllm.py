@@ -19,6 +19,7 @@ or a unique vocabulary match; a position with an unmappable entry gets an empty 
 ``extra.top_k_dropped_positions``. Retries (identical request body later in the same trajectory) are kept, the
 earlier attempts marked ``purpose: "retry"`` — this needs a first pass over the input.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -26,14 +27,32 @@ import hashlib
 import orjson
 
 from workers.fidelity.importers.common import (
-    emit, ids_sha256, int_list, map_token, meta_of, read_jsonl, ref_of, skeleton, task_text, text_sha256,
-    token_id_of, topk_lists,
+    emit,
+    ids_sha256,
+    int_list,
+    map_token,
+    meta_of,
+    read_jsonl,
+    ref_of,
+    skeleton,
+    task_text,
+    text_sha256,
+    token_id_of,
+    topk_lists,
 )
 from workers.routing.engines import attach_rollout_routes, vllm_response_routes
 
 ROLE_VALUES = ("policy", "background", "unknown")
-SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
-                 "frequency_penalty", "seed")
+SAMPLING_KEYS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "seed",
+)
 STRUCTURED_KEYS = ("guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs")
 
 
@@ -107,8 +126,11 @@ def _merged_choice(a: dict) -> dict:
     if a.get("lp_content") is not None:
         choice["logprobs"] = {"content": a["lp_content"]}
     elif a.get("tokens") is not None:
-        choice["logprobs"] = {"tokens": a["tokens"], "token_logprobs": a.get("token_logprobs"),
-                              "top_logprobs": a.get("top_logprobs")}
+        choice["logprobs"] = {
+            "tokens": a["tokens"],
+            "token_logprobs": a.get("token_logprobs"),
+            "top_logprobs": a.get("top_logprobs"),
+        }
     return choice
 
 
@@ -130,8 +152,29 @@ def _sampling(req: dict) -> dict:
 class _Exchange:
     """What one logged exchange says once for all its choices (see :func:`convert_exchange`)."""
 
-    __slots__ = ("agl", "data", "req", "resp", "meta", "headers", "chat", "generate", "traj", "base_id", "choices",
-                 "role", "policy_version", "step", "user_text", "usage", "opts", "tok", "ref", "call_index", "retry")
+    __slots__ = (
+        "agl",
+        "data",
+        "req",
+        "resp",
+        "meta",
+        "headers",
+        "chat",
+        "generate",
+        "traj",
+        "base_id",
+        "choices",
+        "role",
+        "policy_version",
+        "step",
+        "user_text",
+        "usage",
+        "opts",
+        "tok",
+        "ref",
+        "call_index",
+        "retry",
+    )
 
 
 def _response_of(obj: dict, data: dict, meta: dict) -> dict:
@@ -167,22 +210,28 @@ def _exchange(obj: dict, *, ref: str, opts: dict, call_index: int, retry: bool) 
     x.chat = "messages" in x.req or str(x.resp.get("object", "")).startswith("chat")
     # vLLM's tokens-in/tokens-out endpoint: ``{token_ids, sampling_params}`` in, ``choices[].token_ids`` out
     x.generate = not x.chat and "prompt" not in x.req and int_list(x.req.get("token_ids")) is not None
-    x.traj = x.meta.get("trajectory_id") or x.headers.get("x-fcr-trajectory") or (
-        f"{obj.get('rollout_id')}:{obj.get('attempt_id')}" if x.agl else "unknown")
+    x.traj = (
+        x.meta.get("trajectory_id")
+        or x.headers.get("x-fcr-trajectory")
+        or (f"{obj.get('rollout_id')}:{obj.get('attempt_id')}" if x.agl else "unknown")
+    )
     x.base_id = x.meta.get("call_id") or x.headers.get("x-fcr-call-id") or x.resp.get("id") or ref
-    x.choices = sorted((c for c in x.resp.get("choices") or [] if isinstance(c, dict)),
-                       key=lambda c: c.get("index", 0))
+    x.choices = sorted((c for c in x.resp.get("choices") or [] if isinstance(c, dict)), key=lambda c: c.get("index", 0))
     if not x.choices:
         raise ValueError("response has no choices")
     x.role = x.headers.get("x-fcr-call-role")
     srv = x.data.get("server") if x.agl and isinstance(x.data.get("server"), dict) else {}
     # AGL ≥ 1.0: data.server.version; earlier events: data.model_version
-    x.policy_version = _int_or(x.meta.get("policy_version"), *((srv.get("version", x.data.get("model_version")),)
-                                                                if x.agl and x.meta.get("policy_version") is None
-                                                                else ()))
+    x.policy_version = _int_or(
+        x.meta.get("policy_version"),
+        *((srv.get("version", x.data.get("model_version")),) if x.agl and x.meta.get("policy_version") is None else ()),
+    )
     x.step = _int_or(x.meta.get("step"), opts.get("steps", {}).get(x.traj, opts.get("step")), default=-1)
-    x.user_text = task_text(x.req.get("messages")) if x.chat else (
-        x.req.get("prompt") if isinstance(x.req.get("prompt"), str) else None)
+    x.user_text = (
+        task_text(x.req.get("messages"))
+        if x.chat
+        else (x.req.get("prompt") if isinstance(x.req.get("prompt"), str) else None)
+    )
     x.usage = x.resp.get("usage") if isinstance(x.resp.get("usage"), dict) else {}
     x.opts, x.tok, x.ref, x.call_index, x.retry = opts, opts.get("tokenizer"), ref, call_index, retry
     return x
@@ -211,10 +260,16 @@ def convert_exchange(obj: dict, *, line: int, ref: str, opts: dict, call_index: 
 def _base_record(x: _Exchange, k: int, ch: dict) -> dict:
     """The record's identity, role, purpose, model, engine and sampling."""
     call_id = f"{x.base_id}#{ch.get('index', k)}" if len(x.choices) > 1 else str(x.base_id)
-    rec = skeleton(run_id=x.opts.get("run_id") or x.meta.get("run_id") or "unknown", trajectory_id=str(x.traj),
-                   step=x.step, call_id=call_id, call_index=x.call_index, ref=x.ref, tokenizer=x.tok,
-                   source_format=("agl_model_request" if x.agl else
-                                  "vllm_openai_chat" if x.chat else "vllm_openai_completions"))
+    rec = skeleton(
+        run_id=x.opts.get("run_id") or x.meta.get("run_id") or "unknown",
+        trajectory_id=str(x.traj),
+        step=x.step,
+        call_id=call_id,
+        call_index=x.call_index,
+        ref=x.ref,
+        tokenizer=x.tok,
+        source_format=("agl_model_request" if x.agl else "vllm_openai_chat" if x.chat else "vllm_openai_completions"),
+    )
     if x.role in ROLE_VALUES:
         rec["role"], rec["role_source"] = x.role, "header"
     purpose = "retry" if x.retry else x.headers.get("x-fcr-purpose") or x.meta.get("purpose")
@@ -225,13 +280,17 @@ def _base_record(x: _Exchange, k: int, ch: dict) -> dict:
     ts = x.meta.get("timestamp", x.resp.get("created"))
     if type(ts) in (int, float):
         rec["timestamp"] = ts
-    rec["model"] = {"served_name": str(x.resp.get("model") or x.req.get("model") or "unknown"),
-                    "policy_version": x.policy_version}
-    rec["chat_template"] = ({"sha256": x.opts.get("chat_template_sha256") or "unknown"} if x.chat else None)
-    rec["engine"] = {"name": x.opts.get("engine") or "vllm",
-                     "api": "chat.completions" if x.chat else "generate" if x.generate else "completions",
-                     "logprobs_mode": x.req.get("logprobs_mode", x.opts.get("logprobs_mode")),
-                     "generation_config_source": x.opts.get("generation_config_source", "unknown")}
+    rec["model"] = {
+        "served_name": str(x.resp.get("model") or x.req.get("model") or "unknown"),
+        "policy_version": x.policy_version,
+    }
+    rec["chat_template"] = {"sha256": x.opts.get("chat_template_sha256") or "unknown"} if x.chat else None
+    rec["engine"] = {
+        "name": x.opts.get("engine") or "vllm",
+        "api": "chat.completions" if x.chat else "generate" if x.generate else "completions",
+        "logprobs_mode": x.req.get("logprobs_mode", x.opts.get("logprobs_mode")),
+        "generation_config_source": x.opts.get("generation_config_source", "unknown"),
+    }
     if isinstance(x.req.get("skip_special_tokens"), bool):
         rec["engine"]["skip_special_tokens"] = x.req["skip_special_tokens"]
     sp = x.req.get("sampling_params")
@@ -268,15 +327,25 @@ def _evidence(ch: dict):
     lp = ch.get("logprobs") if isinstance(ch.get("logprobs"), dict) else {}
     if isinstance(lp.get("content"), list):  # chat
         entries = [e for e in lp["content"] if isinstance(e, dict)]
-        tops = [[(t.get("token"), t.get("logprob")) for t in (e.get("top_logprobs") or []) if isinstance(t, dict)]
-                for e in entries]
-        return ([e.get("token") for e in entries], [e.get("logprob") for e in entries], tops,
-                any(e.get("top_logprobs") is not None for e in entries))
+        tops = [
+            [(t.get("token"), t.get("logprob")) for t in (e.get("top_logprobs") or []) if isinstance(t, dict)]
+            for e in entries
+        ]
+        return (
+            [e.get("token") for e in entries],
+            [e.get("logprob") for e in entries],
+            tops,
+            any(e.get("top_logprobs") is not None for e in entries),
+        )
     if isinstance(lp.get("tokens"), list):  # completions
         strings = list(lp["tokens"])
         raw_tops = lp.get("top_logprobs") or []
-        return (strings, list(lp.get("token_logprobs") or [None] * len(strings)),
-                [list(d.items()) if isinstance(d, dict) else [] for d in raw_tops], bool(raw_tops))
+        return (
+            strings,
+            list(lp.get("token_logprobs") or [None] * len(strings)),
+            [list(d.items()) if isinstance(d, dict) else [] for d in raw_tops],
+            bool(raw_tops),
+        )
     return None, None, None, False
 
 
@@ -284,8 +353,12 @@ def _cut_echo(x: _Exchange, ch: dict, ev, prompt_ids):
     """echo=True: vLLM lists the prompt's tokens first (logprobs.tokens = prompt + output; the first prompt token has
     a null log-prob) and text = prompt text + output text. Keep the output's tail."""
     strings, lps, tops, has_top = ev
-    cut = _echo_cut(len(strings), int_list(ch.get("token_ids")), prompt_ids,
-                    x.usage.get("prompt_tokens") if len(x.choices) == 1 else None)
+    cut = _echo_cut(
+        len(strings),
+        int_list(ch.get("token_ids")),
+        prompt_ids,
+        x.usage.get("prompt_tokens") if len(x.choices) == 1 else None,
+    )
     return strings[cut:], lps[cut:], (tops[cut:] if has_top and len(tops) >= cut else tops), has_top
 
 
@@ -295,7 +368,7 @@ def _response_text(x: _Exchange, ch: dict):
         # the echoed prompt text is not the response's; without return_token_ids it leads the text
         # (a prompt sent as ids is echoed as its decoded text, which this importer cannot strip: no text then)
         ptext = x.req.get("prompt") if isinstance(x.req.get("prompt"), str) else None
-        text = text[len(ptext):] if ptext is not None and text.startswith(ptext) else None
+        text = text[len(ptext) :] if ptext is not None and text.startswith(ptext) else None
     return text
 
 
@@ -310,8 +383,7 @@ def _response_ids(x: _Exchange, ch: dict, r: dict, strings, tok_lps, text):
         r["token_ids"], r["provenance"] = rids, "engine"
     elif strings and all(token_id_of(s) is not None for s in strings):
         r["token_ids"], r["provenance"] = [token_id_of(s) for s in strings], "engine"
-    elif strings and tok is not None and all(isinstance(s, str) and len(tok.ids_for_string(s)) == 1
-                                             for s in strings):
+    elif strings and tok is not None and all(isinstance(s, str) and len(tok.ids_for_string(s)) == 1 for s in strings):
         r["token_ids"], r["provenance"] = [tok.ids_for_string(s)[0] for s in strings], "engine_token_strings"
         r["token_strings"] = strings
     elif isinstance(text, str) and tok is not None:
@@ -372,21 +444,45 @@ def _echo_cut(n_listed, rids, pids, usage_prompt_tokens) -> int:
     """``echo=True`` (completions): how many leading entries of ``logprobs.tokens`` are the echoed prompt — the
     listed count minus the engine's response ids, else the prompt's ids (engine or sent), else the engine's prompt
     token count. When none is known the exchange is refused: the echoed prompt must never pass for a response."""
-    for cut in ((n_listed - len(rids)) if rids is not None else None, len(pids) if pids is not None else None,
-                usage_prompt_tokens if type(usage_prompt_tokens) is int else None):
+    for cut in (
+        (n_listed - len(rids)) if rids is not None else None,
+        len(pids) if pids is not None else None,
+        usage_prompt_tokens if type(usage_prompt_tokens) is int else None,
+    ):
         if cut is not None and 0 <= cut <= n_listed:
             return cut
-    raise ValueError("echo=True: the log does not say where the echoed prompt ends (no token_ids, prompt ids or "
-                     "usage.prompt_tokens), so the response cannot be told from the prompt")
+    raise ValueError(
+        "echo=True: the log does not say where the echoed prompt ends (no token_ids, prompt ids or "
+        "usage.prompt_tokens), so the response cannot be told from the prompt"
+    )
 
 
-def import_vllm(in_path, out_path, *, run_id=None, step=None, steps=None, tokenizer=None, logprobs_mode=None,
-                generation_config_source="unknown", chat_template_sha256=None, role=None, engine=None) -> dict:
+def import_vllm(
+    in_path,
+    out_path,
+    *,
+    run_id=None,
+    step=None,
+    steps=None,
+    tokenizer=None,
+    logprobs_mode=None,
+    generation_config_source="unknown",
+    chat_template_sha256=None,
+    role=None,
+    engine=None,
+) -> dict:
     """Convert a vLLM/AGL exchange log to ``fcr/1``. Returns counts. Two passes (retry marking). ``engine``: the
     server behind an OpenAI-compatible log when it is not vLLM (e.g. ``sglang``; ``engine.name``)."""
-    opts = {"run_id": run_id, "step": step, "steps": steps or {}, "tokenizer": tokenizer, "engine": engine,
-            "logprobs_mode": logprobs_mode, "generation_config_source": generation_config_source,
-            "chat_template_sha256": chat_template_sha256}
+    opts = {
+        "run_id": run_id,
+        "step": step,
+        "steps": steps or {},
+        "tokenizer": tokenizer,
+        "engine": engine,
+        "logprobs_mode": logprobs_mode,
+        "generation_config_source": generation_config_source,
+        "chat_template_sha256": chat_template_sha256,
+    }
     last_of: dict = {}
     for line, obj, err in read_jsonl(in_path):
         if isinstance(obj, dict):
@@ -396,8 +492,11 @@ def import_vllm(in_path, out_path, *, run_id=None, step=None, steps=None, tokeni
     stats = {"exchanges": 0, "records": 0, "failed": 0, "retries": 0, "events_skipped": 0}
     with open(out_path, "wb") as out:
         for line, obj, err in read_jsonl(in_path):
-            if isinstance(obj, dict) and isinstance(obj.get("event_type"), str) and obj["event_type"] != \
-                    "model_request":  # AGL ≥ 1.0 reward / other events are not model calls
+            if (
+                isinstance(obj, dict)
+                and isinstance(obj.get("event_type"), str)
+                and obj["event_type"] != "model_request"
+            ):  # AGL ≥ 1.0 reward / other events are not model calls
                 stats["events_skipped"] += 1
                 continue
             stats["exchanges"] += 1
@@ -422,8 +521,11 @@ def import_vllm(in_path, out_path, *, run_id=None, step=None, steps=None, tokeni
                 err = err or "not a JSON object"
             if recs is None:
                 stats["failed"] += 1
-                recs = [failed_record(obj if isinstance(obj, dict) else {}, traj=traj, call_index=ci, ref=ref,
-                                      err=err, opts=opts)]
+                recs = [
+                    failed_record(
+                        obj if isinstance(obj, dict) else {}, traj=traj, call_index=ci, ref=ref, err=err, opts=opts
+                    )
+                ]
             emit(out, recs, role=role, stats=stats)
     return stats
 
@@ -452,10 +554,16 @@ def failed_record(obj, *, traj, call_index, ref, err, opts, source_format="vllm_
     step = meta.get("step")
     if type(step) is not int:
         step = opts.get("steps", {}).get(traj, opts.get("step"))
-    rec = skeleton(run_id=opts.get("run_id") or meta.get("run_id") or "unknown", trajectory_id=str(traj),
-                   step=step if type(step) is int else -1,
-                   call_id=str(meta.get("call_id") or headers.get("x-fcr-call-id") or ref), call_index=call_index,
-                   source_format=source_format, ref=ref, tokenizer=opts.get("tokenizer"))
+    rec = skeleton(
+        run_id=opts.get("run_id") or meta.get("run_id") or "unknown",
+        trajectory_id=str(traj),
+        step=step if type(step) is int else -1,
+        call_id=str(meta.get("call_id") or headers.get("x-fcr-call-id") or ref),
+        call_index=call_index,
+        source_format=source_format,
+        ref=ref,
+        tokenizer=opts.get("tokenizer"),
+    )
     role = headers.get("x-fcr-call-role")
     if role in ROLE_VALUES:
         rec["role"], rec["role_source"] = role, "header"
@@ -482,7 +590,10 @@ def _traj_and_request(obj):
     agl = isinstance(obj.get("data"), dict)
     data = obj["data"] if agl else obj
     meta = meta_of(obj)
-    traj = meta.get("trajectory_id") or headers_of(obj).get("x-fcr-trajectory") or (
-        f"{obj.get('rollout_id')}:{obj.get('attempt_id')}" if agl else "unknown")
+    traj = (
+        meta.get("trajectory_id")
+        or headers_of(obj).get("x-fcr-trajectory")
+        or (f"{obj.get('rollout_id')}:{obj.get('attempt_id')}" if agl else "unknown")
+    )
     req = data.get("request") if isinstance(data.get("request"), dict) else {}
     return str(traj), req

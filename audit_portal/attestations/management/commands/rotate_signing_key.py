@@ -5,14 +5,23 @@ from audit_portal.attestations.services import retire_signing_key, rotate_signin
 
 
 class Command(BaseCommand):
-    help = ("Replace the certificate signing key with a new Ed25519 key, by a log entry the old key signs. The old key "
-            "is retired: its public part stays in the key set derived from the log, so what it signed still verifies.")
+    help = (
+        "Replace the certificate signing key with a new Ed25519 key, by a log entry the old key signs. The old key "
+        "is retired: its public part stays in the key set derived from the log, so what it signed still verifies."
+    )
 
     def add_arguments(self, parser):
-        parser.add_argument("--to", metavar="NEW.pem", default=None,
-                            help="rotate to this Ed25519 PEM key (needed when the key comes from AUDIT_SIGNING_KEY*)")
-        parser.add_argument("--retire", action="store_true",
-                            help="retire the active key without a successor: the log is closed to new signatures")
+        parser.add_argument(
+            "--to",
+            metavar="NEW.pem",
+            default=None,
+            help="rotate to this Ed25519 PEM key (needed when the key comes from AUDIT_SIGNING_KEY*)",
+        )
+        parser.add_argument(
+            "--retire",
+            action="store_true",
+            help="retire the active key without a successor: the log is closed to new signatures",
+        )
 
     def handle(self, *args, to=None, retire=False, **options):
         try:

@@ -18,6 +18,7 @@ On SQLite there are no roles: the append-only triggers refuse UPDATE and DELETE 
 can write the database file can drop them. The command says so and exits 0; the witness (``AUDIT_LOG_WITNESS_DIR``)
 is then the only protection against a rewrite.
 """
+
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
@@ -26,10 +27,12 @@ from django.db import connection, transaction
 LOG_TABLES = ("attestations_logentry", "attestations_checkpoint")
 KEY_TABLES = ("attestations_signingkey",)  # a projection of the log's key events, written by the owner's trigger
 OWNER_FUNCTIONS = ("attestations_refuse_change", "attestations_project_key_event")
-SQLITE_NOTE = ("SQLite has no database roles: the append-only triggers refuse UPDATE and DELETE on the log to the "
-               "application, but whoever can write the database file can drop them or edit the file. Nothing stops "
-               "a rewrite there; the checkpoints published to AUDIT_LOG_WITNESS_DIR (kept where that person cannot "
-               "write) are what detects one (manage.py check_consistency).")
+SQLITE_NOTE = (
+    "SQLite has no database roles: the append-only triggers refuse UPDATE and DELETE on the log to the "
+    "application, but whoever can write the database file can drop them or edit the file. Nothing stops "
+    "a rewrite there; the checkpoints published to AUDIT_LOG_WITNESS_DIR (kept where that person cannot "
+    "write) are what detects one (manage.py check_consistency)."
+)
 
 
 def _ident(name: str) -> str:
@@ -60,8 +63,11 @@ class Command(BaseCommand):
             for role, password in ((owner, owner_password), (app, app_password)):
                 cur.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [role])
                 verb = "ALTER" if cur.fetchone() else "CREATE"
-                cur.execute(f"{verb} ROLE {_ident(role)} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE"
-                            + (" PASSWORD %s" if password else ""), [password] if password else None)
+                cur.execute(
+                    f"{verb} ROLE {_ident(role)} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE"
+                    + (" PASSWORD %s" if password else ""),
+                    [password] if password else None,
+                )
             db = connection.ops.quote_name(connection.settings_dict["NAME"])
             cur.execute(f"GRANT CONNECT ON DATABASE {db} TO {a}")
             cur.execute(f"ALTER SCHEMA public OWNER TO {o}")
@@ -71,8 +77,11 @@ class Command(BaseCommand):
             tables = [r[0] for r in cur.fetchall()]
             for table in tables:  # owned sequences (identity/serial) follow their table
                 cur.execute(f"ALTER TABLE {connection.ops.quote_name(table)} OWNER TO {o}")
-            cur.execute("SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
-                        "WHERE n.nspname = 'public' AND p.proname = ANY(%s)", [list(OWNER_FUNCTIONS)])
+            cur.execute(
+                "SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+                "WHERE n.nspname = 'public' AND p.proname = ANY(%s)",
+                [list(OWNER_FUNCTIONS)],
+            )
             for (fn,) in cur.fetchall():
                 cur.execute(f"ALTER FUNCTION {fn} OWNER TO {o}")
             cur.execute(f"REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {a}")
@@ -80,18 +89,28 @@ class Command(BaseCommand):
             cur.execute(f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {a}")
             log_tables = [t for t in LOG_TABLES if t in tables]
             for table in log_tables:
-                cur.execute(f"REVOKE UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER ON {connection.ops.quote_name(table)} "
-                            f"FROM {a}")
+                cur.execute(
+                    f"REVOKE UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER ON {connection.ops.quote_name(table)} "
+                    f"FROM {a}"
+                )
             key_tables = [t for t in KEY_TABLES if t in tables]
             for table in key_tables:
-                cur.execute(f"REVOKE INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER ON "
-                            f"{connection.ops.quote_name(table)} FROM {a}")
+                cur.execute(
+                    f"REVOKE INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER ON "
+                    f"{connection.ops.quote_name(table)} FROM {a}"
+                )
             # tables a later migrate creates (as the owner) are usable by the application; run this command again
             # after it so that new log tables, if any, lose UPDATE/DELETE as well
-            cur.execute(f"ALTER DEFAULT PRIVILEGES FOR ROLE {o} IN SCHEMA public "
-                        f"GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO {a}")
-            cur.execute(f"ALTER DEFAULT PRIVILEGES FOR ROLE {o} IN SCHEMA public GRANT USAGE, SELECT ON SEQUENCES TO {a}")
-        self.stdout.write(f"owner role {owner}: owns {len(tables)} tables (runs migrate)\n"
-                          f"application role {app}: SELECT/INSERT/UPDATE/DELETE, but only SELECT and INSERT on "
-                          f"{', '.join(log_tables)} (no UPDATE, DELETE, TRUNCATE, ALTER or DISABLE TRIGGER), only SELECT on "
-                          f"{', '.join(key_tables)} (written by the owner's trigger from the log's key events)")
+            cur.execute(
+                f"ALTER DEFAULT PRIVILEGES FOR ROLE {o} IN SCHEMA public "
+                f"GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO {a}"
+            )
+            cur.execute(
+                f"ALTER DEFAULT PRIVILEGES FOR ROLE {o} IN SCHEMA public GRANT USAGE, SELECT ON SEQUENCES TO {a}"
+            )
+        self.stdout.write(
+            f"owner role {owner}: owns {len(tables)} tables (runs migrate)\n"
+            f"application role {app}: SELECT/INSERT/UPDATE/DELETE, but only SELECT and INSERT on "
+            f"{', '.join(log_tables)} (no UPDATE, DELETE, TRUNCATE, ALTER or DISABLE TRIGGER), only SELECT on "
+            f"{', '.join(key_tables)} (written by the owner's trigger from the log's key events)"
+        )

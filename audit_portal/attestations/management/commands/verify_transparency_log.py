@@ -16,9 +16,11 @@ class Command(BaseCommand):
         if options["json"]:
             self.stdout.write(json.dumps(result.as_dict(), indent=2))
         else:
-            self.stdout.write(f"tree size {result.tree_size}, root {result.root_hash}, {result.entries_checked} "
-                              f"entries, {result.checkpoints_checked} checkpoints and {result.witnessed_checked} "
-                              f"witnessed checkpoints checked")
+            self.stdout.write(
+                f"tree size {result.tree_size}, root {result.root_hash}, {result.entries_checked} "
+                f"entries, {result.checkpoints_checked} checkpoints and {result.witnessed_checked} "
+                f"witnessed checkpoints checked"
+            )
             for text in result.warnings:
                 self.stdout.write(f"warning: {text}")
         if not result.ok:

@@ -5,6 +5,7 @@ lacks that database creates it (as ``createdb`` would) instead of failing in ``m
 that does not answer, or refuses the credentials, ends in one line saying so. SQLite (the embedded mode) needs
 nothing: the file is created on first use.
 """
+
 from __future__ import annotations
 
 import psycopg

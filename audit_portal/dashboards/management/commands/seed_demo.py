@@ -1,5 +1,6 @@
 """Create the demo user and project and upload a generated, realistic run log through the real service
 path (so the demo exercises validation and every follow-up job exactly as a user upload would)."""
+
 from __future__ import annotations
 
 from django.contrib.auth import get_user_model
@@ -28,8 +29,11 @@ class Command(BaseCommand):
             user.set_password(password)
             user.save()
         project = Project.objects.filter(slug="demo").first() or create_project(
-            name="Demo", slug="demo", owner=user,
-            description="A generated RL run with a bf16-like rollout/trainer mismatch and rare routing flips.")
+            name="Demo",
+            slug="demo",
+            owner=user,
+            description="A generated RL run with a bf16-like rollout/trainer mismatch and rare routing flips.",
+        )
         path = incoming_dir() / "demo-run.jsonl.gz"
         stats = write_run(path, SynthConfig(trajectories=trajectories, run_id="demo-run", seed=7))
         upload, created = receive_upload(project=project, uploaded=hashed_file_from_path(path), submitted_by=username)
@@ -38,4 +42,3 @@ class Command(BaseCommand):
             + (f" / password '{password}'" if created else "")
             + f"; run log {stats['records']} calls, {stats['tokens']} tokens → upload #{upload.pk} ({upload.stage})"
         )
-

@@ -1,5 +1,6 @@
 """``manage.py check_consistency``: every upload has its file and digest, every finished job its results, no job
 stuck running, the transparency log verifies. Exits 1 with the list of problems; read-only."""
+
 from __future__ import annotations
 
 import json
@@ -13,10 +14,15 @@ class Command(BaseCommand):
     help = "Check that nothing was lost: upload files and digests, job results, stuck jobs, the transparency log."
 
     def add_arguments(self, parser):
-        parser.add_argument("--no-rehash", action="store_true",
-                            help="compare file sizes only (re-hashing reads every stored byte)")
-        parser.add_argument("--grace", type=float, default=300.0,
-                            help="seconds a file may sit in the store before a row must account for it (default 300)")
+        parser.add_argument(
+            "--no-rehash", action="store_true", help="compare file sizes only (re-hashing reads every stored byte)"
+        )
+        parser.add_argument(
+            "--grace",
+            type=float,
+            default=300.0,
+            help="seconds a file may sit in the store before a row must account for it (default 300)",
+        )
         parser.add_argument("--project", help="check one project (slug); stray files are then not looked for")
         parser.add_argument("--json", action="store_true", dest="as_json", help="print the report as JSON")
 

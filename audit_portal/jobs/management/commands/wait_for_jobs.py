@@ -1,4 +1,5 @@
 """Wait until a project's jobs (including follow-ups they queue) have all finished."""
+
 from __future__ import annotations
 
 import time
@@ -9,8 +10,10 @@ from audit_portal.jobs.models import TERMINAL_STATES, Job
 
 
 class Command(BaseCommand):
-    help = ("Block until every job of a project is succeeded, failed or cancelled; exit non-zero when one failed or "
-            "the timeout passed (naming the jobs and their states).")
+    help = (
+        "Block until every job of a project is succeeded, failed or cancelled; exit non-zero when one failed or "
+        "the timeout passed (naming the jobs and their states)."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--project", required=True, help="project slug")

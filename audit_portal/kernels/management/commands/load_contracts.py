@@ -6,6 +6,7 @@ Idempotent: files already loaded with the same text are left alone. Refuses (exi
 file that does not validate (naming the field and line) or a loaded id+version whose text has changed.
 New versions get a calibration job queued unless --no-calibrate.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,8 +23,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--dir", help="directory of contract YAML files (default: the engine's shipped specs)")
         parser.add_argument("--no-calibrate", action="store_true", help="do not queue calibration of new versions")
-        parser.add_argument("--recalibrate", action="store_true",
-                            help="also queue calibration of loaded versions that are not calibrated (failed, never run)")
+        parser.add_argument(
+            "--recalibrate",
+            action="store_true",
+            help="also queue calibration of loaded versions that are not calibrated (failed, never run)",
+        )
 
     def handle(self, *args, **options):
         from workers.contracts.loader import SPECS_DIR  # torch-free
