@@ -10,15 +10,19 @@
   422: the proof does not verify; 400: malformed;
 * ``GET /api/v1/log/key-events/?tree_size=N`` — the log's key events (workers/verify/keylog.py) with inclusion
   proofs at tree size N, for a witness to derive the key set from the log itself.
+
+The two reads answer errors in the API's JSON envelope; add-checkpoint answers in plain text, as tlog-witness says.
 """
 
 from __future__ import annotations
 
 from django.http import HttpResponse, JsonResponse
 from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import exceptions
 
 from audit_portal.attestations import selectors, services
 from audit_portal.attestations.api import PublicView
+from audit_portal.core.errors import PortalError
 
 TEXT = "text/plain; charset=utf-8"
 
@@ -36,14 +40,14 @@ class CheckpointNote(PublicView):
     """The latest checkpoint (or the one of ``tree_size``) as a C2SP tlog-checkpoint signed note, with the witness
     cosignatures the log accepted (text/plain)."""
 
-    @extend_schema(parameters=[OpenApiParameter("tree_size", int)], responses={200: str})
+    @extend_schema(parameters=[OpenApiParameter("tree_size", int)], responses={(200, "text/plain"): str})
     def get(self, request):
         try:
             text = selectors.checkpoint_note(_size_param(request))
-        except ValueError as exc:
-            return HttpResponse(f"{exc}\n", status=400, content_type=TEXT)
+        except ValueError as exc:  # errors in the API's JSON envelope, like every error under /api/
+            raise PortalError(str(exc), code="invalid_parameter") from None
         if text is None:
-            return HttpResponse("no checkpoint note of that size\n", status=404, content_type=TEXT)
+            raise exceptions.NotFound("The log has no checkpoint of that size.")
         return HttpResponse(text, content_type=TEXT)
 
 
@@ -72,7 +76,7 @@ class KeyEvents(PublicView):
         try:
             data = selectors.key_events(_size_param(request))
         except ValueError as exc:
-            return JsonResponse({"detail": str(exc)}, status=400)
+            raise PortalError(str(exc), code="invalid_parameter") from None
         if data is None:
-            return JsonResponse({"detail": "the log has no checkpoint of that size"}, status=404)
+            raise exceptions.NotFound("The log has no checkpoint of that size.")
         return JsonResponse(data)

@@ -41,8 +41,8 @@ def test_viewer_sees_no_upload_form_and_non_owner_no_key_page(client, project, m
 
 def test_owner_creates_a_key_in_the_browser_and_sees_it_once(client, project, owner):
     client.force_login(owner)
-    response = client.post(f"/p/{project.slug}/keys/", {"name": "ci-main", "scopes": ["read", "submit"]})
-    assert response.status_code == 200
+    response = client.post(f"/p/{project.slug}/keys/", {"name": "ci-main", "scopes": ["read", "submit"]}, follow=True)
+    assert response.status_code == 200 and response.redirect_chain == [(f"/p/{project.slug}/keys/", 302)]
     token = response.context["new_token"]
     assert token.encode() in response.content
     assert token.encode() not in client.get(f"/p/{project.slug}/keys/").content
