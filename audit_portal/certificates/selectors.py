@@ -49,6 +49,28 @@ def sequences(certificate: RunCertificate, *, status: str | None = None, step: i
     return qs.order_by("line", "id")
 
 
+def divergence_sources(certificate: RunCertificate, n: int = 3) -> dict:
+    """Where a certificate's divergence comes from, for the run page's "what to do next": the steps with the largest
+    certified token TV, the sequences with the largest, and the share of sequences by status. Two small queries."""
+    steps = list(
+        certificate.steps.exclude(eps_hat_max=None)
+        .order_by("-eps_hat_max", "step")
+        .values("step", "eps_hat_max", "acceptance_rate", "sequences")[:n]
+    )
+    worst = list(
+        certificate.sequence_summaries.exclude(eps_hat=None)
+        .order_by("-eps_hat", "line")
+        .only("line", "call_id", "step", "eps_hat", "status", "length")[:n]
+    )
+    counts = (certificate.summary.get("status_counts") or {}).get("sequences") or {}
+    total = sum(counts.values()) or 0
+    return {
+        "steps": steps,
+        "sequences": worst,
+        "statuses": [{"status": k, "count": v, "share": v / total} for k, v in sorted(counts.items()) if v],
+    }
+
+
 COMPARED = ["tokens", "sequences", "acceptance_rate", "eps_hat", "delta_hat", "best_bound", "data_errors"]
 COMPARISON_CAVEAT = "Certificates hold on the contexts each run visited; comparing them compares those samples."
 

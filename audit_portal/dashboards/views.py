@@ -302,6 +302,7 @@ def run_page(request, slug, pk):
         ctx.update(routing_job=routing_job, routing=routing_panel(routing_job.result or {}))
     if certificate is not None:
         ctx["best_bound_label"] = certificate_figures.BOUND_LABELS.get(certificate.best_bound_id, "")
+        ctx["sources"] = certificate_selectors.divergence_sources(certificate)
         flagged = certificate_selectors.sequences(certificate, accepted=False)
         ctx.update(flagged=_with_call_links(certificate, flagged[:RUN_PAGE_SEQUENCES]), flagged_total=flagged.count())
     return render(request, "dashboards/run.html", ctx)

@@ -98,3 +98,15 @@ def test_a_streamed_run_reads_as_its_live_view_not_its_last_segment(api, client,
     html = client.get(f"/p/{project.slug}/runs/{live.run_id}/").content.decode()
     banner = html[html.index('id="run-verdict"') : html.index("</section>", html.index('id="run-verdict"'))]
     assert LABELS[live.verdict] in banner and "one segment" not in banner and "live view" in banner
+
+
+def test_a_run_not_certified_says_where_its_divergence_comes_from(api, client, owner, project):
+    certificate, _ = certified(api, project, records(trajectories=8, spike_rate=0.05))
+    assert certificate.verdict != "certified"
+    worst = certificate.steps.exclude(eps_hat_max=None).order_by("-eps_hat_max", "step").first()
+    client.force_login(owner)
+    html = client.get(f"/p/{project.slug}/runs/{certificate.run_id}/").content.decode()
+    panel = html[html.index('id="divergence-sources"') : html.index("</div>", html.index('id="divergence-sources"'))]
+    assert f'data-step="{worst.step}"' in panel and f"step={worst.step}" in panel  # linked to that step's sequences
+    top = certificate.sequence_summaries.exclude(eps_hat=None).order_by("-eps_hat", "line").first()
+    assert f'data-line="{top.line}"' in panel and "Sequences by status" in panel
