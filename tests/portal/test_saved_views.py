@@ -25,7 +25,10 @@ def view_links(html: str) -> dict[str, str]:
     block = re.search(r'<ul class="saved-view-list".*?</ul>', html, re.S)
     if not block:
         return {}
-    return {htmllib.unescape(name): htmllib.unescape(href) for href, name in re.findall(r'<a href="([^"]+)">([^<]+)</a>', block.group(0))}
+    return {
+        htmllib.unescape(name): htmllib.unescape(href)
+        for href, name in re.findall(r'<a href="([^"]+)">([^<]+)</a>', block.group(0))
+    }
 
 
 def test_save_lists_and_applies_the_query(client, owner, project):
