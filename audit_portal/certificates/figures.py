@@ -323,7 +323,7 @@ def comparison(certificates, budget: float, names) -> dict:
     """Certificates on common axes, one colour and legend name per run: B* against T (each at its own measured ε̂,
     δ̂) with the budget; acceptance over steps; the ε̂ distributions as shares of each run's sequences (the bins
     are the same for every run)."""
-    bounds, steps, eps = go.Figure(), go.Figure(), go.Figure()
+    bounds, eps = go.Figure(), go.Figure()
     T_max = max(4096, *(4 * int(c.summary.get("T_ref") or 1) for c in certificates))
     Ts = sorted({int(round(t)) for t in np.logspace(0, math.log10(T_max), 120)})
     for certificate, name, colour in zip(certificates, names, RUN_COLOURS):
@@ -349,17 +349,6 @@ def comparison(certificates, budget: float, names) -> dict:
                     marker=dict(size=11, color=colour, symbol="star"),
                 )
             )
-        rows = list(certificate.steps.order_by("step").values_list("step", "acceptance_rate"))
-        s = downsample([r[0] for r in rows], [r[1] for r in rows])
-        steps.add_trace(
-            go.Scatter(
-                x=s["x"],
-                y=s["y"],
-                mode="lines+markers" if len(s["x"]) < 60 else "lines",
-                name=name,
-                line=dict(color=colour),
-            )
-        )
         h = (certificate.histograms or {}).get("eps")
         if h and sum(h["counts"]):
             total = sum(h["counts"])
@@ -374,12 +363,6 @@ def comparison(certificates, budget: float, names) -> dict:
         xaxis=dict(type="log", title="sequence length T (tokens)"),
         yaxis=dict(type="log", title="bound on the surrogate-objective error"),
     )
-    steps.update_layout(
-        **LAYOUT,
-        title="Acceptance rate over training steps",
-        xaxis=dict(title="step"),
-        yaxis=dict(title="acceptance rate", range=[0, 1.02]),
-    )
     eps.update_layout(
         **LAYOUT,
         title="ε̂ per sequence (largest certified token TV)",
@@ -388,7 +371,69 @@ def comparison(certificates, budget: float, names) -> dict:
         xaxis=dict(title="ε̂"),
         yaxis=dict(title="share of the run's sequences", tickformat=".0%"),
     )
-    return {"bounds": bounds.to_plotly_json(), "steps": steps.to_plotly_json(), "eps": eps.to_plotly_json()}
+    return {"bounds": bounds.to_plotly_json(), "eps": eps.to_plotly_json(), **step_comparison(certificates, names)}
+
+
+# (key in the figures, StepAggregate value, title, y axis) for the compare page's metric-against-step charts
+STEP_COMPARISON = [
+    ("steps", "acceptance_rate", "Acceptance rate per training step", dict(title="acceptance rate", range=[0, 1.02])),
+    ("step_eps", "eps_hat_max", "ε̂ max per training step (largest certified token TV)", dict(title="ε̂ max")),
+    (
+        "step_logp",
+        "abs_diff_mean",
+        "|Δ log p| mean per training step (trainer against rollout log-probs)",
+        dict(title="per-token mean |Δ log p|", type="log"),
+    ),
+]
+
+
+def step_comparison(certificates, names) -> dict:
+    """One figure per step metric (acceptance rate, ε̂ max, |Δ log p| mean) with one line per compared run, in the
+    runs' colours, the baseline (the first) drawn thicker; each run's steps read in one query for all of them, each
+    series downsampled like the run page's. A run with no value of a metric at any step has no line in its figure."""
+    from audit_portal.certificates.models import StepAggregate
+
+    ids = [c.pk for c in certificates]
+    series: dict[int, list] = {pk: [] for pk in ids}
+    rows = (
+        StepAggregate.objects.filter(certificate_id__in=ids, step__isnull=False)
+        .order_by("certificate_id", "step")
+        .values_list("certificate_id", "step", "acceptance_rate", "eps_hat_max", "metrics")
+    )
+    for pk, step, acceptance, eps_max, metrics in rows:
+        logp = (metrics or {}).get("abs_diff_mean") if isinstance(metrics, dict) else None
+        series[pk].append(
+            {
+                "acceptance_rate": acceptance,
+                "eps_hat_max": eps_max,
+                "abs_diff_mean": abs(logp) if isinstance(logp, (int, float)) and math.isfinite(logp) else None,
+                "step": step,
+            }
+        )
+    out = {}
+    for key, field, title, yaxis in STEP_COMPARISON:
+        fig = go.Figure()
+        for i, (certificate, name, colour) in enumerate(zip(certificates, names, RUN_COLOURS)):
+            points = series[certificate.pk]
+            s = downsample([p["step"] for p in points], [p[field] for p in points])
+            if not s["x"]:
+                continue
+            fig.add_trace(
+                go.Scatter(
+                    x=s["x"],
+                    y=s["y"],
+                    mode="lines+markers" if len(s["x"]) < 60 else "lines",
+                    name=name,
+                    legendrank=1 if i == 0 else 10 + i,
+                    line=dict(color=colour, width=4 if i == 0 else 1.8),
+                    opacity=1 if i == 0 else 0.85,
+                    hovertemplate=f"{'baseline · ' if i == 0 else ''}%{{fullData.name}}<br>step %{{x}}: %{{y:.4g}}"
+                    "<extra></extra>",
+                )
+            )
+        fig.update_layout(**LAYOUT, title=title, xaxis=dict(title="step"), yaxis=yaxis)
+        out[key] = fig.to_plotly_json()
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- per-step metrics

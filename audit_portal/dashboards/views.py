@@ -16,7 +16,7 @@ from django.views.decorators.http import require_POST
 
 from audit_portal.core.api_errors import json_error
 from audit_portal.core.pages import page_context, paginate, require_in_project, show_once, take_shown_once
-from audit_portal.dashboards import tables
+from audit_portal.dashboards import saved_views, tables
 from audit_portal.accounts import selectors as account_selectors
 from audit_portal.accounts import services as account_services
 from audit_portal.accounts.models import Scope
@@ -164,8 +164,44 @@ def runs_page(request, slug):
         sort=sort,
         query=query.urlencode(),
         sort_links=_sort_links(query, sort, param_cols),
+        saved_views=saved_views.views_for(ctx["principal"], ctx["project"]),
+        can_save_view=ctx["principal"].user is not None,
     )
     return render(request, "dashboards/runs.html", ctx, status=status)
+
+
+@login_required
+@require_POST
+def save_view(request, slug):
+    """Save the runs table's query (``query``, as the table's address has it) under ``name`` for the caller, then
+    open the table with it (POST-redirect-GET: a reload saves nothing twice)."""
+    ctx = page_context(request, slug)
+    url = reverse("dashboards:runs", kwargs={"slug": slug})
+    try:
+        view = saved_views.save_view(
+            ctx["principal"], ctx["project"], request.POST.get("name", ""), request.POST.get("query", "")
+        )
+    except saved_views.SavedViewError as exc:
+        messages.error(request, f"View not saved: {exc}.")
+        query = request.POST.get("query", "")
+        return redirect(f"{url}?{query}" if query and len(query) < 2000 else url)
+    messages.success(request, f"View “{view.name}” saved.")
+    return redirect(f"{url}?{view.query}" if view.query else url)
+
+
+@login_required
+@require_POST
+def delete_view(request, slug, pk):
+    """Delete one of the caller's saved views; another member's view is refused (it is not listed to them either),
+    a view of another project is not found."""
+    ctx = page_context(request, slug)
+    view = get_object_or_404(saved_views.in_project(ctx["project"]), pk=pk)
+    if not saved_views.views_for(ctx["principal"], ctx["project"]).filter(pk=view.pk).exists():
+        messages.error(request, "You can delete only the views you saved.")
+    else:
+        saved_views.delete_view(view)
+        messages.success(request, f"View “{view.name}” deleted.")
+    return redirect("dashboards:runs", slug=slug)
 
 
 def _sort_links(query, current: str, param_cols) -> dict:

@@ -2,6 +2,7 @@
 (function () {
   "use strict";
   const figures = JSON.parse(document.getElementById("compare-figures").textContent);
-  Promise.all([["fig-cmp-bounds", figures.bounds], ["fig-cmp-steps", figures.steps], ["fig-cmp-eps", figures.eps]]
+  Promise.all([["fig-cmp-bounds", figures.bounds], ["fig-cmp-steps", figures.steps], ["fig-cmp-step-eps", figures.step_eps],
+    ["fig-cmp-step-logp", figures.step_logp], ["fig-cmp-eps", figures.eps]]
     .map(([id, fig]) => PortalFigures.draw(id, fig))).then(() => { document.body.dataset.figures = "ready"; });
 })();

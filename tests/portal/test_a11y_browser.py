@@ -59,6 +59,11 @@ class AccessibilityTest(BrowserTestCase):
         alert_services.create_rule(
             project=self.project, created_by="a11y", data={"name": "B* budget", "kind": "budget", "threshold": 0.05}
         )
+        from audit_portal.dashboards.models import SavedView  # the runs page with a saved view: its delete form
+
+        SavedView.objects.get_or_create(
+            project=self.project, owner=self.user, name="lowest B*", query="sort=best_bound"
+        )
         return [
             f"/p/{slug}/",
             f"/p/{slug}/uploads/",

@@ -107,6 +107,7 @@ class Objects:
     training_audit: int = 0
     alert_rule: int = 0
     upload_session: str = ""
+    saved_view: int = 0
 
 
 @dataclass
@@ -179,7 +180,11 @@ def _populate(project, owner) -> Objects:
 
     session = chunked.create_session(project=project, size=10, sha256="0" * 64, name="parts.jsonl", created_by="authz")
     assert training_step_audit(training.job_id) == "succeeded", Job.objects.get(pk=training.job_id).error
+    from audit_portal.dashboards.models import SavedView
+
+    view = SavedView.objects.create(project=project, owner=owner, name="owner's view", query="sort=name")
     return Objects(
+        saved_view=view.pk,
         upload_session=str(session.pk),
         training_audit=training.pk,
         alert_rule=rule.pk,
@@ -503,6 +508,22 @@ ENDPOINTS: dict[tuple[str, str], Access] = {
     ("p/<slug:slug>/uploads/", "GET"): _page("read", lambda o: f"/p/{o.slug}/uploads/"),
     ("p/<slug:slug>/uploads/<int:pk>/", "GET"): _page("read", lambda o: f"/p/{o.slug}/uploads/{o.upload}/"),
     ("p/<slug:slug>/runs/", "GET"): _page("read", lambda o: f"/p/{o.slug}/runs/"),
+    ("p/<slug:slug>/runs/views/", "POST"): _page(
+        "read",  # anyone who may read the project saves views for themselves (a viewer too)
+        lambda o: f"/p/{o.slug}/runs/views/",
+        ok=(302,),
+        fmt="form",
+        body=lambda: {"name": "mine", "query": "sort=name"},
+        ok_location=f"/p/{OWN_SLUG}/runs/?sort=name",
+    ),
+    # only a view's author deletes it; the world's view is the project owner's, so viewer and member are refused
+    ("p/<slug:slug>/runs/views/<int:pk>/delete/", "POST"): _page(
+        "manage",
+        lambda o: f"/p/{o.slug}/runs/views/{o.saved_view}/delete/",
+        ok=(302,),
+        fmt="form",
+        ok_location=f"/p/{OWN_SLUG}/runs/",
+    ),
     ("p/<slug:slug>/runs/<int:pk>/", "GET"): _page("read", lambda o: f"/p/{o.slug}/runs/{o.run}/"),
     ("p/<slug:slug>/runs/<int:pk>/sequences/", "GET"): _page("read", lambda o: f"/p/{o.slug}/runs/{o.run}/sequences/"),
     ("glossary/", "GET"): _page("user", lambda o: "/glossary/"),

@@ -167,8 +167,11 @@ class RunsTableTest(BrowserTestCase):
         legends = " ".join(page.eval_on_selector_all("#fig-cmp-steps .legendtext", "ts => ts.map(t => t.textContent)"))
         for name in REAL:
             assert name in legends
-        for fig in ("fig-cmp-bounds", "fig-cmp-steps", "fig-cmp-eps"):
+        for fig in ("fig-cmp-bounds", "fig-cmp-steps", "fig-cmp-step-eps", "fig-cmp-step-logp", "fig-cmp-eps"):
             assert page.locator(f"#{fig} .main-svg").count() >= 1, fig
+        for fig in ("fig-cmp-step-eps", "fig-cmp-step-logp"):  # one line per compared run
+            legends = page.eval_on_selector_all(f"#{fig} .legendtext", "ts => ts.map(t => t.textContent)")
+            assert sorted(legends) == sorted(REAL), (fig, legends)
         self.screenshot("compare-three-runs.png")
 
     def test_sequences_page_filters_pages_exports_and_links_calls(self):
