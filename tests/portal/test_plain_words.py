@@ -62,3 +62,95 @@ def test_each_contract_part_has_a_one_line_summary():
     from workers.contracts.schema import EIGHT_PARTS
 
     assert set(CONTRACT_PART_HELP) == set(EIGHT_PARTS) and all(CONTRACT_PART_HELP.values())
+
+
+# ------------------------------------------------------------------ no internal identifier in any page's visible text
+# Every GET page of the authorisation matrix's world (real uploads, certificates, fidelity report, kernels, training
+# audit, alerts), rendered for the owner with the Django test client; its visible text must hold no engine name.
+#
+# Not visible text, so not checked: <script>/<style>/<template>, attribute values (ids, data-*, classes, hrefs).
+# Allowed to show identifiers, so not checked: <code>, <pre>, <kbd>, <samp> and elements of class "mono" — the API
+# field names, config keys, import paths and search-language examples a reader must type or match exactly (the
+# glossary's search grammar, the API examples on the keys page, a kernel's import path, a contract class C-PRC-01).
+from html.parser import HTMLParser  # noqa: E402
+
+from .test_authz_matrix import ENDPOINTS, _world_artifacts, world  # noqa: E402,F401  (the seeded world's fixtures)
+
+_SKIP_TAGS = {"script", "style", "template", "code", "pre", "kbd", "samp", "textarea", "svg"}
+_VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+# the status words a page shows as they are named in the glossary (statuses, kernel verdicts): upper-case on purpose
+ALLOWED_UPPER = {"DATA_ERROR", "QUALITY_WARNING"}
+INTERNAL = [
+    (re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b"), "snake_case name"),
+    (re.compile(r"\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b"), "UPPER_CASE constant"),
+    (re.compile(r"[{\[]\s*'[^']*'\s*[:,\]]"), "Python repr"),
+    (re.compile(r"\b(?:None|True|False)\b"), "Python literal"),
+    (re.compile(r"<\w+(?:\.\w+)* object at 0x|\b(?:Decimal|datetime\.\w+|UUID)\("), "Python repr"),
+    (re.compile(r'"\w+"\s*:'), "raw JSON key"),
+]
+
+
+class _VisibleText(HTMLParser):
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.stack: list[bool] = []  # per open element: is its content hidden from the check
+        self.parts: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag in _VOID:
+            return
+        classes = (dict(attrs).get("class") or "").split()
+        self.stack.append(tag in _SKIP_TAGS or "mono" in classes)
+
+    def handle_endtag(self, tag):
+        if tag not in _VOID and self.stack:
+            self.stack.pop()
+
+    def handle_data(self, data):
+        if not any(self.stack):
+            self.parts.append(data)
+
+
+def visible_text(html: str) -> str:
+    parser = _VisibleText()
+    parser.feed(html)
+    return " ".join(" ".join(parser.parts).split())
+
+
+def internal_identifiers(text: str) -> list[str]:
+    found = []
+    for pattern, what in INTERNAL:
+        for m in pattern.finditer(text):
+            if m.group(0) in ALLOWED_UPPER:
+                continue
+            found.append(f"{what} {m.group(0)!r} in …{text[max(0, m.start() - 60) : m.end() + 40]}…")
+    return found
+
+
+def test_visible_text_filter_finds_what_it_should():
+    html = (
+        '<p title="pm_tv">B* <span class="mono">adap_star</span></p><script>var eps_hat=1</script>'
+        "<code>best_bound</code><p>classical_kl {'a': 1} CERT_OUT \"key\": None DATA_ERROR</p>"
+    )
+    found = " ".join(internal_identifiers(visible_text(html)))
+    assert "classical_kl" in found and "CERT_OUT" in found and "Python repr" in found and "JSON key" in found
+    assert "None" in found and not any(w in found for w in ("pm_tv", "adap_star", "eps_hat", "best_bound'"))
+    assert "DATA_ERROR" not in found
+
+
+PAGES = sorted(route for (route, method), access in ENDPOINTS.items() if method == "GET" and access.kind == "page")
+
+
+@pytest.mark.xdist_group("authz-matrix")
+@pytest.mark.parametrize("route", PAGES, ids=lambda r: r or "<root>")
+def test_no_internal_identifier_on_any_page(world, route):
+    from django.test import Client
+
+    access = ENDPOINTS[(route, "GET")]
+    client = Client()
+    client.force_login(world.users["owner"])
+    response = client.get(access.url(world.own))
+    if response.status_code != 200 or "html" not in response.get("Content-Type", ""):
+        pytest.skip(f"{route}: {response.status_code} {response.get('Content-Type')} (not a page)")
+    found = internal_identifiers(visible_text(response.content.decode()))
+    assert not found, f"{access.url(world.own)}:\n" + "\n".join(found)
