@@ -49,7 +49,7 @@ def submit(*, project, data, submitted_by: str) -> TrainingAudit:
             kind=JOB_KIND,
             task_name=TASK_NAME,
             queue=QUEUE,
-            title=f"Training-step audit #{audit.pk} · {config['numerics']} vs fp32",
+            title=f"Training-step audit #{audit.pk} · {config['numerics'].replace('_', ' ').replace(',', ' + ')} vs fp32",
             subject_kind="training_audit",
             subject_id=audit.pk,
             submitted_by=submitted_by,

@@ -5,6 +5,8 @@ flags or targets are refused naming the field, and nothing is stored."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from audit_portal.jobs.models import Job
@@ -73,7 +75,7 @@ def test_ftz_in_deployment_lowers_prc_a_below_target_though_prc_c_is_full(api, p
     assert status["kc_a"]["PRC"] == 0 and status["kc_t"] == {"PRC": 3, "EXC": 3} and status["meets_target"] is False
     client.force_login(owner)
     page = client.get(f"/p/{project.slug}/kernels/submissions/{submission.pk}/").content.decode()
-    assert 'id="kc-a">KC-A PRC<b class="l0">0</b>' in page
+    assert re.search(r'id="kc-a"><a href="/glossary/#kc-a"[^>]*>KC-A</a> PRC<b class="l0">0</b>', page)
     assert (
         'PRC ≥ 3 <span class="badge FAIL">below (0)</span>' in page and 'EXC ≥ 3 <span class="badge PASS">met' in page
     )

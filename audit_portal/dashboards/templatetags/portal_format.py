@@ -88,7 +88,25 @@ _ENGINE_WORDS = [
         "; if it is not, certify again with that assumption switched off (the certify option caps).",
     ),
     ("pass caps=False if it is not", "if it is not, certify again with that assumption switched off"),
+    ("rollout.top_k", "the rollout's top-K"),
+    ("trainer.top_k", "the trainer's top-K"),
+    (
+        "delta_hat is null and every KL-based bound (classical_kl, pm_*, mix_kl, adap_kl, adap_star) is absent",
+        "δ̂ is unbounded and every KL-based bound (classical, Pinsker-marginal, mixed and adaptive, with KL) is absent",
+    ),
+    ("delta_hat is null", "δ̂ is unbounded"),
+    ("eps_hat", "ε̂"),
+    ("delta_hat", "δ̂"),
 ]
+
+
+# a sequence's status as the glossary names it (#statuses); the API keeps the engine's codes
+SEQUENCE_STATUS_WORDS = {"CERT_IN": "IN", "CERT_OUT": "OUT"}
+
+
+@register.filter
+def seq_status(code) -> str:
+    return SEQUENCE_STATUS_WORDS.get(str(code or ""), str(code or ""))
 
 
 @register.filter
