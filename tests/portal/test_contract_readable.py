@@ -81,3 +81,14 @@ def test_contract_page_shows_parts_in_words_with_glossary_links_and_no_dumps(cli
     assert "finite values only (no NaN or ±Inf)" in prc and "every stream" not in prc
     assert "inputs are hashed before and after" in prc and "public 7; 3 hidden seeds" in prc
     assert "M = 65,536, K = 5, N = 3" in prc  # sweep points as words, not a dump
+
+
+def test_contract_prose_sets_its_names_as_code_and_escapes_the_rest():
+    from audit_portal.kernels.templatetags.kernels_tags import names_as_code
+
+    got = str(names_as_code("declared IEEE_PROPAGATE; drawn from log_uniform <b>x</b> a_i"))
+    assert got == (
+        "declared <code>IEEE_PROPAGATE</code>; drawn from <code>log_uniform</code> &lt;b&gt;x&lt;/b&gt; "
+        "<code>a_i</code>"
+    )
+    assert str(names_as_code("TF32 on Ampere")) == "TF32 on Ampere"  # no underscore: a word, not a name

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
 from django import template
-from django.utils.html import format_html, format_html_join
+from django.utils.html import escape, format_html, format_html_join
 from django.utils.safestring import mark_safe
 
 register = template.Library()
@@ -39,8 +41,27 @@ def spec_value(value, depth: int = 0):
         return "true" if value else "false"
     text = str(value)
     if len(text) > 80:
-        return format_html('<span class="prose">{}</span>', text)
+        return format_html('<span class="prose">{}</span>', names_as_code(text))
     return format_html('<span class="mono">{}</span>', text)
+
+
+# a name a reader types or looks up as written (a generator, a policy, a backend's setting, a subscripted symbol):
+# snake_case or UPPER_CASE tokens inside contract prose
+_NAME = re.compile(r"\b(?:[A-Za-z][A-Za-z0-9]*_[A-Za-z0-9_]*[A-Za-z0-9]|[A-Z][A-Z0-9]*_[A-Z0-9_]*[A-Z0-9])\b")
+
+
+@register.filter
+def names_as_code(text) -> str:
+    """Contract prose with its names (``log_uniform``, ``IEEE_PROPAGATE``, ``allow_hf32``, ``a_i``) set as code, the
+    rest escaped: the contract files are data, and a name reads as a name, not as a word of the sentence."""
+    text = str(text or "")
+    out, last = [], 0
+    for m in _NAME.finditer(text):
+        out.append(escape(text[last : m.start()]))
+        out.append(format_html("<code>{}</code>", m.group(0)))
+        last = m.end()
+    out.append(escape(text[last:]))
+    return mark_safe("".join(out))
 
 
 @register.filter
