@@ -35,7 +35,7 @@ def test_suite_loads_once_and_reloading_changes_nothing(specs):
     load(specs)
     shipped = sorted(p.name for p in specs.glob("*.yaml"))
     rows = list(Contract.objects.all())
-    assert len(rows) == len(shipped) == 25  # twelve classes, versions 0.1.0 and 0.2.0, C-PRC-02 also 0.3.0
+    assert len(rows) == len(shipped) == 26  # twelve classes, versions 0.1.0 and 0.2.0; C-PRC-02 and C-CMP-03 also 0.3.0
     assert {r.contract_class for r in rows} == {r.contract_id.split("/")[0] for r in rows}
     prc = Contract.objects.get(contract_class="C-PRC-01", version=LATEST)
     assert prc.source_text == (specs / PRC01).read_text() and prc.spec["parts"]["tolerance"]["bound"] == "8*sqrt(K)"
