@@ -202,3 +202,54 @@ def zero_fill_gather(data, idx):
 def clamp_gather(data, idx):
     """Out-of-bounds indices clamped to [0, n-1] (another silent policy)."""
     return data[idx.clamp(0, data.shape[0] - 1)]
+
+
+# ---------------------------------------------------------------- merges that legitimate kernels get wrong
+def chan_merge_without_delta_layer_norm(x, eps: float = 1e-5, block: int = 512):
+    """C-PRC-02: the blocked Welford merge of reference.welford_layer_norm with the between-block term
+    delta**2*n*n_b/n dropped from M2, so the variance misses the spread of the block means (about 1/block of it)."""
+    rows = x.shape[0]
+    n = torch.zeros(rows, 1)
+    mean = torch.zeros(rows, 1)
+    m2 = torch.zeros(rows, 1)
+    for s in range(0, x.shape[1], block):
+        blk = x[:, s : s + block]
+        nb = blk.shape[1]
+        mb = blk.mean(-1, keepdim=True)
+        tot = n + nb
+        mean = mean + (mb - mean) * (nb / tot)
+        m2 = m2 + ((blk - mb) ** 2).sum(-1, keepdim=True)
+        n = tot
+    return (x - mean) / torch.sqrt(m2 / n + eps)
+
+
+def exp2_online_softmax_no_rescale(x, block: int = 128):
+    """C-CMP-03: reference.exp2_online_softmax without rescaling the running sum when the running max grows
+    (s += sum(exp2(z - m_new)) only), the classic online-softmax bug: blocks before the last max increase are
+    over-weighted by exp2(m_new - m_old)."""
+    shape = x.shape
+    z = x.reshape(-1, shape[-1]) * 1.4426950408889634
+    m = torch.full((z.shape[0], 1), float("-inf"))
+    s = torch.zeros((z.shape[0], 1))
+    for i in range(0, z.shape[1], block):
+        blk = z[:, i : i + block]
+        m = torch.maximum(m, blk.amax(-1, keepdim=True))
+        s = s + torch.exp2(blk - m).sum(-1, keepdim=True)
+    return (torch.exp2(z - m) / s).reshape(shape)
+
+
+def exp2_prescaled_softmax_unfused(x, block: int = 128):
+    """C-CMP-03: reference.exp2_online_softmax with the prescale rounded per logit (z = x*log2e in fp32, then
+    z - max z). Each exponent then carries u*|x|*log2e of its own: about 1e-4 relative at |x| = 1000, which the
+    max subtraction cannot cancel. Conforming on small logits, above the bound on large ones (but only on the
+    seeds whose large-logit rows put several entries near the max: it is caught by chance, not by design)."""
+    shape = x.shape
+    z = x.reshape(-1, shape[-1]) * 1.4426950408889634
+    m = torch.full((z.shape[0], 1), float("-inf"))
+    s = torch.zeros((z.shape[0], 1))
+    for i in range(0, z.shape[1], block):
+        blk = z[:, i : i + block]
+        m_new = torch.maximum(m, blk.amax(-1, keepdim=True))
+        s = s * torch.exp2(m - m_new) + torch.exp2(blk - m_new).sum(-1, keepdim=True)
+        m = m_new
+    return (torch.exp2(z - m) / s).reshape(shape)

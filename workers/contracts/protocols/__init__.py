@@ -87,7 +87,7 @@ PROTOCOL_META = {
     "shape_polymorphism": {
         "class": "C-CMP-03",
         "module": "cmp03",
-        "names": ("err", "N"),
+        "names": ("err", "N", "u"),
         "sweeps": ("N", "rows"),
         "values": ("gauss2", "large_logits"),
         "patterns": ("tail_failure", "layout_failure", "shape_failure"),

@@ -86,7 +86,7 @@ def measure(contract, cases, results):
             continue
         x = c.args[0]
         ref = torch.softmax(x.double(), -1)
-        names = {"err": fmax(abs_err(r["outputs"][0], ref)), "N": x.shape[-1]}
+        names = {"err": fmax(abs_err(r["outputs"][0], ref)), "N": x.shape[-1], "u": contract.unit_roundoff}
         ms.append(
             {
                 "point": c.meta["point"],
