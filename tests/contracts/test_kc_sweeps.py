@@ -68,7 +68,9 @@ def test_every_shipped_contract_has_a_sweep_with_a_budget(shipped):
     for cls, c in shipped.items():
         sweep = c.protocol_params.get("sweep")
         assert sweep and sweep["budget"]["max_elements"], cls
-        assert c.version == ("0.3.0" if cls in ("C-PRC-02", "C-CMP-03") else "0.2.0"), cls  # 0.3.0: docs/contracts.md#bounds-legitimate-kernels-meet
+        assert c.version == ("0.3.0" if cls in ("C-PRC-02", "C-CMP-03") else "0.2.0"), (
+            cls
+        )  # 0.3.0: docs/contracts.md#bounds-legitimate-kernels-meet
 
 
 @pytest.mark.parametrize(
