@@ -18,6 +18,12 @@ from audit_portal.runs.selectors import get_run
 
 class CertificateSerializer(serializers.ModelSerializer):
     project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    covers = serializers.SerializerMethodField(
+        help_text="'upload': this certificate covers its upload; 'segment': its upload is one segment of a run "
+        "streamed in steps, so it covers those steps only — the run as a whole is its live view (live_view)"
+    )
+    live_view = serializers.SerializerMethodField(help_text="the run's live view, when the upload is a segment")
+    verdict = serializers.JSONField(source="verdict_detail", read_only=True)
 
     class Meta:
         model = RunCertificate
@@ -44,8 +50,21 @@ class CertificateSerializer(serializers.ModelSerializer):
             "data_errors",
             "created_at",
             "completed_at",
+            "covers",
+            "live_view",
+            "verdict",
         ]
         read_only_fields = fields
+
+    @staticmethod
+    def _is_segment(obj) -> bool:
+        return hasattr(obj.upload, "live_segment")  # a reverse one-to-one: absent for a plain upload
+
+    def get_covers(self, obj) -> str:
+        return "segment" if self._is_segment(obj) else "upload"
+
+    def get_live_view(self, obj) -> str | None:
+        return f"/api/v1/runs/{obj.run_id}/live/" if self._is_segment(obj) and obj.run_id else None
 
 
 class SequenceSerializer(serializers.ModelSerializer):

@@ -110,3 +110,20 @@ def test_a_run_not_certified_says_where_its_divergence_comes_from(api, client, o
     assert f'data-step="{worst.step}"' in panel and f"step={worst.step}" in panel  # linked to that step's sequences
     top = certificate.sequence_summaries.exclude(eps_hat=None).order_by("-eps_hat", "line").first()
     assert f'data-line="{top.line}"' in panel and "Sequences by status" in panel
+
+
+def test_a_segments_certificate_says_it_covers_only_its_steps(api, project, tmp_path):
+    from audit_portal.runs.models import Upload
+
+    from .live_steps import write_steps
+    from .test_live_runs import post, process
+
+    upload_id = post(api, project, write_steps(tmp_path / "s0.parquet", "seg-run", [0]), steps="0").json()["id"]
+    process(upload_id)
+    run_id = Upload.objects.get(pk=upload_id).run_id
+    body = api.get(f"/api/v1/runs/{run_id}/certificate/").json()
+    assert body["covers"] == "segment" and body["live_view"] == f"/api/v1/runs/{run_id}/live/"
+    plain, _ = certified(api, project, records(trajectories=4))
+    whole = api.get(f"/api/v1/certificates/{plain.pk}/").json()
+    assert whole["covers"] == "upload" and whole["live_view"] is None
+    assert whole["verdict"]["code"] == plain.verdict
