@@ -73,7 +73,7 @@ def test_each_contract_part_has_a_one_line_summary():
 # Allowed to show identifiers, so not checked: <code>, <pre>, <kbd>, <samp> and elements of class "mono" — the API
 # field names, config keys, import paths and search-language examples a reader must type or match exactly (the
 # glossary's search grammar, the API examples on the keys page, a kernel's import path, a contract class C-PRC-01).
-from html.parser import HTMLParser  # noqa: E402
+from html.parser import HTMLParser  # noqa: E402 - beside the page check it serves, after the unit tests above
 
 from .test_authz_matrix import ENDPOINTS, _world_artifacts, world  # noqa: E402,F401  (the seeded world's fixtures)
 
