@@ -101,12 +101,9 @@ class RunDetail(generics.RetrieveAPIView):
     serializer_class = RunRowSerializer
 
     def get_object(self):
-        run = run_selectors.get_run(Principal.from_request(self.request), self.kwargs["pk"])
-        return (
-            tables.runs_table(run_selectors.runs_for(Principal.from_request(self.request)).filter(pk=run.pk))
-            .select_related("project")
-            .get()
-        )
+        principal = Principal.from_request(self.request)
+        run = run_selectors.get_run(principal, self.kwargs["pk"])  # 404 "No such run." outside the caller's projects
+        return tables.runs_table(run_selectors.runs_for(principal).filter(pk=run.pk)).select_related("project").get()
 
 
 @extend_schema(parameters=FILTERS, responses={(200, "text/csv"): str, (200, "application/json"): str})
