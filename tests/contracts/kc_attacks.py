@@ -15,6 +15,7 @@ CANARY_TEXT = ""
 HOST_PORT = 0
 TEST_PID = 0
 WRITE_TARGET = ""
+HOST_PATHS: list = []
 MARKER = "kc-attack-daemon"
 
 
@@ -119,6 +120,33 @@ def _leaves_a_daemon():
     return False
 
 
+def _reads_the_worker_paths():
+    """Where the worker runs (its checkout, its virtualenv, the test's temporary directory) told apart from what a
+    candidate sees of its own process: a kernel that found them could behave honestly only under the harness."""
+    try:
+        with open("/proc/self/cmdline", "rb") as fh:
+            cmdline = fh.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        cmdline = ""
+    main = sys.modules.get("__main__")
+    seen = repr(
+        (
+            cmdline,
+            sys.argv,
+            sys.executable,
+            sys.prefix,
+            sys.exec_prefix,
+            sys.path,
+            os.getcwd(),
+            os.path.abspath(__file__),
+            getattr(main, "__file__", ""),
+            dict(os.environ),
+            [m.__file__ for m in list(sys.modules.values()) if getattr(m, "__file__", None)],
+        )
+    )
+    return any(p in seen for p in HOST_PATHS)
+
+
 def _sees_the_harness():
     return any(m == "workers" or m.startswith(("workers.", "audit_portal")) for m in sys.modules)
 
@@ -133,6 +161,7 @@ PROBES = [
     _is_privileged,
     _leaves_a_daemon,
     _sees_the_harness,
+    _reads_the_worker_paths,
 ]
 
 

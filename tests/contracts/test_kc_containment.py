@@ -23,6 +23,15 @@ ATTACKS = Path(__file__).with_name("kc_attacks.py")
 CANARY = "canary-7f3a9c-do-not-leak"
 
 
+def _worker_paths(tmp_path) -> list[str]:
+    """Host paths that say where the worker runs; the base interpreter's own directory is left out (the venv's
+    interpreter symlink needs it at its path, and it names only a Python installation)."""
+    paths = {str(ROOT), os.path.realpath(ROOT), sys.prefix, os.path.realpath(sys.prefix), str(tmp_path)}
+    if sys.prefix == sys.base_prefix:  # not a virtualenv: the interpreter's own prefix is all there is
+        paths -= {sys.prefix, os.path.realpath(sys.prefix)}
+    return sorted(paths)
+
+
 @pytest.fixture
 def attack_module(tmp_path, monkeypatch):
     """The attack kernel, with the host's canaries written into its header."""
@@ -40,9 +49,11 @@ def attack_module(tmp_path, monkeypatch):
         f"CANARY_FILES = {[str(secret), str(ROOT / 'README.md'), '/etc/shadow']!r}\n"
         f"CANARY_TEXT = {CANARY!r}\nHOST_PORT = {listener.getsockname()[1]}\nTEST_PID = {os.getpid()}\n"
         f"WRITE_TARGET = {str(tmp_path / 'pwned')!r}\n"
+        f"HOST_PATHS = {_worker_paths(tmp_path)!r}\n"
     )
     source = ATTACKS.read_text().replace(
-        'CANARY_FILES: list = []\nCANARY_TEXT = ""\nHOST_PORT = 0\nTEST_PID = 0\nWRITE_TARGET = ""\n', header
+        'CANARY_FILES: list = []\nCANARY_TEXT = ""\nHOST_PORT = 0\nTEST_PID = 0\nWRITE_TARGET = ""\nHOST_PATHS: list = []\n',
+        header,
     )
     assert header in source
     path = tmp_path / "fast_kernels.py"

@@ -4,9 +4,10 @@ The boundary is the operating system's, built with bubblewrap (Debian package ``
 
 * new pid, network, IPC, UTS and mount namespaces (and a user namespace when the worker is not root): no network
   at all (only a loopback of its own), no view of other processes, no way to signal the worker;
-* a root filesystem made of read-only binds of ``/usr`` and the Python environment (``sys.prefix`` and
-  ``sys.base_prefix``), the sandbox program and the one staged implementation file — no artifact store, no
-  signing key, no project checkout, no ``/etc`` beyond the dynamic linker's cache;
+* a root filesystem made of read-only binds of ``/usr`` and the Python environment (a virtualenv at ``/opt/venv``
+  whatever its host path, the base interpreter at its own), the sandbox program and the one staged implementation
+  file — no artifact store, no signing key, no project checkout, no ``/etc`` beyond the dynamic linker's cache;
+  nothing the candidate can read names the worker's paths, so it cannot tell the harness's process by them;
 * a private, size-capped tmpfs for ``/tmp``, a minimal ``/dev``, a ``/proc`` of its own pid namespace;
 * an unprivileged uid (``AUDIT_SANDBOX_UID``, default 65534): a root worker drops to it with ``setpriv`` (no
   capabilities, empty bounding set, no-new-privileges) after bubblewrap has built the mounts; a non-root worker
@@ -38,6 +39,7 @@ UID_ENV = "AUDIT_SANDBOX_UID"
 POLICIES = ("bubblewrap", "none")
 APP_PATH = "/opt/app/run.py"  # the sandbox program, as the candidate sees it (a name that says nothing)
 LIB_DIR = "/opt/lib"  # the staged implementation module(s)
+VENV_PATH = "/opt/venv"  # the worker's virtualenv, as the candidate sees it
 TMP_BYTES = 256 * 2**20
 # what Python and the numeric libraries may read; nothing else of the worker's environment enters the sandbox
 PASSED_ENV = (
@@ -72,27 +74,42 @@ def sandbox_uid() -> int:
 
 
 def _python_roots() -> list[tuple[str, str]]:
-    """(source, target) binds for the interpreter and its packages: each directory at the path Python uses for it
-    (``sys.prefix`` may be a symlink, e.g. a virtualenv linked into a checkout) and at its real location (what
-    the venv's interpreter symlink points to); nested directories need no bind of their own."""
+    """(source, target) binds for the interpreter and its packages.
+
+    A virtualenv is bound at VENV_PATH, whatever its path on the host: the worker's checkout path (``/srv/…``,
+    ``/check/…``) names where it runs, and a candidate that read it in ``/proc/self/cmdline`` or ``sys.path`` could
+    behave honestly only there. The base interpreter the venv's ``bin/python`` points to stays at its own path (the
+    venv's symlink and the interpreter's compiled-in library path need it); each base directory is bound at the path
+    Python uses for it and at its real location; nested directories need no bind of their own."""
     import itertools
 
-    paths = [
-        sys.prefix,
-        sys.base_prefix,
-        os.path.dirname(os.path.dirname(sys.executable)),
-        os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))),
-    ]
+    venv = os.path.realpath(sys.prefix) if _in_virtualenv() else None
+    paths = [sys.base_prefix, os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))]
+    if venv is None:
+        paths += [sys.prefix, os.path.dirname(os.path.dirname(sys.executable))]
     binds = {}
     for p in itertools.chain(paths, (os.path.realpath(p) for p in paths)):
         p = os.path.abspath(p)
-        if p and os.path.isdir(p) and p != "/usr" and not p.startswith("/usr/"):
+        inside_venv = venv is not None and (p == venv or p.startswith(venv + "/"))
+        if p and os.path.isdir(p) and p != "/usr" and not p.startswith("/usr/") and not inside_venv:
             binds.setdefault(p, os.path.realpath(p))
-    return [
+    roots = [
         (src, dst)
         for dst, src in sorted(binds.items())
         if not any(dst != q and dst.startswith(q.rstrip("/") + "/") for q in binds)
     ]
+    return roots + ([(venv, VENV_PATH)] if venv is not None else [])
+
+
+def _in_virtualenv() -> bool:
+    return sys.prefix != sys.base_prefix
+
+
+def interpreter() -> str:
+    """The Python the sandbox runs, at the path the candidate sees it."""
+    if _in_virtualenv():
+        return f"{VENV_PATH}/bin/{os.path.basename(sys.executable)}"
+    return sys.executable
 
 
 def _system_dirs() -> list[str]:
@@ -199,7 +216,7 @@ def bubblewrap_argv(
             "--no-new-privs",
             "--",
         ]
-    return argv + (command or [sys.executable, "-I", "-B", APP_PATH])
+    return argv + (command or [interpreter(), "-I", "-B", APP_PATH])
 
 
 def unisolated_argv(program: str) -> list[str]:
@@ -217,7 +234,7 @@ def probe(device: str = "cpu") -> str | None:
     """None when bubblewrap can build this sandbox here (namespaces, binds, the uid drop), else why not; cached per
     process."""
     try:
-        argv = bubblewrap_argv(None, None, device, command=[sys.executable, "-I", "-c", "pass"])
+        argv = bubblewrap_argv(None, None, device, command=[interpreter(), "-I", "-c", "pass"])
         done = subprocess.run(argv, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
     except SandboxUnavailable as exc:
         return str(exc)
