@@ -367,7 +367,9 @@ print(issue_api_key(project=project, name="bench", scopes=["read", "submit"], cr
 """
 
 
-def synth_log(trajectories: int, seed: int, *, gzip_it: bool = True, response_len=(16, 192)) -> bytes:
+def synth_log(
+    trajectories: int, seed: int, *, gzip_it: bool = True, response_len=(16, 192), run_id: str = "demo-run"
+) -> bytes:
     import gzip
 
     import orjson
@@ -376,7 +378,7 @@ def synth_log(trajectories: int, seed: int, *, gzip_it: bool = True, response_le
 
     data = b"".join(
         orjson.dumps(r) + b"\n"
-        for r in iter_run(SynthConfig(trajectories=trajectories, seed=seed, response_len=response_len))
+        for r in iter_run(SynthConfig(trajectories=trajectories, seed=seed, response_len=response_len, run_id=run_id))
     )
     return gzip.compress(data, compresslevel=1) if gzip_it else data
 

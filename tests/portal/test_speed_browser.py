@@ -1,5 +1,5 @@
 """The run page is fast and light, measured in the system Chromium against the live server (static files through
-WhiteNoise, as collected for production): every figure drawn within 1.5 s of navigation and at most 1.5 MB
+WhiteNoise, as collected for production): every figure drawn within 1.5 s of navigation and at most 0.5 MB
 transferred on a first visit with an empty cache; scripts and styles under content-hashed names, gzip-compressed and
 cached for a year, so a second visit fetches only the page and its figures' data. The numbers are written to
 test-artifacts/run-page-speed.json.
@@ -20,7 +20,7 @@ from .conftest import gz, jsonl, records
 
 pytestmark = browser_marks
 TARGET_MS = 1500
-TARGET_BYTES = 1.5e6
+TARGET_BYTES = 0.5e6  # the run-verdict issue's target: 0.5 MB cold (bench/pages.py measures it)
 
 MEASURE = """() => {
   const nav = performance.getEntriesByType("navigation")[0];
