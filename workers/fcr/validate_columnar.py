@@ -22,7 +22,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
-from workers.fcr.columnar import LISTS, META, RECORD_SLICE_TOKENS, ROUTES, SCALARS, TOPK, RunLog, table_records
+from workers.fcr.columnar import LISTS, META, RECORD_SLICE_TOKENS, ROUTES, SCALARS, TOPK, table_records
 from workers.fcr.parquet_columns import row_any
 from workers.fcr.reader import FcrParseError
 from workers.fcr.route_delta import COLUMN as DELTA
@@ -168,7 +168,7 @@ def read_columns_into(tally, reader) -> tuple[int, int]:
     the same counts, issues and summary. Returns the last row number and the compressed bytes of the groups read."""
     line_no = 0
     try:
-        log = RunLog(reader.path)
+        log = reader.run_log()
     except FcrParseError as exc:
         tally.records += 1
         tally.add(FcrIssue(exc.line, None, exc.field or "", exc.reason))

@@ -41,6 +41,7 @@ import tempfile
 
 import orjson
 
+from workers.fcr.source import RunLogSource
 from workers.fcr.validate import validate_record
 from workers.fidelity.importers.common import dump, read_jsonl, ref_of
 
@@ -54,7 +55,6 @@ TRAINER_FIELDS = (
     "routing_replay",
 )
 MAX_ERRORS = 20
-PARQUET_MAGIC = b"PAR1"
 
 
 class JoinError(ValueError):
@@ -67,34 +67,24 @@ class JoinError(ValueError):
 
 
 def iter_rows(path):
-    """``(line_or_row_number, dict or None, error or None)`` for a JSONL (plain/gzip) or Parquet trainer side; Parquet
-    is read one record batch at a time."""
-    with open(path, "rb") as fh:
-        parquet = fh.read(4) == PARQUET_MAGIC
-    if not parquet:
+    """``(line_or_row_number, dict or None, error or None)`` for a JSONL (plain/gzip) or Parquet trainer side, read
+    through the one door for run logs (workers/fcr/source.py); Parquet is read one record batch at a time."""
+    source = RunLogSource(path)
+    if not source.parquet:
         yield from read_jsonl(path)
         return
-    import pyarrow.parquet as pq
-
-    from workers.fcr.columnar import FORMAT_KEY, iter_records_or_errors
-
-    pf = pq.ParquetFile(path)
-    if FORMAT_KEY in (pf.schema_arrow.metadata or {}):  # an fcr-parquet/1 run log (the client library writes them)
-        pf.close()
-        for row_no, rec in iter_records_or_errors(path):
+    if source.is_run_log_parquet():  # an fcr-parquet/1 run log (the client library writes them)
+        for row_no, rec in source.rows():
             if isinstance(rec, Exception):
                 yield row_no, None, str(rec)
             else:
                 yield row_no, rec, None
         return
     n = 0
-    try:
-        for batch in pf.iter_batches(batch_size=1024):
-            for row in batch.to_pylist():
-                n += 1
-                yield n, row, None
-    finally:
-        pf.close()
+    for batch in source.table_batches(1024):
+        for row in batch:
+            n += 1
+            yield n, row, None
 
 
 def _trainer_block(row: dict, where: str) -> tuple[dict, dict]:
