@@ -385,25 +385,9 @@ def certify_part(path, plan: dict, chunk=None, *, chunk_tokens=1 << 16, sequence
 
     for line_no, line, arrays in _source(path, state, chunk):
         run.records += 1
-        try:
-            rec = line if type(line) is dict else orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            pending.append(
-                _error_seq(
-                    run,
-                    {"call_id": None, "trajectory_id": None, "step": None, "line": line_no},
-                    f"not valid JSON ({exc})",
-                )
-            )
-            continue
-        if not isinstance(rec, dict):
-            pending.append(
-                _error_seq(
-                    run,
-                    {"call_id": None, "trajectory_id": None, "step": None, "line": line_no},
-                    f"expected a JSON object, got {type(rec).__name__}",
-                )
-            )
+        rec, bad = _parsed(run, line_no, line)
+        if bad is not None:
+            pending.append(bad)
             continue
         role = rec.get("role", "policy")
         if role != "policy":
@@ -431,7 +415,26 @@ def certify_part(path, plan: dict, chunk=None, *, chunk_tokens=1 << 16, sequence
     if "stream_error" in state:
         ln, reason = state["stream_error"]
         run.records += 1
-        out = [_error_seq(run, {"call_id": None, "trajectory_id": None, "step": None, "line": ln}, reason)]
+        out = [_error_seq(run, _no_meta(ln), reason)]
         if sequence_sink is not None:
             sequence_sink(out)
     return run
+
+
+def _no_meta(line_no: int) -> dict:
+    """The sequence fields of a line that is not a record: only where it is."""
+    return {"call_id": None, "trajectory_id": None, "step": None, "line": line_no}
+
+
+def _parsed(run, line_no: int, line) -> tuple[dict | None, dict | None]:
+    """``(record, None)`` for a JSONL line holding a JSON object (a Parquet row arrives as its record), else
+    ``(None, its DATA_ERROR sequence)``."""
+    if type(line) is dict:
+        return line, None
+    try:
+        rec = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        return None, _error_seq(run, _no_meta(line_no), f"not valid JSON ({exc})")
+    if not isinstance(rec, dict):
+        return None, _error_seq(run, _no_meta(line_no), f"expected a JSON object, got {type(rec).__name__}")
+    return rec, None
