@@ -14,6 +14,8 @@ Environment:
   UPLOAD_MAX_BYTES      largest accepted upload (default 5 GiB)
   UPLOAD_THROTTLE_RATE  API upload rate per key or user (default "120/min")
   UPLOAD_PARTS_ABOVE_BYTES  the browser form sends larger files as a resumable upload in parts (default 32 MiB)
+  UPLOAD_SESSION_IDLE_SECONDS  an open upload session with no part for this long is abandoned: the periodic
+                        maintenance task deletes it and its stored parts (default 86400, 24 h)
   ALLOWED_HOSTS         comma-separated (default localhost,127.0.0.1,[::1],testserver)
 """
 
@@ -132,6 +134,7 @@ STORAGES = {
 # --- uploads ----------------------------------------------------------------------------------------
 UPLOAD_MAX_BYTES = int(os.environ.get("UPLOAD_MAX_BYTES", 5 * 1024**3))
 UPLOAD_PARTS_ABOVE_BYTES = int(os.environ.get("UPLOAD_PARTS_ABOVE_BYTES", 32 * 1024**2))
+UPLOAD_SESSION_IDLE_SECONDS = int(os.environ.get("UPLOAD_SESSION_IDLE_SECONDS", 24 * 3600))
 FILE_UPLOAD_HANDLERS = ["audit_portal.runs.upload_handler.HashingUploadHandler"]
 FILE_UPLOAD_TEMP_DIR = None  # the hashing handler writes straight into ARTIFACT_ROOT/incoming
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024

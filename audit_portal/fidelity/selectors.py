@@ -115,29 +115,20 @@ class RecordUnavailable(Exception):
 def read_record(call: FidelityCall) -> dict:
     """The call's ``fcr/1`` record, read from the uploaded file in the artifact store (token-level data never sits
     in Postgres). Uncompressed uploads: one seek; gzip: streamed up to the line."""
-    from workers.fcr.reader import FcrParseError, LineReader
-    from workers.fcr.columnar import is_parquet, read_row
+    from workers.fcr.reader import FcrParseError
+    from workers.fcr.source import RunLogSource
 
     path = artifact_path(call.report.upload.storage_name)
     if not path.exists():
         raise RecordUnavailable("the uploaded file is no longer in the artifact store")
-    raw = None
-    if is_parquet(path):  # fcr-parquet/1: only the row group holding the row is read
-        try:
-            record = read_row(path, call.line)
-        except FcrParseError as exc:
-            raise RecordUnavailable(f"row {call.line} cannot be read: {exc}") from None
-        raw = None if record is None else orjson.dumps(record)
-    else:  # plain: the one line at its offset; gzip: streamed up to the line (the one bounded reader either way)
-        start = call.byte_offset if call.byte_offset is not None else 0
-        try:
-            with LineReader(path, start=start, first_line=call.line if start else 1) as reader:
-                for number, line in reader:
-                    if number == call.line:
-                        raw = line
-                        break
-        except (FcrParseError, ValueError) as exc:  # ValueError: the offset is not a line start
-            raise RecordUnavailable(f"line {call.line} cannot be read: {exc}") from None
+    source = RunLogSource(path)  # the one door for run logs: its bounded readers and limits
+    what = "row" if source.parquet else "line"
+    try:  # fcr-parquet/1: only the row group holding the row; plain: the one line at its offset; gzip: streamed
+        raw = source.record_at(call.line, call.byte_offset)
+    except (FcrParseError, ValueError) as exc:  # ValueError: the offset is not a line start
+        raise RecordUnavailable(f"{what} {call.line} cannot be read: {exc}") from None
+    if isinstance(raw, dict):
+        raw = orjson.dumps(raw)
     if raw is None:
         raise RecordUnavailable(f"line {call.line} is not in the uploaded file")
     try:

@@ -12,6 +12,9 @@
    (otherwise 400 ``digest_mismatch``, the session stays open for the parts to be sent again), then it goes through
    the same intake as a single-request upload (pre-flight, duplicate check by the computed digest, storage,
    validation job). Without a declared digest, each part's ``X-Part-SHA256`` is what catches a corrupted part.
+5. ``expire_idle_sessions``: an open session with no part stored for ``UPLOAD_SESSION_IDLE_SECONDS`` (24 h) is
+   abandoned; the periodic maintenance task (``workers.tasks.reap_stale_jobs``, every minute) deletes it and its
+   preallocated file, so abandoned uploads neither hold disk nor count against the project's open sessions.
 """
 
 from __future__ import annotations
@@ -20,10 +23,12 @@ import hashlib
 import os
 import re
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from audit_portal.core.errors import PortalError, UploadTooLarge
 from audit_portal.runs import services
@@ -111,15 +116,27 @@ def store_part(session: UploadSession, n: int, stream, length: int | None, part_
             code="part_digest_mismatch",
         )
     with transaction.atomic():
-        session = UploadSession.objects.select_for_update().get(pk=session.pk)
+        session = UploadSession.objects.select_for_update().filter(pk=session.pk).first()
+        if session is None:  # expired (abandoned) while this part was being sent
+            raise _expired()
         if n not in session.parts_received:
             session.parts_received = sorted({*session.parts_received, n})
             session.save(update_fields=["parts_received", "updated_at"])
     return session
 
 
+def _expired() -> InvalidUploadSession:
+    return InvalidUploadSession(
+        "This upload session expired (no part for a long time) and was deleted; start a new one.",
+        code="upload_session_expired",
+    )
+
+
 def _write_at(session: UploadSession, offset: int, data: bytes) -> None:
-    fd = os.open(session_path(session), os.O_WRONLY)
+    try:
+        fd = os.open(session_path(session), os.O_WRONLY)
+    except FileNotFoundError:  # the session expired and its file was deleted
+        raise _expired() from None
     try:
         os.pwrite(fd, data, offset)
     finally:
@@ -159,3 +176,28 @@ def complete(session: UploadSession, submitted_by: str):
         raise
     UploadSession.objects.filter(pk=session.pk).update(state=UploadSession.State.COMPLETED, upload=upload.original)
     return upload, created
+
+
+def expire_idle_sessions(now=None) -> dict:
+    """Delete every open session with no part stored (nor created) for ``UPLOAD_SESSION_IDLE_SECONDS``, with its
+    preallocated file in ``incoming/``. Completed sessions stay (their file went to the intake; a retried completion
+    still gets its answer). Each session is re-checked under a row lock, so a part that arrives meanwhile keeps it.
+    Returns ``{"expired": [session ids], "files_removed": n}``."""
+    now = now or timezone.now()
+    idle_before = now - timedelta(seconds=settings.UPLOAD_SESSION_IDLE_SECONDS)
+    idle = UploadSession.objects.filter(state=UploadSession.State.OPEN, updated_at__lt=idle_before)
+    expired, removed = [], 0
+    for pk in idle.values_list("pk", flat=True):
+        with transaction.atomic():
+            session = idle.select_for_update(skip_locked=True).filter(pk=pk).first()
+            if session is None:  # a part arrived, or it was completed, meanwhile
+                continue
+            path = session_path(session)
+            session.delete()
+        try:
+            path.unlink()
+            removed += 1
+        except FileNotFoundError:
+            pass
+        expired.append(str(pk))
+    return {"expired": expired, "files_removed": removed}

@@ -186,7 +186,7 @@ def test_topk_columns_of_different_shapes_are_a_data_error_for_that_row(run_pair
 
 def test_row_group_over_the_memory_limit_is_refused(run_pair, monkeypatch):
     _, dst, _ = run_pair
-    monkeypatch.setattr(columnar, "MAX_ROW_GROUP_BYTES", 1000)
+    monkeypatch.setenv("FCR_PARQUET_MAX_ROW_GROUP_BYTES", "1000")
     r = validate_file(dst)
     assert not r["valid"] and "above the limit of 1000" in r["errors"][0]["reason"]
 

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from workers.fcr import columnar, parquet_write
+from workers.fcr.reader import ReadLimits
 from workers.fcr.synth import SynthConfig, iter_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,7 +53,7 @@ def bomb(tmp_path_factory) -> Path:
     assert pq.ParquetFile(path).schema_arrow.field(columnar.META).type == pa.string()
     md = pq.ParquetFile(path).metadata
     assert path.stat().st_size < 4 << 20 and md.num_row_groups == 1
-    assert md.row_group(0).total_byte_size < columnar.MAX_ROW_GROUP_BYTES  # the footer alone lets it through
+    assert md.row_group(0).total_byte_size < ReadLimits().max_row_group_bytes  # the footer alone lets it through
     return path
 
 
@@ -89,7 +90,7 @@ def test_the_bomb_decodes_to_far_more_than_the_limit(bomb):
         arr = next(
             pq.ParquetFile(bomb, read_dictionary=[columnar.META]).iter_batches(batch_size=ROWS, columns=[columnar.META])
         ).column(0)
-        assert columnar._decoded_bytes(arr) > ROWS * PAD > 3 * columnar.MAX_DECODED_BYTES
+        assert columnar._decoded_bytes(arr) > ROWS * PAD > 3 * ReadLimits().max_decoded_bytes
     finally:
         log.close()
 
@@ -123,7 +124,7 @@ def test_declared_numbers_above_the_decoded_limit_are_refused_from_the_footer(tm
     src.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in recs))
     dst = tmp_path / "run.parquet"
     parquet_write.jsonl_to_parquet(src, dst)
-    monkeypatch.setattr(columnar, "MAX_DECODED_BYTES", 1000)
+    monkeypatch.setenv("FCR_PARQUET_MAX_DECODED_BYTES", "1000")
     with pytest.raises(columnar.FcrParseError, match="bytes of numbers, above the decoded limit of 1000"):
         columnar.RunLog(dst)
     monkeypatch.undo()

@@ -110,7 +110,7 @@ def test_line_mix_counts(tmp_path_factory, lines):
 @given(st.sampled_from(PATHS), json_values)
 def test_fast_accept_path_is_sound(path, value):
     """``_fast_valid`` may only accept records the detailed path finds nothing wrong with."""
-    from workers.fcr.validate import _fast_valid
+    from workers.fcr.record_check import _fast_valid
 
     rec = copy.deepcopy(EXAMPLE_A)
     d = rec
@@ -132,6 +132,6 @@ def test_fast_accept_path_is_sound(path, value):
 
 
 def test_fast_accept_path_accepts_the_good_record():
-    from workers.fcr.validate import _fast_valid
+    from workers.fcr.record_check import _fast_valid
 
     assert _fast_valid(copy.deepcopy(EXAMPLE_A), True) and _fast_valid(copy.deepcopy(EXAMPLE_A), False)

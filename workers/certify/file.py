@@ -31,21 +31,18 @@ from workers.certify.summary import summarise
 from workers.certify.sequence import DATA_ERROR, DEFAULT_THRESHOLDS, MODES, SEQ_STATUS_NAMES, decide, length_bucket
 from workers.certify import parquet_rows
 from workers.certify.bounds import CONSTANTS, guard_threshold
-from workers.fcr.reader import FcrParseError, LineReader
+from workers.fcr.reader import FcrParseError
+from workers.fcr.source import RunLogSource
 from workers.fcr.validate import array_bools_possible
-from workers.fcr.columnar import is_parquet  # fcr-parquet/1 intake
 from workers.jsonsafe import finite_or_none
 
 
 # ---- streaming ---------------------------------------------------------------------------------------------------
-def _lines(path, state, chunk=None):
-    """Yield ``(line_no, bytes)`` through the one bounded reader (workers/fcr/reader.py: line length and
+def _lines(source, state):
+    """Yield ``(line_no, bytes)`` of a JSONL source through its bounded reader (workers/fcr/source.py: line length and
     decompression limits); a truncated or corrupt gzip stream or a limit is recorded in ``state['stream_error']``
     (line, reason) instead of raising, after every complete line before it."""
-    if chunk is not None and chunk["kind"] == "lines":
-        raw = LineReader(path, start=chunk["start"], end=chunk["end"], first_line=chunk["first_line"])
-    else:
-        raw = LineReader(path)
+    raw = source.lines()
     try:
         state["raw"] = raw.raw
         try:
@@ -61,14 +58,13 @@ def _lines(path, state, chunk=None):
 def _source(path, state, chunk=None):
     """``(line or row number, raw line | record, arrays | None)``: JSONL lines, or the rows of an fcr-parquet/1 file
     (workers/certify/parquet_rows.py: a clean row arrives as arrays, read from its columns); ``chunk`` (a
-    workers.fcr.chunks.Chunk or its dict) restricts them to one piece: a byte range or a range of row groups."""
-    if chunk is not None and not isinstance(chunk, dict):
-        chunk = chunk.to_dict()
-    if is_parquet(path):
-        groups = range(chunk["start"], chunk["end"]) if chunk is not None and chunk["kind"] == "row_groups" else None
-        yield from parquet_rows.rows(path, state, groups)
+    workers.fcr.chunks.Chunk or its dict) restricts them to one piece: a byte range or a range of row groups. Both
+    read through the one door, :class:`workers.fcr.source.RunLogSource`."""
+    source = RunLogSource(path, chunk)
+    if source.parquet:
+        yield from parquet_rows.rows(source, state)
     else:
-        for line_no, line in _lines(path, state, chunk):
+        for line_no, line in _lines(source, state):
             yield line_no, line, None
 
 
@@ -276,11 +272,12 @@ def _process_chunk(run, items, opts):
 
 def _scan_T_ref(path):
     """Pre-pass for ``budget`` without ``threshold``/``T_ref``: the longest policy response (bounds grow with T)."""
-    if is_parquet(path):
-        return parquet_rows.max_policy_length(path)
+    source = RunLogSource(path)
+    if source.parquet:
+        return parquet_rows.max_policy_length(source)
     T = 0
     state: dict = {}
-    for _, line in _lines(path, state):
+    for _, line in _lines(source, state):
         try:
             rec = orjson.loads(line)
             if isinstance(rec, dict) and rec.get("role", "policy") == "policy":
@@ -388,25 +385,9 @@ def certify_part(path, plan: dict, chunk=None, *, chunk_tokens=1 << 16, sequence
 
     for line_no, line, arrays in _source(path, state, chunk):
         run.records += 1
-        try:
-            rec = line if type(line) is dict else orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            pending.append(
-                _error_seq(
-                    run,
-                    {"call_id": None, "trajectory_id": None, "step": None, "line": line_no},
-                    f"not valid JSON ({exc})",
-                )
-            )
-            continue
-        if not isinstance(rec, dict):
-            pending.append(
-                _error_seq(
-                    run,
-                    {"call_id": None, "trajectory_id": None, "step": None, "line": line_no},
-                    f"expected a JSON object, got {type(rec).__name__}",
-                )
-            )
+        rec, bad = _parsed(run, line_no, line)
+        if bad is not None:
+            pending.append(bad)
             continue
         role = rec.get("role", "policy")
         if role != "policy":
@@ -434,7 +415,26 @@ def certify_part(path, plan: dict, chunk=None, *, chunk_tokens=1 << 16, sequence
     if "stream_error" in state:
         ln, reason = state["stream_error"]
         run.records += 1
-        out = [_error_seq(run, {"call_id": None, "trajectory_id": None, "step": None, "line": ln}, reason)]
+        out = [_error_seq(run, _no_meta(ln), reason)]
         if sequence_sink is not None:
             sequence_sink(out)
     return run
+
+
+def _no_meta(line_no: int) -> dict:
+    """The sequence fields of a line that is not a record: only where it is."""
+    return {"call_id": None, "trajectory_id": None, "step": None, "line": line_no}
+
+
+def _parsed(run, line_no: int, line) -> tuple[dict | None, dict | None]:
+    """``(record, None)`` for a JSONL line holding a JSON object (a Parquet row arrives as its record), else
+    ``(None, its DATA_ERROR sequence)``."""
+    if type(line) is dict:
+        return line, None
+    try:
+        rec = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        return None, _error_seq(run, _no_meta(line_no), f"not valid JSON ({exc})")
+    if not isinstance(rec, dict):
+        return None, _error_seq(run, _no_meta(line_no), f"expected a JSON object, got {type(rec).__name__}")
+    return rec, None

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from workers.fcr.columnar import SCALARS, TOPK, RunLog, table_records
+from workers.fcr.columnar import SCALARS, TOPK, table_records
 from workers.fcr.parquet_columns import ListColumn, row_any, topk_columns
 from workers.fcr.reader import FcrParseError
 from workers.fcr.schema import SENTINEL_CUT
@@ -69,18 +69,20 @@ def _topk_side(table, side, T, rows):
     return (pos_off, ids, lps), row_null, bad
 
 
-def rows(path, state, groups=None):
-    """``(row number, record, arrays | None)`` for every row of an ``fcr-parquet/1`` file (see the module docstring).
-    An unreadable file or row group is recorded in ``state['stream_error']`` as ``(row, reason)`` and ends the rows
-    (certify_file reports it as a DATA_ERROR, the way it reports a truncated gzip stream). ``groups``: only these row
-    groups (a piece of workers.fcr.chunks.chunk_ranges); row numbers stay those of the whole file."""
+def rows(source, state):
+    """``(row number, record, arrays | None)`` for every row of an ``fcr-parquet/1`` source (a
+    :class:`workers.fcr.source.RunLogSource`; see the module docstring). An unreadable file or row group is recorded
+    in ``state['stream_error']`` as ``(row, reason)`` and ends the rows (certify_file reports it as a DATA_ERROR, the
+    way it reports a truncated gzip stream). A piece of row groups (workers.fcr.chunks.chunk_ranges) reads only
+    those; row numbers stay those of the whole file."""
     position = _Position()
     state["raw"] = position
     try:
-        log = RunLog(path)
+        log = source.run_log()
     except FcrParseError as exc:
         state["stream_error"] = (exc.line, str(exc))
         return
+    groups = source.groups
     try:
         for g in range(log.num_row_groups) if groups is None else groups:
             try:
@@ -150,11 +152,12 @@ def _group_rows(log, g, table):
         yield first + r, rec, (y.values[s:e], a[sa : sa + n], b[sb : sb + n], pt, qt)
 
 
-def max_policy_length(path) -> int:
-    """The longest policy response (``_scan_T_ref`` for Parquet): two columns read per row group."""
+def max_policy_length(source) -> int:
+    """The longest policy response of an ``fcr-parquet/1`` source (``_scan_T_ref`` for Parquet): two columns read
+    per row group."""
     T = 0
     try:
-        log = RunLog(path)
+        log = source.run_log()
     except FcrParseError:
         return 0
     try:

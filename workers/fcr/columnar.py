@@ -4,7 +4,7 @@ The same content as an ``fcr/1`` JSONL file, one row per record: the per-token a
 (top-K lists as two nested list columns, ids and log-probs), the few scalars every engine needs are columns, and the
 rest of each record (model, tokenizer, engine, sampling, hashes, …) is one JSON text per row (``meta_json``; the
 per-token arrays are taken out of it). Row groups are the unit of streaming: a reader holds one row group at a time
-and refuses a row group whose declared uncompressed size is above :data:`MAX_ROW_GROUP_BYTES`.
+and refuses a row group whose declared uncompressed size is above ``ReadLimits.max_row_group_bytes``.
 
 The format version is in the file's key-value metadata (``fcr.format = fcr-parquet/1``); a reader refuses another
 version, an unknown column or a column of the wrong type, naming it. No Django import.
@@ -12,7 +12,6 @@ version, an unknown column or a column of the wrong type, naming it. No Django i
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
@@ -22,17 +21,17 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from workers.fcr import route_delta
-from workers.fcr.reader import FcrParseError
+from workers.fcr.reader import FcrParseError, ReadLimits
+from workers.fcr.record_check import validate_record
 
 FORMAT = "fcr-parquet/1"
 FORMAT_KEY = b"fcr.format"
 RECORD_SCHEMA_KEY = b"fcr.record_schema"
 MAGIC = b"PAR1"
-MAX_ROW_GROUP_BYTES = int(os.environ.get("FCR_PARQUET_MAX_ROW_GROUP_BYTES", 512 << 20))
-# What one row group may decode to in memory (Arrow's buffers), checked before it is materialised: the footer's
-# sizes are of the encoded pages, and a dictionary-encoded column can decode to far more (one long string repeated
-# in every row: a 1.8 MB file decoding to 820 MB in tests/fcr/test_parquet_bounds.py)
-MAX_DECODED_BYTES = int(os.environ.get("FCR_PARQUET_MAX_DECODED_BYTES", 256 << 20))
+# The row-group limits are ReadLimits.max_row_group_bytes / max_decoded_bytes (workers/fcr/reader.py, with every
+# other read limit). The decoded one matters because the footer's sizes are of the encoded pages, and a
+# dictionary-encoded column can decode to far more (one long string repeated in every row: a 1.8 MB file decoding
+# to 820 MB in tests/fcr/test_parquet_bounds.py)
 PREFLIGHT_DECODED_BYTES = 96 << 20  # the web pre-flight samples first rows only from row groups up to this size
 CHECK_BATCH_ROWS = 256  # rows per step of the decoded-size check (string columns read as dictionaries)
 _FIXED_WIDTH = {"INT64": 8, "DOUBLE": 8, "INT32": 4, "FLOAT": 4, "BOOLEAN": 1}
@@ -168,7 +167,7 @@ def schema_problems(schema: pa.Schema) -> list[str]:
 
 class RunLog:
     """An open ``fcr-parquet/1`` file: footer read and checked, row groups read one at a time, each only after its
-    decoded size is known to be within :data:`MAX_DECODED_BYTES`.
+    decoded size is known to be within ``ReadLimits.max_decoded_bytes`` (workers/fcr/reader.py).
 
     Bounded decoding, in two steps. At open, from the footer: a row group whose encoded size is above
     ``max_row_group_bytes``, or whose fixed-width values (declared count × width, whatever their encoding) are above
@@ -177,9 +176,10 @@ class RunLog:
     bounds), and their decoded size is summed from the dictionary's value lengths taken at the indices; past the limit
     the row group is refused naming the column, before anything is decoded. Only then is the row group read."""
 
-    def __init__(self, path, max_row_group_bytes: int | None = None, max_decoded_bytes: int | None = None):
-        max_row_group_bytes = MAX_ROW_GROUP_BYTES if max_row_group_bytes is None else max_row_group_bytes
-        self.max_decoded = MAX_DECODED_BYTES if max_decoded_bytes is None else max_decoded_bytes
+    def __init__(self, path, limits: ReadLimits | None = None):
+        limits = ReadLimits.from_env() if limits is None else limits
+        max_row_group_bytes = limits.max_row_group_bytes
+        self.max_decoded = limits.max_decoded_bytes
         self.path = path
         try:
             self.pf = pq.ParquetFile(path)
@@ -446,13 +446,19 @@ def record_slices(table: pa.Table) -> Iterator[tuple[int, int]]:
 
 
 def iter_records_or_errors(
-    path, progress: Callable[[int, int], None] | None = None, *, numpy_routes: bool = False, groups: range | None = None
+    path,
+    progress: Callable[[int, int], None] | None = None,
+    *,
+    numpy_routes: bool = False,
+    groups: range | None = None,
+    limits: ReadLimits | None = None,
 ):
     """:func:`iter_records` that yields an :class:`FcrParseError` in place of a bad row (and, for a file that cannot
     be opened, once, with row 0) instead of raising, so a validator can go on and count. ``groups``: only these row
-    groups (a chunk of :func:`workers.fcr.chunks.chunk_ranges`); row numbers stay those of the whole file."""
+    groups (a chunk of :func:`workers.fcr.chunks.chunk_ranges`); row numbers stay those of the whole file.
+    ``limits``: None reads them from the environment."""
     try:
-        log = RunLog(path)
+        log = RunLog(path, limits)
     except FcrParseError as exc:
         yield exc.line, exc
         return
@@ -477,13 +483,20 @@ class RowReader:
     """The rows of an ``fcr-parquet/1`` file with the interface of :class:`workers.fcr.reader.LineReader` that
     ``validate_file`` uses: iterate ``(row number, record | FcrParseError)``; ``position`` (compressed bytes of the
     row groups read), ``line_no``, ``compressed`` (False: Parquet pages are compressed inside the file), ``format``,
-    ``close()``; ``on_bytes(position)`` after each row group. A file that cannot be opened yields one error (row 0)."""
+    ``close()``; ``on_bytes(position)`` after each row group. A file that cannot be opened yields one error (row 0).
+    Opened through :class:`workers.fcr.source.RunLogSource`, which passes its ``limits`` (None: the environment's)."""
 
     compressed = False
     format = FORMAT
 
-    def __init__(self, path, on_bytes: Callable[[int], None] | None = None, groups: range | None = None):
-        self.path, self.on_bytes, self.groups = path, on_bytes, groups
+    def __init__(
+        self,
+        path,
+        on_bytes: Callable[[int], None] | None = None,
+        groups: range | None = None,
+        limits: ReadLimits | None = None,
+    ):
+        self.path, self.on_bytes, self.groups, self.limits = path, on_bytes, groups, limits
         self.position = 0
         self.line_no = 0
 
@@ -493,8 +506,12 @@ class RowReader:
             if self.on_bytes is not None:
                 self.on_bytes(done)
 
-        for self.line_no, rec in iter_records_or_errors(self.path, bytes_done, groups=self.groups):
+        for self.line_no, rec in iter_records_or_errors(self.path, bytes_done, groups=self.groups, limits=self.limits):
             yield self.line_no, rec
+
+    def run_log(self) -> RunLog:
+        """The open file under the reader's limits (the column validator reads its row groups itself)."""
+        return RunLog(self.path, self.limits)
 
     def close(self):
         pass
@@ -506,10 +523,10 @@ class RowReader:
         self.close()
 
 
-def read_row(path, row_no: int) -> dict | None:
+def read_row(path, row_no: int, limits: ReadLimits | None = None) -> dict | None:
     """The record in row ``row_no`` (1-based), reading only its row group; None when the file has no such row.
     Raises :class:`FcrParseError` when the file or that row cannot be read as a record."""
-    log = RunLog(path)
+    log = RunLog(path, limits)
     try:
         for g in range(log.num_row_groups):
             if log.starts[g] < row_no <= log.starts[g + 1]:
@@ -528,7 +545,6 @@ def head_issues(path, max_records: int = 256, max_errors: int = 20) -> tuple[lis
     ``validate_record``, read as a bounded sample (:meth:`RunLog.head`: at most :data:`PREFLIGHT_DECODED_BYTES`
     decoded, checked before decoding; the rest of the file is the validation job's). Returns ``(errors as dicts with
     the row number in 'line', rows checked)``."""
-    from workers.fcr.validate import validate_record
 
     def issue(exc: FcrParseError) -> dict:
         return {"line": exc.line, "call_id": None, "field": exc.field or "", "reason": exc.reason}

@@ -75,10 +75,20 @@ def _env_int(env, name: str, default: int) -> int:
 
 @dataclass(frozen=True)
 class ReadLimits:
+    """Every limit a run log is read under, JSONL and Parquet alike (docs/fcr.md#reading-a-run-log): the readers
+    take them from here, and :meth:`from_env` is where the deployment's settings come in.
+
+    JSONL: ``max_line_bytes`` (one line), ``max_inflate_ratio`` / ``max_inflated_bytes`` (gzip; the ratio only
+    past ``ratio_floor_bytes``). Parquet (:class:`workers.fcr.columnar.RunLog`): ``max_row_group_bytes`` (a row
+    group's encoded size as its footer declares it) and ``max_decoded_bytes`` (what one row group may decode to in
+    memory, checked before it is materialised)."""
+
     max_line_bytes: int = 64 * MiB
     max_inflate_ratio: int = 200
     max_inflated_bytes: int = 32 * GiB
     ratio_floor_bytes: int = 1 * MiB
+    max_row_group_bytes: int = 512 * MiB
+    max_decoded_bytes: int = 256 * MiB
 
     @classmethod
     def from_env(cls, env=None) -> "ReadLimits":
@@ -89,6 +99,8 @@ class ReadLimits:
             max_inflate_ratio=_env_int(env, "AUDIT_MAX_INFLATE_RATIO", d.max_inflate_ratio),
             max_inflated_bytes=_env_int(env, "AUDIT_MAX_INFLATED_BYTES", d.max_inflated_bytes),
             ratio_floor_bytes=d.ratio_floor_bytes,
+            max_row_group_bytes=_env_int(env, "FCR_PARQUET_MAX_ROW_GROUP_BYTES", d.max_row_group_bytes),
+            max_decoded_bytes=_env_int(env, "FCR_PARQUET_MAX_DECODED_BYTES", d.max_decoded_bytes),
         )
 
     def inflation_problem(self, inflated: int, compressed: int) -> str | None:

@@ -29,33 +29,43 @@ def check_topk(tk, n, fast=False, padding=False):
     if not set(map(type, tk)) <= T_LIST:
         i = first_bad(tk, lambda x: type(x) is list)
         return f"[{i}]", f"expected a list of [id, logprob] pairs, got {type(tk[i]).__name__}"
-    if n <= 8:  # tiny calls: a plain loop beats the fixed cost of the C passes below
-        for pos in tk:
-            for e in pos:
-                if not (type(e) is list and len(e) == 2 and type(e[0]) is int and e[0] >= 0 and type(e[1]) in T_NUM):
-                    break
-            else:
-                continue
-            break
-        else:
-            return None
-    # Fast path (typical engine output: ids are ints, log-probs floats): a handful of C-level passes.
+    if n <= 8 and _tiny_ok(tk):  # tiny calls: a plain loop beats the fixed cost of the C passes below
+        return None
+    if _pairs_ok(tk, fast):
+        return None
+    return _first_bad_entry(tk, padding)
+
+
+def _tiny_ok(tk) -> bool:
+    """Whether every entry of a short list is a ``[id:int≥0, lp:number]`` pair, by a plain loop."""
+    for pos in tk:
+        for e in pos:
+            if not (type(e) is list and len(e) == 2 and type(e[0]) is int and e[0] >= 0 and type(e[1]) in T_NUM):
+                return False
+    return True
+
+
+def _pairs_ok(tk, fast: bool) -> bool:
+    """The fast form (typical engine output: ids are ints, log-probs floats): a handful of C-level passes; True
+    only when every entry is a well-formed pair (False: the exact path decides)."""
     entries = list(chain.from_iterable(tk))
     if not entries:
-        return None
+        return True
     try:
         flat = list(chain.from_iterable(entries))
     except TypeError:
-        flat = None
-    if flat is not None and len(flat) == 2 * len(entries) and list(map(len, entries)).count(2) == len(entries):
-        if fast:
-            if check_ids(flat[0::2], True) is None and set(map(type, flat[1::2])) <= T_NUM:
-                return None
-        else:
-            ids = flat[0::2]
-            if set(map(type, ids)) <= T_INT and set(map(type, flat[1::2])) <= T_NUM and min(ids) >= 0:
-                return None
-    # Exact path: integral log-probs (e.g. JSON ``0`` written by a JS client) are fine; name the first bad entry.
+        return False
+    if len(flat) != 2 * len(entries) or list(map(len, entries)).count(2) != len(entries):
+        return False
+    if fast:
+        return check_ids(flat[0::2], True) is None and set(map(type, flat[1::2])) <= T_NUM
+    ids = flat[0::2]
+    return set(map(type, ids)) <= T_INT and set(map(type, flat[1::2])) <= T_NUM and min(ids) >= 0
+
+
+def _first_bad_entry(tk, padding: bool):
+    """The exact path: integral log-probs (e.g. JSON ``0`` written by a JS client) are fine; names the first bad
+    entry, or None."""
     for t, pos in enumerate(tk):
         for j, e in enumerate(pos):
             where = f"[{t}][{j}]"

@@ -1,5 +1,6 @@
 """Structural validation of ``fcr/1`` records and files (docs/fcr.md#record-fields, docs/fcr.md#conventions; audit
-rule R0): :func:`validate_record` for one parsed record, :func:`validate_file` for a whole upload.
+rule R0): :func:`validate_file` for a whole upload; :func:`validate_record`, the check of one parsed record, lives in
+:mod:`workers.fcr.record_check` (the readers use it too) and is re-exported here.
 
 What this checks is the *upload format*: required fields present with the right JSON types, ``schema ==
 "fcr/1"``, the role / provenance enums, and that every per-token array under ``rollout``/``trainer`` is aligned
@@ -8,9 +9,7 @@ fields of each section), :mod:`workers.fcr.tokens` (per-token lists), :mod:`work
 :mod:`workers.fcr.routes` (MoE routes); the vocabulary is :mod:`workers.fcr.schema`. What the *audit* judges
 (sentinel or positive log-probs, hash mismatches, unknown engine enums) is a ``warning`` at most.
 
-Speed: the portal validates uploads within 2× a plain ``orjson`` parse. A record is first tried on the fast form of
-each section (:func:`_fast_valid`), which accepts exactly the records the section checks find nothing in; only a
-record it does not accept goes through the sections, which name every problem.
+A file is read through the one door for run logs (:class:`workers.fcr.source.RunLogSource`).
 """
 
 from __future__ import annotations
@@ -21,14 +20,14 @@ from collections.abc import Callable
 
 import orjson
 
-from workers.fcr import sections
-from workers.fcr.chunks import open_reader
 from workers.fcr.columnar import RowReader
 from workers.fcr.reader import FcrParseError
-from workers.fcr.routes import LayerCounts, has_routes, n_layers, routes_issues
+from workers.fcr.record_check import validate_record
+from workers.fcr.routes import LayerCounts, has_routes, n_layers
 from workers.fcr.schema import FcrIssue, ids_sha256
 from workers.fcr.tokens import array_bools_possible, check_logprobs, positive_logprob_issues
 from workers.fcr.topk import check_topk, topk_arrays, topk_checked, topk_uncovered
+from workers.fcr.source import RunLogSource
 from workers.fcr.validate_columnar import read_columns_into
 
 # Other engines' intake (workers.certify, workers.fidelity, workers.routing) imports these from here
@@ -45,45 +44,6 @@ __all__ = [
     "validate_file",
     "validate_record",
 ]
-
-
-_fast_valid = sections.record_ok  # the fast form of the whole record (tests/fcr/test_validate_fuzz.py)
-
-
-def validate_record(
-    rec, *, line: int = 0, check_hashes: bool = False, lint: bool = True, no_array_bools: bool = False
-) -> list[FcrIssue]:
-    """Structural (R0) issues of one parsed record; an empty list means the record is well-formed.
-
-    ``check_hashes=True`` also recomputes ``ids_sha256`` (a *warning* on mismatch; costs a join per token).
-    ``lint=False`` skips the audit-level warnings (sentinel / positive log-probs, top-K coverage).
-    ``no_array_bools=True`` is a promise by the caller that no JSON ``true``/``false`` occurs as an array
-    element in the source line (:func:`array_bools_possible` checks that on the raw bytes); it enables
-    single-pass C conversions (``array('Q')``, ``bytes()``) that would otherwise accept booleans as 0/1.
-    """
-    if type(rec) is not dict:
-        return [FcrIssue(line, None, "", f"expected a JSON object, got {type(rec).__name__}")]
-    if not lint and not check_hashes and _fast_valid(rec, no_array_bools):
-        issues, n, call_id = [], len(rec["response"]["token_ids"]), rec["call_id"]
-    else:
-        issues, n, call_id = _by_section(rec, line, fast=no_array_bools, lint=lint, check_hashes=check_hashes)
-    if n is not None and has_routes(rec):  # optional MoE routing fields (workers/fcr/routes.py)
-        issues += [FcrIssue(line, call_id, field, reason) for field, reason in routes_issues(rec, n)]
-    return issues
-
-
-def _by_section(rec: dict, line: int, **how) -> tuple[list[FcrIssue], int | None, str | None]:
-    """Every issue of the record, section by section in field order; also n (the per-token length) and the call id
-    the issues carry."""
-    cid = rec.get("call_id")
-    f = sections.Findings(line, cid if type(cid) is str and cid else None, **how)
-    sections.identity(rec, f)
-    sections.model_and_engine(rec, f)
-    sections.prompt(rec, f)
-    n = sections.response(rec, f)
-    sections.rollout(rec, n, f)
-    sections.trainer(rec, n, f)
-    return f.issues, n, f.call_id
 
 
 # --------------------------------------------------------------------------------------------- file
@@ -235,7 +195,7 @@ def validate_file(
     by_columns: bool = True,
 ) -> dict:
     """Stream-validate an ``fcr/1`` JSONL file (plain or gzip by magic) or an ``fcr-parquet/1`` file, through the one
-    reader of each (:func:`workers.fcr.chunks.open_reader`). Memory: one line (row group) plus :class:`Tally`.
+    reader of each (:meth:`workers.fcr.source.RunLogSource.reader`). Memory: one line (row group) plus :class:`Tally`.
 
     Never raises on bad content: unparseable lines, non-object lines, truncated gzip and a line or decompression
     limit of the bounded reader (:mod:`workers.fcr.reader`; reading stops there) become errors with their 1-based
@@ -252,7 +212,7 @@ def validate_file(
             next_report = pos + progress_every_bytes
             progress(min(1.0, pos / size) if size else 1.0, f"line {reader.line_no + 1}")
 
-    reader = open_reader(path, on_bytes=report if progress is not None else None)
+    reader = RunLogSource(path).reader(on_bytes=report if progress is not None else None)
     line_no, bytes_read = read_into(
         tally,
         reader,

@@ -22,7 +22,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
-from workers.fcr.columnar import LISTS, META, RECORD_SLICE_TOKENS, ROUTES, SCALARS, TOPK, RunLog, table_records
+from workers.fcr.columnar import LISTS, META, RECORD_SLICE_TOKENS, ROUTES, SCALARS, TOPK, table_records
 from workers.fcr.parquet_columns import row_any
 from workers.fcr.reader import FcrParseError
 from workers.fcr.route_delta import COLUMN as DELTA
@@ -83,54 +83,63 @@ def rows_ok(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     for col, (_, kind) in LISTS.items():
         if col in ("prompt_token_ids", "response_token_ids") or col not in names:
             continue
-        off, vals, null, vnull = _list(table.column(col))
-        present = ~null
-        bad = np.diff(off) != n
-        if kind == "float":  # nulls are fine; NaN and positive values are left to the record path (warnings)
-            v = _numbers(vals, "float").astype(np.float64, copy=False)
-            flag = np.isnan(v) | (v > POSITIVE_CUT)
-            if vnull is not None:
-                flag &= ~vnull
-            bad |= _per_row(flag, off)
-        elif kind == "string":
-            if not (pa.types.is_string(vals.type) or pa.types.is_large_string(vals.type)):
-                raise _Unsupported(str(vals.type))
-            bad |= _per_row(vnull, off)
-        elif col == "trainer_loss_mask":
-            v = _numbers(vals, "int")
-            bad |= _per_row(vnull, off) | _per_row((v != 0) & (v != 1), off)
-        else:  # token policy versions: int or null, any value
-            _numbers(vals, "int")
-        if col == "rollout_logprobs":
-            ok &= present & ~bad
-        else:
-            ok &= null | ~bad
+        ok &= _per_token_ok(table.column(col), col, kind, n)
     for ids_col, lps_col in TOPK.values():
         if ids_col not in names and lps_col not in names:
             continue
         if ids_col not in names or lps_col not in names:  # one of the pair in the file: any row with it is flagged
             ok &= table.column(ids_col if ids_col in names else lps_col).is_null().to_numpy(zero_copy_only=False)
             continue
-        oi, pos_i, null_i, pnull_i = _list(table.column(ids_col))
-        ol, pos_l, null_l, pnull_l = _list(table.column(lps_col))
-        ii, vi, _, vnull_i = _list(pos_i)
-        il, vl, _, vnull_l = _list(pos_l)
-        li, ll = np.diff(ii), np.diff(il)
-        if not np.array_equal(oi, ol) or len(li) != len(ll):  # positions do not line up: rows of another shape
-            raise _Unsupported("top-K columns of different shapes")
-        pos_bad = li != ll
-        for flags in (pnull_i, pnull_l):
-            if flags is not None:
-                pos_bad |= flags
-        pos_bad |= _per_row(vnull_i, ii) | _per_row(vnull_l, il) | _per_row(_numbers(vi, "int") < 0, ii)
-        _numbers(vl, "float")
-        both = ~null_i & ~null_l
-        row_bad = (null_i != null_l) | (both & ((np.diff(oi) != n) | _per_row(pos_bad, oi)))
-        ok &= ~row_bad
+        ok &= ~_topk_bad(table.column(ids_col), table.column(lps_col), n)
     for col in (*ROUTES, DELTA):
         if col in names:
             ok &= table.column(col).is_null().to_numpy(zero_copy_only=False)
     return ok, n
+
+
+def _per_token_ok(column, col: str, kind: str, n: np.ndarray) -> np.ndarray:
+    """Per row: whether a per-token list column (other than the token ids) passes: aligned with ``n`` and its
+    values as fcr/1 wants them; null is fine except for ``rollout_logprobs``."""
+    off, vals, null, vnull = _list(column)
+    bad = np.diff(off) != n
+    if kind == "float":  # nulls are fine; NaN and positive values are left to the record path (warnings)
+        v = _numbers(vals, "float").astype(np.float64, copy=False)
+        flag = np.isnan(v) | (v > POSITIVE_CUT)
+        if vnull is not None:
+            flag &= ~vnull
+        bad |= _per_row(flag, off)
+    elif kind == "string":
+        if not (pa.types.is_string(vals.type) or pa.types.is_large_string(vals.type)):
+            raise _Unsupported(str(vals.type))
+        bad |= _per_row(vnull, off)
+    elif col == "trainer_loss_mask":
+        v = _numbers(vals, "int")
+        bad |= _per_row(vnull, off) | _per_row((v != 0) & (v != 1), off)
+    else:  # token policy versions: int or null, any value
+        _numbers(vals, "int")
+    if col == "rollout_logprobs":
+        return ~null & ~bad
+    return null | ~bad
+
+
+def _topk_bad(ids_column, lps_column, n: np.ndarray) -> np.ndarray:
+    """Per row: whether a side's pair of top-K columns is flagged (shapes differ, a null or negative id, a null
+    log-prob, or a length other than ``n``)."""
+    oi, pos_i, null_i, pnull_i = _list(ids_column)
+    ol, pos_l, null_l, pnull_l = _list(lps_column)
+    ii, vi, _, vnull_i = _list(pos_i)
+    il, vl, _, vnull_l = _list(pos_l)
+    li, ll = np.diff(ii), np.diff(il)
+    if not np.array_equal(oi, ol) or len(li) != len(ll):  # positions do not line up: rows of another shape
+        raise _Unsupported("top-K columns of different shapes")
+    pos_bad = li != ll
+    for flags in (pnull_i, pnull_l):
+        if flags is not None:
+            pos_bad |= flags
+    pos_bad |= _per_row(vnull_i, ii) | _per_row(vnull_l, il) | _per_row(_numbers(vi, "int") < 0, ii)
+    _numbers(vl, "float")
+    both = ~null_i & ~null_l
+    return (null_i != null_l) | (both & ((np.diff(oi) != n) | _per_row(pos_bad, oi)))
 
 
 def _light(meta: str, r: int, scalars: dict, present: dict):
@@ -168,7 +177,7 @@ def read_columns_into(tally, reader) -> tuple[int, int]:
     the same counts, issues and summary. Returns the last row number and the compressed bytes of the groups read."""
     line_no = 0
     try:
-        log = RunLog(reader.path)
+        log = reader.run_log()
     except FcrParseError as exc:
         tally.records += 1
         tally.add(FcrIssue(exc.line, None, exc.field or "", exc.reason))

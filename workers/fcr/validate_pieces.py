@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 from types import SimpleNamespace
 
-from workers.fcr.chunks import Chunk, open_chunk
+from workers.fcr.source import Chunk, RunLogSource
 from workers.fcr.schema import FcrIssue
 from workers.fcr.validate import RUNS_CAP, Tally, read_into
 
@@ -45,14 +45,15 @@ def validate_piece(
 ) -> dict:
     """One piece's share of the summary, as JSON (what :func:`merge_pieces` needs). ``known_layers``: ``{model:
     (layers, line, top_k)}`` established by the earlier pieces (the merge passes it when it reads a piece again)."""
-    chunk = Chunk.from_dict(chunk) if isinstance(chunk, dict) else chunk
+    source = RunLogSource(path, chunk)
+    chunk = source.piece
     tally = Tally(max_errors, max_warnings, piece=True, known_layers=known_layers)
-    reader = open_chunk(path, chunk)
+    reader = source.reader()
     _, consumed = read_into(tally, reader)
     if chunk.kind == "lines":
         consumed -= chunk.start
     elif chunk.kind == "row_groups" and not tally.stopped:  # a row group that cannot be read ends the reading there
-        tally.stopped = consumed < _row_group_bytes(path, chunk)
+        tally.stopped = consumed < _row_group_bytes(source)
     known = tally.known_layers
     return {
         "index": chunk.index,
@@ -138,12 +139,10 @@ def _summary(pieces: list[dict], path, max_errors: int, max_warnings: int) -> di
     return tally.summary(reader, sum(p["bytes"] for p in pieces), os.path.getsize(path))
 
 
-def _row_group_bytes(path, chunk: Chunk) -> int:
+def _row_group_bytes(source: RunLogSource) -> int:
     """Compressed bytes of the piece's row groups: what its reader has consumed when it read every one."""
-    from workers.fcr.columnar import RunLog
-
-    log = RunLog(path)
+    log = source.run_log()
     try:
-        return sum(log.compressed[chunk.start : chunk.end])
+        return sum(log.compressed[source.groups.start : source.groups.stop])
     finally:
         log.close()

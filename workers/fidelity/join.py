@@ -41,6 +41,7 @@ import tempfile
 
 import orjson
 
+from workers.fcr.source import RunLogSource
 from workers.fcr.validate import validate_record
 from workers.fidelity.importers.common import dump, read_jsonl, ref_of
 
@@ -54,7 +55,6 @@ TRAINER_FIELDS = (
     "routing_replay",
 )
 MAX_ERRORS = 20
-PARQUET_MAGIC = b"PAR1"
 
 
 class JoinError(ValueError):
@@ -67,34 +67,24 @@ class JoinError(ValueError):
 
 
 def iter_rows(path):
-    """``(line_or_row_number, dict or None, error or None)`` for a JSONL (plain/gzip) or Parquet trainer side; Parquet
-    is read one record batch at a time."""
-    with open(path, "rb") as fh:
-        parquet = fh.read(4) == PARQUET_MAGIC
-    if not parquet:
+    """``(line_or_row_number, dict or None, error or None)`` for a JSONL (plain/gzip) or Parquet trainer side, read
+    through the one door for run logs (workers/fcr/source.py); Parquet is read one record batch at a time."""
+    source = RunLogSource(path)
+    if not source.parquet:
         yield from read_jsonl(path)
         return
-    import pyarrow.parquet as pq
-
-    from workers.fcr.columnar import FORMAT_KEY, iter_records_or_errors
-
-    pf = pq.ParquetFile(path)
-    if FORMAT_KEY in (pf.schema_arrow.metadata or {}):  # an fcr-parquet/1 run log (the client library writes them)
-        pf.close()
-        for row_no, rec in iter_records_or_errors(path):
+    if source.is_run_log_parquet():  # an fcr-parquet/1 run log (the client library writes them)
+        for row_no, rec in source.rows():
             if isinstance(rec, Exception):
                 yield row_no, None, str(rec)
             else:
                 yield row_no, rec, None
         return
     n = 0
-    try:
-        for batch in pf.iter_batches(batch_size=1024):
-            for row in batch.to_pylist():
-                n += 1
-                yield n, row, None
-    finally:
-        pf.close()
+    for batch in source.table_batches(1024):
+        for row in batch:
+            n += 1
+            yield n, row, None
 
 
 def _trainer_block(row: dict, where: str) -> tuple[dict, dict]:
@@ -167,36 +157,7 @@ def join(
         db.execute("PRAGMA synchronous=OFF")
         db.execute("CREATE TABLE row (id INTEGER PRIMARY KEY, line INTEGER, label TEXT, payload BLOB, used_by TEXT)")
         db.execute("CREATE TABLE key (k TEXT PRIMARY KEY, row INTEGER)")
-        for line, row, err in iter_rows(trainer_path):
-            where = f"trainer {ref_of(trainer_path, line)}"
-            if err is not None or not isinstance(row, dict):
-                problem(f"{where}: {err or 'not a JSON object'}")
-                continue
-            stats["trainer_rows"] += 1
-            keys = _keys(row)
-            if not keys:
-                problem(f"{where}: names no inference record (needs call_id, or trajectory_id and call_index)")
-                continue
-            try:
-                block, extra = _trainer_block(row, where)
-            except ValueError as exc:
-                problem(str(exc))
-                continue
-            label = row.get("call_id") or f"{row.get('trajectory_id')}#{row.get('call_index')}"
-            try:
-                payload = orjson.dumps([block, extra])
-            except TypeError as exc:  # e.g. a Parquet column of a type JSON has no form for
-                problem(f"{where}: a value is not JSON-representable ({exc})")
-                continue
-            cur = db.execute("INSERT INTO row (line, label, payload) VALUES (?, ?, ?)", (line, str(label), payload))
-            for k in keys:
-                prior = db.execute(
-                    "SELECT r.line FROM key JOIN row r ON r.id = key.row WHERE key.k = ?", (k,)
-                ).fetchone()
-                if prior is not None:
-                    problem(f"{where}: {_key_text(k)} is also given at line {prior[0]} (ambiguous trainer side)")
-                else:
-                    db.execute("INSERT INTO key (k, row) VALUES (?, ?)", (k, cur.lastrowid))
+        _store_trainer_rows(db, trainer_path, stats, problem)
         with open(tmp_out, "wb") as out:
             for line, rec, err in read_jsonl(inference_path):
                 stats["records"] += 1
@@ -205,46 +166,9 @@ def join(
                     problem(f"{where}: {err or 'not a JSON object'}")
                     continue
                 where += f" (call {rec.get('call_id')})"
-                hits = {}
-                for k in _keys(rec):
-                    hit = db.execute("SELECT row FROM key WHERE k = ?", (k,)).fetchone()
-                    if hit is not None:
-                        hits[hit[0]] = k
-                if len(hits) > 1:
-                    problem(
-                        f"{where}: matched by two trainer rows (its call_id and its trajectory/index name "
-                        f"different rows)"
-                    )
-                    continue
-                if not hits:
-                    if rec.get("role") == "policy" and not allow_untrained:
-                        problem(
-                            f"{where}: policy call with no trainer row (pass allow_untrained / "
-                            f"--allow-untrained to keep it without one)"
-                        )
-                    stats["untrained"] += 1
-                    out.write(dump(rec))
-                    continue
-                ((row_id, key),) = hits.items()
-                tline, used_by, payload = db.execute(
-                    "SELECT line, used_by, payload FROM row WHERE id = ?", (row_id,)
-                ).fetchone()
-                twhere = f"trainer {ref_of(trainer_path, tline)}"
-                if used_by is not None:
-                    problem(
-                        f"{twhere}: {_key_text(key)} matches more than one inference record ({used_by} and "
-                        f"{where}); give each call_id"
-                    )
-                    continue
-                db.execute("UPDATE row SET used_by = ? WHERE id = ?", (where, row_id))
-                block, extra = orjson.loads(payload)
-                joined = _attach(rec, block, extra, where, twhere, problem)
-                if joined is None:
-                    continue
-                if "role" in extra:
-                    stats["roles_declared"] += 1
-                stats["joined"] += 1
-                out.write(dump(joined))
+                joined = _join_record(db, rec, where, trainer_path, stats, problem, allow_untrained)
+                if joined is not None:
+                    out.write(dump(joined))
         for tline, label in db.execute("SELECT line, label FROM row WHERE used_by IS NULL ORDER BY line"):
             problem(
                 f"trainer {ref_of(trainer_path, tline)}: {label} matches no inference record (trained data "
@@ -260,6 +184,78 @@ def join(
                 os.unlink(p)
         os.rmdir(tdir)
     return stats
+
+
+def _store_trainer_rows(db, trainer_path, stats: dict, problem) -> None:
+    """Every trainer row into the SQLite file (its trainer block and other fields, and its keys); a row that names
+    no record, a key given twice, or a value JSON has no form for is a problem."""
+    for line, row, err in iter_rows(trainer_path):
+        where = f"trainer {ref_of(trainer_path, line)}"
+        if err is not None or not isinstance(row, dict):
+            problem(f"{where}: {err or 'not a JSON object'}")
+            continue
+        stats["trainer_rows"] += 1
+        keys = _keys(row)
+        if not keys:
+            problem(f"{where}: names no inference record (needs call_id, or trajectory_id and call_index)")
+            continue
+        try:
+            block, extra = _trainer_block(row, where)
+        except ValueError as exc:
+            problem(str(exc))
+            continue
+        label = row.get("call_id") or f"{row.get('trajectory_id')}#{row.get('call_index')}"
+        try:
+            payload = orjson.dumps([block, extra])
+        except TypeError as exc:  # e.g. a Parquet column of a type JSON has no form for
+            problem(f"{where}: a value is not JSON-representable ({exc})")
+            continue
+        cur = db.execute("INSERT INTO row (line, label, payload) VALUES (?, ?, ?)", (line, str(label), payload))
+        for k in keys:
+            prior = db.execute("SELECT r.line FROM key JOIN row r ON r.id = key.row WHERE key.k = ?", (k,)).fetchone()
+            if prior is not None:
+                problem(f"{where}: {_key_text(k)} is also given at line {prior[0]} (ambiguous trainer side)")
+            else:
+                db.execute("INSERT INTO key (k, row) VALUES (?, ?)", (k, cur.lastrowid))
+
+
+def _join_record(db, rec: dict, where: str, trainer_path, stats: dict, problem, allow_untrained: bool):
+    """What to write for one inference record: the record with its trainer row attached, the record alone (no
+    trainer row), or None after naming a problem."""
+    hits = {}
+    for k in _keys(rec):
+        hit = db.execute("SELECT row FROM key WHERE k = ?", (k,)).fetchone()
+        if hit is not None:
+            hits[hit[0]] = k
+    if len(hits) > 1:
+        problem(f"{where}: matched by two trainer rows (its call_id and its trajectory/index name different rows)")
+        return None
+    if not hits:
+        if rec.get("role") == "policy" and not allow_untrained:
+            problem(
+                f"{where}: policy call with no trainer row (pass allow_untrained / "
+                f"--allow-untrained to keep it without one)"
+            )
+        stats["untrained"] += 1
+        return rec
+    ((row_id, key),) = hits.items()
+    tline, used_by, payload = db.execute("SELECT line, used_by, payload FROM row WHERE id = ?", (row_id,)).fetchone()
+    twhere = f"trainer {ref_of(trainer_path, tline)}"
+    if used_by is not None:
+        problem(
+            f"{twhere}: {_key_text(key)} matches more than one inference record ({used_by} and {where}); give each "
+            f"call_id"
+        )
+        return None
+    db.execute("UPDATE row SET used_by = ? WHERE id = ?", (where, row_id))
+    block, extra = orjson.loads(payload)
+    joined = _attach(rec, block, extra, where, twhere, problem)
+    if joined is None:
+        return None
+    if "role" in extra:
+        stats["roles_declared"] += 1
+    stats["joined"] += 1
+    return joined
 
 
 def _key_text(k: str) -> str:

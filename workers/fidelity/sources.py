@@ -1,7 +1,7 @@
 """What the fidelity audit reads (docs/fidelity-rules.md): the records of a JSONL or ``fcr-parquet/1`` file, or of a
 list, one at a time with their line numbers, parsed once and checked once by the format's validator.
 
-A JSONL file is read through the one bounded reader (workers/fcr/reader.py, docs/fcr.md#reading-a-run-log): a
+A file is read through the one door for run logs (workers/fcr/source.py, docs/fcr.md#reading-a-run-log): a
 truncated or corrupt gzip stream or a limit yields every complete line, then a :class:`Broken` on the line where
 reading stopped, which the audit counts as one unparsed line.
 """
@@ -9,13 +9,12 @@ reading stopped, which the audit counts as one unparsed line.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 
 import orjson
 
-from workers.fcr.columnar import is_parquet, iter_records_or_errors
-from workers.fcr.reader import FcrParseError, LineReader
+from workers.fcr.reader import FcrParseError
+from workers.fcr.source import RunLogSource
 from workers.fcr.validate import array_bools_possible, validate_record
 from workers.fidelity.rules import is_critical, topk_checked
 
@@ -29,15 +28,16 @@ class Broken:
 
 def file_source(path):
     """``() → iterator of (line number, raw line, byte offset | None, fraction of the file read)`` over every
-    non-blank line, plain or gzip (by magic; offsets only for plain files), through the one bounded reader
-    (workers/fcr/reader.py). A truncated or corrupt gzip stream or a line/decompression limit yields every complete
+    non-blank line, plain or gzip (by magic; offsets only for plain files), through the one door for run logs
+    (workers/fcr/source.py). A truncated or corrupt gzip stream or a line/decompression limit yields every complete
     line, then a :class:`Broken` on the line where reading stopped."""
-    size = max(os.path.getsize(path), 1)
-    if is_parquet(path):
-        return parquet_source(path)
+    source = RunLogSource(path)
+    size = max(source.size, 1)
+    if source.parquet:
+        return parquet_source(source)
 
     def lines() -> Iterator[tuple]:
-        reader = LineReader(path)
+        reader = source.lines()
         offsets = not reader.compressed
         try:
             for number, raw in reader:
@@ -49,13 +49,14 @@ def file_source(path):
     return lines
 
 
-def parquet_source(path):
-    """:func:`file_source` for ``fcr-parquet/1`` (workers/fcr/columnar.py): ``(row number, record, None, fraction)``,
-    one row group in memory at a time; a row that is not a record (or an unreadable file) is a :class:`Broken`."""
+def parquet_source(source: RunLogSource):
+    """:func:`file_source` for an ``fcr-parquet/1`` source (workers/fcr/columnar.py): ``(row number, record, None,
+    fraction)``, one row group in memory at a time; a row that is not a record (or an unreadable file) is a
+    :class:`Broken`."""
 
     def lines() -> Iterator[tuple]:
         done = [0.0]
-        for number, rec in iter_records_or_errors(path, lambda pos, total: done.__setitem__(0, pos / max(total, 1))):
+        for number, rec in source.rows(lambda pos, total: done.__setitem__(0, pos / max(total, 1))):
             if isinstance(rec, FcrParseError):
                 yield number, Broken(f"{rec.field + ': ' if rec.field else ''}{rec.reason}"), None, done[0]
             else:

@@ -207,109 +207,102 @@ class RoutingAudit:
             )
         self.calls += 1
         self.calls_by_mode[replay or "undeclared"] += 1
-        if checked:
-            r, t = (
-                None if a is None or not np.size(a) else np.asarray(a, dtype=np.int64) for a in (rollout, trainer)
-            )  # a zero-token response's routes: nothing to compare
-        else:
-            r = None if rollout is None else as_routes(rollout, call_id, "rollout.routed_experts", n_experts=n_experts)
-            t = None if trainer is None else as_routes(trainer, call_id, "trainer.routed_experts", n_experts=n_experts)
-        T = next((a.shape[0] for a in (r, t) if a is not None), n_tokens)
-        if T is None:
-            raise RoutingDataError(call_id, "response.token_ids", "response length unknown and no routes given")
-        for a, f in ((r, "rollout.routed_experts"), (t, "trainer.routed_experts")):
-            if a is not None and n_tokens is not None and a.shape[0] != n_tokens:
-                raise RoutingDataError(call_id, f, f"{a.shape[0]} token rows, but the response has {n_tokens} tokens")
-        if r is not None and t is not None:  # the two sides of one call first, then the call against the model
+        r, t, T = _call_routes(call_id, rollout, trainer, n_experts, n_tokens, checked)
+        both = r is not None and t is not None
+        if both:  # the two sides of one call first, then the call against the model
             flipped, verified, n_diff = compare_routes(r, t, call_id)
         for a in (r, t):
             if a is not None:
                 self._ensure_layers(a.shape[1], a.shape[2], call_id)
-        if r is None or t is None:
+        if not both:
             L = self.layers or 0
             flipped = verified = np.zeros((T, L), bool)
             n_diff = np.zeros((T, L), np.int64)
-        if r is not None or t is not None:
+        routed = r is not None or t is not None
+        if routed:
             self.calls_with_routes += 1
         self.tokens += T
         L = flipped.shape[1]
-        if r is not None or t is not None:
+        if routed:
             self.pairs += T * L
         self.pairs_verified += int(verified.sum())
         self.pairs_flipped += int(flipped.sum())
         self.experts_swapped += int(n_diff.sum())
-        if self.layers is not None and r is not None and t is not None:
-            self.layer_verified += verified.sum(0)
-            self.layer_flipped += flipped.sum(0)
-            n = self._grow_pos(T)
-            pos = np.minimum(np.arange(T), POS_CAP - 1)
-            self.pos_verified[:n] += np.bincount(pos, verified.sum(1), minlength=n).astype(np.int64)
-            self.pos_flipped[:n] += np.bincount(pos, flipped.sum(1), minlength=n).astype(np.int64)
-            cell = (pos_bin(np.arange(T))[:, None] + GRID_BINS * np.arange(L)[None, :]).ravel()
-            for grid, m in ((self.grid_verified, verified), (self.grid_flipped, flipped)):
-                grid += np.bincount(cell, m.ravel(), minlength=L * GRID_BINS).astype(np.int64).reshape(L, GRID_BINS)
-        # token status: a partition
-        n_flip = flipped.sum(1)
-        tok_flipped = n_flip > 0
-        tok_full = verified.all(1) if (r is not None and t is not None) else np.zeros(T, bool)
-        tok_agree = tok_full & ~tok_flipped
-        tok_unver = ~tok_flipped & ~tok_full
-        self.tokens_agree += int(tok_agree.sum())
-        self.tokens_flipped += int(tok_flipped.sum())
-        self.tokens_unverifiable += int(tok_unver.sum())
-        if r is None and t is None:
-            self.tokens_no_routes += T
-        if self.flipped_layers_hist is not None and r is not None and t is not None:
-            self.flipped_layers_hist += np.bincount(n_flip[tok_full | tok_flipped], minlength=L + 1)[: L + 1]
-        if metrics is not None:
-            for f in ("tv_hi", "tv_lo", "abs_dlogp", "accepted"):
-                v = getattr(metrics, f)
-                if v is not None and np.shape(v) != (T,):
-                    raise RoutingDataError(call_id, f, f"{np.shape(v)} values for {T} tokens")
-            m = TokenMetrics(
-                *(
-                    None if getattr(metrics, f) is None else np.asarray(getattr(metrics, f))
-                    for f in ("tv_hi", "tv_lo", "abs_dlogp", "accepted")
-                )
-            )
-            for g, sel in (
-                ("agree", tok_agree),
-                ("flipped", tok_flipped),
-                ("unverifiable", tok_unver),
-                ("flipped_ge_n", n_flip >= self.N),
-                ("all", np.ones(T, bool)),
-            ):
-                self.groups[g].add(sel, m)
+        if self.layers is not None and both:
+            self._add_positions(T, L, verified, flipped)
+        self._add_tokens(T, L, verified, flipped, both, routed, metrics, call_id)
         layers_flipped = np.flatnonzero(flipped.any(0)).tolist()
-        unverified = int(T * (self.layers or 0) - verified.sum())
         summary = {
             "call_id": call_id,
             "tokens": T,
             "pairs_flipped": int(flipped.sum()),
             "layers_flipped": layers_flipped,
-            "pairs_unverified": unverified,
+            "pairs_unverified": int(T * (self.layers or 0) - verified.sum()),
         }
         if replay == "R3":
-            self.r3_calls += 1
-            if layers_flipped:
-                self.r3_failed_calls += 1
-                self.r3_failed_layers.update(layers_flipped)
-                if len(self.r3_failed) < MAX_NAMED:
-                    self.r3_failed.append({k: summary[k] for k in ("call_id", "pairs_flipped", "layers_flipped")})
-            elif summary["pairs_unverified"]:
-                self.r3_unverifiable_calls += 1
-                if len(self.r3_unverifiable) < MAX_NAMED:
-                    self.r3_unverifiable.append(
-                        {
-                            "call_id": call_id,
-                            "pairs_unverified": summary["pairs_unverified"],
-                            "rollout_routes": r is not None,
-                            "trainer_routes": t is not None,
-                        }
-                    )
-            else:
-                self.r3_verified_calls += 1
+            self._add_r3(summary, r is not None, t is not None)
         return summary
+
+    def _add_positions(self, T: int, L: int, verified, flipped) -> None:
+        """A call with both sides' routes: its verified and flipped pairs by layer, by position and on the grid."""
+        self.layer_verified += verified.sum(0)
+        self.layer_flipped += flipped.sum(0)
+        n = self._grow_pos(T)
+        pos = np.minimum(np.arange(T), POS_CAP - 1)
+        self.pos_verified[:n] += np.bincount(pos, verified.sum(1), minlength=n).astype(np.int64)
+        self.pos_flipped[:n] += np.bincount(pos, flipped.sum(1), minlength=n).astype(np.int64)
+        cell = (pos_bin(np.arange(T))[:, None] + GRID_BINS * np.arange(L)[None, :]).ravel()
+        for grid, m in ((self.grid_verified, verified), (self.grid_flipped, flipped)):
+            grid += np.bincount(cell, m.ravel(), minlength=L * GRID_BINS).astype(np.int64).reshape(L, GRID_BINS)
+
+    def _add_tokens(self, T, L, verified, flipped, both: bool, routed: bool, metrics, call_id) -> None:
+        """The call's tokens by status (a partition: agree, flipped, unverifiable) and their metrics by group."""
+        n_flip = flipped.sum(1)
+        tok_flipped = n_flip > 0
+        tok_full = verified.all(1) if both else np.zeros(T, bool)
+        tok_agree = tok_full & ~tok_flipped
+        tok_unver = ~tok_flipped & ~tok_full
+        self.tokens_agree += int(tok_agree.sum())
+        self.tokens_flipped += int(tok_flipped.sum())
+        self.tokens_unverifiable += int(tok_unver.sum())
+        if not routed:
+            self.tokens_no_routes += T
+        if self.flipped_layers_hist is not None and both:
+            self.flipped_layers_hist += np.bincount(n_flip[tok_full | tok_flipped], minlength=L + 1)[: L + 1]
+        if metrics is None:
+            return
+        m = _checked_metrics(metrics, T, call_id)
+        for g, sel in (
+            ("agree", tok_agree),
+            ("flipped", tok_flipped),
+            ("unverifiable", tok_unver),
+            ("flipped_ge_n", n_flip >= self.N),
+            ("all", np.ones(T, bool)),
+        ):
+            self.groups[g].add(sel, m)
+
+    def _add_r3(self, summary: dict, rollout_routes: bool, trainer_routes: bool) -> None:
+        """An R3 call: verified, failed (a flipped layer) or unverifiable (pairs without both sides)."""
+        self.r3_calls += 1
+        layers_flipped = summary["layers_flipped"]
+        if layers_flipped:
+            self.r3_failed_calls += 1
+            self.r3_failed_layers.update(layers_flipped)
+            if len(self.r3_failed) < MAX_NAMED:
+                self.r3_failed.append({k: summary[k] for k in ("call_id", "pairs_flipped", "layers_flipped")})
+        elif summary["pairs_unverified"]:
+            self.r3_unverifiable_calls += 1
+            if len(self.r3_unverifiable) < MAX_NAMED:
+                self.r3_unverifiable.append(
+                    {
+                        "call_id": summary["call_id"],
+                        "pairs_unverified": summary["pairs_unverified"],
+                        "rollout_routes": rollout_routes,
+                        "trainer_routes": trainer_routes,
+                    }
+                )
+        else:
+            self.r3_verified_calls += 1
 
     # ------------------------------------------------------------------ report
     def replay_verdict(self) -> dict:
@@ -415,3 +408,37 @@ class RoutingAudit:
             "replay": self.replay_verdict(),
             "attribution": attribution,
         }
+
+
+_METRIC_FIELDS = ("tv_hi", "tv_lo", "abs_dlogp", "accepted")
+
+
+def _call_routes(call_id, rollout, trainer, n_experts, n_tokens, checked: bool):
+    """``(rollout routes, trainer routes, T)``: each side as ``[T, layers, top_k]`` int64 or None (not recorded, or
+    a zero-token response's), T the response length; raises :class:`RoutingDataError` when the length is unknown or
+    a side's rows do not match ``n_tokens``."""
+    if checked:
+        r, t = (
+            None if a is None or not np.size(a) else np.asarray(a, dtype=np.int64) for a in (rollout, trainer)
+        )  # a zero-token response's routes: nothing to compare
+    else:
+        r = None if rollout is None else as_routes(rollout, call_id, "rollout.routed_experts", n_experts=n_experts)
+        t = None if trainer is None else as_routes(trainer, call_id, "trainer.routed_experts", n_experts=n_experts)
+    T = next((a.shape[0] for a in (r, t) if a is not None), n_tokens)
+    if T is None:
+        raise RoutingDataError(call_id, "response.token_ids", "response length unknown and no routes given")
+    for a, f in ((r, "rollout.routed_experts"), (t, "trainer.routed_experts")):
+        if a is not None and n_tokens is not None and a.shape[0] != n_tokens:
+            raise RoutingDataError(call_id, f, f"{a.shape[0]} token rows, but the response has {n_tokens} tokens")
+    return r, t, T
+
+
+def _checked_metrics(metrics: TokenMetrics, T: int, call_id) -> TokenMetrics:
+    """The call's per-token metrics as arrays, each of length T (else :class:`RoutingDataError`)."""
+    for f in _METRIC_FIELDS:
+        v = getattr(metrics, f)
+        if v is not None and np.shape(v) != (T,):
+            raise RoutingDataError(call_id, f, f"{np.shape(v)} values for {T} tokens")
+    return TokenMetrics(
+        *(None if getattr(metrics, f) is None else np.asarray(getattr(metrics, f)) for f in _METRIC_FIELDS)
+    )

@@ -36,11 +36,11 @@ class RoutingFileError(ValueError):
 
 
 def iter_run_records(path):
-    """``(line or row number, record)`` of an fcr/1 JSONL or fcr-parquet/1 file (Parquet routes stay numpy)."""
-    from workers.fcr.columnar import is_parquet, iter_records as iter_parquet
-    from workers.fcr.reader import iter_records as iter_jsonl
+    """``(line or row number, record)`` of an fcr/1 JSONL or fcr-parquet/1 file, through the one door for run logs
+    (workers/fcr/source.py; Parquet routes stay numpy)."""
+    from workers.fcr.source import RunLogSource
 
-    return iter_parquet(path, numpy_routes=True) if is_parquet(path) else iter_jsonl(path)
+    return RunLogSource(path).records(numpy_routes=True)
 
 
 def _lp(values, n):

@@ -2,12 +2,14 @@ from celery import shared_task
 
 from audit_portal.alerts.log_integrity import check_and_alert
 from audit_portal.jobs.services import reap_stale_jobs as reap
+from audit_portal.runs.chunked import expire_idle_sessions
 
 
 @shared_task(name="workers.tasks.reap_stale_jobs")
 def reap_stale_jobs() -> dict:
-    """Retry or fail jobs whose worker went silent; resend queued jobs never picked up (celery beat, 60 s)."""
-    return reap()
+    """Retry or fail jobs whose worker went silent; resend queued jobs never picked up; delete abandoned upload
+    sessions and their stored parts (audit_portal.runs.chunked.expire_idle_sessions) (celery beat, 60 s)."""
+    return {**reap(), "expired_upload_sessions": expire_idle_sessions()["expired"]}
 
 
 @shared_task(name="workers.tasks.check_transparency_log")

@@ -269,12 +269,16 @@ def refuse_binary(path) -> None:
 
 def read_jsonl(path):
     """Yield ``(line_no, obj or None, error or None)`` for every non-blank line (gzip by magic). A binary dump (zip,
-    pickle, .npy) is refused first, naming its format (:func:`refuse_binary`)."""
-    from workers.fcr.reader import FcrParseError, iter_lines
+    pickle, .npy) is refused first, naming its format (:func:`refuse_binary`). Read through the one door for run
+    logs (workers/fcr/source.py), so its limits and its policy for a damaged file are the other readers'."""
+    from workers.fcr.reader import FcrParseError
+    from workers.fcr.source import RunLogSource
 
     refuse_binary(path)
     try:
-        for line_no, raw in iter_lines(path):
+        for line_no, raw in RunLogSource(path).lines():
+            if raw.isspace():
+                continue
             try:
                 yield line_no, orjson.loads(raw), None
             except orjson.JSONDecodeError as exc:
