@@ -9,7 +9,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.db.models import Count, Q, Sum
 from django.http import Http404
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
@@ -193,7 +193,7 @@ def delete_view(request, slug, pk):
     """Delete one of the caller's saved views; another member's view is refused (it is not listed to them either),
     a view of another project is not found."""
     ctx = page_context(request)
-    view = get_object_or_404(saved_views.in_project(ctx["project"]), pk=pk)
+    view = get_scoped_or_404(saved_views.in_project(request.project), pk=pk)
     if not saved_views.views_for(ctx["principal"], ctx["project"]).filter(pk=view.pk).exists():
         messages.error(request, "You can delete only the views you saved.")
     else:
@@ -535,7 +535,7 @@ def revoke_api_key(request, slug, pk):
     if not ctx["can_manage"]:  # the same answer as the keys page (and the API's 403), before looking up the key
         messages.error(request, "Only project owners can manage API keys.")
         return redirect("dashboards:project", slug=slug)
-    key = get_object_or_404(account_selectors.api_keys_for(ctx["principal"], ctx["project"]), pk=pk)
+    key = get_scoped_or_404(account_selectors.api_keys_for(request.principal, request.project), noun="API key", pk=pk)
     account_services.revoke_api_key(key)
     messages.success(request, f"Key {key.name} ({key.prefix}…) revoked.")
     return redirect("dashboards:api_keys", slug=slug)
