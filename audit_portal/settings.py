@@ -245,7 +245,11 @@ REST_FRAMEWORK = {
         "audit_portal.accounts.authentication.ApiKeyAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["audit_portal.accounts.permissions.IsAuthenticatedPrincipal"],
+    # the caller and the URL's project, resolved once per request (audit_portal/accounts/permissions.py)
+    "DEFAULT_PERMISSION_CLASSES": [
+        "audit_portal.accounts.permissions.IsAuthenticatedPrincipal",
+        "audit_portal.accounts.permissions.ProjectInScope",
+    ],
     "DEFAULT_PAGINATION_CLASS": "audit_portal.core.pagination.CreatedCursorPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema, inline_serializer
-from rest_framework import exceptions, generics, serializers, status
+from rest_framework import generics, serializers, status
+from rest_framework.permissions import BasePermission
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
 from audit_portal.accounts import selectors, services
+from audit_portal.accounts.scoping import get_scoped_or_404
 from audit_portal.accounts.models import ApiKey, Project, Scope
-from audit_portal.accounts.principal import Principal
 
 
 class ProjectSerializer(serializers.ModelSerializer):
@@ -37,40 +38,45 @@ class ProjectList(generics.ListAPIView):
     serializer_class = ProjectSerializer
 
     def get_queryset(self):
-        return selectors.projects_for(Principal.from_request(self.request)).order_by("-created_at")
+        return selectors.projects_for(self.request.principal).order_by("-created_at")
 
 
 class ProjectDetail(generics.RetrieveAPIView):
     serializer_class = ProjectSerializer
 
     def get_object(self):
-        return selectors.get_project(Principal.from_request(self.request), self.kwargs["slug"])
+        return self.request.project  # ProjectInScope looked it up (404 when the caller may not read it)
 
 
-def _managed_project(request, slug) -> tuple[Principal, Project]:
-    principal = Principal.from_request(request)
-    project = selectors.get_project(principal, slug)
-    if not principal.can_manage(project):
-        raise exceptions.PermissionDenied("Managing API keys needs the owner role (signed in, not with a key).")
-    return principal, project
+class CanManageProject(BasePermission):
+    """The URL's project (``request.project``, set by ``ProjectInScope``) is one the caller owns, signed in."""
+
+    message = "Managing API keys needs the owner role (signed in, not with a key)."
+
+    def has_permission(self, request, view):
+        return request.principal.can_manage(request.project)
+
+
+MANAGE_PROJECT = [*api_settings.DEFAULT_PERMISSION_CLASSES, CanManageProject]
 
 
 class ApiKeyListCreate(generics.ListAPIView):
     serializer_class = ApiKeySerializer
+    permission_classes = MANAGE_PROJECT
 
     def get_queryset(self):
-        principal, project = _managed_project(self.request, self.kwargs["slug"])
-        return selectors.api_keys_for(principal, project)
+        return selectors.api_keys_for(self.request.principal, self.request.project)
 
     @extend_schema(
         request=ApiKeyCreateSerializer,
         responses={201: inline_serializer("IssuedKey", {"key": ApiKeySerializer(), "token": serializers.CharField()})},
     )
     def post(self, request, slug):
-        principal, project = _managed_project(request, slug)
         body = ApiKeyCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        issued = services.issue_api_key(project=project, created_by=principal.user, **body.validated_data)
+        issued = services.issue_api_key(
+            project=request.project, created_by=request.principal.user, **body.validated_data
+        )
         return Response(
             {
                 "key": ApiKeySerializer(issued.key).data,
@@ -82,8 +88,9 @@ class ApiKeyListCreate(generics.ListAPIView):
 
 
 class ApiKeyRevoke(APIView):
+    permission_classes = MANAGE_PROJECT
+
     @extend_schema(request=None, responses=ApiKeySerializer)
     def post(self, request, slug, pk):
-        principal, project = _managed_project(request, slug)
-        key = get_object_or_404(selectors.api_keys_for(principal, project), pk=pk)
+        key = get_scoped_or_404(selectors.api_keys_for(request.principal, request.project), noun="API key", pk=pk)
         return Response(ApiKeySerializer(services.revoke_api_key(key)).data)

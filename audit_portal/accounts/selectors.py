@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from django.http import Http404
-
 from audit_portal.accounts.models import ApiKey, Project
 from audit_portal.accounts.principal import Principal
+from audit_portal.accounts.scoping import get_scoped_or_404
 
 
 def projects_for(principal: Principal):
@@ -14,10 +13,7 @@ def projects_for(principal: Principal):
 
 def get_project(principal: Principal, slug: str) -> Project:
     """The project if the caller may read it; 404 otherwise (never reveal that it exists)."""
-    project = projects_for(principal).filter(slug=slug).first()
-    if project is None:
-        raise Http404("No such project.")
-    return project
+    return get_scoped_or_404(projects_for(principal), slug=slug)
 
 
 def api_keys_for(principal: Principal, project: Project):

@@ -2,8 +2,6 @@ from django.conf import settings
 from rest_framework import exceptions
 from rest_framework.throttling import SimpleRateThrottle
 
-from audit_portal.accounts.principal import Principal
-
 
 class UploadRateThrottle(SimpleRateThrottle):
     """Upload rate per API key or per user (not per IP: many CI runners share one address)."""
@@ -14,7 +12,7 @@ class UploadRateThrottle(SimpleRateThrottle):
         return settings.UPLOAD_THROTTLE_RATE
 
     def get_cache_key(self, request, view):
-        principal = Principal.from_request(request)
+        principal = request.principal  # set by IsAuthenticatedPrincipal (API) or the page decorators (pages)
         if principal.api_key is not None:
             ident = f"key{principal.api_key.pk}"
         elif principal.user is not None:

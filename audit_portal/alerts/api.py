@@ -9,8 +9,6 @@ from rest_framework import exceptions, generics, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from audit_portal.accounts.principal import Principal
-from audit_portal.accounts.selectors import get_project
 from audit_portal.alerts import rules, selectors, services
 from audit_portal.alerts.models import AlertRule, AlertState, WebhookDelivery
 from audit_portal.core.parsers import BoundedJSONParser
@@ -139,13 +137,11 @@ class ProjectAlertRuleListCreate(generics.ListAPIView):
     parser_classes = [BoundedJSONParser]
 
     def get_queryset(self):
-        principal = Principal.from_request(self.request)
-        return selectors.rules_for(principal, get_project(principal, self.kwargs["slug"]))
+        return selectors.rules_for(self.request.principal, self.request.project)
 
     @extend_schema(request=RULE_REQUEST, responses={201: CreatedRuleSerializer})
     def post(self, request, slug):
-        principal = Principal.from_request(request)
-        project = get_project(principal, slug)
+        principal, project = request.principal, request.project
         if not principal.can_submit(project):
             raise exceptions.PermissionDenied("Creating an alert rule needs the submit role or a submit-scoped key.")
         rule = services.create_rule(project=project, data=request.data, created_by=principal.label)
@@ -173,17 +169,17 @@ class AlertRuleDetail(generics.RetrieveDestroyAPIView):
     parser_classes = [BoundedJSONParser]
 
     def get_object(self):
-        return selectors.get_rule(Principal.from_request(self.request), self.kwargs["pk"])
+        return selectors.get_rule(self.request.principal, self.kwargs["pk"])
 
     @extend_schema(request=RULE_CHANGE, responses={200: AlertRuleDetailSerializer})
     def patch(self, request, pk):
         rule = self.get_object()
-        if not Principal.from_request(request).can_submit(rule.project):
+        if not request.principal.can_submit(rule.project):
             raise exceptions.PermissionDenied("Changing an alert rule needs the submit role or a submit-scoped key.")
         return Response(AlertRuleDetailSerializer(services.update_rule(rule, request.data)).data)
 
     def perform_destroy(self, rule):
-        if not Principal.from_request(self.request).can_submit(rule.project):
+        if not self.request.principal.can_submit(rule.project):
             raise exceptions.PermissionDenied("Deleting an alert rule needs the submit role or a submit-scoped key.")
         services.delete_rule(rule)
 
@@ -194,7 +190,7 @@ class AlertRuleSecret(APIView):
 
     @extend_schema(request=None, responses={200: CreatedRuleSerializer})
     def post(self, request, pk):
-        principal = Principal.from_request(request)
+        principal = request.principal
         rule = selectors.get_rule(principal, pk)
         if not principal.can_submit(rule.project):
             raise exceptions.PermissionDenied("Rotating a rule's secret needs the submit role or a submit-scoped key.")
@@ -231,7 +227,7 @@ class RunAlerts(APIView):
 
     @extend_schema(responses={200: RUN_ALERTS})
     def get(self, request, pk):
-        principal = Principal.from_request(request)
+        principal = request.principal
         run = get_run(principal, pk)
         states = selectors.states_for_run(run)
         out = []

@@ -3,9 +3,8 @@ the evaluation reads (internal: called by the worker's task, never with a caller
 
 from __future__ import annotations
 
-from django.http import Http404
-
 from audit_portal.accounts.principal import Principal
+from audit_portal.accounts.scoping import get_scoped_or_404
 from audit_portal.alerts.models import AlertEvent, AlertRule, AlertState, WebhookDelivery
 
 
@@ -15,10 +14,7 @@ def rules_for(principal: Principal, project=None):
 
 
 def get_rule(principal: Principal, rule_id: int, project=None) -> AlertRule:
-    rule = rules_for(principal, project).filter(pk=rule_id).first()
-    if rule is None:
-        raise Http404("No such alert rule.")
-    return rule
+    return get_scoped_or_404(rules_for(principal), project, pk=rule_id)
 
 
 def states_of(rule: AlertRule, limit: int = 50):

@@ -5,17 +5,16 @@ the form."""
 from __future__ import annotations
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from audit_portal.alerts import rules, selectors, services
-from audit_portal.core.pages import page_context, show_once, take_shown_once
+from audit_portal.core.pages import page_context, project_page, show_once, take_shown_once
 
 
-@login_required
+@project_page
 def alerts_page(request, slug):
-    ctx = page_context(request, slug)
+    ctx = page_context(request)
     ctx.update(kinds=list(rules.KINDS.items()), form={"window": 5})
     status = 200
     if request.method == "POST":
@@ -61,7 +60,7 @@ def _render(request, ctx, status=200):
 def _rule_to_change(request, slug, pk, action: str):
     """The page context and the rule, for a caller with the submit role; the rule is None for anyone else (told why
     on the page they return to)."""
-    ctx = page_context(request, slug)
+    ctx = page_context(request)
     rule = selectors.get_rule(ctx["principal"], pk, ctx["project"])
     if not ctx["can_submit"]:
         messages.error(request, f"{action} an alert rule needs the submit role (owner or member).")
@@ -69,7 +68,7 @@ def _rule_to_change(request, slug, pk, action: str):
     return ctx, rule
 
 
-@login_required
+@project_page
 @require_POST
 def edit_rule(request, slug, pk):
     """The rule's edit form, or its disable/enable button: the fields posted are changed, the others kept."""
@@ -84,7 +83,7 @@ def edit_rule(request, slug, pk):
     return redirect("alerts:page", slug=slug)
 
 
-@login_required
+@project_page
 @require_POST
 def rotate_secret(request, slug, pk):
     """A new webhook signing secret, shown on this answer only (never put in a message: those may live in a cookie)."""
@@ -94,7 +93,7 @@ def rotate_secret(request, slug, pk):
     return redirect("alerts:page", slug=slug)
 
 
-@login_required
+@project_page
 @require_POST
 def delete_rule(request, slug, pk):
     _, rule = _rule_to_change(request, slug, pk, "Deleting")

@@ -10,7 +10,6 @@ from rest_framework import exceptions, permissions
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from audit_portal.accounts.principal import Principal
 from audit_portal.attestations import selectors
 from audit_portal.attestations.keys import key_set
 from audit_portal.attestations.models import SubjectKind
@@ -82,7 +81,7 @@ class ConsistencyProof(PublicView):
 def _entry(request, kind, pk):
     if kind not in SubjectKind.values:
         raise exceptions.NotFound("No such kind of certificate.")
-    entry = selectors.entries_for(Principal.from_request(request), kind, pk).first()
+    entry = selectors.entries_for(request.principal, kind, pk).first()
     if entry is None:
         raise exceptions.NotFound("This certificate is not signed (or not visible to you).")
     return entry

@@ -8,7 +8,6 @@ from rest_framework import exceptions, generics, serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from audit_portal.accounts.principal import Principal
 from audit_portal.certificates import figures, selectors
 from audit_portal.certificates.models import RunCertificate, SequenceSummary
 from audit_portal.core.errors import PortalError
@@ -94,7 +93,7 @@ class CertificateDetail(generics.RetrieveAPIView):
     serializer_class = CertificateSerializer
 
     def get_object(self):
-        return selectors.get_certificate(Principal.from_request(self.request), self.kwargs["pk"])
+        return selectors.get_certificate(self.request.principal, self.kwargs["pk"])
 
 
 class RunCertificateDetail(generics.RetrieveAPIView):
@@ -103,7 +102,7 @@ class RunCertificateDetail(generics.RetrieveAPIView):
     serializer_class = CertificateSerializer
 
     def get_object(self):
-        principal = Principal.from_request(self.request)
+        principal = self.request.principal
         certificate = selectors.latest_for_run(principal, get_run(principal, self.kwargs["pk"]))
         if certificate is None:
             raise exceptions.NotFound("This run has no certificate yet.")
@@ -124,7 +123,7 @@ class CertificateSequences(generics.ListAPIView):
     pagination_class = ByLinePagination
 
     def get_queryset(self):
-        certificate = selectors.get_certificate(Principal.from_request(self.request), self.kwargs["pk"])
+        certificate = selectors.get_certificate(self.request.principal, self.kwargs["pk"])
         params = self.request.query_params
         step = params.get("step")
         if step is not None and not step.lstrip("-").isdigit():
@@ -156,7 +155,7 @@ class CertificateFigures(APIView):
 
     @extend_schema(parameters=[OpenApiParameter("budget", float)], responses=dict)
     def get(self, request, pk):
-        certificate = selectors.get_certificate(Principal.from_request(request), pk)
+        certificate = selectors.get_certificate(request.principal, pk)
         return HttpResponse(figures.page_figures_json(certificate, _budget(request)), content_type="application/json")
 
 
@@ -168,7 +167,7 @@ class CertificateComparison(APIView):
         responses=dict,
     )
     def get(self, request):
-        principal = Principal.from_request(request)
+        principal = request.principal
         try:
             a_id, b_id = int(request.query_params["a"]), int(request.query_params["b"])
         except (KeyError, ValueError):

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from django.http import Http404
-
 from audit_portal.accounts.principal import Principal
+from audit_portal.accounts.scoping import get_scoped_or_404
 from audit_portal.certificates.models import RunCertificate
 
 
@@ -15,10 +14,7 @@ def certificates_for(principal: Principal, project=None):
 
 
 def get_certificate(principal: Principal, certificate_id: int) -> RunCertificate:
-    certificate = certificates_for(principal).filter(pk=certificate_id).first()
-    if certificate is None:
-        raise Http404("No such certificate.")
-    return certificate
+    return get_scoped_or_404(certificates_for(principal), noun="certificate", pk=certificate_id)
 
 
 def latest_for_run(principal: Principal, run) -> RunCertificate | None:

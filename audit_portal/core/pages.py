@@ -3,17 +3,49 @@ pages — the project (404 if the caller may not read it) and what the caller ma
 
 from __future__ import annotations
 
-from django.http import Http404
+from functools import wraps
+
+from django.contrib.auth.decorators import login_required
 
 from audit_portal.accounts import selectors as account_selectors
 from audit_portal.accounts.principal import Principal
 
 
-def page_context(request, slug: str | None = None, **extra) -> dict:
-    principal = Principal.from_request(request)
+# --- who is asking, and in which project: resolved once, by the decorator, before the page's own code -------------
+# The API does the same in its permission classes (audit_portal/accounts/permissions.py); pages are plain Django
+# views, so a decorator does it for them.
+def signed_in_page(view):
+    """A page for signed-in users (anyone else is sent to the login page); ``request.principal`` is the caller."""
+
+    @login_required
+    @wraps(view)
+    def page(request, *args, **kwargs):
+        request.principal = Principal.from_request(request)
+        return view(request, *args, **kwargs)
+
+    return page
+
+
+def project_page(view):
+    """A signed-in page under ``/p/<slug>/``: ``request.project`` is that project, or the page is a 404 when the
+    caller may not read it (the same page as for a project that does not exist)."""
+
+    @signed_in_page
+    @wraps(view)
+    def page(request, slug, *args, **kwargs):
+        request.project = account_selectors.get_project(request.principal, slug)
+        return view(request, slug, *args, **kwargs)
+
+    return page
+
+
+def page_context(request, project=None, **extra) -> dict:
+    """The caller and their projects; on a project's page (``request.project``, or ``project`` for a page reached by
+    an object's id) also the project and what the caller may do there."""
+    principal = request.principal
     ctx = {"principal": principal, "projects": account_selectors.projects_for(principal)}
-    if slug is not None:
-        project = account_selectors.get_project(principal, slug)
+    project = project or getattr(request, "project", None)
+    if project is not None:
         ctx.update(
             project=project,
             role=principal.role_in(project),
@@ -22,13 +54,6 @@ def page_context(request, slug: str | None = None, **extra) -> dict:
         )
     ctx.update(extra)
     return ctx
-
-
-def require_in_project(ctx: dict, project_id: int) -> None:
-    """404 unless an object the URL names belongs to the page's project: another project's id in this project's
-    URL must not render (not even as 403, which would confirm that the object exists)."""
-    if project_id != ctx["project"].pk:
-        raise Http404
 
 
 def paginate(request, queryset, per_page: int = 50) -> dict:

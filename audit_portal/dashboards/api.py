@@ -8,8 +8,7 @@ from rest_framework import exceptions, generics, serializers
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.views import APIView
 
-from audit_portal.accounts.principal import Principal
-from audit_portal.accounts.selectors import get_project
+from audit_portal.accounts.scoping import get_scoped_or_404
 from audit_portal.core.errors import PortalError
 from audit_portal.dashboards import tables
 from audit_portal.runs import selectors as run_selectors
@@ -74,9 +73,8 @@ FILTERS += [
 ]
 
 
-def _filtered_rows(request, slug):
-    principal = Principal.from_request(request)
-    rows = tables.runs_table(run_selectors.runs_for(principal, get_project(principal, slug)))
+def _filtered_rows(request):
+    rows = tables.runs_table(run_selectors.runs_for(request.principal, request.project))
     try:
         return tables.filter_runs(rows, request.query_params)[0]
     except tables.TableInputError as exc:
@@ -92,7 +90,7 @@ class ProjectRunList(RunStartMixin, generics.ListAPIView):
     pagination_class = RunPages
 
     def get_queryset(self):
-        return _filtered_rows(self.request, self.kwargs["slug"]).select_related("project")
+        return _filtered_rows(self.request).select_related("project")
 
 
 class RunDetail(generics.RetrieveAPIView):
@@ -101,9 +99,8 @@ class RunDetail(generics.RetrieveAPIView):
     serializer_class = RunRowSerializer
 
     def get_object(self):
-        principal = Principal.from_request(self.request)
-        run = run_selectors.get_run(principal, self.kwargs["pk"])  # 404 "No such run." outside the caller's projects
-        return tables.runs_table(run_selectors.runs_for(principal).filter(pk=run.pk)).select_related("project").get()
+        rows = tables.runs_table(run_selectors.runs_for(self.request.principal)).select_related("project")
+        return get_scoped_or_404(rows, pk=self.kwargs["pk"])  # "No such run." outside the caller's projects
 
 
 @extend_schema(parameters=FILTERS, responses={(200, "text/csv"): str, (200, "application/json"): str})
@@ -113,5 +110,5 @@ class ProjectRunExport(APIView):
     def get(self, request, slug, fmt):
         if fmt not in ("csv", "json"):
             raise exceptions.NotFound(f"export as runs.csv or runs.json, not runs.{fmt}")
-        rows = _filtered_rows(request, slug)
+        rows = _filtered_rows(request)
         return tables.export_rows(rows.iterator(chunk_size=500), tables.EXPORT_RUN_COLUMNS, fmt, f"{slug}-runs")

@@ -7,20 +7,19 @@ from urllib.parse import urlencode
 import orjson
 from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.db.models import Count, Q, Sum
 from django.http import Http404
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from audit_portal.core.api_errors import json_error
-from audit_portal.core.pages import page_context, paginate, require_in_project, show_once, take_shown_once
+from audit_portal.core.pages import page_context, paginate, project_page, show_once, signed_in_page, take_shown_once
 from audit_portal.dashboards import saved_views, tables
 from audit_portal.accounts import selectors as account_selectors
 from audit_portal.accounts import services as account_services
 from audit_portal.accounts.models import Scope
-from audit_portal.accounts.principal import Principal
+from audit_portal.accounts.scoping import get_scoped_or_404
 from audit_portal.certificates import figures as certificate_figures
 from audit_portal.certificates import selectors as certificate_selectors
 from audit_portal.jobs import outcomes as job_outcomes
@@ -31,7 +30,7 @@ from audit_portal.runs import selectors as run_selectors
 from workers.certify.verdict import LABELS as VERDICT_LABELS
 
 
-@login_required
+@signed_in_page
 def home(request):
     ctx = page_context(request)
     projects = list(ctx["projects"])
@@ -40,9 +39,9 @@ def home(request):
     return render(request, "dashboards/home.html", ctx)
 
 
-@login_required
+@project_page
 def project_dashboard(request, slug):
-    ctx = page_context(request, slug)
+    ctx = page_context(request)
     project = ctx["project"]
     uploads = run_selectors.uploads_for(ctx["principal"], project)
     stats = uploads.aggregate(
@@ -63,39 +62,38 @@ def project_dashboard(request, slug):
 UPLOADS_PER_PAGE = 50
 
 
-@login_required
+@project_page
 def uploads_page(request, slug):
-    ctx = page_context(request, slug)
+    ctx = page_context(request)
     ctx.update(paginate(request, run_selectors.uploads_for(ctx["principal"], ctx["project"]), UPLOADS_PER_PAGE))
     ctx["uploads"] = ctx["page_obj"].object_list
     ctx["parts_above_bytes"] = settings.UPLOAD_PARTS_ABOVE_BYTES  # upload.js sends larger files in parts
     return render(request, "dashboards/uploads.html", ctx)
 
 
-@login_required
+@project_page
 def upload_detail(request, slug, pk):
-    ctx = page_context(request, slug)
-    upload = run_selectors.get_upload(ctx["principal"], pk)
-    require_in_project(ctx, upload.project_id)
+    ctx = page_context(request)
+    upload = get_scoped_or_404(run_selectors.uploads_for(request.principal), request.project, pk=pk)
     ctx.update(upload=upload, jobs=job_selectors.jobs_for_subject(ctx["principal"], "upload", upload.original.pk))
     return render(request, "dashboards/upload_detail.html", ctx)
 
 
-@login_required
+@signed_in_page
 def job_page(request, pk):
-    principal = Principal.from_request(request)
+    principal = request.principal
     job = job_selectors.get_job(principal, pk)
-    ctx = page_context(request, job.project.slug, job=job)
+    ctx = page_context(request, job.project, job=job)
     if job.subject_kind == "upload" and job.subject_id:
         ctx["subject_upload"] = run_selectors.uploads_for(principal).filter(pk=job.subject_id).first()
     return render(request, "dashboards/job.html", ctx)
 
 
-@login_required
+@signed_in_page
 def job_result(request, pk):
     """Redirect to what a finished job produced (its certificate, fidelity report, results…): live events link
     here knowing only the job's id."""
-    job = job_selectors.get_job(Principal.from_request(request), pk)
+    job = job_selectors.get_job(request.principal, pk)
     url = job_outcomes.product_url(job)
     if url is None:
         messages.info(request, f"Job #{job.pk} has nothing to show yet: it is {job.outcome['text']}.")
@@ -103,7 +101,7 @@ def job_result(request, pk):
     return redirect(url)
 
 
-@login_required
+@signed_in_page
 def glossary(request):
     return render(request, "dashboards/glossary.html", page_context(request))
 
@@ -111,11 +109,11 @@ def glossary(request):
 RUNS_PER_PAGE = 25
 
 
-@login_required
+@project_page
 def runs_page(request, slug):
     """The project's runs table: sort, range filters, search, pages; select runs to compare; CSV/JSON export of
     every row the filters keep (``?format=csv|json``)."""
-    ctx = page_context(request, slug)
+    ctx = page_context(request)
     base = tables.runs_table(run_selectors.runs_for(ctx["principal"], ctx["project"]))
     status = 200
     try:
@@ -170,12 +168,12 @@ def runs_page(request, slug):
     return render(request, "dashboards/runs.html", ctx, status=status)
 
 
-@login_required
+@project_page
 @require_POST
 def save_view(request, slug):
     """Save the runs table's query (``query``, as the table's address has it) under ``name`` for the caller, then
     open the table with it (POST-redirect-GET: a reload saves nothing twice)."""
-    ctx = page_context(request, slug)
+    ctx = page_context(request)
     url = reverse("dashboards:runs", kwargs={"slug": slug})
     try:
         view = saved_views.save_view(
@@ -189,13 +187,13 @@ def save_view(request, slug):
     return redirect(f"{url}?{view.query}" if view.query else url)
 
 
-@login_required
+@project_page
 @require_POST
 def delete_view(request, slug, pk):
     """Delete one of the caller's saved views; another member's view is refused (it is not listed to them either),
     a view of another project is not found."""
-    ctx = page_context(request, slug)
-    view = get_object_or_404(saved_views.in_project(ctx["project"]), pk=pk)
+    ctx = page_context(request)
+    view = get_scoped_or_404(saved_views.in_project(request.project), pk=pk)
     if not saved_views.views_for(ctx["principal"], ctx["project"]).filter(pk=view.pk).exists():
         messages.error(request, "You can delete only the views you saved.")
     else:
@@ -222,13 +220,12 @@ def _sort_links(query, current: str, param_cols) -> dict:
 SEQUENCES_PER_PAGE = 50
 
 
-@login_required
+@project_page
 def sequences_page(request, slug, pk):
     """A certificate's sequences with the API's filters (status, step, accepted), paginated, each linked to its call
     in the fidelity drill-down; ``?format=csv|json`` exports every row the filters keep."""
-    ctx = page_context(request, slug)
-    run = run_selectors.get_run(ctx["principal"], pk)
-    require_in_project(ctx, run.project_id)
+    ctx = page_context(request)
+    run = get_scoped_or_404(run_selectors.runs_for(request.principal), request.project, pk=pk)
     certificate = _chosen_certificate(request, ctx["principal"], run)
     if certificate is None:
         raise Http404("This run has no certificate yet.")
@@ -294,11 +291,10 @@ RUN_PAGE_ROWS = 100
 RUN_PAGE_SEQUENCES = 25
 
 
-@login_required
+@project_page
 def run_page(request, slug, pk):
-    ctx = page_context(request, slug)
-    run = run_selectors.get_run(ctx["principal"], pk)
-    require_in_project(ctx, run.project_id)
+    ctx = page_context(request)
+    run = get_scoped_or_404(run_selectors.runs_for(request.principal), request.project, pk=pk)
     certificates = certificate_selectors.certificates_for(ctx["principal"]).filter(run=run)
     certificate = _chosen_certificate(request, ctx["principal"], run)
     # A run gains an upload (and a certificate) per submission: the page shows the newest ones, each row from one
@@ -391,11 +387,11 @@ def _compared_ids(request) -> list[str]:
     return [i for i in ids if i != ""]
 
 
-@login_required
+@project_page
 def compare_page(request, slug):
     """Two to eight of the project's certificates side by side (``?c=&c=…``, or ``?a=&b=``); each later run's
     numbers with their difference from the first; legends use run names. Without two ids it is the choice form."""
-    ctx = page_context(request, slug)
+    ctx = page_context(request)
     mine = certificate_selectors.certificates_for(ctx["principal"], ctx["project"])
     ids = _compared_ids(request)
     chosen = {k: request.GET.get(k, "") for k in ("a", "b")}
@@ -503,9 +499,9 @@ def _legend_names(certs) -> list[str]:
     return [f"{n} (#{c.pk})" if names.count(n) > 1 else n for n, c in zip(names, certs)]
 
 
-@login_required
+@project_page
 def api_keys_page(request, slug):
-    ctx = page_context(request, slug)
+    ctx = page_context(request)
     if not ctx["can_manage"]:
         messages.error(request, "Only project owners can manage API keys.")
         return redirect("dashboards:project", slug=slug)
@@ -532,14 +528,14 @@ def api_keys_page(request, slug):
     return render(request, "dashboards/api_keys.html", ctx)
 
 
-@login_required
+@project_page
 @require_POST
 def revoke_api_key(request, slug, pk):
-    ctx = page_context(request, slug)
+    ctx = page_context(request)
     if not ctx["can_manage"]:  # the same answer as the keys page (and the API's 403), before looking up the key
         messages.error(request, "Only project owners can manage API keys.")
         return redirect("dashboards:project", slug=slug)
-    key = get_object_or_404(account_selectors.api_keys_for(ctx["principal"], ctx["project"]), pk=pk)
+    key = get_scoped_or_404(account_selectors.api_keys_for(request.principal, request.project), noun="API key", pk=pk)
     account_services.revoke_api_key(key)
     messages.success(request, f"Key {key.name} ({key.prefix}…) revoked.")
     return redirect("dashboards:api_keys", slug=slug)

@@ -12,8 +12,6 @@ from rest_framework.parsers import MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from audit_portal.accounts.principal import Principal
-from audit_portal.accounts.selectors import get_project
 from audit_portal.accounts.throttling import WorkBudgetMixin
 from audit_portal.core.errors import PortalError
 from audit_portal.core.pagination import ByLinePagination
@@ -151,14 +149,14 @@ class ReportDetail(generics.RetrieveAPIView):
     serializer_class = ReportSerializer
 
     def get_object(self):
-        return selectors.get_report(Principal.from_request(self.request), self.kwargs["pk"])
+        return selectors.get_report(self.request.principal, self.kwargs["pk"])
 
 
 class RunReportDetail(ReportDetail):
     """The run's latest complete fidelity report."""
 
     def get_object(self):
-        principal = Principal.from_request(self.request)
+        principal = self.request.principal
         report = selectors.latest_for_run(principal, get_run(principal, self.kwargs["pk"]))
         if report is None:
             raise exceptions.NotFound("This run has no fidelity report yet.")
@@ -169,7 +167,7 @@ class UploadReportDetail(ReportDetail):
     """The fidelity report of one upload (a CI job that just uploaded knows the upload id)."""
 
     def get_object(self):
-        principal = Principal.from_request(self.request)
+        principal = self.request.principal
         upload = get_upload(principal, self.kwargs["pk"]).original
         report = selectors.reports_for(principal).filter(upload=upload).first()
         if report is None:
@@ -203,7 +201,7 @@ class ReportCalls(generics.ListAPIView):
     pagination_class = ByLinePagination
 
     def get_queryset(self):
-        report = selectors.get_report(Principal.from_request(self.request), self.kwargs["pk"])
+        report = selectors.get_report(self.request.principal, self.kwargs["pk"])
         p = self.request.query_params
         page_size = _int_param(p, "page_size")
         if page_size is not None and page_size < 1:
@@ -224,7 +222,7 @@ class CallDetail(APIView):
 
     @extend_schema(parameters=[OpenApiParameter("tokens", bool)], responses=CallDetailSerializer)
     def get(self, request, pk):
-        call = selectors.get_call(Principal.from_request(request), pk)
+        call = selectors.get_call(request.principal, pk)
         data = CallDetailSerializer(call).data
         want = request.query_params.get("tokens")
         if want not in (None, "true", "false"):
@@ -258,7 +256,7 @@ class MaskDownload(APIView):
         },
     )
     def get(self, request, pk):
-        report = selectors.get_report(Principal.from_request(request), pk)
+        report = selectors.get_report(request.principal, pk)
         fmt = request.query_params.get("format", "jsonl")
         if fmt not in services.MASK_FORMATS:
             raise PortalError(f"format must be jsonl or bin, got {fmt!r}", code="invalid_parameter")
@@ -280,8 +278,7 @@ class TokenizerListCreate(WorkBudgetMixin, generics.ListAPIView):
     parser_classes = [MultiPartParser]
 
     def get_queryset(self):
-        principal = Principal.from_request(self.request)
-        return selectors.tokenizers_for(principal, get_project(principal, self.kwargs["slug"]))
+        return selectors.tokenizers_for(self.request.principal, self.request.project)
 
     @extend_schema(
         request={
@@ -295,8 +292,7 @@ class TokenizerListCreate(WorkBudgetMixin, generics.ListAPIView):
         },
     )
     def post(self, request, slug):
-        principal = Principal.from_request(request)
-        project = get_project(principal, slug)
+        principal, project = request.principal, request.project
         if not principal.can_submit(project):
             raise exceptions.PermissionDenied("Registering a tokenizer needs the submit role (or a submit-scoped key).")
         declared = int(request.META.get("CONTENT_LENGTH") or 0)

@@ -6,9 +6,9 @@ import json
 
 import orjson
 from django.db.models import Q
-from django.http import Http404
 
 from audit_portal.accounts.principal import Principal
+from audit_portal.accounts.scoping import get_scoped_or_404
 from audit_portal.core.errors import PortalError
 from audit_portal.fidelity.models import FidelityCall, FidelityReport, RegisteredTokenizer
 from audit_portal.core.storage import artifact_path
@@ -23,10 +23,7 @@ def reports_for(principal: Principal, project=None):
 
 
 def get_report(principal: Principal, report_id: int) -> FidelityReport:
-    report = reports_for(principal).filter(pk=report_id).first()
-    if report is None:
-        raise Http404("No such fidelity report.")
-    return report
+    return get_scoped_or_404(reports_for(principal), pk=report_id)
 
 
 def latest_for_run(principal: Principal, run) -> FidelityReport | None:
@@ -84,17 +81,15 @@ def flagged_calls(report: FidelityReport, limit: int = 50):
     )[:limit]
 
 
+def calls_for(principal: Principal):
+    """The calls of the complete reports the caller may read (a call has no project of its own: its report's)."""
+    return FidelityCall.objects.filter(
+        report__project__in=principal.readable_projects(), report__state=FidelityReport.State.COMPLETE
+    ).select_related("report", "report__project", "report__upload", "report__run")
+
+
 def get_call(principal: Principal, call_id: int) -> FidelityCall:
-    call = (
-        FidelityCall.objects.filter(
-            pk=call_id, report__project__in=principal.readable_projects(), report__state=FidelityReport.State.COMPLETE
-        )
-        .select_related("report", "report__project", "report__upload", "report__run")
-        .first()
-    )
-    if call is None:
-        raise Http404("No such call.")
-    return call
+    return get_scoped_or_404(calls_for(principal), noun="call", pk=call_id)
 
 
 def tokenizers_for(principal: Principal, project=None):

@@ -4,12 +4,12 @@ by span status), and the project's registered tokenizers (list and upload form).
 from __future__ import annotations
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
 from rest_framework.exceptions import APIException
 
+from audit_portal.accounts.scoping import get_scoped_or_404
 from audit_portal.accounts.throttling import charge_work_budget
-from audit_portal.core.pages import page_context, require_in_project
+from audit_portal.core.pages import page_context, project_page
 from audit_portal.fidelity import figures, selectors, services, tokens
 from audit_portal.jobs import selectors as job_selectors
 from audit_portal.runs import selectors as run_selectors
@@ -19,12 +19,11 @@ def _legend(codes: list[str], used: set[str]) -> list[dict]:
     return [{"code": c, "colour": figures.reason_colour(c, codes)} for c in codes if c in used]
 
 
-@login_required
+@project_page
 def run_fidelity(request, slug, pk):
-    ctx = page_context(request, slug)
+    ctx = page_context(request)
     principal = ctx["principal"]
-    run = run_selectors.get_run(principal, pk)
-    require_in_project(ctx, run.project_id)
+    run = get_scoped_or_404(run_selectors.runs_for(principal), request.project, pk=pk)
     reports = selectors.reports_for(principal).filter(run=run)
     chosen = request.GET.get("report")
     report = (reports.filter(pk=chosen).first() if chosen and chosen.isdigit() else None) or reports.first()
@@ -71,11 +70,12 @@ def run_fidelity(request, slug, pk):
     return render(request, "fidelity/run.html", ctx)
 
 
-@login_required
+@project_page
 def call_page(request, slug, pk):
-    ctx = page_context(request, slug)
-    call = selectors.get_call(ctx["principal"], pk)
-    require_in_project(ctx, call.report.project_id)
+    ctx = page_context(request)
+    call = get_scoped_or_404(
+        selectors.calls_for(request.principal), noun="call", pk=pk, report__project=request.project
+    )
     codes = selectors.reason_codes()
     try:
         view = tokens.call_tokens(call, selectors.read_record(call))
@@ -97,9 +97,9 @@ def call_page(request, slug, pk):
     return render(request, "fidelity/call.html", ctx)
 
 
-@login_required
+@project_page
 def tokenizers_page(request, slug):
-    ctx = page_context(request, slug)
+    ctx = page_context(request)
     project = ctx["project"]
     if request.method == "POST":
         if not ctx["can_submit"]:

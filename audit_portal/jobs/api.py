@@ -7,8 +7,6 @@ from rest_framework import exceptions, generics, serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from audit_portal.accounts.principal import Principal
-from audit_portal.accounts.selectors import get_project
 from audit_portal.core.errors import PortalError
 from audit_portal.jobs import selectors, services
 from audit_portal.jobs.models import Job
@@ -55,15 +53,14 @@ class JobDetail(generics.RetrieveAPIView):
     serializer_class = JobSerializer
 
     def get_object(self):
-        return selectors.get_job(Principal.from_request(self.request), self.kwargs["pk"])
+        return selectors.get_job(self.request.principal, self.kwargs["pk"])
 
 
 class ProjectJobList(generics.ListAPIView):
     serializer_class = JobSerializer
 
     def get_queryset(self):
-        principal = Principal.from_request(self.request)
-        qs = selectors.jobs_for(principal, get_project(principal, self.kwargs["slug"]))
+        qs = selectors.jobs_for(self.request.principal, self.request.project)
         state = self.request.query_params.get("state")
         return qs.filter(state=state) if state else qs
 
@@ -71,7 +68,7 @@ class ProjectJobList(generics.ListAPIView):
 class JobCancel(APIView):
     @extend_schema(request=None, responses=JobSerializer)
     def post(self, request, pk):
-        principal = Principal.from_request(request)
+        principal = request.principal
         job = selectors.get_job(principal, pk)
         if not principal.can_submit(job.project):
             raise exceptions.PermissionDenied("Cancelling a job needs the submit role or scope.")

@@ -45,72 +45,105 @@ def _plural(n: int, word: str) -> str:
     return f"{n:,} {word}{'' if n == 1 else 's'}"
 
 
+# a job that has not finished, or finished without a result to read: its state alone says it (text, tone)
+UNFINISHED = {
+    "queued": ("queued", "queued"),  # waiting for a worker
+    "running": ("running", "running"),
+    "cancelled": ("cancelled", "cancelled"),
+    "failed": ("failed", "invalid"),
+}
+
+
 def outcome(kind: str, state: str, result: dict | None, error: str = "") -> dict:
     """``{"text", "tone"}``: the state in plain words (``finished: invalid (3 errors)``) and the badge colour
     (one of the stage/state badge classes: ``valid``, ``invalid``, ``running``, ``queued``, ``cancelled``)."""
-    result = result or {}
-    if state == "queued":
-        return {"text": "queued", "tone": "queued"}  # waiting for a worker
-    if state == "running":
-        return {"text": "running", "tone": "running"}
-    if state == "cancelled":
-        return {"text": "cancelled", "tone": "cancelled"}
-    if state == "failed":
-        return {"text": "failed", "tone": "invalid"}
+    if state in UNFINISHED:
+        text, tone = UNFINISHED[state]
+        return {"text": text, "tone": tone}
     if state != "succeeded":
         return {"text": state, "tone": "queued"}
-    if kind == "validate_upload":
-        stage = result.get("stage")
-        if stage == "invalid":
-            return {
-                "text": f"finished: invalid ({_plural(int(result.get('error_count') or 0), 'error')})",
-                "tone": "invalid",
-            }
-        if stage == "valid":
-            records = result.get("records")
-            return {
-                "text": "finished: valid" + (f" ({_plural(int(records), 'record')})" if records else ""),
-                "tone": "valid",
-            }
-    if kind == "fidelity_audit" and result.get("verdict"):
-        passed = result["verdict"] == "PASS"
+    finished = _FINISHED_BY_KIND.get(kind)
+    return (finished and finished(result or {})) or {"text": "finished", "tone": "valid"}
+
+
+def _finished_validation(result: dict) -> dict | None:
+    stage = result.get("stage")
+    if stage == "invalid":
         return {
-            "text": "finished: " + ("audit passed" if passed else "audit failed"),
-            "tone": "valid" if passed else "invalid",
+            "text": f"finished: invalid ({_plural(int(result.get('error_count') or 0), 'error')})",
+            "tone": "invalid",
         }
-    if kind == "routing_audit" and isinstance(result.get("replay"), dict):
-        state = result["replay"].get("state")
+    if stage == "valid":
+        records = result.get("records")
         return {
-            "text": f"finished: replay {state}" if state in ("PASS", "FAIL", "UNVERIFIABLE") else "finished",
-            "tone": {"PASS": "valid", "FAIL": "invalid", "UNVERIFIABLE": "duplicate"}.get(state, "valid"),
+            "text": "finished: valid" + (f" ({_plural(int(records), 'record')})" if records else ""),
+            "tone": "valid",
         }
-    if kind == "kernel_conformance" and isinstance(result.get("verdict_counts"), dict):
-        # the job finished; what it found is the kernel's verdicts (a column of FAILs is not a green "finished")
-        counts = {k: int(v) for k, v in result["verdict_counts"].items() if isinstance(v, int) and v > 0}
-        total = sum(counts.values())
-        failed = sum(n for k, n in counts.items() if k in KERNEL_FAILING)
-        passed = counts.get("PASS", 0) + counts.get("QUALITY_WARNING", 0)
-        if total == 0:
-            return {"text": "finished: no contract measured", "tone": "duplicate"}
-        if failed:
-            return {"text": f"finished: {failed} of {total} contracts failed", "tone": "invalid"}
-        if passed == total:
-            return {"text": f"finished: all {total} contracts passed", "tone": "valid"}
-        return {
-            "text": f"finished: {passed} of {total} passed, the rest undecided or not applicable",
-            "tone": "duplicate",
-        }
-    if kind == "certify_upload" and result.get("verdict") in VERDICT_LABELS:  # the run's verdict, not "finished"
+    return None
+
+
+def _finished_fidelity(result: dict) -> dict | None:
+    if not result.get("verdict"):
+        return None
+    passed = result["verdict"] == "PASS"
+    return {
+        "text": "finished: " + ("audit passed" if passed else "audit failed"),
+        "tone": "valid" if passed else "invalid",
+    }
+
+
+def _finished_routing(result: dict) -> dict | None:
+    if not isinstance(result.get("replay"), dict):
+        return None
+    state = result["replay"].get("state")
+    return {
+        "text": f"finished: replay {state}" if state in ("PASS", "FAIL", "UNVERIFIABLE") else "finished",
+        "tone": {"PASS": "valid", "FAIL": "invalid", "UNVERIFIABLE": "duplicate"}.get(state, "valid"),
+    }
+
+
+def _finished_conformance(result: dict) -> dict | None:
+    if not isinstance(result.get("verdict_counts"), dict):
+        return None
+    # the job finished; what it found is the kernel's verdicts (a column of FAILs is not a green "finished")
+    counts = {k: int(v) for k, v in result["verdict_counts"].items() if isinstance(v, int) and v > 0}
+    total = sum(counts.values())
+    failed = sum(n for k, n in counts.items() if k in KERNEL_FAILING)
+    passed = counts.get("PASS", 0) + counts.get("QUALITY_WARNING", 0)
+    if total == 0:
+        return {"text": "finished: no contract measured", "tone": "duplicate"}
+    if failed:
+        return {"text": f"finished: {failed} of {total} contracts failed", "tone": "invalid"}
+    if passed == total:
+        return {"text": f"finished: all {total} contracts passed", "tone": "valid"}
+    return {
+        "text": f"finished: {passed} of {total} passed, the rest undecided or not applicable",
+        "tone": "duplicate",
+    }
+
+
+def _finished_certification(result: dict) -> dict | None:
+    if result.get("verdict") in VERDICT_LABELS:  # the run's verdict, not "finished"
         return {
             "text": "finished: " + VERDICT_LABELS[result["verdict"]].lower(),
             "tone": VERDICT_TONES.get(result["verdict"], "duplicate"),
         }
-    if kind == "certify_upload" and result.get("data_errors"):
+    if result.get("data_errors"):
         return {
             "text": f"finished ({_plural(int(result['data_errors']), 'sequence')} with data errors)",
             "tone": "duplicate",
         }
-    return {"text": "finished", "tone": "valid"}
+    return None
+
+
+# kind -> what its succeeded job's result says, or None when the result says nothing beyond "finished"
+_FINISHED_BY_KIND: dict[str, Callable[[dict], "dict | None"]] = {
+    "validate_upload": _finished_validation,
+    "fidelity_audit": _finished_fidelity,
+    "routing_audit": _finished_routing,
+    "kernel_conformance": _finished_conformance,
+    "certify_upload": _finished_certification,
+}
 
 
 def job_outcome(job) -> dict:

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from django.http import Http404
-
 from audit_portal.accounts.principal import Principal
+from audit_portal.accounts.scoping import get_scoped_or_404
 from audit_portal.jobs.models import Job
 
 
@@ -16,10 +15,7 @@ def jobs_for(principal: Principal, project=None):
 
 
 def get_job(principal: Principal, job_id: int) -> Job:
-    job = jobs_for(principal).filter(pk=job_id).first()
-    if job is None:
-        raise Http404("No such job.")
-    return job
+    return get_scoped_or_404(jobs_for(principal), pk=job_id)
 
 
 def jobs_for_subject(principal: Principal, subject_kind: str, subject_id: int):

@@ -13,8 +13,6 @@ from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from audit_portal.accounts.principal import Principal
-from audit_portal.accounts.selectors import get_project
 from audit_portal.accounts.throttling import WorkBudgetMixin
 from audit_portal.core.errors import PortalError, UploadTooLarge
 from audit_portal.core.parsers import BoundedJSONParser
@@ -283,10 +281,10 @@ class ProjectSubmissionListCreate(WorkBudgetMixin, generics.ListAPIView):
     parser_classes = [MultiPartParser, FormParser, BoundedJSONParser]
 
     def get_queryset(self):
-        principal = Principal.from_request(self.request)
+        principal = self.request.principal
         # verdict counts per row come from one prefetch query, not one query per submission
         return (
-            selectors.submissions_for(principal, get_project(principal, self.kwargs["slug"]))
+            selectors.submissions_for(principal, self.request.project)
             .select_related("implementation__project")
             .prefetch_related("verdicts")
         )
@@ -296,8 +294,7 @@ class ProjectSubmissionListCreate(WorkBudgetMixin, generics.ListAPIView):
         responses={201: SubmissionSerializer},
     )
     def post(self, request, slug):
-        principal = Principal.from_request(request)
-        project = get_project(principal, slug)
+        principal, project = request.principal, request.project
         if not principal.can_submit(project):
             raise exceptions.PermissionDenied(
                 "Submitting kernels needs the submit role (owner or member) or an API key with the submit scope."
@@ -373,7 +370,7 @@ class SubmissionDetail(generics.RetrieveAPIView):
     serializer_class = SubmissionSerializer
 
     def get_object(self):
-        return selectors.get_submission(Principal.from_request(self.request), self.kwargs["pk"])
+        return selectors.get_submission(self.request.principal, self.kwargs["pk"])
 
 
 class SubmissionDiff(APIView):
@@ -387,7 +384,7 @@ class SubmissionDiff(APIView):
         a, b = request.query_params.get("a", ""), request.query_params.get("b", "")
         if not (a.isdigit() and b.isdigit()):
             raise PortalError("Give two submission ids: ?a=<id>&b=<id>.", code="diff_needs_two_submissions")
-        return Response(selectors.diff(Principal.from_request(request), int(a), int(b)))
+        return Response(selectors.diff(request.principal, int(a), int(b)))
 
 
 class ProjectMatrix(APIView):
@@ -396,8 +393,7 @@ class ProjectMatrix(APIView):
 
     @extend_schema(responses=OpenApiTypes.OBJECT)
     def get(self, request, slug):
-        principal = Principal.from_request(request)
-        data = selectors.matrix(principal, get_project(principal, slug))
+        data = selectors.matrix(request.principal, request.project)
         columns = [
             {
                 "submission": c["submission"].pk,
@@ -437,7 +433,7 @@ class ImplementationStatus(APIView):
 
     @extend_schema(parameters=[DEVICE_PARAM], responses=OpenApiTypes.OBJECT)
     def get(self, request, pk):
-        principal = Principal.from_request(request)
+        principal = request.principal
         implementation = selectors.get_implementation(principal, pk)
         payload = selectors.ci_status(principal, implementation, request.query_params.get("device"))
         if payload["link"]:
@@ -453,7 +449,7 @@ class ImplementationBadge(APIView):
         responses={(200, "image/svg+xml"): OpenApiResponse(OpenApiTypes.STR, description="SVG badge")},
     )
     def get(self, request, pk):
-        principal = Principal.from_request(request)
+        principal = request.principal
         implementation = selectors.get_implementation(principal, pk)
         return badge_response(selectors.ci_status(principal, implementation, request.query_params.get("device")))
 
@@ -487,7 +483,7 @@ class ImplementationPublicBadge(APIView):
     each time, which retires the previous one — and DELETE unpublishes it (submit role)."""
 
     def _implementation(self, request, pk, *, write: bool) -> Implementation:
-        principal = Principal.from_request(request)
+        principal = request.principal
         implementation = selectors.get_implementation(principal, pk)
         if write and not principal.can_submit(implementation.project):
             raise exceptions.PermissionDenied(

@@ -10,6 +10,7 @@ from django.db.models import OuterRef, Subquery
 from django.http import Http404
 
 from audit_portal.accounts.principal import Principal
+from audit_portal.accounts.scoping import get_scoped_or_404
 from audit_portal.jobs.outcomes import outcome
 from workers.contracts.loader import CLASS_ORDER  # torch-free
 from audit_portal.kernels.models import (
@@ -127,10 +128,7 @@ def submissions_for(principal: Principal, project=None):
 
 
 def get_submission(principal: Principal, submission_id: int) -> Submission:
-    submission = submissions_for(principal).filter(pk=submission_id).first()
-    if submission is None:
-        raise Http404("No such kernel submission.")
-    return submission
+    return get_scoped_or_404(submissions_for(principal), noun="kernel submission", pk=submission_id)
 
 
 def implementations_for(principal: Principal, project=None):
@@ -139,10 +137,7 @@ def implementations_for(principal: Principal, project=None):
 
 
 def get_implementation(principal: Principal, implementation_id: int) -> Implementation:
-    implementation = implementations_for(principal).filter(pk=implementation_id).first()
-    if implementation is None:
-        raise Http404("No such implementation.")
-    return implementation
+    return get_scoped_or_404(implementations_for(principal), pk=implementation_id)
 
 
 def verdicts_of(submission: Submission):

@@ -6,15 +6,15 @@ from __future__ import annotations
 import json
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 from rest_framework.exceptions import APIException
 
+from audit_portal.accounts.scoping import get_scoped_or_404
 from audit_portal.accounts.throttling import charge_work_budget
-from audit_portal.core.pages import page_context, require_in_project
+from audit_portal.core.pages import page_context, project_page, signed_in_page
 from audit_portal.kernels import contract_view, selectors, services
 from audit_portal.kernels.submission_input import KERNEL_MODULE_MAX_BYTES
 from audit_portal.kernels.api import badge_response, public_badge_payload
@@ -33,7 +33,7 @@ PART_TITLES = [
 ]
 
 
-@login_required
+@signed_in_page
 def contract_list(request):
     contracts = selectors.latest_contracts()
     rows = [
@@ -48,7 +48,7 @@ def contract_list(request):
     return render(request, "kernels/contracts.html", page_context(request, rows=rows, calibrated=calibrated))
 
 
-@login_required
+@signed_in_page
 def contract_detail(request, contract_id):
     contract = selectors.get_contract(contract_id, request.GET.get("version") or None)
     spec = selectors.spec_in_source_order(contract)
@@ -68,9 +68,9 @@ def contract_detail(request, contract_id):
     return render(request, "kernels/contract.html", ctx)
 
 
-@login_required
+@project_page
 def matrix_page(request, slug):
-    ctx = page_context(request, slug)
+    ctx = page_context(request)
     ctx["matrix"] = selectors.matrix(ctx["principal"], ctx["project"])
     submissions = list(selectors.submissions_for(ctx["principal"], ctx["project"]).prefetch_related("verdicts")[:20])
     for s in submissions:  # the badge says what the kernel got, not only that its job ended
@@ -79,9 +79,9 @@ def matrix_page(request, slug):
     return render(request, "kernels/matrix.html", ctx)
 
 
-@login_required
+@project_page
 def submit_page(request, slug):
-    ctx = page_context(request, slug)
+    ctx = page_context(request)
     ctx.update(
         contracts=selectors.latest_contracts(),
         devices=Device.choices,
@@ -126,11 +126,12 @@ def submit_page(request, slug):
     return render(request, "kernels/submit.html", ctx)
 
 
-@login_required
+@project_page
 def submission_page(request, slug, pk):
-    ctx = page_context(request, slug)
-    submission = selectors.get_submission(ctx["principal"], pk)
-    require_in_project(ctx, submission.project_id)
+    ctx = page_context(request)
+    submission = get_scoped_or_404(
+        selectors.submissions_for(request.principal), request.project, noun="kernel submission", pk=pk
+    )
     verdicts = {v.contract_id: v for v in selectors.verdicts_of(submission)}
     rows = [{"entry": e, "verdict": verdicts.get(e["contract"])} for e in submission.plan]
     others = selectors.submissions_for(ctx["principal"], ctx["project"]).exclude(pk=submission.pk)[:20]
@@ -147,13 +148,12 @@ def submission_page(request, slug, pk):
     return render(request, "kernels/submission.html", ctx)
 
 
-@login_required
+@project_page
 @require_POST
 def badge_action(request, slug, pk):
     """Publish (or renew) / unpublish an implementation's public badge from its submission page."""
-    ctx = page_context(request, slug)
-    implementation = selectors.get_implementation(ctx["principal"], pk)
-    require_in_project(ctx, implementation.project_id)
+    ctx = page_context(request)
+    implementation = get_scoped_or_404(selectors.implementations_for(request.principal), request.project, pk=pk)
     if not ctx["can_submit"]:
         messages.error(request, "Publishing a badge needs the submit role (owner or member).")
         return redirect("kernels:matrix", slug=slug)
@@ -178,9 +178,9 @@ def public_badge(request, token):
     return badge_response(selectors.public_badge_status(implementation, request.GET.get("device")))
 
 
-@login_required
+@project_page
 def diff_page(request, slug):
-    ctx = page_context(request, slug)
+    ctx = page_context(request)
     a, b = request.GET.get("a", ""), request.GET.get("b", "")
     if not (a.isdigit() and b.isdigit()):
         messages.error(request, "Choose two submissions to compare.")

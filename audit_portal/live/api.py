@@ -8,7 +8,6 @@ from rest_framework import exceptions, serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from audit_portal.accounts.principal import Principal
 from audit_portal.live.selectors import live_view
 from audit_portal.runs.selectors import get_run
 
@@ -58,7 +57,7 @@ class RunLive(APIView):
 
     @extend_schema(responses={200: LIVE_VIEW})
     def get(self, request, pk):
-        view = live_view(get_run(Principal.from_request(request), pk))
+        view = live_view(get_run(request.principal, pk))
         if view is None:
             raise exceptions.NotFound("This run has no streamed steps (no upload declared a step range yet).")
         return Response(view)

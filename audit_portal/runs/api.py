@@ -8,8 +8,6 @@ from rest_framework.parsers import MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from audit_portal.accounts.principal import Principal
-from audit_portal.accounts.selectors import get_project
 from audit_portal.accounts.throttling import WorkBudgetMixin
 from audit_portal.core.errors import PortalError, StorageFull, UploadTooLarge
 from audit_portal.jobs.selectors import jobs_for
@@ -85,21 +83,20 @@ class UploadListCreate(WorkBudgetMixin, generics.ListAPIView):
     parser_classes = [MultiPartParser]
 
     def get_serializer_context(self):
-        return {**super().get_serializer_context(), "principal": Principal.from_request(self.request)}
+        return {**super().get_serializer_context(), "principal": self.request.principal}
 
     def get_serializer(self, *args, **kwargs):
         if kwargs.get("many") and args:  # a list page: every row's jobs in one query, not one query per row
             rows = list(args[0])
             kwargs["context"] = {
                 **self.get_serializer_context(),
-                "jobs_by_upload": jobs_by_upload(Principal.from_request(self.request), [u.pk for u in rows]),
+                "jobs_by_upload": jobs_by_upload(self.request.principal, [u.pk for u in rows]),
             }
             args = (rows, *args[1:])
         return super().get_serializer(*args, **kwargs)
 
     def get_queryset(self):
-        principal = Principal.from_request(self.request)
-        qs = selectors.uploads_for(principal, get_project(principal, self.kwargs["slug"]))
+        qs = selectors.uploads_for(self.request.principal, self.request.project)
         stage = self.request.query_params.get("stage")
         return qs.filter(stage=stage) if stage else qs
 
@@ -130,8 +127,7 @@ class UploadListCreate(WorkBudgetMixin, generics.ListAPIView):
         },
     )
     def post(self, request, slug):
-        principal = Principal.from_request(request)
-        project = get_project(principal, slug)
+        principal, project = request.principal, request.project
         if not principal.can_submit(project):
             raise exceptions.PermissionDenied("Uploading needs the submit role (or an API key with the submit scope).")
         declared = int(request.META.get("CONTENT_LENGTH") or 0)
@@ -182,10 +178,10 @@ class UploadDetail(generics.RetrieveAPIView):
     serializer_class = UploadSerializer
 
     def get_serializer_context(self):
-        return {**super().get_serializer_context(), "principal": Principal.from_request(self.request)}
+        return {**super().get_serializer_context(), "principal": self.request.principal}
 
     def get_object(self):
-        return selectors.get_upload(Principal.from_request(self.request), self.kwargs["pk"])
+        return selectors.get_upload(self.request.principal, self.kwargs["pk"])
 
 
 class RunStartMixin:
@@ -204,8 +200,7 @@ class RunStartMixin:
         responses={201: RunSerializer, 200: OpenApiResponse(RunSerializer, description="the run existed: resumed")},
     )
     def post(self, request, slug):
-        principal = Principal.from_request(request)
-        project = get_project(principal, slug)
+        principal, project = request.principal, request.project
         if not principal.can_submit(project):
             raise exceptions.PermissionDenied(
                 "Starting a run needs the submit role (or an API key with the submit scope)."
@@ -231,7 +226,7 @@ class RunState(APIView):
         responses={200: RunSerializer},
     )
     def post(self, request, pk):
-        principal = Principal.from_request(request)
+        principal = request.principal
         run = selectors.get_run(principal, pk)
         if not principal.can_submit(run.project):
             raise exceptions.PermissionDenied(

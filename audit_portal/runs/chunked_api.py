@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from django.http import Http404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from audit_portal.accounts.principal import Principal
-from audit_portal.accounts.selectors import get_project
+from audit_portal.accounts.scoping import get_scoped_or_404
 from audit_portal.accounts.throttling import WorkBudgetMixin
 from audit_portal.runs import chunked
 from audit_portal.runs.api import UploadSerializer
@@ -42,12 +40,9 @@ class UploadSessionSerializer(serializers.ModelSerializer):
 
 
 def _session(request, pk, *, submit: bool) -> UploadSession:
-    principal = Principal.from_request(request)
-    session = (
-        UploadSession.objects.filter(pk=pk, project__in=principal.readable_projects()).select_related("project").first()
-    )
-    if session is None:
-        raise Http404("No such upload session.")
+    principal = request.principal
+    sessions = UploadSession.objects.filter(project__in=principal.readable_projects()).select_related("project")
+    session = get_scoped_or_404(sessions, pk=pk)
     if submit and not principal.can_submit(session.project):
         raise exceptions.PermissionDenied("Uploading needs the submit role (or an API key with the submit scope).")
     return session
@@ -69,8 +64,7 @@ class UploadSessionCreate(WorkBudgetMixin, APIView):
         responses={201: UploadSessionSerializer},
     )
     def post(self, request, slug):
-        principal = Principal.from_request(request)
-        project = get_project(principal, slug)
+        principal, project = request.principal, request.project
         if not principal.can_submit(project):
             raise exceptions.PermissionDenied("Uploading needs the submit role (or an API key with the submit scope).")
         data = request.data
@@ -121,7 +115,7 @@ class UploadSessionComplete(APIView):
     @extend_schema(request=None, responses={201: UploadSerializer, 200: UploadSerializer})
     def post(self, request, pk):
         session = _session(request, pk, submit=True)
-        principal = Principal.from_request(request)
+        principal = request.principal
         upload, created = chunked.complete(session, principal.label)
         return Response(
             UploadSerializer(upload, context={"principal": principal}).data,

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from django.http import Http404
-
 from audit_portal.accounts.principal import Principal
+from audit_portal.accounts.scoping import get_scoped_or_404
 from audit_portal.runs.models import Run, Upload
 
 
@@ -16,10 +15,7 @@ def uploads_for(principal: Principal, project=None):
 
 
 def get_upload(principal: Principal, upload_id: int) -> Upload:
-    upload = uploads_for(principal).filter(pk=upload_id).first()
-    if upload is None:
-        raise Http404("No such upload.")
-    return upload
+    return get_scoped_or_404(uploads_for(principal), pk=upload_id)
 
 
 def runs_for(principal: Principal, project=None):
@@ -28,7 +24,4 @@ def runs_for(principal: Principal, project=None):
 
 
 def get_run(principal: Principal, run_id: int) -> Run:
-    run = runs_for(principal).filter(pk=run_id).first()
-    if run is None:
-        raise Http404("No such run.")
-    return run
+    return get_scoped_or_404(runs_for(principal), pk=run_id)

@@ -11,8 +11,6 @@ from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from audit_portal.accounts.principal import Principal
-from audit_portal.accounts.selectors import get_project
 from audit_portal.accounts.throttling import WorkBudgetMixin
 from audit_portal.core.parsers import BoundedJSONParser
 from audit_portal.core.storage import artifact_path
@@ -162,16 +160,14 @@ class ProjectTrainingAuditListCreate(WorkBudgetMixin, generics.ListAPIView):
     parser_classes = [BoundedJSONParser, FormParser, MultiPartParser]
 
     def get_queryset(self):
-        principal = Principal.from_request(self.request)
-        return selectors.audits_for(principal, get_project(principal, self.kwargs["slug"]))
+        return selectors.audits_for(self.request.principal, self.request.project)
 
     @extend_schema(
         request={"application/json": SUBMIT_REQUEST, "multipart/form-data": SUBMIT_REQUEST},
         responses={201: TrainingAuditSerializer},
     )
     def post(self, request, slug):
-        principal = Principal.from_request(request)
-        project = get_project(principal, slug)
+        principal, project = request.principal, request.project
         if not principal.can_submit(project):
             raise exceptions.PermissionDenied(
                 "Submitting a training audit needs the submit role (owner or member) or an API key with the submit "
@@ -187,7 +183,7 @@ class TrainingAuditDetail(generics.RetrieveAPIView):
     serializer_class = TrainingAuditSerializer
 
     def get_object(self):
-        return selectors.get_audit(Principal.from_request(self.request), self.kwargs["pk"])
+        return selectors.get_audit(self.request.principal, self.kwargs["pk"])
 
 
 class TrainingAuditTokens(APIView):
@@ -196,7 +192,7 @@ class TrainingAuditTokens(APIView):
 
     @extend_schema(responses={(200, "application/gzip"): OpenApiTypes.BINARY})
     def get(self, request, pk):
-        audit = selectors.get_audit(Principal.from_request(request), pk)
+        audit = selectors.get_audit(request.principal, pk)
         path = artifact_path(audit.tokens_storage) if audit.tokens_storage else None
         if path is None or not path.exists():
             raise exceptions.NotFound("This training audit has no per-token file (not complete, or removed).")

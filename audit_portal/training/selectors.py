@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from django.http import Http404
-
 from audit_portal.accounts.principal import Principal
+from audit_portal.accounts.scoping import get_scoped_or_404
 from audit_portal.training.models import TrainingAudit
 
 
@@ -14,7 +13,4 @@ def audits_for(principal: Principal, project=None):
 
 
 def get_audit(principal: Principal, audit_id: int, project=None) -> TrainingAudit:
-    audit = audits_for(principal, project).filter(pk=audit_id).first()
-    if audit is None:
-        raise Http404("No such training audit.")
-    return audit
+    return get_scoped_or_404(audits_for(principal), project, pk=audit_id)

@@ -4,12 +4,11 @@ used, live progress while its job runs, then the figures and tables)."""
 from __future__ import annotations
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
 from rest_framework.exceptions import APIException
 
 from audit_portal.accounts.throttling import charge_work_budget
-from audit_portal.core.pages import page_context
+from audit_portal.core.pages import page_context, project_page
 from audit_portal.training import figures, selectors
 from audit_portal.training.api import submit_from_request
 from workers.training.config import DEFAULTS, DEVICES, LOSS_NAMES, OPTIMIZERS, PRECISIONS
@@ -38,9 +37,9 @@ def _fields(form, pairs):
     return [{"name": name, "label": label, "value": form.get(name, DEFAULTS[name])} for name, label in pairs]
 
 
-@login_required
+@project_page
 def audit_list(request, slug):
-    ctx = page_context(request, slug)
+    ctx = page_context(request)
     form = request.POST
     chosen = set(form.getlist("losses")) if form else set(LOSS_NAMES)
     ctx.update(
@@ -75,9 +74,9 @@ def audit_list(request, slug):
     return render(request, "training/list.html", ctx)
 
 
-@login_required
+@project_page
 def audit_detail(request, slug, pk):
-    ctx = page_context(request, slug)
+    ctx = page_context(request)
     audit = selectors.get_audit(ctx["principal"], pk, ctx["project"])
     steps = [{"name": name, **row} for name, row in audit.ordered_steps()]
     ctx.update(

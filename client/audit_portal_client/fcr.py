@@ -134,6 +134,72 @@ def step_table(
     (none / R2 / R3) and the model's ``num_experts``. Refuses mismatched shapes and non-finite log-probs under the
     mask. Without ``trajectory_ids`` a row's id is ``{call_prefix}s{step}-b{row_offset + r}``: (run, step, sample
     index), so the same sample of the same step logged again gets the same id."""
+    a, b, mask, y = _batch(rollout_logprobs, trainer_logprobs, response_mask, response_ids)
+    B, T = a.shape
+    tops = _top_k(B, T, rollout_topk_ids, rollout_topk_logprobs, trainer_topk_ids, trainer_topk_logprobs)
+    _check_under_mask(a, b, mask, y)
+    routes = _routes(B, T, rollout_routed_experts, trainer_routed_experts)
+    if routing_replay not in (None, "none", "R2", "R3"):
+        raise ValueError(f"routing_replay: expected none, R2, R3 or None, got {routing_replay!r}")
+    p, pm = _prompts(B, prompt_ids, prompt_mask)
+
+    cols: dict[str, list] = {k: [] for k in (*ROW_COLUMNS, *PER_TOKEN_COLUMNS)}
+    topk_rows = {side: ([], []) for side in tops}
+    route_rows = {side: [] for side in routes}
+    model = {
+        "served_name": meta.model,
+        "policy_version": policy_version,
+        **({"num_experts": int(num_experts)} if num_experts is not None else {}),
+    }
+    for r in range(B):
+        prompt = [] if p is None else (p[r][pm[r].astype(bool)] if pm is not None else p[r]).tolist()
+        traj = str(trajectory_ids[r]) if trajectory_ids is not None else f"{call_prefix}s{step}-b{row_offset + r}"
+        for k, (s, e) in enumerate(_spans(mask[r])):
+            resp = y[r, s:e].tolist()
+            ctx = prompt + y[r, :s].tolist()
+            cid = f"{traj}-c{k}"
+            record_meta = _record_meta(meta, model, traj, k, ctx, resp, policy_version, routing_replay)
+            row = {
+                "run_id": meta.run_id,
+                "trajectory_id": traj,
+                "call_id": cid,
+                "step": int(step),
+                "call_index": k,
+                "role": "policy",
+                "meta_json": json.dumps(record_meta, separators=(",", ":")),
+                "prompt_token_ids": ctx,
+                "response_token_ids": resp,
+                "rollout_logprobs": a[r, s:e],
+                "trainer_logprobs": b[r, s:e],
+                "trainer_loss_mask": np.ones(e - s, np.int8),
+            }
+            for name, value in row.items():
+                cols[name].append(value)
+            for side, (ids, lps) in tops.items():
+                topk_rows[side][0].append(ids[r, s:e])
+                topk_rows[side][1].append(lps[r, s:e])
+            for side, arr in routes.items():
+                route_rows[side].append(arr[r, s:e])
+    return _table(float_type, cols, topk_rows, routes, route_rows)
+
+
+# the columns step_table fills row by row: one value per call, then one array per call (one value per token)
+ROW_COLUMNS = (
+    "run_id",
+    "trajectory_id",
+    "call_id",
+    "step",
+    "call_index",
+    "role",
+    "meta_json",
+    "prompt_token_ids",
+    "response_token_ids",
+)
+PER_TOKEN_COLUMNS = ("rollout_logprobs", "trainer_logprobs", "trainer_loss_mask")
+
+
+def _batch(rollout_logprobs, trainer_logprobs, response_mask, response_ids):
+    """The batch's two log-prob arrays, response mask (all ones when not given) and response ids, each [B, T]."""
     a = to_numpy(rollout_logprobs, "rollout_logprobs", np.float64)
     b = to_numpy(trainer_logprobs, "trainer_logprobs", np.float64)
     if a is None or b is None or a.ndim != 2:
@@ -153,25 +219,33 @@ def step_table(
     _check("trainer_logprobs", b, (B, T), 2)
     _check("response_mask", mask, (B, T), 2)
     _check("response_ids", y, (B, T), 2)
+    return a, b, mask, y
+
+
+def _top_k(B, T, rollout_ids, rollout_lps, trainer_ids, trainer_lps) -> dict:
+    """side -> (top-K ids, top-K log-probs), each [B, T, K], for the sides that gave both."""
     tops = {}
-    for side, ids, lps in (
-        ("rollout", rollout_topk_ids, rollout_topk_logprobs),
-        ("trainer", trainer_topk_ids, trainer_topk_logprobs),
-    ):
+    for side, ids, lps in (("rollout", rollout_ids, rollout_lps), ("trainer", trainer_ids, trainer_lps)):
         if (ids is None) != (lps is None):
             raise ValueError(f"{side}_topk_ids and {side}_topk_logprobs: give both or neither")
-        if ids is not None:
-            ids, lps = (
-                to_numpy(ids, f"{side}_topk_ids").astype(np.int64),
-                to_numpy(lps, f"{side}_topk_logprobs", np.float64),
+        if ids is None:
+            continue
+        ids, lps = (
+            to_numpy(ids, f"{side}_topk_ids").astype(np.int64),
+            to_numpy(lps, f"{side}_topk_logprobs", np.float64),
+        )
+        _check(f"{side}_topk_ids", ids, (B, T), 3)
+        _check(f"{side}_topk_logprobs", lps, (B, T), 3)
+        if ids.shape != lps.shape:
+            raise ValueError(
+                f"{side}_topk_ids {list(ids.shape)} and {side}_topk_logprobs {list(lps.shape)} differ in shape"
             )
-            _check(f"{side}_topk_ids", ids, (B, T), 3)
-            _check(f"{side}_topk_logprobs", lps, (B, T), 3)
-            if ids.shape != lps.shape:
-                raise ValueError(
-                    f"{side}_topk_ids {list(ids.shape)} and {side}_topk_logprobs {list(lps.shape)} differ in shape"
-                )
-            tops[side] = (ids, lps)
+        tops[side] = (ids, lps)
+    return tops
+
+
+def _check_under_mask(a, b, mask, y) -> None:
+    """Under the response mask: finite log-probs and non-negative token ids."""
     for name, arr in (("rollout_logprobs", a), ("trainer_logprobs", b)):
         bad = mask & ~np.isfinite(arr)
         if bad.any():
@@ -180,6 +254,10 @@ def step_table(
     if (y[mask] < 0).any():
         r, t = (int(v[0]) for v in np.nonzero(mask & (y < 0)))
         raise ValueError(f"response_ids[{r}, {t}] is {y[r, t]} under the response mask (ids are >= 0)")
+
+
+def _routes(B, T, rollout_routed_experts, trainer_routed_experts) -> dict:
+    """side -> MoE routes [B, T, layers, top_k] with "not recorded" as −1, for the sides that gave them."""
     routes = {}
     for side, value in (("rollout", rollout_routed_experts), ("trainer", trainer_routed_experts)):
         arr = to_numpy(value, f"{side}_routed_experts")
@@ -198,8 +276,11 @@ def step_table(
             f"trainer_routed_experts {list(routes['trainer'].shape)} and rollout_routed_experts "
             f"{list(routes['rollout'].shape)} differ in shape"
         )
-    if routing_replay not in (None, "none", "R2", "R3"):
-        raise ValueError(f"routing_replay: expected none, R2, R3 or None, got {routing_replay!r}")
+    return routes
+
+
+def _prompts(B, prompt_ids, prompt_mask):
+    """The prompt ids [B, P] (or None) and their mask (or None: every id is real)."""
     p = to_numpy(prompt_ids, "prompt_ids")
     pm = to_numpy(prompt_mask, "prompt_mask")
     if p is not None:
@@ -208,98 +289,48 @@ def step_table(
             raise ValueError(f"prompt_ids: expected [B, P] with B = {B}, got {list(p.shape)}")
         if pm is not None and pm.shape != p.shape:
             raise ValueError(f"prompt_mask: expected {list(p.shape)}, got {list(pm.shape)}")
+    return p, pm
 
-    cols: dict[str, list] = {
-        k: []
-        for k in (
-            "run_id",
-            "trajectory_id",
-            "call_id",
-            "step",
-            "call_index",
-            "role",
-            "meta_json",
-            "prompt_token_ids",
-            "response_token_ids",
-            "rollout_logprobs",
-            "trainer_logprobs",
-            "trainer_loss_mask",
-        )
+
+def _record_meta(meta: RecordMeta, model: dict, traj: str, k: int, ctx, resp, policy_version, routing_replay) -> dict:
+    """One call's ``meta_json``: where its ids came from, and their digests."""
+    return {
+        "schema": "fcr/1",
+        "role_source": "config",
+        "parent_call_id": f"{traj}-c{k - 1}" if k else None,
+        "model": model,
+        "tokenizer": {"id": meta.tokenizer_id, "sha256": meta.tokenizer_sha256},
+        "chat_template": None,
+        "engine": {
+            "name": meta.engine,
+            "api": "generate",
+            "logprobs_mode": meta.logprobs_mode,
+            "generation_config_source": "unknown",
+        },
+        "sampling": {},
+        "source": {"kind": "audit-portal-client", **meta.extra},
+        "prompt": {"provenance": "engine_input", "ids_sha256": ids_sha256(ctx)},
+        "response": {"provenance": "engine", "ids_sha256": ids_sha256(resp)},
+        "rollout": {},
+        "trainer": {
+            "policy_version": policy_version,
+            "sample_id": f"{traj}-c{k}",
+            **({"routing_replay": routing_replay} if routing_replay else {}),
+        },
     }
-    topk_rows = {side: ([], []) for side in tops}
-    route_rows = {side: [] for side in routes}
-    for r in range(B):
-        prompt = [] if p is None else (p[r][pm[r].astype(bool)] if pm is not None else p[r]).tolist()
-        traj = str(trajectory_ids[r]) if trajectory_ids is not None else f"{call_prefix}s{step}-b{row_offset + r}"
-        for k, (s, e) in enumerate(_spans(mask[r])):
-            resp = y[r, s:e].tolist()
-            ctx = prompt + y[r, :s].tolist()
-            cid = f"{traj}-c{k}"
-            record_meta = {
-                "schema": "fcr/1",
-                "role_source": "config",
-                "parent_call_id": f"{traj}-c{k - 1}" if k else None,
-                "model": {
-                    "served_name": meta.model,
-                    "policy_version": policy_version,
-                    **({"num_experts": int(num_experts)} if num_experts is not None else {}),
-                },
-                "tokenizer": {"id": meta.tokenizer_id, "sha256": meta.tokenizer_sha256},
-                "chat_template": None,
-                "engine": {
-                    "name": meta.engine,
-                    "api": "generate",
-                    "logprobs_mode": meta.logprobs_mode,
-                    "generation_config_source": "unknown",
-                },
-                "sampling": {},
-                "source": {"kind": "audit-portal-client", **meta.extra},
-                "prompt": {"provenance": "engine_input", "ids_sha256": ids_sha256(ctx)},
-                "response": {"provenance": "engine", "ids_sha256": ids_sha256(resp)},
-                "rollout": {},
-                "trainer": {
-                    "policy_version": policy_version,
-                    "sample_id": cid,
-                    **({"routing_replay": routing_replay} if routing_replay else {}),
-                },
-            }
-            cols["run_id"].append(meta.run_id)
-            cols["trajectory_id"].append(traj)
-            cols["call_id"].append(cid)
-            cols["step"].append(int(step))
-            cols["call_index"].append(k)
-            cols["role"].append("policy")
-            cols["meta_json"].append(json.dumps(record_meta, separators=(",", ":")))
-            cols["prompt_token_ids"].append(ctx)
-            cols["response_token_ids"].append(resp)
-            cols["rollout_logprobs"].append(a[r, s:e])
-            cols["trainer_logprobs"].append(b[r, s:e])
-            cols["trainer_loss_mask"].append(np.ones(e - s, np.int8))
-            for side, (ids, lps) in tops.items():
-                topk_rows[side][0].append(ids[r, s:e])
-                topk_rows[side][1].append(lps[r, s:e])
-            for side, arr in routes.items():
-                route_rows[side].append(arr[r, s:e])
+
+
+def _table(float_type: str, cols: dict, topk_rows: dict, routes: dict, route_rows: dict) -> pa.Table:
+    """The collected rows as an ``fcr-parquet/1`` table; columns nobody gave are null."""
     schema = arrow_schema(float_type)
     ft = schema.field("rollout_logprobs").type.value_type
-    arrays = {}
-    for k in (
-        "run_id",
-        "trajectory_id",
-        "call_id",
-        "step",
-        "call_index",
-        "role",
-        "meta_json",
-        "prompt_token_ids",
-        "response_token_ids",
-    ):
-        arrays[k] = pa.array(cols[k], schema.field(k).type)
+    arrays = {k: pa.array(cols[k], schema.field(k).type) for k in ROW_COLUMNS}
     for k, vt in (("rollout_logprobs", ft), ("trainer_logprobs", ft), ("trainer_loss_mask", pa.int8())):
         arrays[k] = _flat_list(cols[k], vt)
     for side, (ids_rows, lps_rows) in topk_rows.items():
         arrays[f"{side}_topk_ids"] = _nested(ids_rows, pa.int64())
         arrays[f"{side}_topk_logprobs"] = _nested(lps_rows, ft)
+    n = len(cols["run_id"])
     if routes:
         shape = next(iter(routes.values())).shape
         if len(route_rows) == 2:  # the trainer's routes as their difference from the rollout's (route_delta below)
@@ -309,10 +340,8 @@ def step_table(
         for side, rows in route_rows.items():
             name = "trainer_routes_delta" if side == "trainer_delta" else f"{side}_routed_experts"
             arrays[name] = _flat_list([x.reshape(-1) for x in rows], pa.int16())
-        n_rows = len(cols["run_id"])
-        arrays["routes_layers"] = pa.array([shape[2]] * n_rows, pa.int16())
-        arrays["routes_top_k"] = pa.array([shape[3]] * n_rows, pa.int16())
-    n = len(cols["run_id"])
+        arrays["routes_layers"] = pa.array([shape[2]] * n, pa.int16())
+        arrays["routes_top_k"] = pa.array([shape[3]] * n, pa.int16())
     return pa.Table.from_arrays(
         [arrays[f.name] if f.name in arrays else pa.nulls(n, f.type) for f in schema], schema=schema
     )

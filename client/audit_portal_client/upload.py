@@ -112,9 +112,9 @@ def upload_in_parts(
     Raises ``SessionsFull`` when the project has too many unfinished sessions (the caller may send one request)."""
     from audit_portal_client.client import PortalError, PortalUnavailable
 
-    retries = RETRIES if retries is None else retries
-    backoff = BACKOFF if backoff is None else backoff
-    sleep = sleep or time.sleep
+    attempt = _retrying(
+        RETRIES if retries is None else retries, BACKOFF if backoff is None else backoff, sleep or time.sleep
+    )
     path = Path(path)
     st = path.stat()
     size = st.st_size
@@ -123,8 +123,30 @@ def upload_in_parts(
         state if state is not None else state_dir(), client.url, project, path, size, st.st_mtime_ns, sha256
     )
 
+    session, completed = _resumed(client, memo, size, sha256, attempt)
+    if completed is not None:
+        return completed
+    if session is None:
+        session = _started(client, memo, project, path, size, sha256, attempt)
+
+    parts = session["id"], session["part_size"], session["part_count"]  # the session's layout, fixed at its start
+    sid = parts[0]
+    for _ in range(2):  # a second round when the completion names parts the portal lost
+        _send_missing_parts(client, path, size, parts, session.get("parts_received"), progress, attempt)
+        try:
+            return _complete(client, memo, sid, attempt)
+        except PortalError as exc:
+            if _code(exc) != "parts_missing":
+                raise
+            session = attempt("upload session", lambda: client._request("GET", f"/upload-sessions/{sid}/"))
+    raise PortalUnavailable(f"upload session {sid}: the portal still misses parts after they were sent again")
+
+
+def _retrying(retries: int, backoff: float, sleep):
+    """``attempt(what, fn)``: ``fn()`` retried with backoff on what a retry may fix; the last failure is raised."""
+    from audit_portal_client.client import PortalError, PortalUnavailable
+
     def attempt(what: str, fn):
-        """``fn()`` retried with backoff on what a retry may fix; the last failure is raised."""
         for i in range(retries + 1):
             try:
                 return fn()
@@ -139,89 +161,96 @@ def upload_in_parts(
                 sleep(backoff * 2**i)
         raise failure
 
-    session = None
-    known = memo.load()
-    if known is not None:
-        try:
-            got = attempt("upload session", lambda: client._request("GET", f"/upload-sessions/{known}/"))
-        except PortalError as exc:
-            if exc.status != 404:
-                raise
-            got = None  # gone: start over
-        if got is not None and got.get("size_bytes") == size and got.get("sha256") in ("", sha256):
-            if got.get("state") == "open":
-                session = got
-                log.info(
-                    "resuming upload session %s: %d of %d parts stored",
-                    known,
-                    len(got["parts_received"]),
-                    got["part_count"],
-                )
-            else:  # completed, but its answer was lost: completing again gives the same answer
-                return _complete(client, memo, known, attempt)
-        else:
-            memo.forget()
-    if session is None:
-        try:
-            session = attempt(
-                "start an upload session",
-                lambda: client._request(
-                    "POST",
-                    f"/projects/{project}/upload-sessions/",
-                    json={"size": size, "sha256": sha256, "name": path.name},
-                ),
-            )
-        except PortalError as exc:
-            if _code(exc) == "too_many_upload_sessions":
-                raise SessionsFull(str(exc)) from exc
-            raise
-        memo.save(session["id"])
-        log.info(
-            "upload session %s: %s, %d bytes in %d parts of %d",
-            session["id"],
-            path.name,
-            size,
-            session["part_count"],
-            session["part_size"],
-        )
+    return attempt
 
-    sid, part_size, count = session["id"], session["part_size"], session["part_count"]
-    part_len = lambda n: min(part_size, size - n * part_size)
-    for _ in range(2):  # a second round when the completion names parts the portal lost
-        received = set(session.get("parts_received") or [])
-        stored = sum(part_len(n) for n in received)
-        if progress is not None:
-            progress(stored, size)
-        last_logged = -1
-        with open(path, "rb") as fh:
-            for n in range(count):
-                if n in received:
-                    continue
-                fh.seek(n * part_size)
-                data = fh.read(part_len(n))
-                headers = {
-                    "Content-Type": "application/octet-stream",
-                    "X-Part-SHA256": hashlib.sha256(data).hexdigest(),
-                }
-                attempt(
-                    f"part {n}",
-                    lambda: client._request("PUT", f"/upload-sessions/{sid}/parts/{n}/", data=data, headers=headers),
-                )
-                stored += len(data)
-                if progress is not None:
-                    progress(stored, size)
-                pct = 100 * stored // size
-                log.debug("upload session %s: part %d stored (%d%%)", sid, n, pct)
-                if pct // 10 != last_logged:
-                    last_logged = pct // 10
-                    log.info("upload session %s: %d of %d bytes stored (%d%%)", sid, stored, size, pct)
-        try:
-            return _complete(client, memo, sid, attempt)
-        except PortalError as exc:
-            if _code(exc) != "parts_missing":
-                raise
-            session = attempt("upload session", lambda: client._request("GET", f"/upload-sessions/{sid}/"))
-    raise PortalUnavailable(f"upload session {sid}: the portal still misses parts after they were sent again")
+
+def _resumed(client, memo: _Remembered, size: int, sha256: str, attempt) -> tuple[dict | None, dict | None]:
+    """The remembered session of this file: (the open session to go on with, None), or (None, the upload) when it
+    was completed but its answer lost, or (None, None) when there is none to go on with (then it is forgotten)."""
+    from audit_portal_client.client import PortalError
+
+    known = memo.load()
+    if known is None:
+        return None, None
+    try:
+        got = attempt("upload session", lambda: client._request("GET", f"/upload-sessions/{known}/"))
+    except PortalError as exc:
+        if exc.status != 404:
+            raise
+        got = None  # gone: start over
+    if got is None or got.get("size_bytes") != size or got.get("sha256") not in ("", sha256):
+        memo.forget()
+        return None, None
+    if got.get("state") != "open":  # completed, but its answer was lost: completing again gives the same answer
+        return None, _complete(client, memo, known, attempt)
+    log.info("resuming upload session %s: %d of %d parts stored", known, len(got["parts_received"]), got["part_count"])
+    return got, None
+
+
+def _started(client, memo: _Remembered, project: str, path: Path, size: int, sha256: str, attempt) -> dict:
+    """A new upload session for the file, remembered for a later resume."""
+    from audit_portal_client.client import PortalError
+
+    try:
+        session = attempt(
+            "start an upload session",
+            lambda: client._request(
+                "POST",
+                f"/projects/{project}/upload-sessions/",
+                json={"size": size, "sha256": sha256, "name": path.name},
+            ),
+        )
+    except PortalError as exc:
+        if _code(exc) == "too_many_upload_sessions":
+            raise SessionsFull(str(exc)) from exc
+        raise
+    memo.save(session["id"])
+    log.info(
+        "upload session %s: %s, %d bytes in %d parts of %d",
+        session["id"],
+        path.name,
+        size,
+        session["part_count"],
+        session["part_size"],
+    )
+    return session
+
+
+def _send_missing_parts(client, path: Path, size: int, parts: tuple, received, progress, attempt) -> None:
+    """PUT every part of the session ``parts`` = (id, part size, part count) not in ``received``, reporting
+    ``progress(bytes_stored, size)``."""
+    sid, part_size, count = parts
+
+    def part_len(n: int) -> int:
+        return min(part_size, size - n * part_size)
+
+    received = set(received or [])
+    stored = sum(part_len(n) for n in received)
+    if progress is not None:
+        progress(stored, size)
+    last_logged = -1
+    with open(path, "rb") as fh:
+        for n in range(count):
+            if n in received:
+                continue
+            fh.seek(n * part_size)
+            data = fh.read(part_len(n))
+            headers = {
+                "Content-Type": "application/octet-stream",
+                "X-Part-SHA256": hashlib.sha256(data).hexdigest(),
+            }
+            attempt(
+                f"part {n}",
+                lambda: client._request("PUT", f"/upload-sessions/{sid}/parts/{n}/", data=data, headers=headers),
+            )
+            stored += len(data)
+            if progress is not None:
+                progress(stored, size)
+            pct = 100 * stored // size
+            log.debug("upload session %s: part %d stored (%d%%)", sid, n, pct)
+            if pct // 10 != last_logged:
+                last_logged = pct // 10
+                log.info("upload session %s: %d of %d bytes stored (%d%%)", sid, stored, size, pct)
 
 
 def _complete(client, memo: _Remembered, sid: str, attempt) -> dict:

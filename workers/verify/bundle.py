@@ -230,10 +230,23 @@ def _checks(
 ) -> Report:
     report = Report()
     envelope = bundle.get("envelope") if "envelope" in bundle else (bundle if "payloadType" in bundle else None)
+    public_keys, entries = _check_keys(report, keys if keys is not None else bundle.get("keys"), key_source)
+    signer = _check_signature_and_statement(report, envelope, public_keys, entries)
+    _check_subjects(report, wanted)
+    head = _check_checkpoint(report, checkpoint if checkpoint is not None else bundle.get("checkpoint"), public_keys)
+    _check_inclusion(report, bundle, envelope, head)
+    _consistency(
+        report, head, since, consistency if consistency is not None else bundle.get("consistency_proof"), public_keys
+    )
+    _witnesses(report, head, bundle.get("checkpoint_note"), public_keys, *w)
+    _key_log(report, bundle, head, signer)
+    return report
 
-    # keys
+
+def _check_keys(report: Report, key_set, key_source: str) -> tuple[dict, dict]:
+    """The ``keys`` check: (public keys by key id, key-set entries by key id); both empty when the set is unusable."""
     try:
-        entries = parse_key_set(keys if keys is not None else bundle.get("keys"))
+        entries = parse_key_set(key_set)
         public_keys = {kid: key for kid, (key, _) in entries.items()}
         if not public_keys:
             raise dsse.EnvelopeError("it holds no Ed25519 key")
@@ -241,8 +254,12 @@ def _checks(
     except (dsse.EnvelopeError, ValueError) as exc:
         public_keys, entries = {}, {}
         report.add("keys", FAILED, f"{key_source} is unusable: {exc}")
+    return public_keys, entries
 
-    # signature + statement
+
+def _check_signature_and_statement(report: Report, envelope, public_keys: dict, entries: dict):
+    """The ``signature`` and ``statement`` checks; sets ``report.statement`` when the payload is a readable
+    statement (even under a bad signature, so the subjects can still be named). Returns the signer's key id."""
     payload_type = payload = signer = None
     try:
         payload_type, payload, keyid = dsse.verify(envelope, public_keys)
@@ -267,42 +284,50 @@ def _checks(
         )
     except (st.StatementError, ValueError, TypeError) as exc:
         report.add("statement", FAILED, f"the payload is not an in-toto Statement v1: {exc}")
+    return signer
 
-    # subjects
+
+def _check_subjects(report: Report, wanted: dict) -> None:
+    """The ``subjects`` check: every file given (name -> sha256) is a subject of the statement."""
     if not wanted:
         report.add("subjects", SKIPPED, "no file given: pass --file PATH for each audited file to check its digest")
-    elif report.statement is None:
+        return
+    if report.statement is None:
         report.add("subjects", FAILED, "there is no readable statement to compare the files with")
+        return
+    digests = {s["digest"]["sha256"]: s.get("name", "") for s in report.statement["subject"]}
+    bad = [
+        f"{name} (sha256 {digest}) is not a subject of this certificate"
+        for name, digest in wanted.items()
+        if digest not in digests
+    ]
+    if bad:
+        listed = ", ".join(f"{n or '?'} = {d}" for d, n in digests.items())
+        report.add("subjects", FAILED, "; ".join(bad) + f" — the subjects are: {listed}")
     else:
-        digests = {s["digest"]["sha256"]: s.get("name", "") for s in report.statement["subject"]}
-        bad = [
-            f"{name} (sha256 {digest}) is not a subject of this certificate"
-            for name, digest in wanted.items()
-            if digest not in digests
-        ]
-        if bad:
-            listed = ", ".join(f"{n or '?'} = {d}" for d, n in digests.items())
-            report.add("subjects", FAILED, "; ".join(bad) + f" — the subjects are: {listed}")
-        else:
-            report.add("subjects", OK, f"{len(wanted)} file(s) match subject digests: {', '.join(sorted(wanted))}")
+        report.add("subjects", OK, f"{len(wanted)} file(s) match subject digests: {', '.join(sorted(wanted))}")
 
-    # checkpoint
-    cp_env = checkpoint if checkpoint is not None else bundle.get("checkpoint")
-    head = None
+
+def _check_checkpoint(report: Report, cp_env, public_keys: dict):
+    """The ``checkpoint`` check: the opened checkpoint (its head), or None when it does not verify."""
     try:
         if cp_env is None:
             raise dsse.EnvelopeError("there is no checkpoint")
         head = cp.open_checkpoint(cp_env, public_keys)
-        report.add(
-            "checkpoint",
-            OK,
-            f"log {head.get('origin')!r} at tree size {head['tree_size']}, root "
-            f"{head['root_hash'].hex()}, signed by key {head['keyid']}",
-        )
     except dsse.EnvelopeError as exc:
         report.add("checkpoint", FAILED, f"the log checkpoint does not verify: {exc}")
+        return None
+    report.add(
+        "checkpoint",
+        OK,
+        f"log {head.get('origin')!r} at tree size {head['tree_size']}, root "
+        f"{head['root_hash'].hex()}, signed by key {head['keyid']}",
+    )
+    return head
 
-    # inclusion
+
+def _check_inclusion(report: Report, bundle: dict, envelope, head) -> None:
+    """The ``inclusion`` check: the envelope's leaf is in the checkpoint's tree (RFC 6962 proof)."""
     proof = bundle.get("inclusion_proof")
     try:
         if envelope is None:
@@ -335,12 +360,6 @@ def _checks(
         )
     except (ValueError, TypeError) as exc:
         report.add("inclusion", FAILED, f"the transparency-log inclusion proof does not verify: {exc}")
-    _consistency(
-        report, head, since, consistency if consistency is not None else bundle.get("consistency_proof"), public_keys
-    )
-    _witnesses(report, head, bundle.get("checkpoint_note"), public_keys, *w)
-    _key_log(report, bundle, head, signer)
-    return report
 
 
 def _key_log(report: Report, bundle: dict, head, signer) -> None:

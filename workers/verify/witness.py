@@ -118,6 +118,27 @@ class Witness:
         except note.NoteError as exc:
             raise Refused(f"malformed checkpoint: {exc}") from None
         size, root = body["tree_size"], body["root_hash"]
+        history = self._key_history(size, root)
+        state = self.state()
+        _refuse_rewritten_keys(state, history)
+        signer = _signer(signed, body, history)
+        old = int(state.get("tree_size", 0))
+        proof = self._extension_proof(state, body, old)
+        new_state = {
+            "origin": body["origin"],
+            "tree_size": size,
+            "root_hash": base64.b64encode(root).decode(),
+            "signed_by": signer,
+            "keys": {kid: {k: v for k, v in entry.items()} for kid, entry in history.keys.items()},
+            "history": [
+                *state.get("history", [])[-999:],
+                {"tree_size": size, "key_set": sorted(history.keys), "time": int(time.time())},
+            ],
+        }
+        return body, new_state, proof, str(old)
+
+    def _key_history(self, size: int, root: bytes):
+        """The log's key history at ``size``, from key events each proven to be in the checkpoint's tree."""
         events = json.loads(self._get(f"/api/v1/log/key-events/?tree_size={size}"))
         if events.get("tree_size") != size:
             raise Refused(f"the key events are for tree size {events.get('tree_size')}, not {size}")
@@ -131,28 +152,12 @@ class Witness:
         history = keylog.derive(entries)
         if history.problems:
             raise Refused("the log's key events do not verify: " + "; ".join(history.problems))
-        state = self.state()
-        for kid, entry in (state.get("keys") or {}).items():
-            if history.keys.get(kid, {}).get("public_key") != entry["public_key"]:
-                raise Refused(
-                    f"key {kid}, recorded with an earlier checkpoint, is no longer in the log's key "
-                    "history: the key history was rewritten"
-                )
-        signer = None
-        for kid, public in history.public.items():
-            try:
-                note.open_checkpoint(signed, note.verifier(body["origin"], public))
-                signer = kid
-                break
-            except note.NoteError:
-                continue
-        if signer is None:
-            raise Refused(
-                "the checkpoint is not signed by a key the log introduced (claims: "
-                + ", ".join(n for n, _ in note.split(signed)[1])
-                + ")"
-            )
-        old = int(state.get("tree_size", 0))
+        return history
+
+    def _extension_proof(self, state: dict, body: dict, old: int) -> list[bytes]:
+        """The consistency proof that the checkpoint extends the one last cosigned (none for the first or the same
+        size); refuses another origin, a rollback and a fork."""
+        size, root = body["tree_size"], body["root_hash"]
         proof: list[bytes] = []
         if state and state.get("origin") != body["origin"]:
             raise Refused(f"origin {body['origin']!r} is not the witnessed log {state.get('origin')!r}")
@@ -168,18 +173,7 @@ class Witness:
                     f"the log of tree size {size} does not extend the one of size {old} that this witness "
                     "cosigned: entries were rewritten"
                 )
-        new_state = {
-            "origin": body["origin"],
-            "tree_size": size,
-            "root_hash": base64.b64encode(root).decode(),
-            "signed_by": signer,
-            "keys": {kid: {k: v for k, v in entry.items()} for kid, entry in history.keys.items()},
-            "history": [
-                *state.get("history", [])[-999:],
-                {"tree_size": size, "key_set": sorted(history.keys), "time": int(time.time())},
-            ],
-        }
-        return body, new_state, proof, str(old)
+        return proof
 
     def round(self) -> str:
         """Fetch, check, record, cosign, post. Returns what happened; raises :class:`Refused`."""
@@ -233,3 +227,28 @@ def main(argv=None) -> int:
             if args.once:
                 return 2
         time.sleep(args.interval)
+
+
+def _refuse_rewritten_keys(state: dict, history) -> None:
+    """Every key recorded with an earlier checkpoint must still be in the log's key history, unchanged."""
+    for kid, entry in (state.get("keys") or {}).items():
+        if history.keys.get(kid, {}).get("public_key") != entry["public_key"]:
+            raise Refused(
+                f"key {kid}, recorded with an earlier checkpoint, is no longer in the log's key "
+                "history: the key history was rewritten"
+            )
+
+
+def _signer(signed: str, body: dict, history) -> str:
+    """The id of the log-introduced key whose signature on the checkpoint note verifies."""
+    for kid, public in history.public.items():
+        try:
+            note.open_checkpoint(signed, note.verifier(body["origin"], public))
+            return kid
+        except note.NoteError:
+            continue
+    raise Refused(
+        "the checkpoint is not signed by a key the log introduced (claims: "
+        + ", ".join(n for n, _ in note.split(signed)[1])
+        + ")"
+    )
