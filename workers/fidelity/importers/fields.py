@@ -1,0 +1,156 @@
+"""Declarative field tables for the importers (docs/fidelity.md#importers-upstream-read-fields-mapped-what-is-refused).
+
+An importer is a table: each :class:`Field` names the fcr/1 field it fills (``target``), the source fields it reads
+(``sources``, dotted paths into the logged object, tried in order) and one shared transform from this module that
+turns the raw value into the fcr value (or None: absent, wrong type). A new upstream field name is one more source;
+a new stack is a new table over the same transforms. What a table cannot say (a split of one list into prompt and
+response, the calls inside a trajectory) is a named transform below, tested on its own
+(``tests/fidelity/test_importer_tables.py``).
+
+Reading rules, chosen to match what the upstream objects mean:
+
+* ``pick="set"`` (default): the first source whose value is not None (``a if a is not None else b``);
+* ``pick="present"``: the first source whose key exists, even when it holds None (``obj.get(a, obj.get(b))``);
+* ``pick="truthy"``: the first source with a truthy value (``a or b``).
+
+A path that runs through something other than an object reads as absent — the input is a log line, not trusted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workers.fidelity.importers.common import int_list, safe_literal
+
+_ABSENT = object()
+
+
+def path_get(obj, path: str):
+    """The value at a dotted ``path`` of nested objects, or the module's absent marker."""
+    cur = obj
+    for part in path.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            return _ABSENT
+        cur = cur[part]
+    return cur
+
+
+def keep(v):
+    """The value as logged."""
+    return v
+
+
+def version(v):
+    """A weights version: an int, or a string of digits (slime's ``weight_versions``, SGLang's ``weight_version``)."""
+    if type(v) is int:
+        return v
+    if isinstance(v, str) and v.isdigit():
+        return int(v)
+    return None
+
+
+def integer(v):
+    """An int (bools excluded), else None."""
+    return v if type(v) is int else None
+
+
+def number(v):
+    """An int or a float (bools excluded), else None."""
+    return v if type(v) is int or type(v) is float else None
+
+
+def text(v):
+    """A string, else None."""
+    return v if isinstance(v, str) else None
+
+
+def nonempty_text(v):
+    """A non-empty string, else None."""
+    return v if isinstance(v, str) and v else None
+
+
+def text_or_messages(v):
+    """A prompt: its text, or its message list (``task_text`` takes the first user message), else None."""
+    return v if isinstance(v, (str, list)) else None
+
+
+def ids(v):
+    """A list of non-negative ints (JSON or Python-repr text parsed), else None."""
+    return int_list(v)
+
+
+def truthy(v) -> bool:
+    """A flag logged as any truthy value."""
+    return bool(v)
+
+
+def first_of_lists(v):
+    """A value that may be a list of per-choice lists (AGL's ``response_token_ids``): the first choice's."""
+    v = safe_literal(v)
+    if isinstance(v, list) and v and isinstance(v[0], list):
+        return v[0]
+    return v
+
+
+TRANSFORMS = {
+    f.__name__: f
+    for f in (keep, version, integer, number, text, nonempty_text, text_or_messages, ids, truthy, first_of_lists)
+}
+
+
+@dataclass(frozen=True)
+class Field:
+    """One row of an importer's table: ``sources`` (dotted paths, tried in order) → ``target`` (an fcr/1 field, or
+    ``extra.*`` / an input of a named transform) through ``transform`` (a function of this module). ``optional``:
+    left out of the result when the transform gives None (``extra`` keys)."""
+
+    target: str
+    sources: tuple[str, ...]
+    transform: object = keep
+    pick: str = "set"
+    optional: bool = False
+    note: str = ""
+
+    def raw(self, obj):
+        """The first source's raw value under the ``pick`` rule, or None."""
+        for path in self.sources:
+            v = path_get(obj, path)
+            if v is _ABSENT:
+                continue
+            if self.pick == "present" or (self.pick == "set" and v is not None) or (self.pick == "truthy" and v):
+                return v
+        return None
+
+    def read(self, obj):
+        return self.transform(self.raw(obj))
+
+    def describe(self) -> str:
+        """The row as the docs table shows it: ``a`` / ``b`` → target."""
+        src = " / ".join(f"`{s}`" for s in self.sources)
+        return f"{src} → `{self.target}`" + (f" ({self.note})" if self.note else "")
+
+
+def read_table(obj, table) -> dict:
+    """Every field of ``table`` read from ``obj``: ``{target: value}`` (optional fields only when not None)."""
+    out = {}
+    for f in table:
+        v = f.read(obj)
+        if v is None and f.optional:
+            continue
+        out[f.target] = v
+    return out
+
+
+def extras(values: dict) -> dict:
+    """The ``extra.*`` entries of a read table, keyed by their name inside ``extra``."""
+    return {k[len("extra.") :]: v for k, v in values.items() if k.startswith("extra.")}
+
+
+def ladder(obj, rungs):
+    """The first rung that yields a value: ``rungs`` is ``[(Field, provenance), …]`` most direct first; returns
+    ``(value, provenance)`` or ``(None, None)`` — e.g. prompt ids the engine returned before the ids sent."""
+    for f, provenance in rungs:
+        v = f.read(obj)
+        if v is not None:
+            return v, provenance
+    return None, None
