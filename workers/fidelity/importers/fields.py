@@ -11,7 +11,8 @@ Reading rules, chosen to match what the upstream objects mean:
 
 * ``pick="set"`` (default): the first source whose value is not None (``a if a is not None else b``);
 * ``pick="present"``: the first source whose key exists, even when it holds None (``obj.get(a, obj.get(b))``);
-* ``pick="truthy"``: the first source with a truthy value (``a or b``).
+* ``pick="truthy"``: the first source with a truthy value (``a or b``);
+* ``pick="key"``: the *name* of the first source whose value is not None (which structured-output key was set).
 
 A path that runs through something other than an object reads as absent — the input is a log line, not trusted.
 """
@@ -79,6 +80,11 @@ def ids(v):
     return int_list(v)
 
 
+def id_array(v):
+    """A JSON array of non-negative ints, else None (text is not parsed: a prompt string is text, not ids)."""
+    return int_list(v) if isinstance(v, list) else None
+
+
 def truthy(v) -> bool:
     """A flag logged as any truthy value."""
     return bool(v)
@@ -94,7 +100,19 @@ def first_of_lists(v):
 
 TRANSFORMS = {
     f.__name__: f
-    for f in (keep, version, integer, number, text, nonempty_text, text_or_messages, ids, truthy, first_of_lists)
+    for f in (
+        keep,
+        version,
+        integer,
+        number,
+        text,
+        nonempty_text,
+        text_or_messages,
+        ids,
+        id_array,
+        truthy,
+        first_of_lists,
+    )
 }
 
 
@@ -117,6 +135,8 @@ class Field:
             v = path_get(obj, path)
             if v is _ABSENT:
                 continue
+            if self.pick == "key" and v is not None:
+                return path
             if self.pick == "present" or (self.pick == "set" and v is not None) or (self.pick == "truthy" and v):
                 return v
         return None
@@ -141,16 +161,38 @@ def read_table(obj, table) -> dict:
     return out
 
 
+def block(values: dict, prefix: str) -> dict:
+    """The ``prefix.*`` entries of a read table (``extra``, ``sampling``), keyed by their name inside the block."""
+    n = len(prefix) + 1
+    return {k[n:]: v for k, v in values.items() if k.startswith(prefix + ".")}
+
+
 def extras(values: dict) -> dict:
-    """The ``extra.*`` entries of a read table, keyed by their name inside ``extra``."""
-    return {k[len("extra.") :]: v for k, v in values.items() if k.startswith("extra.")}
+    """The ``extra.*`` entries of a read table."""
+    return block(values, "extra")
 
 
-def ladder(obj, rungs):
-    """The first rung that yields a value: ``rungs`` is ``[(Field, provenance), …]`` most direct first; returns
-    ``(value, provenance)`` or ``(None, None)`` — e.g. prompt ids the engine returned before the ids sent."""
-    for f, provenance in rungs:
-        v = f.read(obj)
+@dataclass(frozen=True)
+class Rung:
+    """One step of a provenance ladder: the ids ``field`` reads, the ``provenance`` they get, and the APIs the rung
+    applies to (empty: all)."""
+
+    field: Field
+    provenance: str
+    apis: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        where = f" ({', '.join(self.apis)})" if self.apis else ""
+        return f"{self.field.describe()} `{self.provenance}`{where}"
+
+
+def ladder(obj, rungs, api=None):
+    """The first rung that yields a value, most direct first: ``(value, provenance)`` or ``(None, None)`` — e.g.
+    prompt ids the engine returned before the ids that were sent."""
+    for rung in rungs:
+        if rung.apis and api not in rung.apis:
+            continue
+        v = rung.field.read(obj)
         if v is not None:
-            return v, provenance
+            return v, rung.provenance
     return None, None

@@ -40,6 +40,7 @@ from workers.fidelity.importers.common import (
     token_id_of,
     topk_lists,
 )
+from workers.fidelity.importers.fields import Field, Rung, block, id_array, ids, ladder, read_table, truthy
 from workers.routing.engines import attach_rollout_routes, vllm_response_routes
 
 ROLE_VALUES = ("policy", "background", "unknown")
@@ -134,18 +135,29 @@ def _merged_choice(a: dict) -> dict:
     return choice
 
 
+# request (chat / completions) or ``sampling_params`` (tokens-in/tokens-out ``generate``) → ``sampling``
+SAMPLING_FIELDS = tuple(Field(f"sampling.{k}", (k,)) for k in SAMPLING_KEYS) + (
+    Field("sampling.max_tokens", ("max_tokens", "max_completion_tokens"), pick="present"),
+    Field("sampling.logit_bias_present", ("logit_bias",), truthy),
+    # the last structured-output key set wins over ``response_format.type`` (_sampling)
+    Field("sampling.structured_output", tuple(reversed(STRUCTURED_KEYS)), pick="key"),
+    Field("response_format", ("response_format.type",), pick="present"),
+)
+# prompt ids, most direct first: the engine's, else the ids sent (a prompt string is text, never ids)
+PROMPT_IDS = (
+    Rung(Field("prompt.token_ids", ("response.prompt_token_ids",), ids), "engine", ("chat.completions", "generate")),
+    Rung(Field("prompt.token_ids", ("choice.prompt_token_ids",), ids), "engine"),
+    Rung(Field("prompt.token_ids", ("request.token_ids",), id_array), "engine_input", ("generate",)),
+    Rung(Field("prompt.token_ids", ("request.prompt",), id_array), "engine_input", ("chat.completions", "completions")),
+)
+
+
 def _sampling(req: dict) -> dict:
-    s = {k: req.get(k) for k in SAMPLING_KEYS}
-    s["max_tokens"] = req.get("max_tokens", req.get("max_completion_tokens"))
-    s["logit_bias_present"] = bool(req.get("logit_bias"))
-    rf = req.get("response_format")
-    structured = None
-    if isinstance(rf, dict) and rf.get("type") not in (None, "text"):
-        structured = rf.get("type")
-    for k in STRUCTURED_KEYS:
-        if req.get(k) is not None:
-            structured = k
-    s["structured_output"] = structured
+    values = read_table(req, SAMPLING_FIELDS)
+    s = block(values, "sampling")
+    if s["structured_output"] is None and isinstance(req.get("response_format"), dict):
+        rf = values["response_format"]
+        s["structured_output"] = rf if rf not in (None, "text") else None
     return s
 
 
@@ -302,15 +314,10 @@ def _prompt(x: _Exchange, ch: dict, rec: dict):
     """Prompt ids: the engine's (``prompt_token_ids``), else the ids sent; the task hash and context event. Returns
     the prompt ids known (engine or sent), or None."""
     p = rec["prompt"]
-    pids = int_list(x.resp.get("prompt_token_ids")) if x.chat or x.generate else None
-    if pids is None:
-        pids = int_list(ch.get("prompt_token_ids"))
-    sent = x.req.get("token_ids") if x.generate else x.req.get("prompt")
-    pin = int_list(sent) if isinstance(sent, list) else None
-    if pids is not None:
-        p["token_ids"], p["provenance"] = pids, "engine"
-    elif pin is not None:
-        p["token_ids"], p["provenance"] = pin, "engine_input"
+    view = {"request": x.req, "response": x.resp, "choice": ch}
+    known, provenance = ladder(view, PROMPT_IDS, "chat.completions" if x.chat else rec["engine"]["api"])
+    if known is not None:
+        p["token_ids"], p["provenance"] = known, provenance
     p["ids_sha256"] = ids_sha256(p["token_ids"])
     p["task_prompt_sha256_declared"] = x.meta.get("task_prompt_sha256_declared")
     p["task_prompt_sha256_observed"] = text_sha256(x.user_text) if isinstance(x.user_text, str) else None
@@ -318,7 +325,7 @@ def _prompt(x: _Exchange, ch: dict, rec: dict):
         p["context_event"] = x.meta["context_event"]
         if x.meta.get("context_source_call_id") is not None:
             p["context_source_call_id"] = x.meta["context_source_call_id"]
-    return pids if pids is not None else pin
+    return known
 
 
 def _evidence(ch: dict):
