@@ -12,7 +12,8 @@ Reading rules, chosen to match what the upstream objects mean:
 * ``pick="set"`` (default): the first source whose value is not None (``a if a is not None else b``);
 * ``pick="present"``: the first source whose key exists, even when it holds None (``obj.get(a, obj.get(b))``);
 * ``pick="truthy"``: the first source with a truthy value (``a or b``);
-* ``pick="key"``: the *name* of the first source whose value is not None (which structured-output key was set).
+* ``pick="key"``: the *name* (last path segment) of the first source whose value is not None (which
+  structured-output key was set).
 
 A path that runs through something other than an object reads as absent — the input is a log line, not trusted.
 """
@@ -136,7 +137,7 @@ class Field:
             if v is _ABSENT:
                 continue
             if self.pick == "key" and v is not None:
-                return path
+                return path.rpartition(".")[2]
             if self.pick == "present" or (self.pick == "set" and v is not None) or (self.pick == "truthy" and v):
                 return v
         return None
