@@ -16,6 +16,8 @@ Reading rules, chosen to match what the upstream objects mean:
   structured-output key was set).
 
 A path that runs through something other than an object reads as absent — the input is a log line, not trusted.
+``flat=True`` reads the sources as literal keys (OpenTelemetry span attributes are flattened: ``gen_ai.request.model``
+is one key); ``pick="suffix"`` (flat) takes the first key, in sorted order, that ends with a source and is not None.
 """
 
 from __future__ import annotations
@@ -129,11 +131,22 @@ class Field:
     pick: str = "set"
     optional: bool = False
     note: str = ""
+    flat: bool = False
+
+    def _candidates(self, obj):
+        if not self.flat:
+            return ((path, path_get(obj, path)) for path in self.sources)
+        if not isinstance(obj, dict):
+            return ()
+        if self.pick == "suffix":
+            return ((k, obj[k]) for s in self.sources for k in sorted(obj) if isinstance(k, str) and k.endswith(s))
+        return ((k, obj[k]) for k in self.sources if k in obj)
 
     def raw(self, obj):
         """The first source's raw value under the ``pick`` rule, or None."""
-        for path in self.sources:
-            v = path_get(obj, path)
+        for path, v in self._candidates(obj):
+            if self.pick == "suffix" and v is not None:
+                return v
             if v is _ABSENT:
                 continue
             if self.pick == "key" and v is not None:
@@ -147,7 +160,7 @@ class Field:
 
     def describe(self) -> str:
         """The row as the docs table shows it: ``a`` / ``b`` → target."""
-        src = " / ".join(f"`{s}`" for s in self.sources)
+        src = " / ".join(f"`{'…' if self.pick == 'suffix' else ''}{s}`" for s in self.sources)
         return f"{src} → `{self.target}`" + (f" ({self.note})" if self.note else "")
 
 
