@@ -12,6 +12,7 @@ Reading rules, chosen to match what the upstream objects mean:
 * ``pick="set"`` (default): the first source whose value is not None (``a if a is not None else b``);
 * ``pick="present"``: the first source whose key exists, even when it holds None (``obj.get(a, obj.get(b))``);
 * ``pick="truthy"``: the first source with a truthy value (``a or b``);
+* ``pick="valid"``: the first source whose value the transform accepts (gives not None);
 * ``pick="key"``: the *name* (last path segment) of the first source whose value is not None (which
   structured-output key was set).
 
@@ -156,6 +157,8 @@ class Field:
         return None
 
     def read(self, obj):
+        if self.pick == "valid":
+            return next((t for _, v in self._candidates(obj) if (t := self.transform(v)) is not None), None)
         return self.transform(self.raw(obj))
 
     def describe(self) -> str:
