@@ -141,7 +141,12 @@ SAMPLING_FIELDS = tuple(Field(f"sampling.{k}", (k,)) for k in SAMPLING_KEYS) + (
     Field("sampling.logit_bias_present", ("logit_bias",), truthy),
     # the last structured-output key set wins over ``response_format.type`` (_sampling)
     Field("sampling.structured_output", tuple(reversed(STRUCTURED_KEYS)), pick="key"),
-    Field("response_format", ("response_format.type",), pick="present"),
+    Field(
+        "response_format",
+        ("response_format.type",),
+        pick="present",
+        note="→ `sampling.structured_output` when no key above is set and the type is not `text`",
+    ),
 )
 # prompt ids, most direct first: the engine's, else the ids sent (a prompt string is text, never ids)
 PROMPT_IDS = (
