@@ -25,6 +25,8 @@ from workers.fidelity.importers.fields import (
     number,
     path_get,
     read_table,
+    token_id_strings,
+    entry_ids,
     version,
 )
 from workers.fidelity.importers.common import safe_literal
@@ -47,6 +49,9 @@ def test_typed_transforms():
     assert ids([1, -2]) is None and ids([1, True]) is None and ids([1.0]) is None
     assert id_array("[1, 2]") is None and id_array([3]) == [3]  # a prompt string is text, never ids
     assert first_of_lists([[4, 5], [6]]) == [4, 5] and first_of_lists("[[4], [5]]") == [4] and first_of_lists(7) == 7
+    assert token_id_strings(["token_id:4", "token_id:0"]) == [4, 0] and token_id_strings(["token_id:4", "x"]) is None
+    assert token_id_strings([]) is None and entry_ids([[-0.1, 7, "a"], [-0.2, 8]]) == [7, 8]
+    assert entry_ids([[-0.1, 7], [-0.2]]) is None and entry_ids([[-0.1, -7]]) is None and entry_ids([]) is None
     assert set(TRANSFORMS) >= {"keep", "version", "ids", "id_array", "integer", "number", "text", "truthy"}
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workers.fidelity.importers.common import int_list, safe_literal
+from workers.fidelity.importers.common import int_list, safe_literal, token_id_of
 
 _ABSENT = object()
 
@@ -94,6 +94,21 @@ def truthy(v) -> bool:
     return bool(v)
 
 
+def token_id_strings(v):
+    """vLLM's ``return_tokens_as_token_ids`` strings (``"token_id:N"``, one per token) → their ids, else None."""
+    if not (isinstance(v, list) and v):
+        return None
+    got = [token_id_of(s) for s in v]
+    return None if any(t is None for t in got) else got
+
+
+def entry_ids(v):
+    """SGLang log-prob entries ``[[logprob, id, text], …]`` → their ids (all non-negative ints), else None."""
+    if isinstance(v, list) and v and all(isinstance(e, list) and len(e) >= 2 for e in v):
+        return int_list([e[1] for e in v])
+    return None
+
+
 def first_of_lists(v):
     """A value that may be a list of per-choice lists (AGL's ``response_token_ids``): the first choice's."""
     v = safe_literal(v)
@@ -114,6 +129,8 @@ TRANSFORMS = {
         text_or_messages,
         ids,
         id_array,
+        token_id_strings,
+        entry_ids,
         truthy,
         first_of_lists,
     )
@@ -203,13 +220,19 @@ class Rung:
         return f"{self.field.describe()} `{self.provenance}`{where}"
 
 
-def ladder(obj, rungs, api=None):
-    """The first rung that yields a value, most direct first: ``(value, provenance)`` or ``(None, None)`` — e.g.
-    prompt ids the engine returned before the ids that were sent."""
+def ladder_rung(obj, rungs, api=None):
+    """The first rung that yields a value, most direct first: ``(value, rung)`` or ``(None, None)``."""
     for rung in rungs:
         if rung.apis and api not in rung.apis:
             continue
         v = rung.field.read(obj)
         if v is not None:
-            return v, rung.provenance
+            return v, rung
     return None, None
+
+
+def ladder(obj, rungs, api=None):
+    """The first rung that yields a value, most direct first: ``(value, provenance)`` or ``(None, None)`` — e.g.
+    prompt ids the engine returned before the ids that were sent."""
+    v, rung = ladder_rung(obj, rungs, api)
+    return v, (rung.provenance if rung is not None else None)

@@ -22,10 +22,10 @@ IMPORTER_META = {
         "stack": "vLLM OpenAI server",
         "upstream": "`vllm/entrypoints/openai` chat and completion serving, `GenerateRequest`/`GenerateResponseChoice` "
         "of the tokens-in/tokens-out endpoint (index, 2026-12)",
-        "tables": (f"{_M}.vllm:PROMPT_IDS", f"{_M}.vllm:SAMPLING_FIELDS"),
-        "named": "response ids, most direct first: `choices[].token_ids`, SGLang's `meta_info`, `token_id:N` "
-        "strings (`engine`), strings one vocabulary id each (`engine_token_strings`), the text encoded "
-        "(`retokenized`); `logprobs.content` / `token_logprobs`; top-K; `routed_experts`",
+        "tables": (f"{_M}.vllm:PROMPT_IDS", f"{_M}.vllm:RESPONSE_IDS", f"{_M}.vllm:SAMPLING_FIELDS"),
+        "named": "then, with a tokenizer, token strings one vocabulary id each (`engine_token_strings`), else the "
+        "text encoded (`retokenized`); `logprobs.content` / `token_logprobs` and top-K, kept only when aligned with "
+        "the ids; streamed chunks merged; `routed_experts`",
         "refused": "`echo`: the echoed prompt is cut by the engine's response ids, the prompt ids or "
         "`usage.prompt_tokens`, else the exchange is refused (a `missing` record naming echo); an echoed text that "
         "cannot be cut is dropped; an HTTP error body or a logged status ≥ 400 is a `missing` record, and a call "

@@ -37,10 +37,21 @@ from workers.fidelity.importers.common import (
     skeleton,
     task_text,
     text_sha256,
-    token_id_of,
     topk_lists,
 )
-from workers.fidelity.importers.fields import Field, Rung, block, id_array, ids, ladder, read_table, truthy
+from workers.fidelity.importers.fields import (
+    Field,
+    Rung,
+    block,
+    entry_ids,
+    id_array,
+    ids,
+    ladder,
+    ladder_rung,
+    read_table,
+    token_id_strings,
+    truthy,
+)
 from workers.routing.engines import attach_rollout_routes, vllm_response_routes
 
 ROLE_VALUES = ("policy", "background", "unknown")
@@ -154,6 +165,25 @@ PROMPT_IDS = (
     Rung(Field("prompt.token_ids", ("choice.prompt_token_ids",), ids), "engine"),
     Rung(Field("prompt.token_ids", ("request.token_ids",), id_array), "engine_input", ("generate",)),
     Rung(Field("prompt.token_ids", ("request.prompt",), id_array), "engine_input", ("chat.completions", "completions")),
+)
+
+# response ids, most direct first (then, with a tokenizer, token strings and text: see _response_ids)
+RESPONSE_IDS = (
+    Rung(Field("response.token_ids", ("choice.token_ids",), ids), "engine"),
+    Rung(
+        Field(
+            "response.token_ids",
+            ("choice.meta_info.output_token_logprobs",),
+            entry_ids,
+            note="SGLang's OpenAI server with `return_meta_info`; its log-probs too",
+        ),
+        "engine",
+    ),
+    Rung(Field("response.token_ids", ("choice.meta_info.output_ids",), ids), "engine"),
+    Rung(
+        Field("response.token_ids", ("token_strings",), token_id_strings, note="every `token_id:N` string"),
+        "engine",
+    ),
 )
 
 
@@ -385,16 +415,15 @@ def _response_text(x: _Exchange, ch: dict):
 
 
 def _response_ids(x: _Exchange, ch: dict, r: dict, strings, tok_lps, text):
-    """Response ids, most direct first: the engine's ``token_ids`` (or SGLang's ``meta_info``), ``token_id:N``
-    strings, strings that map to one vocabulary id each, the text encoded. Returns the log-probs that go with them."""
+    """Response ids down :data:`RESPONSE_IDS`, then (with a tokenizer) strings that map to one vocabulary id each
+    (``engine_token_strings``), else the text encoded (``retokenized``). Returns the log-probs that go with them
+    (SGLang's ``meta_info`` entries carry their own)."""
     tok = x.tok
-    rids = int_list(ch.get("token_ids"))
-    if rids is None:  # SGLang's OpenAI server with return_meta_info: the engine's ids and log-probs per choice
-        rids, tok_lps = _meta_info_tokens(ch, tok_lps)
-    if rids is not None:
-        r["token_ids"], r["provenance"] = rids, "engine"
-    elif strings and all(token_id_of(s) is not None for s in strings):
-        r["token_ids"], r["provenance"] = [token_id_of(s) for s in strings], "engine"
+    rids, rung = ladder_rung({"choice": ch, "token_strings": strings}, RESPONSE_IDS)
+    if rung is not None:
+        r["token_ids"], r["provenance"] = rids, rung.provenance
+        if rung is RESPONSE_IDS[1]:
+            tok_lps = [e[0] for e in ch["meta_info"]["output_token_logprobs"]]
     elif strings and tok is not None and all(isinstance(s, str) and len(tok.ids_for_string(s)) == 1 for s in strings):
         r["token_ids"], r["provenance"] = [tok.ids_for_string(s)[0] for s in strings], "engine_token_strings"
         r["token_strings"] = strings
@@ -437,19 +466,6 @@ def _rollout(x: _Exchange, rec: dict, tok_lps, tops, has_top) -> None:
             extra["logprobs_unaligned"] = True
     if extra:
         rec["extra"] = extra
-
-
-def _meta_info_tokens(ch: dict, tok_lps):
-    """``choices[i].meta_info`` (SGLang's chat completions with ``return_meta_info``): ``output_token_logprobs``
-    ``[[logprob, id, text], …]`` gives the sampled ids and their log-probs, ``output_ids`` the ids alone. Returns
-    (ids or None, log-probs)."""
-    mi = ch.get("meta_info") if isinstance(ch.get("meta_info"), dict) else {}
-    entries = mi.get("output_token_logprobs")
-    if isinstance(entries, list) and entries and all(isinstance(e, list) and len(e) >= 2 for e in entries):
-        ids = int_list([e[1] for e in entries])
-        if ids is not None:
-            return ids, [e[0] for e in entries]
-    return int_list(mi.get("output_ids")), tok_lps
 
 
 def _echo_cut(n_listed, rids, pids, usage_prompt_tokens) -> int:
