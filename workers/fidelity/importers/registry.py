@@ -35,7 +35,12 @@ IMPORTER_META = {
         "stack": "SGLang `/generate`",
         "upstream": "`srt/managers/tokenizer_manager_components/output_processor.py` (incremental streaming), "
         "`io_struct.py` (`return_prompt_token_ids`, `routed_experts_start_len`) (index, 2026-12)",
-        "tables": (f"{_M}.sglang:PROMPT_IDS", f"{_M}.sglang:RESPONSE_FIELDS", f"{_M}.sglang:SAMPLING_FIELDS"),
+        "tables": (
+            f"{_M}.sglang:PROMPT_IDS",
+            f"{_M}.sglang:RESPONSE_FIELDS",
+            f"{_M}.sglang:SAMPLING_FIELDS",
+            f"{_M}.sglang:ROUTE_FIELDS",
+        ),
         "named": "`meta_info.output_token_logprobs` / `output_top_logprobs`; a whole-prompt `input_token_logprobs` "
         "(`engine`); `meta_info.weight_versions` spans (per-token versions); streamed chunks merged (cumulative, or "
         "incremental: ids, text and log-probs concatenated)",

@@ -328,12 +328,21 @@ def _span_versions(rec: dict, spans, n: int, extra: dict) -> None:
         extra["weight_versions"] = sorted({str(v) for v in tv if v is not None})
 
 
+# what an exchange declares about its routed-experts payload (the decoder refuses what it cannot place)
+ROUTE_FIELDS = (
+    Field(
+        "start_len",
+        ("meta_info.routed_experts_start_len", "request.routed_experts_start_len"),
+        pick="present",
+        note="rows start at that token, not at 0",
+    ),
+    Field("dtype", ("meta_info.routed_experts_dtype", "request.routed_experts_dtype"), pick="present"),
+)
+
+
 def _route_layout(req: dict, mi: dict) -> dict:
-    """What the exchange declares about its routed-experts payload: ``routed_experts_start_len`` (rows start at that
-    token, not at 0) and a ``routed_experts_dtype``; the decoder refuses what it cannot place (docs/routing.md)."""
-    start = mi.get("routed_experts_start_len", req.get("routed_experts_start_len"))
-    dtype = mi.get("routed_experts_dtype", req.get("routed_experts_dtype"))
-    return {"start_len": start, "dtype": dtype}
+    """``routed_experts_start_len`` and ``routed_experts_dtype`` as declared (docs/routing.md)."""
+    return read_table({"meta_info": mi, "request": req}, ROUTE_FIELDS)
 
 
 def import_sglang(
