@@ -173,6 +173,8 @@ def _root(kind: str, ref: str, lines: list, source: str):
         roots = {"request": seed["request"], "output": out, "meta_info": out.setdefault("meta_info", {})}
     else:
         return seed, source
+    # request-level names (sampling) sit in the request; the view's own ``token_strings`` (the per-token strings of
+    # ``logprobs``) lands there too and is read from nowhere — test_importer_fuzz mutates the logged strings
     return (roots[head], rest) if head in roots and rest else (seed["request"], source)
 
 
@@ -219,7 +221,7 @@ VALUES = (
 )
 
 
-@hsettings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@hsettings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
 @given(row=st.sampled_from(ROWS), data=st.data())
 def test_every_table_field_fuzzed(tmp_path_factory, row, data):
     kind, ref, field, source = row
