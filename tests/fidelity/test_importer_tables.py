@@ -167,7 +167,20 @@ def _root(kind: str, ref: str, lines: list, source: str):
         return (seed["data"] if ref.endswith(":EVENT_TRIPLET_FIELDS") else seed), source
     head, _, rest = source.partition(".")
     if kind == "vllm":
-        roots = {"request": seed["request"], "response": seed["response"], "choice": seed["response"]["choices"][0]}
+        if head == "event" and "data" not in seed:  # the same exchange as an AGL ≥ 1.0 model_request event
+            seed["rollout_id"], seed["attempt_id"] = "ro-1", "at-1"
+            seed["data"] = {"request": seed.pop("request"), "response": seed.pop("response")}
+        body = seed.get("data", seed)
+        meta = seed.setdefault("meta", {})
+        roots = {
+            "request": body["request"],
+            "response": body["response"],
+            "choice": body["response"]["choices"][0],
+            "meta": meta,
+            "headers": meta.setdefault("headers", {}),
+            "event": body,
+        }
+        return (roots[head], rest) if head in roots and rest else (body["request"], source)
     elif kind == "sglang":
         out = seed["response"] if isinstance(seed["response"], dict) else seed["response"][0]
         roots = {"request": seed["request"], "output": out, "meta_info": out.setdefault("meta_info", {})}

@@ -69,6 +69,16 @@ def text(v):
     return v if isinstance(v, str) else None
 
 
+def boolean(v):
+    """A JSON boolean, else None."""
+    return v if isinstance(v, bool) else None
+
+
+def declared_role(v):
+    """A role a log declares (``X-FCR-Call-Role``): policy, background or unknown, else None."""
+    return v if v in ("policy", "background", "unknown") else None
+
+
 def nonempty_text(v):
     """A non-empty string, else None."""
     return v if isinstance(v, str) and v else None
@@ -133,6 +143,8 @@ TRANSFORMS = {
         entry_ids,
         truthy,
         first_of_lists,
+        boolean,
+        declared_role,
     )
 }
 

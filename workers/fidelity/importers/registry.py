@@ -22,7 +22,12 @@ IMPORTER_META = {
         "stack": "vLLM OpenAI server",
         "upstream": "`vllm/entrypoints/openai` chat and completion serving, `GenerateRequest`/`GenerateResponseChoice` "
         "of the tokens-in/tokens-out endpoint (index, 2026-12)",
-        "tables": (f"{_M}.vllm:PROMPT_IDS", f"{_M}.vllm:RESPONSE_IDS", f"{_M}.vllm:SAMPLING_FIELDS"),
+        "tables": (
+            f"{_M}.vllm:CALL_FIELDS",
+            f"{_M}.vllm:PROMPT_IDS",
+            f"{_M}.vllm:RESPONSE_IDS",
+            f"{_M}.vllm:SAMPLING_FIELDS",
+        ),
         "named": "then, with a tokenizer, token strings one vocabulary id each (`engine_token_strings`), else the "
         "text encoded (`retokenized`); `logprobs.content` / `token_logprobs` and top-K, kept only when aligned with "
         "the ids; streamed chunks merged; `routed_experts`",

@@ -43,6 +43,10 @@ from workers.fidelity.importers.fields import (
     Field,
     Rung,
     block,
+    boolean,
+    declared_role,
+    integer,
+    number,
     entry_ids,
     id_array,
     ids,
@@ -146,6 +150,35 @@ def _merged_choice(a: dict) -> dict:
     return choice
 
 
+# what the exchange says about the call: ``meta`` (the log line's, typed by meta_of), ``headers`` (X-FCR-*, lower
+# case), the ``request`` and ``response`` bodies, and an AGL ≥ 1.0 ``event``'s data
+CALL_FIELDS = (
+    Field(
+        "trajectory_id",
+        ("meta.trajectory_id", "headers.x-fcr-trajectory"),
+        pick="truthy",
+        note="else AGL's `rollout_id:attempt_id`",
+    ),
+    Field(
+        "call_id",
+        ("meta.call_id", "headers.x-fcr-call-id", "response.id"),
+        pick="truthy",
+        note="`#i` per choice of n > 1; else file:line",
+    ),
+    Field("role", ("headers.x-fcr-call-role",), declared_role, note="`role_source: header`"),
+    Field("purpose", ("headers.x-fcr-purpose", "meta.purpose"), pick="truthy", note="`retry` for a retried request"),
+    Field("parent_call_id", ("headers.x-fcr-parent-call",), pick="truthy"),
+    Field("timestamp", ("meta.timestamp", "response.created"), number, pick="present"),
+    Field("model.served_name", ("response.model", "request.model"), pick="truthy"),
+    Field(
+        "model.policy_version",
+        ("meta.policy_version", "event.server.version", "event.model_version"),
+        integer,
+        pick="present",
+    ),
+    Field("step", ("meta.step",), integer, note="else `--step`"),
+    Field("engine.skip_special_tokens", ("request.skip_special_tokens",), boolean),
+)
 # request (chat / completions) or ``sampling_params`` (tokens-in/tokens-out ``generate``) → ``sampling``
 SAMPLING_FIELDS = tuple(Field(f"sampling.{k}", (k,)) for k in SAMPLING_KEYS) + (
     Field("sampling.max_tokens", ("max_tokens", "max_completion_tokens"), pick="present"),
@@ -211,8 +244,7 @@ class _Exchange:
         "traj",
         "base_id",
         "choices",
-        "role",
-        "policy_version",
+        "values",
         "step",
         "user_text",
         "usage",
@@ -257,23 +289,20 @@ def _exchange(obj: dict, *, ref: str, opts: dict, call_index: int, retry: bool) 
     x.chat = "messages" in x.req or str(x.resp.get("object", "")).startswith("chat")
     # vLLM's tokens-in/tokens-out endpoint: ``{token_ids, sampling_params}`` in, ``choices[].token_ids`` out
     x.generate = not x.chat and "prompt" not in x.req and int_list(x.req.get("token_ids")) is not None
-    x.traj = (
-        x.meta.get("trajectory_id")
-        or x.headers.get("x-fcr-trajectory")
-        or (f"{obj.get('rollout_id')}:{obj.get('attempt_id')}" if x.agl else "unknown")
-    )
-    x.base_id = x.meta.get("call_id") or x.headers.get("x-fcr-call-id") or x.resp.get("id") or ref
+    view = {
+        "meta": x.meta,
+        "headers": x.headers,
+        "request": x.req,
+        "response": x.resp,
+        "event": x.data if x.agl else {},
+    }
+    x.values = read_table(view, CALL_FIELDS)
+    x.traj = x.values["trajectory_id"] or (f"{obj.get('rollout_id')}:{obj.get('attempt_id')}" if x.agl else "unknown")
+    x.base_id = x.values["call_id"] or ref
     x.choices = sorted((c for c in x.resp.get("choices") or [] if isinstance(c, dict)), key=lambda c: c.get("index", 0))
     if not x.choices:
         raise ValueError("response has no choices")
-    x.role = x.headers.get("x-fcr-call-role")
-    srv = x.data.get("server") if x.agl and isinstance(x.data.get("server"), dict) else {}
-    # AGL ≥ 1.0: data.server.version; earlier events: data.model_version
-    x.policy_version = _int_or(
-        x.meta.get("policy_version"),
-        *((srv.get("version", x.data.get("model_version")),) if x.agl and x.meta.get("policy_version") is None else ()),
-    )
-    x.step = _int_or(x.meta.get("step"), opts.get("steps", {}).get(x.traj, opts.get("step")), default=-1)
+    x.step = _int_or(x.values["step"], opts.get("steps", {}).get(x.traj, opts.get("step")), default=-1)
     x.user_text = (
         task_text(x.req.get("messages"))
         if x.chat
@@ -317,19 +346,18 @@ def _base_record(x: _Exchange, k: int, ch: dict) -> dict:
         tokenizer=x.tok,
         source_format=("agl_model_request" if x.agl else "vllm_openai_chat" if x.chat else "vllm_openai_completions"),
     )
-    if x.role in ROLE_VALUES:
-        rec["role"], rec["role_source"] = x.role, "header"
-    purpose = "retry" if x.retry else x.headers.get("x-fcr-purpose") or x.meta.get("purpose")
+    v = x.values
+    if v["role"] is not None:
+        rec["role"], rec["role_source"] = v["role"], "header"
+    purpose = "retry" if x.retry else v["purpose"]
     if purpose:
         rec["purpose"] = purpose
-    if x.headers.get("x-fcr-parent-call"):
-        rec["parent_call_id"] = x.headers["x-fcr-parent-call"]
-    ts = x.meta.get("timestamp", x.resp.get("created"))
-    if type(ts) in (int, float):
-        rec["timestamp"] = ts
+    for key in ("parent_call_id", "timestamp"):
+        if v[key] is not None:
+            rec[key] = v[key]
     rec["model"] = {
-        "served_name": str(x.resp.get("model") or x.req.get("model") or "unknown"),
-        "policy_version": x.policy_version,
+        "served_name": str(v["model.served_name"] or "unknown"),
+        "policy_version": v["model.policy_version"],
     }
     rec["chat_template"] = {"sha256": x.opts.get("chat_template_sha256") or "unknown"} if x.chat else None
     rec["engine"] = {
@@ -338,8 +366,8 @@ def _base_record(x: _Exchange, k: int, ch: dict) -> dict:
         "logprobs_mode": x.req.get("logprobs_mode", x.opts.get("logprobs_mode")),
         "generation_config_source": x.opts.get("generation_config_source", "unknown"),
     }
-    if isinstance(x.req.get("skip_special_tokens"), bool):
-        rec["engine"]["skip_special_tokens"] = x.req["skip_special_tokens"]
+    if v["engine.skip_special_tokens"] is not None:
+        rec["engine"]["skip_special_tokens"] = v["engine.skip_special_tokens"]
     sp = x.req.get("sampling_params")
     rec["sampling"] = _sampling(sp if x.generate and isinstance(sp, dict) else x.req)
     return rec
@@ -615,13 +643,11 @@ def failed_record(obj, *, traj, call_index, ref, err, opts, source_format="vllm_
 
 
 def _traj_and_request(obj):
+    """The exchange's trajectory (as :data:`CALL_FIELDS` reads it) and request body, for retry marking."""
     agl = isinstance(obj.get("data"), dict)
     data = obj["data"] if agl else obj
-    meta = meta_of(obj)
-    traj = (
-        meta.get("trajectory_id")
-        or headers_of(obj).get("x-fcr-trajectory")
-        or (f"{obj.get('rollout_id')}:{obj.get('attempt_id')}" if agl else "unknown")
+    traj = CALL_FIELDS[0].read({"meta": meta_of(obj), "headers": headers_of(obj)}) or (
+        f"{obj.get('rollout_id')}:{obj.get('attempt_id')}" if agl else "unknown"
     )
     req = data.get("request") if isinstance(data.get("request"), dict) else {}
     return str(traj), req
