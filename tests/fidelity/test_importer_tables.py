@@ -183,7 +183,14 @@ def _root(kind: str, ref: str, lines: list, source: str):
         return (roots[head], rest) if head in roots and rest else (body["request"], source)
     elif kind == "sglang":
         out = seed["response"] if isinstance(seed["response"], dict) else seed["response"][0]
-        roots = {"request": seed["request"], "output": out, "meta_info": out.setdefault("meta_info", {})}
+        meta = seed.setdefault("meta", {})
+        roots = {
+            "request": seed["request"],
+            "output": out,
+            "meta_info": out.setdefault("meta_info", {}),
+            "meta": meta,
+            "headers": meta.setdefault("headers", {}),
+        }
     else:
         return seed, source
     # request-level names (sampling) sit in the request; the view's own ``token_strings`` (the per-token strings of

@@ -41,6 +41,7 @@ IMPORTER_META = {
         "upstream": "`srt/managers/tokenizer_manager_components/output_processor.py` (incremental streaming), "
         "`io_struct.py` (`return_prompt_token_ids`, `routed_experts_start_len`) (index, 2026-12)",
         "tables": (
+            f"{_M}.sglang:CALL_FIELDS",
             f"{_M}.sglang:PROMPT_IDS",
             f"{_M}.sglang:RESPONSE_FIELDS",
             f"{_M}.sglang:SAMPLING_FIELDS",

@@ -38,6 +38,7 @@ from workers.fidelity.importers.fields import (
     Field,
     Rung,
     block,
+    declared_role,
     ids,
     integer,
     ladder,
@@ -46,7 +47,7 @@ from workers.fidelity.importers.fields import (
     truthy,
     version,
 )
-from workers.fidelity.importers.vllm import ROLE_VALUES, error_text, failed_record, headers_of
+from workers.fidelity.importers.vllm import error_text, failed_record, headers_of
 from workers.routing.engines import attach_rollout_routes, sglang_response_routes
 
 SAMPLING_KEYS = (
@@ -81,7 +82,23 @@ RESPONSE_FIELDS = (
     Field("response.text", ("output.text",), text),
     Field("response.usage_completion_tokens", ("meta_info.completion_tokens",), integer),
     Field("response.finish_reason", ("meta_info.finish_reason.type", "meta_info.finish_reason"), pick="present"),
-    Field("model.policy_version", ("meta_info.weight_version",), version, note="an int or digits; else extra"),
+)
+# what the exchange says about the call: ``meta`` (typed by meta_of), ``headers`` (X-FCR-*, lower case), the request
+# and the output's ``meta_info``
+CALL_FIELDS = (
+    Field("trajectory_id", ("meta.trajectory_id", "headers.x-fcr-trajectory"), pick="truthy"),
+    Field("role", ("headers.x-fcr-call-role",), declared_role, note="`role_source: header`"),
+    Field("purpose", ("headers.x-fcr-purpose",), text),
+    Field("parent_call_id", ("headers.x-fcr-parent-call",), text),
+    Field("step", ("meta.step",), integer, note="else `--step`"),
+    Field("model.served_name", ("request.model", "meta.model"), pick="truthy"),
+    Field(
+        "model.policy_version",
+        ("meta.policy_version", "meta_info.weight_version"),
+        version,
+        pick="valid",
+        note="`weight_version` an int or digits; else kept in extra",
+    ),
 )
 
 
@@ -195,7 +212,7 @@ def convert(obj, *, ref, opts, call_index) -> list[dict]:
         "opts": opts,
         "ref": ref,
         "call_index": call_index,
-        "traj": str(meta.get("trajectory_id") or headers.get("x-fcr-trajectory") or "unknown"),
+        "traj": str(CALL_FIELDS[0].read({"meta": meta, "headers": headers}) or "unknown"),
     }
     recs = []
     for out, call_id in zip(outs, _call_ids(meta, headers, outs, ref)):
@@ -222,8 +239,9 @@ def convert(obj, *, ref, opts, call_index) -> list[dict]:
 
 def _base_record(ctx: dict, call_id: str, mi: dict) -> dict:
     """Identity, role, purpose, model (``weight_version`` → ``policy_version`` when an integer), engine, sampling."""
-    meta, headers, opts, req = ctx["meta"], ctx["headers"], ctx["opts"], ctx["req"]
-    step = meta.get("step") if type(meta.get("step")) is int else opts.get("step")
+    meta, opts = ctx["meta"], ctx["opts"]
+    v = read_table({"meta": meta, "headers": ctx["headers"], "request": ctx["req"], "meta_info": mi}, CALL_FIELDS)
+    step = v["step"] if v["step"] is not None else opts.get("step")
     rec = skeleton(
         run_id=opts.get("run_id") or meta.get("run_id") or "unknown",
         trajectory_id=ctx["traj"],
@@ -234,16 +252,14 @@ def _base_record(ctx: dict, call_id: str, mi: dict) -> dict:
         ref=ctx["ref"],
         tokenizer=opts.get("tokenizer"),
     )
-    if headers.get("x-fcr-call-role") in ROLE_VALUES:
-        rec["role"], rec["role_source"] = headers["x-fcr-call-role"], "header"
-    for key, field in (("x-fcr-purpose", "purpose"), ("x-fcr-parent-call", "parent_call_id")):
-        if isinstance(headers.get(key), str):
-            rec[field] = headers[key]
-    declared = meta.get("policy_version")
-    engine_version = read_table({"meta_info": mi}, RESPONSE_FIELDS)["model.policy_version"]
+    if v["role"] is not None:
+        rec["role"], rec["role_source"] = v["role"], "header"
+    for key in ("purpose", "parent_call_id"):
+        if v[key] is not None:
+            rec[key] = v[key]
     rec["model"] = {
-        "served_name": str(req.get("model") or meta.get("model") or "unknown"),
-        "policy_version": declared if type(declared) is int else engine_version,
+        "served_name": str(v["model.served_name"] or "unknown"),
+        "policy_version": v["model.policy_version"],
     }
     rec["engine"] = {
         "name": "sglang",
@@ -251,7 +267,7 @@ def _base_record(ctx: dict, call_id: str, mi: dict) -> dict:
         "logprobs_mode": opts.get("logprobs_mode"),
         "generation_config_source": opts.get("generation_config_source", "unknown"),
     }
-    rec["sampling"] = _sampling(req)
+    rec["sampling"] = _sampling(ctx["req"])
     return rec
 
 
@@ -375,11 +391,8 @@ def import_sglang(
             stats["exchanges"] += 1
             ref = ref_of(in_path, line)
             meta = meta_of(obj)
-            traj = str(
-                meta.get("trajectory_id")
-                or (headers_of(obj).get("x-fcr-trajectory") if isinstance(obj, dict) else None)
-                or "unknown"
-            )
+            headers = headers_of(obj) if isinstance(obj, dict) else {}
+            traj = str(CALL_FIELDS[0].read({"meta": meta, "headers": headers}) or "unknown")
             idx = counters.get(traj, 0)
             counters[traj] = idx + 1
             ci = meta.get("call_index") if type(meta.get("call_index")) is int else idx
