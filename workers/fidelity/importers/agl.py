@@ -127,13 +127,6 @@ def _first(attrs, keys):
     return None
 
 
-def _suffix(attrs, suffix):
-    for k in sorted(attrs):
-        if k.endswith(suffix) and attrs[k] is not None:
-            return attrs[k]
-    return None
-
-
 def _hosted_choice_ids(choices):
     """``llm.hosted_vllm.choices`` (a Python-repr list of choices): the first choice's ``token_ids`` or
     ``provider_specific_fields.token_ids``."""
@@ -203,17 +196,36 @@ def response_ids(attrs):
     return ladder(attrs, RESPONSE_IDS)[0]
 
 
-def _logprob_content(attrs):
-    """``logprobs.content`` (a flattened attribute, JSON text) or, on LLM-proxy spans, inside
-    ``llm.hosted_vllm.choices[0].logprobs.content`` (a Python-repr list of choices)."""
-    v = safe_literal(_suffix(attrs, "logprobs.content"))
-    if isinstance(v, list):
-        return v
-    ch = safe_literal(attrs.get("llm.hosted_vllm.choices"))
+def _literal_list(v):
+    v = safe_literal(v)
+    return v if isinstance(v, list) else None
+
+
+def _hosted_choice_content(choices):
+    """``llm.hosted_vllm.choices[0].logprobs.content`` (a Python-repr list of choices)."""
+    ch = safe_literal(choices)
     if isinstance(ch, list) and ch and isinstance(ch[0], dict) and isinstance(ch[0].get("logprobs"), dict):
         v = ch[0]["logprobs"].get("content")
         return v if isinstance(v, list) else None
     return None
+
+
+# the OpenAI ``logprobs.content`` list of a span: a flattened attribute (JSON text), or inside the proxy's choices;
+# its log-probs and top-K are kept only when aligned with the response ids
+LOGPROB_CONTENT = (
+    Rung(
+        Field("rollout.logprobs", ("logprobs.content",), _literal_list, pick="suffix", flat=True, note="and top-K"),
+        "engine",
+    ),
+    Rung(
+        Field("rollout.logprobs", ("llm.hosted_vllm.choices",), _hosted_choice_content, flat=True, note="and top-K"),
+        "engine",
+    ),
+)
+
+
+def _logprob_content(attrs):
+    return ladder(attrs, LOGPROB_CONTENT)[0]
 
 
 def _dedupe(group, lines, stats) -> list:

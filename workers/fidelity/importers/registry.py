@@ -57,8 +57,13 @@ IMPORTER_META = {
     "agl": {
         "stack": "Agent Lightning spans",
         "upstream": "`agentlightning/adapter/triplet.py` @ d9c069d (LightningStore v0.2/v0.3 span dumps)",
-        "tables": (f"{_M}.agl:PROMPT_IDS", f"{_M}.agl:RESPONSE_IDS", f"{_M}.agl:SPAN_FIELDS"),
-        "named": "`…logprobs.content` (or inside `llm.hosted_vllm.choices`); the role from the nearest enclosing "
+        "tables": (
+            f"{_M}.agl:PROMPT_IDS",
+            f"{_M}.agl:RESPONSE_IDS",
+            f"{_M}.agl:LOGPROB_CONTENT",
+            f"{_M}.agl:SPAN_FIELDS",
+        ),
+        "named": "the role from the nearest enclosing "
         "agent matched by `--agent-match`; client/proxy duplicates merged by response id",
         "refused": "spans without ids; an LLM call under a reward span is `background`/`reward`, never the "
         "trained agent's",
