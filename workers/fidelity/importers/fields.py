@@ -149,6 +149,15 @@ TRANSFORMS = {
 }
 
 
+# how the docs table words a row's reading rule when it has several sources (``set`` is the default: unworded)
+_PICK_WORDS = {
+    "present": "the first present",
+    "truthy": "the first non-empty",
+    "valid": "the first valid",
+    "key": "the name of the one set",
+}
+
+
 @dataclass(frozen=True)
 class Field:
     """One row of an importer's table: ``sources`` (dotted paths, tried in order) → ``target`` (an fcr/1 field, or
@@ -193,7 +202,9 @@ class Field:
     def describe(self) -> str:
         """The row as the docs table shows it: ``a`` / ``b`` → target."""
         src = " / ".join(f"`{'…' if self.pick == 'suffix' else ''}{s}`" for s in self.sources)
-        return f"{src} → `{self.target}`" + (f" ({self.note})" if self.note else "")
+        rule = _PICK_WORDS.get(self.pick) if len(self.sources) > 1 else None
+        notes = [n for n in (rule, self.note) if n]
+        return f"{src} → `{self.target}`" + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def read_table(obj, table) -> dict:
