@@ -23,6 +23,7 @@ import sys
 import orjson
 
 
+# the stacks of workers/fidelity/importers/registry.py (tests/docs/test_importers_table.py keeps them equal)
 IMPORT_KINDS = ["vllm", "sglang", "agl", "agl-events", "verl", "slime", "skyrl", "nemo-rl"]
 
 

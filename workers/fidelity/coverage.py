@@ -168,44 +168,62 @@ class Coverage:
         n, nv = res.n, e["verifiable_tokens"]
         self.response_tokens += n
         self.verifiable_tokens += nv
-        words = res.words
-        bad = words[words != 0]
-        if len(bad):
-            prim = _lowest_bit_codes(bad)
-            self.excl_primary_all += np.bincount(prim, minlength=len(CODES))
-            if role == "policy":
-                self.excl_primary += np.bincount(prim, minlength=len(CODES))
-                union = int(np.bitwise_or.reduce(bad))
-                for i, c in enumerate(CODES):
-                    if union >> i & 1:
-                        self.excl_any[i] += int((bad & BIT[c] != 0).sum())
-        key = (e["run_id"], e["trajectory_id"])
-        if role == "policy":
-            self.policy_tokens += n
-            self.verifiable_policy_tokens += nv
-            t = self.traj[key]
-            t[0] += n
-            t[1] += nv
-        else:
-            label = e.get("purpose") or e.get("inferred_purpose") or "unspecified"
-            for k in (f"{role}:{label}",):
-                self.ledger[k]["calls"] += 1
-                self.ledger[k]["tokens"] += n
+        self._add_exclusions(res.words, role)
+        self._add_tokens(e, role, n, nv)
         if meta:
             self.prov_prompt[str(meta["prompt_provenance"])] += 1
             self.prov_response[str(meta["response_provenance"])] += 1
-        if e.get("drift_if_retokenized") is not None and role == "policy":
+        if role == "policy":
+            self._add_diagnostics(e, n)
+        if "TRAINER_MISALIGNED" in e["reasons"]:
+            self.misaligned_calls += 1
+        self._add_closed_failure(res, e, role)
+        if meta:
+            self._add_breakdowns(e, meta, role, n, nv)
+
+    def _add_exclusions(self, words, role: str) -> None:
+        """Exclusions by primary reason (every call, and policy calls) and by any reason (policy calls)."""
+        bad = words[words != 0]
+        if not len(bad):
+            return
+        prim = _lowest_bit_codes(bad)
+        self.excl_primary_all += np.bincount(prim, minlength=len(CODES))
+        if role != "policy":
+            return
+        self.excl_primary += np.bincount(prim, minlength=len(CODES))
+        union = int(np.bitwise_or.reduce(bad))
+        for i, c in enumerate(CODES):
+            if union >> i & 1:
+                self.excl_any[i] += int((bad & BIT[c] != 0).sum())
+
+    def _add_tokens(self, e: dict, role: str, n: int, nv: int) -> None:
+        """Policy tokens per trajectory, or the background ledger by role and purpose."""
+        if role == "policy":
+            self.policy_tokens += n
+            self.verifiable_policy_tokens += nv
+            t = self.traj[(e["run_id"], e["trajectory_id"])]
+            t[0] += n
+            t[1] += nv
+            return
+        label = e.get("purpose") or e.get("inferred_purpose") or "unspecified"
+        k = f"{role}:{label}"
+        self.ledger[k]["calls"] += 1
+        self.ledger[k]["tokens"] += n
+
+    def _add_diagnostics(self, e: dict, n: int) -> None:
+        """A policy call's drift-if-retokenized and TITO prefix diagnostics (never a verdict)."""
+        if e.get("drift_if_retokenized") is not None:
             self.drift_calls[0] += 1
             self.drift_tokens[0] += n
             if e["drift_if_retokenized"]:
                 self.drift_calls[1] += 1
                 self.drift_tokens[1] += n
-        if e.get("tito_prefix_ok") is not None and role == "policy":
+        if e.get("tito_prefix_ok") is not None:
             self.tito[0] += 1
             self.tito[1] += int(not e["tito_prefix_ok"])
-        if "TRAINER_MISALIGNED" in e["reasons"]:
-            self.misaligned_calls += 1
-        # closed-failure check (docs/fidelity-rules.md#definitions)
+
+    def _add_closed_failure(self, res: CallResult, e: dict, role: str) -> None:
+        """The closed-failure check (docs/fidelity-rules.md#definitions): used tokens, and used ∧ ¬verifiable."""
         viol = e["closed_failure_violations"]
         if res.loss_mask_used is not None:
             self.mask_calls += 1
@@ -220,20 +238,21 @@ class Coverage:
             self.cf_calls_n += 1
             if len(self.cf_calls) < 100:
                 self.cf_calls.append({"call_id": e["call_id"], "line": e["line"], "violations": viol})
-        # breakdowns (docs/fidelity-rules.md#coverage-report)
-        if meta:
-            for k, v in (
-                ("step", e["step"]),
-                ("harness_version", meta["harness_version"]),
-                ("environment_image", meta["environment_image"]),
-                ("tokenizer_sha256", meta["tokenizer_sha256"]),
-                ("chat_template_sha256", meta["chat_template_sha256"]),
-            ):
-                b = self.breakdowns[k][str(v)]
-                b["calls"] += 1
-                if role == "policy":
-                    b["policy_tokens"] += n
-                    b["verifiable_policy_tokens"] += nv
+
+    def _add_breakdowns(self, e: dict, meta: dict, role: str, n: int, nv: int) -> None:
+        """Breakdowns by step, harness, image, tokenizer and template (docs/fidelity-rules.md#coverage-report)."""
+        for k, v in (
+            ("step", e["step"]),
+            ("harness_version", meta["harness_version"]),
+            ("environment_image", meta["environment_image"]),
+            ("tokenizer_sha256", meta["tokenizer_sha256"]),
+            ("chat_template_sha256", meta["chat_template_sha256"]),
+        ):
+            b = self.breakdowns[k][str(v)]
+            b["calls"] += 1
+            if role == "policy":
+                b["policy_tokens"] += n
+                b["verifiable_policy_tokens"] += nv
 
     # ------------------------------------------------------------------ report
     def report(self, *, chain_breaks: list, merged_samples: int, unparsed_lines: int) -> dict:

@@ -101,167 +101,196 @@ def _post(url: urllib.parse.SplitResult, path: str, body: dict, timeout: float):
         conn.close()
 
 
-def make_handler(state: GatewayState):
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+def _upstream_request(body: dict, chat: bool, state: GatewayState) -> dict:
+    """The request sent upstream: not streamed, with the log-probs, top-K and token ids the record needs."""
+    req = dict(body)
+    req.pop("stream", None)
+    req.pop("stream_options", None)
+    if chat:
+        req["logprobs"] = True
+        req["top_logprobs"] = max(int(req.get("top_logprobs") or 0), state.top_logprobs)
+    else:
+        req["logprobs"] = max(int(req.get("logprobs") or 0), state.top_logprobs)
+    req["return_token_ids"] = True
+    req.pop("logprobs_mode", None)  # the record states the declared server setting, not a client wish
+    if state.request_logprobs_mode:  # engines that take it per request (e.g. the Tmax vLLM fork)
+        req["logprobs_mode"] = "processed_logprobs"
+    return req
 
-        def log_message(self, fmt, *args):  # quiet
-            pass
 
-        def _send(self, status, payload, headers=None, raw=None, content_type="application/json"):
-            data = raw if raw is not None else json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(data)))
-            for k, v in (headers or {}).items():
-                self.send_header(k, v)
-            self.end_headers()
-            self.wfile.write(data)
+def _sse(resp: dict, chat: bool) -> bytes:
+    """A non-streamed answer as the one-chunk event stream a streaming client asked for."""
+    chunk = {
+        "id": resp.get("id"),
+        "object": "chat.completion.chunk" if chat else "text_completion",
+        "model": resp.get("model"),
+        "choices": [
+            {
+                "index": c.get("index", 0),
+                "finish_reason": c.get("finish_reason"),
+                **(
+                    {"delta": {"role": "assistant", "content": (c.get("message") or {}).get("content")}}
+                    if chat
+                    else {"text": c.get("text")}
+                ),
+            }
+            for c in resp.get("choices") or []
+        ],
+    }
+    return f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode()
 
-        def _error(self, status, code, message):
-            self._send(status, {"error": {"code": code, "message": message, "type": "fcr_gateway"}})
 
-        def _body(self):
-            n = int(self.headers.get("Content-Length") or 0)
-            try:
-                return json.loads(self.rfile.read(n) or b"{}")
-            except ValueError:
-                return None
+def _route(state: GatewayState, h: dict):
+    """``(upstream, trajectory, X-FCR headers)`` of a call, or None when an undeclared call is rejected: an
+    undeclared call goes to the frozen upstream as ``background`` / ``undeclared_routed_frozen``."""
+    traj, role = h.get("x-fcr-trajectory"), h.get("x-fcr-call-role")
+    headers = {k: v for k, v in h.items() if k.startswith("x-fcr-")}
+    if role in ("policy", "background") and traj:
+        return state.upstream, traj, headers
+    if state.undeclared == "reject":
+        with state.lock:
+            state.stats["rejected"] += 1
+        return None
+    traj = traj or "undeclared"
+    headers.update(
+        {"x-fcr-trajectory": traj, "x-fcr-call-role": "background", "x-fcr-purpose": "undeclared_routed_frozen"}
+    )
+    with state.lock:
+        state.stats["routed_frozen"] += 1
+    return state.frozen, traj, headers
 
-        def do_GET(self):
-            if self.path == "/fcr/stats":
-                return self._send(200, state.stats)
+
+def _record(state: GatewayState, req: dict, resp: dict, traj: str, headers: dict) -> str:
+    """Convert and append the call's records (the vLLM importer's mapping); returns the call id. Raises what
+    :func:`convert_exchange` raises for an unusable answer."""
+    index = state.next_index(traj)
+    call_id = f"{traj}/{index}"
+    session = state.sessions.get(traj, {})
+    meta = {
+        "run_id": state.run_id,
+        "trajectory_id": traj,
+        "step": state.step,
+        "call_index": index,
+        "call_id": call_id,
+        "headers": {k: v for k, v in headers.items()},
+    }
+    if index == 0 and session.get("task_prompt_sha256"):
+        meta["task_prompt_sha256_declared"] = session["task_prompt_sha256"]
+    recs = convert_exchange(
+        {"request": req, "response": resp, "meta": meta},
+        line=index,
+        ref=f"gateway:{call_id}",
+        opts=state.opts,
+        call_index=index,
+        retry=False,
+    )
+    for rec in recs:
+        rec["source"]["format"] = "fcr_gateway"
+        state.append(rec)
+    with state.lock:
+        state.stats["calls"] += 1
+    return call_id
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """The gateway's request handler; :func:`make_handler` binds it to a :class:`GatewayState`."""
+
+    protocol_version = "HTTP/1.1"
+    state: GatewayState
+
+    def log_message(self, fmt, *args):  # quiet
+        pass
+
+    def _send(self, status, payload, headers=None, raw=None, content_type="application/json"):
+        data = raw if raw is not None else json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _error(self, status, code, message):
+        self._send(status, {"error": {"code": code, "message": message, "type": "fcr_gateway"}})
+
+    def _body(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        try:
+            return json.loads(self.rfile.read(n) or b"{}")
+        except ValueError:
+            return None
+
+    def do_GET(self):
+        if self.path == "/fcr/stats":
+            return self._send(200, self.state.stats)
+        return self._error(404, "not_found", self.path)
+
+    def do_POST(self):
+        body = self._body()
+        if not isinstance(body, dict):
+            return self._error(400, "bad_json", "request body must be a JSON object")
+        if self.path == "/fcr/session":
+            return self._session(body)
+        if self.path not in ROUTES:
             return self._error(404, "not_found", self.path)
+        return self._proxy(body)
 
-        def do_POST(self):
-            body = self._body()
-            if not isinstance(body, dict):
-                return self._error(400, "bad_json", "request body must be a JSON object")
-            if self.path == "/fcr/session":
-                traj = body.get("trajectory_id")
-                if not isinstance(traj, str) or not traj:
-                    return self._error(400, "bad_session", "trajectory_id required")
-                with state.lock:
-                    state.sessions[traj] = body
-                return self._send(
-                    200,
-                    {
-                        "trajectory_id": traj,
-                        "undeclared": state.undeclared,
-                        "declares_roles": bool(body.get("declares_roles", True)),
-                    },
-                )
-            if self.path not in ROUTES:
-                return self._error(404, "not_found", self.path)
-            return self._proxy(body)
-
-        def _proxy(self, body):
-            h = {k.lower(): v for k, v in self.headers.items()}
-            traj = h.get("x-fcr-trajectory")
-            role = h.get("x-fcr-call-role")
-            upstream = state.upstream
-            headers = {k: v for k, v in h.items() if k.startswith("x-fcr-")}
-            if role not in ("policy", "background") or not traj:
-                if state.undeclared == "reject":
-                    with state.lock:
-                        state.stats["rejected"] += 1
-                    return self._error(
-                        409,
-                        "undeclared_call",
-                        "X-FCR-Trajectory and X-FCR-Call-Role (policy|background) are required in training mode",
-                    )
-                upstream = state.frozen
-                traj = traj or "undeclared"
-                headers.update(
-                    {
-                        "x-fcr-trajectory": traj,
-                        "x-fcr-call-role": "background",
-                        "x-fcr-purpose": "undeclared_routed_frozen",
-                    }
-                )
-                with state.lock:
-                    state.stats["routed_frozen"] += 1
-            chat = self.path.endswith("chat/completions")
-            client_stream = bool(body.get("stream"))
-            req = dict(body)
-            req.pop("stream", None)
-            req.pop("stream_options", None)
-            if chat:
-                req["logprobs"] = True
-                req["top_logprobs"] = max(int(req.get("top_logprobs") or 0), state.top_logprobs)
-            else:
-                req["logprobs"] = max(int(req.get("logprobs") or 0), state.top_logprobs)
-            req["return_token_ids"] = True
-            req.pop("logprobs_mode", None)  # the record states the declared server setting, not a client wish
-            if state.request_logprobs_mode:  # engines that take it per request (e.g. the Tmax vLLM fork)
-                req["logprobs_mode"] = "processed_logprobs"
-            try:
-                status, raw = _post(upstream, self.path, req, state.timeout)
-            except OSError as exc:
-                with state.lock:
-                    state.stats["upstream_errors"] += 1
-                return self._error(502, "upstream_unreachable", str(exc))
-            if status != 200:
-                with state.lock:
-                    state.stats["upstream_errors"] += 1
-                return self._send(status, None, raw=raw)
-            try:
-                resp = json.loads(raw)
-            except ValueError:
-                return self._error(502, "upstream_bad_json", "upstream answered non-JSON")
-            index = state.next_index(traj)
-            call_id = f"{traj}/{index}"
-            session = state.sessions.get(traj, {})
-            meta = {
-                "run_id": state.run_id,
+    def _session(self, body):
+        state = self.state
+        traj = body.get("trajectory_id")
+        if not isinstance(traj, str) or not traj:
+            return self._error(400, "bad_session", "trajectory_id required")
+        with state.lock:
+            state.sessions[traj] = body
+        return self._send(
+            200,
+            {
                 "trajectory_id": traj,
-                "step": state.step,
-                "call_index": index,
-                "call_id": call_id,
-                "headers": {k: v for k, v in headers.items()},
-            }
-            if index == 0 and session.get("task_prompt_sha256"):
-                meta["task_prompt_sha256_declared"] = session["task_prompt_sha256"]
-            try:
-                recs = convert_exchange(
-                    {"request": req, "response": resp, "meta": meta},
-                    line=index,
-                    ref=f"gateway:{call_id}",
-                    opts=state.opts,
-                    call_index=index,
-                    retry=False,
-                )
-            except (ValueError, TypeError, KeyError, AttributeError) as exc:
-                return self._error(502, "upstream_unusable", f"cannot record the call: {exc}")
-            for rec in recs:
-                rec["source"]["format"] = "fcr_gateway"
-                state.append(rec)
-            with state.lock:
-                state.stats["calls"] += 1
-            out_headers = {"X-FCR-Call-Id": call_id}
-            if not client_stream:
-                return self._send(200, resp, headers=out_headers)
-            chunk = {
-                "id": resp.get("id"),
-                "object": "chat.completion.chunk" if chat else "text_completion",
-                "model": resp.get("model"),
-                "choices": [
-                    {
-                        "index": c.get("index", 0),
-                        "finish_reason": c.get("finish_reason"),
-                        **(
-                            {"delta": {"role": "assistant", "content": (c.get("message") or {}).get("content")}}
-                            if chat
-                            else {"text": c.get("text")}
-                        ),
-                    }
-                    for c in resp.get("choices") or []
-                ],
-            }
-            sse = f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode()
-            return self._send(200, None, headers=out_headers, raw=sse, content_type="text/event-stream")
+                "undeclared": state.undeclared,
+                "declares_roles": bool(body.get("declares_roles", True)),
+            },
+        )
 
-    return Handler
+    def _proxy(self, body):
+        state = self.state
+        route = _route(state, {k.lower(): v for k, v in self.headers.items()})
+        if route is None:
+            return self._error(
+                409,
+                "undeclared_call",
+                "X-FCR-Trajectory and X-FCR-Call-Role (policy|background) are required in training mode",
+            )
+        upstream, traj, headers = route
+        chat = self.path.endswith("chat/completions")
+        req = _upstream_request(body, chat, state)
+        try:
+            status, raw = _post(upstream, self.path, req, state.timeout)
+        except OSError as exc:
+            with state.lock:
+                state.stats["upstream_errors"] += 1
+            return self._error(502, "upstream_unreachable", str(exc))
+        if status != 200:
+            with state.lock:
+                state.stats["upstream_errors"] += 1
+            return self._send(status, None, raw=raw)
+        try:
+            resp = json.loads(raw)
+        except ValueError:
+            return self._error(502, "upstream_bad_json", "upstream answered non-JSON")
+        try:
+            call_id = _record(state, req, resp, traj, headers)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            return self._error(502, "upstream_unusable", f"cannot record the call: {exc}")
+        out_headers = {"X-FCR-Call-Id": call_id}
+        if not body.get("stream"):
+            return self._send(200, resp, headers=out_headers)
+        return self._send(200, None, headers=out_headers, raw=_sse(resp, chat), content_type="text/event-stream")
+
+
+def make_handler(state: GatewayState):
+    """A request handler class bound to ``state``."""
+    return type("Handler", (_Handler,), {"state": state})
 
 
 def make_gateway(*, upstream, log_path, host="127.0.0.1", port=0, **kw) -> ThreadingHTTPServer:

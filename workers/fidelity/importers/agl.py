@@ -27,6 +27,16 @@ from __future__ import annotations
 
 import re
 
+from workers.fidelity.importers.fields import (
+    Field,
+    Rung,
+    block,
+    first_of_lists,
+    ids,
+    integer,
+    ladder,
+    read_table,
+)
 from workers.fidelity.importers.common import (
     dump,
     ids_sha256,
@@ -117,57 +127,144 @@ def _first(attrs, keys):
     return None
 
 
-def _suffix(attrs, suffix):
-    for k in sorted(attrs):
-        if k.endswith(suffix) and attrs[k] is not None:
-            return attrs[k]
+def _hosted_choice_ids(choices):
+    """``llm.hosted_vllm.choices`` (a Python-repr list of choices): the first choice's ``token_ids`` or
+    ``provider_specific_fields.token_ids``."""
+    ch = safe_literal(choices)
+    if isinstance(ch, list) and ch and isinstance(ch[0], dict):
+        psf = ch[0].get("provider_specific_fields") or {}
+        for cand in (ch[0].get("token_ids"), psf.get("token_ids") if isinstance(psf, dict) else None):
+            got = int_list(cand)
+            if got is not None:
+                return got
     return None
+
+
+def _first_choice_ids(v):
+    return int_list(first_of_lists(v))
+
+
+# span attributes (flattened keys) → fcr fields
+PROMPT_IDS = (Rung(Field("prompt.token_ids", PROMPT_KEYS, ids, flat=True), "engine"),)
+RESPONSE_IDS = (
+    Rung(
+        Field(
+            "response.token_ids",
+            (
+                "response_token_ids",
+                "llm.hosted_vllm.response_token_ids",
+                "agentlightning.operation.output.response_token_ids.0",
+            ),
+            _first_choice_ids,
+            flat=True,
+            note="a list of lists: the first choice",
+        ),
+        "engine",
+    ),
+    Rung(
+        Field(
+            "response.token_ids",
+            ("choices.0.token_ids", "choices.0.provider_specific_fields.token_ids"),
+            ids,
+            pick="suffix",
+            flat=True,
+        ),
+        "engine",
+    ),
+    Rung(Field("response.token_ids", ("llm.hosted_vllm.choices",), _hosted_choice_ids, flat=True), "engine"),
+)
+SPAN_FIELDS = (
+    Field(
+        "model.served_name",
+        ("gen_ai.request.model", "llm.hosted_vllm.model", "gen_ai.response.model"),
+        pick="truthy",
+        flat=True,
+    ),
+    Field("model.policy_version", ("model_version",), integer, flat=True),
+    Field("sampling.temperature", ("gen_ai.request.temperature",), flat=True),
+    Field("sampling.top_p", ("gen_ai.request.top_p",), flat=True),
+    Field("sampling.max_tokens", ("gen_ai.request.max_tokens",), flat=True),
+    Field("step", ("batch_idx",), integer, flat=True, note="else the rollout→step map"),
+)
 
 
 def prompt_ids(attrs):
-    return int_list(_first(attrs, PROMPT_KEYS))
+    return ladder(attrs, PROMPT_IDS)[0]
 
 
 def response_ids(attrs):
-    v = _first(
-        attrs,
-        (
-            "response_token_ids",
-            "llm.hosted_vllm.response_token_ids",
-            "agentlightning.operation.output.response_token_ids.0",
-        ),
-    )
-    if v is not None:
-        v = safe_literal(v)
-        if isinstance(v, list) and v and isinstance(v[0], list):
-            v = v[0]  # list of lists: first choice
-        ids = int_list(v)
-        if ids is not None:
-            return ids
-    for suffix in ("choices.0.token_ids", "choices.0.provider_specific_fields.token_ids"):
-        ids = int_list(_suffix(attrs, suffix))
-        if ids is not None:
-            return ids
-    ch = safe_literal(attrs.get("llm.hosted_vllm.choices"))
-    if isinstance(ch, list) and ch and isinstance(ch[0], dict):
-        for cand in (ch[0].get("token_ids"), (ch[0].get("provider_specific_fields") or {}).get("token_ids")):
-            ids = int_list(cand)
-            if ids is not None:
-                return ids
-    return None
+    return ladder(attrs, RESPONSE_IDS)[0]
 
 
-def _logprob_content(attrs):
-    """``logprobs.content`` (a flattened attribute, JSON text) or, on LLM-proxy spans, inside
-    ``llm.hosted_vllm.choices[0].logprobs.content`` (a Python-repr list of choices)."""
-    v = safe_literal(_suffix(attrs, "logprobs.content"))
-    if isinstance(v, list):
-        return v
-    ch = safe_literal(attrs.get("llm.hosted_vllm.choices"))
+def _literal_list(v):
+    v = safe_literal(v)
+    return v if isinstance(v, list) else None
+
+
+def _hosted_choice_content(choices):
+    """``llm.hosted_vllm.choices[0].logprobs.content`` (a Python-repr list of choices)."""
+    ch = safe_literal(choices)
     if isinstance(ch, list) and ch and isinstance(ch[0], dict) and isinstance(ch[0].get("logprobs"), dict):
         v = ch[0]["logprobs"].get("content")
         return v if isinstance(v, list) else None
     return None
+
+
+# the OpenAI ``logprobs.content`` list of a span: a flattened attribute (JSON text), or inside the proxy's choices;
+# its log-probs and top-K are kept only when aligned with the response ids
+LOGPROB_CONTENT = (
+    Rung(
+        Field("rollout.logprobs", ("logprobs.content",), _literal_list, pick="suffix", flat=True, note="and top-K"),
+        "engine",
+    ),
+    Rung(
+        Field("rollout.logprobs", ("llm.hosted_vllm.choices",), _hosted_choice_content, flat=True, note="and top-K"),
+        "engine",
+    ),
+)
+
+
+def _logprob_content(attrs):
+    return ladder(attrs, LOGPROB_CONTENT)[0]
+
+
+def _dedupe(group, lines, stats) -> list:
+    """One span per response id (client/proxy duplicates), preferring the span that carries token ids; the kept
+    span is given the attributes only its duplicates have (e.g. request parameters on the client span). Ordered by
+    ``sequence_id``, then ``start_time``, then line."""
+    chosen, order, dups = {}, [], {}
+    for s in group:
+        a = _attrs(s)
+        sid = _sid(s.get("span_id"))
+        rid = _response_id(a) or (f"span:{sid}" if sid else f"line:{lines[id(s)]}")
+        has_ids = response_ids(a) is not None
+        dups.setdefault(rid, []).append(s)
+        if rid not in chosen:
+            chosen[rid] = (has_ids, s)
+            order.append(rid)
+        else:
+            stats["duplicates_dropped"] += 1
+            if has_ids and not chosen[rid][0]:
+                chosen[rid] = (has_ids, s)
+    kept = []
+    for rid in order:
+        s = chosen[rid][1]
+        if len(dups[rid]) > 1:
+            merged = {}
+            for d in dups[rid]:
+                merged.update({k: v for k, v in _attrs(d).items() if k not in merged})
+            merged.update(_attrs(s))
+            s = dict(s, attributes=merged)
+            lines[id(s)] = lines[id(chosen[rid][1])]
+        kept.append(s)
+    kept.sort(
+        key=lambda s: (
+            s.get("sequence_id") if type(s.get("sequence_id")) is int else 1 << 62,
+            str(s.get("start_time")),
+            lines[id(s)],
+        )
+    )
+    return kept
 
 
 def import_agl(
@@ -208,39 +305,7 @@ def import_agl(
     }
     out_records = []
     for (rollout, attempt), group in sorted(groups.items()):
-        # dedupe by response id, preferring a span with token ids
-        chosen, order, dups = {}, [], {}
-        for s in group:
-            a = _attrs(s)
-            sid = _sid(s.get("span_id"))
-            rid = _response_id(a) or (f"span:{sid}" if sid else f"line:{lines[id(s)]}")
-            has_ids = response_ids(a) is not None
-            dups.setdefault(rid, []).append(s)
-            if rid not in chosen:
-                chosen[rid] = (has_ids, s)
-                order.append(rid)
-            else:
-                stats["duplicates_dropped"] += 1
-                if has_ids and not chosen[rid][0]:
-                    chosen[rid] = (has_ids, s)
-        kept = []
-        for rid in order:
-            s = chosen[rid][1]
-            if len(dups[rid]) > 1:  # fill attributes the kept span lacks (e.g. request params on the client span)
-                merged = {}
-                for d in dups[rid]:
-                    merged.update({k: v for k, v in _attrs(d).items() if k not in merged})
-                merged.update(_attrs(s))
-                s = dict(s, attributes=merged)
-                lines[id(s)] = lines[id(chosen[rid][1])]
-            kept.append(s)
-        kept.sort(
-            key=lambda s: (
-                s.get("sequence_id") if type(s.get("sequence_id")) is int else 1 << 62,
-                str(s.get("start_time")),
-                lines[id(s)],
-            )
-        )
+        kept = _dedupe(group, lines, stats)
         for call_index, s in enumerate(kept):
             rec = _convert(
                 s,
@@ -301,9 +366,10 @@ def _convert(
     stats,
 ):
     a = _attrs(s)
+    values = read_table(a, SPAN_FIELDS)
     traj = f"{rollout}:{attempt}"
-    step = a.get("batch_idx")
-    if type(step) is not int:
+    step = values["step"]
+    if step is None:
         step = steps.get(rollout, steps.get(traj))
     if type(step) is not int:
         step = -1
@@ -321,13 +387,8 @@ def _convert(
     )
     _span_role(rec, s, by_id, agent_re)
     rec["model"] = {
-        "served_name": str(
-            a.get("gen_ai.request.model")
-            or a.get("llm.hosted_vllm.model")
-            or a.get("gen_ai.response.model")
-            or "unknown"
-        ),
-        "policy_version": a.get("model_version") if type(a.get("model_version")) is int else None,
+        "served_name": str(values["model.served_name"] or "unknown"),
+        "policy_version": values["model.policy_version"],
     }
     rec["tokenizer"] = tokenizer_block(tok)
     rec["chat_template"] = {"sha256": template_sha or "unknown"}
@@ -337,11 +398,7 @@ def _convert(
         "logprobs_mode": logprobs_mode,
         "generation_config_source": gcs,
     }
-    rec["sampling"] = {
-        "temperature": a.get("gen_ai.request.temperature"),
-        "top_p": a.get("gen_ai.request.top_p"),
-        "max_tokens": a.get("gen_ai.request.max_tokens"),
-    }
+    rec["sampling"] = block(values, "sampling")
     pids = prompt_ids(a)
     if pids is not None:
         rec["prompt"].update(token_ids=pids, provenance="engine", ids_sha256=ids_sha256(pids))

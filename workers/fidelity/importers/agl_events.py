@@ -29,13 +29,13 @@ import re
 from workers.fidelity.importers.common import (
     emit,
     ids_sha256,
-    int_list,
     map_token,
     read_jsonl,
     ref_of,
     skeleton,
     topk_lists,
 )
+from workers.fidelity.importers.fields import Field, ids, integer, nonempty_text, read_table, text, version
 from workers.fidelity.importers.vllm import convert_exchange
 
 
@@ -72,6 +72,52 @@ def _logprob_record(rec, lps, content, tok, extra):
         rec["rollout"]["logprobs"] = [None] * n
         if lps is not None:
             extra["logprobs_unaligned"] = True
+
+
+# ``?format=triplet`` ``model_request`` event ``data``
+EVENT_TRIPLET_FIELDS = (
+    Field("prompt.token_ids", ("prompt_token_ids",), ids),
+    Field("response.token_ids", ("response_token_ids",), ids),
+    Field("rollout.logprobs", ("response_log_probs",)),
+    Field("model.served_name", ("server.model",), pick="truthy"),
+    Field("model.policy_version", ("server.version", "model_version"), integer, pick="present"),
+    Field("error", ("error",), note="a failed call keeps no ids"),
+    Field("http_status", ("http_status",), integer, note="≥ 400: a failed call"),
+)
+# the weights version a triplet names, in its metadata first (an int or a string of digits)
+_VERSION_KEYS = ("policy_version", "model_version", "weight_version", "version")
+SAMPLING_KEYS = ("temperature", "top_p", "max_tokens")  # those logged with the request, as logged
+# ``Triplet.model_dump()``: log-probs as OpenAI ``logprobs.content`` or a plain list
+TRIPLET_FIELDS = (
+    Field("prompt.token_ids", ("prompt.token_ids",), ids),
+    Field("response.token_ids", ("response.token_ids",), ids),
+    Field("rollout.logprobs", ("response.logprobs",)),
+    Field("call_id", ("metadata.response_id",), nonempty_text),
+    Field("role", ("metadata.agent_name",), text, note="policy when it matches --agent-match"),
+    Field(
+        "model.policy_version",
+        tuple(f"metadata.{k}" for k in _VERSION_KEYS) + _VERSION_KEYS,
+        version,
+        pick="valid",
+    ),
+    Field("model.served_name", ("metadata.request.model",), text),
+    Field("request", ("metadata.request",), note="its temperature, top_p, max_tokens → sampling"),
+)
+# the adapter's ``TokensTriplet.model_dump()``
+TOKENS_TRIPLET_FIELDS = (
+    Field("prompt.token_ids", ("observation.token_ids",), ids),
+    Field("response.token_ids", ("completion.token_ids",), ids),
+    Field("rollout.logprobs", ("completion.logprobs",)),
+    Field("call_id", ("raw_call.response.id", "metadata.response_id"), nonempty_text, pick="truthy"),
+    Field("model.served_name", ("raw_call.request.model", "raw_call.response.model"), text, pick="truthy"),
+    Field(
+        "model.policy_version",
+        tuple(f"{p}{k}" for p in ("metadata.", "", "raw_call.") for k in _VERSION_KEYS),
+        version,
+        pick="valid",
+    ),
+    Field("request", ("raw_call.request",), note="its temperature, top_p, max_tokens → sampling"),
+)
 
 
 def _ids_record(rec, pids, rids):
@@ -204,18 +250,17 @@ def _event_triplet(obj, data, *, traj, call_index, ref, opts, step, extra) -> di
         ref=ref,
         tokenizer=opts["tokenizer"],
     )
-    srv = data.get("server") if isinstance(data.get("server"), dict) else {}
-    version = srv.get("version", data.get("model_version"))
+    values = read_table(data, EVENT_TRIPLET_FIELDS)
     rec["model"] = {
-        "served_name": str(srv.get("model") or "unknown"),
-        "policy_version": version if type(version) is int else None,
+        "served_name": str(values["model.served_name"] or "unknown"),
+        "policy_version": values["model.policy_version"],
     }
-    status = data.get("http_status")
-    if data.get("error") is not None or (type(status) is int and status >= 400):
-        extra["import_error"] = f"model call failed: {data.get('error') or status}"
+    status = values["http_status"]
+    if values["error"] is not None or (status is not None and status >= 400):
+        extra["import_error"] = f"model call failed: {values['error'] or status}"
     else:
-        _ids_record(rec, int_list(data.get("prompt_token_ids")), int_list(data.get("response_token_ids")))
-    _logprob_record(rec, data.get("response_log_probs"), None, opts["tokenizer"], extra)
+        _ids_record(rec, values["prompt.token_ids"], values["response.token_ids"])
+    _logprob_record(rec, values["rollout.logprobs"], None, opts["tokenizer"], extra)
     if type(obj.get("timestamp")) in (int, float):
         rec["timestamp"] = obj["timestamp"]
     return rec
@@ -224,75 +269,50 @@ def _event_triplet(obj, data, *, traj, call_index, ref, opts, step, extra) -> di
 def _triplet(obj, *, agent_re, traj, call_index, ref, opts, step, extra) -> dict:
     """A ``Triplet`` object: ids, log-probs (OpenAI content or a plain list), version, and the role from the agent
     name matched against ``agent_re``."""
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-    rid = meta.get("response_id")
-    rec = skeleton(
-        run_id=opts["run_id"] or "unknown",
-        trajectory_id=traj,
-        step=step,
-        call_id=str(rid) if isinstance(rid, str) and rid else f"{traj}:{call_index}",
-        call_index=call_index,
-        source_format="agl_triplet",
-        ref=ref,
-        tokenizer=opts["tokenizer"],
-    )
-    _ids_record(rec, int_list(obj["prompt"].get("token_ids")), int_list(obj["response"].get("token_ids")))
-    _logprob_record(rec, None, obj["response"].get("logprobs"), opts["tokenizer"], extra)
-    agent = meta.get("agent_name")
-    if isinstance(agent, str) and agent_re is not None:
+    values = read_table(obj, TRIPLET_FIELDS)
+    rec = _triplet_skeleton(values, "agl_triplet", traj=traj, call_index=call_index, ref=ref, opts=opts, step=step)
+    _ids_record(rec, values["prompt.token_ids"], values["response.token_ids"])
+    _logprob_record(rec, None, values["rollout.logprobs"], opts["tokenizer"], extra)
+    agent = values["role"]
+    if agent is not None and agent_re is not None:
         if agent_re.search(agent):
             rec["role"], rec["role_source"] = "policy", "config"
         else:
             rec["inferred_purpose"] = f"agent:{agent}"
-    rec["model"]["policy_version"] = _version_of(meta, obj)
-    req = meta.get("request") if isinstance(meta.get("request"), dict) else {}
-    rec["sampling"] = {k: req.get(k) for k in ("temperature", "top_p", "max_tokens") if k in req}
-    if isinstance(req.get("model"), str):
-        rec["model"]["served_name"] = req["model"]
+    req = values["request"] if isinstance(values["request"], dict) else {}
+    rec["sampling"] = {k: req.get(k) for k in SAMPLING_KEYS if k in req}
     return rec
 
 
-_VERSION_KEYS = ("policy_version", "model_version", "weight_version", "version")
-
-
-def _version_of(*sources):
-    """The weights version a triplet names (``policy_version`` / ``model_version`` / ``weight_version`` /
-    ``version``, an int or a string of digits, in the triplet or its metadata), else None."""
-    for src in sources:
-        for k in _VERSION_KEYS:
-            v = src.get(k) if isinstance(src, dict) else None
-            if type(v) is int:
-                return v
-            if isinstance(v, str) and v.isdigit():
-                return int(v)
-    return None
+def _triplet_skeleton(values, source_format, *, traj, call_index, ref, opts, step) -> dict:
+    rec = skeleton(
+        run_id=opts["run_id"] or "unknown",
+        trajectory_id=traj,
+        step=step,
+        call_id=values["call_id"] or f"{traj}:{call_index}",
+        call_index=call_index,
+        source_format=source_format,
+        ref=ref,
+        tokenizer=opts["tokenizer"],
+    )
+    rec["model"]["policy_version"] = values["model.policy_version"]
+    if values["model.served_name"] is not None:
+        rec["model"]["served_name"] = values["model.served_name"]
+    return rec
 
 
 def _tokens_triplet(obj, *, traj, call_index, ref, opts, step, extra) -> dict:
     """AGL's adapter ``TokensTriplet`` (``model_dump()``): ``observation.token_ids`` (the prompt ids the proxy got
     back from the engine), ``completion.{token_ids, logprobs}`` (the engine's ids and sampled log-probs), ``reward``,
     ``done``, ``raw_call`` (the chat-completion exchange; its request and response give model and version)."""
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-    raw = obj.get("raw_call") if isinstance(obj.get("raw_call"), dict) else {}
-    resp = raw.get("response") if isinstance(raw.get("response"), dict) else {}
-    rid = resp.get("id") or meta.get("response_id")
-    rec = skeleton(
-        run_id=opts["run_id"] or "unknown",
-        trajectory_id=traj,
-        step=step,
-        call_id=str(rid) if isinstance(rid, str) and rid else f"{traj}:{call_index}",
-        call_index=call_index,
-        source_format="agl_tokens_triplet",
-        ref=ref,
-        tokenizer=opts["tokenizer"],
+    values = read_table(obj, TOKENS_TRIPLET_FIELDS)
+    rec = _triplet_skeleton(
+        values, "agl_tokens_triplet", traj=traj, call_index=call_index, ref=ref, opts=opts, step=step
     )
-    _ids_record(rec, int_list(obj["observation"].get("token_ids")), int_list(obj["completion"].get("token_ids")))
-    _logprob_record(rec, obj["completion"].get("logprobs"), None, opts["tokenizer"], extra)
-    rec["model"]["policy_version"] = _version_of(meta, obj, raw)
-    req = raw.get("request") if isinstance(raw.get("request"), dict) else {}
-    if isinstance(req.get("model") or resp.get("model"), str):
-        rec["model"]["served_name"] = req.get("model") or resp.get("model")
-    rec["sampling"] = {k: req.get(k) for k in ("temperature", "top_p", "max_tokens") if k in req}
+    _ids_record(rec, values["prompt.token_ids"], values["response.token_ids"])
+    _logprob_record(rec, values["rollout.logprobs"], None, opts["tokenizer"], extra)
+    req = values["request"] if isinstance(values["request"], dict) else {}
+    rec["sampling"] = {k: req.get(k) for k in SAMPLING_KEYS if k in req}
     return rec
 
 

@@ -34,7 +34,20 @@ from workers.fidelity.importers.common import (
     text_sha256,
     topk_lists,
 )
-from workers.fidelity.importers.vllm import ROLE_VALUES, error_text, failed_record, headers_of
+from workers.fidelity.importers.fields import (
+    Field,
+    Rung,
+    block,
+    declared_role,
+    ids,
+    integer,
+    ladder,
+    read_table,
+    text,
+    truthy,
+    version,
+)
+from workers.fidelity.importers.vllm import error_text, failed_record, headers_of
 from workers.routing.engines import attach_rollout_routes, sglang_response_routes
 
 SAMPLING_KEYS = (
@@ -49,14 +62,48 @@ SAMPLING_KEYS = (
 STRUCTURED_KEYS = ("json_schema", "regex", "ebnf", "structural_tag")
 
 
+# ``request.sampling_params`` (SGLang's names) → ``sampling``
+SAMPLING_FIELDS = tuple(Field(f"sampling.{k}", (f"sampling_params.{k}",)) for k in SAMPLING_KEYS) + (
+    Field("sampling.max_tokens", ("sampling_params.max_new_tokens",)),
+    Field("sampling.seed", ("sampling_params.sampling_seed",)),
+    Field("sampling.logit_bias_present", ("sampling_params.logit_bias",), truthy),
+    Field("sampling.structured_output", tuple(f"sampling_params.{k}" for k in STRUCTURED_KEYS), pick="key"),
+)
+# prompt ids, most direct first (a whole-prompt ``input_token_logprobs`` is the last resort, see _prompt)
+PROMPT_IDS = (
+    Rung(
+        Field("prompt.token_ids", ("output.prompt_token_ids", "meta_info.prompt_token_ids"), ids, pick="present"),
+        "engine",
+    ),
+    Rung(Field("prompt.token_ids", ("request.input_ids",), ids), "engine_input"),
+)
+RESPONSE_FIELDS = (
+    Field("response.token_ids", ("output.output_ids",), ids, note="else the ids of `output_token_logprobs`"),
+    Field("response.text", ("output.text",), text),
+    Field("response.usage_completion_tokens", ("meta_info.completion_tokens",), integer),
+    Field("response.finish_reason", ("meta_info.finish_reason.type", "meta_info.finish_reason"), pick="present"),
+)
+# what the exchange says about the call: ``meta`` (typed by meta_of), ``headers`` (X-FCR-*, lower case), the request
+# and the output's ``meta_info``
+CALL_FIELDS = (
+    Field("trajectory_id", ("meta.trajectory_id", "headers.x-fcr-trajectory"), pick="truthy"),
+    Field("role", ("headers.x-fcr-call-role",), declared_role, note="`role_source: header`"),
+    Field("purpose", ("headers.x-fcr-purpose",), text),
+    Field("parent_call_id", ("headers.x-fcr-parent-call",), text),
+    Field("step", ("meta.step",), integer, note="else `--step`"),
+    Field("model.served_name", ("request.model", "meta.model"), pick="truthy"),
+    Field(
+        "model.policy_version",
+        ("meta.policy_version", "meta_info.weight_version"),
+        version,
+        pick="valid",
+        note="`weight_version` an int or digits; else kept in extra",
+    ),
+)
+
+
 def _sampling(req: dict) -> dict:
-    sp = req.get("sampling_params") if isinstance(req.get("sampling_params"), dict) else {}
-    s = {k: sp.get(k) for k in SAMPLING_KEYS}
-    s["max_tokens"] = sp.get("max_new_tokens")
-    s["seed"] = sp.get("sampling_seed")
-    s["logit_bias_present"] = bool(sp.get("logit_bias"))
-    s["structured_output"] = next((k for k in STRUCTURED_KEYS if sp.get(k) is not None), None)
-    return s
+    return block(read_table(req, SAMPLING_FIELDS), "sampling")
 
 
 def _merge_stream(chunks) -> list[dict]:
@@ -165,7 +212,7 @@ def convert(obj, *, ref, opts, call_index) -> list[dict]:
         "opts": opts,
         "ref": ref,
         "call_index": call_index,
-        "traj": str(meta.get("trajectory_id") or headers.get("x-fcr-trajectory") or "unknown"),
+        "traj": str(CALL_FIELDS[0].read({"meta": meta, "headers": headers}) or "unknown"),
     }
     recs = []
     for out, call_id in zip(outs, _call_ids(meta, headers, outs, ref)):
@@ -192,8 +239,9 @@ def convert(obj, *, ref, opts, call_index) -> list[dict]:
 
 def _base_record(ctx: dict, call_id: str, mi: dict) -> dict:
     """Identity, role, purpose, model (``weight_version`` → ``policy_version`` when an integer), engine, sampling."""
-    meta, headers, opts, req = ctx["meta"], ctx["headers"], ctx["opts"], ctx["req"]
-    step = meta.get("step") if type(meta.get("step")) is int else opts.get("step")
+    meta, opts = ctx["meta"], ctx["opts"]
+    v = read_table({"meta": meta, "headers": ctx["headers"], "request": ctx["req"], "meta_info": mi}, CALL_FIELDS)
+    step = v["step"] if v["step"] is not None else opts.get("step")
     rec = skeleton(
         run_id=opts.get("run_id") or meta.get("run_id") or "unknown",
         trajectory_id=ctx["traj"],
@@ -204,39 +252,34 @@ def _base_record(ctx: dict, call_id: str, mi: dict) -> dict:
         ref=ctx["ref"],
         tokenizer=opts.get("tokenizer"),
     )
-    if headers.get("x-fcr-call-role") in ROLE_VALUES:
-        rec["role"], rec["role_source"] = headers["x-fcr-call-role"], "header"
-    for key, field in (("x-fcr-purpose", "purpose"), ("x-fcr-parent-call", "parent_call_id")):
-        if isinstance(headers.get(key), str):
-            rec[field] = headers[key]
-    wv = mi.get("weight_version")
-    version = meta.get("policy_version")
-    if type(version) is not int:
-        version = wv if type(wv) is int else int(wv) if isinstance(wv, str) and wv.isdigit() else None
-    rec["model"] = {"served_name": str(req.get("model") or meta.get("model") or "unknown"), "policy_version": version}
+    if v["role"] is not None:
+        rec["role"], rec["role_source"] = v["role"], "header"
+    for key in ("purpose", "parent_call_id"):
+        if v[key] is not None:
+            rec[key] = v[key]
+    rec["model"] = {
+        "served_name": str(v["model.served_name"] or "unknown"),
+        "policy_version": v["model.policy_version"],
+    }
     rec["engine"] = {
         "name": "sglang",
         "api": "generate",
         "logprobs_mode": opts.get("logprobs_mode"),
         "generation_config_source": opts.get("generation_config_source", "unknown"),
     }
-    rec["sampling"] = _sampling(req)
+    rec["sampling"] = _sampling(ctx["req"])
     return rec
 
 
 def _prompt(p: dict, req: dict, meta: dict, out: dict, mi: dict) -> None:
     """Prompt ids: the engine's (``return_prompt_token_ids``), the request's ``input_ids``, or the ids of an
     ``input_token_logprobs`` that covers the whole prompt (``logprob_start_len: 0``)."""
-    inp = _entries(mi.get("input_token_logprobs"))
-    pt = mi.get("prompt_tokens")
-    echoed = int_list(out.get("prompt_token_ids", mi.get("prompt_token_ids")))  # return_prompt_token_ids
-    input_ids = int_list(req.get("input_ids"))
-    if echoed is not None:
-        p["token_ids"], p["provenance"] = echoed, "engine"
-    elif input_ids is not None:
-        p["token_ids"], p["provenance"] = input_ids, "engine_input"
-    elif inp is not None and type(pt) is int and len(inp[0]) == pt and int_list(inp[0]) is not None:
-        p["token_ids"], p["provenance"] = inp[0], "engine"
+    known, provenance = ladder({"output": out, "meta_info": mi, "request": req}, PROMPT_IDS)
+    inp, pt = _entries(mi.get("input_token_logprobs")), mi.get("prompt_tokens")
+    if known is None and inp is not None and type(pt) is int and len(inp[0]) == pt and int_list(inp[0]) is not None:
+        known, provenance = inp[0], "engine"
+    if known is not None:
+        p["token_ids"], p["provenance"] = known, provenance
     p["ids_sha256"] = ids_sha256(p["token_ids"])
     p["task_prompt_sha256_declared"] = meta.get("task_prompt_sha256_declared")
     text_in = req.get("text") if isinstance(req.get("text"), str) else None
@@ -248,19 +291,17 @@ def _response(rec: dict, out: dict, mi: dict, extra: dict) -> None:
     the rollout log-probs and top-K when their ids are exactly the response's."""
     r = rec["response"]
     got = _entries(mi.get("output_token_logprobs"))
-    ids = int_list(out.get("output_ids"))
-    if ids is None and got is not None:
-        ids = int_list(got[0])
-    if ids is not None:
-        r["token_ids"], r["provenance"] = ids, "engine"
+    values = read_table({"output": out, "meta_info": mi}, RESPONSE_FIELDS)
+    ids_ = values["response.token_ids"]
+    if ids_ is None and got is not None:
+        ids_ = int_list(got[0])
+    if ids_ is not None:
+        r["token_ids"], r["provenance"] = ids_, "engine"
     r["ids_sha256"] = ids_sha256(r["token_ids"])
-    r["text"] = out.get("text") if isinstance(out.get("text"), str) else None
-    ct = mi.get("completion_tokens")
-    r["usage_completion_tokens"] = ct if type(ct) is int else None
-    fr = mi.get("finish_reason")
-    fr = fr.get("type") if isinstance(fr, dict) else fr
-    if isinstance(fr, str):
-        r["finish_reason"] = fr
+    r["text"] = values["response.text"]
+    r["usage_completion_tokens"] = values["response.usage_completion_tokens"]
+    if isinstance(values["response.finish_reason"], str):
+        r["finish_reason"] = values["response.finish_reason"]
     n = len(r["token_ids"])
     if got is None or len(got[0]) != n or got[0] != r["token_ids"]:
         rec["rollout"] = {"logprobs": [None] * n}
@@ -303,12 +344,21 @@ def _span_versions(rec: dict, spans, n: int, extra: dict) -> None:
         extra["weight_versions"] = sorted({str(v) for v in tv if v is not None})
 
 
+# what an exchange declares about its routed-experts payload (the decoder refuses what it cannot place)
+ROUTE_FIELDS = (
+    Field(
+        "start_len",
+        ("meta_info.routed_experts_start_len", "request.routed_experts_start_len"),
+        pick="present",
+        note="rows start at that token, not at 0",
+    ),
+    Field("dtype", ("meta_info.routed_experts_dtype", "request.routed_experts_dtype"), pick="present"),
+)
+
+
 def _route_layout(req: dict, mi: dict) -> dict:
-    """What the exchange declares about its routed-experts payload: ``routed_experts_start_len`` (rows start at that
-    token, not at 0) and a ``routed_experts_dtype``; the decoder refuses what it cannot place (docs/routing.md)."""
-    start = mi.get("routed_experts_start_len", req.get("routed_experts_start_len"))
-    dtype = mi.get("routed_experts_dtype", req.get("routed_experts_dtype"))
-    return {"start_len": start, "dtype": dtype}
+    """``routed_experts_start_len`` and ``routed_experts_dtype`` as declared (docs/routing.md)."""
+    return read_table({"meta_info": mi, "request": req}, ROUTE_FIELDS)
 
 
 def import_sglang(
@@ -341,11 +391,8 @@ def import_sglang(
             stats["exchanges"] += 1
             ref = ref_of(in_path, line)
             meta = meta_of(obj)
-            traj = str(
-                meta.get("trajectory_id")
-                or (headers_of(obj).get("x-fcr-trajectory") if isinstance(obj, dict) else None)
-                or "unknown"
-            )
+            headers = headers_of(obj) if isinstance(obj, dict) else {}
+            traj = str(CALL_FIELDS[0].read({"meta": meta, "headers": headers}) or "unknown")
             idx = counters.get(traj, 0)
             counters[traj] = idx + 1
             ci = meta.get("call_index") if type(meta.get("call_index")) is int else idx

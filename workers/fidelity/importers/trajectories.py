@@ -33,12 +33,22 @@ import re
 from workers.fidelity.importers.common import (
     dump,
     ids_sha256,
-    int_list,
     read_jsonl,
     ref_of,
     skeleton,
     task_text,
     text_sha256,
+)
+from workers.fidelity.importers.fields import (
+    Field,
+    extras,
+    ids,
+    integer,
+    number,
+    read_table,
+    text,
+    text_or_messages,
+    version,
 )
 
 
@@ -184,55 +194,32 @@ def _call_versions(rec, policy_version, token_versions, a, b):
     return None
 
 
-def _int_or_none(v):
-    return v if type(v) is int else None
-
-
-def _version(v):
-    """A weights version: an int, or a string of digits (slime's ``weight_versions``, SGLang's ``weight_version``)."""
-    if type(v) is int:
-        return v
-    if isinstance(v, str) and v.isdigit():
-        return int(v)
-    return None
-
-
 def _traj(
-    key,
-    prompt_ids,
-    response_ids,
-    mask,
-    logprobs,
-    prompt,
-    *,
-    version=None,
-    token_versions=None,
-    extra=None,
-    unverified=(),
-    ids_reencoded=False,
-    trainer=None,
-) -> dict:
+    values: dict, *, version=None, token_versions=None, extra=None, unverified=(), ids_reencoded=False, trainer=None
+):
+    """The row :func:`trajectory_records` takes, from the fields a stack's table read (``values``) and what its
+    named transforms derived."""
     return {
-        "key": key,
-        "prompt_ids": prompt_ids,
-        "response_ids": response_ids,
-        "mask": mask,
-        "logprobs": logprobs,
-        "prompt": prompt,
+        "key": values.get("trajectory_id"),
+        "prompt_ids": values.get("prompt.token_ids"),
+        "response_ids": values.get("response.token_ids"),
+        "mask": values.get("calls.mask"),
+        "logprobs": values.get("rollout.logprobs"),
+        "prompt": values.get("prompt.task_text"),
         "policy_version": version,
         "token_versions": token_versions,
-        "extra": extra or {},
+        "extra": dict(extras(values), **(extra or {})),
         "unverified": list(unverified),
         "ids_reencoded": ids_reencoded,
         "trainer": trainer,
     }
 
 
-def _span_versions(start, end, n):
+def span_versions(start, end, n):
     """verl fully-async ``param_version_start`` / ``param_version_end`` → (one version, per-token versions): a sample
     resumed across weight updates (start ≠ end) has tokens from several versions and the log does not say which
     produced which, so every token's version is unknown (None)."""
-    s, e = _version(start), _version(end)
+    s, e = version(start), version(end)
     if s is None and e is None:
         return None, None
     if s is None or e is None or s == e:
@@ -240,47 +227,39 @@ def _span_versions(start, end, n):
     return None, [None] * n
 
 
-def _verl_rows(obj):
-    ef = obj.get("extra_fields") if isinstance(obj.get("extra_fields"), dict) else {}
-    resp = int_list(obj.get("response_ids"))
-    n = len(resp) if resp is not None else 0
-
-    def field(name):
-        return obj.get(name) if obj.get(name) is not None else ef.get(name)
-
-    # the fully-async recipe's param_version_start/_end, or verl's min_global_steps/max_global_steps (the weights
-    # versions that generated the sample's first and last tokens)
-    lo, hi = next(
-        (
-            (field(a), field(b))
-            for a, b in (("param_version_start", "param_version_end"), ("min_global_steps", "max_global_steps"))
-            if field(a) is not None or field(b) is not None
-        ),
-        (None, None),
-    )
-    version, tv = _span_versions(lo, hi, n)
-    if version is None and tv is None:
-        version = _version(field("param_version"))
-    extra = {k: obj[k] for k in ("num_turns", "reward_score") if obj.get(k) is not None}
-    if tv is not None:
-        extra["policy_versions"] = [_version(lo), _version(hi)]
-    lps = obj.get("response_logprobs") if obj.get("response_logprobs") is not None else obj.get("log_probs")
-    return [
-        _traj(
-            obj.get("trajectory_id") or obj.get("uid") or obj.get("request_id"),
-            int_list(obj.get("prompt_ids")),
-            resp,
-            obj.get("response_mask"),
-            lps,
-            obj.get("raw_prompt", obj.get("messages")),
-            version=version,
-            token_versions=tv,
-            extra=extra,
-        )
-    ]
+# verl ``AgentLoopOutput.model_dump()`` (volcengine/verl, recipe/fully_async_policy): one sample per line
+VERL_FIELDS = (
+    Field("trajectory_id", ("trajectory_id", "uid", "request_id"), pick="truthy"),
+    Field("prompt.token_ids", ("prompt_ids",), ids),
+    Field("response.token_ids", ("response_ids",), ids),
+    Field("calls.mask", ("response_mask",), note="1 = model token; each run of 1s is one call"),
+    Field("rollout.logprobs", ("response_logprobs", "log_probs")),
+    Field("prompt.task_text", ("raw_prompt", "messages"), pick="present", note="task_prompt_sha256_observed"),
+    Field("version_start", ("param_version_start", "extra_fields.param_version_start")),
+    Field("version_end", ("param_version_end", "extra_fields.param_version_end")),
+    Field("steps_min", ("min_global_steps", "extra_fields.min_global_steps")),
+    Field("steps_max", ("max_global_steps", "extra_fields.max_global_steps")),
+    Field("model.policy_version", ("param_version", "extra_fields.param_version"), version),
+    Field("extra.num_turns", ("num_turns",), optional=True),
+    Field("extra.reward_score", ("reward_score",), optional=True),
+)
 
 
-def _slime_versions(wv, prompt_len, n):
+def _verl_rows(values: dict):
+    """The fully-async recipe's ``param_version_start``/``_end``, else verl's ``min_global_steps``/``max_global_steps``
+    (the weights versions that generated the sample's first and last tokens), else ``param_version``."""
+    n = len(values["response.token_ids"] or ())
+    lo, hi = values["version_start"], values["version_end"]
+    if lo is None and hi is None:
+        lo, hi = values["steps_min"], values["steps_max"]
+    one, tv = span_versions(lo, hi, n)
+    if one is None and tv is None:
+        one = values["model.policy_version"]
+    extra = {"policy_versions": [version(lo), version(hi)]} if tv is not None else {}
+    return [_traj(values, version=one, token_versions=tv, extra=extra)]
+
+
+def slime_versions(wv, prompt_len, n):
     """slime ``weight_versions`` → (one version, per-token versions). Older slime appends one version string per
     engine call (no token positions): one distinct version is the sample's; several (a partial rollout) leave every
     token's version unknown. Newer samples hold per call a list of ``{version, abs_start, abs_end}`` spans over
@@ -289,45 +268,47 @@ def _slime_versions(wv, prompt_len, n):
         return None, None
     spans = [s for call in wv for s in (call if isinstance(call, list) else [call]) if isinstance(s, dict)]
     if not spans:
-        distinct = {_version(v) for v in wv}
+        distinct = {version(v) for v in wv}
         if len(distinct) == 1:
             return distinct.pop(), None
         return None, [None] * n
     tv = [None] * n
     for s in spans:
-        v, a, b = _version(s.get("version")), s.get("abs_start"), s.get("abs_end")
+        v, a, b = version(s.get("version")), s.get("abs_start"), s.get("abs_end")
         if type(a) is int and type(b) is int:
             for t in range(max(a - prompt_len, 0), min(b - prompt_len, n)):
                 tv[t] = v
     return None, tv
 
 
-def _slime_rows(obj):
-    tokens = int_list(obj.get("tokens"))
-    n = obj.get("response_length")
-    if tokens is None or type(n) is not int or not 0 <= n <= len(tokens):
+# slime ``Sample.to_dict()`` (THUDM/slime, slime/utils/types.py): one sample per line
+SLIME_FIELDS = (
+    Field("tokens", ("tokens",), ids, note="prompt + response, split at `response_length`"),
+    Field("response_length", ("response_length",), integer),
+    Field("calls.mask", ("loss_mask",), note="over the response; null = all 1"),
+    Field("rollout.logprobs", ("rollout_log_probs",)),
+    Field("prompt.task_text", ("prompt",)),
+    Field("weight_versions", ("weight_versions",), note="per engine call, or {version, abs_start, abs_end} spans"),
+    Field("trajectory_id", ("trajectory_id",), pick="truthy"),
+    Field("index", ("index",)),
+    Field("group_index", ("group_index",)),
+    Field("extra.status", ("status",), text, optional=True),
+)
+
+
+def _slime_rows(values: dict):
+    tokens, n = values["tokens"], values["response_length"]
+    if tokens is None or n is None or not 0 <= n <= len(tokens):
         raise ValueError("tokens / response_length missing or inconsistent")
-    version, tv = _slime_versions(obj.get("weight_versions"), len(tokens) - n, n)
-    key = obj.get("trajectory_id") or (
-        f"{obj.get('group_index')}:{obj.get('index')}" if obj.get("index") is not None else None
-    )
-    extra = {k: obj[k] for k in ("status",) if isinstance(obj.get(k), str)}
-    return [
-        _traj(
-            key,
-            tokens[: len(tokens) - n],
-            tokens[len(tokens) - n :],
-            obj.get("loss_mask"),
-            obj.get("rollout_log_probs"),
-            obj.get("prompt"),
-            version=version,
-            token_versions=tv,
-            extra=extra,
-        )
-    ]
+    split = len(tokens) - n
+    one, tv = slime_versions(values["weight_versions"], split, n)
+    if values["trajectory_id"] is None and values["index"] is not None:
+        values["trajectory_id"] = f"{values['group_index']}:{values['index']}"
+    values["prompt.token_ids"], values["response.token_ids"] = tokens[:split], tokens[split:]
+    return [_traj(values, version=one, token_versions=tv)]
 
 
-def _skyrl_unverified(r, m, lp, stop, appended_eos):
+def skyrl_unverified(r, m, lp, stop, appended_eos):
     """SkyRL appends an EOS (loss mask 1) with rollout log-prob 0.0 when a response did not end with one and did
     not stop for length: that value is a placeholder, not the engine's. The output does not say whether it
     appended; a last model token logged with exactly 0.0 and a stop reason other than ``length`` is taken as one."""
@@ -339,7 +320,7 @@ def _skyrl_unverified(r, m, lp, stop, appended_eos):
     return []
 
 
-def _skyrl_reencoded(flag) -> bool:
+def skyrl_reencoded(flag) -> bool:
     """An environment's ``postprocessed_action`` replaced the sampled text and SkyRL re-encoded its ids, keeping the
     sampled log-probs: logged per trajectory as a truthy ``postprocessed_action`` (or in its ``env_metrics``)."""
     if isinstance(flag, dict):
@@ -347,128 +328,142 @@ def _skyrl_reencoded(flag) -> bool:
     return bool(flag)
 
 
-def _skyrl_rows(obj):
-    if (
-        isinstance(obj.get("prompt_token_ids"), list)
-        and obj["prompt_token_ids"]
-        and isinstance(obj["prompt_token_ids"][0], list)
-    ):
-        return _skyrl_batch(obj)
-    tid = obj.get("trajectory_id")
-    key = f"{tid.get('instance_id')}_{tid.get('repetition_id')}" if isinstance(tid, dict) else tid
-    r, m = int_list(obj.get("response_ids")), obj.get("loss_mask", obj.get("loss_masks"))
-    lp, stop = obj.get("rollout_logprobs"), obj.get("stop_reason")
-    reenc = _skyrl_reencoded(obj.get("postprocessed_action")) or _skyrl_reencoded(obj.get("env_metrics"))
+def skyrl_key(tid):
+    """SkyRL's ``TrajectoryID`` ``{instance_id, repetition_id}`` → ``"instance_repetition"``; a plain id as logged."""
+    if isinstance(tid, dict):
+        return f"{tid.get('instance_id')}_{tid.get('repetition_id')}"
+    return tid if isinstance(tid, str) and tid or type(tid) is int else None
+
+
+# SkyRL ``GeneratorOutput`` (NovaSky-AI/SkyRL, skyrl_gym_generator.py), one trajectory per line; a batch line holds
+# the same fields as column lists under the names of SKYRL_BATCH_COLUMNS
+SKYRL_FIELDS = (
+    Field("trajectory_id", ("trajectory_id",), skyrl_key),
+    Field("prompt.token_ids", ("prompt_token_ids",), ids),
+    Field("response.token_ids", ("response_ids",), ids),
+    Field("calls.mask", ("loss_mask", "loss_masks"), pick="present"),
+    Field("rollout.logprobs", ("rollout_logprobs",), note="null: token identity lost → retokenized"),
+    Field("prompt.task_text", ("prompt", "prompts"), pick="present"),
+    Field("extra.stop_reason", ("stop_reason",), text, optional=True),
+    Field("appended_eos", ("appended_eos_token",), note="the EOS SkyRL appended: placeholder log-prob"),
+    Field("postprocessed", ("postprocessed_action",), skyrl_reencoded, note="ids re-encoded: reencoded"),
+    Field("env_postprocessed", ("env_metrics",), skyrl_reencoded, note="its `postprocessed_action`"),
+)
+SKYRL_BATCH_COLUMNS = {
+    "prompt_token_ids": "prompt_token_ids",
+    "response_ids": "response_ids",
+    "loss_masks": "loss_mask",
+    "rollout_logprobs": "rollout_logprobs",
+    "trajectory_ids": "trajectory_id",
+    "stop_reasons": "stop_reason",
+    "prompts": "prompt",
+    "appended_eos_token": "appended_eos_token",
+    "postprocessed_action": "postprocessed_action",
+    "env_metrics": "env_metrics",
+}
+
+
+def _skyrl_rows(values: dict):
+    r, lp = values["response.token_ids"], values["rollout.logprobs"]
+    reenc = values["postprocessed"] or values["env_postprocessed"]
+    unverified = skyrl_unverified(r, values["calls.mask"], lp, values.get("extra.stop_reason"), values["appended_eos"])
+    if reenc and r and lp is not None:
+        unverified.append((0, len(r), "reencoded"))
+    return [_traj(values, unverified=unverified, ids_reencoded=reenc)]
+
+
+def skyrl_batch(obj) -> list[dict] | None:
+    """A ``GeneratorOutput`` batch (column lists, one entry per trajectory) → one object per trajectory under the
+    single-trajectory names; None when ``obj`` is one trajectory."""
+    p = obj.get("prompt_token_ids")
+    if not (isinstance(p, list) and p and isinstance(p[0], list)):
+        return None
+    B = len(p)
+    cols = {}
+    for name, single in SKYRL_BATCH_COLUMNS.items():
+        v = obj.get(name)
+        if v is None:
+            continue
+        if not isinstance(v, list) or len(v) != B:
+            raise ValueError(f"{name} must be a list of {B} entries (one per trajectory)")
+        cols[single] = v
+    return [{single: v[i] for single, v in cols.items()} for i in range(B)]
+
+
+# NeMo RL ``train_data_step{N}.jsonl`` (NVIDIA-NeMo/RL, nemo_rl/algorithms/grpo.py): one sample per line, every
+# per-token array over the whole padded sequence
+NEMO_RL_FIELDS = (
+    Field("token_ids", ("token_ids", "input_ids"), ids, pick="present", note="prompt: before the first model token"),
+    Field("input_lengths", ("input_lengths", "input_length"), pick="present"),
+    Field("calls.mask", ("token_mask", "token_loss_mask"), pick="present"),
+    Field("rollout.logprobs", ("generation_logprobs",), note="exact 0.0 on a model token: not_reported"),
+    Field("trainer.logprobs", ("prev_logprobs",)),
+    Field("trainer.loss_mask_used", ("sample_mask", "sample_loss_mask"), pick="present", note="× token mask"),
+    Field("trajectory_id", ("trajectory_id", "sample_id"), pick="truthy"),
+    Field("prompt.task_text", ("content",), text_or_messages),
+    Field("model.policy_version", ("policy_version",), version),
+    Field("trainer.policy_version", ("trainer_policy_version",), version),
+    Field("extra.rewards", ("rewards",), number, optional=True),
+    Field("extra.reward", ("reward",), number, optional=True),
+)
+
+
+def nemo_stand_ins(gen, mask):
+    """NeMo RL writes 0 where the engine reported no log-prob: an exact 0.0 on a model token cannot be shown to be
+    the engine's value (a loss mask of 1 is no evidence) — ``(t, t + 1, "not_reported")`` for each."""
     return [
-        _traj(
-            key,
-            int_list(obj.get("prompt_token_ids")),
-            r,
-            m,
-            lp,
-            obj.get("prompt", obj.get("prompts")),
-            extra={"stop_reason": stop} if isinstance(stop, str) else {},
-            unverified=_skyrl_unverified(r, m, lp, stop, obj.get("appended_eos_token"))
-            + ([(0, len(r), "reencoded")] if reenc and r and lp is not None else []),
-            ids_reencoded=reenc,
-        )
+        (t, t + 1, "not_reported") for t, v in enumerate(gen) if mask[t] == 1 and type(v) in (int, float) and v == 0
     ]
 
 
-def _skyrl_batch(obj):
-    """A ``GeneratorOutput`` batch: column lists, one entry per trajectory."""
-    B = len(obj["prompt_token_ids"])
-
-    def col(name):
-        v = obj.get(name)
-        if v is None:
-            return [None] * B
-        if not isinstance(v, list) or len(v) != B:
-            raise ValueError(f"{name} must be a list of {B} entries (one per trajectory)")
-        return v
-
-    out = []
-    for p, r, m, lp, tid, stop, conv, eos, post, env in zip(
-        col("prompt_token_ids"),
-        col("response_ids"),
-        col("loss_masks"),
-        col("rollout_logprobs"),
-        col("trajectory_ids"),
-        col("stop_reasons"),
-        col("prompts"),
-        col("appended_eos_token"),
-        col("postprocessed_action"),
-        col("env_metrics"),
-    ):
-        key = f"{tid.get('instance_id')}_{tid.get('repetition_id')}" if isinstance(tid, dict) else None
-        r = int_list(r)
-        reenc = _skyrl_reencoded(post) or _skyrl_reencoded(env)
-        unverified = _skyrl_unverified(r, m, lp, stop, eos)
-        if reenc and r and lp is not None:
-            unverified.append((0, len(r), "reencoded"))
-        out.append(
-            _traj(
-                key,
-                int_list(p),
-                r,
-                m,
-                lp,
-                conv,
-                extra={"stop_reason": stop} if stop else {},
-                unverified=unverified,
-                ids_reencoded=reenc,
-            )
-        )
-    return out
-
-
-def _nemo_rows(obj):
-    """NeMo RL's ``train_data_step{N}.jsonl`` (``log_batched_dict_as_jsonl`` of the step's train data, one sample per
-    line): ``token_ids`` (or ``input_ids``) of the whole padded sequence, ``input_lengths``, ``token_mask`` (or
-    ``token_loss_mask``: 1 on the model's tokens), ``sample_mask`` (or ``sample_loss_mask``), and at column j the
-    engine's (``generation_logprobs``) and the trainer's (``prev_logprobs``) log-prob of token j. Both sides are
-    imported at once; the prompt is everything before the first model token."""
-    ids = int_list(obj.get("token_ids", obj.get("input_ids")))
-    n = obj.get("input_lengths", obj.get("input_length"))
-    mask = obj.get("token_mask", obj.get("token_loss_mask"))
-    gen, prev = obj.get("generation_logprobs"), obj.get("prev_logprobs")
-    if ids is None or type(n) is not int or not 0 < n <= len(ids):
+def _nemo_rows(values: dict):
+    """Both sides are imported at once; the prompt is everything before the first model token."""
+    ids_, n, mask = values["token_ids"], values["input_lengths"], values["calls.mask"]
+    gen, prev = values["rollout.logprobs"], values["trainer.logprobs"]
+    if ids_ is None or type(n) is not int or not 0 < n <= len(ids_):
         raise ValueError("token_ids / input_lengths missing or inconsistent (log token_ids with the step's train data)")
     for name, v in (("token_mask", mask), ("generation_logprobs", gen), ("prev_logprobs", prev)):
         if not isinstance(v, list) or len(v) < n:
             raise ValueError(f"{name} must be a list covering the {n} tokens of the sequence")
-    ones = [t for t in range(n) if mask[t] == 1]
-    first = ones[0] if ones else n
-    used = obj.get("sample_mask", obj.get("sample_loss_mask", 1))
+    first = next((t for t in range(n) if mask[t] == 1), n)
     resp_mask = [1 if m == 1 else 0 if m == 0 else m for m in mask[first:n]]
-    # NeMo RL writes 0 where the engine reported no log-prob: an exact 0.0 on a model token cannot be shown to be
-    # the engine's value (a loss mask of 1 is no evidence)
-    stand_in = [
-        (t, t + 1, "not_reported")
-        for t, v in enumerate(gen[first:n])
-        if resp_mask[t] == 1 and type(v) in (int, float) and v == 0
-    ]
+    values.update(
+        {
+            "prompt.token_ids": ids_[:first],
+            "response.token_ids": ids_[first:n],
+            "calls.mask": resp_mask,
+            "rollout.logprobs": list(gen[first:n]),
+        }
+    )
+    used = values["trainer.loss_mask_used"]
+    trainer = {
+        "logprobs": list(prev[first:n]),
+        "used": used not in (0, 0.0, False),
+        "policy_version": values["trainer.policy_version"],
+    }
     return [
         _traj(
-            obj.get("trajectory_id") or obj.get("sample_id"),
-            ids[:first],
-            ids[first:n],
-            resp_mask,
-            list(gen[first:n]),
-            obj.get("content") if isinstance(obj.get("content"), (str, list)) else None,
-            unverified=stand_in,
-            version=_version(obj.get("policy_version")),
-            extra={k: obj[k] for k in ("rewards", "reward") if type(obj.get(k)) in (int, float)},
-            trainer={
-                "logprobs": list(prev[first:n]),
-                "used": used not in (0, 0.0, False),
-                "policy_version": _version(obj.get("trainer_policy_version")),
-            },
+            values,
+            version=values["model.policy_version"],
+            unverified=nemo_stand_ins(gen[first:n], resp_mask),
+            trainer=trainer,
         )
     ]
 
 
-_ROWS = {"verl": _verl_rows, "slime": _slime_rows, "skyrl": _skyrl_rows, "nemo-rl": _nemo_rows}
+STACKS = {
+    "verl": (VERL_FIELDS, _verl_rows),
+    "slime": (SLIME_FIELDS, _slime_rows),
+    "skyrl": (SKYRL_FIELDS, _skyrl_rows),
+    "nemo-rl": (NEMO_RL_FIELDS, _nemo_rows),
+}
+
+
+def rows_of(fmt: str, obj: dict) -> list[dict]:
+    """One input line of stack ``fmt`` → its trajectory rows: the stack's table read, then its named transforms."""
+    table, assemble = STACKS[fmt]
+    items = (skyrl_batch(obj) if fmt == "skyrl" else None) or [obj]
+    return [row for item in items for row in assemble(read_table(item, table))]
 
 
 def import_trajectories(
@@ -487,7 +482,7 @@ def import_trajectories(
 ) -> dict:
     """Convert verl / slime / SkyRL rollout outputs (``fmt``) to ``fcr/1``; returns counts. A line that cannot be
     read becomes a ``missing`` record (docs/fidelity-rules.md#importers)."""
-    if fmt not in _ROWS:
+    if fmt not in STACKS:
         raise ValueError(f"unknown trajectory format {fmt!r}")
     if ids_from not in ("engine", "text"):
         raise ValueError("ids_from must be 'engine' or 'text'")
@@ -515,7 +510,7 @@ def import_trajectories(
                 st = st if type(st) is int else -1
                 rid = obj.get("run_id") if isinstance(obj.get("run_id"), str) else run_id or "unknown"
                 recs = []
-                for j, row in enumerate(_ROWS[fmt](obj)):
+                for j, row in enumerate(rows_of(fmt, obj)):
                     key = row.pop("key")
                     traj = str(key) if key is not None else f"{ref}/{j}"
                     # SkyRL step-wise rows repeat a trajectory id (one row per turn, in order): indices continue

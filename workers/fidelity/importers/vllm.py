@@ -37,8 +37,24 @@ from workers.fidelity.importers.common import (
     skeleton,
     task_text,
     text_sha256,
-    token_id_of,
     topk_lists,
+)
+from workers.fidelity.importers.fields import (
+    Field,
+    Rung,
+    block,
+    boolean,
+    declared_role,
+    integer,
+    number,
+    entry_ids,
+    id_array,
+    ids,
+    ladder,
+    ladder_rung,
+    read_table,
+    token_id_strings,
+    truthy,
 )
 from workers.routing.engines import attach_rollout_routes, vllm_response_routes
 
@@ -134,18 +150,82 @@ def _merged_choice(a: dict) -> dict:
     return choice
 
 
+# what the exchange says about the call: ``meta`` (the log line's, typed by meta_of), ``headers`` (X-FCR-*, lower
+# case), the ``request`` and ``response`` bodies, and an AGL ≥ 1.0 ``event``'s data
+CALL_FIELDS = (
+    Field(
+        "trajectory_id",
+        ("meta.trajectory_id", "headers.x-fcr-trajectory"),
+        pick="truthy",
+        note="else AGL's `rollout_id:attempt_id`",
+    ),
+    Field(
+        "call_id",
+        ("meta.call_id", "headers.x-fcr-call-id", "response.id"),
+        pick="truthy",
+        note="`#i` per choice of n > 1; else file:line",
+    ),
+    Field("role", ("headers.x-fcr-call-role",), declared_role, note="`role_source: header`"),
+    Field("purpose", ("headers.x-fcr-purpose", "meta.purpose"), pick="truthy", note="`retry` for a retried request"),
+    Field("parent_call_id", ("headers.x-fcr-parent-call",), pick="truthy"),
+    Field("timestamp", ("meta.timestamp", "response.created"), number, pick="present"),
+    Field("model.served_name", ("response.model", "request.model"), pick="truthy"),
+    Field(
+        "model.policy_version",
+        ("meta.policy_version", "event.server.version", "event.model_version"),
+        integer,
+        pick="present",
+    ),
+    Field("step", ("meta.step",), integer, note="else `--step`"),
+    Field("engine.skip_special_tokens", ("request.skip_special_tokens",), boolean),
+)
+# request (chat / completions) or ``sampling_params`` (tokens-in/tokens-out ``generate``) → ``sampling``
+SAMPLING_FIELDS = tuple(Field(f"sampling.{k}", (k,)) for k in SAMPLING_KEYS) + (
+    Field("sampling.max_tokens", ("max_tokens", "max_completion_tokens"), pick="present"),
+    Field("sampling.logit_bias_present", ("logit_bias",), truthy),
+    # the last structured-output key set wins over ``response_format.type`` (_sampling)
+    Field("sampling.structured_output", tuple(reversed(STRUCTURED_KEYS)), pick="key"),
+    Field(
+        "response_format",
+        ("response_format.type",),
+        pick="present",
+        note="→ `sampling.structured_output` when no key above is set and the type is not `text`",
+    ),
+)
+# prompt ids, most direct first: the engine's, else the ids sent (a prompt string is text, never ids)
+PROMPT_IDS = (
+    Rung(Field("prompt.token_ids", ("response.prompt_token_ids",), ids), "engine", ("chat.completions", "generate")),
+    Rung(Field("prompt.token_ids", ("choice.prompt_token_ids",), ids), "engine"),
+    Rung(Field("prompt.token_ids", ("request.token_ids",), id_array), "engine_input", ("generate",)),
+    Rung(Field("prompt.token_ids", ("request.prompt",), id_array), "engine_input", ("chat.completions", "completions")),
+)
+
+# response ids, most direct first (then, with a tokenizer, token strings and text: see _response_ids)
+RESPONSE_IDS = (
+    Rung(Field("response.token_ids", ("choice.token_ids",), ids), "engine"),
+    Rung(
+        Field(
+            "response.token_ids",
+            ("choice.meta_info.output_token_logprobs",),
+            entry_ids,
+            note="SGLang's OpenAI server with `return_meta_info`; its log-probs too",
+        ),
+        "engine",
+    ),
+    Rung(Field("response.token_ids", ("choice.meta_info.output_ids",), ids), "engine"),
+    Rung(
+        Field("response.token_ids", ("token_strings",), token_id_strings, note="every `token_id:N` string"),
+        "engine",
+    ),
+)
+
+
 def _sampling(req: dict) -> dict:
-    s = {k: req.get(k) for k in SAMPLING_KEYS}
-    s["max_tokens"] = req.get("max_tokens", req.get("max_completion_tokens"))
-    s["logit_bias_present"] = bool(req.get("logit_bias"))
-    rf = req.get("response_format")
-    structured = None
-    if isinstance(rf, dict) and rf.get("type") not in (None, "text"):
-        structured = rf.get("type")
-    for k in STRUCTURED_KEYS:
-        if req.get(k) is not None:
-            structured = k
-    s["structured_output"] = structured
+    values = read_table(req, SAMPLING_FIELDS)
+    s = block(values, "sampling")
+    if s["structured_output"] is None and isinstance(req.get("response_format"), dict):
+        rf = values["response_format"]
+        s["structured_output"] = rf if rf not in (None, "text") else None
     return s
 
 
@@ -164,8 +244,7 @@ class _Exchange:
         "traj",
         "base_id",
         "choices",
-        "role",
-        "policy_version",
+        "values",
         "step",
         "user_text",
         "usage",
@@ -210,23 +289,20 @@ def _exchange(obj: dict, *, ref: str, opts: dict, call_index: int, retry: bool) 
     x.chat = "messages" in x.req or str(x.resp.get("object", "")).startswith("chat")
     # vLLM's tokens-in/tokens-out endpoint: ``{token_ids, sampling_params}`` in, ``choices[].token_ids`` out
     x.generate = not x.chat and "prompt" not in x.req and int_list(x.req.get("token_ids")) is not None
-    x.traj = (
-        x.meta.get("trajectory_id")
-        or x.headers.get("x-fcr-trajectory")
-        or (f"{obj.get('rollout_id')}:{obj.get('attempt_id')}" if x.agl else "unknown")
-    )
-    x.base_id = x.meta.get("call_id") or x.headers.get("x-fcr-call-id") or x.resp.get("id") or ref
+    view = {
+        "meta": x.meta,
+        "headers": x.headers,
+        "request": x.req,
+        "response": x.resp,
+        "event": x.data if x.agl else {},
+    }
+    x.values = read_table(view, CALL_FIELDS)
+    x.traj = x.values["trajectory_id"] or (f"{obj.get('rollout_id')}:{obj.get('attempt_id')}" if x.agl else "unknown")
+    x.base_id = x.values["call_id"] or ref
     x.choices = sorted((c for c in x.resp.get("choices") or [] if isinstance(c, dict)), key=lambda c: c.get("index", 0))
     if not x.choices:
         raise ValueError("response has no choices")
-    x.role = x.headers.get("x-fcr-call-role")
-    srv = x.data.get("server") if x.agl and isinstance(x.data.get("server"), dict) else {}
-    # AGL ≥ 1.0: data.server.version; earlier events: data.model_version
-    x.policy_version = _int_or(
-        x.meta.get("policy_version"),
-        *((srv.get("version", x.data.get("model_version")),) if x.agl and x.meta.get("policy_version") is None else ()),
-    )
-    x.step = _int_or(x.meta.get("step"), opts.get("steps", {}).get(x.traj, opts.get("step")), default=-1)
+    x.step = _int_or(x.values["step"], opts.get("steps", {}).get(x.traj, opts.get("step")), default=-1)
     x.user_text = (
         task_text(x.req.get("messages"))
         if x.chat
@@ -270,19 +346,18 @@ def _base_record(x: _Exchange, k: int, ch: dict) -> dict:
         tokenizer=x.tok,
         source_format=("agl_model_request" if x.agl else "vllm_openai_chat" if x.chat else "vllm_openai_completions"),
     )
-    if x.role in ROLE_VALUES:
-        rec["role"], rec["role_source"] = x.role, "header"
-    purpose = "retry" if x.retry else x.headers.get("x-fcr-purpose") or x.meta.get("purpose")
+    v = x.values
+    if v["role"] is not None:
+        rec["role"], rec["role_source"] = v["role"], "header"
+    purpose = "retry" if x.retry else v["purpose"]
     if purpose:
         rec["purpose"] = purpose
-    if x.headers.get("x-fcr-parent-call"):
-        rec["parent_call_id"] = x.headers["x-fcr-parent-call"]
-    ts = x.meta.get("timestamp", x.resp.get("created"))
-    if type(ts) in (int, float):
-        rec["timestamp"] = ts
+    for key in ("parent_call_id", "timestamp"):
+        if v[key] is not None:
+            rec[key] = v[key]
     rec["model"] = {
-        "served_name": str(x.resp.get("model") or x.req.get("model") or "unknown"),
-        "policy_version": x.policy_version,
+        "served_name": str(v["model.served_name"] or "unknown"),
+        "policy_version": v["model.policy_version"],
     }
     rec["chat_template"] = {"sha256": x.opts.get("chat_template_sha256") or "unknown"} if x.chat else None
     rec["engine"] = {
@@ -291,8 +366,8 @@ def _base_record(x: _Exchange, k: int, ch: dict) -> dict:
         "logprobs_mode": x.req.get("logprobs_mode", x.opts.get("logprobs_mode")),
         "generation_config_source": x.opts.get("generation_config_source", "unknown"),
     }
-    if isinstance(x.req.get("skip_special_tokens"), bool):
-        rec["engine"]["skip_special_tokens"] = x.req["skip_special_tokens"]
+    if v["engine.skip_special_tokens"] is not None:
+        rec["engine"]["skip_special_tokens"] = v["engine.skip_special_tokens"]
     sp = x.req.get("sampling_params")
     rec["sampling"] = _sampling(sp if x.generate and isinstance(sp, dict) else x.req)
     return rec
@@ -302,15 +377,10 @@ def _prompt(x: _Exchange, ch: dict, rec: dict):
     """Prompt ids: the engine's (``prompt_token_ids``), else the ids sent; the task hash and context event. Returns
     the prompt ids known (engine or sent), or None."""
     p = rec["prompt"]
-    pids = int_list(x.resp.get("prompt_token_ids")) if x.chat or x.generate else None
-    if pids is None:
-        pids = int_list(ch.get("prompt_token_ids"))
-    sent = x.req.get("token_ids") if x.generate else x.req.get("prompt")
-    pin = int_list(sent) if isinstance(sent, list) else None
-    if pids is not None:
-        p["token_ids"], p["provenance"] = pids, "engine"
-    elif pin is not None:
-        p["token_ids"], p["provenance"] = pin, "engine_input"
+    view = {"request": x.req, "response": x.resp, "choice": ch}
+    known, provenance = ladder(view, PROMPT_IDS, "chat.completions" if x.chat else rec["engine"]["api"])
+    if known is not None:
+        p["token_ids"], p["provenance"] = known, provenance
     p["ids_sha256"] = ids_sha256(p["token_ids"])
     p["task_prompt_sha256_declared"] = x.meta.get("task_prompt_sha256_declared")
     p["task_prompt_sha256_observed"] = text_sha256(x.user_text) if isinstance(x.user_text, str) else None
@@ -318,7 +388,7 @@ def _prompt(x: _Exchange, ch: dict, rec: dict):
         p["context_event"] = x.meta["context_event"]
         if x.meta.get("context_source_call_id") is not None:
             p["context_source_call_id"] = x.meta["context_source_call_id"]
-    return pids if pids is not None else pin
+    return known
 
 
 def _evidence(ch: dict):
@@ -373,16 +443,15 @@ def _response_text(x: _Exchange, ch: dict):
 
 
 def _response_ids(x: _Exchange, ch: dict, r: dict, strings, tok_lps, text):
-    """Response ids, most direct first: the engine's ``token_ids`` (or SGLang's ``meta_info``), ``token_id:N``
-    strings, strings that map to one vocabulary id each, the text encoded. Returns the log-probs that go with them."""
+    """Response ids down :data:`RESPONSE_IDS`, then (with a tokenizer) strings that map to one vocabulary id each
+    (``engine_token_strings``), else the text encoded (``retokenized``). Returns the log-probs that go with them
+    (SGLang's ``meta_info`` entries carry their own)."""
     tok = x.tok
-    rids = int_list(ch.get("token_ids"))
-    if rids is None:  # SGLang's OpenAI server with return_meta_info: the engine's ids and log-probs per choice
-        rids, tok_lps = _meta_info_tokens(ch, tok_lps)
-    if rids is not None:
-        r["token_ids"], r["provenance"] = rids, "engine"
-    elif strings and all(token_id_of(s) is not None for s in strings):
-        r["token_ids"], r["provenance"] = [token_id_of(s) for s in strings], "engine"
+    rids, rung = ladder_rung({"choice": ch, "token_strings": strings}, RESPONSE_IDS)
+    if rung is not None:
+        r["token_ids"], r["provenance"] = rids, rung.provenance
+        if rung is RESPONSE_IDS[1]:
+            tok_lps = [e[0] for e in ch["meta_info"]["output_token_logprobs"]]
     elif strings and tok is not None and all(isinstance(s, str) and len(tok.ids_for_string(s)) == 1 for s in strings):
         r["token_ids"], r["provenance"] = [tok.ids_for_string(s)[0] for s in strings], "engine_token_strings"
         r["token_strings"] = strings
@@ -425,19 +494,6 @@ def _rollout(x: _Exchange, rec: dict, tok_lps, tops, has_top) -> None:
             extra["logprobs_unaligned"] = True
     if extra:
         rec["extra"] = extra
-
-
-def _meta_info_tokens(ch: dict, tok_lps):
-    """``choices[i].meta_info`` (SGLang's chat completions with ``return_meta_info``): ``output_token_logprobs``
-    ``[[logprob, id, text], …]`` gives the sampled ids and their log-probs, ``output_ids`` the ids alone. Returns
-    (ids or None, log-probs)."""
-    mi = ch.get("meta_info") if isinstance(ch.get("meta_info"), dict) else {}
-    entries = mi.get("output_token_logprobs")
-    if isinstance(entries, list) and entries and all(isinstance(e, list) and len(e) >= 2 for e in entries):
-        ids = int_list([e[1] for e in entries])
-        if ids is not None:
-            return ids, [e[0] for e in entries]
-    return int_list(mi.get("output_ids")), tok_lps
 
 
 def _echo_cut(n_listed, rids, pids, usage_prompt_tokens) -> int:
@@ -587,13 +643,11 @@ def failed_record(obj, *, traj, call_index, ref, err, opts, source_format="vllm_
 
 
 def _traj_and_request(obj):
+    """The exchange's trajectory (as :data:`CALL_FIELDS` reads it) and request body, for retry marking."""
     agl = isinstance(obj.get("data"), dict)
     data = obj["data"] if agl else obj
-    meta = meta_of(obj)
-    traj = (
-        meta.get("trajectory_id")
-        or headers_of(obj).get("x-fcr-trajectory")
-        or (f"{obj.get('rollout_id')}:{obj.get('attempt_id')}" if agl else "unknown")
+    traj = CALL_FIELDS[0].read({"meta": meta_of(obj), "headers": headers_of(obj)}) or (
+        f"{obj.get('rollout_id')}:{obj.get('attempt_id')}" if agl else "unknown"
     )
     req = data.get("request") if isinstance(data.get("request"), dict) else {}
     return str(traj), req
