@@ -102,19 +102,25 @@ def wmin_exact(aP, bQ, tp, tq, CP, CQ, Xmax, Zmax):
     return min(f(x, z) for x, z in cands)
 
 
-def slow_interval(p_list, q_list, y, a, b, caps=(True, True), precision="exact", eta=None):
-    """``(lo, hi, err, kl_lo, kl_hi, pW_hi)`` at one position."""
-    caps_p, caps_q = caps
-    ep = [eta_of(v, precision, eta) for _, v in p_list]
-    eq = [eta_of(v, precision, eta) for _, v in q_list]
-    ea, eb = eta_of(a, precision, eta), eta_of(b, precision, eta)
-    err = list_flags(p_list, ep, caps_p) | list_flags(q_list, eq, caps_q)
+def sampled_flags(a, b, y) -> int:
+    """The error flags of the sampled token's own values: non-finite, positive log-probs, a negative id."""
+    err = 0
     if not (math.isfinite(a) and math.isfinite(b)):
         err |= ERR_NONFINITE
     if a > POS_TOL or b > POS_TOL:
         err |= ERR_POSITIVE
     if y < 0:
         err |= ERR_BAD_ID
+    return err
+
+
+def slow_interval(p_list, q_list, y, a, b, caps=(True, True), precision="exact", eta=None):
+    """``(lo, hi, err, kl_lo, kl_hi, pW_hi)`` at one position."""
+    caps_p, caps_q = caps
+    ep = [eta_of(v, precision, eta) for _, v in p_list]
+    eq = [eta_of(v, precision, eta) for _, v in q_list]
+    ea, eb = eta_of(a, precision, eta), eta_of(b, precision, eta)
+    err = list_flags(p_list, ep, caps_p) | list_flags(q_list, eq, caps_q) | sampled_flags(a, b, y)
     a, b = clean(a), clean(b)
     P = {}  # engine entries: id → (logp, η); the sampled token's own entry is kept apart
     Q = {}
