@@ -130,70 +130,96 @@ def line_for(lines: dict, path: tuple):
 def check_schema(spec: F, value, path: tuple, lines: dict, source: str):
     """Check ``value`` against the schema entry ``spec`` (workers/contracts/schema.py); the first problem raises
     :class:`ContractError` naming the field and its line."""
+    if spec.kind != "any":
+        _KIND_CHECKS[spec.kind](spec, value, path, _Where(lines, source))
 
-    def err(msg, p=path):
-        raise ContractError(msg, field=dotted(p), line=line_for(lines, p), source=source)
 
-    k = spec.kind
-    if k == "any":
+class _Where:
+    """Where a checked value sits in its document: raises the problem with the field's dotted name and line."""
+
+    def __init__(self, lines: dict, source: str):
+        self.lines, self.source = lines, source
+
+    def fail(self, msg: str, path: tuple):
+        raise ContractError(msg, field=dotted(path), line=line_for(self.lines, path), source=self.source)
+
+    def descend(self, spec: F, value, path: tuple):
+        check_schema(spec, value, path, self.lines, self.source)
+
+
+def _check_map(spec, value, path, where):
+    if not isinstance(value, dict):
+        where.fail(f"expected a mapping, found {type(value).__name__}", path)
+    for name in value:
+        if name not in spec.fields:
+            where.fail(f"unknown field {name!r} (allowed: {', '.join(spec.fields)})", path + (name,))
+    for name, sub in spec.fields.items():
+        if name in value and value[name] is not None:
+            where.descend(sub, value[name], path + (name,))
+        elif sub.required:
+            where.fail(f"required field {name!r} is missing", path + (name,))
+
+
+def _check_dict(spec, value, path, where):
+    if not isinstance(value, dict):
+        where.fail(f"expected a mapping, found {type(value).__name__}", path)
+    for name, v in value.items():
+        where.descend(spec.items, v, path + (name,))
+
+
+def _check_list(spec, value, path, where):
+    if not isinstance(value, list):
+        where.fail(f"expected a list, found {type(value).__name__}", path)
+    if spec.nonempty and not value:
+        where.fail("must not be empty", path)
+    for i, v in enumerate(value):
+        where.descend(spec.items, v, path + (i,))
+
+
+def _check_str(spec, value, path, where):
+    if not isinstance(value, str):
+        where.fail(f"expected a string, found {type(value).__name__} {value!r}", path)
+    if spec.enum and value not in spec.enum:
+        where.fail(f"{value!r} is not one of {', '.join(map(str, spec.enum))}", path)
+    if spec.pattern and not re.match(spec.pattern, value):
+        where.fail(f"{value!r} does not match {spec.pattern}", path)
+
+
+def _check_int(spec, value, path, where):
+    if isinstance(value, bool) or not isinstance(value, int):
+        where.fail(f"expected an integer, found {type(value).__name__} {value!r}", path)
+
+
+def _check_bool(spec, value, path, where):
+    if not isinstance(value, bool):
+        where.fail(f"expected true/false, found {value!r}", path)
+
+
+def _check_expr(spec, value, path, where):
+    """An expression over the contract's names (``expr``), or one with no names that evaluates (``number``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        where.fail(f"expected a number or an expression, found {type(value).__name__}", path)
+    try:
+        e = _expr.parse(value)
+    except _expr.ExprError as exc:
+        where.fail(f"invalid expression: {exc}", path)
+    if spec.kind != "number":
         return
-    if k == "map":
-        if not isinstance(value, dict):
-            err(f"expected a mapping, found {type(value).__name__}")
-        for name in value:
-            if name not in spec.fields:
-                allowed = ", ".join(spec.fields)
-                err(f"unknown field {name!r} (allowed: {allowed})", path + (name,))
-        for name, sub in spec.fields.items():
-            if name not in value or value[name] is None:
-                if sub.required:
-                    err(f"required field {name!r} is missing", path + (name,))
-                continue
-            check_schema(sub, value[name], path + (name,), lines, source)
-        return
-    if k == "dict":
-        if not isinstance(value, dict):
-            err(f"expected a mapping, found {type(value).__name__}")
-        for name, v in value.items():
-            check_schema(spec.items, v, path + (name,), lines, source)
-        return
-    if k == "list":
-        if not isinstance(value, list):
-            err(f"expected a list, found {type(value).__name__}")
-        if spec.nonempty and not value:
-            err("must not be empty")
-        for i, v in enumerate(value):
-            check_schema(spec.items, v, path + (i,), lines, source)
-        return
-    if k == "str":
-        if not isinstance(value, str):
-            err(f"expected a string, found {type(value).__name__} {value!r}")
-        if spec.enum and value not in spec.enum:
-            err(f"{value!r} is not one of {', '.join(map(str, spec.enum))}")
-        if spec.pattern and not re.match(spec.pattern, value):
-            err(f"{value!r} does not match {spec.pattern}")
-        return
-    if k == "int":
-        if isinstance(value, bool) or not isinstance(value, int):
-            err(f"expected an integer, found {type(value).__name__} {value!r}")
-        return
-    if k == "bool":
-        if not isinstance(value, bool):
-            err(f"expected true/false, found {value!r}")
-        return
-    if k in ("number", "expr"):
-        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            err(f"expected a number or an expression, found {type(value).__name__}")
-        try:
-            e = _expr.parse(value)
-        except _expr.ExprError as exc:
-            err(f"invalid expression: {exc}")
-        if k == "number":
-            if e.names:
-                err(f"must be a constant; names {sorted(e.names)} are not bound here")
-            try:
-                e.evaluate({})
-            except _expr.ExprError as exc:
-                err(str(exc))
-        return
-    raise AssertionError(k)  # pragma: no cover
+    if e.names:
+        where.fail(f"must be a constant; names {sorted(e.names)} are not bound here", path)
+    try:
+        e.evaluate({})
+    except _expr.ExprError as exc:
+        where.fail(str(exc), path)
+
+
+_KIND_CHECKS = {
+    "map": _check_map,
+    "dict": _check_dict,
+    "list": _check_list,
+    "str": _check_str,
+    "int": _check_int,
+    "bool": _check_bool,
+    "number": _check_expr,
+    "expr": _check_expr,
+}

@@ -252,58 +252,75 @@ _CMP = {
 
 
 def _eval(node, env: dict, text: str):
-    tag = node[0]
-    if tag == "num":
-        return node[1]
-    if tag == "name":
-        if node[1] not in env:
-            raise ExprError(f"unknown name {node[1]!r}", text)
-        v = env[node[1]]
-        if isinstance(v, bool):
-            return float(v)
-        if not isinstance(v, (int, float)):
-            raise ExprError(f"name {node[1]!r} is bound to a non-number ({type(v).__name__})", text)
-        return float(v)
-    if tag == "neg":
-        return -_eval(node[1], env, text)
-    if tag == "not":
-        return not _truth(_eval(node[1], env, text))
-    if tag == "and":
-        return _truth(_eval(node[1], env, text)) and _truth(_eval(node[2], env, text))
-    if tag == "or":
-        return _truth(_eval(node[1], env, text)) or _truth(_eval(node[2], env, text))
-    if tag == "cmp":
-        left = _eval(node[1], env, text)
-        for op, rhs in node[2]:
-            right = _eval(rhs, env, text)
-            if not _CMP[op](left, right):
-                return False
-            left = right
-        return True
-    if tag == "call":
-        fn = FUNCTIONS[node[1]][0]
-        args = [_eval(a, env, text) for a in node[2]]
-        try:
-            return float(fn(*args))
-        except OverflowError:  # exp(1000): as for "**", an overflow is infinite
-            return math.inf
-    a, b = _eval(node[1], env, text), _eval(node[2], env, text)
+    special = _NODE_EVAL.get(node[0])
+    if special is not None:
+        return special(node, env, text)
+    return _arith(node[0], _eval(node[1], env, text), _eval(node[2], env, text), text)
+
+
+def _eval_name(node, env: dict, text: str) -> float:
+    if node[1] not in env:
+        raise ExprError(f"unknown name {node[1]!r}", text)
+    v = env[node[1]]
+    if not isinstance(v, (bool, int, float)):
+        raise ExprError(f"name {node[1]!r} is bound to a non-number ({type(v).__name__})", text)
+    return float(v)
+
+
+def _eval_cmp(node, env: dict, text: str) -> bool:
+    """A chain ``a < b <= c``: every link holds, each operand evaluated once, stopping at the first that fails."""
+    left = _eval(node[1], env, text)
+    for op, rhs in node[2]:
+        right = _eval(rhs, env, text)
+        if not _CMP[op](left, right):
+            return False
+        left = right
+    return True
+
+
+def _eval_call(node, env: dict, text: str) -> float:
+    fn = FUNCTIONS[node[1]][0]
+    args = [_eval(a, env, text) for a in node[2]]
     try:
-        if tag == "+":
-            return a + b
-        if tag == "-":
-            return a - b
-        if tag == "*":
-            return a * b
-        if tag == "/":
-            if b == 0:
-                return math.copysign(math.inf, a) if a != 0 else math.nan
-            return a / b
-        if tag == "**":
-            return float(a) ** float(b)
+        return float(fn(*args))
+    except OverflowError:  # exp(1000): as for "**", an overflow is infinite
+        return math.inf
+
+
+def _divide(a, b):
+    if b == 0:
+        return math.copysign(math.inf, a) if a != 0 else math.nan
+    return a / b
+
+
+_ARITH = {
+    "+": lambda a, b: a + b,
+    "-": lambda a, b: a - b,
+    "*": lambda a, b: a * b,
+    "/": _divide,
+    "**": lambda a, b: float(a) ** float(b),
+}
+
+
+def _arith(tag: str, a, b, text: str):
+    if tag not in _ARITH:
+        raise ExprError(f"internal: unknown node {tag}", text)  # pragma: no cover
+    try:
+        return _ARITH[tag](a, b)
     except OverflowError:
         return math.inf
-    raise ExprError(f"internal: unknown node {tag}", text)  # pragma: no cover
+
+
+_NODE_EVAL = {
+    "num": lambda node, env, text: node[1],
+    "name": _eval_name,
+    "neg": lambda node, env, text: -_eval(node[1], env, text),
+    "not": lambda node, env, text: not _truth(_eval(node[1], env, text)),
+    "and": lambda node, env, text: _truth(_eval(node[1], env, text)) and _truth(_eval(node[2], env, text)),
+    "or": lambda node, env, text: _truth(_eval(node[1], env, text)) or _truth(_eval(node[2], env, text)),
+    "cmp": _eval_cmp,
+    "call": _eval_call,
+}
 
 
 def _truth(v) -> bool:
