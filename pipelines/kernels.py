@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from audit_portal import task_names
 from audit_portal.jobs.execution import JobInputError, run_job
 from audit_portal.kernels import conformance, services
 from audit_portal.kernels.models import Submission
@@ -32,19 +33,19 @@ def _engine() -> conformance.Engine:
     )
 
 
-@shared_task(name="workers.tasks.run_kernel_submission", acks_late=True)
+@shared_task(name=task_names.RUN_KERNEL_SUBMISSION, acks_late=True)
 def run_kernel_submission(job_id: int) -> str:
     """Run every planned contract against the submission's implementation; store each verdict as it lands."""
     return run_job(job_id, lambda job, progress: conformance.run_submission(job, progress, _engine()))
 
 
-@shared_task(name="workers.tasks.calibrate_contracts", acks_late=True)
+@shared_task(name=task_names.CALIBRATE_CONTRACTS, acks_late=True)
 def calibrate_contracts(job_id: int) -> str:
     """Three-state calibration (baseline / violating / conforming) of the contract versions in job.params."""
     return run_job(job_id, lambda job, progress: conformance.calibrate(job, progress, _engine()))
 
 
-@shared_task(name="workers.tasks.sign_kernel_submission", acks_late=True)
+@shared_task(name=task_names.SIGN_KERNEL_SUBMISSION, acks_late=True)
 def sign_kernel_submission(job_id: int) -> str:
     """Sign a finished submission's stored verdicts and grade into the transparency log (cpu queue: this role
     holds the signing key and never runs submitted code)."""
