@@ -55,10 +55,12 @@ def run_certificate_completed(certificate_id: int | None = None) -> str:
             path = artifact_path(upload.storage_name)
             plan = plan or plan_certificate(path)
             part = {"plan": plan, "partial": certify_part(path, plan).to_json()}  # this upload's steps only
-        view = (
-            live.add_segment(run, upload.pk, steps, plan or {}, part, _combine, declared, segment.rank)
-            or LiveRun.objects.filter(run=run).first()
-        )
+        view = None
+        with live.locked_for_segment(run, upload.pk, steps, plan or {}, declared, segment.rank) as locked:
+            if locked is not None:  # the engine's merge and summary, under the view's row lock
+                partial, merged = _combine(locked.partial or None, part)
+                view = live.store_segment(locked, upload.pk, steps, plan or {}, segment.rank, partial, merged)
+        view = view or LiveRun.objects.filter(run=run).first()
         live.mark_processed(upload.pk)
     raised = alerts.evaluate_run(run, _alert_snapshot(run, view))
     return f"{len(raised)} alert event(s)"
