@@ -26,6 +26,8 @@ from pathlib import Path
 
 import dj_database_url
 
+from audit_portal import task_names
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("AUDIT_VAR_DIR", BASE_DIR / "var"))
 
@@ -140,9 +142,9 @@ FILE_UPLOAD_TEMP_DIR = None  # the hashing handler writes straight into ARTIFACT
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 UPLOAD_VALIDATION_MAX_ERRORS = 20
 # An upload larger than this is certified in chunks of about this size by any number of cpu workers and merged
-# (workers/tasks/certificates.py, docs/deploy.md "One run, many workers"); 0 = always one task per upload.
+# (pipelines/certificates.py, docs/deploy.md "One run, many workers"); 0 = always one task per upload.
 CERTIFY_CHUNK_BYTES = int(float(os.environ.get("CERTIFY_CHUNK_BYTES", 64 * 1024**2)))
-# The same for validation (workers/tasks/uploads.py): pieces validated by any cpu worker, merged into the one-pass
+# The same for validation (pipelines/uploads.py): pieces validated by any cpu worker, merged into the one-pass
 # summary (workers/fcr/validate_pieces.py); 0 = always one task per upload.
 VALIDATE_CHUNK_BYTES = int(float(os.environ.get("VALIDATE_CHUNK_BYTES", 64 * 1024**2)))
 UPLOAD_THROTTLE_RATE = os.environ.get("UPLOAD_THROTTLE_RATE", "120/min")
@@ -193,18 +195,18 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "cpu"
-CELERY_INCLUDE = ["workers.tasks"]  # imported by workers only; the web tier sends tasks by name
+CELERY_INCLUDE = ["pipelines"]  # imported by workers only; the web tier sends tasks by name (audit_portal.task_names)
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE = {
-    "reap-stale-jobs": {"task": "workers.tasks.reap_stale_jobs", "schedule": 60.0, "options": {"queue": "cpu"}},
-    # lost messages of alerts and growing runs: deliveries and follow-ups resent (workers/tasks/alerts.py)
-    "sweep-alerts": {"task": "workers.tasks.sweep_alerts", "schedule": 60.0, "options": {"queue": "cpu"}},
+    "reap-stale-jobs": {"task": task_names.REAP_STALE_JOBS, "schedule": 60.0, "options": {"queue": "cpu"}},
+    # lost messages of alerts and growing runs: deliveries and follow-ups resent (pipelines/alerts.py)
+    "sweep-alerts": {"task": task_names.SWEEP_ALERTS, "schedule": 60.0, "options": {"queue": "cpu"}},
     # the transparency log against its signatures, key history and witnesses; an alert when it stops verifying
     "check-transparency-log": {
-        "task": "workers.tasks.check_transparency_log",
+        "task": task_names.CHECK_TRANSPARENCY_LOG,
         "schedule": float(os.environ.get("AUDIT_LOG_CHECK_SECONDS", 300)),
         "options": {"queue": "cpu"},
     },

@@ -3,7 +3,7 @@
     .venv/bin/python bench/live_merge.py                 # 32 segments of 2 steps, 8 x 64 tokens a step
     .venv/bin/python bench/live_merge.py --segments 64 --batch 16
 
-For segment k the incremental path is what workers/tasks/live.py does: ``certify_part`` of segment k alone, the
+For segment k the incremental path is what pipelines/live.py does: ``certify_part`` of segment k alone, the
 stored partial read back from JSON (as from the database), ``merge``, ``summarise``, ``to_json``. The baseline,
 measured in the same process, is what a portal without partials would do: ``certify_file`` over segments 1..k as one
 file. Printed per k: both times and their ratio; the incremental cost should stay flat while the baseline grows with

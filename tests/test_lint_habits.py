@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = ("audit_portal", "workers", "tests", "client", "bench", "lint")
+FOLDERS = ("pipelines", "audit_portal", "workers", "tests", "client", "bench", "lint")
 BARE_NOQA = re.compile(r"#\s*noqa(?::\s*[A-Z]+[0-9]+(?:\s*,\s*[A-Z]+[0-9]+)*)?\s*$")
 
 

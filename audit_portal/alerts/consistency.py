@@ -12,7 +12,7 @@ from django.utils import timezone
 from audit_portal.alerts.models import AlertEvent, AlertState, WebhookDelivery
 from audit_portal.jobs.consistency import Report, Scope, register
 
-SWEEP_SECONDS = 300  # workers.tasks.sweep_alerts resends what is overdue by this much
+SWEEP_SECONDS = 300  # the sweep_alerts task (pipelines/alerts.py) resends what is overdue by this much
 
 
 def in_scope(scope: Scope, queryset, path: str):

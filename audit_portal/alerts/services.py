@@ -1,5 +1,5 @@
 """Writes for alerts: rules (checked, secret generated), evaluation of a run (one event per crossing) and the
-webhook deliveries' bookkeeping. The POST itself is webhooks.py, run by the Celery task workers/tasks/alerts.py."""
+webhook deliveries' bookkeeping. The POST itself is webhooks.py, run by the Celery task pipelines/alerts.py."""
 
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from audit_portal import task_names
 from audit_portal.alerts import events, rules, webhooks
 from audit_portal.alerts.models import AlertEvent, AlertRule, AlertState, WebhookDelivery
 from audit_portal.certificates import selectors as certificate_selectors
 from audit_portal.core.errors import PortalError
 
 log = logging.getLogger(__name__)
-DELIVER_TASK = "workers.tasks.deliver_alert_webhook"
 MAX_RULES_PER_PROJECT = 50  # every rule can post to a URL on every crossing of every run: the fan-out is bounded
 
 
@@ -100,7 +100,6 @@ def create_rule(*, project, data, created_by: str) -> AlertRule:
 
 EDITABLE = ("name", "kind", "threshold", "window", "webhook_url", "enabled")
 CONDITION = ("kind", "threshold", "window")
-EVALUATE_TASK = "workers.tasks.evaluate_alert_rules"
 
 
 def update_rule(rule: AlertRule, data) -> AlertRule:
@@ -143,7 +142,7 @@ def rotate_secret(rule: AlertRule) -> AlertRule:
 
 
 def _evaluate_again(run_ids: list[int]) -> None:
-    failure = send_task(EVALUATE_TASK, {"run_ids": run_ids})
+    failure = send_task(task_names.EVALUATE_ALERT_RULES, {"run_ids": run_ids})
     if failure is not None:  # the states read "not evaluated" until the runs' next data
         log.error("could not queue the evaluation of runs %s: %s", run_ids, failure)
 
@@ -250,7 +249,7 @@ def payload(event: AlertEvent) -> bytes:
 def enqueue_delivery(delivery_id: int, countdown: float = 0) -> bool:
     """Send the delivery task; False when the broker refused it (the row stays pending, with the reason on the alerts
     page, and the sweep sends it again)."""
-    failure = send_task(DELIVER_TASK, {"delivery_id": delivery_id}, countdown)
+    failure = send_task(task_names.DELIVER_ALERT_WEBHOOK, {"delivery_id": delivery_id}, countdown)
     if failure is not None:
         log.error("could not enqueue webhook delivery %s: %s", delivery_id, failure)
         WebhookDelivery.objects.filter(pk=delivery_id).update(last_error=f"queue unreachable: {failure}"[:500])

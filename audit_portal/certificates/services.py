@@ -145,7 +145,7 @@ def complete(certificate: RunCertificate, result: dict, histograms: Histograms |
     return certificate
 
 
-# ---- one upload certified in chunks by several workers (issue #18; workers/tasks/certificates.py) --------------
+# ---- one upload certified in chunks by several workers (issue #18; pipelines/certificates.py) --------------
 def begin_chunked(upload, options: dict, job) -> RunCertificate:
     """The certificate the chunks of ``job`` fill: the one its stored chunks already belong to when the job is
     retried (their work is kept), else a fresh one (:func:`begin`)."""

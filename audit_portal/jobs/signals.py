@@ -10,14 +10,15 @@ import logging
 from celery.signals import task_failure
 from django.db import DatabaseError
 
+from audit_portal import task_names
+
 log = logging.getLogger(__name__)
-TASK_PREFIX = "workers.tasks."
 
 
 @task_failure.connect(dispatch_uid="audit_portal.jobs.fail_unclaimed_job")
 def fail_unclaimed_job(sender=None, exception=None, args=None, **kwargs) -> None:
     name = getattr(sender, "name", "") or ""
-    if not name.startswith(TASK_PREFIX) or not args or not isinstance(args[0], int):
+    if not name.startswith(task_names.PREFIX) or not args or not isinstance(args[0], int):
         return
     if isinstance(exception, DatabaseError):
         return

@@ -17,6 +17,7 @@ from pathlib import Path
 from django.db import transaction
 from django.utils import timezone
 
+from audit_portal import task_names
 from audit_portal.accounts.models import Project
 from audit_portal.core.storage import artifact_path
 from audit_portal.jobs.services import create_job
@@ -44,9 +45,6 @@ from audit_portal.kernels.submission_input import (
 from workers.contracts.deployment import parse_flags, parse_target
 from workers.jsonsafe import finite_or_none
 
-CONFORMANCE_TASK = "workers.tasks.run_kernel_submission"
-CALIBRATION_TASK = "workers.tasks.calibrate_contracts"
-SIGNING_TASK = "workers.tasks.sign_kernel_submission"
 SIGNING_QUEUE = "cpu"  # a role that holds the signing key and never runs submitted code
 # Calibration concerns the shared suite, not a tenant's data, but every Job belongs to a project: its jobs
 # live in this member-less project (visible to superusers only), and the results on the contract pages.
@@ -155,7 +153,7 @@ def queue_calibration(contracts, *, submitted_by: str = "system"):
         job = create_job(
             project=suite_project(),
             kind="calibrate_contracts",
-            task_name=CALIBRATION_TASK,
+            task_name=task_names.CALIBRATE_CONTRACTS,
             queue=CALIBRATION_QUEUE,
             title=f"Calibrate {len(contracts)} contract version(s)",
             params={"contracts": [c.pk for c in contracts]},
@@ -350,7 +348,7 @@ def submit_conformance(
     submission.job = create_job(
         project=project,
         kind="kernel_conformance",
-        task_name=CONFORMANCE_TASK,
+        task_name=task_names.RUN_KERNEL_SUBMISSION,
         queue=QUEUE_FOR_DEVICE[device],
         title=f"Conformance: {implementation.name} on {device} ({len(plan)} contract(s))",
         params={"submission": submission.pk},
@@ -415,7 +413,7 @@ def finish_submission(submission: Submission, grade: dict) -> Submission:
     create_job(
         project=submission.project,
         kind="kernel_signature",
-        task_name=SIGNING_TASK,
+        task_name=task_names.SIGN_KERNEL_SUBMISSION,
         queue=SIGNING_QUEUE,
         title=f"Sign conformance result of submission {submission.pk}",
         params={"submission": submission.pk},

@@ -1,10 +1,12 @@
-"""Writes for live runs: merge a new segment's partial certificate into the run's, under a row lock; and the JSON
-the run page and its websocket show. The engine calls (certify the segment, merge, summarise) come from the task
-as ``combine``, so this module never imports an engine."""
+"""Writes for live runs: a new segment's partial certificate merged into the run's under a row lock (the lock and
+the store are here; the engine's merge runs between them in the task, pipelines/live.py, so this module never
+imports a torch-based engine); and the JSON the run page and its websocket show."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from django.db import transaction
 from django.utils import timezone
@@ -116,45 +118,44 @@ def refusal(
     return None
 
 
-def add_segment(
-    run,
-    upload_id: int,
-    steps: list,
-    plan: dict,
-    part: dict,
-    combine,
-    declared: tuple[int, int] | None = None,
-    rank: int = 0,
-) -> LiveRun | None:
-    """Merge one upload's partial (``part``, certified under ``plan``, written by process ``rank``) into the run's
-    live view. ``combine(merged
-    partial JSON or None, part) -> (partial JSON, certificate dict)`` does the engine's merge and summary. Returns
-    the updated view, or None when the upload was not merged (its reason is kept in ``skipped``)."""
+@contextmanager
+def locked_for_segment(
+    run, upload_id: int, steps: list, plan: dict, declared: tuple[int, int] | None = None, rank: int = 0
+) -> Iterator[LiveRun | None]:
+    """The run's live view, locked for one transaction, when the upload of process ``rank`` (certified under
+    ``plan``) may join it; else None, the reason kept in ``skipped``. Inside the block the caller merges the
+    upload's partial into ``view.partial`` with the engine and calls :func:`store_segment`."""
     with transaction.atomic():
         live, _ = LiveRun.objects.get_or_create(run=run, defaults={"plan": plan})
         live = LiveRun.objects.select_for_update().get(pk=live.pk)
         reason = refusal(live, upload_id, steps, declared, rank)
         if reason is None and live.uploads and live.plan != plan:
             reason = "certified under other options than the run's first segment"
-        if reason is not None:
-            if reason != "already merged":
-                live.skipped = ([{"upload": upload_id, "reason": reason}] + live.skipped)[:SKIPPED_KEPT]
-                live.save(update_fields=["skipped"])
-            return None
-        live.partial, live.certificate = combine(live.partial or None, part)
-        verdict = run_verdict(
-            live.certificate.get("summary") or {},
-            live.certificate.get("bounds") or {},
-            live.certificate.get("options") or plan.get("opts") or {},
-        )
-        live.verdict, live.verdict_detail = verdict.code, verdict.as_dict()
-        live.plan = plan
-        live.steps = sorted(set(live.steps) | set(steps))
-        live.ranks = {**(live.ranks or {}), str(rank): sorted(held_steps(live, rank) | set(steps))}
-        live.uploads = [*live.uploads, upload_id]
-        live.updated_at = timezone.now()
-        live.save()
-        transaction.on_commit(lambda: publish_live(live))
+        if reason is not None and reason != "already merged":
+            live.skipped = ([{"upload": upload_id, "reason": reason}] + live.skipped)[:SKIPPED_KEPT]
+            live.save(update_fields=["skipped"])
+        yield live if reason is None else None
+
+
+def store_segment(
+    live: LiveRun, upload_id: int, steps: list, plan: dict, rank: int, partial: dict, certificate: dict
+) -> LiveRun:
+    """Store the merged ``partial`` and its ``certificate`` (the engine's summary) on the locked view from
+    :func:`locked_for_segment`, with the verdict, the steps and ranks it now holds; published after the commit."""
+    live.partial, live.certificate = partial, certificate
+    verdict = run_verdict(
+        certificate.get("summary") or {},
+        certificate.get("bounds") or {},
+        certificate.get("options") or plan.get("opts") or {},
+    )
+    live.verdict, live.verdict_detail = verdict.code, verdict.as_dict()
+    live.plan = plan
+    live.steps = sorted(set(live.steps) | set(steps))
+    live.ranks = {**(live.ranks or {}), str(rank): sorted(held_steps(live, rank) | set(steps))}
+    live.uploads = [*live.uploads, upload_id]
+    live.updated_at = timezone.now()
+    live.save()
+    transaction.on_commit(lambda: publish_live(live))
     return live
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from django.db import DatabaseError, IntegrityError, transaction
 from django.utils import timezone
 
+from audit_portal import task_names
 from audit_portal.core.errors import PortalError, QueueUnavailable, UnsupportedUpload
 from audit_portal.core.storage import artifact_path  # tasks and tests reach it as runs.artifact_path
 from audit_portal.jobs.services import create_job
@@ -18,7 +19,6 @@ from audit_portal.runs.upload_handler import HashedUploadedFile
 
 log = logging.getLogger(__name__)
 
-VALIDATE_TASK = "workers.tasks.validate_upload"
 PARQUET_FORMAT = "fcr-parquet/1"  # workers/fcr/columnar.py; the web process never reads the rows, only the footer
 
 
@@ -70,7 +70,7 @@ def receive_upload(*, project, uploaded: HashedUploadedFile, submitted_by: str) 
                 create_job(
                     project=project,
                     kind="validate_upload",
-                    task_name=VALIDATE_TASK,
+                    task_name=task_names.VALIDATE_UPLOAD,
                     queue="cpu",
                     title=f"Validate {upload.original_name}",
                     subject_kind="upload",
@@ -142,9 +142,9 @@ def stored_validation_pieces(job) -> list[dict]:
 
 # Follow-up work queued when an upload turns valid: (kind, task name, queue). Later issues add here.
 FOLLOW_UPS: list[tuple[str, str, str]] = [
-    ("certify_upload", "workers.tasks.certify_upload", "cpu"),
-    ("fidelity_audit", "workers.tasks.fidelity_audit", "cpu"),
-    ("routing_audit", "workers.tasks.routing_audit", "cpu"),  # only for logs with MoE routes (docs/routing.md)
+    ("certify_upload", task_names.CERTIFY_UPLOAD, "cpu"),
+    ("fidelity_audit", task_names.FIDELITY_AUDIT, "cpu"),
+    ("routing_audit", task_names.ROUTING_AUDIT, "cpu"),  # only for logs with MoE routes (docs/routing.md)
 ]
 
 

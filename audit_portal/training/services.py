@@ -10,6 +10,7 @@ import math
 from django.db import transaction
 from django.utils import timezone
 
+from audit_portal import task_names
 from audit_portal.core.errors import PortalError
 from audit_portal.jobs import services as jobs
 from audit_portal.core.storage import artifact_path
@@ -17,7 +18,6 @@ from audit_portal.training.models import TrainingAudit
 from workers.jsonsafe import json_safe  # non-finite floats → None (Postgres JSON has no NaN/∞)
 from workers.training.config import ConfigError, validate  # torch-free
 
-TASK_NAME = "workers.tasks.training_step_audit"
 JOB_KIND = "training_step_audit"
 QUEUE = "gpu"  # a GPU worker takes it; the worker started by scripts/up listens on cpu and gpu (CPU fallback)
 MAX_POSITIONS = 256
@@ -47,7 +47,7 @@ def submit(*, project, data, submitted_by: str) -> TrainingAudit:
         job = jobs.create_job(
             project=project,
             kind=JOB_KIND,
-            task_name=TASK_NAME,
+            task_name=task_names.TRAINING_STEP_AUDIT,
             queue=QUEUE,
             title=f"Training-step audit #{audit.pk} · {config['numerics'].replace('_', ' ').replace(',', ' + ')} vs fp32",
             subject_kind="training_audit",

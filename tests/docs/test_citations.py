@@ -17,6 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCANNED_DIRS = (
+    "pipelines",
     "workers",
     "audit_portal",
     "client",

@@ -18,6 +18,7 @@ from django.db import OperationalError, connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from audit_portal import task_names
 from audit_portal.celery import app
 from audit_portal.certificates.models import RunCertificate, SequenceSummary
 from audit_portal.jobs import services as job_services
@@ -216,7 +217,7 @@ def test_the_same_upload_submitted_concurrently_gives_one_result(project, submit
 
 
 def test_a_certification_whose_worker_died_is_retried_without_duplicate_rows(api, project, settings):
-    from workers.tasks import certify_upload, validate_upload
+    from pipelines import certify_upload, validate_upload
 
     response = api.post(
         upload_url(project), {"file": as_file(gz(jsonl(records(trajectories=8))), "r.jsonl.gz")}, format="multipart"
@@ -248,7 +249,7 @@ def test_a_certification_whose_worker_died_is_retried_without_duplicate_rows(api
 def test_a_waiting_job_is_resent_at_most_once_per_timeout(project, settings, monkeypatch):
     """A backlog behind busy workers must not gain a copy of every waiting job at every reaper tick."""
     job = job_services.create_job(
-        project=project, kind="validate_upload", task_name="workers.tasks.validate_upload", enqueue=False
+        project=project, kind="validate_upload", task_name=task_names.VALIDATE_UPLOAD, enqueue=False
     )
     sent = []
     monkeypatch.setattr(job_services.celery_app, "send_task", lambda name, args, queue, retry: sent.append(args[0]))
@@ -269,12 +270,12 @@ def test_a_task_that_crashes_before_claiming_its_job_fails_the_job_with_the_reas
     import sys
     import types
 
-    from workers.tasks import certify_upload
+    from pipelines import certify_upload
 
     job = job_services.create_job(
         project=project,
         kind="certify_upload",
-        task_name="workers.tasks.certify_upload",
+        task_name=task_names.CERTIFY_UPLOAD,
         subject_kind="upload",
         subject_id=1,
         enqueue=False,
@@ -289,10 +290,10 @@ def test_a_task_that_crashes_before_claiming_its_job_fails_the_job_with_the_reas
 def test_a_database_error_before_the_claim_leaves_the_job_for_the_reaper(project):
     from celery.signals import task_failure
 
-    from workers.tasks import certify_upload
+    from pipelines import certify_upload
 
     job = job_services.create_job(
-        project=project, kind="certify_upload", task_name="workers.tasks.certify_upload", enqueue=False
+        project=project, kind="certify_upload", task_name=task_names.CERTIFY_UPLOAD, enqueue=False
     )
     task_failure.send(
         sender=certify_upload,

@@ -134,7 +134,7 @@ class BrowserTestCase(ChannelsLiveServerTestCase):
     def processed_upload(self, name: str, data: bytes, kinds=("validate_upload",)):
         """Receive ``data`` as an upload of the project and run its jobs of ``kinds`` synchronously, in order (each
         kind is also the task's name). Returns the refreshed upload and each task's return value."""
-        import workers.tasks
+        import pipelines
         from audit_portal.jobs.models import Job
         from audit_portal.runs.services import receive_upload
         from audit_portal.runs.upload_handler import hashed_file_from_path, incoming_dir
@@ -145,7 +145,7 @@ class BrowserTestCase(ChannelsLiveServerTestCase):
             project=self.project, uploaded=hashed_file_from_path(path), submitted_by=self.username
         )
         outcomes = {
-            kind: getattr(workers.tasks, kind)(Job.objects.get(subject_id=upload.pk, kind=kind).pk) for kind in kinds
+            kind: getattr(pipelines, kind)(Job.objects.get(subject_id=upload.pk, kind=kind).pk) for kind in kinds
         }
         upload.refresh_from_db()
         return upload, outcomes

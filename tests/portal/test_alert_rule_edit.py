@@ -8,13 +8,14 @@ import pytest
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
+from audit_portal import task_names
 from audit_portal.accounts.models import Role
 from audit_portal.accounts.services import issue_api_key
 from audit_portal.alerts import selectors, services
 from audit_portal.alerts.models import AlertEvent, AlertRule, AlertState
 from audit_portal.celery import app as celery_app
 from audit_portal.runs.models import Run
-from workers.tasks import evaluate_alert_rules
+from pipelines import evaluate_alert_rules
 
 
 def snap(best):
@@ -63,7 +64,7 @@ def test_a_new_threshold_starts_the_rule_afresh_on_its_runs(
         r = patch(api, firing_rule, {"threshold": 0.5})
     assert r.status_code == 200, r.content
     assert r.json()["threshold"] == 0.5 and r.json()["states"] == [] and r.json()["name"] == "B*"
-    assert sent == [("workers.tasks.evaluate_alert_rules", {"run_ids": [run.pk]})]
+    assert sent == [(task_names.EVALUATE_ALERT_RULES, {"run_ids": [run.pk]})]
     evaluate_alert_rules(**sent[0][1])
     state = AlertState.objects.get(rule=firing_rule, run=run)
     assert not state.firing and state.value == 0.2  # B* 0.2 is within the new budget: armed, nothing raised
@@ -90,7 +91,7 @@ def test_a_new_name_or_a_disabled_rule_keeps_its_states(
     assert gate["firing"] is False and gate["rules"] == []
     with django_capture_on_commit_callbacks(execute=True):
         assert patch(api, firing_rule, {"enabled": True}).json()["states"] == []  # enabled again: afresh
-    assert sent == [("workers.tasks.evaluate_alert_rules", {"run_ids": [run.pk]})]
+    assert sent == [(task_names.EVALUATE_ALERT_RULES, {"run_ids": [run.pk]})]
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,7 @@ from audit_portal.kernels import services as kernel_services
 from audit_portal.kernels.submission_input import check_kernel_module
 from audit_portal.runs.models import Upload
 from audit_portal.runs.services import artifact_path
-from workers.tasks import certify_upload
+from pipelines import certify_upload
 from workers.verify import merkle
 from workers.verify import statement as st
 
@@ -324,7 +324,7 @@ def contracts(db):
 
 def signed(submission):
     """Run the signing job finish_submission queued (the cpu-queue task: the kernels worker holds no key)."""
-    from workers.tasks.kernels import sign_kernel_submission
+    from pipelines.kernels import sign_kernel_submission
 
     job = Job.objects.get(kind="kernel_signature", subject_id=submission.pk)
     assert sign_kernel_submission(job.pk) == "succeeded", Job.objects.get(pk=job.pk).error

@@ -129,7 +129,7 @@ class World:
 def _populate(project, owner) -> Objects:
     """Real uploads, jobs, certificate, fidelity report, tokenizer and kernel submissions, through the services
     and the tasks the workers run (no stand-in rows: every page and endpoint renders real data)."""
-    from workers.tasks import certify_upload, fidelity_audit, validate_upload
+    from pipelines import certify_upload, fidelity_audit, validate_upload
 
     api = APIClient()
     api.force_authenticate(owner)
@@ -145,7 +145,7 @@ def _populate(project, owner) -> Objects:
     upload.refresh_from_db()
     certificate = RunCertificate.objects.get(upload=upload, state=RunCertificate.State.COMPLETE)
     from audit_portal.live.services import tag_segment
-    from workers.tasks import run_certificate_completed
+    from pipelines import run_certificate_completed
 
     tag_segment(upload, (0, 10**9))  # the run's steps, streamed: its live view (/api/v1/runs/<id>/live/)
     run_certificate_completed(certificate_id=certificate.pk)
@@ -169,7 +169,7 @@ def _populate(project, owner) -> Objects:
     ]
     queued = job_services.create_job(project=project, kind="test", task_name="x", title="queued", enqueue=False)
     from audit_portal.training import services as training_services
-    from workers.tasks import training_step_audit
+    from pipelines import training_step_audit
 
     badge_token = kernel_services.publish_badge(subs[0].implementation)
     training = training_services.submit(project=project, data=TRAINING_TINY, submitted_by="authz")

@@ -17,7 +17,7 @@ class BrowserUploadTest(BrowserTestCase):
     broker = "filesystem"  # the live server sends tasks; a worker thread started mid-test receives them
 
     def test_upload_and_watch_the_job_finish_live(self):
-        import workers.tasks  # noqa: F401 - registers tasks with the app, as the worker command does
+        import pipelines  # noqa: F401 - registers tasks with the app, as the worker command does
 
         page = self.page
         self.sign_in()

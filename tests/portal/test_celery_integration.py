@@ -25,7 +25,7 @@ def wait_for(predicate, timeout=30.0):
 
 
 def test_upload_is_validated_by_a_real_worker(api, project):
-    import workers.tasks  # noqa: F401 - registers the tasks with the app, as `celery -A` would
+    import pipelines  # noqa: F401 - registers the tasks with the app, as `celery -A` would
 
     with start_worker(app, pool="solo", perform_ping_check=False, queues=["cpu"], shutdown_timeout=10):
         response = api.post(

@@ -7,7 +7,7 @@ from audit_portal.certificates.figures import MAX_POINTS, downsample
 from audit_portal.certificates.models import RunCertificate, SequenceSummary, StepAggregate
 from audit_portal.jobs.models import Job
 from audit_portal.runs.models import Upload
-from workers.tasks import certify_upload, validate_upload
+from pipelines import certify_upload, validate_upload
 
 from .conftest import as_file, gz, jsonl, records, upload_url
 

@@ -18,8 +18,8 @@ from audit_portal.jobs.services import reap_stale_jobs
 from audit_portal.runs import services as runs
 from audit_portal.runs.models import Upload
 from workers.certify.file import certify_file
-from workers.tasks import certify_upload, validate_upload
-from workers.tasks import certificates as certificate_tasks
+from pipelines import certify_upload, validate_upload
+from pipelines import certificates as certificate_tasks
 
 from .conftest import as_file, jsonl, records, upload_url
 

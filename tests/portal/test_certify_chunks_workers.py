@@ -15,6 +15,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from audit_portal import task_names
 from audit_portal.certificates.models import CertificateChunk
 from audit_portal.jobs.models import Job
 from audit_portal.jobs.services import cancel_job
@@ -102,7 +103,7 @@ def test_a_worker_killed_mid_chunk_leaves_the_certificate_exact(api, project, se
     assert stored_at_kill < job.result["chunks"] == CertificateChunk.objects.filter(job=job).count()
     log = log_path.read_text()
     assert "WorkerLostError" in log  # the process died inside a task ...
-    received = Counter(re.findall(r"Task workers\.tasks\.certify_chunk\[([0-9a-f-]+)\] received", log))
+    received = Counter(re.findall(rf"Task {re.escape(task_names.CERTIFY_CHUNK)}\[([0-9a-f-]+)\] received", log))
     assert max(received.values()) >= 2, received  # ... a chunk's, whose message the broker delivered again
     assert_equals_one_pass(upload, job)
 

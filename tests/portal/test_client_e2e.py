@@ -129,7 +129,7 @@ def test_client_schema_is_the_engine_schema():
 def test_portal_down_mid_run_then_everything_uploaded_and_certified(
     live_server, project, owner, submit_token, tmp_path, client
 ):
-    import workers.tasks  # noqa: F401 - registers the tasks, as `celery -A` would
+    import pipelines  # noqa: F401 - registers the tasks, as `celery -A` would
 
     django_client = client
     django_client.force_login(owner)
@@ -204,7 +204,7 @@ def test_portal_down_mid_run_then_everything_uploaded_and_certified(
 
 
 def test_cli_upload_wait_budget_and_status_exit_codes(live_server, project, submit_token, tmp_path, capsys):
-    import workers.tasks  # noqa: F401 - registers the Celery tasks the live worker runs
+    import pipelines  # noqa: F401 - registers the Celery tasks the live worker runs
 
     from audit_portal_client.fcr import RecordMeta, step_table
     import pyarrow.parquet as pq
@@ -255,7 +255,7 @@ def test_trl_grpo_steps_through_the_client_reach_a_certificate(live_server, proj
     """Two real GRPOTrainer steps (TRL, tiny random Llama built from a config, CPU) logged by the callback, uploaded
     to the running portal, certified."""
     pytest.importorskip("trl")
-    import workers.tasks  # noqa: F401 - registers the Celery tasks the live worker runs
+    import pipelines  # noqa: F401 - registers the Celery tasks the live worker runs
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "client" / "tests"))
     from tiny_grpo import tiny_grpo_trainer
@@ -280,7 +280,7 @@ def test_trl_grpo_steps_through_the_client_reach_a_certificate(live_server, proj
 def test_real_verl_dataproto_through_the_client_reaches_a_certificate(live_server, project, submit_token, tmp_path):
     """A real verl DataProto (when verl imports here; see client/tests/test_verl.py) through the install() hook."""
     protocol = pytest.importorskip("verl.protocol", reason="verl is not installable in this environment")
-    import workers.tasks  # noqa: F401 - registers the Celery tasks the live worker runs
+    import pipelines  # noqa: F401 - registers the Celery tasks the live worker runs
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "client" / "tests"))
     from test_verl import verl_batch

@@ -31,7 +31,7 @@ PART = 4096
 def test_an_upload_in_parts_interrupted_at_60_percent_resumes_and_certifies(
     live_server, project, submit_token, tmp_path, monkeypatch
 ):
-    import workers.tasks  # noqa: F401 - registers the tasks, as `celery -A` would
+    import pipelines  # noqa: F401 - registers the tasks, as `celery -A` would
 
     monkeypatch.setattr(chunked, "PART_BYTES", PART)
     monkeypatch.setattr(parts, "BACKOFF", 0.0)

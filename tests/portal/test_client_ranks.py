@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 def test_ranks_of_one_run_in_one_process_all_reach_the_live_view(
     live_server, project, submit_token, tmp_path, monkeypatch
 ):
-    import workers.tasks  # noqa: F401 - registers the Celery tasks the live worker runs
+    import pipelines  # noqa: F401 - registers the Celery tasks the live worker runs
     from workers.certify import certify_file
 
     monkeypatch.setenv("AUDIT_PORTAL_SPOOL", str(tmp_path / "spools"))  # the default spool path of every rank

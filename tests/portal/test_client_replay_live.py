@@ -44,7 +44,7 @@ def routed_step(step, corrupt=None):
 
 
 def test_finish_require_replay_against_the_running_portal(live_server, project, submit_token, tmp_path, capsys):
-    import workers.tasks  # noqa: F401 - registers the tasks, as `celery -A` would
+    import pipelines  # noqa: F401 - registers the tasks, as `celery -A` would
 
     client = Client(live_server.url, submit_token, timeout=10)
 

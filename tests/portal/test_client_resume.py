@@ -54,7 +54,7 @@ def test_trl_killed_and_resumed_from_its_checkpoint_certifies_like_an_uninterrup
     live_server, project, submit_token, tmp_path
 ):
     pytest.importorskip("trl")
-    import workers.tasks  # noqa: F401 - registers the Celery tasks the live worker runs
+    import pipelines  # noqa: F401 - registers the Celery tasks the live worker runs
     from tiny_grpo import tiny_grpo_trainer
     from transformers import TrainerCallback
 
@@ -106,7 +106,7 @@ def test_trl_gradient_accumulation_every_micro_batch_reaches_the_live_view(
     live_server, project, submit_token, tmp_path
 ):
     pytest.importorskip("trl")
-    import workers.tasks  # noqa: F401 - registers the Celery tasks the live worker runs
+    import pipelines  # noqa: F401 - registers the Celery tasks the live worker runs
     from tiny_grpo import tiny_grpo_trainer
 
     from audit_portal_client.integrations.trl import AuditPortalCallback
@@ -155,7 +155,7 @@ def test_the_portal_merges_every_segment_the_client_cuts(tmp_path, accumulation,
 def test_a_refused_key_fails_at_start_and_the_same_spool_syncs_with_the_right_key(
     live_server, project, submit_token, tmp_path, capsys
 ):
-    import workers.tasks  # noqa: F401 - registers the Celery tasks the live worker runs
+    import pipelines  # noqa: F401 - registers the Celery tasks the live worker runs
 
     with pytest.raises(PortalError, match="401") as refused:
         Client(live_server.url, "not-a-key").run(project.slug, "keyed", spool_dir=tmp_path / "spool")
@@ -192,7 +192,7 @@ def test_trl_with_a_full_disk_trains_on_and_the_certificate_names_the_missing_st
     import errno
 
     import pyarrow.parquet as pq
-    import workers.tasks  # noqa: F401 - registers the Celery tasks the live worker runs
+    import pipelines  # noqa: F401 - registers the Celery tasks the live worker runs
     from tiny_grpo import tiny_grpo_trainer
 
     from audit_portal_client import run as run_module

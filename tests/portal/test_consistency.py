@@ -17,7 +17,7 @@ from audit_portal.fidelity.models import FidelityReport
 from audit_portal.jobs import consistency
 from audit_portal.jobs.models import Job, JobState
 from audit_portal.runs.models import Upload
-from workers.tasks import certify_upload, fidelity_audit, validate_upload
+from pipelines import certify_upload, fidelity_audit, validate_upload
 
 from .conftest import as_file, gz, jsonl, records, upload_url
 

@@ -8,6 +8,7 @@ import hashlib
 import pytest
 from rest_framework.test import APIClient
 
+from audit_portal import task_names
 from audit_portal.accounts.models import Role
 from audit_portal.accounts.services import issue_api_key
 from audit_portal.fidelity.models import FidelityCall, RegisteredTokenizer
@@ -216,7 +217,7 @@ def test_fidelity_page_follows_a_running_audit_live(client, project, member_of, 
     running = job_services.create_job(
         project=project,
         kind="fidelity_audit",
-        task_name="workers.tasks.fidelity_audit",
+        task_name=task_names.FIDELITY_AUDIT,
         subject_kind="upload",
         subject_id=report.upload_id,
         enqueue=False,

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import threading
 
+from audit_portal import task_names
+
 from .browser import BrowserTestCase, browser_marks
 from .conftest import jsonl
 from .test_fidelity_job import TOY_VOCAB_TEXT, examples
@@ -85,7 +87,7 @@ class FidelityPageTest(BrowserTestCase):
         job = jobs.create_job(
             project=self.project,
             kind="fidelity_audit",
-            task_name="workers.tasks.fidelity_audit",
+            task_name=task_names.FIDELITY_AUDIT,
             subject_kind="upload",
             subject_id=upload.pk,
             enqueue=False,

@@ -12,7 +12,7 @@ import pytest
 from audit_portal.fidelity.models import FidelityCall, FidelityReport
 from audit_portal.jobs.models import Job
 from audit_portal.runs.models import Upload
-from workers.tasks import fidelity_audit, validate_upload
+from pipelines import fidelity_audit, validate_upload
 
 from .conftest import as_file, gz, jsonl, records, upload_url
 
@@ -336,7 +336,7 @@ def test_call_rows_are_inserted_batch_by_batch_with_progress(api, project, monke
     from audit_portal.fidelity import services
     from audit_portal.jobs.execution import ProgressReporter
     from workers.fidelity import audit_file
-    from workers.tasks import fidelity as task
+    from pipelines import fidelity as task
 
     monkeypatch.setattr(task, "CALL_BATCH", 5)
     inserts = []
@@ -382,7 +382,7 @@ def test_an_attempt_whose_report_was_replaced_stops_without_writing(api, project
     """A stale attempt (its worker stalled while a redelivery started over) must not write rows into the report the
     newer attempt replaced, nor touch the job; rerunning leaves exactly one set of rows."""
     from audit_portal.fidelity import services
-    from workers.tasks import fidelity as task
+    from pipelines import fidelity as task
 
     recs = records(trajectories=4)
     report, job = audited(api, project, recs)

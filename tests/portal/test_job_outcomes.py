@@ -7,7 +7,7 @@ import pytest
 
 from audit_portal.jobs.models import Job
 from audit_portal.jobs.outcomes import outcome
-from workers.tasks import certify_upload, validate_upload
+from pipelines import certify_upload, validate_upload
 
 from .conftest import as_file, jsonl, records, upload_url
 

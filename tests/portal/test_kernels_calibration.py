@@ -11,7 +11,7 @@ from audit_portal.jobs.models import Job
 from audit_portal.kernels import services
 from audit_portal.kernels.models import CalibrationStatus, ContractCalibration
 from workers.contracts.loader import SPECS_DIR, load_text
-from workers.tasks import calibrate_contracts
+from pipelines import calibrate_contracts
 
 pytestmark = pytest.mark.django_db
 

@@ -11,7 +11,7 @@ import pytest
 
 from audit_portal.jobs.models import Job
 from audit_portal.kernels.models import Submission
-from workers.tasks import run_kernel_submission
+from pipelines import run_kernel_submission
 
 from .test_kernels_results import suite  # noqa: F401  (autouse: the contract suite)
 

@@ -16,7 +16,7 @@ from audit_portal.kernels.models import ContractCalibration, Verdict
 from audit_portal.accounts.selectors import Principal
 from workers.contracts import isolation
 from workers.contracts.loader import SPECS_DIR
-from workers.tasks import calibrate_contracts, run_kernel_submission, sign_kernel_submission
+from pipelines import calibrate_contracts, run_kernel_submission, sign_kernel_submission
 
 pytestmark = pytest.mark.django_db(transaction=True)
 SPEC = SPECS_DIR / "C-EXC-01.row_max.v0.1.0.yaml"

@@ -141,7 +141,7 @@ def test_a_redelivered_job_resumes_after_the_verdicts_already_stored(project):
     from audit_portal.jobs.services import start_job
     from audit_portal.kernels import services
     from workers.contracts.loader import SPECS_DIR
-    from workers.tasks import run_kernel_submission
+    from pipelines import run_kernel_submission
 
     services.store_contracts(
         services.parse_contract_files(

@@ -10,6 +10,7 @@ from datetime import timedelta
 from celery.contrib.testing.worker import start_worker
 from django.utils import timezone
 
+from audit_portal import task_names
 from audit_portal.celery import app
 
 from .browser import BrowserTestCase, browser_marks
@@ -35,7 +36,7 @@ class LiveLoopsTest(BrowserTestCase):
     broker = "filesystem"
 
     def test_upload_banner_follows_validation_certificate_and_audit_then_links_the_certificate(self):
-        import workers.tasks  # noqa: F401 - registers the tasks, as the worker command does
+        import pipelines  # noqa: F401 - registers the tasks, as the worker command does
 
         self.context.grant_permissions(["notifications"], origin=self.live_server_url)
         self.context.add_init_script(RECORD_NOTIFICATIONS)
@@ -131,7 +132,7 @@ class LiveLoopsTest(BrowserTestCase):
             job = create_job(
                 project=self.project,
                 kind="validate_upload",
-                task_name="workers.tasks.validate_upload",
+                task_name=task_names.VALIDATE_UPLOAD,
                 title=f"job {i}",
                 enqueue=False,
             )
@@ -158,7 +159,7 @@ class LiveLoopsTest(BrowserTestCase):
             kwargs=dict(
                 project=self.project,
                 kind="validate_upload",
-                task_name="workers.tasks.validate_upload",
+                task_name=task_names.VALIDATE_UPLOAD,
                 title="newest",
                 enqueue=False,
             ),

@@ -47,7 +47,7 @@ def post(api, project, path, steps=None):
 
 def process(upload_id, validate=True):
     """The upload's jobs run inline, as a worker would: validate, certify, then the certificate's follow-up."""
-    import workers.tasks as tasks
+    import pipelines as tasks
 
     if validate:
         assert tasks.validate_upload(Job.objects.get(subject_id=upload_id, kind="validate_upload").pk) == "succeeded"
@@ -110,7 +110,7 @@ def test_segments_merge_into_the_one_pass_certificate_without_reading_earlier_st
 
 def test_a_whole_run_upload_and_repeated_steps_are_not_counted_twice(api, project, tmp_path):
     first = post(api, project, write_steps(tmp_path / "a.parquet", "grow", [0, 1]), steps="0-1").json()["id"]
-    import workers.tasks as tasks
+    import pipelines as tasks
 
     tasks.validate_upload(Job.objects.get(subject_id=first, kind="validate_upload").pk)
     run_id = Upload.objects.get(pk=first).run_id
@@ -150,7 +150,7 @@ def test_the_run_socket_sends_the_view_then_each_merge_and_each_alert(
 ):
     settings.PROGRESS_POLL_SECONDS = 0  # only pushed events
     first = post(api, project, write_steps(tmp_path / "a.parquet", "grow", [0]), steps="0").json()["id"]
-    import workers.tasks as tasks
+    import pipelines as tasks
 
     tasks.validate_upload(Job.objects.get(subject_id=first, kind="validate_upload").pk)
     run = Upload.objects.get(pk=first).run
@@ -186,7 +186,7 @@ def test_the_sweep_finds_segments_whose_follow_up_never_ran(api, project, tmp_pa
 
     from django.utils import timezone
 
-    import workers.tasks as tasks
+    import pipelines as tasks
 
     seg = post(api, project, write_steps(tmp_path / "a.parquet", "grow", [0]), steps="0").json()["id"]
     tasks.validate_upload(Job.objects.get(subject_id=seg, kind="validate_upload").pk)
@@ -242,7 +242,7 @@ def test_the_consistency_check_sees_a_live_view_that_disagrees_with_itself_and_a
     live = LiveRun.objects.get(run__name="grow")
     LiveRun.objects.filter(pk=live.pk).update(steps=[0, 1, 2], uploads=[first, first])
     lost = post(api, project, write_steps(tmp_path / "b.parquet", "grow", [2]), steps="2").json()["id"]
-    import workers.tasks as tasks
+    import pipelines as tasks
 
     tasks.validate_upload(Job.objects.get(subject_id=lost, kind="validate_upload").pk)
     tasks.certify_upload(Job.objects.get(subject_id=lost, kind="certify_upload").pk)  # no follow-up
@@ -257,7 +257,7 @@ def test_the_sweep_never_requeues_a_plain_upload(api, project, tmp_path, monkeyp
 
     from django.utils import timezone
 
-    import workers.tasks as tasks
+    import pipelines as tasks
     from audit_portal.alerts import signals
 
     queued = []

@@ -37,7 +37,7 @@ class LiveRunBrowserTest(BrowserTestCase):
         )
 
     def test_streamed_steps_update_the_run_page_and_a_crossed_budget_fires_its_webhook_once(self):
-        import workers.tasks  # noqa: F401 - registers the tasks, as the worker command does
+        import pipelines  # noqa: F401 - registers the tasks, as the worker command does
         from audit_portal_client import Client
 
         token = issue_api_key(project=self.project, name="trainer", scopes=["read", "submit"]).token

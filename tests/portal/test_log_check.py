@@ -1,4 +1,4 @@
-"""The scheduled log check (celery beat task ``workers.tasks.check_transparency_log``): an entry rewritten by the
+"""The scheduled log check (celery beat task ``check_transparency_log``, pipelines/maintenance.py): an entry rewritten by the
 database owner with the stolen key — the database agreeing with itself — is found by the next check, which raises
 the alert once (a signed POST to every alert rule's webhook) and puts a banner on every page until the log verifies
 again; ``trust_roots`` prints the fingerprints to pin."""
@@ -11,11 +11,12 @@ import pytest
 from django.conf import settings as django_settings
 from django.core.management import call_command
 
+from audit_portal import task_names
 from audit_portal.alerts import log_integrity, webhooks
 from audit_portal.alerts.models import AlertRule
 from audit_portal.attestations import keys
 from audit_portal.attestations.models import LogCheck
-from workers.tasks import check_transparency_log
+from pipelines import check_transparency_log
 
 from .conftest import records
 from .test_attestations import signing_key_dir  # noqa: F401 - autouse: a signing key of the test's own
@@ -29,7 +30,7 @@ def test_a_rewritten_entry_is_found_by_the_scheduled_check_with_an_alert_and_a_b
     api, project, client, owner, monkeypatch
 ):
     schedule = django_settings.CELERY_BEAT_SCHEDULE["check-transparency-log"]
-    assert schedule["task"] == "workers.tasks.check_transparency_log" and schedule["schedule"] <= 300
+    assert schedule["task"] == task_names.CHECK_TRANSPARENCY_LOG and schedule["schedule"] <= 300
     posted = []
     monkeypatch.setattr(
         webhooks,

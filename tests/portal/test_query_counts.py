@@ -9,6 +9,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from audit_portal import task_names
 from audit_portal.jobs.models import Job
 from audit_portal.kernels.models import Contract, Implementation, Submission, Verdict
 from audit_portal.runs.models import Run, Upload
@@ -36,7 +37,7 @@ def make_uploads(project, n, start=0):
                 Job(
                     project=project,
                     kind=kind,
-                    task_name=f"workers.tasks.{kind}",
+                    task_name=task_names.PREFIX + kind,
                     subject_kind="upload",
                     subject_id=up.pk,
                 )
@@ -61,7 +62,7 @@ def make_submissions(project, n, start=0):
     )[0]
     for i in range(start, start + n):
         job = Job.objects.create(
-            project=project, kind="run_kernel_submission", task_name="workers.tasks.run_kernel_submission"
+            project=project, kind="run_kernel_submission", task_name=task_names.RUN_KERNEL_SUBMISSION
         )
         sub = Submission.objects.create(project=project, implementation=impl, job=job, plan=[{"contract": contract.pk}])
         Verdict.objects.create(

@@ -8,7 +8,7 @@ import pytest
 
 from audit_portal.jobs.models import Job
 from audit_portal.runs.models import Upload
-from workers.tasks import routing_audit, validate_upload
+from pipelines import routing_audit, validate_upload
 from workers.training.moe import experiment_records
 
 from .conftest import as_file, jsonl, records, upload_url

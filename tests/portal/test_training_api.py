@@ -8,6 +8,7 @@ import pytest
 from django.http import Http404
 from rest_framework.test import APIClient
 
+from audit_portal import task_names
 from audit_portal.accounts.models import Role
 from audit_portal.accounts.principal import Principal
 from audit_portal.accounts.services import issue_api_key
@@ -47,7 +48,7 @@ def test_submit_queues_one_gpu_job_with_the_validated_config(api, project):
     job = Job.objects.get(pk=body["job"]["id"])
     assert (job.queue, job.task_name, job.subject_kind, job.subject_id) == (
         "gpu",
-        "workers.tasks.training_step_audit",
+        task_names.TRAINING_STEP_AUDIT,
         "training_audit",
         audit.pk,
     )

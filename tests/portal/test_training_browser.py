@@ -36,7 +36,7 @@ class TrainingBrowserTest(BrowserTestCase):
     viewport = {"width": 1400, "height": 900}
 
     def test_submit_watch_live_and_read_the_figures(self):
-        import workers.tasks  # noqa: F401 - registers tasks with the app, as the worker command does
+        import pipelines  # noqa: F401 - registers tasks with the app, as the worker command does
 
         page = self.page
         self.sign_in()

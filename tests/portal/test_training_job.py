@@ -19,7 +19,7 @@ from audit_portal.celery import app
 from audit_portal.jobs.models import Job
 from audit_portal.training import services
 from audit_portal.training.models import TrainingAudit
-from workers.tasks import training_step_audit
+from pipelines import training_step_audit
 from workers.training.audit import audit_config
 from workers.training.config import validate
 
@@ -168,7 +168,7 @@ def test_downsampled_positions_keep_means_and_maxima():
 
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_on_the_gpu_queue_runs_the_submitted_job(api, project):
-    import workers.tasks  # noqa: F401 - registers the tasks with the app, as `celery -A` would
+    import pipelines  # noqa: F401 - registers the tasks with the app, as `celery -A` would
 
     with start_worker(app, pool="solo", perform_ping_check=False, queues=["gpu"], shutdown_timeout=10):
         response = api.post(

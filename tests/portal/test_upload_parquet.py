@@ -11,7 +11,7 @@ import pytest
 from audit_portal.jobs.models import Job
 from audit_portal.runs.models import Run, Upload, UploadStage
 from workers.fcr.parquet_write import Writer
-from workers.tasks import certify_upload, validate_upload
+from pipelines import certify_upload, validate_upload
 
 from .conftest import as_file, gz, records, stored_files, upload_url
 

@@ -43,7 +43,7 @@ class BrowserPartsUploadTest(BrowserTestCase):
         cls._parts.disable()
 
     def test_a_large_file_goes_in_parts_survives_a_dropped_part_and_resumes_after_a_reload(self):
-        from workers.tasks import validate_upload
+        from pipelines import validate_upload
 
         data = jsonl(records(trajectories=12))
         count = -(-len(data) // PART)

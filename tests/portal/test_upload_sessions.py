@@ -95,7 +95,7 @@ def test_an_upload_interrupted_at_60_percent_resumes_and_is_validated(api, proje
 
 def test_without_a_declared_digest_the_servers_digest_stands_and_finds_duplicates(api, project, log_bytes, settings):
     """What the browser form does (it cannot hash a multi-GB file first): no sha256 at creation, a SHA-256 per part."""
-    from workers.tasks import validate_upload
+    from pipelines import validate_upload
 
     session = start(api, project, log_bytes, declare=False)
     assert session["sha256"] == ""

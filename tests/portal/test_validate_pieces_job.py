@@ -16,8 +16,8 @@ from audit_portal.jobs.services import reap_stale_jobs
 from audit_portal.runs import services as runs
 from audit_portal.runs.models import Upload, ValidationPiece
 from workers.fcr.validate import validate_file
-from workers.tasks import uploads as upload_tasks
-from workers.tasks import validate_upload
+from pipelines import uploads as upload_tasks
+from pipelines import validate_upload
 
 from .conftest import as_file, records, upload_url
 

@@ -5,7 +5,7 @@ import pytest
 
 from audit_portal.jobs.models import Job
 from audit_portal.runs.models import Run, Upload, UploadStage
-from workers.tasks import validate_upload
+from pipelines import validate_upload
 
 from .conftest import as_file, gz, jsonl, records, upload_url
 

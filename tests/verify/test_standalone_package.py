@@ -36,7 +36,7 @@ def test_the_wheel_holds_the_verifier_and_nothing_of_the_portal(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     code = [n for n in names if n.endswith(".py")]
     assert "workers/verify/__main__.py" in code and "workers/verify/bundle.py" in code
-    assert not [n for n in code if n.startswith(("audit_portal/", "workers/certify", "workers/tasks"))]
+    assert not [n for n in code if n.startswith(("audit_portal/", "workers/certify", "pipelines/"))]
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     assert "audit-portal-verify = workers.verify.__main__:main" in zipfile.ZipFile(wheel).read(entry).decode()
 

@@ -3,6 +3,7 @@ from pathlib import Path
 
 from celery import shared_task
 
+from audit_portal import task_names
 from audit_portal.fidelity import services as fidelity
 from audit_portal.fidelity.models import RegisteredTokenizer
 from audit_portal.jobs.execution import JobCancelled, JobInputError, run_job
@@ -50,7 +51,7 @@ def _project_registry(project):
     return ProjectTokenizers(RegisteredTokenizer.objects.filter(project=project))
 
 
-@shared_task(name="workers.tasks.fidelity_audit", acks_late=True)
+@shared_task(name=task_names.FIDELITY_AUDIT, acks_late=True)
 def fidelity_audit(job_id: int) -> str:
     """Audit a valid upload (docs/fidelity-rules.md): the report, per-call summaries (bulk-inserted as the engine streams
     them), the loss-mask export; progress is the engine's (fraction of the upload read, then verdicts stored)."""

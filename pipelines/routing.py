@@ -1,5 +1,6 @@
 from celery import shared_task
 
+from audit_portal import task_names
 from audit_portal.jobs.execution import JobInputError, run_job
 from audit_portal.runs import services as runs
 from audit_portal.runs.models import Upload
@@ -18,7 +19,7 @@ def compact(report: dict) -> dict:
     return out
 
 
-@shared_task(name="workers.tasks.routing_audit", acks_late=True)
+@shared_task(name=task_names.ROUTING_AUDIT, acks_late=True)
 def routing_audit(job_id: int) -> str:
     """Routing audit of a valid upload that carries MoE routes (docs/routing.md): flip rates, the R3 replay verdict and
     the attribution split, stored as the job's result (``replay.state`` is the CI gate)."""

@@ -15,6 +15,7 @@ import socket
 from celery import shared_task
 from django.conf import settings
 
+from audit_portal import task_names
 from audit_portal.certificates import figures as certificate_figures
 from audit_portal.certificates import services as certificates
 from audit_portal.certificates.models import RunCertificate
@@ -26,7 +27,7 @@ log = logging.getLogger(__name__)
 CERTIFY_OPTIONS = {"threshold", "budget", "mode", "precision", "eta", "constants", "reward_range"}
 
 
-@shared_task(name="workers.tasks.certify_upload", acks_late=True)
+@shared_task(name=task_names.CERTIFY_UPLOAD, acks_late=True)
 def certify_upload(job_id: int) -> str:
     """Certify a valid upload; per-sequence summaries are bulk-inserted chunk by chunk as the engine streams."""
     from workers.certify import certify_file  # torch: imported by workers only
@@ -54,7 +55,7 @@ def certify_upload(job_id: int) -> str:
     return run_job(job_id, work)
 
 
-@shared_task(name="workers.tasks.certify_chunk", acks_late=True)
+@shared_task(name=task_names.CERTIFY_CHUNK, acks_late=True)
 def certify_chunk(job_id: int, certificate_id: int, plan: dict, chunk: dict, n_chunks: int) -> str:
     """Certify one chunk of a job's upload and store it once; the task that stores the last chunk merges."""
     from workers.certify.file import certify_part

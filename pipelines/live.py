@@ -4,12 +4,13 @@ run's plan into a partial of this upload only, merged, earlier steps untouched â
 evaluated on the run so far (the live view when there is one, else the newest certificate). ``evaluate_alert_rules``
 evaluates them again on runs whose rule was changed.
 
-Keyword arguments only: jobs/signals.py reads a positional int of a failed ``workers.tasks.*`` task as a Job id."""
+Keyword arguments only: jobs/signals.py reads a positional int of a failed ``audit_portal.task_names`` task as a Job id."""
 
 import logging
 
 from celery import shared_task
 
+from audit_portal import task_names
 from audit_portal.alerts import selectors as alert_selectors
 from audit_portal.alerts import services as alerts
 from audit_portal.certificates.models import RunCertificate
@@ -30,7 +31,7 @@ def _combine(merged: dict | None, part: dict):
     return total.to_json(), summarise(total, plan)
 
 
-@shared_task(name="workers.tasks.run_certificate_completed", acks_late=True)
+@shared_task(name=task_names.RUN_CERTIFICATE_COMPLETED, acks_late=True)
 def run_certificate_completed(certificate_id: int | None = None) -> str:
     certificate = (
         RunCertificate.objects.select_related("run", "upload")
@@ -54,16 +55,18 @@ def run_certificate_completed(certificate_id: int | None = None) -> str:
             path = artifact_path(upload.storage_name)
             plan = plan or plan_certificate(path)
             part = {"plan": plan, "partial": certify_part(path, plan).to_json()}  # this upload's steps only
-        view = (
-            live.add_segment(run, upload.pk, steps, plan or {}, part, _combine, declared, segment.rank)
-            or LiveRun.objects.filter(run=run).first()
-        )
+        view = None
+        with live.locked_for_segment(run, upload.pk, steps, plan or {}, declared, segment.rank) as locked:
+            if locked is not None:  # the engine's merge and summary, under the view's row lock
+                partial, merged = _combine(locked.partial or None, part)
+                view = live.store_segment(locked, upload.pk, steps, plan or {}, segment.rank, partial, merged)
+        view = view or LiveRun.objects.filter(run=run).first()
         live.mark_processed(upload.pk)
     raised = alerts.evaluate_run(run, _alert_snapshot(run, view))
     return f"{len(raised)} alert event(s)"
 
 
-@shared_task(name="workers.tasks.evaluate_alert_rules", acks_late=True)
+@shared_task(name=task_names.EVALUATE_ALERT_RULES, acks_late=True)
 def evaluate_alert_rules(run_ids: list[int] | None = None) -> str:
     """Evaluate the project's rules again on each run's latest data (queued when a rule's condition was changed:
     audit_portal/alerts/services.update_rule). A run deleted meanwhile is skipped."""

@@ -13,13 +13,14 @@ import socket
 from celery import shared_task
 from django.conf import settings
 
+from audit_portal import task_names
 from audit_portal.jobs.execution import piece_stored, run_job, run_job_piece, send_pieces
 from audit_portal.runs import services as runs
 from audit_portal.runs.models import Upload
 from workers.fcr.validate import validate_file
 
 
-@shared_task(name="workers.tasks.validate_upload", acks_late=True)
+@shared_task(name=task_names.VALIDATE_UPLOAD, acks_late=True)
 def validate_upload(job_id: int) -> str:
     """Stream-validate an uploaded run log; a valid upload joins its run and queues its follow-ups."""
 
@@ -38,7 +39,7 @@ def validate_upload(job_id: int) -> str:
     return run_job(job_id, work)
 
 
-@shared_task(name="workers.tasks.validate_chunk", acks_late=True)
+@shared_task(name=task_names.VALIDATE_CHUNK, acks_late=True)
 def validate_chunk(job_id: int, chunk: dict, n_chunks: int) -> str:
     """Validate one piece of a job's upload and store it once; the task that stores the last piece merges."""
     from workers.fcr.validate_pieces import validate_piece

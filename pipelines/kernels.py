@@ -1,5 +1,10 @@
-"""Running a submission's conformance plan and calibrating contract versions: the orchestration the kernels tasks
-call (docs/contracts.md, docs/architecture.md "Submission → verdict").
+"""The kernel workflows (docs/contracts.md): a submission's conformance run, the calibration of contract versions,
+and the signing of their results.
+
+``run_kernel_submission`` and ``calibrate_contracts`` run on the kernels worker role (queues ``kernels`` /
+``kernels-gpu``, ``calibration``): the submitted kernel is loaded only inside the engine's sandbox (bubblewrap: no
+network, no view of this worker's files or processes), never in this process, and this role holds no signing key.
+``sign_kernel_submission`` runs on the ``cpu`` queue, whose workers hold the key and never run submitted code.
 
 * A retried job resumes where it stopped: contracts with a stored verdict are not measured again.
 * KC-A: the planned classes the deployment's flags can change are measured a second time under those flags; those
@@ -8,31 +13,57 @@ call (docs/contracts.md, docs/architecture.md "Submission → verdict").
 * A failure of the harness itself (no sandbox, the sandbox program does not start) fails the job with the reason:
   it is never stored as a verdict about the kernel.
 
-The engine parts that import torch (the sandboxed runner, its session pool, the calibration) are handed in by the
-task as an :class:`Engine`: nothing under ``audit_portal`` may import them (the web process loads no torch). The
-grading and the contract loader are torch-free and imported here.
+The sandboxed runner, its session pool and the calibration import torch: they are imported inside the functions
+that use them, so importing this module (as every worker does at start) loads no torch.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
 
+from celery import shared_task
+
+from audit_portal import task_names
 from audit_portal.core.storage import artifact_path
-from audit_portal.jobs.execution import JobInputError
+from audit_portal.jobs.execution import JobInputError, run_job
 from audit_portal.kernels import services
 from audit_portal.kernels.models import Contract, Submission
 from workers.contracts.grading import affected_classes, grade
 from workers.contracts.loader import load_text
 
 
-@dataclass(frozen=True)
-class Engine:
-    run_contract: Callable  # workers.contracts.runner.run_contract
-    calibrate: Callable  # workers.contracts.calibration.calibrate
-    session_pool: Callable  # workers.contracts.sandbox.SessionPool: one sandbox for a submission's module
-    harness_errors: tuple  # (HarnessFailure, SandboxUnavailable): the harness failed, not the kernel
+@shared_task(name=task_names.RUN_KERNEL_SUBMISSION, acks_late=True)
+def run_kernel_submission(job_id: int) -> str:
+    """Run every planned contract against the submission's implementation; store each verdict as it lands."""
+    return run_job(job_id, run_submission)
+
+
+@shared_task(name=task_names.CALIBRATE_CONTRACTS, acks_late=True)
+def calibrate_contracts(job_id: int) -> str:
+    """Three-state calibration (baseline / violating / conforming) of the contract versions in job.params."""
+    return run_job(job_id, calibrate_versions)
+
+
+@shared_task(name=task_names.SIGN_KERNEL_SUBMISSION, acks_late=True)
+def sign_kernel_submission(job_id: int) -> str:
+    """Sign a finished submission's stored verdicts and grade into the transparency log (cpu queue: this role
+    holds the signing key and never runs submitted code)."""
+
+    def work(job, progress):
+        submission = Submission.objects.filter(pk=job.params.get("submission")).first()
+        if submission is None:
+            raise JobInputError(f"kernel submission {job.params.get('submission')} no longer exists")
+        entry = services.sign_submission(submission)
+        return {"submission": submission.pk, "log_index": entry.index}
+
+    return run_job(job_id, work)
+
+
+def harness_errors() -> tuple:
+    """The errors that mean the harness failed, not the kernel (no sandbox, the sandbox program did not start)."""
+    from workers.contracts.sandbox import HarnessFailure, SandboxUnavailable
+
+    return (HarnessFailure, SandboxUnavailable)
 
 
 def engine_contract(row: Contract):
@@ -40,9 +71,11 @@ def engine_contract(row: Contract):
     return load_text(row.source_text, source=row.source_name or row.contract_id)
 
 
-def run_submission(job, progress, engine: Engine) -> dict:
+def run_submission(job, progress) -> dict:
     """Run every planned contract against the submission's implementation; store each verdict as it lands, then
     the grade (which queues the signature)."""
+    from workers.contracts.sandbox import SessionPool  # torch: imported by workers only
+
     submission = Submission.objects.select_related("implementation").filter(pk=job.subject_id).first()
     if submission is None:
         raise JobInputError(f"kernel submission {job.subject_id} no longer exists")
@@ -60,8 +93,8 @@ def run_submission(job, progress, engine: Engine) -> dict:
     flags = submission.deployment_flags or None
     affected = affected_classes(flags, contracts) if flags else {}
     again = [(e, c) for e, c in zip(submission.plan, contracts) if e["class"] in affected]
-    run = _Run(submission, rows, engine, progress, total=len(submission.plan) + len(again))
-    with engine.session_pool() as pool:  # one sandbox for the submission's module, a fresh child per contract
+    run = _Run(submission, rows, progress, total=len(submission.plan) + len(again))
+    with SessionPool() as pool:  # one sandbox for the submission's module, a fresh child per contract
         run.pool = pool
         run.measure_plan(contracts)
         under_flags = run.measure_again(again, flags)
@@ -85,8 +118,8 @@ def run_submission(job, progress, engine: Engine) -> dict:
 class _Run:
     """One attempt at a submission's plan: progress over ``total`` contract runs, one sandbox pool."""
 
-    def __init__(self, submission, rows, engine: Engine, progress, *, total: int):
-        self.submission, self.rows, self.engine, self.progress, self.total = submission, rows, engine, progress, total
+    def __init__(self, submission, rows, progress, *, total: int):
+        self.submission, self.rows, self.progress, self.total = submission, rows, progress, total
         self.pool = None
 
     def measure_plan(self, contracts) -> None:
@@ -129,8 +162,10 @@ class _Run:
         def cases_done(n, of):
             self.progress((index + n / max(of, 1)) / self.total, f"{cls}: case {n}/{of}")
 
+        from workers.contracts.runner import run_contract  # torch: imported by workers only
+
         try:
-            verdict = self.engine.run_contract(
+            verdict = run_contract(
                 contract,
                 services.impl_reference(self.submission, entry),
                 device=self.submission.device,
@@ -139,21 +174,24 @@ class _Run:
                 flags=flags,
                 pool=self.pool,
             )
-        except self.engine.harness_errors as exc:
+        except harness_errors() as exc:
             raise JobInputError(
                 f"the kernel harness could not run {contract.cls} (no verdict was measured): {exc}"
             ) from exc
         return verdict.to_dict(include_trace=False), verdict.margin is not None and math.isinf(verdict.margin)
 
 
-def calibrate(job, progress, engine: Engine) -> dict:
+def calibrate_versions(job, progress) -> dict:
     """Three-state calibration (baseline / violating / conforming) of the contract versions in ``job.params``. A
     harness failure is recorded on every calibration it left unfinished and fails the job with the reason; any
     other failure is that version's failed calibration."""
+    from workers.contracts.calibration import calibrate  # torch: imported by workers only
+    from workers.contracts.sandbox import SessionPool
+
     ids = list(job.params.get("contracts") or [])
     rows = {c.pk: c for c in Contract.objects.filter(pk__in=ids)}
     summary = {}
-    with engine.session_pool() as pool:
+    with SessionPool() as pool:
         for i, pk in enumerate(ids):
             row = rows.get(pk)
             if row is None:
@@ -161,8 +199,8 @@ def calibrate(job, progress, engine: Engine) -> dict:
             progress(i / max(len(ids), 1), f"calibrating {row.contract_class}", force=True)
             calibration = services.begin_calibration(job, row)
             try:
-                result = engine.calibrate(engine_contract(row), device="cpu", pool=pool)
-            except engine.harness_errors as exc:
+                result = calibrate(engine_contract(row), device="cpu", pool=pool)
+            except harness_errors() as exc:
                 reason = f"the harness could not run: {exc}"
                 services.fail_pending_calibrations(job, reason)
                 raise JobInputError(f"calibration stopped at {row.contract_class}: {reason}") from exc
@@ -179,3 +217,6 @@ def calibrate(job, progress, engine: Engine) -> dict:
         "calibrated": sum(1 for s in summary.values() if s == "calibrated"),
         "failed": sorted(k for k, s in summary.items() if s == "failed"),
     }
+
+
+__all__ = ["calibrate_contracts", "run_kernel_submission", "sign_kernel_submission"]

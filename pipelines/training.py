@@ -1,11 +1,12 @@
 from celery import shared_task
 
+from audit_portal import task_names
 from audit_portal.jobs.execution import JobInputError, run_job
 from audit_portal.training import services as training
 from audit_portal.training.models import TrainingAudit
 
 
-@shared_task(name="workers.tasks.training_step_audit", acks_late=True)
+@shared_task(name=task_names.TRAINING_STEP_AUDIT, acks_late=True)
 def training_step_audit(job_id: int) -> str:
     """Training-step audit (queue ``gpu``): CUDA when the worker has it, else the CPU fallback, recorded on the row."""
     import torch  # workers only
