@@ -13,7 +13,7 @@
    the same intake as a single-request upload (pre-flight, duplicate check by the computed digest, storage,
    validation job). Without a declared digest, each part's ``X-Part-SHA256`` is what catches a corrupted part.
 5. ``expire_idle_sessions``: an open session with no part stored for ``UPLOAD_SESSION_IDLE_SECONDS`` (24 h) is
-   abandoned; the periodic maintenance task (``workers.tasks.reap_stale_jobs``, every minute) deletes it and its
+   abandoned; the periodic maintenance task (``pipelines.maintenance.reap_stale_jobs``, every minute) deletes it and its
    preallocated file, so abandoned uploads neither hold disk nor count against the project's open sessions.
 """
 

@@ -34,7 +34,7 @@ def _incoming(settings) -> set[str]:
 
 
 def test_the_maintenance_task_deletes_idle_sessions_and_their_parts_only(api, project, settings):
-    from workers.tasks.maintenance import reap_stale_jobs
+    from pipelines.maintenance import reap_stale_jobs
 
     settings.UPLOAD_SESSION_IDLE_SECONDS = 3600
     data = jsonl(records(trajectories=3))
