@@ -16,7 +16,7 @@ Optional:
   CACHE_URL                     Redis for the shared cache (rate limits); default REDIS_URL; none: per-process memory
 
 Every database, broker and storage setting is read from the environment exactly as in development (README).
-``manage.py check --deploy --fail-level WARNING`` is clean under this module (tests/portal/test_deploy_check.py).
+``manage.py check --deploy --fail-level WARNING`` is clean under this module (tests/portal/core/test_deploy_check.py).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ the web tier and the workers cannot spell a name two ways.
 
 The names keep the ``workers.tasks.`` prefix the tasks had before they moved to ``pipelines/``: a name is stored on
 every job row (the reaper resends ``Job.task_name``), sits in queued broker messages and in the beat schedule, so
-renaming it would strand work queued by the previous release. ``tests/portal/test_task_names.py`` checks that each
+renaming it would strand work queued by the previous release. ``tests/portal/pipelines/test_task_names.py`` checks that each
 name ends in its function's name and that every name here is registered by the worker app.
 """
 

@@ -1,6 +1,6 @@
 """Each fidelity exclusion reason in one plain sentence, shown beside its code (the code stays: it is what the API
 filters on and what docs/fidelity.md explains in full). The codes are the engine's (workers/fidelity/rules.py);
-tests/portal/test_reason_sentences.py fails when a code has no sentence."""
+tests/portal/fidelity/test_reason_sentences.py fails when a code has no sentence."""
 
 from __future__ import annotations
 

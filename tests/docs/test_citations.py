@@ -52,7 +52,7 @@ SKIP_PARTS = {"__pycache__", "node_modules", ".venv", "test-artifacts", "var", "
 # Files that must mention the old citation style, and why (each must still contain one, so the list cannot rot).
 EXEMPT = {
     "audit_portal/dashboards/templatetags/portal_format.py": "strips 'spec §…' references from messages stored in the database before docs/ existed",
-    "tests/portal/test_plain_words.py": "feeds such stored messages to that filter",
+    "tests/portal/core/test_plain_words.py": "feeds such stored messages to that filter",
     "tests/docs/test_citations.py": "this test's own patterns and examples",
 }
 SELF = "tests/docs/test_citations.py"
