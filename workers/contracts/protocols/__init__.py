@@ -108,6 +108,24 @@ PROTOCOL_META = {
         "values": ("oob_any_position",),
         "patterns": ("no_raise_zero_fill", "no_raise_clamped", "no_raise_wrapped", "no_raise_other"),
     },
+    # declared-property contracts (specs/declared, docs/contracts.md#declared-property-contracts)
+    **{
+        f"batch_invariance_{op}": {
+            "class": "C-ORD-03",
+            "module": "ord03_ops",
+            "names": ("mismatch_rows", "b") + dims,
+            "sweeps": ("b",) + dims,
+            "values": ("gauss", "dominant"),
+            "patterns": ("batch_size_step", "batch_position_dependent"),
+        }
+        for op, dims in (
+            ("rms_norm", ("D",)),
+            ("layer_norm", ("D",)),
+            ("softmax", ("D",)),
+            ("matmul", ("K", "N")),
+            ("attention", ("T", "S", "d")),
+        )
+    },
 }
 
 

@@ -1,0 +1,98 @@
+"""Conforming implementations of the declared-property contracts (workers/contracts/specs/declared,
+docs/contracts.md#declared-property-contracts).
+
+The batch-invariant ones are invariant *by construction*, never by luck of the BLAS: every row is reduced in a fixed
+order that does not depend on the batch (elementwise IEEE adds over fixed 32-wide blocks, then a fixed pairwise
+tree; an exponential made of correctly rounded multiplies and adds), or goes through the same batch-1 path as when
+it is computed alone (matmul, the products of attention)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+LANES = 32
+LN2_HI, LN2_LO = 0.693145751953125, 1.4286067653302226e-06  # Cody-Waite split of ln 2 (LN2_HI has 12 bits)
+EXP_MIN = -87.0  # below, exp(x) < 1.7e-38 (the smallest normal fp32 is 1.2e-38): taken as 0
+
+
+def fixed_order_row_sum(x: torch.Tensor) -> torch.Tensor:
+    """Sum of each row of ``x[B, D]`` in an order fixed by D alone: 32 lanes accumulate the row's 32-wide blocks
+    left to right, then a pairwise tree adds the lanes. Only elementwise adds, each correctly rounded whatever the
+    vector width, so a row's bits are the same in a batch of any size at any position."""
+    B, D = x.shape
+    nb = max(1, -(-D // LANES))
+    if nb * LANES != D:
+        x = torch.cat([x, x.new_zeros(B, nb * LANES - D)], 1)
+    blocks = x.reshape(B, nb, LANES)
+    acc = blocks[:, 0, :].clone()
+    for j in range(1, nb):
+        acc = acc + blocks[:, j, :]
+    while acc.shape[1] > 1:
+        h = acc.shape[1] // 2
+        acc = acc[:, :h] + acc[:, h:]
+    return acc[:, 0]
+
+
+def elementwise_exp(x: torch.Tensor) -> torch.Tensor:
+    """exp for x <= 0 from correctly rounded operations only (so no SIMD-versus-scalar-tail difference): x = n ln 2
+    + r with |r| <= ln 2 / 2 (Cody-Waite), a degree-9 Taylor polynomial in r (Horner), times 2**n built from its
+    exponent bits. Relative error a few ulp; exp(x) below 1.7e-38 is returned as 0."""
+    x = x.clamp_min(EXP_MIN)
+    n = torch.round(x * (1.0 / math.log(2.0)))
+    r = (x - n * LN2_HI) - n * LN2_LO
+    p = torch.full_like(r, 1.0 / math.factorial(9))
+    for k in range(8, -1, -1):
+        p = p * r + 1.0 / math.factorial(k)
+    scale = ((n.to(torch.int32) + 127).clamp_min(1) << 23).view(torch.float32)
+    return torch.where(x <= EXP_MIN, torch.zeros_like(p), p * scale)
+
+
+def rms_norm(x, out, eps: float = 1e-6):
+    """Batch-invariant RMSNorm, destination-passing (the signature of C-CMP-01)."""
+    ms = fixed_order_row_sum(x * x) / x.shape[1]
+    torch.mul(x, (1.0 / torch.sqrt(ms + eps))[:, None], out=out)
+    return out
+
+
+def layer_norm(x, eps: float = 1e-5):
+    """Batch-invariant two-pass LayerNorm (last dim, no affine)."""
+    D = x.shape[1]
+    c = x - (fixed_order_row_sum(x) / D)[:, None]
+    var = fixed_order_row_sum(c * c) / D
+    return c / torch.sqrt(var + eps)[:, None]
+
+
+def softmax(x):
+    """Batch-invariant softmax over the last dim of x[B, D] (the row max is exact, so order-free)."""
+    e = elementwise_exp(x - x.amax(-1, keepdim=True))
+    return e / fixed_order_row_sum(e)[:, None]
+
+
+def matmul(a, b, *, config=None):
+    """Batch-invariant matmul: every row of ``a`` through the same M = 1 product."""
+    return torch.cat([a[i : i + 1] @ b for i in range(a.shape[0])], 0) if a.shape[0] else a @ b
+
+
+def _attend_one(q, k, v, causal: bool):
+    """One sequence, one query at a time, every sum a fixed-order row sum (a BLAS product over a long key axis is
+    not even run-to-run stable: its path depends on the operands' alignment)."""
+    T, d = q.shape
+    S = k.shape[0]
+    vt = v.T.contiguous()  # [d, S]: the output is a row sum over the keys
+    out = torch.empty(T, v.shape[1], dtype=q.dtype)
+    for t in range(T):
+        s = fixed_order_row_sum(k * q[t]) * (1.0 / math.sqrt(d))
+        if causal:  # query t (aligned to the end of the keys) sees keys 0 .. t + S - T
+            s[t + S - T + 1 :] = float("-inf")
+        e = elementwise_exp(s - s.max())
+        p = e / fixed_order_row_sum(e[None])[0]
+        out[t] = fixed_order_row_sum(vt * p)
+    return out
+
+
+def attention(q, k, v):
+    """Batch-invariant attention over q[B, T, d], k/v[B, S, d] (no mask, scale 1/sqrt(d)): each sequence of the
+    batch through the same per-sequence products and the batch-invariant softmax."""
+    return torch.stack([_attend_one(q[i], k[i], v[i], False) for i in range(q.shape[0])], 0)
