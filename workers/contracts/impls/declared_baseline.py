@@ -31,3 +31,20 @@ def cross_batch_attention(q, k, v):
     B, S, d = k.shape
     s = (q @ k.reshape(B * S, d).T) / d**0.5
     return torch.softmax(s, -1) @ v.reshape(B * S, d)
+
+
+def relu_gelu(x, out):
+    return out.copy_(torch.relu(x))
+
+
+def suffix_cumsum(x):
+    """Sums from the end of the row."""
+    return torch.flip(torch.cumsum(torch.flip(x, [-1]), -1), [-1])
+
+
+def bottom_k(x, k):
+    return torch.sort(x, dim=-1, stable=True).indices[:, :k].contiguous()
+
+
+def unmasked_attention(q, k, v):
+    return torch.softmax(q @ k.transpose(1, 2) / q.shape[-1] ** 0.5, -1) @ v

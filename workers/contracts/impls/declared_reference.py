@@ -96,3 +96,43 @@ def attention(q, k, v):
     """Batch-invariant attention over q[B, T, d], k/v[B, S, d] (no mask, scale 1/sqrt(d)): each sequence of the
     batch through the same per-sequence products and the batch-invariant softmax."""
     return torch.stack([_attend_one(q[i], k[i], v[i], False) for i in range(q.shape[0])], 0)
+
+
+def gelu(x, out):
+    """Exact (erf) GELU, destination-passing; an in-place call (``out`` is ``x``) is safe: the result is computed
+    into a new tensor before ``out`` is written."""
+    out.copy_(torch.nn.functional.gelu(x))
+    return out
+
+
+def cumsum(x):
+    """Prefix sums along the last dim, fp32 (sequential)."""
+    return torch.cumsum(x, -1)
+
+
+def blocked_cumsum(x, block: int = 256):
+    """A legitimate blocked scan (how a GPU kernel does it): prefix sums inside blocks of 256, then each block gets
+    the sum of the totals before it (carried in fp32)."""
+    R, N = x.shape
+    nb = -(-N // block)
+    padded = torch.cat([x, x.new_zeros(R, nb * block - N)], 1).reshape(R, nb, block)
+    local = torch.cumsum(padded, -1)
+    carry = torch.cumsum(local[:, :, -1], -1) - local[:, :, -1]  # exclusive prefix of the block totals
+    return (local + carry[:, :, None]).reshape(R, nb * block)[:, :N].contiguous()
+
+
+def topk(x, k):
+    """Indices of the k largest along the last dim, descending; among equal values the lowest index first."""
+    return torch.sort(x, dim=-1, descending=True, stable=True).indices[:, :k].contiguous()
+
+
+def causal_attention(q, k, v):
+    """Causal attention, query t sees keys 0 .. t + S - T (bottom-right aligned), fixed-order sums."""
+    return torch.stack([_attend_one(q[i], k[i], v[i], True) for i in range(q.shape[0])], 0)
+
+
+def sdpa_causal_attention(q, k, v):
+    """Stock PyTorch attention with an explicit bottom-right causal mask (is_causal=True is top-left aligned)."""
+    T, S = q.shape[1], k.shape[1]
+    allowed = torch.arange(S)[None, :] <= torch.arange(T)[:, None] + (S - T)
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed)

@@ -142,3 +142,100 @@ def split_kv_small_batch_attention(q, k, v):
         w1, w2 = elementwise_exp(m1 - m), elementwise_exp(m2 - m)
         outs.append((o1 * w1 + o2 * w2) / (l1 * w1 + l2 * w2))
     return torch.stack(outs, 0)
+
+
+def tanh_gelu(x, out):
+    """GELU by the tanh approximation where the exact (erf) one is declared: within 2e-4 everywhere."""
+    out.copy_(torch.nn.functional.gelu(x, approximate="tanh"))
+    return out
+
+
+def inplace_unsafe_gelu(x, out):
+    """Exact GELU written in stages into ``out``: correct out of place; in place (``out`` is ``x``) the first
+    stage overwrites x before the last one reads it."""
+    out.copy_(torch.erf(x * (1.0 / math.sqrt(2.0))))
+    out.add_(1.0)
+    out.mul_(x)
+    out.mul_(0.5)
+    return out
+
+
+def inplace_cumsum(x):
+    """Correct prefix sums, written over the input and returned (the output aliases the input)."""
+    return torch.cumsum(x, -1, out=x)
+
+
+def fp16_carry_cumsum(x, block: int = 256):
+    """Blocked scan whose running carry between blocks is kept in fp16 (a half-precision shared-memory buffer)."""
+    R, N = x.shape
+    out = torch.empty_like(x)
+    carry = torch.zeros(R, dtype=torch.float16)
+    for lo in range(0, N, block):
+        local = torch.cumsum(x[:, lo : lo + block], -1)
+        out[:, lo : lo + block] = local + carry.float()[:, None]
+        carry = (carry.float() + local[:, -1]).half()
+    return out
+
+
+def lost_tail_carry_cumsum(x, block: int = 1024):
+    """Blocked scan that forgets the carry into the last block when N is not a multiple of the block."""
+    R, N = x.shape
+    out = torch.empty_like(x)
+    carry = torch.zeros(R, dtype=x.dtype)
+    for lo in range(0, N, block):
+        local = torch.cumsum(x[:, lo : lo + block], -1)
+        tail = lo + block > N
+        out[:, lo : lo + block] = local if tail else local + carry[:, None]
+        carry = carry + local[:, -1]
+    return out
+
+
+def highest_index_ties_topk(x, k):
+    """Top-k whose ties come out highest index first (a descending sort of the reversed row)."""
+    n = x.shape[-1]
+    idx = torch.sort(torch.flip(x, [-1]), dim=-1, descending=True, stable=True).indices[:, :k]
+    return (n - 1 - idx).contiguous()
+
+
+def block_merge_topk(x, k, block: int = 128):
+    """Per-block top-k (stable inside a block), then a merge that visits the blocks last to first: ties inside a
+    block keep the lowest index, ties across blocks do not."""
+    R, n = x.shape
+    cand_v, cand_i = [], []
+    for lo in reversed(range(0, n, block)):
+        seg = x[:, lo : lo + block]
+        idx = torch.sort(seg, dim=-1, descending=True, stable=True).indices[:, : min(k, seg.shape[1])]
+        cand_v.append(torch.gather(seg, 1, idx))
+        cand_i.append(idx + lo)
+    vals, ids = torch.cat(cand_v, 1), torch.cat(cand_i, 1)
+    order = torch.sort(vals, dim=-1, descending=True, stable=True).indices[:, :k]
+    return torch.gather(ids, 1, order).contiguous()
+
+
+def _masked_attention(q, k, v, allowed):
+    s = (q @ k.transpose(1, 2)) * (1.0 / math.sqrt(q.shape[-1]))
+    return torch.softmax(s.masked_fill(~allowed, float("-inf")), -1) @ v
+
+
+def tail_tile_off_by_one_causal_attention(q, k, v, tile: int = 16):
+    """Causal mask computed per query tile of 16; in a partial last tile the boundary is off by one (each of its
+    queries also sees the next key)."""
+    T, S = q.shape[1], k.shape[1]
+    t = torch.arange(T)[:, None]
+    shift = ((T % tile != 0) & (t >= T - T % tile)).long()
+    allowed = torch.arange(S)[None, :] <= t + (S - T) + shift
+    return _masked_attention(q, k, v, allowed)
+
+
+def diagonal_tile_only_mask_causal_attention(q, k, v, tile: int = 16):
+    """The mask is applied only inside the tile on the diagonal; key tiles after it are not masked."""
+    T, S = q.shape[1], k.shape[1]
+    t, s = torch.arange(T)[:, None], torch.arange(S)[None, :]
+    causal = s <= t + (S - T)
+    same_tile = (s // tile) == ((t + (S - T)) // tile)
+    return _masked_attention(q, k, v, torch.where(same_tile, causal, torch.ones_like(causal)))
+
+
+def stock_topk(x, k):
+    """torch.topk: its tie order is unspecified (platform-dependent violator of LOWEST_INDEX)."""
+    return torch.topk(x, k, dim=-1).indices.contiguous()
