@@ -75,21 +75,36 @@ def matmul(a, b, *, config=None):
     return torch.cat([a[i : i + 1] @ b for i in range(a.shape[0])], 0) if a.shape[0] else a @ b
 
 
-def _attend_one(q, k, v, causal: bool):
-    """One sequence, one query at a time, every sum a fixed-order row sum (a BLAS product over a long key axis is
-    not even run-to-run stable: its path depends on the operands' alignment)."""
+CHUNK = 2**20  # elements of one [rows, S, d] product: queries are taken in chunks that fit
+
+
+def _scores(q, k):
+    """q[T, d] k[S, d]^T as fixed-order row sums (a BLAS product over a long axis is not even run-to-run stable:
+    its path depends on the operands' alignment); queries in chunks, each query's bits independent of the chunk."""
     T, d = q.shape
     S = k.shape[0]
-    vt = v.T.contiguous()  # [d, S]: the output is a row sum over the keys
-    out = torch.empty(T, v.shape[1], dtype=q.dtype)
-    for t in range(T):
-        s = fixed_order_row_sum(k * q[t]) * (1.0 / math.sqrt(d))
-        if causal:  # query t (aligned to the end of the keys) sees keys 0 .. t + S - T
-            s[t + S - T + 1 :] = float("-inf")
-        e = elementwise_exp(s - s.max())
-        p = e / fixed_order_row_sum(e[None])[0]
-        out[t] = fixed_order_row_sum(vt * p)
-    return out
+    step = max(1, CHUNK // max(1, S * d))
+    parts = [fixed_order_row_sum((q[lo : lo + step, None, :] * k[None]).reshape(-1, d)) for lo in range(0, T, step)]
+    return torch.cat(parts).reshape(T, S)
+
+
+def _weighted(p, v):
+    """p[T, S] v[S, d] as fixed-order row sums over the keys."""
+    T, S = p.shape
+    vt = v.T.contiguous()  # [d, S]
+    d = vt.shape[0]
+    step = max(1, CHUNK // max(1, S * d))
+    parts = [fixed_order_row_sum((p[lo : lo + step, None, :] * vt[None]).reshape(-1, S)) for lo in range(0, T, step)]
+    return torch.cat(parts).reshape(T, d)
+
+
+def _attend_one(q, k, v, causal: bool):
+    """One sequence: scores, a row softmax from correctly rounded operations, the weighted values."""
+    T, S = q.shape[0], k.shape[0]
+    s = _scores(q, k) * (1.0 / math.sqrt(q.shape[1]))
+    if causal:  # query t (aligned to the end of the keys) sees keys 0 .. t + S - T
+        s = s.masked_fill(torch.arange(S)[None, :] > torch.arange(T)[:, None] + (S - T), float("-inf"))
+    return _weighted(softmax(s), v)
 
 
 def attention(q, k, v):

@@ -47,21 +47,37 @@ def elementwise_exp(x: torch.Tensor) -> torch.Tensor:
     return torch.where(x <= EXP_MIN, torch.zeros_like(p), p * scale)
 
 
-def _attend_one(q, k, v, causal: bool):
-    """One sequence, one query at a time, every sum a fixed-order row sum (a BLAS product over a long key axis is
-    not even run-to-run stable: its path depends on the operands' alignment)."""
+CHUNK = 2**20  # elements of one [rows, S, d] product: queries are taken in chunks that fit
+
+
+def _scores(q, k):
+    """q[T, d] k[S, d]^T as fixed-order row sums (a BLAS product over a long axis is not even run-to-run stable:
+    its path depends on the operands' alignment); queries in chunks, each query's bits independent of the chunk."""
     T, d = q.shape
     S = k.shape[0]
-    vt = v.T.contiguous()  # [d, S]: the output is a row sum over the keys
-    out = torch.empty(T, v.shape[1], dtype=q.dtype)
-    for t in range(T):
-        s = fixed_order_row_sum(k * q[t]) * (1.0 / math.sqrt(d))
-        if causal:  # query t (aligned to the end of the keys) sees keys 0 .. t + S - T
-            s[t + S - T + 1 :] = float("-inf")
-        e = elementwise_exp(s - s.max())
-        p = e / fixed_order_row_sum(e[None])[0]
-        out[t] = fixed_order_row_sum(vt * p)
-    return out
+    step = max(1, CHUNK // max(1, S * d))
+    parts = [fixed_order_row_sum((q[lo : lo + step, None, :] * k[None]).reshape(-1, d)) for lo in range(0, T, step)]
+    return torch.cat(parts).reshape(T, S)
+
+
+def _weighted(p, v):
+    """p[T, S] v[S, d] as fixed-order row sums over the keys."""
+    T, S = p.shape
+    vt = v.T.contiguous()  # [d, S]
+    d = vt.shape[0]
+    step = max(1, CHUNK // max(1, S * d))
+    parts = [fixed_order_row_sum((p[lo : lo + step, None, :] * vt[None]).reshape(-1, S)) for lo in range(0, T, step)]
+    return torch.cat(parts).reshape(T, d)
+
+
+def _attend_one(q, k, v, causal: bool):
+    """One sequence: scores, a row softmax from correctly rounded operations, the weighted values."""
+    T, S = q.shape[0], k.shape[0]
+    s = _scores(q, k) * (1.0 / math.sqrt(q.shape[1]))
+    if causal:  # query t (aligned to the end of the keys) sees keys 0 .. t + S - T
+        s = s.masked_fill(torch.arange(S)[None, :] > torch.arange(T)[:, None] + (S - T), float("-inf"))
+    e = elementwise_exp(s - s.amax(-1, keepdim=True))
+    return _weighted(e / fixed_order_row_sum(e)[:, None], v)
 
 
 SMALL_BATCH = 32  # below this many rows the "kernel" splits each row's reduction to fill the machine
@@ -132,11 +148,10 @@ def split_kv_small_batch_attention(q, k, v):
     for i in range(q.shape[0]):
         parts = []
         for ks, vs in ((k[i, :h], v[i, :h]), (k[i, h:], v[i, h:])):
-            s = torch.stack([fixed_order_row_sum(ks * qt) for qt in q[i]]) * (1.0 / math.sqrt(q.shape[-1]))
+            s = _scores(q[i], ks) * (1.0 / math.sqrt(q.shape[-1]))
             m = s.amax(-1, keepdim=True)
             e = elementwise_exp(s - m)
-            o = torch.stack([fixed_order_row_sum(vs.T.contiguous() * et) for et in e])
-            parts.append((m, fixed_order_row_sum(e)[:, None], o))
+            parts.append((m, fixed_order_row_sum(e)[:, None], _weighted(e, vs)))
         (m1, l1, o1), (m2, l2, o2) = parts
         m = torch.maximum(m1, m2)
         w1, w2 = elementwise_exp(m1 - m), elementwise_exp(m2 - m)

@@ -161,6 +161,9 @@ PROTOCOL_META = {
 }
 
 
+OPS_BATCH = ("rms_norm", "layer_norm", "softmax", "matmul", "attention")  # C-ORD-03's declared batch-invariant ops
+
+
 def get(name: str):
     """The protocol module for ``name`` (imports torch)."""
     return importlib.import_module(f"{__name__}.{PROTOCOL_META[name]['module']}")
