@@ -91,7 +91,12 @@ def cmd_check(args) -> int:
 def cmd_calibrate(args) -> int:
     from .calibration import calibrate_all, format_table
 
-    report = calibrate_all(contracts=args.contract or None)
+    contracts = list(args.contract or [])
+    if args.declared:  # the declared-property contracts (specs/declared), by full id
+        from .loader import load_declared
+
+        contracts += [c.id for c in load_declared()]
+    report = calibrate_all(contracts=contracts or None)
     _print(report, args.json, format_table(report))
     return 0 if report["ok"] else 1
 
@@ -150,6 +155,7 @@ def main(argv=None) -> int:
 
     s = sub.add_parser("calibrate", help="three-state calibration of the suite")
     s.add_argument("--contract", action="append", help="limit to these ids/classes (repeatable)")
+    s.add_argument("--declared", action="store_true", help="the declared-property contracts (specs/declared)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_calibrate)
 

@@ -99,9 +99,55 @@ def decode_results(outcome: dict, cases: dict) -> dict:
             "input_mutated": mutated,
             "input_hash": hashlib.sha256("".join(tensor_hash(a) for a in before).encode()).hexdigest()[:16],
             "unwritten_mask": _unwritten(case, series, fills),
+            "aliased_inputs": aliased_inputs(raw.get("spans") or [(raw.get("input_spans"), raw.get("output_spans"))]),
         }
         r["unwritten"] = int(r["unwritten_mask"].sum()) if r["unwritten_mask"] is not None else 0
         out[key] = r
+    return out
+
+
+def aliased_inputs(spans) -> list[int]:
+    """Positions (among the tensor arguments) of the inputs whose storage overlaps the memory of some launch's
+    output, from the addresses each child shipped: ``[(input_spans, output_spans)]`` with ``input_spans`` =
+    ``[(address, bytes)]`` of every input's storage and ``output_spans`` = ``[(start, end)]`` of every launch's
+    output. Malformed records are skipped (a kernel that corrupts them also fails the run elsewhere)."""
+    hit = set()
+    for entry in spans:
+        if not isinstance(entry, (list, tuple)) or len(entry) != 2:
+            continue
+        inputs, outputs = entry
+        for i, rec in enumerate(inputs or []):
+            try:
+                lo, hi = int(rec[0]), int(rec[0]) + int(rec[1])
+                if any(int(o[0]) < hi and lo < int(o[1]) for o in outputs or []):
+                    hit.add(i)
+            except (TypeError, ValueError, IndexError):
+                continue
+    return sorted(hit)
+
+
+def aliasing_findings(contract, cases: dict, results: dict) -> list[dict]:
+    """``policies.aliasing`` (docs/contracts.md#aliasing-and-in-place-calls): declared FORBIDDEN or ALLOWED_INPLACE,
+    an ordinary (out-of-place) call's output must not share memory with any input; the in-place calls of an
+    ALLOWED_INPLACE contract are the protocol's own cases (their destination is a copy the harness made)."""
+    if contract.policies.get("aliasing") is None:
+        return []
+    out = []
+    for key, case in cases.items():
+        r = results.get(key) or {}
+        idx = case.out_index
+        if idx is not None and case.args[idx].alias_of is not None:
+            continue
+        if r.get("aliased_inputs"):
+            out.append(
+                {
+                    "kind": "output_aliases_input",
+                    "severity": "fail",
+                    "case": key,
+                    "detail": f"the output shares memory with input(s) {r['aliased_inputs']} "
+                    f"(policies.aliasing {contract.policies['aliasing']}: an out-of-place call must not alias)",
+                }
+            )
     return out
 
 
@@ -240,6 +286,7 @@ def generic_findings(contract, cases: dict, results: dict) -> list[dict]:
                         + (f" (config {s['config']})" if s.get("config") else ""),
                     }
                 )
+    findings += aliasing_findings(contract, cases, results)
     # input sensitivity: the perturbed partner must not reproduce the original output bit for bit
     for key, case in cases.items():
         base_key = case.meta.get("sensitivity_of")

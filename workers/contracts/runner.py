@@ -17,7 +17,7 @@ import time
 
 from . import SUITE_VERSION
 from .coverage import coverage_statement
-from .loader import Contract, load_suite
+from .loader import Contract, load_declared, load_suite
 from .redact import clean
 from .verdict import Verdict
 
@@ -38,6 +38,10 @@ def get_contract(contract_id, directory=None) -> Contract:
     for c in contracts:
         if c.id == contract_id:
             return c
+    if directory is None:  # a declared-property contract is named by its full id (never by class)
+        for c in load_declared():
+            if c.id == contract_id:
+                return c
     by_class = [c for c in contracts if c.cls == contract_id]
     if len(by_class) == 1:
         return by_class[0]

@@ -518,12 +518,14 @@ def merge_rounds(encoded: list, rounds: list, outcomes: list) -> SandboxOutcome:
                     "times": [],
                     "inputs_after": None,
                     "inputs_after_rounds": [],
+                    "spans": [],
                 },
             )
             m["exception"] = m["exception"] or r.get("exception")
             m["bad_output"] = m["bad_output"] or r.get("bad_output")
             m["times"] += list(r.get("times") or [])
             m["inputs_after_rounds"].append(r.get("inputs_after") or [])
+            m["spans"].append((r.get("input_spans"), r.get("output_spans")))  # aliasing, decided by the parent
             if m["inputs_after"] is None:
                 m["inputs_after"] = r.get("inputs_after") or []
             for cfg, s in enumerate(r.get("series") or []):

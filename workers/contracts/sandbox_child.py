@@ -439,6 +439,55 @@ def _materialise(case_args, device, table, pad=0):
     return args, out_idx
 
 
+def output_span(t, *, _data_ptr=_data_ptr, _stride=_stride, _shape=_shape, _element_size=_element_size) -> tuple:
+    """The bytes ``[start, end)`` the output's elements occupy (addresses only: whether they overlap an input's
+    storage is decided by the parent, docs/contracts.md#aliasing-and-in-place-calls)."""
+    start = int(_data_ptr(t))
+    shape = tuple(_shape(t))
+    if any(int(d) == 0 for d in shape):
+        return (start, start)
+    span = (sum((int(d) - 1) * abs(int(s)) for d, s in zip(shape, _stride(t))) + 1) * int(_element_size(t))
+    return (start, start + span)
+
+
+def out_alias(spec: tuple):
+    """The input an ``("__out__", shape, dtype, alias_of)`` destination aliases (an in-place call), or None."""
+    return spec[3] if len(spec) > 3 else None
+
+
+def destination(
+    call_args,
+    out_idx,
+    case,
+    device,
+    table,
+    spec,
+    poison,
+    stash,
+    *,
+    _materialise=_materialise,
+    _poison=_poison,
+    fill_tensor=fill_tensor,
+    _to=_to,
+    out_alias=out_alias,
+) -> None:
+    """Put the destination of one launch into ``call_args[out_idx]``: a fresh buffer with this launch's fill
+    pattern (the allocator poisoned first), the reference's buffer on a reversed-order repeat, or — for an in-place
+    call (``alias_of``) — a fresh copy of that input, passed as both the input and the destination."""
+    spec_out = call_args[out_idx]
+    shape, dt, alias_of = spec_out[1], spec_out[2], out_alias(spec_out)
+    if alias_of is not None:
+        buf = _materialise([case["args"][alias_of]], device, table, case.get("pad", 0))[0][0]
+        call_args[alias_of] = buf
+    else:
+        if poison:
+            _poison(device, 4 * max(1, int(torch.Size(shape).numel())), spec)
+        buf = stash.pop("reuse", None)
+        if buf is None:
+            buf = _to(fill_tensor(tuple(shape), DTYPES[dt], spec), device)
+    call_args[out_idx] = buf
+
+
 def run_case(
     impl,
     case: dict,
@@ -463,27 +512,32 @@ def run_case(
     _type=_type,
     _numel=_numel,
     _shape=_shape,
+    _span=output_span,
+    _destination=destination,
 ) -> dict:
     """Every launch of one case: raw output bytes per launch, and the inputs' bytes after the last launch."""
     budget = budget if budget is not None else [MAX_RUN_BYTES]
     args, out_idx = _materialise(case["args"], device, table, case.get("pad", 0))
     kwargs = dict(case["kwargs"])
-    res = {"key": case["key"], "series": [], "exception": None, "bad_output": None, "times": [], "inputs_after": []}
+    res = {
+        "key": case["key"],
+        "series": [],
+        "exception": None,
+        "bad_output": None,
+        "times": [],
+        "inputs_after": [],
+        "output_spans": [],
+    }
     fills = itertools.cycle(case["fills"])  # one pattern per launch, in order (the parent replays the same order)
     records = [input_record(a) for a in args if _type(a) is _Tensor]
+    res["input_spans"] = [(r[1], r[2]) for r in records]  # (address, bytes) of each input's storage
 
     def launch(extra, stash):
         call_args = list(args)
         spec = next(fills)
         poison = not stash.get("reference_ran")  # the reversed-order repeat: a naive harness that does not poison
         if out_idx is not None:
-            _, shape, dt = args[out_idx]
-            if poison:
-                _poison(device, 4 * max(1, int(torch.Size(shape).numel())), spec)
-            buf = stash.pop("reuse", None)
-            if buf is None:
-                buf = _to(fill_tensor(tuple(shape), DTYPES[dt], spec), device)
-            call_args[out_idx] = buf
+            _destination(call_args, out_idx, case, device, table, spec, poison, stash)
         elif case["expect_nbytes"] and poison:
             _poison(device, case["expect_nbytes"], spec)
         t0 = _perf()
@@ -500,7 +554,9 @@ def run_case(
             res["bad_output"] = f"shape {tuple(_shape(out))}, expected {tuple(want)}"  # never ship a runaway output
             return None
         try:
-            return copy_out(out, budget)
+            enc = copy_out(out, budget)
+            res["output_spans"].append(_span(out))
+            return enc
         except (ValueError, TypeError) as exc:
             res["bad_output"] = f"output not readable: {exc}"[:300]
             return None
@@ -513,7 +569,7 @@ def run_case(
                 stash["reference_ran"] = True
                 ref_args = list(args)
                 if out_idx is not None:
-                    _, shape, dt = args[out_idx]
+                    shape, dt = args[out_idx][1], args[out_idx][2]
                     buf = _empty(shape, dtype=DTYPES[dt], device=device)
                     ref_args[out_idx] = buf
                     reference(*ref_args)

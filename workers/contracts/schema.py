@@ -55,6 +55,8 @@ POLICY_VALUES = {
     "negative_index": ("ERROR", "WRAP_PYTHON"),
     "denormal": ("PRESERVE", "FLUSH_INPUTS", "FLUSH_OUTPUTS", "FLUSH_BOTH"),
     "determinism": ("BITWISE", "RUN_TO_RUN_EPS", "NONE"),
+    "aliasing": ("FORBIDDEN", "ALLOWED_INPLACE"),
+    "tie_break": ("LOWEST_INDEX", "HIGHEST_INDEX", "UNSPECIFIED"),
 }
 # numeric-environment flags a contract's precondition.env (or a run's deployment flags) may set; sandbox.apply_flags
 ENV_FLAGS = (

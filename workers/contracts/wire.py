@@ -57,7 +57,7 @@ def encode_case(case, table: list | None = None, index: dict | None = None) -> d
         elif isinstance(a, torch.Tensor):
             args.append(encode_tensor(a))
         elif isinstance(a, Out):
-            args.append(("__out__", tuple(a.shape), str(a.dtype).replace("torch.", "")))
+            args.append(("__out__", tuple(a.shape), str(a.dtype).replace("torch.", ""), a.alias_of))
         else:
             args.append(a)
     # a case that replays gets at least three launches: two back to back in one child (a first call against a warm

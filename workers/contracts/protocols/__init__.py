@@ -108,7 +108,60 @@ PROTOCOL_META = {
         "values": ("oob_any_position",),
         "patterns": ("no_raise_zero_fill", "no_raise_clamped", "no_raise_wrapped", "no_raise_other"),
     },
+    # declared-property contracts (specs/declared, docs/contracts.md#declared-property-contracts)
+    **{
+        f"batch_invariance_{op}": {
+            "class": "C-ORD-03",
+            "module": "ord03_ops",
+            "names": ("mismatch_rows", "b") + dims,
+            "sweeps": ("b",) + dims,
+            "values": ("gauss", "dominant"),
+            "patterns": ("batch_size_step", "batch_position_dependent"),
+        }
+        for op, dims in (
+            ("rms_norm", ("D",)),
+            ("layer_norm", ("D",)),
+            ("softmax", ("D",)),
+            ("matmul", ("K", "N")),
+            ("attention", ("T", "S", "d")),
+        )
+    },
+    "gelu_exactness": {
+        "class": "C-CMP-01",
+        "module": "cmp01_gelu",
+        "names": ("e", "inplace_mismatch", "n", "u"),
+        "sweeps": ("n",),
+        "values": ("gauss", "grid", "wide"),
+        "patterns": ("tanh_approximation", "error_above_bound", "inplace_differs"),
+    },
+    "prefix_sum_error": {
+        "class": "C-ORD-01",
+        "module": "ord01_cumsum",
+        "names": ("e", "N", "u"),
+        "sweeps": ("N", "rows"),
+        "values": ("gauss", "offset_gauss", "signed_zeros"),
+        "patterns": ("narrow_accumulator", "lost_carry"),
+    },
+    "topk_tie_break": {
+        "class": "C-ORD-02",
+        "module": "ord02_topk",
+        "names": ("mismatch", "value_mismatch", "R", "N", "k"),
+        "sweeps": ("N", "k", "rows"),
+        "values": ("few_levels", "gauss", "tied_blocks"),
+        "patterns": ("tie_order_violated", "wrong_selection"),
+    },
+    "causal_mask": {
+        "class": "C-CMP-03",
+        "module": "cmp03_causal",
+        "names": ("err", "leak", "S", "T", "u"),
+        "sweeps": ("B", "T", "S", "d"),
+        "values": ("gauss", "peaked"),
+        "patterns": ("future_attended", "tail_mask_error", "error_above_bound"),
+    },
 }
+
+
+OPS_BATCH = ("rms_norm", "layer_norm", "softmax", "matmul", "attention")  # C-ORD-03's declared batch-invariant ops
 
 
 def get(name: str):

@@ -31,6 +31,7 @@ class Out:
 
     shape: tuple
     dtype: torch.dtype = torch.float32
+    alias_of: int | None = None  # an in-place call: the destination is (a fresh copy of) argument ``alias_of``
 
 
 @dataclass
