@@ -9,73 +9,20 @@ from __future__ import annotations
 import os
 import random
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import requests
 
+from audit_portal_client.outcomes import (  # noqa: F401 - re-exported: audit_portal_client.client names them too
+    BudgetExceeded,
+    FinishResult,
+    PortalError,
+    PortalUnavailable,
+    ReplayFailed,
+)
 from audit_portal_client.upload import PARTS_ABOVE
 
 RETRYABLE_STATUS = {408, 425, 429, 500, 502, 503, 504}
-
-
-class PortalError(Exception):
-    """The portal refused a request for a reason retrying cannot fix (carries the HTTP status and its message)."""
-
-    def __init__(self, message: str, status: int | None = None, payload: dict | None = None):
-        super().__init__(message)
-        self.status, self.payload = status, payload or {}
-
-
-class PortalUnavailable(Exception):
-    """The portal did not answer in time; everything logged is still in the spool (``spool`` names the folder)."""
-
-    def __init__(self, message: str, spool: Path | None = None):
-        super().__init__(message)
-        self.spool = spool
-
-
-class BudgetExceeded(Exception):
-    """The certificate's best bound B* is above the budget (or nothing could be certified)."""
-
-    def __init__(self, result: "FinishResult", budget: float):
-        best = result.best_bound
-        what = f"certificate {result.certificate_id}" if result.certificate_id is not None else f"run {result.url}"
-        super().__init__(
-            f"{what}: best bound B* = {best} exceeds the budget {budget}"
-            if best is not None
-            else f"{what}: no bound could be certified (budget {budget})"
-        )
-        self.result, self.budget = result, budget
-
-
-class ReplayFailed(Exception):
-    """``require_replay``: the run's routing audit did not show that rollout routing replay held (its verdict is FAIL,
-    UNVERIFIABLE or NOT_DECLARED, or the run carries no MoE routes). ``replay`` is the audit's verdict object."""
-
-    def __init__(self, upload_id: int, replay: dict):
-        failed = "; ".join(
-            f"call {c['call_id']} at layer(s) {', '.join(map(str, c['layers_flipped']))}"
-            for c in (replay.get("failed") or [])[:3]
-        )
-        super().__init__(
-            f"upload {upload_id}: routing replay {replay.get('state')}: {replay.get('reason')}"
-            + (f" ({failed})" if failed else "")
-        )
-        self.upload_id, self.replay = upload_id, replay
-
-
-@dataclass
-class FinishResult:
-    upload_id: int | None  # None for a streamed run (Run.finish): its certificate is the run's live view
-    run_id: int | None
-    certificate_id: int | None
-    url: str  # the run page (the certificate is its latest)
-    certificate: dict  # the API's certificate object (summary, bounds, …), or the run's live view for Run.finish
-
-    @property
-    def best_bound(self):
-        return self.certificate.get("best_bound")
 
 
 class Client:

@@ -37,15 +37,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from audit_portal_client.client import (
-    BudgetExceeded,
-    Client,
-    FinishResult,
-    PortalError,
-    PortalUnavailable,
-    ReplayFailed,
-)
+from audit_portal_client.outcomes import BudgetExceeded, FinishResult, PortalError, PortalUnavailable, ReplayFailed
 from audit_portal_client.fcr import RecordMeta, arrow_schema, step_table
+
 
 log = logging.getLogger("audit_portal_client")
 
@@ -155,7 +149,7 @@ class Run:
 
     def __init__(
         self,
-        client: Client,
+        client,  # the audit_portal_client.Client that made this run (Client.run), which imports this module
         project: str | None = None,
         name: str | None = None,
         *,
@@ -775,7 +769,7 @@ def _batch_rows(x) -> int:
         return 0
 
 
-def sync(client: Client, spool_dir, *, project: str | None = None, timeout: float = 900.0) -> FinishResult:
+def sync(client, spool_dir, *, project: str | None = None, timeout: float = 900.0) -> FinishResult:
     """Upload what a spool holds (a run that ended offline, or whose key was refused) and finish the run."""
     root = Path(spool_dir)
     state = json.loads((root / "state.json").read_text()) if (root / "state.json").exists() else {}

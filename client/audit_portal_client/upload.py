@@ -24,6 +24,8 @@ import os
 import time
 from pathlib import Path
 
+from audit_portal_client.outcomes import PortalError, PortalUnavailable
+
 log = logging.getLogger("audit_portal_client.upload")
 
 PARTS_ABOVE = 64 << 20  # files larger than this go in parts (Client.upload's parts_above)
@@ -110,7 +112,6 @@ def upload_in_parts(
     ``progress(bytes_stored, size)`` after each part (the parts a resumed session already has count as stored),
     ``hash_progress(bytes_read, size)`` while the digest is computed. ``state``: the folder of remembered sessions.
     Raises ``SessionsFull`` when the project has too many unfinished sessions (the caller may send one request)."""
-    from audit_portal_client.client import PortalError, PortalUnavailable
 
     attempt = _retrying(
         RETRIES if retries is None else retries, BACKOFF if backoff is None else backoff, sleep or time.sleep
@@ -144,7 +145,6 @@ def upload_in_parts(
 
 def _retrying(retries: int, backoff: float, sleep):
     """``attempt(what, fn)``: ``fn()`` retried with backoff on what a retry may fix; the last failure is raised."""
-    from audit_portal_client.client import PortalError, PortalUnavailable
 
     def attempt(what: str, fn):
         for i in range(retries + 1):
@@ -167,7 +167,6 @@ def _retrying(retries: int, backoff: float, sleep):
 def _resumed(client, memo: _Remembered, size: int, sha256: str, attempt) -> tuple[dict | None, dict | None]:
     """The remembered session of this file: (the open session to go on with, None), or (None, the upload) when it
     was completed but its answer lost, or (None, None) when there is none to go on with (then it is forgotten)."""
-    from audit_portal_client.client import PortalError
 
     known = memo.load()
     if known is None:
@@ -189,7 +188,6 @@ def _resumed(client, memo: _Remembered, size: int, sha256: str, attempt) -> tupl
 
 def _started(client, memo: _Remembered, project: str, path: Path, size: int, sha256: str, attempt) -> dict:
     """A new upload session for the file, remembered for a later resume."""
-    from audit_portal_client.client import PortalError
 
     try:
         session = attempt(
@@ -254,8 +252,6 @@ def _send_missing_parts(client, path: Path, size: int, parts: tuple, received, p
 
 
 def _complete(client, memo: _Remembered, sid: str, attempt) -> dict:
-    from audit_portal_client.client import PortalError
-
     try:
         up = attempt("complete the upload", lambda: client._request("POST", f"/upload-sessions/{sid}/complete/"))
     except PortalError as exc:
