@@ -211,83 +211,84 @@ def _unwritten(case: Case, series: list, fills: list):
 
 def generic_findings(contract, cases: dict, results: dict) -> list[dict]:
     """Findings every contract inherits. ``severity``: crash | fail | note."""
-    findings = []
     bitwise = contract.policies.get("determinism") == "BITWISE"
+    findings = []
     for key, case in cases.items():
-        r = results.get(key)
-        if r is None:
-            findings.append({"kind": "missing_result", "severity": "crash", "case": key, "detail": "no result"})
-            continue
-        if r.get("input_mutated"):
-            findings.append(
-                {
-                    "kind": "input_mutated",
-                    "severity": "fail",
-                    "case": key,
-                    "detail": "an input tensor changed during the call (input-immutability hash)",
-                }
-            )
-        exc = r.get("exception")
-        if exc and not case.expect_raise:
-            findings.append(
-                {
-                    "kind": "exception",
-                    "severity": "crash",
-                    "case": key,
-                    "detail": f"{exc['type']}: {exc['message']}" + (f" ({exc['where']})" if exc.get("where") else ""),
-                }
-            )
-            continue
-        if r.get("bad_output"):
-            findings.append({"kind": "bad_output", "severity": "fail", "case": key, "detail": r["bad_output"]})
-            continue
-        if r.get("unwritten"):
-            findings.append(
-                {
-                    "kind": "destination_unwritten",
-                    "severity": "fail",
-                    "case": key,
-                    "detail": f"{r['unwritten']} position(s) of the destination buffer still hold the "
-                    "harness's fill pattern after every launch (never written)",
-                }
-            )
-        series = (
-            r["configs"] if r.get("configs") else [{"config": None, "outputs": r["outputs"], "hashes": r["hashes"]}]
-        )
-        for s in series:
-            for out in s["outputs"][:1]:
-                if case.expect_shape is not None and tuple(out.shape) != tuple(case.expect_shape):
-                    findings.append(
-                        {
-                            "kind": "wrong_shape",
-                            "severity": "fail",
-                            "case": key,
-                            "detail": f"shape {tuple(out.shape)}, expected {tuple(case.expect_shape)}",
-                        }
-                    )
-                elif case.expect_dtype is not None and out.dtype != case.expect_dtype:
-                    findings.append(
-                        {
-                            "kind": "wrong_dtype",
-                            "severity": "fail",
-                            "case": key,
-                            "detail": f"dtype {str(out.dtype).replace('torch.', '')}, expected "
-                            f"{str(case.expect_dtype).replace('torch.', '')}",
-                        }
-                    )
-            if len(set(s["hashes"])) > 1:  # every launch: back to back, and in fresh processes at other addresses
-                findings.append(
-                    {
-                        "kind": "replay_mismatch",
-                        "severity": "fail" if bitwise else "note",
-                        "case": key,
-                        "detail": f"{len(s['hashes'])} launches on identical inputs gave "
-                        f"{len(set(s['hashes']))} different bit patterns"
-                        + (f" (config {s['config']})" if s.get("config") else ""),
-                    }
-                )
+        findings += _case_findings(key, case, results.get(key), bitwise)
     findings += aliasing_findings(contract, cases, results)
-    # input sensitivity: the perturbed partner must not reproduce the original output bit for bit
+    findings += _sensitivity_findings(cases, results)
+    return findings
+
+
+def _finding(kind: str, severity: str, key, detail: str) -> dict:
+    return {"kind": kind, "severity": severity, "case": key, "detail": detail}
+
+
+def _case_findings(key, case, r: dict | None, bitwise: bool) -> list[dict]:
+    """One case's result: missing, inputs written, an exception, an output that was not shipped, destination
+    positions never written, then each launch series' shape, dtype and agreement between launches."""
+    if r is None:
+        return [_finding("missing_result", "crash", key, "no result")]
+    findings = []
+    if r.get("input_mutated"):
+        findings.append(
+            _finding("input_mutated", "fail", key, "an input tensor changed during the call (input-immutability hash)")
+        )
+    exc = r.get("exception")
+    if exc and not case.expect_raise:
+        where = f" ({exc['where']})" if exc.get("where") else ""
+        return findings + [_finding("exception", "crash", key, f"{exc['type']}: {exc['message']}{where}")]
+    if r.get("bad_output"):
+        return findings + [_finding("bad_output", "fail", key, r["bad_output"])]
+    if r.get("unwritten"):
+        findings.append(
+            _finding(
+                "destination_unwritten",
+                "fail",
+                key,
+                f"{r['unwritten']} position(s) of the destination buffer still hold the "
+                "harness's fill pattern after every launch (never written)",
+            )
+        )
+    series = r["configs"] if r.get("configs") else [{"config": None, "outputs": r["outputs"], "hashes": r["hashes"]}]
+    for s in series:
+        findings += _series_findings(key, case, s, bitwise)
+    return findings
+
+
+def _series_findings(key, case, s: dict, bitwise: bool) -> list[dict]:
+    findings = []
+    for out in s["outputs"][:1]:
+        if case.expect_shape is not None and tuple(out.shape) != tuple(case.expect_shape):
+            findings.append(
+                _finding("wrong_shape", "fail", key, f"shape {tuple(out.shape)}, expected {tuple(case.expect_shape)}")
+            )
+        elif case.expect_dtype is not None and out.dtype != case.expect_dtype:
+            findings.append(
+                _finding(
+                    "wrong_dtype",
+                    "fail",
+                    key,
+                    f"dtype {str(out.dtype).replace('torch.', '')}, expected "
+                    f"{str(case.expect_dtype).replace('torch.', '')}",
+                )
+            )
+    if len(set(s["hashes"])) > 1:  # every launch: back to back, and in fresh processes at other addresses
+        findings.append(
+            _finding(
+                "replay_mismatch",
+                "fail" if bitwise else "note",
+                key,
+                f"{len(s['hashes'])} launches on identical inputs gave {len(set(s['hashes']))} different bit patterns"
+                + (f" (config {s['config']})" if s.get("config") else ""),
+            )
+        )
+    return findings
+
+
+def _sensitivity_findings(cases: dict, results: dict) -> list[dict]:
+    """Input sensitivity: the perturbed partner must not reproduce the original output bit for bit."""
+    findings = []
     for key, case in cases.items():
         base_key = case.meta.get("sensitivity_of")
         if not base_key:
@@ -297,12 +298,12 @@ def generic_findings(contract, cases: dict, results: dict) -> list[dict]:
             continue
         if bitwise_equal(a["outputs"][0], b["outputs"][0]):
             findings.append(
-                {
-                    "kind": "input_insensitive",
-                    "severity": "fail",
-                    "case": key,
-                    "detail": "output unchanged after perturbing the input (cached or constant result)",
-                }
+                _finding(
+                    "input_insensitive",
+                    "fail",
+                    key,
+                    "output unchanged after perturbing the input (cached or constant result)",
+                )
             )
     return findings
 

@@ -341,107 +341,134 @@ class SandboxSession:
         """Read the child's stream until the zygote reports the child's exit. Before the child's ``environment``
         message no candidate code exists, so a failure there is the harness's; after it, everything the stream
         says is the candidate's word and is checked as such."""
-        stream = bytearray()
-        got = {"alive": False, "environment": None, "results": [], "final": None}
-        deadline = time.monotonic() + STARTUP_LIMIT_S
-
-        def stderr_tail():
-            return self._err.text(400)
-
-        def crash(kind, message, error_type="ProcessDied"):
-            return SandboxOutcome(
-                kind=kind,
-                error={"type": error_type, "message": message},
-                results=got["results"],
-                environment=got["environment"],
-            )
-
+        run = _RunReader(self, len(encoded), time_limit_s, progress)
         while True:
-            tag, msg = self._next_frame(deadline)
+            tag, msg = self._next_frame(run.deadline)
             if tag == "TIMEOUT":
-                self.kill()
-                if not got["alive"]:
-                    raise HarnessFailure(f"the sandbox child did not start within {STARTUP_LIMIT_S:g} s")
-                return crash("timeout", f"no result within the time limit of {time_limit_s:g} s", "Timeout")
+                return run.timed_out()
             if tag == "EOF":
-                self.kill()
-                if got["environment"] is None:
-                    raise HarnessFailure(
-                        f"the kernel sandbox exited before the implementation was loaded"
-                        f"{' (' + msg + ')' if msg else ''}; stderr: {stderr_tail()}"
-                    )
-                return crash("crash", "the sandbox was torn down from inside while the implementation ran")
+                return run.torn_down(msg)
             if tag == "Z":
-                if msg.get("kind") != "exit":
-                    continue
-                if got["environment"] is None:
-                    raise HarnessFailure(
-                        f"the sandbox child died before the implementation was loaded "
-                        f"(exit {msg.get('exit_code')}, signal {msg.get('signal')}); "
-                        f"stderr: {stderr_tail()}"
-                    )
-                resources = {"maxrss_kb": msg.get("maxrss_kb"), "cpu_s": msg.get("cpu_s")}
-                final = got["final"]
-                if final is None:
-                    sig = msg.get("signal")
-                    reason = (
-                        f"implementation process killed by signal {_signal_name(sig)}"
-                        if sig
-                        else f"implementation process exited with code {msg.get('exit_code')} before reporting"
-                    )
-                    return SandboxOutcome(crash("crash", reason), resources=resources)
-                out = SandboxOutcome(
-                    kind=final["kind"], results=got["results"], environment=got["environment"], resources=resources
+                if msg.get("kind") == "exit":
+                    return run.exited(msg)
+                continue
+            outcome = run.feed(msg)
+            if outcome is not None:
+                return outcome
+
+
+class _RunReader:
+    """What one run's stream has said so far (liveness, the environment, the case results, the final word), and
+    what each kind of event makes of it: an outcome, nothing yet, or a :class:`HarnessFailure`."""
+
+    def __init__(self, session, total: int, time_limit_s, progress):
+        self.session, self.total, self.time_limit_s, self.progress = session, total, time_limit_s, progress
+        self.stream = bytearray()
+        self.alive, self.environment, self.results, self.final = False, None, [], None
+        self.deadline = time.monotonic() + STARTUP_LIMIT_S
+
+    def crash(self, kind, message, error_type="ProcessDied") -> SandboxOutcome:
+        return SandboxOutcome(
+            kind=kind,
+            error={"type": error_type, "message": message},
+            results=self.results,
+            environment=self.environment,
+        )
+
+    def _kill_and_crash(self, message, error_type="ProtocolViolation") -> SandboxOutcome:
+        self.session.kill()
+        return self.crash("crash", message, error_type)
+
+    def timed_out(self) -> SandboxOutcome:
+        self.session.kill()
+        if not self.alive:
+            raise HarnessFailure(f"the sandbox child did not start within {STARTUP_LIMIT_S:g} s")
+        return self.crash("timeout", f"no result within the time limit of {self.time_limit_s:g} s", "Timeout")
+
+    def torn_down(self, detail) -> SandboxOutcome:
+        self.session.kill()
+        if self.environment is None:
+            raise HarnessFailure(
+                f"the kernel sandbox exited before the implementation was loaded"
+                f"{' (' + detail + ')' if detail else ''}; stderr: {self.session._err.text(400)}"
+            )
+        return self.crash("crash", "the sandbox was torn down from inside while the implementation ran")
+
+    def exited(self, msg: dict) -> SandboxOutcome:
+        """The zygote's report of the child's exit: the run's outcome, from what the child said before it."""
+        if self.environment is None:
+            raise HarnessFailure(
+                f"the sandbox child died before the implementation was loaded "
+                f"(exit {msg.get('exit_code')}, signal {msg.get('signal')}); "
+                f"stderr: {self.session._err.text(400)}"
+            )
+        resources = {"maxrss_kb": msg.get("maxrss_kb"), "cpu_s": msg.get("cpu_s")}
+        final = self.final
+        if final is None:
+            sig = msg.get("signal")
+            reason = (
+                f"implementation process killed by signal {_signal_name(sig)}"
+                if sig
+                else f"implementation process exited with code {msg.get('exit_code')} before reporting"
+            )
+            return SandboxOutcome(self.crash("crash", reason), resources=resources)
+        out = SandboxOutcome(
+            kind=final["kind"], results=self.results, environment=self.environment, resources=resources
+        )
+        if final["kind"] == "result":
+            out["flags_after"] = final.get("flags_after")
+        else:
+            out["error"] = _error_dict(final.get("error"))
+        return out
+
+    def feed(self, chunk: bytes) -> SandboxOutcome | None:
+        """Bytes of the result channel: each complete length-prefixed message is read and acted on."""
+        self.stream += chunk
+        while len(self.stream) >= 8:
+            size = U64.unpack(self.stream[:8])[0]
+            if size > MAX_MESSAGE_BYTES:
+                return self._kill_and_crash(
+                    f"a message of {size} bytes from the sandbox exceeds the {MAX_MESSAGE_BYTES} byte cap"
                 )
-                if final["kind"] == "result":
-                    out["flags_after"] = final.get("flags_after")
-                else:
-                    out["error"] = _error_dict(final.get("error"))
-                return out
-            stream += msg
-            while len(stream) >= 8:
-                size = U64.unpack(stream[:8])[0]
-                if size > MAX_MESSAGE_BYTES:
-                    self.kill()
-                    return crash(
-                        "crash",
-                        f"a message of {size} bytes from the sandbox exceeds the {MAX_MESSAGE_BYTES} byte cap",
-                        "ProtocolViolation",
-                    )
-                if len(stream) < 8 + size:
-                    break
-                body = bytes(stream[8 : 8 + size])
-                del stream[: 8 + size]
-                try:
-                    m = loads_untrusted(body)
-                    if not isinstance(m, dict) or not isinstance(m.get("kind"), str):
-                        raise ValueError("not a message")
-                except Exception as exc:  # noqa: BLE001 - whatever the candidate wrote into the channel
-                    self.kill()
-                    return crash("crash", f"malformed message from the sandbox: {exc}", "ProtocolViolation")
-                kind = m["kind"]
-                if kind == "alive" and not got["alive"]:
-                    got["alive"] = True
-                    deadline = time.monotonic() + float(time_limit_s)
-                elif kind in ("environment", "harness_error") and got["environment"] is None:
-                    if kind == "harness_error":
-                        self.kill()
-                        raise HarnessFailure(
-                            f"the sandbox child could not prepare the run: {_error_dict(m.get('error'))['message']}"
-                        )
-                    got["environment"] = {"flags": m.get("flags"), "memory_cap_bytes": m.get("memory_cap_bytes")}
-                elif got["environment"] is None:
-                    self.kill()
-                    return crash("crash", f"unexpected {kind!r} message before the run started", "ProtocolViolation")
-                elif kind == "case" and isinstance(m.get("result"), dict):
-                    got["results"].append(m["result"])
-                elif kind == "progress":
-                    if progress and isinstance(m.get("done"), int) and isinstance(m.get("total"), int):
-                        progress(min(m["done"], len(encoded)), len(encoded))
-                elif kind == "done" and got["final"] is None:
-                    got["final"] = {"kind": "result", "flags_after": m.get("flags_after")}
-                elif kind in ("load_error", "child_error") and got["final"] is None:
-                    got["final"] = {"kind": kind, "error": m.get("error")}
+            if len(self.stream) < 8 + size:
+                return None
+            body = bytes(self.stream[8 : 8 + size])
+            del self.stream[: 8 + size]
+            try:
+                m = loads_untrusted(body)
+                if not isinstance(m, dict) or not isinstance(m.get("kind"), str):
+                    raise ValueError("not a message")
+            except Exception as exc:  # noqa: BLE001 - whatever the candidate wrote into the channel
+                return self._kill_and_crash(f"malformed message from the sandbox: {exc}")
+            outcome = self.on_message(m)
+            if outcome is not None:
+                return outcome
+        return None
+
+    def on_message(self, m: dict) -> SandboxOutcome | None:
+        kind = m["kind"]
+        if kind == "alive" and not self.alive:
+            self.alive = True
+            self.deadline = time.monotonic() + float(self.time_limit_s)
+        elif kind in ("environment", "harness_error") and self.environment is None:
+            if kind == "harness_error":
+                self.session.kill()
+                raise HarnessFailure(
+                    f"the sandbox child could not prepare the run: {_error_dict(m.get('error'))['message']}"
+                )
+            self.environment = {"flags": m.get("flags"), "memory_cap_bytes": m.get("memory_cap_bytes")}
+        elif self.environment is None:
+            return self._kill_and_crash(f"unexpected {kind!r} message before the run started")
+        elif kind == "case" and isinstance(m.get("result"), dict):
+            self.results.append(m["result"])
+        elif kind == "progress":
+            if self.progress and isinstance(m.get("done"), int) and isinstance(m.get("total"), int):
+                self.progress(min(m["done"], self.total), self.total)
+        elif kind == "done" and self.final is None:
+            self.final = {"kind": "result", "flags_after": m.get("flags_after")}
+        elif kind in ("load_error", "child_error") and self.final is None:
+            self.final = {"kind": kind, "error": m.get("error")}
+        return None
 
 
 # ------------------------------------------------------------------------------------- fresh launches

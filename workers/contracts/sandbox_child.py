@@ -488,6 +488,53 @@ def destination(
     call_args[out_idx] = buf
 
 
+def _unshippable(out, want, *, _refusal=_refusal, _numel=_numel, _shape=_shape) -> str | None:
+    """Why an output is not shipped to the judge (not a plain tensor; far larger than the expected shape), or None."""
+    refused = _refusal(out)
+    if refused:
+        return refused
+    if want is not None and _numel(out) > 4 * int(torch.Size(want).numel()) + 1024:
+        return f"shape {tuple(_shape(out))}, expected {tuple(want)}"  # never ship a runaway output
+    return None
+
+
+def _reference_first(reference, args, out_idx, device, *, _empty=_empty, _sync=_sync) -> dict:
+    """The reversed-order repeat: the reference runs before the candidate, as a naive harness would have it. With
+    a destination, its buffer is what a harness that recycles buffers would hand the candidate next (``reuse``);
+    without one, its result is freed, so a candidate returning stale ``torch.empty`` memory could now "pass"."""
+    stash = {"reference_ran": True}
+    ref_args = list(args)
+    if out_idx is not None:
+        shape, dt = args[out_idx][1], args[out_idx][2]
+        buf = _empty(shape, dtype=DTYPES[dt], device=device)
+        ref_args[out_idx] = buf
+        reference(*ref_args)
+        stash["reuse"] = buf
+    else:
+        tmp = reference(*ref_args)
+        _sync(device)
+        del tmp
+    return stash
+
+
+def _every_config(impl, case, series, res) -> None:
+    """The launch series with the default configuration, then (``all_configs``) with each one the kernel offers."""
+    configs = [None]
+    if case["all_configs"]:
+        configs += list(getattr(impl, "configs", None) or [])
+    for cfg in configs:
+        outs = series({} if cfg is None else {"config": cfg})
+        res["series"].append({"config": None if cfg is None else repr(cfg)[:200], "outputs": outs})
+        if res["bad_output"]:
+            break
+
+
+def _unrelated_work(device) -> None:
+    """Work between launches, so scheduling and allocation change from one launch to the next."""
+    junk = torch.randn(int.from_bytes(os.urandom(2), "little") % 4096 + 64, device=device)
+    (junk * 2).sum().item()
+
+
 def run_case(
     impl,
     case: dict,
@@ -501,17 +548,13 @@ def run_case(
     fill_tensor=fill_tensor,
     _sync=_sync,
     copy_out=copy_out,
-    _refusal=_refusal,
     input_record=input_record,
     input_after=input_after,
     _Tensor=_Tensor,
     _perf=_perf,
-    _empty=_empty,
     _to=_to,
     isinstance=isinstance,
     _type=_type,
-    _numel=_numel,
-    _shape=_shape,
     _span=output_span,
     _destination=destination,
 ) -> dict:
@@ -545,13 +588,8 @@ def run_case(
         _sync(device)
         res["times"].append(_perf() - t0)
         out = call_args[out_idx] if out_idx is not None else ret
-        refused = _refusal(out)
-        if refused:
-            res["bad_output"] = refused
-            return None
-        want = case.get("expect_shape")
-        if want is not None and _numel(out) > 4 * int(torch.Size(want).numel()) + 1024:
-            res["bad_output"] = f"shape {tuple(_shape(out))}, expected {tuple(want)}"  # never ship a runaway output
+        res["bad_output"] = _unshippable(out, case.get("expect_shape"))
+        if res["bad_output"]:
             return None
         try:
             enc = copy_out(out, budget)
@@ -566,36 +604,17 @@ def run_case(
         for r in range(case["repeat"]):
             stash = {}
             if case["order"] == "reference_first" and r == 0 and reference is not None:
-                stash["reference_ran"] = True
-                ref_args = list(args)
-                if out_idx is not None:
-                    shape, dt = args[out_idx][1], args[out_idx][2]
-                    buf = _empty(shape, dtype=DTYPES[dt], device=device)
-                    ref_args[out_idx] = buf
-                    reference(*ref_args)
-                    stash["reuse"] = buf  # what a harness that recycles the reference's buffer would pass
-                else:
-                    tmp = reference(*ref_args)
-                    _sync(device)
-                    del tmp  # freed: a candidate that returns stale torch.empty memory may now "pass"
+                stash = _reference_first(reference, args, out_idx, device)
             enc = launch(extra, stash)
             if enc is None:
                 break
             outs.append(enc)
-            if case["interleave"]:  # unrelated work between launches, so scheduling and allocation change
-                junk = torch.randn(int.from_bytes(os.urandom(2), "little") % 4096 + 64, device=device)
-                (junk * 2).sum().item()
+            if case["interleave"]:
+                _unrelated_work(device)
         return outs
 
     try:
-        configs = [None]
-        if case["all_configs"]:
-            configs += list(getattr(impl, "configs", None) or [])
-        for cfg in configs:
-            outs = series({} if cfg is None else {"config": cfg})
-            res["series"].append({"config": None if cfg is None else repr(cfg)[:200], "outputs": outs})
-            if res["bad_output"]:
-                break
+        _every_config(impl, case, series, res)
     except MemoryError as exc:
         res["exception"] = {"type": "MemoryError", "message": f"memory limit exceeded: {exc}"[:500], "where": ""}
     except Exception as exc:  # noqa: BLE001 - any failure of the candidate is data, not a crash of ours
