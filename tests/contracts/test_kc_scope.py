@@ -171,3 +171,18 @@ def test_dominant_generator_keeps_the_oracle_finite():
     d = domain_values(x * 2.0, "dominant_last_tile", g)
     ref = torch.softmax(d.double(), -1)
     assert bool(torch.isfinite(ref).all()) and math.isclose(float(ref.sum(-1).min()), 1.0, rel_tol=1e-12)
+
+
+def test_coverage_names_the_reached_sizes_layouts_and_values(shipped):
+    from workers.contracts.coverage import coverage_statement
+
+    c = shipped["C-CMP-03"]
+    pts = [p for p in sweep_points(c, 11, {"N": 1000, "rows": 4, "value": "gauss2", "layout": "contiguous"})]
+    cov = coverage_statement(c, [{"point": p} for p in pts], "cpu", [(11, "hidden")])
+    want = {}
+    for p in pts:
+        if p.get("reach"):
+            want[p["reach"]] = max(want.get(p["reach"], 0), p[p["reach"]])
+    assert cov["reached"] == want and set(want) == {"N", "rows"}
+    assert "reaching N " in cov["text"] and {"padded_rows", "offset"} <= set(cov["layouts"])
+    assert "dominant_last_tile" in cov["values"]
