@@ -1,6 +1,6 @@
 """Benchmark: the whole contract suite for one implementation on CPU, with the kernel sandbox.
 
-    .venv/bin/python bench/contracts.py [--json] [--seeds public|all] [--impl MODULE_OR_FILE]
+    .venv/bin/python bench/contracts.py [--json] [--seeds public|all] [--impl MODULE_OR_FILE] [--specs DIR]
 
 One SessionPool for the suite (what a conformance job does: one sandbox per implementation file, a fresh child
 per contract). Per contract: wall seconds of run_contract over the shipped sweep (the highest contract version:
@@ -63,6 +63,9 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--seeds", choices=("public", "all"), default="all")
     ap.add_argument("--impl", default=None, help="module or .py file (default: the conforming references)")
+    ap.add_argument(
+        "--specs", default=None, help="a folder of contract files (default: the shipped ones; e.g. older versions)"
+    )
     args = ap.parse_args()
 
     import torch
@@ -78,11 +81,11 @@ def main() -> int:
     cpu0 = _cpu_seconds()
     with SessionPool() as pool:
         t0 = time.perf_counter()
-        first = suite()[-1]
+        first = suite(args.specs)[-1]
         run_in_sandbox(_impl_for(first, args.impl), [], time_limit_s=120, pool=pool)  # start the sandbox
         startup = time.perf_counter() - t0
         t_all = time.perf_counter()
-        for c in suite():
+        for c in suite(args.specs):
             ref = _impl_for(c, args.impl)
             seeds = list(c.protocol_params["seeds"]["public"]) if args.seeds == "public" else None
             t = time.perf_counter()
