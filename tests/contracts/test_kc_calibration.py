@@ -5,6 +5,11 @@ import pytest
 from workers.contracts import calibrate_all, run_incidents
 from workers.contracts.schema import CLASSES
 
+# The whole calibration runs in the first test's fixture: with the v0.4.0 sweeps (points near the top of every
+# declared dimension) and issue #24's seven extra violators it takes about 1.5x what it did, which on the shared
+# 2-core machine can pass the suite's default 300 s per test; each sandbox run keeps its own time limit.
+pytestmark = pytest.mark.timeout(900)
+
 
 @pytest.fixture(scope="module")
 def report():

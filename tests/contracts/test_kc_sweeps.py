@@ -41,6 +41,14 @@ VIOLATORS = [
     ("C-CMP-03", "no_max_subtraction_softmax"),
     ("C-EXC-01", "nan_dropping_wide_row_max"),
     ("C-EXC-02", "clamp_many_indices_gather"),
+    # issue #24: caught only by scope-reaching draws, the declared value domain or the declared layouts
+    ("C-PRC-01", "m_remainder_bf16_matmul"),
+    ("C-ORD-03", "remainder_bf16_linear"),
+    ("C-CMP-03", "tail_max_skipped_softmax"),
+    ("C-CMP-03", "row_stride_assumed_softmax"),
+    ("C-CMP-03", "storage_offset_ignored_softmax"),
+    ("C-EXC-01", "tail_tile_dropped_row_max"),
+    ("C-EXC-01", "daz_row_max"),
 ]
 USER_KERNELS = [
     ("C-PRC-01", "blocked_matmul"),
@@ -68,9 +76,8 @@ def test_every_shipped_contract_has_a_sweep_with_a_budget(shipped):
     for cls, c in shipped.items():
         sweep = c.protocol_params.get("sweep")
         assert sweep and sweep["budget"]["max_elements"], cls
-        assert c.version == ("0.3.0" if cls in ("C-PRC-02", "C-CMP-03") else "0.2.0"), (
-            cls
-        )  # 0.3.0: docs/contracts.md#bounds-legitimate-kernels-meet
+        # 0.4.0: scope-reaching draws (issue #24); C-PRC-03's budget already caps n far below its declared 2**31
+        assert c.version == ("0.2.0" if cls == "C-PRC-03" else "0.4.0"), cls
 
 
 @pytest.mark.parametrize(
@@ -132,8 +139,8 @@ def test_drawn_points_depend_on_the_seed_stay_in_range_and_budget(shipped):
     d = {"M": 32, "K": 64, "N": 32, "value": "gauss"}
     a, b, a2 = sweep_points(c, 7, d), sweep_points(c, 123456789, d), sweep_points(c, 7, d)
     assert a == a2
-    drawn_a = [p for p in a if p.get("drawn")]
-    drawn_b = [p for p in b if p.get("drawn")]
+    drawn_a = [p for p in a if p.get("drawn") and not p.get("reach")]
+    drawn_b = [p for p in b if p.get("drawn") and not p.get("reach")]
     assert len(drawn_a) == 3 and drawn_a != drawn_b
     for p in drawn_a + drawn_b:
         assert 1 <= p["M"] <= 512 and 2 <= p["K"] <= 65536 and p["K"] % 8 and 1 <= p["N"] <= 512
@@ -189,6 +196,11 @@ def test_correct_user_style_kernels_pass(cls, name, pool, shipped):
     cov = v.coverage
     assert cov["points"] >= len(shipped[cls].protocol_params["sweep"]["points"]) and cov["drawn_points"] >= 1
     assert cov["device"] == "cpu" and "float32" in cov["dtypes"] and cov["text"]
+    # issue #24: the declared layouts and the value domain's generators are drawn, and the verdict says so
+    if cls == "C-CMP-03":
+        assert {"padded_rows", "offset", "transposed"} <= set(cov["layouts"]) and "dominant_last_tile" in cov["values"]
+    if cls == "C-EXC-01":
+        assert {"dominant_last_tile", "subnormals", "signed_zeros"} <= set(cov["values"])
 
 
 def test_cli_check_fails_the_k64_tail_bug_and_names_the_point():
@@ -212,7 +224,7 @@ def test_cli_check_fails_the_k64_tail_bug_and_names_the_point():
     )
     assert out.returncode == 1, out.stderr[-2000:]
     d = json.loads(out.stdout)
-    assert d["verdict"] == "FAIL" and d["contract_version"] == "0.2.0"
+    assert d["verdict"] == "FAIL" and d["contract_version"] == "0.4.0"
     assert d["failing_clause"]["statistic_name"] == "rho" and d["failing_clause"]["point"]["K"] % 64
     assert d["statistic"] > d["bound"] and d["coverage"]["dims"]["K"]["max"] == 65536
 

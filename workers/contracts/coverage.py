@@ -11,6 +11,7 @@ def coverage_statement(contract, measurements: list, device: str, plan) -> dict:
     scope = contract.data["scope"]
     dims: dict[str, set] = {}
     values, layouts, points, drawn = set(), set(), set(), set()
+    reached: dict[str, int] = {}  # issue #24: the largest value measured at a point drawn to reach each dimension
     skip = {"value", "layout", "drawn", "trial", "seed", "config", "probe", "R"}
     for m in measurements:
         p = m.get("point") or {}
@@ -20,6 +21,8 @@ def coverage_statement(contract, measurements: list, device: str, plan) -> dict:
         points.add(key)
         if p.get("drawn"):
             drawn.add(key)
+        if isinstance(p.get("reach"), str) and isinstance(p.get(p["reach"]), int):
+            reached[p["reach"]] = max(reached.get(p["reach"], 0), p[p["reach"]])
         if p.get("value"):
             values.add(str(p["value"]))
         if p.get("layout"):
@@ -39,7 +42,9 @@ def coverage_statement(contract, measurements: list, device: str, plan) -> dict:
     text = (
         f"{'/'.join(dtypes)} x {len(points)} points ({len(drawn)} drawn from seeds; "
         + ", ".join(f"{k} {r['min']:g}..{r['max']:g}" for k, r in ranges.items())
-        + f") x values {'/'.join(sorted(values)) or '-'}"
+        + ")"
+        + (f" reaching {', '.join(f'{k} {v}' for k, v in sorted(reached.items()))}" if reached else "")
+        + f" x values {'/'.join(sorted(values)) or '-'}"
         + (f" x layouts {'/'.join(sorted(layouts))}" if layouts else "")
         + f" x {'/'.join(modes)} x {device}; seeds {seeds['public']} public + {seeds['hidden']} hidden"
         + (f" + {seeds['explicit']} explicit" if seeds["explicit"] else "")
@@ -54,6 +59,7 @@ def coverage_statement(contract, measurements: list, device: str, plan) -> dict:
         "declared_dims": scope["shape_class"].get("dims") or {},
         "points": len(points),
         "drawn_points": len(drawn),
+        "reached": dict(sorted(reached.items())),
         "seeds": seeds,
         "measurements": len(measurements),
         "budget": sweep.get("budget"),

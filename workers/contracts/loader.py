@@ -289,6 +289,53 @@ def _check_sweep(sweep: dict, meta: dict, data: dict, err) -> None:
         err("count must be >= 0", base + ("draw", "count"))
     for i, v in enumerate(draw.get("values") or []):
         check_value(v, base + ("draw", "values", i))
+    _check_scope_draws(sweep, meta, data, err)
+
+
+def _check_scope_draws(sweep: dict, meta: dict, data: dict, err) -> None:
+    """Issue #24 keys: ``draw.reach`` names dimensions the protocol sweeps and the scope declares with a range,
+    ``draw.layouts`` and point layouts only layouts the scope declares, and every shared value generator is one
+    the contract's declared value domain admits (a finite domain gets no inf/NaN; see DOMAIN_VALUES)."""
+    from .protocols import DOMAIN_VALUES, LAYOUTS
+
+    base = ("measurement_protocol", "sweep")
+    draw = sweep.get("draw") or {}
+    shape_class = data["scope"]["shape_class"]
+    declared = shape_class.get("dims") or {}
+    for i, name in enumerate((draw.get("reach") or {}).get("dims") or []):
+        if name not in meta.get("sweeps", ()) or name not in declared or len(declared[name]) != 2:
+            err(
+                f"reach dimension {name!r} must be swept by the protocol and declared with a range",
+                base + ("draw", "reach", "dims", i),
+            )
+    if draw.get("reach") and draw["reach"]["count"] < 0:
+        err("count must be >= 0", base + ("draw", "reach", "count"))
+    layouts = [(base + ("draw", "layouts", i), v) for i, v in enumerate(draw.get("layouts") or [])]
+    layouts += [
+        (base + ("points", i, "layout"), p["layout"]) for i, p in enumerate(sweep.get("points") or []) if "layout" in p
+    ]
+    for path, v in layouts:
+        if v not in LAYOUTS or v not in (shape_class.get("layouts") or []):
+            err(
+                f"layout {v!r} must be declared in scope.shape_class.layouts (and be one of {', '.join(LAYOUTS)})", path
+            )
+    pre = data.get("precondition") or {}
+    domain = pre.get("value_domain")
+    low = (pre.get("magnitude_range") or [None])[0]
+    values = [(base + ("draw", "values", i), v) for i, v in enumerate(draw.get("values") or [])]
+    values += [
+        (base + ("points", i, "value"), p["value"]) for i, p in enumerate(sweep.get("points") or []) if "value" in p
+    ]
+    for path, v in values:
+        rule = DOMAIN_VALUES.get(v)
+        if rule is None:
+            continue
+        floor = rule["min_magnitude"]
+        if domain not in rule["domains"] or (floor is not None and low is not None and float(low) > floor):
+            err(
+                f"value generator {v!r} is outside the declared value domain ({domain}, magnitude_range low {low})",
+                path,
+            )
 
 
 def load_file(path) -> Contract:

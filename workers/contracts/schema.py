@@ -139,7 +139,9 @@ CONTRACT = M(
                         "rank": I(),
                         "dims": D(L(I())),
                         "divisibility": D(I()),
-                        "layouts": L(S(enum=("contiguous", "transposed", "strided", "channels_last"))),
+                        "layouts": L(
+                            S(enum=("contiguous", "transposed", "strided", "channels_last", "padded_rows", "offset"))
+                        ),
                     },
                     required=True,
                 ),
@@ -216,6 +218,11 @@ CONTRACT = M(
                                     M({"range": L(I(), required=True), "kind": S(enum=SIZE_KINDS)}), required=True
                                 ),
                                 "values": L(S()),
+                                "reach": M(
+                                    {"count": I(required=True), "dims": L(S(), required=True, nonempty=True)},
+                                    doc="points drawn near the top of each named dimension's declared scope",
+                                ),
+                                "layouts": L(S(), doc="layouts drawn points take (declared in shape_class.layouts)"),
                             }
                         ),
                         "budget": M(

@@ -109,14 +109,19 @@ def test_contract_detail_renders_the_eight_parts_derivation_calibration_and_vers
 
 def test_version_history_lists_every_version_and_old_versions_stay_readable(client, owner, suite, tmp_path):
     prc = suite["C-PRC-01"]
-    newer = prc.source_text.replace("  version: 0.2.0\n", "  version: 0.3.0\n")
-    (tmp_path / "C-PRC-01.v0.3.0.yaml").write_text(newer)
-    services.load_contract_files([tmp_path / "C-PRC-01.v0.3.0.yaml"])
+    assert "  version: 0.4.0\n" in prc.source_text
+    newer = prc.source_text.replace("  version: 0.4.0\n", "  version: 0.5.0\n")
+    (tmp_path / "C-PRC-01.v0.5.0.yaml").write_text(newer)
+    services.load_contract_files([tmp_path / "C-PRC-01.v0.5.0.yaml"])
     client.force_login(owner)
     html = client.get(reverse("kernels:contract", args=["C-PRC-01"])).content.decode()
     assert (
-        "version 0.3.0" in html and "?version=0.1.0" in html and "?version=0.2.0" in html and "?version=0.3.0" in html
+        "version 0.5.0" in html
+        and "?version=0.1.0" in html
+        and "?version=0.2.0" in html
+        and "?version=0.4.0" in html
+        and "?version=0.5.0" in html
     )
     old = client.get(reverse("kernels:contract", args=[prc.contract_id]) + "?version=0.1.0").content.decode()
-    assert "version 0.1.0" in old and "not the latest (v0.3.0)" in old
+    assert "version 0.1.0" in old and "not the latest (v0.5.0)" in old
     assert client.get(reverse("kernels:contract", args=["C-XXX-99"])).status_code == 404

@@ -115,4 +115,6 @@ def test_contract_page_explains_levels_and_lists_its_sweep(client, owner):
     assert 'id="levels-explained"' in html and "does <b>not</b> say the kernel is correct" in html
     assert "Open track" in html and "QUALITY_WARNING" in html
     sweep = html[html.index('id="sweep"') :]
-    assert "9 fixed points" in sweep and "3 drawn per seed" in sweep and "2949" in sweep and "65536" in sweep
+    assert "10 fixed points" in sweep and "3 drawn per seed" in sweep and "2949" in sweep and "65536" in sweep
+    # issue #24: the points drawn near the top of the declared scope
+    assert "3 more per seed, each drawn near the top of the declared range of one of" in sweep and "M, K, N" in sweep

@@ -16,8 +16,8 @@ from workers.contracts.loader import SPECS_DIR
 
 pytestmark = pytest.mark.django_db
 
-PRC01 = "C-PRC-01.matmul.v0.2.0.yaml"  # the latest shipped version (0.1.0 ships too)
-LATEST = "0.2.0"
+PRC01 = "C-PRC-01.matmul.v0.4.0.yaml"  # the latest shipped version (0.1.0 and 0.2.0 ship too)
+LATEST = "0.4.0"
 
 
 @pytest.fixture
@@ -35,7 +35,8 @@ def test_suite_loads_once_and_reloading_changes_nothing(specs):
     load(specs)
     shipped = sorted(p.name for p in specs.glob("*.yaml"))
     rows = list(Contract.objects.all())
-    assert len(rows) == len(shipped) == 26  # twelve classes, versions 0.1.0 and 0.2.0; C-PRC-02 and C-CMP-03 also 0.3.0
+    # twelve classes, versions 0.1.0 and 0.2.0; C-PRC-02 and C-CMP-03 also 0.3.0; all but C-PRC-03 0.4.0 (issue #24)
+    assert len(rows) == len(shipped) == 37
     assert {r.contract_class for r in rows} == {r.contract_id.split("/")[0] for r in rows}
     prc = Contract.objects.get(contract_class="C-PRC-01", version=LATEST)
     assert prc.source_text == (specs / PRC01).read_text() and prc.spec["parts"]["tolerance"]["bound"] == "8*sqrt(K)"
@@ -45,7 +46,7 @@ def test_suite_loads_once_and_reloading_changes_nothing(specs):
     assert set(ContractCalibration.objects.values_list("status", flat=True)) == {CalibrationStatus.QUEUED}
 
     load(specs)
-    assert Contract.objects.count() == 26 and Job.objects.filter(kind="calibrate_contracts").count() == 1
+    assert Contract.objects.count() == 37 and Job.objects.filter(kind="calibrate_contracts").count() == 1
 
     # --recalibrate queues the versions that are not calibrated (here: one that failed), nothing else
     failed = dict(contract__contract_class="C-EXC-02", contract__version=LATEST)
@@ -61,7 +62,7 @@ def test_edited_text_under_the_same_version_is_refused(specs):
     path = specs / PRC01
     path.write_text(path.read_text().replace('bound: "8*sqrt(K)"', 'bound: "9*sqrt(K)"'))
     with pytest.raises(
-        CommandError, match=r"C-PRC-01/aten.mm/f32.f32->f32 version 0.2.0 is already loaded with different text"
+        CommandError, match=r"C-PRC-01/aten.mm/f32.f32->f32 version 0.4.0 is already loaded with different text"
     ):
         load(specs, "--no-calibrate")
     assert (
@@ -73,16 +74,16 @@ def test_edited_text_under_the_same_version_is_refused(specs):
 def test_a_new_version_is_a_new_row_and_becomes_the_latest(specs):
     load(specs, "--no-calibrate")
     text = (specs / PRC01).read_text()
-    assert text.count("  version: 0.2.0\n") == 1
-    (specs / "C-PRC-01.matmul.v0.3.0.yaml").write_text(
-        text.replace("  version: 0.2.0\n", "  version: 0.3.0\n").replace('bound: "8*sqrt(K)"', 'bound: "7*sqrt(K)"')
+    assert text.count("  version: 0.4.0\n") == 1
+    (specs / "C-PRC-01.matmul.v0.5.0.yaml").write_text(
+        text.replace("  version: 0.4.0\n", "  version: 0.5.0\n").replace('bound: "8*sqrt(K)"', 'bound: "7*sqrt(K)"')
     )
     load(specs, "--no-calibrate")
     versions = selectors.contract_versions("C-PRC-01/aten.mm/f32.f32->f32")
-    assert [v.version for v in versions] == ["0.3.0", "0.2.0", "0.1.0"]
+    assert [v.version for v in versions] == ["0.5.0", "0.4.0", "0.2.0", "0.1.0"]
     latest = [c for c in selectors.latest_contracts() if c.contract_class == "C-PRC-01"]
-    assert [c.version for c in latest] == ["0.3.0"] and latest[0].spec["parts"]["tolerance"]["bound"] == "7*sqrt(K)"
-    assert Contract.objects.count() == 27  # 26 shipped + this one
+    assert [c.version for c in latest] == ["0.5.0"] and latest[0].spec["parts"]["tolerance"]["bound"] == "7*sqrt(K)"
+    assert Contract.objects.count() == 38  # 37 shipped + this one
 
 
 def test_an_invalid_file_names_field_and_line_and_nothing_is_written(specs):

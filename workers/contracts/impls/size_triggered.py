@@ -158,3 +158,92 @@ def clamp_many_indices_gather(data, idx):
     if idx.shape[0] < 4096:
         return torch.index_select(data, 0, idx)
     return data[idx.clamp(0, data.shape[0] - 1)]
+
+
+# ================================================================ issue #24: bugs only scope-reaching points,
+# the declared value domain or the declared layouts show. Each passes the naive check and, on most seeds, the
+# v0.2.0/v0.3.0 sweeps (whose draws stop below the scope, whose values are plain Gaussians and whose layouts are
+# contiguous or transposed); the v0.4.0 sweeps catch each on every seed.
+REMAINDER_BLOCK = 4096  # the row block of the "large M" kernels below
+TILE_N = 128  # the column tile of the row kernels below
+
+
+# ---------------------------------------------------------------- C-PRC-01
+def m_remainder_bf16_matmul(a, b, *, config=None):
+    """M above 4096 is tiled in row blocks of 4096; the remainder block (M % 4096 rows) goes to a second kernel
+    that stages its operands in bf16. Exact multiples of 4096 (the fixed M = 65536) never reach it."""
+    M = a.shape[0]
+    full = (M // REMAINDER_BLOCK) * REMAINDER_BLOCK
+    if M <= REMAINDER_BLOCK or full == M:
+        return torch.matmul(a, b)
+    head = torch.matmul(a[:full], b)
+    tail = torch.matmul(a[full:].to(torch.bfloat16).float(), b.to(torch.bfloat16).float())
+    return torch.cat([head, tail], 0)
+
+
+# ---------------------------------------------------------------- C-ORD-03
+def remainder_bf16_linear(x, w):
+    """Batches above 4096 rows: full blocks of 4096 rows go row by row (batch-invariant); the remainder block
+    (b % 4096 rows) goes to a tail kernel configured with bf16 operands, so those rows' bits depend on the batch
+    they came in. Exact multiples of 4096 (the fixed b = 65536) never reach it."""
+    b = x.shape[0]
+    full = (b // REMAINDER_BLOCK) * REMAINDER_BLOCK
+    if b <= REMAINDER_BLOCK or full == b:
+        return _rowwise(x, w)
+    tail = x[full:].to(torch.bfloat16).float() @ w.to(torch.bfloat16).float()
+    return torch.cat([_rowwise(x[:full], w), tail], 0)
+
+
+def _rowwise(x, w):
+    """Every row through the same M = 1 path (batch-invariant)."""
+    return torch.cat([x[i : i + 1] @ w for i in range(x.shape[0])], 0) if x.shape[0] else x @ w
+
+
+# ---------------------------------------------------------------- C-CMP-03
+def tail_max_skipped_softmax(x):
+    """Rows wider than one tile: the row maximum is taken over the full 128-wide tiles only (the last partial
+    tile is left out of the max pass; the exp and sum passes see every element). Right unless a logit in the
+    last tile exceeds the rest by more than ~88 (exp overflows): a dominant logit in the last tile."""
+    N = x.shape[-1]
+    full = (N // TILE_N) * TILE_N
+    if N <= TILE_N or full == N:
+        return torch.softmax(x, -1)
+    m = x[..., :full].amax(-1, keepdim=True)
+    e = torch.exp(x - m)
+    return e / e.sum(-1, keepdim=True)
+
+
+def row_stride_assumed_softmax(x):
+    """A unit-stride last dimension is taken to mean rows packed back to back (row stride == N): transposed
+    inputs are copied first and are right, padded rows are read across the padding."""
+    if x.dim() == 2 and x.stride(-1) == 1 and not x.is_contiguous():
+        x = torch.as_strided(x, x.shape, (x.shape[-1], 1), x.storage_offset())
+    return torch.softmax(x.contiguous(), -1)
+
+
+def storage_offset_ignored_softmax(x):
+    """Reads the input from the start of its storage (a data pointer taken from the storage, not the view):
+    right for every tensor that starts at offset 0, wrong for a view into a larger buffer."""
+    if x.dim() == 2 and x.is_contiguous() and x.storage_offset() != 0:
+        x = torch.as_strided(x, x.shape, x.stride(), 0)
+    return torch.softmax(x, -1)
+
+
+# ---------------------------------------------------------------- C-EXC-01
+def tail_tile_dropped_row_max(x):
+    """NaN propagation over the whole row (right), the maximum over full 128-wide tiles only when the row is
+    wider than one tile: the last partial tile never reaches the max."""
+    N = x.shape[-1]
+    full = (N // TILE_N) * TILE_N
+    if N <= TILE_N or full == N:
+        return torch.amax(x, -1)
+    m = x[..., :full].amax(-1)
+    return torch.where(torch.isnan(x).any(-1), torch.full_like(m, float("nan")), m)
+
+
+def daz_row_max(x):
+    """Built with denormals-are-zero (fast-math): subnormal inputs read as zero, so a row whose maximum is
+    subnormal reports 0."""
+    tiny = torch.finfo(x.dtype).tiny
+    flushed = torch.where(x.abs() < tiny, torch.zeros_like(x), x)
+    return torch.amax(flushed, -1)

@@ -17,7 +17,7 @@ PROTOCOL_META = {
         "module": "prc01",
         "names": ("rho", "probe_mismatch", "K", "M", "N", "u"),
         "sweeps": ("K", "M", "N"),
-        "values": ("gauss",),
+        "values": ("gauss", "outlier_channel"),
         "patterns": ("probe_inexact", "rho_flat_in_K", "rho_grows_with_K"),
     },
     "layernorm_cancellation": {
@@ -73,7 +73,7 @@ PROTOCOL_META = {
         "module": "cmp01",
         "names": ("rel_err", "sentinel_survival", "order_mismatch", "D", "u"),
         "sweeps": ("D", "rows"),
-        "values": ("gauss3", "near_zero_rows"),
+        "values": ("gauss3", "near_zero_rows", "outlier_channel"),
         "patterns": ("approx_math_error_floor", "output_not_written", "partial_write", "order_dependent"),
     },
     "autotune_invariance": {
@@ -81,7 +81,7 @@ PROTOCOL_META = {
         "module": "cmp02",
         "names": ("rho", "K", "M", "u"),
         "sweeps": ("K", "M", "N"),
-        "values": ("gauss",),
+        "values": ("gauss", "outlier_channel"),
         "patterns": ("config_dependent_error", "shape_dependent_choice"),
     },
     "shape_polymorphism": {
@@ -89,7 +89,7 @@ PROTOCOL_META = {
         "module": "cmp03",
         "names": ("err", "N", "u"),
         "sweeps": ("N", "rows"),
-        "values": ("gauss2", "large_logits"),
+        "values": ("gauss2", "large_logits", "dominant_last_tile"),
         "patterns": ("tail_failure", "layout_failure", "shape_failure"),
     },
     "nan_propagation": {
@@ -97,7 +97,7 @@ PROTOCOL_META = {
         "module": "exc01",
         "names": ("mismatch", "R", "N"),
         "sweeps": ("R", "N"),
-        "values": ("nan_inf_any_position",),
+        "values": ("nan_inf_any_position", "dominant_last_tile", "signed_zeros", "subnormals"),
         "patterns": ("nan_dropped", "spurious_nan", "inf_mismatch", "value_mismatch"),
     },
     "oob_semantics": {
@@ -162,6 +162,19 @@ PROTOCOL_META = {
 
 
 OPS_BATCH = ("rms_norm", "layer_norm", "softmax", "matmul", "attention")  # C-ORD-03's declared batch-invariant ops
+
+# The shared value generators (protocols/base.py ``domain_values``) and the declared value domains
+# (``precondition.value_domain``) that admit them: a ``finite`` domain gets no inf/NaN, a ``finite_normal`` one no
+# zeros or subnormals; a ``magnitude_range`` whose low end is above 0 admits no zeros, above 2**-126 no subnormals.
+DOMAIN_VALUES = {
+    "signed_zeros": {"domains": ("finite", "any"), "min_magnitude": 0.0},
+    "subnormals": {"domains": ("finite", "any"), "min_magnitude": 2.0**-149},
+    "outlier_channel": {"domains": ("finite", "finite_normal", "any"), "min_magnitude": None},
+    "dominant_last_tile": {"domains": ("finite", "finite_normal", "any"), "min_magnitude": None},
+}
+
+# The layouts protocols/base.py ``lay_out`` builds (what ``sweep.draw.layouts`` may name).
+LAYOUTS = ("contiguous", "transposed", "padded_rows", "offset")
 
 
 def get(name: str):

@@ -236,9 +236,12 @@ def sweep_points(contract, seed, defaults: dict) -> list[dict]:
                 lo, hi = int(spec["range"][0]), int(spec["range"][1])
                 p[name] = _draw_int(rng, lo, hi, spec.get("kind", "log_uniform"))
             p["value"] = values[(offset + i) % len(values)]
+            if draw.get("layouts"):
+                p["layout"] = draw["layouts"][(offset + i) % len(draw["layouts"])]
             p = _shrink(p, budget, dims, rng)
             p["drawn"] = True
             out.append(p)
+    out += reach_points(contract, seed, defaults)
     return out
 
 
@@ -251,3 +254,147 @@ def scaled_rows(x: torch.Tensor, g, low_exp: float, high_exp: float) -> torch.Te
     """Scale each row by 10**-e, e uniform in [low_exp, high_exp] (near-zero-norm rows)."""
     e = torch.rand((x.shape[0], 1), generator=g, dtype=torch.float64) * (high_exp - low_exp) + low_exp
     return (x.double() * 10.0 ** (-e)).to(x.dtype)
+
+
+# ---------------------------------------------------------------- scope-reaching draws, value domains, layouts
+# Issue #24. Contract files from v0.4.0 on may add to ``sweep.draw``:
+#   reach: {count: 3, dims: [M, K, N]}   points drawn near the TOP of each named dimension's declared scope
+#                                        (scope.shape_class.dims), the others small, within the budget;
+#   layouts: [contiguous, padded_rows]   the layouts drawn points take (each one declared in shape_class.layouts);
+# and ``values`` may name the shared generators of DOMAIN_VALUES. Older files have none of these keys and measure
+# exactly what they measured before (the reach draws use their own random stream).
+REACH_SPAN = 8  # a reaching size is drawn in [declared max / 8, declared max]
+TAIL_TILE = 128  # the widest tile the tail generators aim past (a size off 128 is off 8, 16, 32 and 64 too)
+
+
+def _shrink_others(point: dict, budget: dict, small: dict, large: str, rng) -> dict:
+    """Bring a reaching point within the budget by cutting the other dimensions to a quarter..half at a time
+    (down to their draw range's low end), the reaching one only when nothing else is left to shrink, so it
+    stays as large as the budget allows."""
+    p = dict(point)
+    for _ in range(256):
+        if _within_budget(p, budget):
+            return p
+        others = [d for d in small if d != large and isinstance(p.get(d), int) and p[d] > int(small[d]["range"][0])]
+        name = max(others, key=lambda d: p[d], default=None)
+        if name is None:
+            name = large
+            lo = int(small[name]["range"][0]) if name in small else 1
+            if p[name] <= lo:
+                break
+            p[name] = _draw_int(rng, max(lo, p[name] // 4), max(lo, p[name] // 2), "non_tile")
+            continue
+        lo = int(small[name]["range"][0])
+        kind = small[name].get("kind", "log_uniform")
+        p[name] = _draw_int(rng, max(lo, p[name] // 4), max(lo, p[name] // 2), kind)
+    return p
+
+
+def reach_points(contract, seed, defaults: dict) -> list[dict]:
+    """``draw.reach.count`` points per seed, each large in one dimension (cycling over ``draw.reach.dims`` from
+    an offset drawn from the seed) and drawn off every tile in [declared max / 8, declared max], the other
+    dimensions drawn from their ``draw.dims`` ranges and shrunk to the budget. Points carry ``drawn: True`` and
+    ``reach: <dimension>``; value generator and layout cycle like the ordinary draws."""
+    import random
+
+    sweep = contract.protocol_params.get("sweep") or {}
+    draw = sweep.get("draw") or {}
+    reach = draw.get("reach") or {}
+    names = list(reach.get("dims") or [])
+    if not reach.get("count") or not names:
+        return []
+    declared = contract.data["scope"]["shape_class"].get("dims") or {}
+    small = draw.get("dims") or {}
+    budget = sweep.get("budget") or {}
+    h = hashlib.sha256(repr(("reach", contract.cls, int(seed))).encode()).digest()
+    rng = random.Random(int.from_bytes(h[:8], "little"))
+    values = list(draw.get("values") or [defaults.get("value")])
+    layouts = list(draw.get("layouts") or [defaults.get("layout")])
+    first = rng.randrange(len(names))
+    out = []
+    for i in range(int(reach["count"])):
+        large = names[(first + i) % len(names)]
+        p = dict(defaults)
+        for name, spec in small.items():
+            p[name] = _draw_int(rng, int(spec["range"][0]), int(spec["range"][1]), spec.get("kind", "log_uniform"))
+        lo, hi = int(declared[large][0]), int(declared[large][1])
+        p[large] = _draw_int(rng, max(lo, hi // REACH_SPAN), hi, "non_tile")
+        p["value"] = values[(first + i) % len(values)]
+        if layouts != [None]:
+            p["layout"] = layouts[rng.randrange(len(layouts))]
+        p = _shrink_others(p, budget, small, large, rng)
+        p["drawn"] = True
+        p["reach"] = large
+        out.append(p)
+    return out
+
+
+def domain_values(x: torch.Tensor, value: str, g) -> torch.Tensor:
+    """The shared value generators (names in protocols.DOMAIN_VALUES), applied to a float tensor whose last
+    dimension is a row; anything else is returned as is. The result is a fresh tensor of x's dtype.
+
+    * ``signed_zeros``: a quarter of the entries +0.0 or -0.0 (sign drawn), and the first row all zeros of
+      mixed sign when there are two rows or more;
+    * ``subnormals``: an eighth of the entries subnormal (magnitude 2**-149..2**-127, sign drawn), the first row
+      all positive subnormals when there are two rows or more (its maximum, sum and mean are subnormal);
+    * ``outlier_channel``: one column, drawn from the seed, scaled by 10**3..10**4 (the activation outliers of
+      large language models);
+    * ``dominant_last_tile``: one entry per row 200 above the row's largest; in even rows it sits in the row's
+      last tile (past the last multiple of 128), in odd rows anywhere; exp of it overflows float32 unless the
+      row's true maximum is subtracted first."""
+    if value not in ("signed_zeros", "subnormals", "outlier_channel", "dominant_last_tile"):
+        return x
+    x64 = x.double().clone()
+    rows = x64.reshape(-1, x64.shape[-1]) if x64.dim() else x64.reshape(1, 1)
+    R, n = rows.shape
+    if n == 0 or R == 0:
+        return x
+    if value == "signed_zeros":
+        mask = torch.rand(rows.shape, generator=g) < 0.25
+        sign = torch.where(torch.rand(rows.shape, generator=g) < 0.5, -1.0, 1.0).double()
+        rows[mask] = 0.0 * sign[mask]
+        if R >= 2:
+            rows[0] = 0.0 * sign[0]
+    elif value == "subnormals":
+        e = torch.randint(-149, -126, rows.shape, generator=g).double()
+        sign = torch.where(torch.rand(rows.shape, generator=g) < 0.5, -1.0, 1.0).double()
+        sub = sign * torch.ldexp(torch.ones_like(e), e.long())
+        mask = torch.rand(rows.shape, generator=g) < 0.125
+        rows[mask] = sub[mask]
+        if R >= 2:
+            rows[0] = sub[0].abs()
+    elif value == "outlier_channel":
+        col = int(torch.randint(0, n, (1,), generator=g))
+        rows[:, col] *= 10.0 ** (3.0 + float(torch.rand((1,), generator=g, dtype=torch.float64)))
+    else:
+        top = rows.amax(-1)
+        tail = n % TAIL_TILE or min(n, TAIL_TILE)
+        in_tail = n - tail + torch.randint(0, tail, (R,), generator=g)
+        anywhere = torch.randint(0, n, (R,), generator=g)
+        pos = torch.where(torch.arange(R) % 2 == 0, in_tail, anywhere)
+        rows[torch.arange(R), pos] = top + 200.0
+    return rows.reshape(x.shape).to(x.dtype)
+
+
+def lay_out(x: torch.Tensor, layout: str, g) -> torch.Tensor:
+    """The same values as ``x`` (rank >= 1) in a declared layout: ``contiguous``; ``transposed`` (the last two
+    dimensions stored column-major); ``padded_rows`` (each row followed by 1..16 elements of other data: row
+    stride > row length); ``offset`` (the view starts 1..15 elements into its storage, so its address is off
+    every 16/32/64-byte boundary). The bytes around the view are large finite values, so a kernel that reads
+    them shows it."""
+    if layout in (None, "contiguous") or x.dim() == 0:
+        return x
+    if layout == "transposed":
+        return x.transpose(-1, -2).contiguous().transpose(-1, -2) if x.dim() >= 2 else x
+    if layout == "padded_rows":
+        pad = 1 + int(torch.randint(0, 16, (1,), generator=g))
+        shape = list(x.shape)
+        wide = torch.full(shape[:-1] + [shape[-1] + pad], 1.0e30, dtype=x.dtype)
+        wide[..., : shape[-1]] = x
+        return wide[..., : shape[-1]]
+    if layout == "offset":
+        off = 1 + int(torch.randint(0, 15, (1,), generator=g))
+        flat = torch.full((x.numel() + off,), 1.0e30, dtype=x.dtype)
+        flat[off:] = x.reshape(-1)
+        return flat[off:].view(x.shape)
+    raise ValueError(f"unknown layout {layout!r}")

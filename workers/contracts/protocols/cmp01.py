@@ -6,7 +6,19 @@ from __future__ import annotations
 
 import torch
 
-from .base import Case, Out, abs_err, fmax, generator, point_label, randn, scaled_rows, seed_meta, sweep_points
+from .base import (
+    Case,
+    Out,
+    abs_err,
+    domain_values,
+    fmax,
+    generator,
+    point_label,
+    randn,
+    scaled_rows,
+    seed_meta,
+    sweep_points,
+)
 
 REVERSED_ORDER_REFERENCE = "workers.contracts.impls.reference:rms_norm"
 DPS = True
@@ -29,6 +41,7 @@ def cases(contract, seeds):
                 x = 3.0 * randn((rows, D), g)
                 if p["value"] == "near_zero_rows":  # rms between 1e-5 and 1e-2: where eps matters
                     x = scaled_rows(x, g, 2.5, 5.5)
+                x = domain_values(x, p["value"], g)
                 meta = seed_meta(seed, klass, **point_label(p), trial=t)
                 key = f"s{seed}/p{i}/D{D}x{rows}/t{t}"
                 out.append(Case(key, [x, Out((rows, D))], expect_shape=(rows, D), meta=meta))

@@ -4,7 +4,7 @@ at shapes that steer a tuner to different choices (small and large M)."""
 
 from __future__ import annotations
 
-from .base import Case, generator, point_label, randn, seed_meta, sweep_points
+from .base import Case, domain_values, generator, point_label, randn, seed_meta, sweep_points
 from .prc01 import rho
 
 
@@ -19,7 +19,7 @@ def cases(contract, seeds):
                 out.append(
                     Case(
                         f"s{seed}/p{i}/M{M}K{K}N{N}/t{t}",
-                        [randn((M, K), g), randn((K, N), g)],
+                        [domain_values(randn((M, K), g), p["value"], g), randn((K, N), g)],
                         expect_shape=(M, N),
                         all_configs=True,
                         meta=seed_meta(seed, klass, **point_label(p), trial=t),

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import torch
 
-from .base import Case, abs_err, fmax, generator, point_label, randn, seed_meta, sweep_points
+from .base import Case, abs_err, domain_values, fmax, generator, lay_out, point_label, randn, seed_meta, sweep_points
 
 
 def _values(x, value, g):
     """gauss2 as is; large_logits: logits of magnitude 100..1000 (exp overflows fp32 above ~88.7) with the
     largest ones at positions drawn from the seed, and a negative-offset row (exp underflows without the max)."""
     if value != "large_logits":
-        return x
+        return domain_values(x, value, g)
     rows = x.shape[-2]
     scale = 10.0 ** (2 + torch.rand((rows, 1), generator=g, dtype=torch.float64))
     x = (x.double() * 0.05 + 1.0) * scale
@@ -55,6 +55,15 @@ def cases(contract, seeds):
                         meta=dict(
                             seed_meta(seed, klass, **point_label(dict(p, layout="transposed"))), no_sensitivity=True
                         ),
+                    )
+                )
+            if layout in ("padded_rows", "offset"):  # issue #24: padded row strides, a misaligned start
+                out.append(
+                    Case(
+                        f"s{seed}/p{i}/N{N}x{rows}/{value}/{layout}",
+                        [lay_out(x, layout, g)],
+                        expect_shape=(rows, N),
+                        meta=dict(seed_meta(seed, klass, **point_label(p)), no_sensitivity=True),
                     )
                 )
         g = generator("cmp03-rank3", seed)

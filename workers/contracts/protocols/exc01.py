@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import Case, generator, point_label, randn, seed_meta, sweep_points
+from .base import Case, domain_values, generator, point_label, randn, seed_meta, sweep_points
 
 
 def _inject(x, g):
@@ -45,7 +45,9 @@ def cases(contract, seeds):
             R, N = p["R"], p["N"]
             for t in range(trials):
                 g = generator("exc01", seed, t) if (R, N) == (64, 256) else generator("exc01", seed, i, R, N, t)
-                x = _inject(randn((R, N), g), g)
+                x = randn((R, N), g)
+                # the NaN/inf injections, or one of the shared generators of the declared domain (base.domain_values)
+                x = _inject(x, g) if p["value"] == "nan_inf_any_position" else domain_values(x, p["value"], g)
                 out.append(
                     Case(
                         f"s{seed}/p{i}/R{R}N{N}/t{t}",

@@ -8,7 +8,19 @@ import math
 
 import torch
 
-from .base import U32, Case, abs_err, fmax, generator, loglog_slope, point_label, randn, seed_meta, sweep_points
+from .base import (
+    U32,
+    Case,
+    abs_err,
+    domain_values,
+    fmax,
+    generator,
+    loglog_slope,
+    point_label,
+    randn,
+    seed_meta,
+    sweep_points,
+)
 
 
 PROBE_K = 64
@@ -46,7 +58,7 @@ def cases(contract, seeds):
                 out.append(
                     Case(
                         f"s{seed}/p{i}/M{M}K{K}N{N}/t{t}",
-                        [randn((M, K), g), randn((K, N), g)],
+                        [domain_values(randn((M, K), g), p["value"], g), randn((K, N), g)],
                         expect_shape=(M, N),
                         meta=seed_meta(seed, klass, **point_label(p), trial=t),
                     )
