@@ -131,66 +131,9 @@ def _load_text(text: str, source: str) -> Contract:
         raise ContractError(msg, field=dotted(path), line=line_for(lines, path), source=source)
 
     ident = data["identifier"]
-    if not ident["id"].startswith(ident["class"] + "/"):
-        err(f"id {ident['id']!r} must start with the class {ident['class']!r}", ("identifier", "id"))
-    if FAMILY_OF_CLASS[ident["class"]] != ident["family"]:
-        err(f"class {ident['class']} belongs to family {FAMILY_OF_CLASS[ident['class']]!r}", ("identifier", "family"))
-
-    # protocol cross-checks: the names an expression may use are the ones the protocol binds
-    from .protocols import PROTOCOL_META  # torch-free registry
-
-    meta = PROTOCOL_META.get(ident["protocol"])
-    if meta is None:
-        err(
-            f"unknown protocol {ident['protocol']!r} (known: {', '.join(sorted(PROTOCOL_META))})",
-            ("identifier", "protocol"),
-        )
-    if meta["class"] != ident["class"]:
-        err(
-            f"protocol {ident['protocol']!r} measures {meta['class']}, not {ident['class']}", ("identifier", "protocol")
-        )
-    names = set(meta["names"])
-    tol = data["tolerance"]
-    if tol["statistic"] not in names:
-        err(
-            f"statistic {tol['statistic']!r} is not measured by protocol {ident['protocol']!r} "
-            f"(it binds: {', '.join(sorted(names))})",
-            ("tolerance", "statistic"),
-        )
-    bound = _expr.parse(tol["bound"])
-    unknown = bound.names - names
-    if unknown:
-        err(f"bound uses unbound name(s) {sorted(unknown)}; protocol binds {sorted(names)}", ("tolerance", "bound"))
-    relation = _expr.parse(data["postcondition"]["relation"])
-    unknown = relation.names - names - {"bound"}
-    if unknown:
-        err(f"relation uses unbound name(s) {sorted(unknown)}", ("postcondition", "relation"))
-    if not relation.is_predicate():
-        err("relation must be a comparison or a boolean combination of comparisons", ("postcondition", "relation"))
-    for key in data["violation_signature"].get("discriminators") or {}:
-        if key not in meta["patterns"]:
-            err(
-                f"discriminator {key!r} is not a pattern protocol {ident['protocol']!r} can report "
-                f"({', '.join(meta['patterns'])})",
-                ("violation_signature", "discriminators", key),
-            )
-    if data["postcondition"]["kind"] == "policy" and not data.get("policies"):
-        # allowed (run_contract reports NOT_DECLARED), but the policies block must then be absent, not malformed
-        pass
-    for pname in data.get("policies") or {}:
-        if pname not in POLICY_VALUES:  # pragma: no cover - schema already rejects
-            err("unknown policy", ("policies", pname))
-    for flag in data["precondition"].get("env") or {}:
-        if flag not in ENV_FLAGS:
-            err(f"unknown environment flag {flag!r} (known: {', '.join(ENV_FLAGS)})", ("precondition", "env", flag))
-    sweeps = data["measurement_protocol"].get("sweeps") or {}
-    for sname in sweeps:
-        if sname not in meta.get("sweeps", ()):
-            err(
-                f"protocol {ident['protocol']!r} has no sweep {sname!r} (sweeps: {', '.join(meta.get('sweeps', ()))})",
-                ("measurement_protocol", "sweeps", sname),
-            )
-
+    meta = _check_identity(ident, err)
+    bound, relation = _check_expressions(data, meta, err)
+    _check_declarations(data, meta, err)
     sweep = data["measurement_protocol"].get("sweep")
     if sweep:
         _check_sweep(sweep, meta, data, err)
@@ -213,83 +156,170 @@ def _load_text(text: str, source: str) -> Contract:
     )
 
 
+def _check_identity(ident: dict, err) -> dict:
+    """The id, class, family and protocol agree; returns the protocol's entry of the registry."""
+    if not ident["id"].startswith(ident["class"] + "/"):
+        err(f"id {ident['id']!r} must start with the class {ident['class']!r}", ("identifier", "id"))
+    if FAMILY_OF_CLASS[ident["class"]] != ident["family"]:
+        err(f"class {ident['class']} belongs to family {FAMILY_OF_CLASS[ident['class']]!r}", ("identifier", "family"))
+    from .protocols import PROTOCOL_META  # torch-free registry
+
+    meta = PROTOCOL_META.get(ident["protocol"])
+    if meta is None:
+        err(
+            f"unknown protocol {ident['protocol']!r} (known: {', '.join(sorted(PROTOCOL_META))})",
+            ("identifier", "protocol"),
+        )
+    if meta["class"] != ident["class"]:
+        err(
+            f"protocol {ident['protocol']!r} measures {meta['class']}, not {ident['class']}", ("identifier", "protocol")
+        )
+    return meta
+
+
+def _check_expressions(data: dict, meta: dict, err):
+    """The statistic, the bound and the relation use only the names the protocol binds; returns (bound, relation)."""
+    names = set(meta["names"])
+    protocol = data["identifier"]["protocol"]
+    tol = data["tolerance"]
+    if tol["statistic"] not in names:
+        err(
+            f"statistic {tol['statistic']!r} is not measured by protocol {protocol!r} "
+            f"(it binds: {', '.join(sorted(names))})",
+            ("tolerance", "statistic"),
+        )
+    bound = _expr.parse(tol["bound"])
+    unknown = bound.names - names
+    if unknown:
+        err(f"bound uses unbound name(s) {sorted(unknown)}; protocol binds {sorted(names)}", ("tolerance", "bound"))
+    relation = _expr.parse(data["postcondition"]["relation"])
+    unknown = relation.names - names - {"bound"}
+    if unknown:
+        err(f"relation uses unbound name(s) {sorted(unknown)}", ("postcondition", "relation"))
+    if not relation.is_predicate():
+        err("relation must be a comparison or a boolean combination of comparisons", ("postcondition", "relation"))
+    return bound, relation
+
+
+def _check_declarations(data: dict, meta: dict, err) -> None:
+    """Discriminators the protocol can report, known policies and environment flags, sweeps it knows. (A
+    ``policy`` postcondition without a policies block is allowed: run_contract reports NOT_DECLARED.)"""
+    protocol = data["identifier"]["protocol"]
+    for key in data["violation_signature"].get("discriminators") or {}:
+        if key not in meta["patterns"]:
+            err(
+                f"discriminator {key!r} is not a pattern protocol {protocol!r} can report "
+                f"({', '.join(meta['patterns'])})",
+                ("violation_signature", "discriminators", key),
+            )
+    for pname in data.get("policies") or {}:
+        if pname not in POLICY_VALUES:  # pragma: no cover - schema already rejects
+            err("unknown policy", ("policies", pname))
+    for flag in data["precondition"].get("env") or {}:
+        if flag not in ENV_FLAGS:
+            err(f"unknown environment flag {flag!r} (known: {', '.join(ENV_FLAGS)})", ("precondition", "env", flag))
+    for sname in data["measurement_protocol"].get("sweeps") or {}:
+        if sname not in meta.get("sweeps", ()):
+            err(
+                f"protocol {protocol!r} has no sweep {sname!r} (sweeps: {', '.join(meta.get('sweeps', ()))})",
+                ("measurement_protocol", "sweeps", sname),
+            )
+
+
 POINT_KEYS = ("value", "layout")
 
 
 def _check_sweep(sweep: dict, meta: dict, data: dict, err) -> None:
     """The sweep block names only dimensions and value generators the protocol knows, stays inside the declared
     scope (``scope.shape_class.dims``) and, for fixed points, inside its own budget."""
-    base = ("measurement_protocol", "sweep")
-    dims = set(meta.get("sweeps", ()))
-    gen_names = {g["name"] for g in data["measurement_protocol"]["generators"]}
-    declared = data["scope"]["shape_class"].get("dims") or {}
-    budget = sweep["budget"]
-    for key in ("elements", "work"):
-        if budget.get(key) is None:
-            continue
-        unknown = _expr.parse(budget[key]).names - dims
-        if unknown:
-            err(
-                f"budget expression uses {sorted(unknown)}; the protocol's dimensions are {sorted(dims)}",
-                base + ("budget", key),
-            )
-    if (budget.get("work") is None) != (budget.get("max_work") is None):
-        err("work and max_work go together", base + ("budget",))
+    check = _SweepCheck(sweep, meta, data, err)
+    check.budget_expressions()
+    for i, point in enumerate(sweep.get("points") or []):
+        check.point(point, check.base + ("points", i))
+    check.draw(sweep.get("draw") or {})
+    _check_scope_draws(sweep, meta, data, err)
 
-    def check_value(v, path):
-        if not isinstance(v, str) or v not in meta.get("values", ()) or v not in gen_names:
-            err(
-                f"value generator {v!r} must be one the protocol implements ({', '.join(meta.get('values', ()))}) "
+
+class _SweepCheck:
+    """The checks of one sweep block, over what they share: the protocol's dimensions and value generators, the
+    contract's generators and declared ranges, the budget."""
+
+    base = ("measurement_protocol", "sweep")
+
+    def __init__(self, sweep: dict, meta: dict, data: dict, err):
+        self.meta, self.err, self.budget = meta, err, sweep["budget"]
+        self.dims = set(meta.get("sweeps", ()))
+        self.gen_names = {g["name"] for g in data["measurement_protocol"]["generators"]}
+        self.declared = data["scope"]["shape_class"].get("dims") or {}
+
+    def budget_expressions(self) -> None:
+        for key in ("elements", "work"):
+            if self.budget.get(key) is None:
+                continue
+            unknown = _expr.parse(self.budget[key]).names - self.dims
+            if unknown:
+                self.err(
+                    f"budget expression uses {sorted(unknown)}; the protocol's dimensions are {sorted(self.dims)}",
+                    self.base + ("budget", key),
+                )
+        if (self.budget.get("work") is None) != (self.budget.get("max_work") is None):
+            self.err("work and max_work go together", self.base + ("budget",))
+
+    def value(self, v, path) -> None:
+        values = self.meta.get("values", ())
+        if not isinstance(v, str) or v not in values or v not in self.gen_names:
+            self.err(
+                f"value generator {v!r} must be one the protocol implements ({', '.join(values)}) "
                 f"and listed in measurement_protocol.generators",
                 path,
             )
 
-    def check_dim(name, lo, hi, path):
-        if name in declared and len(declared[name]) == 2 and not (declared[name][0] <= lo and hi <= declared[name][1]):
-            err(f"{name} = {lo}..{hi} lies outside the declared scope {name} in {declared[name]}", path)
+    def dim(self, name, lo, hi, path) -> None:
+        scope = self.declared.get(name)
+        if scope is not None and len(scope) == 2 and not (scope[0] <= lo and hi <= scope[1]):
+            self.err(f"{name} = {lo}..{hi} lies outside the declared scope {name} in {scope}", path)
 
-    for i, point in enumerate(sweep.get("points") or []):
-        path = base + ("points", i)
+    def point(self, point: dict, path: tuple) -> None:
         for k, v in point.items():
+            if k == "value":
+                self.value(v, path + (k,))
             if k in POINT_KEYS:
-                if k == "value":
-                    check_value(v, path + (k,))
                 continue
-            if k not in dims:
-                err(
-                    f"unknown dimension {k!r} (the protocol's: {', '.join(sorted(dims))}, plus value, layout)",
+            if k not in self.dims:
+                self.err(
+                    f"unknown dimension {k!r} (the protocol's: {', '.join(sorted(self.dims))}, plus value, layout)",
                     path + (k,),
                 )
             if isinstance(v, bool) or not isinstance(v, int):
-                err(f"a dimension is an integer, found {v!r}", path + (k,))
-            check_dim(k, v, v, path + (k,))
-        env = {k: float(v) for k, v in point.items() if k not in POINT_KEYS}
+                self.err(f"a dimension is an integer, found {v!r}", path + (k,))
+            self.dim(k, v, v, path + (k,))
+        self.point_budget({k: float(v) for k, v in point.items() if k not in POINT_KEYS}, path)
+
+    def point_budget(self, env: dict, path: tuple) -> None:
         for key, mkey in (("elements", "max_elements"), ("work", "max_work")):
-            if budget.get(key) is None:
+            if self.budget.get(key) is None:
                 continue
-            expr = _expr.parse(budget[key])
+            expr = _expr.parse(self.budget[key])
             missing = expr.names - set(env)
             if missing:
-                err(f"point does not give {sorted(missing)}, needed by budget.{key}", path)
-            if expr.evaluate(env) > _num(budget[mkey]):
-                err(
-                    f"point exceeds the budget: {key} = {expr.evaluate(env):.4g} > {mkey} = {_num(budget[mkey]):.4g}",
-                    path,
-                )
-    draw = sweep.get("draw") or {}
-    for name, spec in (draw.get("dims") or {}).items():
-        path = base + ("draw", "dims", name)
-        if name not in dims:
-            err(f"unknown dimension {name!r} (the protocol's: {', '.join(sorted(dims))})", path)
-        rng = spec["range"]
-        if len(rng) != 2 or rng[0] > rng[1]:
-            err(f"range must be [low, high] with low <= high, found {rng}", path + ("range",))
-        check_dim(name, rng[0], rng[1], path + ("range",))
-    if draw and draw["count"] < 0:
-        err("count must be >= 0", base + ("draw", "count"))
-    for i, v in enumerate(draw.get("values") or []):
-        check_value(v, base + ("draw", "values", i))
-    _check_scope_draws(sweep, meta, data, err)
+                self.err(f"point does not give {sorted(missing)}, needed by budget.{key}", path)
+            used, most = expr.evaluate(env), _num(self.budget[mkey])
+            if used > most:
+                self.err(f"point exceeds the budget: {key} = {used:.4g} > {mkey} = {most:.4g}", path)
+
+    def draw(self, draw: dict) -> None:
+        for name, spec in (draw.get("dims") or {}).items():
+            path = self.base + ("draw", "dims", name)
+            if name not in self.dims:
+                self.err(f"unknown dimension {name!r} (the protocol's: {', '.join(sorted(self.dims))})", path)
+            rng = spec["range"]
+            if len(rng) != 2 or rng[0] > rng[1]:
+                self.err(f"range must be [low, high] with low <= high, found {rng}", path + ("range",))
+            self.dim(name, rng[0], rng[1], path + ("range",))
+        if draw and draw["count"] < 0:
+            self.err("count must be >= 0", self.base + ("draw", "count"))
+        for i, v in enumerate(draw.get("values") or []):
+            self.value(v, self.base + ("draw", "values", i))
 
 
 def _check_scope_draws(sweep: dict, meta: dict, data: dict, err) -> None:
