@@ -7,7 +7,9 @@ cannot be tuned to them; a miss names its seed for replay. With 50 seeds, 99 % m
 The fast tier runs two representative violators whose bug only the hidden seed's own choices reach (a size drawn
 near the top of the declared scope, a dominant entry placed in the last tile), on what the seed chooses
 (``kc_catch.seed_chosen``). The wide version — every violating implementation every shipped contract lists in its
-calibration, on the whole contract — is ``slow`` (minutes; its figures are in docs/contracts.md)."""
+calibration, on the whole contract — takes about an hour on two cores, far over the suite's budget, so it runs
+only when asked for: ``KC_CATCH_RATE_WIDE=1 .venv/bin/python -m pytest tests/contracts/test_kc_catch_rate.py -n 2``
+(its figures are in docs/contracts.md)."""
 
 from __future__ import annotations
 
@@ -63,6 +65,11 @@ def _all_violators():
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(
+    os.environ.get("KC_CATCH_RATE_WIDE") != "1",
+    reason="the wide catch rate (every violator, 50 hidden seeds, whole contracts) takes about an hour: "
+    "KC_CATCH_RATE_WIDE=1 runs it",
+)
 @pytest.mark.parametrize("cls,ref", _all_violators(), ids=[f"{c}-{r.rsplit(':', 1)[1]}" for c, r in _all_violators()])
 def test_every_violator_fails_every_hidden_seed_on_the_whole_contract(cls, ref, shipped):
     seeds = _hidden_seeds()
