@@ -107,6 +107,6 @@ def _wait_ready(logs, procs, timeout=120.0):
 
 def wait_for(predicate, timeout=180.0):
     """The portal tests' polling helper, with room for a sandboxed contract run."""
-    from .test_celery_integration import wait_for as poll
+    from .pipelines.test_celery_integration import wait_for as poll
 
     return poll(predicate, timeout)
