@@ -24,6 +24,7 @@ def pytest_collection_modifyitems(config, items):
             "test_architecture.py",
             "test_lazy_exports.py",
             "test_lint_habits.py",
+            "test_xdist_groups.py",
         )
         if (
             engine

@@ -8,7 +8,8 @@ from workers.contracts.schema import CLASSES
 # The whole calibration runs in the first test's fixture: with the v0.4.0 sweeps (points near the top of every
 # declared dimension) and issue #24's seven extra violators it takes about 1.5x what it did, which on the shared
 # 2-core machine can pass the suite's default 300 s per test; each sandbox run keeps its own time limit.
-pytestmark = pytest.mark.timeout(900)
+# One xdist worker runs the whole module: split across two, each would build the module fixture (a full calibration).
+pytestmark = [pytest.mark.timeout(900), pytest.mark.xdist_group("kc_calibration")]
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +37,23 @@ def test_each_state_behaves_as_its_name_says(report):
             assert row["pattern"] is not None, (r["class"], row)  # a measured, named violation signature
         for row in st["baseline"]:
             assert not row["naive_pass"] and row["verdict"] not in ("PASS", "QUALITY_WARNING"), (r["class"], row)
+
+
+def test_size_and_value_triggered_violators_fail_at_a_named_point(report):
+    """The violators that show only at some sizes, values or layouts (impls/size_triggered.py, catalogued in
+    test_kc_sweeps.VIOLATORS) are caught on the shipped contract by a measurement: the verdict names the failing
+    clause and the point it failed at, and some measurements passed (the bug is not everywhere)."""
+    rows = [
+        (r["class"], row)
+        for r in report["contracts"]
+        for row in r["states"]["violating"]
+        if row["impl"].startswith("workers.contracts.impls.size_triggered:")
+    ]
+    assert len(rows) >= 20
+    for cls, row in rows:
+        assert row["verdict"] == "FAIL" and row["naive_pass"], (cls, row)
+        assert row["passed_measurements"] < row["measurements"], (cls, row)
+        assert row["failing_clause"].get("clause") and row["failing_clause"].get("point"), (cls, row)
 
 
 def test_violators_fail_by_a_wide_margin_where_the_bound_is_not_zero(report):

@@ -71,6 +71,9 @@ def _summary(v):
         "margin": v.to_dict()["margin"],
         "pattern": v.signature.get("pattern"),
         "reason": v.reason,
+        "measurements": v.measurements,
+        "passed_measurements": v.passed_measurements,
+        "failing_clause": v.failing_clause,  # the clause and the point that failed: what a violator was caught by
         "duration_s": v.duration_s,
     }
 
