@@ -26,6 +26,7 @@ def suite(db):
     here; tests/contracts cover them)."""
     services.store_contracts(services.parse_contract_files(sorted(SPECS_DIR.glob("*.v0.1.0.yaml"))))
 
+
 FAMILIES_RUN = ["C-PRC-01", "C-PRC-02", "C-PRC-03", "C-PRC-04", "C-EXC-01", "C-EXC-02"]
 
 
