@@ -31,7 +31,9 @@ IMPORTER_META = {
         "named": "then, with a tokenizer, token strings one vocabulary id each (`engine_token_strings`), else the "
         "text encoded (`retokenized`); `logprobs.content` / `token_logprobs` and top-K, kept only when aligned with "
         "the ids; streamed chunks merged; `routed_experts`",
-        "refused": "`echo`: the echoed prompt is cut by the engine's response ids, the prompt ids or "
+        "refused": "a log-prob entry whose token maps to another id than the response's (`token_id:N`, or one "
+        "vocabulary entry with a tokenizer): every log-prob of the choice dropped (`logprobs_token_mismatch` names the "
+        "positions); `echo`: the echoed prompt is cut by the engine's response ids, the prompt ids or "
         "`usage.prompt_tokens`, else the exchange is refused (a `missing` record naming echo); an echoed text that "
         "cannot be cut is dropped; an HTTP error body or a logged status ≥ 400 is a `missing` record, and a call "
         "with no tokens is never verifiable",
@@ -65,7 +67,8 @@ IMPORTER_META = {
         ),
         "named": "the role from the nearest enclosing "
         "agent matched by `--agent-match`; client/proxy duplicates merged by response id",
-        "refused": "spans without ids; an LLM call under a reward span is `background`/`reward`, never the "
+        "refused": "spans without ids; `logprobs.content` entries for another token than the sampled id "
+        "(`logprobs_token_mismatch`: log-probs dropped); an LLM call under a reward span is `background`/`reward`, never the "
         "trained agent's",
     },
     "agl-events": {
@@ -78,7 +81,9 @@ IMPORTER_META = {
         ),
         "named": "full `model_request` events through the vLLM mapping; a rollout line with its `triplets` (the "
         "rollout's version fills a triplet that names none)",
-        "refused": "failed calls (`error`, `http_status` ≥ 400) are `missing` records; `reward` and other events "
+        "refused": "failed calls (`error`, `http_status` ≥ 400) are `missing` records; a triplet's "
+        "`logprobs.content` entry for another token than the sampled id drops its log-probs "
+        "(`logprobs_token_mismatch`); `reward` and other events "
         "are not calls (counted in `events_skipped`)",
     },
     "verl": {
