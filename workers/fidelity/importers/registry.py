@@ -94,7 +94,8 @@ IMPORTER_META = {
         "named": "`param_version_start`/`_end`, else `min_global_steps`/`max_global_steps` → one version or "
         "per-token versions",
         "refused": "a sample resumed across weight updates (start ≠ end): every token's version unknown "
-        "(`token_policy_versions` null → `MIXED_POLICY_VERSION`), never the end version; `--ids-from text`",
+        "(`token_policy_versions` null → `MIXED_POLICY_VERSION`), never the end version; no `response_mask` (which "
+        "tokens a tool inserted is unknown): `missing` record; `--ids-from text`",
     },
     "slime": {
         "stack": "slime",
@@ -113,7 +114,8 @@ IMPORTER_META = {
         "named": "a `GeneratorOutput` batch is its columns renamed onto the one-trajectory table",
         "refused": "the appended EOS (last token logged 0.0, stop reason not `length`, or `appended_eos_token`): "
         "`logprob_unverified` placeholder; a `postprocessed_action` (per trajectory or in `env_metrics`): ids "
-        "`retokenized`, log-probs `reencoded`; `rollout_logprobs: null`: `retokenized`",
+        "`retokenized`, log-probs `reencoded`; `rollout_logprobs: null`: `retokenized`; no loss mask (which tokens the "
+        "environment inserted is unknown): `missing` record",
     },
     "nemo-rl": {
         "stack": "NeMo RL",

@@ -232,7 +232,7 @@ VERL_FIELDS = (
     Field("trajectory_id", ("trajectory_id", "uid", "request_id"), pick="truthy"),
     Field("prompt.token_ids", ("prompt_ids",), ids),
     Field("response.token_ids", ("response_ids",), ids),
-    Field("calls.mask", ("response_mask",), note="1 = model token; each run of 1s is one call"),
+    Field("calls.mask", ("response_mask",), note="1 = model token; each run of 1s is one call; absent: refused"),
     Field("rollout.logprobs", ("response_logprobs", "log_probs")),
     Field("prompt.task_text", ("raw_prompt", "messages"), pick="present", note="task_prompt_sha256_observed"),
     Field("version_start", ("param_version_start", "extra_fields.param_version_start")),
@@ -245,10 +245,19 @@ VERL_FIELDS = (
 )
 
 
+def required_mask(values: dict, name: str):
+    """verl's ``response_mask`` and SkyRL's loss masks are the only record of which response tokens a tool or the
+    environment inserted (logged with a 0.0 stand-in log-prob): without one, which tokens the model sampled is
+    unknown, and the response is never read as all model tokens (slime's ``loss_mask: null`` is upstream's "all 1")."""
+    if values["calls.mask"] is None:
+        raise ValueError(f"{name} missing: which response tokens the model sampled is unknown (never read as all)")
+    return values
+
+
 def _verl_rows(values: dict):
     """The fully-async recipe's ``param_version_start``/``_end``, else verl's ``min_global_steps``/``max_global_steps``
     (the weights versions that generated the sample's first and last tokens), else ``param_version``."""
-    n = len(values["response.token_ids"] or ())
+    n = len(required_mask(values, "response_mask")["response.token_ids"] or ())
     lo, hi = values["version_start"], values["version_end"]
     if lo is None and hi is None:
         lo, hi = values["steps_min"], values["steps_max"]
@@ -341,7 +350,7 @@ SKYRL_FIELDS = (
     Field("trajectory_id", ("trajectory_id",), skyrl_key),
     Field("prompt.token_ids", ("prompt_token_ids",), ids),
     Field("response.token_ids", ("response_ids",), ids),
-    Field("calls.mask", ("loss_mask", "loss_masks"), pick="present"),
+    Field("calls.mask", ("loss_mask", "loss_masks"), pick="present", note="absent: refused"),
     Field("rollout.logprobs", ("rollout_logprobs",), note="null: token identity lost → retokenized"),
     Field("prompt.task_text", ("prompt", "prompts"), pick="present"),
     Field("extra.stop_reason", ("stop_reason",), text, optional=True),
@@ -364,7 +373,7 @@ SKYRL_BATCH_COLUMNS = {
 
 
 def _skyrl_rows(values: dict):
-    r, lp = values["response.token_ids"], values["rollout.logprobs"]
+    r, lp = required_mask(values, "loss_mask")["response.token_ids"], values["rollout.logprobs"]
     reenc = values["postprocessed"] or values["env_postprocessed"]
     unverified = skyrl_unverified(r, values["calls.mask"], lp, values.get("extra.stop_reason"), values["appended_eos"])
     if reenc and r and lp is not None:
