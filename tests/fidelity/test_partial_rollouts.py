@@ -70,6 +70,22 @@ def test_verl_min_max_global_steps(tmp_path, toy):
     assert [r["model"]["policy_version"] for r in recs] == [4, 4]
 
 
+def test_verl_sample_with_one_version_end_unknown(tmp_path, toy):
+    # param_version_end left None (seen in verl's fully-async partial rollouts): the sample may have been resumed
+    # after an update, so version 3 is not every token's. It imported as version 3 and was verifiable.
+    recs, dst = imported(
+        tmp_path, "verl", [verl_output(extra_fields={"param_version_start": 3, "param_version_end": None})]
+    )
+    assert [r["model"]["policy_version"] for r in recs] == [None, None]
+    assert recs[0]["rollout"]["token_policy_versions"] == [None] * 3 and recs[0]["extra"]["policy_versions"] == [
+        3,
+        None,
+    ]
+    rep = audit_file(joined(tmp_path, dst, recs, trainer_version=5), tokenizer=toy)
+    assert rep["coverage"]["verifiable_policy_tokens"] == 0
+    assert {c["primary_reason"] for c in rep["calls"]} == {"MIXED_POLICY_VERSION"}
+
+
 def test_verl_partial_agent_loop_log_probs_field(tmp_path):
     row = verl_output(response_logprobs=None, log_probs=LPS)  # the partial agent loops name it ``log_probs``
     recs, _ = imported(tmp_path, "verl", [row])

@@ -93,7 +93,8 @@ IMPORTER_META = {
         "tables": (f"{_M}.trajectories:VERL_FIELDS",),
         "named": "`param_version_start`/`_end`, else `min_global_steps`/`max_global_steps` → one version or "
         "per-token versions",
-        "refused": "a sample resumed across weight updates (start ≠ end): every token's version unknown "
+        "refused": "a sample resumed across weight updates (start ≠ end, or only one of them known): every "
+        "token's version unknown "
         "(`token_policy_versions` null → `MIXED_POLICY_VERSION`), never the end version; no `response_mask` (which "
         "tokens a tool inserted is unknown): `missing` record; `--ids-from text`",
     },

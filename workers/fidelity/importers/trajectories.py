@@ -218,12 +218,14 @@ def _traj(
 def span_versions(start, end, n):
     """verl fully-async ``param_version_start`` / ``param_version_end`` → (one version, per-token versions): a sample
     resumed across weight updates (start ≠ end) has tokens from several versions and the log does not say which
-    produced which, so every token's version is unknown (None)."""
+    produced which, so every token's version is unknown (None). So is a sample that logs only one of the two (verl
+    sets both; an end left None is seen in partial rollouts): it may have been resumed, and the version it names is
+    not shown to be every token's."""
     s, e = version(start), version(end)
     if s is None and e is None:
         return None, None
-    if s is None or e is None or s == e:
-        return (s if s is not None else e), None
+    if s == e:
+        return s, None
     return None, [None] * n
 
 
