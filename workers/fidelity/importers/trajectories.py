@@ -231,7 +231,9 @@ def span_versions(start, end, n):
 
 # verl ``AgentLoopOutput.model_dump()`` (volcengine/verl, recipe/fully_async_policy): one sample per line
 VERL_FIELDS = (
-    Field("trajectory_id", ("trajectory_id", "uid", "request_id"), pick="truthy"),
+    # verl's ``uid`` is the prompt's group id, shared by its n GRPO samples: never a trajectory id (``traj_uid`` is)
+    Field("trajectory_id", ("trajectory_id", "traj_uid", "request_id"), pick="truthy", note="else file:line"),
+    Field("extra.group_uid", ("uid",), text, optional=True, note="the prompt group (GRPO's n samples)"),
     Field("prompt.token_ids", ("prompt_ids",), ids),
     Field("response.token_ids", ("response_ids",), ids),
     Field("calls.mask", ("response_mask",), note="1 = model token; each run of 1s is one call; absent: refused"),
