@@ -89,14 +89,22 @@ IMPORTER_META = {
     "verl": {
         "stack": "verl",
         "upstream": "`recipe/fully_async_policy/agent_loop/partial_single_turn_agent_loop.py` "
-        "(volcengine/verl @ 0da6fc8)",
-        "tables": (f"{_M}.trajectories:VERL_FIELDS",),
+        "(volcengine/verl @ 0da6fc8); DataProto rows: `verl/experimental/agent_loop/agent_loop.py` `_postprocess`, "
+        "`verl/trainer/ppo/ray_trainer.py` and `rollout_corr_helper.py` `apply_bypass_mode` (volcengine/verl @ b178a3c)",
+        "tables": (f"{_M}.trajectories:VERL_FIELDS", f"{_M}.trajectories:VERL_DATAPROTO_FIELDS"),
         "named": "`param_version_start`/`_end`, else `min_global_steps`/`max_global_steps` → one version or "
-        "per-token versions",
+        "per-token versions; a DataProto row (`prompts`/`responses`/`attention_mask`): padding located by "
+        "`attention_mask` (never by the pad id), `response_mask`, `rollout_log_probs` and `old_log_probs` cut to the "
+        "real response, both sides at once (a `trainer` block, `loss_mask_used` 1 on each call); step from "
+        "`global_steps`",
         "refused": "a sample resumed across weight updates (start ≠ end, or only one of them known): every "
         "token's version unknown "
         "(`token_policy_versions` null → `MIXED_POLICY_VERSION`), never the end version; no `response_mask` (which "
-        "tokens a tool inserted is unknown): `missing` record; `--ids-from text`",
+        "tokens a tool inserted is unknown): `missing` record; `--ids-from text`; DataProto rows whose lengths "
+        "disagree (`attention_mask` ≠ prompts + responses, `response_mask` ≠ responses or 1 on padding, a log-prob "
+        "list shorter than the real response or longer than the padded one, `input_ids` ≠ prompts + responses, "
+        "padding with holes): `missing` record naming the lengths; `old_log_probs` equal to `rollout_log_probs` on "
+        "every model token (bypass mode copies them): no `trainer` block (`extra.old_log_probs: rollout_copy`)",
     },
     "slime": {
         "stack": "slime",
