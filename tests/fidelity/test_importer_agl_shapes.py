@@ -309,3 +309,49 @@ def test_a_rollout_with_its_triplets(tmp_path):
         [-0.2, -0.02],
     )
     assert (a["model"]["policy_version"], b["model"]["policy_version"], b["call_index"]) == (9, 10, 1)
+
+
+def _content_for_another_token():
+    # position 1's entry is for token 22, not the sampled 21 (a merged or re-ordered log): its -0.7 is 22's
+    content = [dict(e) for e in CONTENT]
+    content[1] = {"token": "token_id:22", "logprob": -0.7, "bytes": [], "top_logprobs": []}
+    return content
+
+
+def test_span_logprob_entry_for_another_token_is_not_the_sampled_ids(tmp_path, toy):
+    spans = [
+        span("a-main", None, "agent", 1, **{"agent.name": "Assistant"}),
+        span("llm-1", "a-main", "raw_gen_ai_request", 2, **proxy_attrs("chatcmpl-1", [20, 21, 3])),
+        span(
+            "llm-2",
+            "a-main",
+            "raw_gen_ai_request",
+            3,
+            **proxy_attrs("chatcmpl-2", [20, 21, 3], _content_for_another_token()),
+        ),
+    ]
+    src, dst = tmp_path / "spans.jsonl", tmp_path / "out.jsonl"
+    src.write_bytes(dumps(spans))
+    import_agl(src, dst, tokenizer=toy, agent_match=r"^Assistant$")
+    recs = {r["call_id"]: r for r in map(orjson.loads, dst.read_bytes().splitlines())}
+    assert recs["chatcmpl-1"]["rollout"]["logprobs"] == [-0.105361, -0.510826, -0.01005]  # clean: kept
+    bad = recs["chatcmpl-2"]
+    assert bad["rollout"] == {"logprobs": [None, None, None]}  # was [-0.105361, -0.7, -0.01005]
+    assert bad["extra"]["logprobs_token_mismatch"] == [1] and bad["extra"]["logprobs_unaligned"] is True
+
+
+def test_triplet_logprob_entry_for_another_token_is_not_the_sampled_ids(tmp_path):
+    triplet = {
+        "rollout_id": "ro-5",
+        "attempt_id": "at-1",
+        "prompt": {"token_ids": PROMPT_A, "raw_content": []},
+        "response": {"token_ids": [20, 21, 3], "raw_content": [], "logprobs": _content_for_another_token()},
+        "reward": 0.5,
+        "metadata": {"response_id": "chatcmpl-t1", "agent_name": "Assistant"},
+    }
+    src, dst = tmp_path / "triplets.jsonl", tmp_path / "out.jsonl"
+    src.write_bytes(dumps([triplet]))
+    assert main(["import", "agl-events", str(src), str(dst), "--role", "policy"]) == 0
+    (r,) = map(orjson.loads, dst.read_bytes().splitlines())
+    assert r["rollout"]["logprobs"] == [None, None, None] and "top_k" not in r["rollout"]
+    assert r["extra"]["logprobs_token_mismatch"] == [1]

@@ -20,6 +20,7 @@ from .test_importer_agl_shapes import trace, v1_events
 from .test_importer_nemo_rl import sample as nemo_sample
 from .test_importer_sglang import exchange, output
 from .test_importer_trajectories import skyrl_batch, slime_sample, verl_output
+from .test_importer_verl_dataproto import TOOL as verl_dataproto_row
 from .test_importers import chat_exchange
 
 JSON = st.recursive(
@@ -32,6 +33,7 @@ SEEDS = {
     "sglang": exchange(output()),
     "agl-events": v1_events()[0],
     "verl": verl_output(param_version_start=3, param_version_end=3),
+    "verl-dataproto": verl_dataproto_row,  # imported as verl: padded tensors, both sides
     "slime": slime_sample(),
     "skyrl": skyrl_batch(),
     "nemo-rl": nemo_sample(),
@@ -73,7 +75,7 @@ def run(kind, tmp_path, lines):
     elif kind == "agl":
         import_agl(src, dst, agent_match="Assistant")
     else:
-        import_trajectories(src, dst, fmt=kind)
+        import_trajectories(src, dst, fmt=kind.removesuffix("-dataproto"))
     summary = validate_file(dst) if dst.stat().st_size else {"valid": True}
     assert summary["valid"], (kind, summary["errors"][:3])
     return dst

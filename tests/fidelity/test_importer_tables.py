@@ -104,7 +104,9 @@ def test_read_table_optional_and_ladder_order():
 
 
 def test_named_transforms():
-    assert span_versions(3, 3, 2) == (3, None) and span_versions(None, "4", 2) == (4, None)
+    assert span_versions(3, 3, 2) == (3, None) and span_versions("4", 4, 2) == (4, None)
+    # only one end known (an end left None by a partial rollout): maybe resumed, so no token's version is known
+    assert span_versions(None, "4", 2) == (None, [None, None]) and span_versions(3, None, 1) == (None, [None])
     assert span_versions(3, 5, 2) == (None, [None, None])  # resumed across updates: every token unknown
     assert span_versions(None, None, 2) == (None, None)
     assert slime_versions(["2", "2"], 3, 2) == (2, None) and slime_versions(["1", "2"], 3, 2) == (None, [None] * 2)

@@ -196,3 +196,19 @@ def test_slime_torch_dump_is_refused_naming_the_format(tmp_path, capsys):
         assert main(["import", "slime", str(path), str(dst), "--engine", "sglang"]) == 2
         err = capsys.readouterr().err
         assert word in err and "torch.save" in err and "Sample.to_dict()" in err
+
+
+def test_verl_group_uid_is_not_a_trajectory(tmp_path):
+    # verl's ``uid`` is shared by the n samples of one prompt (GRPO groups): two samples with uid "grp-1" were one
+    # trajectory, the second sample's first call numbered 2 and its prompt read as a continuation of the first's
+    a = {k: v for k, v in verl_output(uid="grp-1").items() if k != "trajectory_id"}
+    b = dict(a, response_ids=[20, 3], response_mask=[1, 1], response_logprobs=[-0.3, -0.4])
+    recs, _ = imported(tmp_path, "verl", [a, b])
+    assert [(r["trajectory_id"], r["call_index"]) for r in recs] == [
+        ("verl.jsonl:1/0", 0),
+        ("verl.jsonl:1/0", 1),
+        ("verl.jsonl:2/0", 0),
+    ]
+    assert {r["extra"]["group_uid"] for r in recs} == {"grp-1"}
+    recs, _ = imported(tmp_path, "verl", [dict(a, traj_uid="t-a"), dict(b, traj_uid="t-b")])
+    assert [r["call_id"] for r in recs] == ["t-a#0", "t-a#1", "t-b#0"]

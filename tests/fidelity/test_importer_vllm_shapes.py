@@ -247,3 +247,62 @@ def test_openai_compatible_log_of_another_engine(tmp_path, toy):
     assert orjson.loads((tmp_path / "o.jsonl").read_bytes())["engine"]["name"] == "sglang"
     import_vllm(src, tmp_path / "v.jsonl", tokenizer=toy)
     assert orjson.loads((tmp_path / "v.jsonl").read_bytes())["engine"]["name"] == "vllm"
+
+
+def _joined_audit(tmp_path, dst, rec, toy):
+    row = {
+        "call_id": rec["call_id"],
+        "logprobs": [-0.11, -0.6, -0.02],
+        "task_prompt_sha256_declared": TASK_LIST_FILES,
+    }
+    (tmp_path / "tr.jsonl").write_bytes(dumps([row]))
+    join(dst, tmp_path / "tr.jsonl", tmp_path / "j.jsonl")
+    return audit_file(tmp_path / "j.jsonl", tokenizer=toy)["calls"][0]
+
+
+def test_chat_logprob_entry_for_another_token_than_the_sampled_id(tmp_path, toy):
+    # ``token_ids`` says 21 was sampled at position 1, but its ``logprobs.content`` entry is for token 22 (a log
+    # merged from two choices or re-ordered): -0.7 is the engine's value for 22, not for 21, and the sampled id is
+    # absent from that position's top list. It was kept as 21's log-prob and the call came out fully verifiable.
+    ex = chat_exchange()
+    ch = ex["response"]["choices"][0]
+    ch["logprobs"]["content"] = [
+        lp_entry(20, -0.105361, [(20, -0.105361)]),
+        lp_entry(22, -0.7, [(22, -0.7)]),
+        lp_entry(3, -0.01005, [(3, -0.01005)]),
+    ]
+    _, (r,), dst = run_vllm(tmp_path, [ex], toy)
+    assert r["response"]["token_ids"] == [20, 21, 3]
+    assert r["rollout"]["logprobs"] == [None, None, None] and "top_k" not in r["rollout"]
+    assert r["extra"]["logprobs_unaligned"] is True and r["extra"]["logprobs_token_mismatch"] == [1]
+    call = _joined_audit(tmp_path, dst, r, toy)
+    assert call["verifiable_tokens"] == 0 and "LOGPROB_MISSING" in call["reasons"]
+
+
+def test_chat_logprob_token_text_for_another_token_with_a_tokenizer(tmp_path, toy):
+    # the same without ``return_tokens_as_token_ids``: the entry's text " -l" is one vocabulary entry (24), not the
+    # sampled 21 (" -la"); with the tokenizer the mismatch is seen. Without one the text cannot be mapped and the
+    # values stay (positional, as the engine returned them).
+    ex = chat_exchange()
+    ex["response"]["choices"][0]["logprobs"]["content"][1]["token"] = " -l"
+    _, (r,), _ = run_vllm(tmp_path, [ex], toy)
+    assert r["rollout"]["logprobs"] == [None, None, None]
+    assert r["extra"]["logprobs_token_mismatch"] == [1]
+    _, (clean,), dst = run_vllm(tmp_path, [chat_exchange()], toy)  # a clean log keeps every value
+    assert clean["rollout"]["logprobs"] == [-0.105361, -0.510826, -0.01005]
+    assert "logprobs_token_mismatch" not in (clean.get("extra") or {})
+    assert _joined_audit(tmp_path, dst, clean, toy)["verifiable_tokens"] == 3
+
+
+def test_completions_logprob_token_for_another_token(tmp_path, toy):
+    # an echoed completions log whose output tokens are listed in another order than ``token_ids`` (the last two
+    # swapped): each log-prob is the engine's for the listed token, not for the id at that position
+    from .test_importer_fixes import echo_exchange  # it imports this module
+
+    ex = echo_exchange("<|system|>You are", "<|system|>You arels -la<|end|>")
+    lp = ex["response"]["choices"][0]["logprobs"]
+    lp["tokens"][-2:], lp["token_logprobs"][-2:] = lp["tokens"][:-3:-1], lp["token_logprobs"][:-3:-1]
+    _, (r,), _ = run_vllm(tmp_path, [ex], toy)
+    assert r["response"]["token_ids"] == [20, 21, 3]
+    assert r["rollout"]["logprobs"] == [None, None, None]
+    assert r["extra"]["logprobs_token_mismatch"] == [1, 2]

@@ -70,6 +70,22 @@ def test_verl_min_max_global_steps(tmp_path, toy):
     assert [r["model"]["policy_version"] for r in recs] == [4, 4]
 
 
+def test_verl_sample_with_one_version_end_unknown(tmp_path, toy):
+    # param_version_end left None (seen in verl's fully-async partial rollouts): the sample may have been resumed
+    # after an update, so version 3 is not every token's. It imported as version 3 and was verifiable.
+    recs, dst = imported(
+        tmp_path, "verl", [verl_output(extra_fields={"param_version_start": 3, "param_version_end": None})]
+    )
+    assert [r["model"]["policy_version"] for r in recs] == [None, None]
+    assert recs[0]["rollout"]["token_policy_versions"] == [None] * 3 and recs[0]["extra"]["policy_versions"] == [
+        3,
+        None,
+    ]
+    rep = audit_file(joined(tmp_path, dst, recs, trainer_version=5), tokenizer=toy)
+    assert rep["coverage"]["verifiable_policy_tokens"] == 0
+    assert {c["primary_reason"] for c in rep["calls"]} == {"MIXED_POLICY_VERSION"}
+
+
 def test_verl_partial_agent_loop_log_probs_field(tmp_path):
     row = verl_output(response_logprobs=None, log_probs=LPS)  # the partial agent loops name it ``log_probs``
     recs, _ = imported(tmp_path, "verl", [row])
@@ -150,6 +166,29 @@ def test_skyrl_reencoded_actions_are_unverifiable(tmp_path, toy):
     rep = audit_file(joined(tmp_path, dst, recs), tokenizer=toy)
     assert rep["calls"][0]["verifiable_tokens"] == 0 and rep["calls"][1]["verifiable_tokens"] == 0
     assert "LOGPROB_UNVERIFIED" in rep["calls"][0]["reasons"]
+
+
+def test_a_missing_mask_is_not_all_model_tokens(tmp_path, toy):
+    # verl's response_mask and SkyRL's loss_masks are the only record of which response tokens a tool or the
+    # environment inserted (their rollout log-prob is a 0.0 stand-in). Without them the tool output [44, 45, 3]
+    # was read as model tokens: one call of 8 tokens, all verifiable after a join. It is refused, named.
+    row = verl_output(param_version=4)
+    del row["response_mask"]
+    batch = skyrl_batch()
+    del batch["loss_masks"]
+    for kind, line in (("verl", row), ("skyrl", batch)):
+        recs, dst = imported(tmp_path, kind, [line])
+        assert all(r["response"]["provenance"] == "missing" and not r["response"]["token_ids"] for r in recs)
+        assert all("mask" in r["extra"]["import_error"] for r in recs), recs[0]["extra"]
+        rep = audit_file(joined(tmp_path, dst, recs), tokenizer=toy)
+        assert rep["coverage"]["verifiable_policy_tokens"] == 0
+    # slime's Sample says loss_mask None = every response token is the model's (single-turn): still imported
+    recs, _ = imported(
+        tmp_path,
+        "slime",
+        [slime_sample(loss_mask=None, tokens=PROMPT_A + [20, 21, 3], response_length=3, rollout_log_probs=LPS[:3])],
+    )
+    assert [r["response"]["token_ids"] for r in recs] == [[20, 21, 3]]
 
 
 @pytest.mark.parametrize(

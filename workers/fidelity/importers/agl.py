@@ -42,6 +42,7 @@ from workers.fidelity.importers.common import (
     ids_sha256,
     int_list,
     map_token,
+    token_mismatch,
     read_jsonl,
     ref_of,
     safe_literal,
@@ -442,6 +443,11 @@ def _span_logprobs(rec, content, tok, extra) -> None:
     n = len(ids)
     if not (content is not None and len(content) == n and all(isinstance(e, dict) for e in content)):
         rec["rollout"] = {"logprobs": [None] * n}
+        return
+    mismatch = token_mismatch([e.get("token") for e in content], ids, tok)
+    if mismatch:  # an entry for another token than the sampled id: not that id's log-prob
+        rec["rollout"] = {"logprobs": [None] * n}
+        extra.update(logprobs_unaligned=True, logprobs_token_mismatch=mismatch)
         return
     rec["rollout"] = {"logprobs": [v if type(v) in (int, float) else None for v in (e.get("logprob") for e in content)]}
     if any(e.get("top_logprobs") is not None for e in content):

@@ -33,6 +33,7 @@ from workers.fidelity.importers.common import (
     read_jsonl,
     ref_of,
     skeleton,
+    token_mismatch,
     topk_lists,
 )
 from workers.fidelity.importers.fields import Field, ids, integer, nonempty_text, read_table, text, version
@@ -52,6 +53,12 @@ def _logprob_record(rec, lps, content, tok, extra):
         and len(content) == n
         and all(isinstance(e, dict) for e in content)
     ):
+        mismatch = token_mismatch([e.get("token") for e in content], rec["response"]["token_ids"], tok)
+        if mismatch:  # an entry for another token than the sampled id: not that id's log-prob
+            extra["logprobs_token_mismatch"] = mismatch
+            rec["rollout"]["logprobs"] = [None] * n
+            extra["logprobs_unaligned"] = True
+            return
         lps = [e.get("logprob") for e in content]
         if any(e.get("top_logprobs") is not None for e in content):
             tops = [

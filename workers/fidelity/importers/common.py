@@ -96,6 +96,15 @@ def map_token(s, tokenizer):
     return None
 
 
+def token_mismatch(strings, ids, tok) -> list[int]:
+    """Positions whose logged token (``"token_id:N"``, or with a tokenizer the one vocabulary entry it spells) is
+    another id than the response's: that log-prob is the engine's value for another token (a merged or re-ordered
+    log), not for the sampled id. A token that cannot be mapped is not evidence either way."""
+    if not isinstance(strings, list) or len(strings) != len(ids):
+        return []
+    return [t for t, (s, i) in enumerate(zip(strings, ids)) if (m := map_token(s, tok)) is not None and m != i]
+
+
 def safe_literal(value):
     """Attribute values may be lists/tuples, JSON text or Python-repr text (``"[1, 2]"``, ``"(1, 2)"``,
     ``"[[1, 2]]"``). Parse JSON first, then :func:`ast.literal_eval` — literals only, never ``eval``."""

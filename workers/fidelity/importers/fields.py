@@ -69,6 +69,11 @@ def text(v):
     return v if isinstance(v, str) else None
 
 
+def sha256_hex(v):
+    """A SHA-256 as 64 lower-case hex digits, else None (a declared task hash; anything else is not one)."""
+    return v if isinstance(v, str) and len(v) == 64 and all(c in "0123456789abcdef" for c in v) else None
+
+
 def boolean(v):
     """A JSON boolean, else None."""
     return v if isinstance(v, bool) else None
@@ -145,6 +150,7 @@ TRANSFORMS = {
         first_of_lists,
         boolean,
         declared_role,
+        sha256_hex,
     )
 }
 

@@ -31,7 +31,9 @@ IMPORTER_META = {
         "named": "then, with a tokenizer, token strings one vocabulary id each (`engine_token_strings`), else the "
         "text encoded (`retokenized`); `logprobs.content` / `token_logprobs` and top-K, kept only when aligned with "
         "the ids; streamed chunks merged; `routed_experts`",
-        "refused": "`echo`: the echoed prompt is cut by the engine's response ids, the prompt ids or "
+        "refused": "a log-prob entry whose token maps to another id than the response's (`token_id:N`, or one "
+        "vocabulary entry with a tokenizer): every log-prob of the choice dropped (`logprobs_token_mismatch` names the "
+        "positions); `echo`: the echoed prompt is cut by the engine's response ids, the prompt ids or "
         "`usage.prompt_tokens`, else the exchange is refused (a `missing` record naming echo); an echoed text that "
         "cannot be cut is dropped; an HTTP error body or a logged status ≥ 400 is a `missing` record, and a call "
         "with no tokens is never verifiable",
@@ -65,7 +67,8 @@ IMPORTER_META = {
         ),
         "named": "the role from the nearest enclosing "
         "agent matched by `--agent-match`; client/proxy duplicates merged by response id",
-        "refused": "spans without ids; an LLM call under a reward span is `background`/`reward`, never the "
+        "refused": "spans without ids; `logprobs.content` entries for another token than the sampled id "
+        "(`logprobs_token_mismatch`: log-probs dropped); an LLM call under a reward span is `background`/`reward`, never the "
         "trained agent's",
     },
     "agl-events": {
@@ -78,18 +81,30 @@ IMPORTER_META = {
         ),
         "named": "full `model_request` events through the vLLM mapping; a rollout line with its `triplets` (the "
         "rollout's version fills a triplet that names none)",
-        "refused": "failed calls (`error`, `http_status` ≥ 400) are `missing` records; `reward` and other events "
+        "refused": "failed calls (`error`, `http_status` ≥ 400) are `missing` records; a triplet's "
+        "`logprobs.content` entry for another token than the sampled id drops its log-probs "
+        "(`logprobs_token_mismatch`); `reward` and other events "
         "are not calls (counted in `events_skipped`)",
     },
     "verl": {
         "stack": "verl",
         "upstream": "`recipe/fully_async_policy/agent_loop/partial_single_turn_agent_loop.py` "
-        "(volcengine/verl @ 0da6fc8)",
-        "tables": (f"{_M}.trajectories:VERL_FIELDS",),
+        "(volcengine/verl @ 0da6fc8); DataProto rows: `verl/experimental/agent_loop/agent_loop.py` `_postprocess`, "
+        "`verl/trainer/ppo/ray_trainer.py` and `rollout_corr_helper.py` `apply_bypass_mode` (volcengine/verl @ b178a3c)",
+        "tables": (f"{_M}.trajectories:VERL_FIELDS", f"{_M}.trajectories:VERL_DATAPROTO_FIELDS"),
         "named": "`param_version_start`/`_end`, else `min_global_steps`/`max_global_steps` → one version or "
-        "per-token versions",
-        "refused": "a sample resumed across weight updates (start ≠ end): every token's version unknown "
-        "(`token_policy_versions` null → `MIXED_POLICY_VERSION`), never the end version; `--ids-from text`",
+        "per-token versions; a DataProto row (`prompts`/`responses`/`attention_mask`): padding located by "
+        "`attention_mask` (never by the pad id), `response_mask`, `rollout_log_probs` and `old_log_probs` cut to the "
+        "real response, both sides at once (a `trainer` block, `loss_mask_used` 1 on each call); step from "
+        "`global_steps`",
+        "refused": "a sample resumed across weight updates (start ≠ end, or only one of them known): every "
+        "token's version unknown "
+        "(`token_policy_versions` null → `MIXED_POLICY_VERSION`), never the end version; no `response_mask` (which "
+        "tokens a tool inserted is unknown): `missing` record; `--ids-from text`; DataProto rows whose lengths "
+        "disagree (`attention_mask` ≠ prompts + responses, `response_mask` ≠ responses or 1 on padding, a log-prob "
+        "list shorter than the real response or longer than the padded one, `input_ids` ≠ prompts + responses, "
+        "padding with holes): `missing` record naming the lengths; `old_log_probs` equal to `rollout_log_probs` on "
+        "every model token (bypass mode copies them): no `trainer` block (`extra.old_log_probs: rollout_copy`)",
     },
     "slime": {
         "stack": "slime",
@@ -108,7 +123,8 @@ IMPORTER_META = {
         "named": "a `GeneratorOutput` batch is its columns renamed onto the one-trajectory table",
         "refused": "the appended EOS (last token logged 0.0, stop reason not `length`, or `appended_eos_token`): "
         "`logprob_unverified` placeholder; a `postprocessed_action` (per trajectory or in `env_metrics`): ids "
-        "`retokenized`, log-probs `reencoded`; `rollout_logprobs: null`: `retokenized`",
+        "`retokenized`, log-probs `reencoded`; `rollout_logprobs: null`: `retokenized`; no loss mask (which tokens the "
+        "environment inserted is unknown): `missing` record",
     },
     "nemo-rl": {
         "stack": "NeMo RL",

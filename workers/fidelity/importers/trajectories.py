@@ -5,7 +5,10 @@ All three hold one *trajectory* as prompt ids + response ids, where the response
 
 * **verl** ``AgentLoopOutput`` (``model_dump()``, one per line): ``prompt_ids``, ``response_ids``, ``response_mask``
   (1 = LLM-generated, 0 = tool response), ``response_logprobs`` (None unless the rollout computed them),
-  ``reward_score``, ``num_turns``, ``extra_fields``.
+  ``reward_score``, ``num_turns``, ``extra_fields``. A verl **DataProto row** (one sample of a training batch, each
+  tensor a list) is read too: ``prompts`` left-padded and ``responses`` right-padded to fixed widths,
+  ``attention_mask`` over both (it locates the padding), ``response_mask`` (0 on tool tokens and padding),
+  ``rollout_log_probs`` (the engine's) and ``old_log_probs`` (the trainer's recomputation: both sides at once).
 * **slime** ``Sample.to_dict()`` (one per line): ``tokens`` (prompt + response), ``response_length``, ``loss_mask``
   (over the response; None = all 1), ``rollout_log_probs`` (over the response), ``weight_versions``, ``status``,
   ``index`` / ``group_index``.
@@ -46,6 +49,7 @@ from workers.fidelity.importers.fields import (
     integer,
     number,
     read_table,
+    sha256_hex,
     text,
     text_or_messages,
     version,
@@ -86,6 +90,7 @@ def trajectory_records(
     unverified=(),
     ids_reencoded=False,
     trainer=None,
+    declared=None,
 ) -> list[dict]:
     """One ``fcr/1`` record per model call of a trajectory (see the module docstring); call indices start at
     ``first_index`` (SkyRL step-wise rows continue a trajectory). ``token_versions`` (one int or None per response
@@ -117,6 +122,7 @@ def trajectory_records(
         unverified=unverified,
         ids_reencoded=ids_reencoded,
         trainer=trainer,
+        declared=declared,
         lps_ok=isinstance(logprobs, list) and len(logprobs) == n,
         retok=opts.get("ids_from") == "text" or (fmt == "skyrl" and logprobs is None) or ids_reencoded,
     )
@@ -149,6 +155,8 @@ def _call_record(row: dict, k: int, a: int, b: int) -> dict:
     text = task_text(row["prompt"])
     if text is not None:  # what the rollout was asked (the trainer declares its hash through ``join``)
         rec["prompt"]["task_prompt_sha256_observed"] = text_sha256(text)
+    if k == 0 and row["declared"] is not None:  # the task hash a row declares beside its batch (root call only)
+        rec["prompt"]["task_prompt_sha256_declared"] = row["declared"]
     r = list(response_ids[a:b])
     rec["response"].update(
         token_ids=r, provenance="retokenized" if row["retok"] else "engine", ids_sha256=ids_sha256(r)
@@ -212,27 +220,32 @@ def _traj(
         "unverified": list(unverified),
         "ids_reencoded": ids_reencoded,
         "trainer": trainer,
+        "declared": values.get("prompt.task_prompt_sha256_declared"),
     }
 
 
 def span_versions(start, end, n):
     """verl fully-async ``param_version_start`` / ``param_version_end`` → (one version, per-token versions): a sample
     resumed across weight updates (start ≠ end) has tokens from several versions and the log does not say which
-    produced which, so every token's version is unknown (None)."""
+    produced which, so every token's version is unknown (None). So is a sample that logs only one of the two (verl
+    sets both; an end left None is seen in partial rollouts): it may have been resumed, and the version it names is
+    not shown to be every token's."""
     s, e = version(start), version(end)
     if s is None and e is None:
         return None, None
-    if s is None or e is None or s == e:
-        return (s if s is not None else e), None
+    if s == e:
+        return s, None
     return None, [None] * n
 
 
 # verl ``AgentLoopOutput.model_dump()`` (volcengine/verl, recipe/fully_async_policy): one sample per line
 VERL_FIELDS = (
-    Field("trajectory_id", ("trajectory_id", "uid", "request_id"), pick="truthy"),
+    # verl's ``uid`` is the prompt's group id, shared by its n GRPO samples: never a trajectory id (``traj_uid`` is)
+    Field("trajectory_id", ("trajectory_id", "traj_uid", "request_id"), pick="truthy", note="else file:line"),
+    Field("extra.group_uid", ("uid",), text, optional=True, note="the prompt group (GRPO's n samples)"),
     Field("prompt.token_ids", ("prompt_ids",), ids),
     Field("response.token_ids", ("response_ids",), ids),
-    Field("calls.mask", ("response_mask",), note="1 = model token; each run of 1s is one call"),
+    Field("calls.mask", ("response_mask",), note="1 = model token; each run of 1s is one call; absent: refused"),
     Field("rollout.logprobs", ("response_logprobs", "log_probs")),
     Field("prompt.task_text", ("raw_prompt", "messages"), pick="present", note="task_prompt_sha256_observed"),
     Field("version_start", ("param_version_start", "extra_fields.param_version_start")),
@@ -245,18 +258,117 @@ VERL_FIELDS = (
 )
 
 
+# verl DataProto rows (volcengine/verl, ``verl/experimental/agent_loop/agent_loop.py`` ``_postprocess`` and
+# ``verl/trainer/ppo/ray_trainer.py``): one sample of a batch per line, each tensor a list. Read on top of
+# VERL_FIELDS (ids, group, versions, task text come from the same non-tensor names).
+VERL_DATAPROTO_FIELDS = (
+    Field("prompts", ("prompts",), ids, note="left-padded to prompt_length: the real prompt is its attention_mask 1s"),
+    Field("responses", ("responses",), ids, note="right-padded to response_length: cut at the attention_mask's 1s"),
+    Field("attention_mask", ("attention_mask",), note="over prompts + responses; 1 on real tokens"),
+    Field("input_ids", ("input_ids",), ids, note="when logged, must be prompts + responses"),
+    Field("rollout_log_probs", ("rollout_log_probs",), note="→ `rollout.logprobs` on real response positions"),
+    Field(
+        "prompt.task_prompt_sha256_declared",
+        ("task_prompt_sha256_declared",),
+        sha256_hex,
+        note="root call; a hash written beside the batch at dispatch (verl writes none)",
+    ),
+    Field("old_log_probs", ("old_log_probs",), note="→ `trainer.logprobs`; a copy of rollout_log_probs: not written"),
+)
+
+
+def _padded_span(mask, left: bool) -> int:
+    """The count of real positions of a 0/1 attention mask padded on one side (left: 0…0 1…1, right: 1…1 0…0);
+    a mask with holes is not padding verl writes, and is refused."""
+    n = sum(mask)
+    real = mask[len(mask) - n :] if left else mask[:n]
+    if any(m != 1 for m in real):
+        raise ValueError(
+            f"attention_mask's {'prompt' if left else 'response'} part is not {'left' if left else 'right'}-padded"
+        )
+    return n
+
+
+def _real_list(values: dict, name: str, n: int, width: int):
+    """A per-response-position list cut to the ``n`` real response tokens; None when not logged. One shorter than
+    the real response (values missing) or longer than the padded response is refused, naming the lengths."""
+    v = values[name]
+    if v is None:
+        return None
+    if not isinstance(v, list) or not n <= len(v) <= width:
+        got = len(v) if isinstance(v, list) else type(v).__name__
+        raise ValueError(f"{name} has {got} values; the response has {n} real tokens padded to {width}")
+    return v[:n]
+
+
+def verl_dataproto(values: dict) -> dict:
+    """A verl DataProto row → the AgentLoopOutput fields :func:`_verl_rows` reads (in ``values``), plus the trainer
+    side. Padding is located by ``attention_mask`` (never by the pad id, which is also a real token, e.g. EOS):
+    the prompt is the left-padded ``prompts`` where its mask is 1, the response the first ``n`` of ``responses``.
+    Lengths that disagree are refused, naming them."""
+    p, r, am = values["prompts"], values["responses"], values["attention_mask"]
+    if p is None or r is None:
+        raise ValueError("prompts / responses missing or not lists of token ids")
+    P, R = len(p), len(r)
+    if not (isinstance(am, list) and len(am) == P + R and all(type(m) is int and m in (0, 1) for m in am)):
+        got = len(am) if isinstance(am, list) else type(am).__name__
+        raise ValueError(f"attention_mask must be 0/1 over prompts + responses ({P} + {R}), got {got}")
+    if values["input_ids"] is not None and values["input_ids"] != p + r:
+        raise ValueError("input_ids is not prompts + responses")
+    k, n = _padded_span(am[:P], left=True), _padded_span(am[P:], left=False)
+    mask = values["calls.mask"]
+    if not isinstance(mask, list) or len(mask) != R:
+        got = len(mask) if isinstance(mask, list) else type(mask).__name__
+        raise ValueError(f"response_mask has {got} positions; responses has {R}")
+    if any(mask[n:]):
+        raise ValueError(f"response_mask marks padding (past the {n} real response tokens) as model tokens")
+    values.update(
+        {
+            "prompt.token_ids": p[P - k :],
+            "response.token_ids": r[:n],
+            "calls.mask": mask[:n],
+            "rollout.logprobs": _real_list(values, "rollout_log_probs", n, R),
+        }
+    )
+    return _verl_trainer(values, _real_list(values, "old_log_probs", n, R))
+
+
+def _verl_trainer(values: dict, old) -> dict:
+    """The trainer side of a DataProto row: verl's recomputed ``old_log_probs`` under the ``response_mask`` it
+    trains with. In rollout-correction bypass mode verl sets ``old_log_probs = rollout_log_probs`` (no
+    recomputation): equal on every model token, it is the engine's value again, not a trainer's, and no trainer
+    block is written (``extra.old_log_probs: rollout_copy``) — a copy would read as perfect agreement."""
+    if old is None:
+        return {}
+    lp, mask = values["rollout.logprobs"], values["calls.mask"]
+    if lp is not None and all(old[t] == lp[t] for t, m in enumerate(mask) if m == 1):
+        return {"extra": {"old_log_probs": "rollout_copy"}}
+    return {"trainer": {"logprobs": old, "used": True, "policy_version": None}}
+
+
+def required_mask(values: dict, name: str):
+    """verl's ``response_mask`` and SkyRL's loss masks are the only record of which response tokens a tool or the
+    environment inserted (logged with a 0.0 stand-in log-prob): without one, which tokens the model sampled is
+    unknown, and the response is never read as all model tokens (slime's ``loss_mask: null`` is upstream's "all 1")."""
+    if values["calls.mask"] is None:
+        raise ValueError(f"{name} missing: which response tokens the model sampled is unknown (never read as all)")
+    return values
+
+
 def _verl_rows(values: dict):
     """The fully-async recipe's ``param_version_start``/``_end``, else verl's ``min_global_steps``/``max_global_steps``
     (the weights versions that generated the sample's first and last tokens), else ``param_version``."""
-    n = len(values["response.token_ids"] or ())
+    dataproto = any(values.get(k) is not None for k in ("prompts", "responses", "attention_mask"))
+    side = verl_dataproto(values) if dataproto else {}
+    n = len(required_mask(values, "response_mask")["response.token_ids"] or ())
     lo, hi = values["version_start"], values["version_end"]
     if lo is None and hi is None:
         lo, hi = values["steps_min"], values["steps_max"]
     one, tv = span_versions(lo, hi, n)
     if one is None and tv is None:
         one = values["model.policy_version"]
-    extra = {"policy_versions": [version(lo), version(hi)]} if tv is not None else {}
-    return [_traj(values, version=one, token_versions=tv, extra=extra)]
+    extra = dict(side.get("extra", {}), **({"policy_versions": [version(lo), version(hi)]} if tv is not None else {}))
+    return [_traj(values, version=one, token_versions=tv, extra=extra, trainer=side.get("trainer"))]
 
 
 def slime_versions(wv, prompt_len, n):
@@ -341,7 +453,7 @@ SKYRL_FIELDS = (
     Field("trajectory_id", ("trajectory_id",), skyrl_key),
     Field("prompt.token_ids", ("prompt_token_ids",), ids),
     Field("response.token_ids", ("response_ids",), ids),
-    Field("calls.mask", ("loss_mask", "loss_masks"), pick="present"),
+    Field("calls.mask", ("loss_mask", "loss_masks"), pick="present", note="absent: refused"),
     Field("rollout.logprobs", ("rollout_logprobs",), note="null: token identity lost → retokenized"),
     Field("prompt.task_text", ("prompt", "prompts"), pick="present"),
     Field("extra.stop_reason", ("stop_reason",), text, optional=True),
@@ -364,7 +476,7 @@ SKYRL_BATCH_COLUMNS = {
 
 
 def _skyrl_rows(values: dict):
-    r, lp = values["response.token_ids"], values["rollout.logprobs"]
+    r, lp = required_mask(values, "loss_mask")["response.token_ids"], values["rollout.logprobs"]
     reenc = values["postprocessed"] or values["env_postprocessed"]
     unverified = skyrl_unverified(r, values["calls.mask"], lp, values.get("extra.stop_reason"), values["appended_eos"])
     if reenc and r and lp is not None:
@@ -452,7 +564,7 @@ def _nemo_rows(values: dict):
 
 
 STACKS = {
-    "verl": (VERL_FIELDS, _verl_rows),
+    "verl": (VERL_FIELDS + VERL_DATAPROTO_FIELDS, _verl_rows),
     "slime": (SLIME_FIELDS, _slime_rows),
     "skyrl": (SKYRL_FIELDS, _skyrl_rows),
     "nemo-rl": (NEMO_RL_FIELDS, _nemo_rows),
@@ -506,7 +618,7 @@ def import_trajectories(
             try:
                 if not isinstance(obj, dict):
                     raise ValueError(err or "not a JSON object")
-                st = obj.get("step", obj.get("global_step", step))
+                st = obj.get("step", obj.get("global_step", obj.get("global_steps", step)))
                 st = st if type(st) is int else -1
                 rid = obj.get("run_id") if isinstance(obj.get("run_id"), str) else run_id or "unknown"
                 recs = []

@@ -37,6 +37,7 @@ from workers.fidelity.importers.common import (
     skeleton,
     task_text,
     text_sha256,
+    token_mismatch,
     topk_lists,
 )
 from workers.fidelity.importers.fields import (
@@ -326,7 +327,7 @@ def convert_exchange(obj: dict, *, line: int, ref: str, opts: dict, call_index: 
         if not x.chat and x.req.get("echo") is True and ev[0] is not None:
             ev = _cut_echo(x, ch, ev, prompt_ids)
         tok_lps = _response(x, ch, rec, ev)
-        _rollout(x, rec, tok_lps, ev[2], ev[3])
+        _rollout(x, rec, tok_lps, ev)
         if ch.get("routed_experts") is not None:  # --enable-return-routed-experts (docs/routing.md)
             attach_rollout_routes(rec, lambda P, T, ch=ch: vllm_response_routes(ch["routed_experts"], P, T))
         out.append(rec)
@@ -474,12 +475,16 @@ def _response(x: _Exchange, ch: dict, rec: dict, ev):
     return tok_lps
 
 
-def _rollout(x: _Exchange, rec: dict, tok_lps, tops, has_top) -> None:
-    """Log-probs and top-K: only when they align with the ids; never fabricated."""
+def _rollout(x: _Exchange, rec: dict, tok_lps, ev) -> None:
+    """Log-probs and top-K: only when they align with the ids, position by position; never fabricated."""
     ids = rec["response"]["token_ids"]
     n = len(ids)
+    tops, has_top = ev[2], ev[3]
     extra = {}
-    if tok_lps is not None and len(tok_lps) == n and rec["response"]["provenance"] != "retokenized":
+    mismatch = token_mismatch(ev[0], ids, x.tok)
+    if mismatch:
+        extra["logprobs_token_mismatch"] = mismatch
+    if tok_lps is not None and len(tok_lps) == n and rec["response"]["provenance"] != "retokenized" and not mismatch:
         rec["rollout"] = {"logprobs": [v if type(v) in (int, float) else None for v in tok_lps]}
         if has_top and len(tops) == n and x.req.get("logprob_token_ids"):
             extra["top_k_not_a_ranking"] = "request.logprob_token_ids: the lists are the requested ids"
