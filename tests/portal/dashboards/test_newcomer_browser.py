@@ -1,7 +1,8 @@
 """The newcomer's task from the run-verdict issue, in the system Chromium, with 30 runs, three kernel submissions, a
 training audit and an alert rule present: find the lowest-B* run of one model through the runs table's search and
 sort, compare it with another run ticked in the table, and export both with an API key issued on the keys page — the
-export (no browser session) carries the numbers the compare page shows."""
+export (no browser session) carries the numbers the compare page shows, and the table, the export and the API list
+(with the key) carry the same verdict."""
 
 from __future__ import annotations
 
@@ -60,6 +61,7 @@ class NewcomerTaskTest(BrowserTestCase):
         assert page.get_attribute('th[data-column="best_bound"]', "aria-sort") == "ascending"
         assert self.cell("1", "name") == lowest.run.name == "sweep-01"
         assert float(self.cell("1", "best_bound")) == pytest.approx(lowest.best_bound, rel=1e-3)
+        assert self.cell("1", "verdict") == lowest.verdict_detail["label"]  # the run page's verdict, in the table
         # compare it with another run ticked in the same table (the third row)
         other = self.cell("3", "name")
         page.check('#runs-table tbody tr:nth-child(1) input[name="c"]')
@@ -84,10 +86,13 @@ class NewcomerTaskTest(BrowserTestCase):
             response = keyed.get(href)
             assert response.status == 200 and response.headers["content-type"].startswith("text/csv")
             rows = {r["name"]: r for r in csv.DictReader(io.StringIO(response.text()))}
+            listed = keyed.get(f"/api/v1/projects/{self.project.slug}/runs/", params={"q": f"name = {lowest.run.name}"})
+            [api_row] = listed.json()["results"]
         finally:
             anonymous.dispose()
             keyed.dispose()
         assert sorted(rows) == sorted([lowest.run.name, other])
+        assert api_row["verdict_detail"] == lowest.verdict_detail  # the API list: the same verdict and sentence
         for name, on_page in zip((lowest.run.name, other), shown):
             certificate = RunCertificate.objects.get(project=self.project, run__name=name)
             assert float(rows[name]["best_bound"]) == pytest.approx(certificate.best_bound)
