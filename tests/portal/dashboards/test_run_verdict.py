@@ -110,6 +110,16 @@ def test_a_run_not_certified_says_where_its_divergence_comes_from(api, client, o
     assert f'data-step="{worst.step}"' in panel and f"step={worst.step}" in panel  # linked to that step's sequences
     top = certificate.sequence_summaries.exclude(eps_hat=None).order_by("-eps_hat", "line").first()
     assert f'data-line="{top.line}"' in panel and "Sequences by status" in panel
+    # what to do next, beside the verdict: the divergence the budget needs next to the run's own, and masking's effect
+    from django.utils.html import escape
+
+    verdict = certificate.verdict_detail
+    banner = html[html.index('id="run-verdict"') : html.index("</section>", html.index('id="run-verdict"'))]
+    assert escape(verdict["sentence"]) in banner and "per-token TV the budget needs" in banner
+    assert f"at most {verdict['needed_eps']:.3g} over" in verdict["sentence"]
+    assert f"this run's certified ε̂ is {certificate.eps_hat:.3g}" in verdict["sentence"]
+    if verdict["kept_bound"] is not None and verdict["kept_bound"] < certificate.best_bound:
+        assert f"keeps {verdict['kept_share']:.0%} of sequences" in verdict["sentence"]
 
 
 def test_a_segments_certificate_says_it_covers_only_its_steps(api, project, tmp_path):
