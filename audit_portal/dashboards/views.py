@@ -447,12 +447,24 @@ def compare_page(request, slug):
         ids=ids,
         base=certs[0].pk,
         params_diff=params_diff([c.run.config if c.run else {} for c in certs]),
+        api_export=_api_export(ctx["project"].slug, certs),
         caveat=certificate_selectors.COMPARISON_CAVEAT,
         a=certs[0],
         b=certs[1],
         figures=certificate_figures.comparison(certs, float(certs[0].budget.get("budget") or 0.1), names),
     )
     return render(request, "dashboards/compare.html", ctx)
+
+
+def _api_export(slug: str, certs) -> str | None:
+    """The API-key export of the compared runs (``runs.csv`` with a search for their names), so that a script gets
+    the rows this page compares without a browser session; None when a name cannot be quoted in the search language
+    (it holds both quote characters) or a certificate has no run."""
+    names = sorted({c.run.name for c in certs if c.run})
+    if len(names) != len({c.run_id for c in certs}) or any('"' in n and "'" in n for n in names):
+        return None
+    q = " or ".join("name = " + (f"'{n}'" if '"' in n else f'"{n}"') for n in names)
+    return reverse("run-export", args=[slug, "csv"]) + "?" + urlencode({"q": q})
 
 
 def params_diff(configs: list[dict]) -> dict:

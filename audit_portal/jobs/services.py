@@ -48,6 +48,7 @@ def create_job(
         subject_kind=subject_kind,
         subject_id=subject_id,
         submitted_by=submitted_by[:150],
+        message=waiting_for(queue),
     )
     if enqueue:
         transaction.on_commit(lambda: enqueue_job(job.pk))
@@ -60,6 +61,12 @@ def create_job(
 # instead of tying up its request threads, and tries the broker again when the pause is over.
 BROKER_RETRY_PAUSE_SECONDS = 5.0
 _broker_down_until: dict[str, float] = {}
+
+
+def waiting_for(queue: str) -> str:
+    """What a queued job waits for, in words (a bare "queued" hid the 13-22 minutes a kernel submission once spent
+    behind the startup calibration): a free worker that takes its queue. Starting the job replaces it."""
+    return f"waiting for a free worker that takes the {queue} queue"
 
 
 def reset_broker_pause() -> None:

@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from audit_portal_client.client import BudgetExceeded, Client, PortalError, PortalUnavailable, ReplayFailed
 from audit_portal_client.upload import PARTS_ABOVE
+from audit_portal_client.outcomes import verdict_line
 
 EXIT_OK, EXIT_REFUSED, EXIT_BUDGET, EXIT_UNREACHABLE, EXIT_PENDING, EXIT_REPLAY, EXIT_USAGE = 0, 1, 2, 3, 4, 5, 64
 
@@ -57,8 +58,10 @@ def _call(fn):
 
 def _summary(result) -> str:
     c = result.certificate
+    said = verdict_line(result.verdict)  # first, as the run page and the certify command put it
     return (
-        f"certificate {result.certificate_id}: {c.get('sequences')} sequences, {c.get('tokens')} tokens, "
+        (said + "\n" if said else "")
+        + f"certificate {result.certificate_id}: {c.get('sequences')} sequences, {c.get('tokens')} tokens, "
         f"eps_hat={c.get('eps_hat')}, B*={c.get('best_bound')} ({c.get('best_bound_id')}), "
         f"data errors {c.get('data_errors')}\n{result.url}"
     )

@@ -29,12 +29,24 @@ class BudgetExceeded(Exception):
     def __init__(self, result: "FinishResult", budget: float):
         best = result.best_bound
         what = f"certificate {result.certificate_id}" if result.certificate_id is not None else f"run {result.url}"
+        said = verdict_line(result.verdict)
         super().__init__(
-            f"{what}: best bound B* = {best} exceeds the budget {budget}"
-            if best is not None
-            else f"{what}: no bound could be certified (budget {budget})"
+            (
+                f"{what}: best bound B* = {best} exceeds the budget {budget}"
+                if best is not None
+                else f"{what}: no bound could be certified (budget {budget})"
+            )
+            + (f"; the portal's {said}" if said else "")
         )
         self.result, self.budget = result, budget
+
+
+def verdict_line(verdict: dict | None) -> str:
+    """The run's verdict as the portal words it on the run page and in its runs table (label and sentence), so a CI
+    log says the same as the page; empty when the portal sent none (an older portal)."""
+    if not verdict or not verdict.get("label"):
+        return ""
+    return f"verdict: {verdict['label']}. {verdict.get('sentence') or ''}".rstrip()
 
 
 class ReplayFailed(Exception):
@@ -64,3 +76,8 @@ class FinishResult:
     @property
     def best_bound(self):
         return self.certificate.get("best_bound")
+
+    @property
+    def verdict(self) -> dict | None:
+        """The run's verdict (code, label, sentence): the one its run page, the runs table and the API list show."""
+        return self.certificate.get("verdict") or None

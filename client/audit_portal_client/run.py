@@ -703,6 +703,7 @@ class Run:
             "missing_steps": sorted(self.gaps),
             "series": view.get("series"),
             "skipped": view.get("skipped"),
+            "verdict": view.get("verdict"),  # the merged view's: the run's verdict on its page and in the table
         }
         result = FinishResult(None, self._run_id, None, self.url, cert)
         if budget is not None and (result.best_bound is None or result.best_bound > budget):

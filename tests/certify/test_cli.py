@@ -59,3 +59,17 @@ def test_cli_exit_codes_in_process(tmp_path, capsys):
     assert main([str(bad), "--precision", "bf16", "--constants", "tight", "--mode", "kl"]) == 1
     assert "DATA_ERROR line 2 call b" in capsys.readouterr().out
     assert main([str(tmp_path / "missing.jsonl")]) == 1
+
+
+def test_the_first_line_is_the_runs_verdict_as_the_portal_words_it(tmp_path, capsys):
+    """The CI command says the verdict the portal's run page and runs table show for the same certificate
+    (workers/certify/verdict.py, one place), before any number."""
+    from workers.certify.file import certify_file
+    from workers.certify.verdict import run_verdict
+
+    good, _ = files(tmp_path)
+    assert main([str(good)]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    cert = certify_file(str(good))
+    verdict = run_verdict(cert["summary"], cert["bounds"], cert["options"])
+    assert first == f"verdict: {verdict.label}. {verdict.sentence}"

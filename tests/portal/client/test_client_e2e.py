@@ -16,6 +16,7 @@ from celery.contrib.testing.worker import start_worker
 
 from audit_portal.celery import app
 from audit_portal.certificates.models import RunCertificate
+from audit_portal.live.models import LiveRun
 from audit_portal.runs.models import Upload
 
 from ..pipelines.test_celery_integration import wait_for
@@ -200,6 +201,8 @@ def test_portal_down_mid_run_then_everything_uploaded_and_certified(
             assert run2.log_step(step, **step_batch(step)) == 0  # held: not counted twice
         run2.finish(budget=result.best_bound / 10, timeout=240)
     assert exc.value.result.certificate["sequences"] == calls and exc.value.budget == result.best_bound / 10
+    live = LiveRun.objects.get(run__name="grpo-e2e")
+    assert exc.value.result.verdict == live.verdict_detail and live.verdict_detail["label"] in str(exc.value)
     assert Upload.objects.filter(project=project, run__name="grpo-e2e").count() == 3
 
 
@@ -223,8 +226,13 @@ def test_cli_upload_wait_budget_and_status_exit_codes(live_server, project, subm
             )
             == 2
         )  # same bytes: the first upload's certificate, over budget
-        out = capsys.readouterr().out
+        captured = capsys.readouterr()
+        out = captured.out
         assert "B*=" in out and f"/p/{project.slug}/runs/" in out
+        # the CI gate says the run's verdict in the words of its run page and the runs table
+        verdict = RunCertificate.objects.get(upload_id=up_id).verdict_detail
+        said = f"verdict: {verdict['label']}. {verdict['sentence']}"
+        assert said in out.splitlines() and f"the portal's {said}" in captured.err
         assert cli_main(base + ["status", str(up_id), "--budget", "1e6"]) == 0, capsys.readouterr()
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"schema": "fcr/1"}\n')

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..browser import ARTIFACTS, BrowserTestCase, browser_marks
 from ..conftest import gz, jsonl, records
+from ..dashboards.test_runs_table_browser import synthetic_runs
 
 pytestmark = browser_marks
 AXE = (Path(__file__).parents[1] / "vendor" / "axe.min.js").read_text()
@@ -25,43 +26,26 @@ class AccessibilityTest(BrowserTestCase):
             gz(jsonl(records(trajectories=8, seed=3))),
             ("validate_upload", "certify_upload", "fidelity_audit"),
         )
+        self.others = synthetic_runs(self.project, 29)  # the 30 runs: a full table page and its pager
 
     def pages(self) -> list[str]:
         from django.urls import reverse
-        from django.utils import timezone
 
         from audit_portal.fidelity.models import FidelityCall
         from audit_portal.jobs.models import Job
-        from audit_portal.training.models import TrainingAudit
-
-        from ..kernels.test_kernels_contract_pages import shipped_contracts
 
         slug, up = self.project.slug, self.upload
         job = Job.objects.filter(subject_id=up.pk, kind="certify_upload").first()
         call = FidelityCall.objects.filter(report__upload=up).order_by("line").first()
         cert = up.certificate.pk
-        from audit_portal.kernels import services as kernel_services
         from audit_portal.kernels.selectors import latest_contracts
 
-        kernel_services.store_contracts(shipped_contracts())  # the contract pages with the shipped suite
+        from ..world import kernels_training_and_an_alert
+
+        # three kernel submissions (the list's diff radios), a training audit's page, the alerts page with a rule
+        world = kernels_training_and_an_alert(self.project)
+        subs, audit = world.submissions, world.training_audit
         contract = next(c for c in latest_contracts() if c.contract_class == "C-PRC-01")
-        from ..kernels.test_kernels_results import (
-            ALL_PASS,
-            make_submission,
-        )  # three submissions: the list, its diff radios
-
-        subs = [
-            make_submission(self.project, "a11y.kernels", ALL_PASS),
-            make_submission(self.project, "a11y.kernels", {**ALL_PASS, "C-PRC-01": "FAIL"}),
-            make_submission(self.project, "other.kernels", ALL_PASS, device="cuda"),
-        ]
-        # a finished training audit's page (stored numbers empty: its figures become empty states)
-        audit = TrainingAudit.objects.create(project=self.project, rollout_numerics="bf16", completed_at=timezone.now())
-        from audit_portal.alerts import services as alert_services  # the alerts page with a rule: its edit forms
-
-        alert_services.create_rule(
-            project=self.project, created_by="a11y", data={"name": "B* budget", "kind": "budget", "threshold": 0.05}
-        )
         from audit_portal.dashboards.models import SavedView  # the runs page with a saved view: its delete form
 
         SavedView.objects.get_or_create(
@@ -75,6 +59,7 @@ class AccessibilityTest(BrowserTestCase):
             f"/p/{slug}/runs/{up.run_id}/",
             f"/p/{slug}/runs/{up.run_id}/sequences/",
             f"/p/{slug}/compare/?c={cert}&c={cert}",
+            f"/p/{slug}/compare/?c={cert}&c={self.others[0].certificates.get().pk}",  # two runs: the API export line
             f"/p/{slug}/compare/",
             f"/jobs/{job.pk}/",
             "/glossary/",

@@ -75,3 +75,30 @@ def test_params_diff_flattens_nesting_and_counts_missing_keys():
     seed = got["rows"][1]["cells"]
     assert [c["text"] for c in seed] == ["1", "—", "1"] and [c["differs"] for c in seed] == [False, True, False]
     assert params_diff([{}, {}]) == {"rows": [], "same": 0, "keys": 0}
+
+
+def test_the_api_export_link_gets_exactly_the_compared_runs_even_with_quotes_in_names(api, client, owner, project):
+    """The compare page's export link quotes each run name for the search language; a name with a double quote is
+    single-quoted, one with both quote characters gets no link (the search language cannot say it)."""
+    import csv
+    import html as html_lib
+    import io
+
+    from audit_portal.runs.models import Run
+
+    from .test_runs_table_browser import synthetic_runs
+
+    runs = synthetic_runs(project, 4)
+    Run.objects.filter(pk=runs[0].pk).update(name='say "hi"')
+    Run.objects.filter(pk=runs[1].pk).update(name="sweep-01 or name ~ sweep")  # must stay one name, not a query
+    ids = [r.certificates.get().pk for r in runs]
+    client.force_login(owner)
+    page = client.get(f"/p/{project.slug}/compare/", {"c": ids[:2]}).content.decode()
+    href = html_lib.unescape(re.search(r'id="compare-export-link"[^>]*>GET ([^<]*)<', page).group(1))
+    body = b"".join(api.get(href).streaming_content).decode()
+    assert sorted(r["name"] for r in csv.DictReader(io.StringIO(body))) == sorted(
+        ['say "hi"', "sweep-01 or name ~ sweep"]
+    )
+    Run.objects.filter(pk=runs[2].pk).update(name="both \" and '")
+    page = client.get(f"/p/{project.slug}/compare/", {"c": ids[1:3]}).content.decode()
+    assert 'id="compare-export"' not in page

@@ -110,6 +110,35 @@ def test_a_run_not_certified_says_where_its_divergence_comes_from(api, client, o
     assert f'data-step="{worst.step}"' in panel and f"step={worst.step}" in panel  # linked to that step's sequences
     top = certificate.sequence_summaries.exclude(eps_hat=None).order_by("-eps_hat", "line").first()
     assert f'data-line="{top.line}"' in panel and "Sequences by status" in panel
+    # what to do next, beside the verdict: the divergence the budget needs next to the run's own, and masking's effect
+    from django.utils.html import escape
+
+    verdict = certificate.verdict_detail
+    banner = html[html.index('id="run-verdict"') : html.index("</section>", html.index('id="run-verdict"'))]
+    assert escape(verdict["sentence"]) in banner and "per-token TV the budget needs" in banner
+    assert f"at most {verdict['needed_eps']:.3g} over" in verdict["sentence"]
+    assert f"this run's certified ε̂ is {certificate.eps_hat:.3g}" in verdict["sentence"]
+
+
+def test_the_banner_says_what_masking_would_buy_where_it_lowers_the_bound(client, owner, project):
+    """A run whose mask at its threshold keeps 75% of sequences with a bound far below its own B* (the engine's
+    case in tests/certify/test_verdict.py), stored as the pipeline stores it: the run page says so at the top."""
+    from django.utils.html import escape
+
+    from audit_portal.certificates.models import RunCertificate
+
+    [run] = synthetic_runs(project, 1)
+    certificate = RunCertificate.objects.get(run=run)
+    summary = {**certificate.summary, "threshold": 1e-4, "acceptance_rate": 0.75}
+    verdict = run_verdict(summary, {"best": 2.0}, {})
+    RunCertificate.objects.filter(pk=certificate.pk).update(
+        summary=summary, bounds={"best": 2.0}, best_bound=2.0, verdict=verdict.code, verdict_detail=verdict.as_dict()
+    )
+    assert verdict.kept_bound < 2.0 and "keeps 75% of sequences" in verdict.sentence
+    client.force_login(owner)
+    html = client.get(f"/p/{project.slug}/runs/{run.pk}/").content.decode()
+    banner = html[html.index('id="run-verdict"') : html.index("</section>", html.index('id="run-verdict"'))]
+    assert escape(verdict.sentence) in banner and "Masking at the threshold" in banner
 
 
 def test_a_segments_certificate_says_it_covers_only_its_steps(api, project, tmp_path):

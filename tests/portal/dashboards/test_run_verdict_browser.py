@@ -1,10 +1,12 @@
 """The run page answers "is it OK?" before any scrolling: the verdict and its sentence sit in the first viewport on a
-laptop (1280×800) and on a phone (390×844), in Chromium, with 30 runs in the project."""
+laptop (1280×800) and on a phone (390×844), in Chromium, with 30 runs, three kernel submissions, a training audit
+and an alert rule in the project (what the issue's "Done when" has present)."""
 
 from __future__ import annotations
 
 from ..browser import ARTIFACTS, BrowserTestCase, browser_marks
 from ..conftest import gz, jsonl, records
+from ..world import kernels_training_and_an_alert
 from .test_runs_table_browser import synthetic_runs
 
 pytestmark = browser_marks
@@ -21,6 +23,7 @@ class RunVerdictFirstViewportTest(BrowserTestCase):
             ("validate_upload", "certify_upload"),
         )
         synthetic_runs(self.project, 29)
+        kernels_training_and_an_alert(self.project)
 
     def test_the_verdict_and_its_sentence_are_in_the_first_viewport(self):
         url = f"{self.live_server_url}/p/{self.project.slug}/runs/{self.upload.run_id}/"

@@ -32,6 +32,20 @@ def test_run_job_moves_through_the_states_and_keeps_the_result(job):
     assert job.result == {"answer": 42} and job.progress == 1.0 and job.attempts == 1 and job.finished_at
 
 
+def test_a_queued_job_says_what_it_waits_for_until_it_starts(project, client, owner):
+    from audit_portal.jobs.models import Job
+
+    job = services.create_job(
+        project=project, kind="kernel_conformance", task_name="workers.tasks.nothing", queue="kernels", enqueue=False
+    )
+    assert job.message == "waiting for a free worker that takes the kernels queue"
+    client.force_login(owner)
+    html = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert 'data-field="message"' in html and "waiting for a free worker that takes the kernels queue" in html
+    services.start_job(job.pk)
+    assert Job.objects.get(pk=job.pk).message == "started"
+
+
 def test_a_finished_job_is_not_run_again_on_redelivery(job):
     calls = []
     run_job(job.pk, lambda j, p: calls.append(1))
