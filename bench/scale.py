@@ -47,18 +47,22 @@ enqueue_job({job})
 """
 
 
-def write_log(mb: float) -> bytes:
+def write_log_file(path: Path, mb: float) -> Path:
+    """The benches' plain JSONL run log of about ``mb`` MiB (workers.fcr.synth: top-8 lists, 64-512 tokens)."""
     from workers.fcr.synth import SynthConfig, write_run
 
+    write_run(
+        path,
+        SynthConfig(trajectories=64, response_len=(64, 512), top_k=8, seed=7),
+        compress=False,
+        target_bytes=int(mb * 2**20),
+    )
+    return path
+
+
+def write_log(mb: float) -> bytes:
     with tempfile.TemporaryDirectory(prefix="ap-scale-") as tmp:
-        path = Path(tmp) / "run.jsonl"
-        write_run(
-            path,
-            SynthConfig(trajectories=64, response_len=(64, 512), top_k=8, seed=7),
-            compress=False,
-            target_bytes=int(mb * 2**20),
-        )
-        return path.read_bytes()
+        return write_log_file(Path(tmp) / "run.jsonl", mb).read_bytes()
 
 
 def small_log(seed: int) -> bytes:
