@@ -108,7 +108,11 @@ def wait_certified(env, upload: int, timeout: float) -> bool:
 
 
 def baseline(path: Path, rounds: int) -> tuple[float, dict]:
+    import torch
+
     from workers.certify.file import certify_file
+
+    print(f"  this process: torch intra-op threads {torch.get_num_threads()}", flush=True)
 
     best, result = float("inf"), {}
     for _ in range(rounds):
@@ -129,6 +133,12 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--baseline-rounds", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds the upload may take to be certified")
+    ap.add_argument(
+        "--follow-ups-timeout",
+        type=float,
+        default=600.0,
+        help="seconds to wait, after the certificate, for the upload's other jobs (the fidelity audit), to report them",
+    )
     args = ap.parse_args(argv)
 
     from audit_portal_client import Client
@@ -198,7 +208,9 @@ def main(argv=None) -> int:
             n_cert, c_first, c_last = pieces(env, "certificates_certificatechunk", up["id"], "certify_upload", t0)
             # let the other follow-ups (the fidelity audit) finish, to report them: the timed window has ended
             wait_until(
-                lambda: all(j["finished"] is not None for j in upload_jobs(env, up["id"], t0)), args.timeout, 0.5
+                lambda: all(j["finished"] is not None for j in upload_jobs(env, up["id"], t0)),
+                args.follow_ups_timeout,
+                0.5,
             )
             jobs = upload_jobs(env, up["id"], t0)
 
