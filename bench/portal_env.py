@@ -245,6 +245,15 @@ class PortalEnv:
         ]
         if beat:
             cmd += ["-B", "-s", str(self.var / f"beat-{name}")]
+        return self._spawn_worker(name, cmd, env)
+
+    def start_shipped_worker(self, name: str = "general", role: str = "general", env: dict | None = None):
+        """A worker role started by the shipped command, as scripts/up starts it (scripts/worker: its queues, pool,
+        concurrency and thread settings; DATABASE_URL is set, so a prefork pool of WORKER_CONCURRENCY, default 2)."""
+        cmd = [str(self.code / "scripts" / "worker"), role, "-l", "info", "--without-gossip", "--without-mingle"]
+        return self._spawn_worker(name, cmd, {"PATH": f"{BIN}:{self.env.get('PATH', '')}", **(env or {})})
+
+    def _spawn_worker(self, name: str, cmd: list[str], env: dict | None) -> subprocess.Popen:
         proc = subprocess.Popen(
             cmd,
             cwd=self.code,

@@ -47,18 +47,22 @@ enqueue_job({job})
 """
 
 
-def write_log(mb: float) -> bytes:
+def write_log_file(path: Path, mb: float) -> Path:
+    """The benches' plain JSONL run log of about ``mb`` MiB (workers.fcr.synth: top-8 lists, 64-512 tokens)."""
     from workers.fcr.synth import SynthConfig, write_run
 
+    write_run(
+        path,
+        SynthConfig(trajectories=64, response_len=(64, 512), top_k=8, seed=7),
+        compress=False,
+        target_bytes=int(mb * 2**20),
+    )
+    return path
+
+
+def write_log(mb: float) -> bytes:
     with tempfile.TemporaryDirectory(prefix="ap-scale-") as tmp:
-        path = Path(tmp) / "run.jsonl"
-        write_run(
-            path,
-            SynthConfig(trajectories=64, response_len=(64, 512), top_k=8, seed=7),
-            compress=False,
-            target_bytes=int(mb * 2**20),
-        )
-        return path.read_bytes()
+        return write_log_file(Path(tmp) / "run.jsonl", mb).read_bytes()
 
 
 def small_log(seed: int) -> bytes:
@@ -86,15 +90,16 @@ def job_row(env, job: int) -> dict:
     return {"state": state, "seconds": float(secs) if secs else None, "result": json.loads(result or "{}")}
 
 
-def phases(env, job: int) -> tuple[float, float]:
+def phases(env, job: int) -> tuple[float, float, int]:
     """(seconds from the job's start to its last stored chunk, seconds from there to the end: merge, storing the
-    certificate and its signature, drawing the figures); the one-task run has no chunk rows: (total, 0)."""
-    chunked, tail = env.sql(
+    certificate and its signature, drawing the figures; the worker processes that stored chunks); the one-task run
+    has no chunk rows: (total, 0, 1)."""
+    chunked, tail, processes = env.sql(
         f"select extract(epoch from max(c.created_at) - j.started_at), extract(epoch from j.finished_at - "
-        f"max(c.created_at)) from jobs_job j left join certificates_certificatechunk c on c.job_id = j.id "
-        f"where j.id={job} group by j.id"
+        f"max(c.created_at)), count(distinct c.worker) from jobs_job j left join certificates_certificatechunk c "
+        f"on c.job_id = j.id where j.id={job} group by j.id"
     )[0]
-    return (float(chunked), float(tail)) if chunked else (job_row(env, job)["seconds"], 0.0)
+    return (float(chunked), float(tail), int(processes)) if chunked else (job_row(env, job)["seconds"], 0.0, 1)
 
 
 def certificate(env, upload: int) -> str:
@@ -129,7 +134,7 @@ def run_config(
         if not ok or row["state"] != "succeeded":
             raise RuntimeError(f"certification did not succeed: {row}; logs in {env.logs}")
         row["certificate"] = certificate(env, upload)
-        row["chunk_phase"], row["tail"] = phases(env, job)
+        row["chunk_phase"], row["tail"], row["processes"] = phases(env, job)
         return row
     finally:
         env.stop_workers()
@@ -188,7 +193,7 @@ def main(argv=None) -> int:
                 results[name].append(row)
                 print(
                     f"round {r + 1} {name:10s} {row['seconds']:7.2f} s  {row['tokens_per_s']:10.0f} tokens/s  "
-                    f"chunks {row['result'].get('chunks', 1)}: start to last chunk {row['chunk_phase']:6.2f} s, "
+                    f"chunks {row['result'].get('chunks', 1)} by {row['processes']} proc: start to last chunk {row['chunk_phase']:6.2f} s, "
                     f"then merge/store/figures {row['tail']:5.2f} s  load {os.getloadavg()[0]:.2f}",
                     flush=True,
                 )

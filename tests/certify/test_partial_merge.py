@@ -206,3 +206,18 @@ def test_exact_sums_survive_many_large_terms():
     e.add(0, [5e-324])
     e.add(0, -big)
     assert e.values()[0] == 5e-324
+
+
+@settings(max_examples=100, deadline=None)
+@given(values=st.lists(FLOATS, min_size=1, max_size=40), slots=st.integers(1, 5), big=st.integers(0, 1 << 12))
+def test_exact_sums_json_round_trip_keeps_the_exact_integers(values, slots, big):
+    """from_json rebuilds each sum's exact integer (not only its rounded value): sums from the smallest subnormal to
+    past the top window's 32 bits (``big`` copies of 2**1020 carried into window 67)."""
+    e = ExactSums()
+    e.add(np.arange(len(values)) % slots, values)
+    e.add(0, np.full(big, 2.0**1020))
+    e._carry()
+    back = ExactSums.from_json(orjson.loads(orjson.dumps(e.to_json())))
+    assert back.integers() == e.integers()
+    assert back.to_json() == e.to_json()
+    assert np.array_equal(back.values(), e.values())

@@ -145,16 +145,22 @@ class ExactSums:
             if t == "0":
                 continue
             mant, _, exp = t.partition("p")
-            n = int(mant, 16) << (int(exp) - BASE)
+            n, shift = int(mant, 16), int(exp) - BASE
             sign, n = (-1, -n) if n < 0 else (1, n)
-            w = 0
-            while n:
+            # from the window of the lowest set bit: the ~30 windows below it are zero, and a numpy element store
+            # per window was most of a merge's reading time
+            start = min(shift >> 5, WINDOWS - 1)
+            n <<= shift - 32 * start
+            row = []
+            for w in range(start, WINDOWS):
                 if w == WINDOWS - 1:  # the top window keeps what is left (carried sums can exceed 32 bits there)
-                    self.acc[i, w] = sign * n
+                    row.append(sign * n)
                     break
-                self.acc[i, w] = sign * (n & M32)
+                row.append(sign * (n & M32))
                 n >>= 32
-                w += 1
+                if not n:
+                    break
+            self.acc[i, start : start + len(row)] = row
         if "special" in data:
             self.special[:] = np.asarray(data["special"], np.int64).reshape(-1, 3)
         return self

@@ -31,6 +31,7 @@ from workers.certify.summary import summarise
 from workers.certify.sequence import DATA_ERROR, DEFAULT_THRESHOLDS, MODES, SEQ_STATUS_NAMES, decide, length_bucket
 from workers.certify import parquet_rows
 from workers.certify.bounds import CONSTANTS, guard_threshold
+from workers.fcr.gc_pause import GcPaused
 from workers.fcr.reader import FcrParseError
 from workers.fcr.source import RunLogSource
 from workers.fcr.validate import array_bools_possible
@@ -383,35 +384,37 @@ def certify_part(path, plan: dict, chunk=None, *, chunk_tokens=1 << 16, sequence
             progress(frac, f"{run.sequences} sequences, {run.tokens} tokens certified")
         items, pending, n_tok = [], [], 0
 
-    for line_no, line, arrays in _source(path, state, chunk):
-        run.records += 1
-        rec, bad = _parsed(run, line_no, line)
-        if bad is not None:
-            pending.append(bad)
-            continue
-        role = rec.get("role", "policy")
-        if role != "policy":
-            run.skipped[f"role {role}"] += 1
-            continue
-        run.policy += 1
-        meta = record_meta(rec, line_no)
-        try:
-            y, a, b, pt, qt = arrays_of(rec, arrays, type(line) is bytes and not array_bools_possible(line))
-        except RecordError as exc:
-            pending.append(_error_seq(run, meta, str(exc)))
-            continue
-        if len(y) == 0:
-            run.skipped["empty response"] += 1
-            continue
-        if pt is not None and qt is not None:
-            n_unc = uncovered_positions(pt, qt)
-            if n_unc:
-                run.uncovered(meta, n_unc)
-        items.append((meta, y, a, b, pt, qt))
-        n_tok += len(y)
-        if n_tok >= chunk_tokens:
-            flush()
-    flush()
+    with GcPaused() as gc_pause:  # large records would trigger full collections of the whole heap (gc_pause.py)
+        for line_no, line, arrays in _source(path, state, chunk):
+            gc_pause.tick()
+            run.records += 1
+            rec, bad = _parsed(run, line_no, line)
+            if bad is not None:
+                pending.append(bad)
+                continue
+            role = rec.get("role", "policy")
+            if role != "policy":
+                run.skipped[f"role {role}"] += 1
+                continue
+            run.policy += 1
+            meta = record_meta(rec, line_no)
+            try:
+                y, a, b, pt, qt = arrays_of(rec, arrays, type(line) is bytes and not array_bools_possible(line))
+            except RecordError as exc:
+                pending.append(_error_seq(run, meta, str(exc)))
+                continue
+            if len(y) == 0:
+                run.skipped["empty response"] += 1
+                continue
+            if pt is not None and qt is not None:
+                n_unc = uncovered_positions(pt, qt)
+                if n_unc:
+                    run.uncovered(meta, n_unc)
+            items.append((meta, y, a, b, pt, qt))
+            n_tok += len(y)
+            if n_tok >= chunk_tokens:
+                flush()
+        flush()
     if "stream_error" in state:
         ln, reason = state["stream_error"]
         run.records += 1

@@ -21,6 +21,7 @@ from collections.abc import Callable
 import orjson
 
 from workers.fcr.columnar import RowReader
+from workers.fcr.gc_pause import GcPaused
 from workers.fcr.reader import FcrParseError
 from workers.fcr.record_check import validate_record
 from workers.fcr.routes import LayerCounts, has_routes, n_layers
@@ -239,26 +240,30 @@ def read_into(
     loads, JSONDecodeError = orjson.loads, orjson.JSONDecodeError
     line_no = 0
     try:
-        for line_no, line in reader:
-            if type(line) is not bytes:  # an fcr-parquet/1 row (workers/fcr/columnar.py): a record, or why it is not
-                tally.records += 1
-                if isinstance(line, FcrParseError):
-                    tally.add(FcrIssue(line_no, None, line.field or "", line.reason))
-                    continue
-                rec, no_bools = line, True  # typed columns: no JSON boolean can stand in for a number
-            else:
-                if report is not None and not reader.compressed:
-                    report(reader.position)
-                if line.isspace():
-                    continue
-                tally.records += 1
-                try:
-                    rec = loads(line)
-                except JSONDecodeError as exc:
-                    tally.add(FcrIssue(line_no, None, "", f"not valid JSON ({exc})"))
-                    continue
-                no_bools = not array_bools_possible(line)
-            tally.check(rec, line_no, no_bools, check_hashes=check_hashes, lint=lint)
+        with GcPaused() as gc_pause:  # large records would trigger full collections of the whole heap (gc_pause.py)
+            for line_no, line in reader:
+                gc_pause.tick()
+                if (
+                    type(line) is not bytes
+                ):  # an fcr-parquet/1 row (workers/fcr/columnar.py): a record, or why it is not
+                    tally.records += 1
+                    if isinstance(line, FcrParseError):
+                        tally.add(FcrIssue(line_no, None, line.field or "", line.reason))
+                        continue
+                    rec, no_bools = line, True  # typed columns: no JSON boolean can stand in for a number
+                else:
+                    if report is not None and not reader.compressed:
+                        report(reader.position)
+                    if line.isspace():
+                        continue
+                    tally.records += 1
+                    try:
+                        rec = loads(line)
+                    except JSONDecodeError as exc:
+                        tally.add(FcrIssue(line_no, None, "", f"not valid JSON ({exc})"))
+                        continue
+                    no_bools = not array_bools_possible(line)
+                tally.check(rec, line_no, no_bools, check_hashes=check_hashes, lint=lint)
     except FcrParseError as exc:  # truncated/corrupt gzip, or a line or decompression limit: reading stops there
         tally.add(FcrIssue(exc.line, None, "", exc.reason))
         tally.stopped = True

@@ -35,10 +35,10 @@ import pickle
 import struct
 import tempfile
 from collections.abc import Callable, Iterable
-from contextlib import contextmanager
 
 import numpy as np
 
+from workers.fcr.gc_pause import GC_EVERY, GcPaused
 from workers.fidelity.coverage import Coverage, coverage_meta
 from workers.fidelity.lineage_index import UNAUDITABLE, LineageIndex
 from workers.fidelity.masks_export import MaskWriter
@@ -49,19 +49,7 @@ from workers.fidelity.verdict import coverage_gate_reason, headline, verdict_lab
 
 REPORT_SCHEMA = "fcr-audit/1"
 READ_SHARE = 0.9  # progress: the evaluation pass (bytes read) is 0 → 0.9, the verdict pass 0.9 → 1.0
-GC_EVERY = 4096  # lines between young-generation collections while the collector is paused
 _LEN = struct.Struct("<Q")  # spill framing: length of each call's pickle
-
-
-@contextmanager
-def _gc_paused():
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 # ------------------------------------------------------------------------------------------- audit
@@ -115,7 +103,7 @@ def _run(
     audit = _Audit(mode, tokenizer, progress, options)
     keep = audit.opts.max_calls_in_report
     keep = keep if keep is not None else (0 if call_sink else None)
-    with _gc_paused(), tempfile.TemporaryFile(prefix="fidelity-audit-") as spill_file:
+    with GcPaused(), tempfile.TemporaryFile(prefix="fidelity-audit-") as spill_file:
         spill = _Spill(spill_file)
         audit.evaluate_pass(source, spill, progress_every)
         audit.fix_up_pass(source)
