@@ -170,6 +170,11 @@ class SubmissionSerializer(serializers.ModelSerializer):
             "message": job.message,
             "error": job.error,
             "queue": job.queue,
+            # the same words and badge colour as the job's websocket events, and when it last changed: the page
+            # renders whichever answer is newer, and a fetch must never turn "1 of 2 contracts failed" back into a
+            # plain green "succeeded"
+            "updated_at": job.updated_at.isoformat() if job.updated_at else None,
+            "outcome": job.outcome,
         }
 
     def get_verdicts(self, submission) -> list[dict]:
