@@ -38,6 +38,8 @@ class UploadSerializer(serializers.ModelSerializer):
             "error_count",
             "validation",
             "submitted_by",
+            "config",
+            "tags",
             "created_at",
             "processed_at",
             "jobs",
@@ -107,6 +109,17 @@ class UploadListCreate(WorkBudgetMixin, generics.ListAPIView):
                 "UploadRequest",
                 {
                     "file": serializers.FileField(),
+                    "config": serializers.CharField(
+                        required=False,
+                        help_text="the run's config as a JSON object (text): at most 64 keys and 16 KiB, each value "
+                        "a string, number, boolean, null or a list of at most 64 of those; merged into the run's "
+                        "config when the upload is valid (docs/portal.md)",
+                    ),
+                    "tags": serializers.CharField(
+                        required=False,
+                        help_text='the run\'s tags: a JSON list of strings (["a", "b"]) or comma-separated text '
+                        "(a,b); at most 32, each 1 to 64 characters; added to the run's tags when the upload is valid",
+                    ),
                     # registered by audit_portal/live (runs/extras.py)
                     "steps": serializers.CharField(
                         required=False,
@@ -147,7 +160,13 @@ class UploadListCreate(WorkBudgetMixin, generics.ListAPIView):
                     "Send the run log as multipart/form-data in a field named 'file'.", code="file_missing"
                 )
             fields = extras.checked(request.data)  # e.g. live's "steps": a bad value is refused before storing
-            upload, created = services.receive_upload(project=project, uploaded=uploaded, submitted_by=principal.label)
+            upload, created = services.receive_upload(
+                project=project,
+                uploaded=uploaded,
+                submitted_by=principal.label,
+                config=fields.get("config"),
+                tags=fields.get("tags"),
+            )
             extras.store(upload, fields)
         finally:
             for extra in received:  # receive_upload disposes of the one it was given

@@ -9,6 +9,11 @@ class RunsConfig(AppConfig):
     def ready(self):
         from audit_portal.jobs.outcomes import register_product_page
         from audit_portal.runs import consistency  # noqa: F401  (registers this app's consistency checks)
+        from audit_portal.runs import declarations, extras
+
+        # checked with the other extra fields (a bad one refused before storing); receive_upload stores them
+        extras.register("config", declarations.parse_config, None)
+        extras.register("tags", declarations.parse_tags, None)
 
         register_product_page("validate_upload")(validated_upload_page)
         register_product_page(subject_kind="upload")(upload_page)

@@ -31,7 +31,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit_portal.core.errors import PortalError, UploadTooLarge
-from audit_portal.runs import services
+from audit_portal.runs import declarations, services
 from audit_portal.runs.models import UploadSession
 from audit_portal.runs.upload_handler import hashed_file_from_path, incoming_dir
 
@@ -49,7 +49,9 @@ def session_path(session: UploadSession) -> Path:
     return incoming_dir() / f"session-{session.pk.hex}.part"
 
 
-def create_session(*, project, size, sha256, name, created_by: str) -> UploadSession:
+def create_session(*, project, size, sha256, name, created_by: str, config=None, tags=None) -> UploadSession:
+    """``config``/``tags``: as with a single-request upload (runs/declarations.py), checked now, kept on the session
+    and handed to the intake at completion."""
     if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
         raise InvalidUploadSession("size: the file's size in bytes, a whole number above 0.", extra={"field": "size"})
     if size > settings.UPLOAD_MAX_BYTES:
@@ -60,6 +62,7 @@ def create_session(*, project, size, sha256, name, created_by: str) -> UploadSes
         )
     if name is not None and not isinstance(name, str):
         raise InvalidUploadSession("name: the file's name, a string.", extra={"field": "name"})
+    config, tags = declarations.parse_config(config), declarations.parse_tags(tags)
     if UploadSession.objects.filter(project=project, state=UploadSession.State.OPEN).count() >= MAX_OPEN_SESSIONS:
         raise InvalidUploadSession(
             f"A project has at most {MAX_OPEN_SESSIONS} open upload sessions; complete one first.",
@@ -73,6 +76,8 @@ def create_session(*, project, size, sha256, name, created_by: str) -> UploadSes
         sha256=(sha256 or "").lower(),
         part_size=PART_BYTES,
         created_by=created_by[:150],
+        config=config or {},
+        tags=tags or [],
     )
     with open(session_path(session), "wb") as fh:
         fh.truncate(size)  # sparse: disk is used as parts arrive
@@ -170,7 +175,13 @@ def complete(session: UploadSession, submitted_by: str):
         )
     uploaded.name = session.name
     try:
-        upload, created = services.receive_upload(project=session.project, uploaded=uploaded, submitted_by=submitted_by)
+        upload, created = services.receive_upload(
+            project=session.project,
+            uploaded=uploaded,
+            submitted_by=submitted_by,
+            config=session.config,
+            tags=session.tags,
+        )
     except PortalError:
         UploadSession.objects.filter(pk=session.pk).update(state=UploadSession.State.COMPLETED)
         raise

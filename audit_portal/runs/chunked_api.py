@@ -33,6 +33,8 @@ class UploadSessionSerializer(serializers.ModelSerializer):
             "parts_received",
             "state",
             "upload",
+            "config",
+            "tags",
             "created_at",
             "updated_at",
         ]
@@ -59,6 +61,17 @@ class UploadSessionCreate(WorkBudgetMixin, APIView):
                 "size": serializers.IntegerField(min_value=1),
                 "sha256": serializers.CharField(min_length=64, max_length=64, required=False, allow_null=True),
                 "name": serializers.CharField(required=False),
+                "config": serializers.DictField(
+                    required=False,
+                    help_text="the run's config (JSON object, same limits as a single-request upload's); handed "
+                    "to the upload at completion and merged into its run when it is valid",
+                ),
+                "tags": serializers.ListField(
+                    child=serializers.CharField(max_length=64),
+                    required=False,
+                    max_length=32,
+                    help_text="the run's tags (or comma-separated text); added to its run's tags when valid",
+                ),
             },
         ),
         responses={201: UploadSessionSerializer},
@@ -78,6 +91,8 @@ class UploadSessionCreate(WorkBudgetMixin, APIView):
             sha256=data.get("sha256"),
             name=data.get("name"),
             created_by=principal.label,
+            config=data.get("config"),
+            tags=data.get("tags"),
         )
         return Response(UploadSessionSerializer(session).data, status=status.HTTP_201_CREATED)
 

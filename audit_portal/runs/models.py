@@ -63,6 +63,9 @@ class Upload(models.Model):
     validation = models.JSONField(default=dict, blank=True)
     error_count = models.IntegerField(default=0)
     submitted_by = models.CharField(max_length=150, blank=True)
+    # Given with the upload (runs/declarations.py): merged into its run's config and tags when it turns valid
+    config = models.JSONField(default=dict, blank=True)
+    tags = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     processed_at = models.DateTimeField(null=True, blank=True)
 
@@ -120,6 +123,8 @@ class UploadSession(models.Model):
     parts_received = models.JSONField(default=list, blank=True)  # sorted part numbers (0-based)
     state = models.CharField(max_length=16, choices=State.choices, default=State.OPEN, db_index=True)
     upload = models.ForeignKey(Upload, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    config = models.JSONField(default=dict, blank=True)  # given at creation, handed to the upload at completion
+    tags = models.JSONField(default=list, blank=True)
     created_by = models.CharField(max_length=150, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)

@@ -13,6 +13,7 @@ from audit_portal import task_names
 from audit_portal.core.errors import PortalError, QueueUnavailable, UnsupportedUpload
 from audit_portal.core.storage import artifact_path  # tasks and tests reach it as runs.artifact_path
 from audit_portal.jobs.services import create_job
+from audit_portal.runs.declarations import apply_to_run, has_nul
 from audit_portal.runs.models import Run, Upload, UploadStage, ValidationPiece
 from audit_portal.runs.preflight import PARQUET_MAGIC, preflight
 from audit_portal.runs.upload_handler import HashedUploadedFile
@@ -31,8 +32,11 @@ def _storage_name(sha256: str, compression: str, fmt: str = "fcr/1") -> str:
     return f"uploads/{sha256[:2]}/{sha256}{suffix}"
 
 
-def receive_upload(*, project, uploaded: HashedUploadedFile, submitted_by: str) -> tuple[Upload, bool]:
-    """Store an uploaded run log and queue its validation.
+def receive_upload(
+    *, project, uploaded: HashedUploadedFile, submitted_by: str, config=None, tags=None
+) -> tuple[Upload, bool]:
+    """Store an uploaded run log and queue its validation; ``config``/``tags`` (checked by runs/declarations.py) are
+    stored with it and reach its run when it turns valid.
 
     Returns ``(upload, created)``. The same bytes uploaded again return the first upload with
     ``created=False`` (the resubmission is recorded as a ``duplicate`` row that stores no file).
@@ -45,7 +49,7 @@ def receive_upload(*, project, uploaded: HashedUploadedFile, submitted_by: str) 
             raise error_cls(check.message, code=check.code, extra={"errors": check.errors} if check.errors else None)
         original = Upload.objects.filter(project=project, sha256=uploaded.sha256, duplicate_of__isnull=True).first()
         if original is not None:
-            return _record_duplicate(project, original, uploaded, submitted_by), False
+            return _record_duplicate(project, original, uploaded, submitted_by, config, tags), False
         fmt = PARQUET_FORMAT if uploaded.compression == "none" and uploaded.head[:4] == PARQUET_MAGIC else "fcr/1"
         name = _storage_name(uploaded.sha256, uploaded.compression, fmt)
         target = artifact_path(name)
@@ -66,6 +70,8 @@ def receive_upload(*, project, uploaded: HashedUploadedFile, submitted_by: str) 
                     storage_name=name,
                     stage=UploadStage.RECEIVED,
                     submitted_by=submitted_by,
+                    config=config or {},
+                    tags=tags or [],
                 )
                 create_job(
                     project=project,
@@ -80,7 +86,7 @@ def receive_upload(*, project, uploaded: HashedUploadedFile, submitted_by: str) 
         except IntegrityError:
             # A concurrent request stored the same digest first: the file on disk is identical, keep it.
             original = Upload.objects.get(project=project, sha256=uploaded.sha256, duplicate_of__isnull=True)
-            return _record_duplicate(project, original, uploaded, submitted_by), False
+            return _record_duplicate(project, original, uploaded, submitted_by, config, tags), False
         except QueueUnavailable as exc:
             # Committed before the send failed: the upload and its queued job are stored; the reaper resends it.
             raise QueueUnavailable(
@@ -98,8 +104,13 @@ def receive_upload(*, project, uploaded: HashedUploadedFile, submitted_by: str) 
         uploaded.discard()
 
 
-def _record_duplicate(project, original: Upload, uploaded: HashedUploadedFile, submitted_by: str) -> Upload:
-    Upload.objects.create(
+@transaction.atomic
+def _record_duplicate(
+    project, original: Upload, uploaded: HashedUploadedFile, submitted_by: str, config, tags
+) -> Upload:
+    """The resubmission's row keeps what it was given; its config/tags reach the run now when the first upload has
+    joined one already, otherwise when that one turns valid (record_validation reads its resubmissions)."""
+    duplicate = Upload.objects.create(
         project=project,
         original_name=(uploaded.name or "upload.jsonl")[:255],
         sha256=uploaded.sha256,
@@ -110,7 +121,14 @@ def _record_duplicate(project, original: Upload, uploaded: HashedUploadedFile, s
         duplicate_of=original,
         submitted_by=submitted_by,
         processed_at=timezone.now(),
+        config=config or {},
+        tags=tags or [],
     )
+    # read again: the first upload may have turned valid since it was looked up (merging twice changes nothing)
+    joined = Upload.objects.filter(pk=original.pk, stage=UploadStage.VALID, run__isnull=False).select_related("run")
+    first = joined.first()
+    if first is not None:
+        apply_to_run(first.run, [duplicate])
     return original
 
 
@@ -166,6 +184,8 @@ def record_validation(upload: Upload, summary: dict) -> Upload:
         run_name = run_ids[0] if len(run_ids) == 1 else Path(upload.original_name).stem.split(".")[0] or "run"
         upload.run, _ = Run.objects.get_or_create(project=upload.project, name=run_name[:200])
         Run.objects.filter(pk=upload.run.pk).update(updated_at=timezone.now())
+        # the upload's config/tags, then those of its resubmissions so far (a later one applies its own)
+        apply_to_run(upload.run, [upload, *upload.resubmissions.order_by("created_at", "id")])
         for kind, task_name, queue in follow_ups_for(summary):
             create_job(
                 project=upload.project,
@@ -186,18 +206,6 @@ CONFIG_MAX_BYTES = 64 * 1024
 TAGS_MAX = 32
 
 
-def _has_nul(value) -> bool:
-    """PostgreSQL's text and jsonb hold no U+0000: a name, key or string with one is refused up front (a 400 naming
-    the field), never a database error."""
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_has_nul(v) for v in value)
-    return False
-
-
 def _checked_declarations(config, tags) -> tuple[dict | None, list | None]:
     """A client's ``config`` (a JSON object, at most 64 KiB) and ``tags`` (at most 32 short strings); a 400 else."""
     import json
@@ -205,7 +213,7 @@ def _checked_declarations(config, tags) -> tuple[dict | None, list | None]:
     if config is not None:
         if not isinstance(config, dict):
             raise PortalError("config: a JSON object", code="invalid_run_config", extra={"field": "config"})
-        if _has_nul(config):
+        if has_nul(config):
             raise PortalError(
                 "config: a JSON object with no U+0000 characters", code="invalid_run_config", extra={"field": "config"}
             )
@@ -219,7 +227,7 @@ def _checked_declarations(config, tags) -> tuple[dict | None, list | None]:
         if (
             not isinstance(tags, list)
             or len(tags) > TAGS_MAX
-            or not all(isinstance(t, str) and 0 < len(t) <= 64 and not _has_nul(t) for t in tags)
+            or not all(isinstance(t, str) and 0 < len(t) <= 64 and not has_nul(t) for t in tags)
         ):
             raise PortalError(
                 f"tags: a list of at most {TAGS_MAX} strings of 1 to 64 characters",
@@ -232,7 +240,7 @@ def _checked_declarations(config, tags) -> tuple[dict | None, list | None]:
 def start_run(*, project, name: str, config=None, tags=None) -> tuple[Run, bool]:
     """The run ``name`` of ``project``, created when new (a client starting or resuming it); ``config``/``tags``
     given replace the stored ones. Returns ``(run, created)``; the run is marked running."""
-    if not isinstance(name, str) or not name.strip() or len(name) > 200 or _has_nul(name):
+    if not isinstance(name, str) or not name.strip() or len(name) > 200 or has_nul(name):
         raise PortalError(
             "name: the run's name (its records' run_id), 1 to 200 characters, no U+0000",
             code="invalid_run_name",

@@ -19,6 +19,7 @@ for scripts):
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
@@ -74,6 +75,9 @@ def cmd_upload(args) -> int:
         return _usage("--project (or AUDIT_PORTAL_PROJECT) is required")
     if not os.path.isfile(args.file):
         return _usage(f"{args.file}: no such file")
+    config = _config(args.config)
+    if config is _BAD:
+        return _usage("--config: a JSON object, e.g. '{\"lr\": 1e-6}'")
     size = os.path.getsize(args.file)
     quiet = args.quiet or not sys.stderr.isatty() and not args.progress
     parts_above = None if args.single_request else args.parts_above
@@ -94,7 +98,15 @@ def cmd_upload(args) -> int:
 
         up, code = _call(
             lambda: client._poll(
-                lambda: client.upload(project, args.file, progress=sent, parts_above=parts_above, hash_progress=hashed),
+                lambda: client.upload(
+                    project,
+                    args.file,
+                    progress=sent,
+                    parts_above=parts_above,
+                    hash_progress=hashed,
+                    config=config,
+                    tags=args.tag,
+                ),
                 deadline=_deadline(args.timeout),
             )
         )
@@ -134,6 +146,20 @@ def cmd_upload(args) -> int:
             print(f"audit-portal: {ReplayFailed(result.upload_id, replay)}", file=sys.stderr)
             return EXIT_REPLAY
     return EXIT_OK
+
+
+_BAD = object()
+
+
+def _config(text: str | None):
+    """``--config``: a JSON object (None when not given; ``_BAD`` when it is not one)."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return _BAD
+    return value if isinstance(value, dict) else _BAD
 
 
 def cmd_status(args) -> int:
@@ -244,6 +270,12 @@ def main(argv=None) -> int:
         "(default 64M)",
     )
     u.add_argument("--single-request", action="store_true", help="always send the file in one request")
+    u.add_argument(
+        "--config",
+        metavar="JSON",
+        help="the run's config as a JSON object, merged into the run's when the upload is valid",
+    )
+    u.add_argument("--tag", action="append", metavar="TAG", help="a tag for the run (repeat for more)")
     u.add_argument("--quiet", action="store_true")
     u.add_argument("--progress", action="store_true", help="progress bars even when stderr is not a terminal")
     s = sub.add_parser("status", help="an upload's stage, jobs and certificate")

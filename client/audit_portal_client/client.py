@@ -6,6 +6,7 @@ that logs steps as they train. Errors: :class:`PortalError` (the portal refused,
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import time
@@ -80,6 +81,8 @@ class Client:
         parts_above: int | None = PARTS_ABOVE,
         hash_progress=None,
         state_dir=None,
+        config: dict | None = None,
+        tags=None,
     ) -> dict:
         """POST one run-log file (JSONL, .jsonl.gz or .parquet) to the project; returns the upload object (201 new,
         200 the same bytes were uploaded before). ``progress(bytes_sent, total)`` while the body streams. ``steps``
@@ -91,7 +94,11 @@ class Client:
         (:mod:`audit_portal_client.upload`): calling ``upload`` again after an interruption sends only the parts the
         portal is missing. ``hash_progress(bytes_read, total)`` while its SHA-256 is computed first; ``state_dir``
         holds the remembered sessions (default ``AUDIT_PORTAL_STATE`` or ``~/.cache/audit-portal``). A file with
-        ``steps`` always goes in one request (the portal's sessions take no step range)."""
+        ``steps`` always goes in one request (the portal's sessions take no step range).
+
+        ``config`` (a JSON object: at most 64 keys and 16 KiB, values scalars or short lists) and ``tags`` (strings)
+        go with the file, either way it is sent: when the portal finds the upload valid, they are merged into its
+        run's config and tags (a resumed upload in parts keeps those its session was started with)."""
         path = Path(path)
         size = os.path.getsize(path)
         if steps is None and parts_above is not None and size > parts_above:
@@ -105,12 +112,14 @@ class Client:
                     progress=progress,
                     hash_progress=hash_progress,
                     state=None if state_dir is None else Path(state_dir) / "uploads",
+                    declared=_declared(config, tags),
                 )
             except parts.SessionsFull as exc:  # a single request takes any size up to the limit, without resuming
                 parts.log.warning("%s; sending %s in one request", exc, path.name)
         fields = {"steps": f"{steps[0]}-{steps[1]}"} if steps is not None else {}
         if steps is not None and rank is not None:
             fields["rank"] = str(int(rank))
+        fields.update({k: json.dumps(v) for k, v in _declared(config, tags).items()})  # JSON text: one line
         with open(path, "rb") as fh:
             body = _Multipart(fh, path.name, size, progress, fields)
             return self._request(
@@ -205,6 +214,16 @@ class Client:
         return Run(self, project or self.project, name, **kw)
 
 
+def _declared(config, tags) -> dict:
+    """The ``config``/``tags`` given, as the portal takes them (tags: a list of strings)."""
+    out = {}
+    if config is not None:
+        out["config"] = dict(config)
+    if tags is not None:
+        out["tags"] = [tags] if isinstance(tags, str) else [str(t) for t in tags]
+    return out
+
+
 class _Multipart:
     """A ``multipart/form-data`` body with one file field, streamed from disk (``read(n)``) with a known length."""
 
@@ -212,7 +231,8 @@ class _Multipart:
         boundary = f"audit-portal-{random.getrandbits(64):016x}"
         self.content_type = f"multipart/form-data; boundary={boundary}"
         safe = filename.replace('"', "_").replace("\r", "_").replace("\n", "_")
-        # plain fields first (values are ours: step ranges, no quoting needed), then the file
+        # plain fields first (values are ours: step ranges and JSON text, one line each, no quoting needed), then the
+        # file
         head = "".join(
             f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'
             for k, v in (fields or {}).items()

@@ -107,10 +107,12 @@ def upload_in_parts(
     retries: int | None = None,
     backoff: float | None = None,
     sleep=None,
+    declared: dict | None = None,
 ) -> dict:
     """Upload ``path`` to ``project`` through an upload session (see the module); returns the upload object.
     ``progress(bytes_stored, size)`` after each part (the parts a resumed session already has count as stored),
     ``hash_progress(bytes_read, size)`` while the digest is computed. ``state``: the folder of remembered sessions.
+    ``declared``: the run's ``config``/``tags`` sent with a new session (a resumed one keeps those it started with).
     Raises ``SessionsFull`` when the project has too many unfinished sessions (the caller may send one request)."""
 
     attempt = _retrying(
@@ -128,7 +130,7 @@ def upload_in_parts(
     if completed is not None:
         return completed
     if session is None:
-        session = _started(client, memo, project, path, size, sha256, attempt)
+        session = _started(client, memo, project, path, size, sha256, attempt, declared or {})
 
     parts = session["id"], session["part_size"], session["part_count"]  # the session's layout, fixed at its start
     sid = parts[0]
@@ -186,7 +188,9 @@ def _resumed(client, memo: _Remembered, size: int, sha256: str, attempt) -> tupl
     return got, None
 
 
-def _started(client, memo: _Remembered, project: str, path: Path, size: int, sha256: str, attempt) -> dict:
+def _started(
+    client, memo: _Remembered, project: str, path: Path, size: int, sha256: str, attempt, declared: dict
+) -> dict:
     """A new upload session for the file, remembered for a later resume."""
 
     try:
@@ -195,7 +199,7 @@ def _started(client, memo: _Remembered, project: str, path: Path, size: int, sha
             lambda: client._request(
                 "POST",
                 f"/projects/{project}/upload-sessions/",
-                json={"size": size, "sha256": sha256, "name": path.name},
+                json={"size": size, "sha256": sha256, "name": path.name, **declared},
             ),
         )
     except PortalError as exc:

@@ -48,6 +48,7 @@ class FakePortal:
         self.uploads: list[dict] = []
         self.down_after: int | None = None
         self.faults: list = []
+        self.created: list[dict] = []  # the JSON bodies that started sessions
 
     def install(self, client: Client) -> Client:
         client.session.request = self.request
@@ -96,6 +97,7 @@ class FakePortal:
             return error(
                 400, "too_many_upload_sessions", "A project has at most 10 open upload sessions; complete one first."
             )
+        self.created.append(body)
         sid = str(uuid.uuid4())
         self.sessions[sid] = {
             "id": sid,
@@ -386,3 +388,56 @@ def test_cli_single_request_flag(portal, big, tmp_path, monkeypatch, capsys):
 )
 def test_sizes(text, value):
     assert _size(text) == value
+
+
+def multipart_fields(body: bytes) -> dict:
+    """The plain (non-file) fields of a multipart body, by name."""
+    boundary = body.split(b"\r\n", 1)[0]
+    out = {}
+    for chunk in body.split(boundary)[1:-1]:
+        head, _, value = chunk.strip(b"\r\n").partition(b"\r\n\r\n")
+        if b"filename=" not in head:
+            out[head.split(b'name="')[1].split(b'"')[0].decode()] = value.decode()
+    return out
+
+
+def test_config_and_tags_go_with_a_single_request(portal, tmp_path):
+    small = tmp_path / "small.jsonl"
+    small.write_bytes(b'{"schema": "fcr/1"}\n')
+    config = {"lr": 3e-6, "note": 'caf\u00e9 "quoted"', "layers": [4, 8]}
+    client(portal).upload("demo", small, parts_above=1000, config=config, tags=("grpo", "7b"))
+    fields = multipart_fields(portal.uploads[0]["body"])
+    assert json.loads(fields["config"]) == config and json.loads(fields["tags"]) == ["grpo", "7b"]
+    client(portal).upload("demo", small, parts_above=1000)  # none given: none sent
+    assert multipart_fields(portal.uploads[1]["body"]) == {}
+
+
+def test_config_and_tags_go_with_a_session_and_a_resume_keeps_its_own(portal, big, tmp_path):
+    portal.down_after = 4
+    with pytest.raises(PortalUnavailable):
+        client(portal).upload(
+            "demo", big, parts_above=4096, state_dir=tmp_path / "state", config={"lr": 1}, tags=["parts"]
+        )
+    assert len(portal.created) == 1
+    assert portal.created[0]["config"] == {"lr": 1} and portal.created[0]["tags"] == ["parts"]
+    portal.down_after = None
+    up = client(portal).upload("demo", big, parts_above=4096, state_dir=tmp_path / "state", tags=["other"])
+    assert up["how"] == "parts" and len(portal.created) == 1  # resumed: the session keeps the tags it started with
+
+
+def test_cli_tag_and_config_flags(portal, big, tmp_path, monkeypatch, capsys):
+    import audit_portal_client.cli as cli
+
+    monkeypatch.setattr(cli, "Client", lambda *a, **kw: portal.install(Client(*a, **kw)))
+    base = ["--url", "http://p", "--api-key", "k", "upload", str(big), "--project", "demo", "--quiet"]
+    flags = ["--tag", "grpo", "--tag", "7b", "--config", '{"lr": 2e-6}']
+    assert cli_main(base + ["--single-request", *flags]) == 0
+    fields = multipart_fields(portal.uploads[0]["body"])
+    assert json.loads(fields["tags"]) == ["grpo", "7b"] and json.loads(fields["config"]) == {"lr": 2e-6}
+    monkeypatch.setenv("AUDIT_PORTAL_STATE", str(tmp_path / "state"))
+    assert cli_main(base + ["--parts-above", "4K", *flags]) == 0
+    assert portal.created[-1]["tags"] == ["grpo", "7b"] and portal.created[-1]["config"] == {"lr": 2e-6}
+    for bad in ("[1, 2]", "{lr: 1}"):
+        assert cli_main(base + ["--config", bad]) == 64
+        assert "--config: a JSON object" in capsys.readouterr().err
+    assert len(portal.uploads) == 2  # a bad --config sends nothing
