@@ -1,5 +1,6 @@
-"""Run config and tags given with an upload (a form field of the single-request upload, a JSON field of a resumable
-upload's session). Each is checked before anything is stored (a 400 naming the field) and kept on the upload; when the
+"""Run config and tags, checked in one place whether they come with a client's run start (``Run(config=…, tags=…)``)
+or with an upload (a form field of the single-request upload, a JSON field of a resumable upload's session). Each is
+checked before anything is stored (a 400 naming the field) and kept on the upload; when the
 upload turns valid and joins its run (services.record_validation), the run's config is updated with its keys and its
 tags gain the upload's, in order, without duplicates. Registered with runs/extras.py as check-only fields, so the
 multipart view refuses a bad one with the other extra fields; the values go to ``receive_upload``, which stores them
@@ -11,21 +12,19 @@ import json
 
 from audit_portal.core.errors import PortalError
 
-CONFIG_MAX_KEYS = 64
-CONFIG_MAX_BYTES = 16 * 1024
+CONFIG_MAX_KEYS = 256
+CONFIG_MAX_BYTES = 64 * 1024
 CONFIG_LIST_MAX = 64  # a value may be a short list of scalars (e.g. layer sizes)
+CONFIG_MAX_DEPTH = 8  # nested sections (a Hydra or W&B config) are flattened to dotted keys, this deep at most
 TAGS_MAX = 32
 TAG_MAX_CHARS = 64
 
 _SCALARS = (str, int, float, bool, type(None))
 
 
-def _bad_config(why: str) -> PortalError:
-    return PortalError(f"config: {why}", code="invalid_upload_config", extra={"field": "config"})
-
-
-def _bad_tags(why: str) -> PortalError:
-    return PortalError(f"tags: {why}", code="invalid_upload_tags", extra={"field": "tags"})
+def _refusal(field: str, origin: str, why: str) -> PortalError:
+    # origin: "run" (a client's run start) or "upload" (a field of an upload); the code says which request was refused
+    return PortalError(f"{field}: {why}", code=f"invalid_{origin}_{field}", extra={"field": field})
 
 
 def has_nul(value) -> bool:
@@ -45,57 +44,82 @@ def _config_value_ok(value) -> bool:
     return isinstance(value, _SCALARS)
 
 
-def parse_config(raw) -> dict | None:
-    """``raw``: a JSON object, or its text (a multipart form field); None or "" when none was given."""
+def _flattened(config: dict, origin: str, prefix: str = "", depth: int = 0) -> dict:
+    """``{"optim": {"lr": 1e-6}}`` as ``{"optim.lr": 1e-6}``: the runs table, its search language and the params
+    diff compare flat parameters, as MLflow's params are."""
+    if depth > CONFIG_MAX_DEPTH:
+        raise _refusal("config", origin, f"sections nested at most {CONFIG_MAX_DEPTH} deep")
+    flat: dict = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        more = _flattened(value, origin, f"{name}.", depth + 1) if isinstance(value, dict) else {name: value}
+        for k, v in more.items():
+            if k in flat:
+                raise _refusal("config", origin, f"the key {k!r} is given twice (once as a dotted key)")
+            flat[k] = v
+    return flat
+
+
+def parse_config(raw, *, origin: str = "upload") -> dict | None:
+    """A run's parameters: a JSON object (or its text, as a multipart form field sends it) of names to scalars or
+    short lists of scalars, nested sections flattened to dotted keys; None when none was given. The one check for
+    a client's run start and an upload alike (``origin`` names the request in the error code)."""
     if raw is None or raw == "":
         return None
-    if isinstance(raw, str):
+    if isinstance(raw, str) and origin == "upload":  # a multipart form field carries the JSON as text
+        if len(raw) > 4 * CONFIG_MAX_BYTES:
+            raise _refusal("config", origin, f"at most {CONFIG_MAX_BYTES // 1024} KiB as JSON")
         try:
             raw = json.loads(raw)
-        except ValueError:
-            raise _bad_config('not valid JSON; send a JSON object such as {"lr": 1e-6}') from None
+        except (ValueError, RecursionError):
+            raise _refusal("config", origin, 'not valid JSON; send a JSON object such as {"lr": 1e-6}') from None
     if not isinstance(raw, dict):
-        raise _bad_config("a JSON object of parameter names to values")
-    if len(raw) > CONFIG_MAX_KEYS:
-        raise _bad_config(f"at most {CONFIG_MAX_KEYS} keys ({len(raw)} given)")
-    bad = [k for k, v in raw.items() if not _config_value_ok(v)]
+        raise _refusal("config", origin, "a JSON object of parameter names to values")
+    config = _flattened(raw, origin)
+    if len(config) > CONFIG_MAX_KEYS:
+        raise _refusal("config", origin, f"at most {CONFIG_MAX_KEYS} keys ({len(config)} given)")
+    bad = [k for k, v in config.items() if not _config_value_ok(v)]
     if bad:
-        raise _bad_config(
+        raise _refusal(
+            "config",
+            origin,
             f"each value a string, number, boolean, null or a list of at most {CONFIG_LIST_MAX} of those "
-            f"(not: {', '.join(sorted(bad)[:5])})"
+            f"(not: {', '.join(sorted(bad)[:5])})",
         )
-    if has_nul(raw):
-        raise _bad_config("no U+0000 characters")
+    if has_nul(config):
+        raise _refusal("config", origin, "no U+0000 characters")
     try:
-        size = len(json.dumps(raw, allow_nan=False).encode())
+        size = len(json.dumps(config, allow_nan=False).encode())
     except ValueError:
-        raise _bad_config("no NaN or infinite numbers (they are not JSON)") from None
+        raise _refusal("config", origin, "no NaN or infinite numbers (they are not JSON)") from None
     if size > CONFIG_MAX_BYTES:
-        raise _bad_config(f"at most {CONFIG_MAX_BYTES // 1024} KiB as JSON ({size} bytes given)")
-    return raw
+        raise _refusal("config", origin, f"at most {CONFIG_MAX_BYTES // 1024} KiB as JSON ({size} bytes given)")
+    return config
 
 
-def parse_tags(raw) -> list[str] | None:
+def parse_tags(raw, *, origin: str = "upload") -> list[str] | None:
     """``raw``: a list of strings, its JSON text, or comma-separated text; None or "" when none was given.
-    Duplicates are dropped (first one kept)."""
+    Duplicates are dropped (first one kept). The one check for a client's run start and an upload alike."""
     if raw is None or raw == "":
         return None
-    if isinstance(raw, str):
+    if isinstance(raw, str) and origin == "upload":  # a multipart form field: JSON or comma-separated text
         text = raw.strip()
         if text.startswith("["):
             try:
                 raw = json.loads(text)
-            except ValueError:
-                raise _bad_tags("not valid JSON; send a JSON list of strings or comma-separated text") from None
+            except (ValueError, RecursionError):
+                raise _refusal(
+                    "tags", origin, "not valid JSON; send a JSON list of strings or comma-separated text"
+                ) from None
         else:
             raw = [t.strip() for t in text.split(",") if t.strip()]
     if not isinstance(raw, list) or not all(isinstance(t, str) for t in raw):
-        raise _bad_tags("a list of strings (a JSON list, or comma-separated text)")
+        raise _refusal("tags", origin, "a list of strings (a JSON list, or comma-separated text)")
     tags = list(dict.fromkeys(raw))
     if len(tags) > TAGS_MAX:
-        raise _bad_tags(f"at most {TAGS_MAX} tags ({len(tags)} given)")
+        raise _refusal("tags", origin, f"at most {TAGS_MAX} tags ({len(tags)} given)")
     if not all(0 < len(t) <= TAG_MAX_CHARS and not has_nul(t) for t in tags):
-        raise _bad_tags(f"each tag 1 to {TAG_MAX_CHARS} characters, no U+0000")
+        raise _refusal("tags", origin, f"each tag 1 to {TAG_MAX_CHARS} characters, no U+0000")
     return tags
 
 

@@ -13,6 +13,7 @@ from audit_portal import task_names
 from audit_portal.core.errors import PortalError, QueueUnavailable, UnsupportedUpload
 from audit_portal.core.storage import artifact_path  # tasks and tests reach it as runs.artifact_path
 from audit_portal.jobs.services import create_job
+from audit_portal.runs import declarations
 from audit_portal.runs.declarations import apply_to_run, has_nul
 from audit_portal.runs.models import Run, Upload, UploadStage, ValidationPiece
 from audit_portal.runs.preflight import PARQUET_MAGIC, preflight
@@ -202,39 +203,6 @@ def record_validation(upload: Upload, summary: dict) -> Upload:
 
 
 RUN_STATES = ("running", "finished", "failed")
-CONFIG_MAX_BYTES = 64 * 1024
-TAGS_MAX = 32
-
-
-def _checked_declarations(config, tags) -> tuple[dict | None, list | None]:
-    """A client's ``config`` (a JSON object, at most 64 KiB) and ``tags`` (at most 32 short strings); a 400 else."""
-    import json
-
-    if config is not None:
-        if not isinstance(config, dict):
-            raise PortalError("config: a JSON object", code="invalid_run_config", extra={"field": "config"})
-        if has_nul(config):
-            raise PortalError(
-                "config: a JSON object with no U+0000 characters", code="invalid_run_config", extra={"field": "config"}
-            )
-        if len(json.dumps(config)) > CONFIG_MAX_BYTES:
-            raise PortalError(
-                f"config: at most {CONFIG_MAX_BYTES // 1024} KiB of JSON",
-                code="invalid_run_config",
-                extra={"field": "config"},
-            )
-    if tags is not None:
-        if (
-            not isinstance(tags, list)
-            or len(tags) > TAGS_MAX
-            or not all(isinstance(t, str) and 0 < len(t) <= 64 and not has_nul(t) for t in tags)
-        ):
-            raise PortalError(
-                f"tags: a list of at most {TAGS_MAX} strings of 1 to 64 characters",
-                code="invalid_run_tags",
-                extra={"field": "tags"},
-            )
-    return config, tags
 
 
 def start_run(*, project, name: str, config=None, tags=None) -> tuple[Run, bool]:
@@ -246,7 +214,8 @@ def start_run(*, project, name: str, config=None, tags=None) -> tuple[Run, bool]
             code="invalid_run_name",
             extra={"field": "name"},
         )
-    config, tags = _checked_declarations(config, tags)
+    config = declarations.parse_config(config, origin="run")
+    tags = declarations.parse_tags(tags, origin="run")
     with transaction.atomic():
         try:
             with transaction.atomic():

@@ -31,6 +31,14 @@ def test_start_creates_then_resumes_the_same_run(api, project):
     assert any(row["tags"] == ["grpo", "7b"] for row in rows)
 
 
+def test_a_nested_config_is_kept_as_dotted_keys_like_an_uploads(api, project):
+    # one check for both doors (runs/declarations.py): the run start flattens as the upload does
+    config = {"trainer": {"lr": 1e-6, "kl": {"coef": 0.1}}, "seed": 3}
+    r = api.post(runs_url(project), {"name": "nested", "config": config}, format="json")
+    assert r.status_code == 201, r.content
+    assert r.json()["config"] == {"trainer.lr": 1e-6, "trainer.kl.coef": 0.1, "seed": 3}
+
+
 @pytest.mark.parametrize(
     "body,code",
     [
@@ -45,6 +53,9 @@ def test_start_creates_then_resumes_the_same_run(api, project):
         ({"name": "a", "config": {"k": ["ok", "n\x00ul"]}}, "invalid_run_config"),
         ({"name": "a", "config": {"k\x00": 1}}, "invalid_run_config"),
         ({"name": "a", "tags": ["t\x00"]}, "invalid_run_tags"),
+        ({"name": "a", "config": {"nested": [{"deep": 1}]}}, "invalid_run_config"),
+        ({"name": "a", "config": {f"k{i}": i for i in range(257)}}, "invalid_run_config"),
+        ({"name": "a", "tags": [f"t{i}" for i in range(33)]}, "invalid_run_tags"),
     ],
 )
 def test_bad_declarations_are_refused_with_their_field(api, project, body, code):

@@ -76,9 +76,11 @@ def test_a_second_upload_updates_keys_and_adds_tags_in_order(api, project):
     [
         ({"config": "{not json"}, "config"),
         ({"config": "[1, 2]"}, "config"),
-        ({"config": json.dumps({f"k{i}": i for i in range(65)})}, "config"),
-        ({"config": json.dumps({"k": "x" * (17 * 1024)})}, "config"),
-        ({"config": json.dumps({"nested": {"a": 1}})}, "config"),
+        ({"config": json.dumps({f"k{i}": i for i in range(257)})}, "config"),
+        ({"config": json.dumps({"k": "x" * (65 * 1024)})}, "config"),
+        ({"config": json.dumps({"nested": [{"a": 1}]})}, "config"),
+        ({"config": json.dumps({"a": {"b": 1}, "a.b": 2})}, "config"),
+        ({"config": "[" * 100_000}, "config"),
         ({"config": json.dumps({"long": list(range(65))})}, "config"),
         ({"config": json.dumps({"k": "a\x00b"})}, "config"),
         ({"tags": json.dumps([f"t{i}" for i in range(33)])}, "tags"),
@@ -97,8 +99,16 @@ def test_a_bad_value_is_refused_by_field_and_stores_nothing(api, project, settin
     assert stored_files(settings) == []  # not even the received file in incoming/
 
 
+def test_nested_sections_become_dotted_keys(api, project):
+    config = {"optim": {"lr": 1e-6, "betas": [0.9, 0.95]}, "model": {"name": "qwen", "moe": {"experts": 64}}}
+    r = post(api, project, jsonl(records(trajectories=2)), config=json.dumps(config))
+    assert r.status_code == 201, r.content
+    flat = {"optim.lr": 1e-6, "optim.betas": [0.9, 0.95], "model.name": "qwen", "model.moe.experts": 64}
+    assert r.json()["config"] == flat
+
+
 def test_limits_themselves_are_accepted(api, project):
-    config = {f"k{i}": "v" for i in range(64)}
+    config = {f"k{i}": "v" for i in range(256)}
     tags = [f"{i:02d}" + "t" * 62 for i in range(32)]
     r = post(api, project, jsonl(records(trajectories=2)), config=json.dumps(config), tags=json.dumps(tags))
     assert r.status_code == 201, r.content
@@ -165,7 +175,7 @@ def test_a_resumable_upload_carries_them_to_the_run(api, project, small_parts):
 
 @pytest.mark.parametrize(
     "extra,field",
-    [({"config": "lr=1"}, "config"), ({"config": {"a": {"b": 1}}}, "config"), ({"tags": [""]}, "tags")],
+    [({"config": "lr=1"}, "config"), ({"config": {"a": [{"b": 1}]}}, "config"), ({"tags": [""]}, "tags")],
 )
 def test_a_resumable_session_refuses_bad_values_by_field(api, project, settings, extra, field):
     body = {"size": 10, "name": "run.jsonl", **extra}
