@@ -10,6 +10,8 @@ records. What the values may hold (key counts, value types, sizes) is the portal
 
 from __future__ import annotations
 
+import os
+
 import orjson
 
 from workers.fcr.schema import FcrIssue
@@ -90,3 +92,53 @@ def merge(known: dict, piece: dict) -> None:
         kept = known.setdefault(run, {})
         for field, first in fields.items():
             kept.setdefault(field, first)
+
+
+def parse_declared(config_text: str | None, tags: list[str] | None) -> dict:
+    """The fields an importer's ``--run-config`` (a JSON object, or ``@file`` holding one) and ``--tag`` (repeated)
+    declare: ``{"run_config": …, "run_tags": …}`` for those given. ValueError names a bad one."""
+    out: dict = {}
+    if config_text:
+        if config_text.startswith("@"):
+            with open(config_text[1:], "rb") as f:
+                config_text = f.read().decode()
+        try:
+            config = orjson.loads(config_text)
+        except orjson.JSONDecodeError as exc:
+            raise ValueError(f"--run-config: not valid JSON ({exc})") from None
+        if type(config) is not dict:
+            raise ValueError("--run-config: a JSON object of parameter names to values")
+        out["run_config"] = config
+    if tags:
+        out["run_tags"] = list(dict.fromkeys(tags))
+    return out
+
+
+def stamp_file(path, declared: dict) -> int:
+    """Put ``declared`` (``run_config`` / ``run_tags``) on every record of the fcr/1 JSONL file at ``path``, which an
+    importer has just written, in place; returns the number of records. Read through the one reader of run logs; a
+    line that is not a record object is kept as it is (the validator names it)."""
+    from workers.fcr.source import RunLogSource
+
+    if not declared:
+        return 0
+    tmp, n = f"{os.fspath(path)}.stamping", 0
+    reader = RunLogSource(path).reader()
+    try:
+        with open(tmp, "wb") as out:
+            for _, line in reader:
+                try:
+                    rec = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    rec = None
+                if type(rec) is dict:
+                    rec.update(declared)
+                    line, n = orjson.dumps(rec, option=orjson.OPT_SORT_KEYS) + b"\n", n + 1
+                out.write(line if line.endswith(b"\n") else line + b"\n")
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    finally:
+        reader.close()
+    os.replace(tmp, path)
+    return n
