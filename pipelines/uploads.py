@@ -107,6 +107,7 @@ def _merge(job, n_chunks) -> dict:
 
 def _record(upload, summary) -> dict:
     upload = runs.record_validation(upload, summary)
+    summary = upload.validation  # as recorded: the log's run parameters checked too
     return {
         "upload": upload.pk,
         "stage": upload.stage,

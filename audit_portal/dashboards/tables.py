@@ -130,7 +130,9 @@ DEFAULT_VISIBLE = [
     "tags",
     "created",
 ]
-PARAM_KEY = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")  # config keys offered as ``params.<key>`` columns and sort keys
+PARAM_KEY = re.compile(
+    r"^[A-Za-z0-9_\-.]{1,64}$"
+)  # config keys (flattened: dotted) offered as ``params.<key>`` columns, sort keys
 MAX_PARAM_COLUMNS = 40
 VERDICTS = list(LABELS)
 RANGE_COLUMNS = [c for c in RUN_COLUMNS if c.numeric]

@@ -1,8 +1,11 @@
-"""Run config and tags, checked in one place whether they come with a client's run start (``Run(config=…, tags=…)``)
-or with an upload (a form field of the single-request upload, a JSON field of a resumable upload's session). Each is
-checked before anything is stored (a 400 naming the field) and kept on the upload; when the
-upload turns valid and joins its run (services.record_validation), the run's config is updated with its keys and its
-tags gain the upload's, in order, without duplicates. Registered with runs/extras.py as check-only fields, so the
+"""Run config and tags, checked in one place whether they come with a client's run start (``Run(config=…, tags=…)``),
+with an upload (a form field of the single-request upload, a JSON field of a resumable upload's session) or in the
+log itself (its records' ``run_config`` / ``run_tags``, docs/fcr.md#run-parameters). An upload's are checked before
+anything is stored (a 400 naming the field) and kept on the upload; a log's are checked by the same functions when its
+validation summary is recorded (an error naming the record: :func:`checked_log_params`). When the upload turns valid
+and joins its run (services.record_validation), the run's config is updated with the log's keys and then the
+upload's (the upload's fields win over its log), and its tags gain the log's and then the upload's, in order, without
+duplicates. Registered with runs/extras.py as check-only fields, so the
 multipart view refuses a bad one with the other extra fields; the values go to ``receive_upload``, which stores them
 with the upload row (before its validation job can run)."""
 
@@ -23,7 +26,8 @@ _SCALARS = (str, int, float, bool, type(None))
 
 
 def _refusal(field: str, origin: str, why: str) -> PortalError:
-    # origin: "run" (a client's run start) or "upload" (a field of an upload); the code says which request was refused
+    # origin: "run" (a client's run start), "upload" (a field of an upload) or "log" (a run log's records); the code
+    # says which request was refused
     return PortalError(f"{field}: {why}", code=f"invalid_{origin}_{field}", extra={"field": field})
 
 
@@ -128,16 +132,53 @@ def merged_tags(current: list, more: list) -> list:
     return list(dict.fromkeys([*current, *more]))
 
 
-def apply_to_run(run, uploads) -> None:
-    """Merge the config and tags of ``uploads`` (in order: later keys win) into ``run``, under a row lock so two
-    uploads joining the same run at once both land. Idempotent: applying the same upload twice changes nothing."""
+_LOG_FIELDS = (("run_config", parse_config), ("run_tags", parse_tags))
+
+
+def checked_log_params(summary: dict) -> dict:
+    """The validator's summary with the run parameters its log declared (``run_params``: per run, the first
+    ``run_config`` / ``run_tags`` and the record that gave it; docs/fcr.md#run-parameters) checked as an upload's
+    fields are. Each bad one becomes an error naming that record, so the upload is invalid and joins no run."""
+    found = []
+    for fields in (summary.get("run_params") or {}).values():
+        for field, parse in _LOG_FIELDS:
+            first = fields.get(field)
+            if first is None:
+                continue
+            try:
+                parse(first["value"], origin="log")
+            except PortalError as exc:
+                reason = str(exc.detail).split(": ", 1)[-1]
+                found.append(
+                    {"line": first["line"], "call_id": first["call_id"], "field": field, "reason": reason}
+                    | {"severity": "error"}
+                )
+    if not found:
+        return summary
+    errors = sorted([*summary.get("errors", []), *found], key=lambda e: e.get("line") or 0)
+    return {**summary, "valid": False, "errors": errors, "error_count": int(summary.get("error_count", 0)) + len(found)}
+
+
+def log_params_of(summary: dict, run_name: str) -> tuple[dict, list]:
+    """The config (flattened, as an upload's) and tags the log declared for the run ``run_name``; empty when none.
+    Call on a summary :func:`checked_log_params` found no error in."""
+    fields = (summary.get("run_params") or {}).get(run_name) or {}
+    config = parse_config((fields.get("run_config") or {}).get("value"), origin="log")
+    return config or {}, parse_tags((fields.get("run_tags") or {}).get("value"), origin="log") or []
+
+
+def apply_to_run(run, uploads, *, log_config: dict | None = None, log_tags: list | None = None) -> None:
+    """Merge into ``run`` the config and tags its log declared (``log_*``), then those of ``uploads`` (in order):
+    later keys win, so an upload's own fields override its log's. Under a row lock so two uploads joining the same
+    run at once both land. Idempotent: applying the same upload twice changes nothing."""
     from audit_portal.runs.models import Run
 
     given = [u for u in uploads if u.config or u.tags]
-    if not given:
+    if not given and not log_config and not log_tags:
         return
     locked = Run.objects.select_for_update().get(pk=run.pk)
-    config, tags = dict(locked.config or {}), list(locked.tags or [])
+    config = {**(locked.config or {}), **(log_config or {})}
+    tags = merged_tags(list(locked.tags or []), log_tags or [])
     for upload in given:
         config.update(upload.config or {})
         tags = merged_tags(tags, upload.tags or [])

@@ -14,7 +14,7 @@ from audit_portal.core.errors import PortalError, QueueUnavailable, UnsupportedU
 from audit_portal.core.storage import artifact_path  # tasks and tests reach it as runs.artifact_path
 from audit_portal.jobs.services import create_job
 from audit_portal.runs import declarations
-from audit_portal.runs.declarations import apply_to_run, has_nul
+from audit_portal.runs.declarations import apply_to_run, checked_log_params, has_nul, log_params_of
 from audit_portal.runs.models import Run, Upload, UploadStage, ValidationPiece
 from audit_portal.runs.preflight import PARQUET_MAGIC, preflight
 from audit_portal.runs.upload_handler import HashedUploadedFile
@@ -175,7 +175,10 @@ def follow_ups_for(summary: dict) -> list[tuple[str, str, str]]:
 
 @transaction.atomic
 def record_validation(upload: Upload, summary: dict) -> Upload:
-    """Store the validator's summary; a valid upload joins its run and its follow-up jobs are queued."""
+    """Store the validator's summary (with the run parameters its log declared checked: a bad one makes it
+    invalid); a valid upload joins its run, which takes the log's and the upload's config and tags, and its
+    follow-up jobs are queued."""
+    summary = checked_log_params(summary)
     upload.validation = summary
     upload.error_count = int(summary.get("error_count", 0))
     upload.stage = UploadStage.VALID if summary.get("valid") else UploadStage.INVALID
@@ -185,8 +188,15 @@ def record_validation(upload: Upload, summary: dict) -> Upload:
         run_name = run_ids[0] if len(run_ids) == 1 else Path(upload.original_name).stem.split(".")[0] or "run"
         upload.run, _ = Run.objects.get_or_create(project=upload.project, name=run_name[:200])
         Run.objects.filter(pk=upload.run.pk).update(updated_at=timezone.now())
-        # the upload's config/tags, then those of its resubmissions so far (a later one applies its own)
-        apply_to_run(upload.run, [upload, *upload.resubmissions.order_by("created_at", "id")])
+        # the log's config/tags (of the run it joins), then the upload's, then those of its resubmissions so far (a
+        # later one applies its own)
+        log_config, log_tags = log_params_of(summary, upload.run.name)
+        apply_to_run(
+            upload.run,
+            [upload, *upload.resubmissions.order_by("created_at", "id")],
+            log_config=log_config,
+            log_tags=log_tags,
+        )
         for kind, task_name, queue in follow_ups_for(summary):
             create_job(
                 project=upload.project,

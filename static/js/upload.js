@@ -98,18 +98,44 @@
       const p = total ? Math.min(100, Math.floor(100 * loaded / total)) : 0;
       bar.style.width = p + "%"; pctEl.textContent = p + "%";
     }
+    // The run parameters and tags typed above the drop zone go, as typed, with either kind of upload; the server is
+    // the one that checks them (audit_portal/runs/declarations.py) and a refusal names the field, shown on it.
+    const configEl = document.getElementById("upload-config"), tagsEl = document.getElementById("upload-tags");
+    const FIELD_LABELS = {config: "Run parameters (a JSON object)", tags: "Tags (comma-separated)"};
+    function declared() {
+      const out = {};
+      if (configEl && configEl.value.trim()) out.config = configEl.value.trim();
+      if (tagsEl && tagsEl.value.trim()) out.tags = tagsEl.value.trim();
+      return out;
+    }
+    function markField(name) {
+      [configEl, tagsEl].forEach((el) => { if (el) el.removeAttribute("aria-invalid"); });
+      const el = name === "config" ? configEl : name === "tags" ? tagsEl : null;
+      if (el) { el.setAttribute("aria-invalid", "true"); el.focus(); }
+    }
     function showError(err) {
       bar.parentElement.className = "progress failed";
+      const field = err.detail && err.detail.field;
+      markField(field);
+      if (FIELD_LABELS[field]) {  // a refused run parameter or tag: what to fix, in the field's own words
+        result.innerHTML = '<div class="alert error" id="upload-error" data-field="' + esc(field) + '"><strong>' + esc(FIELD_LABELS[field]) + ":</strong> " +
+          esc(String(err.message || "").replace(/^[a-z_]+: /, "")) + ". Nothing was stored; correct it and choose the file again.</div>";
+        return;
+      }
       const rows = ((err.detail && err.detail.errors) || []).slice(0, 10).map((e) => "<li>line " + esc(e.line) + (e.field ? " · " + esc(e.field) : "") + ": " + esc(e.reason) + "</li>").join("");
       result.innerHTML = '<div class="alert error" id="upload-error"><strong>' + esc(err.code) + ":</strong> " + esc(err.message) + (rows ? "<ul>" + rows + "</ul>" : "") + "</div>";
     }
     function showAnswer(r) {  // the upload endpoint's (or a session's completion's) answer
       const body = r.body;
       if (r.status === 201 || r.status === 200) {
+        markField(null);
         bar.parentElement.className = "progress done"; pctEl.textContent = "100%"; bar.style.width = "100%";
+        const nParams = Object.keys(body.config || {}).length, tags = body.tags || [];
+        const declaredHtml = (nParams ? ' · <span id="upload-params">' + nParams + (nParams === 1 ? " parameter" : " parameters") + "</span>" : "") +
+          (tags.length ? ' · tags <span id="upload-tags-sent">' + esc(tags.join(", ")) + "</span>" : "");
         const dup = r.status === 200 ? '<div class="alert warn">This file was uploaded before; showing the first upload.</div>' : "";
         result.innerHTML = dup + '<div class="alert ok" id="upload-ok" data-upload-id="' + esc(body.id) + '">Stored <span class="mono">' + esc(body.sha256).slice(0, 12) +
-          '</span> · <a href="' + esc(opts.uploadsPage + body.id + "/") + '">' + esc(body.original_name) + "</a> · stage " +
+          '</span> · <a href="' + esc(opts.uploadsPage + body.id + "/") + '">' + esc(body.original_name) + "</a>" + declaredHtml + " · stage " +
           '<span class="badge ' + esc(body.stage) + '" id="upload-stage" data-field="stage">' + esc(body.stage) + "</span>" +
           '<ul class="upload-jobs" id="upload-jobs"></ul></div>';
         follow(body);
@@ -121,6 +147,7 @@
 
     function sendWhole(file) {
       const form = new FormData(); form.append("file", file, file.name);
+      const fields = declared(); Object.keys(fields).forEach((k) => form.append(k, fields[k]));
       request("POST", opts.endpoint, form, {}, (loaded) => progress(loaded, file.size)).then(showAnswer, () => {
         bar.parentElement.className = "progress failed";
         result.innerHTML = '<div class="alert error" id="upload-error">Network error: the upload did not complete. Nothing was stored.</div>';
@@ -141,7 +168,7 @@
         else { showAnswer(r); return; }
       }
       if (!session) {
-        const r = await withRetries(() => request("POST", opts.sessionsEndpoint, JSON.stringify({size: file.size, name: file.name}),
+        const r = await withRetries(() => request("POST", opts.sessionsEndpoint, JSON.stringify(Object.assign({size: file.size, name: file.name}, declared())),
                                                   {"Content-Type": "application/json"}));
         if (r.status === 400 && r.body.error && r.body.error.code === "too_many_upload_sessions") {
           nameEl.textContent += " · in one request (this project has too many unfinished uploads in parts)";

@@ -39,6 +39,10 @@ def build(rng: random.Random) -> list[bytes]:
         lines.insert(rng.randint(0, len(lines)), orjson.dumps(routed(rng.choice(recs), rng.choice([2, 2, 3]), model)))
     for bad in rng.sample([b"{not json", b"", b"   ", b"[1, 2]", orjson.dumps({"schema": "fcr/1"})], rng.randint(0, 3)):
         lines.insert(rng.randint(0, len(lines)), bad)
+    for _ in range(rng.randint(0, 4)):  # records declaring run parameters, sometimes disagreeing with earlier ones
+        r = copy.deepcopy(rng.choice(recs))
+        r[rng.choice(["run_config", "run_tags"])] = rng.choice([{"lr": 1}, {"lr": 2}, ["a"], ["a", "b"], None])
+        lines.insert(rng.randint(0, len(lines)), orjson.dumps(r))
     for _ in range(rng.randint(0, 2)):  # another run id
         r = copy.deepcopy(rng.choice(recs))
         r["run_id"] = f"other-{rng.randint(0, 3)}"
@@ -77,9 +81,9 @@ def test_a_later_piece_is_judged_by_the_layer_count_an_earlier_piece_established
     read_again = []
     pieces = [validate_piece(path, c) for c in chunks]
 
-    def again(index, known):
+    def again(index, known, known_params=None):
         read_again.append((index, known))
-        return validate_piece(path, chunks[index], known_layers=known)
+        return validate_piece(path, chunks[index], known_layers=known, known_params=known_params)
 
     merged = merge_pieces(pieces, path=path, read_again=again)
     assert merged == validate_file(path)
@@ -144,3 +148,19 @@ def test_parquet_row_groups_merge_and_a_bad_row_group_ends_the_file(tmp_path, co
     one_pass = validate_file(dst)
     assert merged == one_pass
     assert one_pass["valid"] is not corrupt
+
+
+def test_a_later_piece_is_judged_by_the_run_parameters_an_earlier_piece_established(tmp_path):
+    first, second = copy.deepcopy(BASE[0]), copy.deepcopy(BASE[1])
+    first["run_config"], second["run_config"] = {"lr": 1}, {"lr": 2}
+    third = copy.deepcopy(BASE[2])
+    third["run_config"] = {"lr": 2}  # agrees with its own piece's first value, not with the run's
+    lines = [orjson.dumps(first)] + [orjson.dumps(r) for r in BASE[3:]] + [orjson.dumps(second), orjson.dumps(third)]
+    path = tmp_path / "run.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    merged = merge_pieces([validate_piece(path, c) for c in chunk_ranges(path, len(lines[0]) + 1)], path=path)
+    assert merged == validate_file(path)
+    assert [e["line"] for e in merged["errors"]] == [len(lines) - 1, len(lines)]  # both later records, not only one
+    assert merged["run_params"] == {
+        first["run_id"]: {"run_config": {"value": {"lr": 1}, "line": 1, "call_id": first["call_id"]}}
+    }

@@ -212,3 +212,21 @@ def test_verl_group_uid_is_not_a_trajectory(tmp_path):
     assert {r["extra"]["group_uid"] for r in recs} == {"grp-1"}
     recs, _ = imported(tmp_path, "verl", [dict(a, traj_uid="t-a"), dict(b, traj_uid="t-b")])
     assert [r["call_id"] for r in recs] == ["t-a#0", "t-a#1", "t-b#0"]
+
+
+def test_run_parameters_given_to_the_importer_travel_on_every_record(tmp_path, capsys):
+    """``--run-config`` / ``--tag``: a rollout dump carries no config of its run, so the importer writes the one it is
+    given on every record (docs/fcr.md#run-parameters), where the validator finds it; a bad one writes nothing."""
+    from workers.fcr.validate import validate_file
+
+    (tmp_path / "config.json").write_text('{"actor": {"lr": 1e-6}, "algo": "grpo"}')
+    recs, _ = imported(tmp_path, "verl", [verl_output()], "--run-config", f"@{tmp_path / 'config.json'}", "--tag", "a")
+    assert len(recs) >= 2
+    assert all(r["run_config"] == {"actor": {"lr": 1e-6}, "algo": "grpo"} and r["run_tags"] == ["a"] for r in recs)
+    summary = validate_file(tmp_path / "verl.fcr.jsonl")
+    assert summary["valid"] and summary["run_params"][recs[0]["run_id"]]["run_tags"]["value"] == ["a"]
+
+    src, dst = tmp_path / "again.jsonl", tmp_path / "again.fcr.jsonl"
+    src.write_bytes(dumps([verl_output()]))
+    assert main(["import", "verl", str(src), str(dst), "--run-config", "[1, 2]"]) == 2
+    assert "--run-config: a JSON object" in capsys.readouterr().err and not dst.exists()

@@ -110,6 +110,16 @@ def identity(rec: dict, f: Findings) -> None:
         v = rec.get(k)
         if v is not None and type(v) is not str:
             f.err(k, "expected a string")
+    # the run's parameters and tags (docs/fcr.md#run-parameters): only their shape here; the portal checks the values
+    v = rec.get("run_config")
+    if v is not None and type(v) is not dict:
+        f.err("run_config", "expected an object of parameter names to values")
+    if not tags_ok(rec.get("run_tags")):
+        f.err("run_tags", "expected a list of strings")
+
+
+def tags_ok(v) -> bool:
+    return v is None or (type(v) is list and all(type(t) is str for t in v))
 
 
 def identity_ok(rec: dict) -> bool:
@@ -131,6 +141,8 @@ def identity_ok(rec: dict) -> bool:
         and type(rec.get("timestamp")) in NUM_OR_NULL
         and type(rec.get("purpose")) in STR_OR_NULL
         and type(rec.get("inferred_purpose")) in STR_OR_NULL
+        and type(rec.get("run_config")) in DICT_OR_NULL
+        and tags_ok(rec.get("run_tags"))
     )
 
 

@@ -25,6 +25,7 @@ from workers.fcr.gc_pause import GcPaused
 from workers.fcr.reader import FcrParseError
 from workers.fcr.record_check import validate_record
 from workers.fcr.routes import LayerCounts, has_routes, n_layers
+from workers.fcr.run_params import RunParams
 from workers.fcr.schema import FcrIssue, ids_sha256
 from workers.fcr.tokens import array_bools_possible, check_logprobs, positive_logprob_issues
 from workers.fcr.topk import check_topk, topk_arrays, topk_checked, topk_uncovered
@@ -55,7 +56,15 @@ class Tally:
     """What :func:`validate_file` keeps: the first issues and their totals, and the summary of the valid records.
     Bounded: a set of ``(run_id, call_id)`` hashes (duplicate detection) and at most ``RUNS_CAP`` run ids."""
 
-    def __init__(self, max_errors: int, max_warnings: int, *, piece: bool = False, known_layers: dict | None = None):
+    def __init__(
+        self,
+        max_errors: int,
+        max_warnings: int,
+        *,
+        piece: bool = False,
+        known_layers: dict | None = None,
+        known_params: dict | None = None,
+    ):
         self.max_errors, self.max_warnings = max_errors, max_warnings
         self.errors: list[dict] = []
         self.warnings: list[dict] = []
@@ -78,6 +87,8 @@ class Tally:
         self.first_keys: dict[int, tuple[int, str]] = {}
         self.known_layers = dict(known_layers or {})
         self.layer_counts.seen.update(self.known_layers)
+        self.known_params = known_params or {}
+        self.params = RunParams(self.known_params)  # run_config / run_tags, one value per run
         self.stopped = False
 
     def add(self, issue: FcrIssue) -> None:
@@ -103,12 +114,21 @@ class Tally:
                 bad = True
             elif n_layers(rec) is not None:
                 self.routed_records += 1
+        if not bad:
+            bad = not self.declared(rec, line_no)
         if bad:
             return
         if not lint:  # with lint the record's own warnings already include these
             for iss in positive_logprob_issues(rec, line_no):
                 self.add(iss)
         self._count(rec, line_no)
+
+    def declared(self, rec: dict, line_no: int) -> bool:
+        """A well-formed record's run parameters agree with its run's (else an error, and False)."""
+        issue = self.params.check(rec, line_no)
+        if issue is not None:
+            self.add(issue)
+        return issue is None
 
     def _count(self, rec: dict, line_no: int, nt: int | None = None) -> None:
         """A valid record's share of the summary; ``nt``: its response length when ``rec`` does not hold the ids
@@ -181,6 +201,7 @@ class Tally:
             "has_top_k": self.has_topk,
             "duplicate_call_ids": self.dups,
             "records_with_routes": self.routed_records,
+            "run_params": self.params.summary(),
         }
 
 

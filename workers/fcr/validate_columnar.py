@@ -241,7 +241,8 @@ def _group_into(tally, table: pa.Table, first_row: int) -> int:
             _records_into(tally, table, pending, first_row)
             pending, pending_tokens = [], 0
         tally.records += 1
-        tally._count(rec, first_row + r, n[r])
+        if tally.declared(rec, first_row + r):
+            tally._count(rec, first_row + r, n[r])
     if pending:
         _records_into(tally, table, pending, first_row)
     return first_row + rows - 1

@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 from types import SimpleNamespace
 
+from workers.fcr import run_params
 from workers.fcr.source import Chunk, RunLogSource
 from workers.fcr.schema import FcrIssue
 from workers.fcr.validate import RUNS_CAP, Tally, read_into
@@ -41,13 +42,21 @@ PIECE_KEYS = (
 
 
 def validate_piece(
-    path, chunk: Chunk | dict, *, max_errors: int = 20, max_warnings: int = 20, known_layers: dict | None = None
+    path,
+    chunk: Chunk | dict,
+    *,
+    max_errors: int = 20,
+    max_warnings: int = 20,
+    known_layers: dict | None = None,
+    known_params: dict | None = None,
 ) -> dict:
     """One piece's share of the summary, as JSON (what :func:`merge_pieces` needs). ``known_layers``: ``{model:
-    (layers, line, top_k)}`` established by the earlier pieces (the merge passes it when it reads a piece again)."""
+    (layers, line, top_k)}`` and ``known_params`` (the runs' first ``run_config`` / ``run_tags``) established by the
+    earlier pieces (the merge passes them when it reads a piece again)."""
     source = RunLogSource(path, chunk)
     chunk = source.piece
-    tally = Tally(max_errors, max_warnings, piece=True, known_layers=known_layers)
+    known_params = known_params or {}
+    tally = Tally(max_errors, max_warnings, piece=True, known_layers=known_layers, known_params=known_params)
     reader = source.reader()
     _, consumed = read_into(tally, reader)
     if chunk.kind == "lines":
@@ -70,6 +79,7 @@ def validate_piece(
         "has_topk": tally.has_topk,
         "keys": [[key, line, call_id] for key, (line, call_id) in tally.first_keys.items()],
         "layers": [[model, *shape] for model, shape in tally.layer_counts.seen.items() if model not in known],
+        "params": tally.params.new_since(known_params),
         "stopped": tally.stopped,
         "bytes": consumed,
         "compressed": bool(reader.compressed),
@@ -80,31 +90,44 @@ def validate_piece(
 def merge_pieces(pieces: list[dict], *, path, max_errors: int = 20, max_warnings: int = 20, read_again=None) -> dict:
     """The summary of the whole file from its pieces' (any order; each piece once). ``read_again(index,
     known_layers)`` validates a piece once more (default: :func:`validate_piece` on ``path``); called only for a
-    piece whose first layer count of a model disagrees with an earlier piece's."""
+    piece whose first layer count of a model, or first run parameters of a run, disagree with an earlier piece's
+    (then with a third argument, the earlier pieces' run parameters)."""
     if read_again is None:
         by_index = {p["index"]: p for p in pieces}
 
-        def read_again(index, known):
+        def read_again(index, known, known_params=None):
             return validate_piece(
-                path, by_index[index]["chunk"], max_errors=max_errors, max_warnings=max_warnings, known_layers=known
+                path,
+                by_index[index]["chunk"],
+                max_errors=max_errors,
+                max_warnings=max_warnings,
+                known_layers=known,
+                known_params=known_params,
             )
 
-    kept, known = [], {}
+    kept, known, params = [], {}, {}
     for piece in sorted(pieces, key=lambda p: p["index"]):
         # each entry: [model, layers, line, top_k] (top_k absent in pieces stored before it was recorded)
         if any(m in known and (known[m][0] != n or known[m][2:] != tuple(k)) for m, n, _, *k in piece["layers"]):
-            piece = read_again(piece["index"], dict(known))
+            piece = read_again(piece["index"], dict(known), _copy(params))
+        elif run_params.disagrees(params, piece.get("params") or {}):
+            piece = read_again(piece["index"], dict(known), _copy(params))
         for model, n, line, *k in piece["layers"]:
             known.setdefault(model, (n, line, *k))
+        run_params.merge(params, piece.get("params") or {})  # absent in pieces stored before it was recorded
         kept.append(piece)
         if piece["stopped"]:  # the one-pass read ends here too
             break
-    return _summary(kept, path, max_errors, max_warnings)
+    return _summary(kept, path, max_errors, max_warnings, params)
 
 
-def _summary(pieces: list[dict], path, max_errors: int, max_warnings: int) -> dict:
+def _copy(params: dict) -> dict:
+    return {run: dict(fields) for run, fields in params.items()}
+
+
+def _summary(pieces: list[dict], path, max_errors: int, max_warnings: int, params: dict) -> dict:
     """The pieces' shares added up in a :class:`Tally`, whose summary is the one ``validate_file`` writes."""
-    tally = Tally(max_errors, max_warnings)
+    tally = Tally(max_errors, max_warnings, known_params=params)
     for k in PIECE_KEYS:
         setattr(tally, k, sum(p[k] for p in pieces))
     tally.errors = [e for p in pieces for e in p["errors"]][:max_errors]  # each piece's in line order, in file order

@@ -7,7 +7,7 @@
     python -m workers.fidelity import vllm|sglang|agl|agl-events|verl|slime|skyrl|nemo-rl IN OUT [--run-id ID] [--step N]
                                     [--tokenizer tokenizer.json] [--agent-match REGEX] [--logprobs-mode MODE]
                                     [--generation-config-source SRC] [--role policy|background] [--engine E]
-                                    [--ids-from engine|text]
+                                    [--ids-from engine|text] [--run-config JSON|@FILE] [--tag T ...]
     python -m workers.fidelity join INFERENCE.jsonl TRAINER.(jsonl|parquet) OUT.jsonl [--allow-untrained]
 
 ``audit`` exits 1 when the verdict is FAIL, 2 on usage or input errors (missing file), 0 on PASS. ``join`` exits 2
@@ -88,6 +88,12 @@ def _parser():
         "that serves only the trained agent",
     )
     i.add_argument("--moe-layers", type=int, help="sglang: MoE layer count, to reshape meta_info.routed_experts")
+    i.add_argument(
+        "--run-config",
+        help="the run's parameters, a JSON object or @file holding one: written on every record as run_config "
+        "(docs/fcr.md#run-parameters), so the portal shows them on the run",
+    )
+    i.add_argument("--tag", action="append", default=[], help="a tag of the run, written as run_tags (repeatable)")
     i.add_argument("--json", action="store_true")
     j = sub.add_parser(
         "join",
@@ -199,6 +205,7 @@ def main(argv=None) -> int:
             print(human(rep))
         return 0 if rep["verdict"] == "PASS" else 1
     if args.cmd == "import":
+        from workers.fcr import run_params
         from workers.fidelity.importers import import_agl, import_agl_events, import_vllm
 
         toks = _tokenizers([args.tokenizer] if args.tokenizer else [], [args.toy_vocab] if args.toy_vocab else [])
@@ -212,6 +219,7 @@ def main(argv=None) -> int:
             role=args.role,
         )
         try:
+            declared = run_params.parse_declared(args.run_config, args.tag)  # refused before anything is written
             if args.kind == "vllm":
                 stats = import_vllm(args.src, args.dst, step=args.step, engine=args.engine, **common)
             elif args.kind == "sglang":
@@ -240,6 +248,7 @@ def main(argv=None) -> int:
                     steps={} if args.step is None else _AllSteps(args.step),
                     **common,
                 )
+            run_params.stamp_file(args.dst, declared)
         except (OSError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2

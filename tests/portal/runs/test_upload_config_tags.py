@@ -182,3 +182,60 @@ def test_a_resumable_session_refuses_bad_values_by_field(api, project, settings,
     r = api.post(f"/api/v1/projects/{project.slug}/upload-sessions/", body, format="json")
     assert r.status_code == 400 and r.json()["error"]["detail"]["field"] == field
     assert not UploadSession.objects.exists() and stored_files(settings) == []
+
+
+# ------------------------------------------------------------------ declared by the log itself (docs/fcr.md)
+def declaring(config=None, tags=None, run_id="log-run", **kw) -> list[dict]:
+    recs = records(trajectories=3, run_id=run_id, **kw)
+    for r in recs:
+        if config is not None:
+            r["run_config"] = config
+        if tags is not None:
+            r["run_tags"] = tags
+    return recs
+
+
+def test_config_and_tags_in_the_log_reach_the_run_api_and_table(api, client, owner, project):
+    r = post(api, project, jsonl(declaring({"lr": 3e-6, "algo": "grpo", "optim": {"beta": 0.9}}, ["from-log", "grpo"])))
+    assert r.status_code == 201, r.content
+    upload = validate(r.json()["id"])
+    assert upload.stage == "valid" and upload.validation["run_params"]["log-run"]["run_config"]["line"] == 1
+    listed = api.get(f"/api/v1/projects/{project.slug}/runs/").json()
+    row = next(x for x in (listed.get("results") or listed) if x["name"] == "log-run")
+    assert row["config"] == {"lr": 3e-6, "algo": "grpo", "optim.beta": 0.9} and row["tags"] == ["from-log", "grpo"]
+    client.force_login(owner)
+    html = client.get(f"/p/{project.slug}/runs/", {"cols": "params.algo,tags"}).content.decode()
+    assert '<td class="" data-column="params.algo">grpo<' in html and 'data-tag="from-log"' in html
+
+
+def test_the_uploads_own_fields_override_the_logs(api, project):
+    data = jsonl(declaring({"lr": 1, "seed": 7}, ["log", "shared"]))
+    r = post(api, project, data, config='{"lr": 2}', tags="shared,upload")
+    run = validate(r.json()["id"]).run
+    assert run.config == {"lr": 2, "seed": 7} and run.tags == ["log", "shared", "upload"]
+
+
+@pytest.mark.parametrize(
+    "config,tags,field",
+    [
+        ({"nested": [{"a": 1}]}, None, "run_config"),
+        ({f"k{i}": i for i in range(257)}, None, "run_config"),
+        (None, ["x" * 65], "run_tags"),
+        (None, [f"t{i}" for i in range(33)], "run_tags"),
+    ],
+)
+def test_a_bad_value_in_the_log_is_a_validation_error_naming_the_record(api, project, config, tags, field):
+    recs = declaring(config, tags)
+    r = post(api, project, jsonl(recs))
+    upload = validate(r.json()["id"])
+    assert upload.stage == "invalid" and upload.run is None and upload.error_count == 1
+    error = upload.validation["errors"][0]
+    assert (error["line"], error["call_id"], error["field"]) == (1, recs[0]["call_id"], field)
+    assert not Run.objects.filter(name="log-run").exists()
+
+
+def test_records_that_disagree_make_the_upload_invalid(api, project):
+    recs = declaring({"lr": 1})
+    recs[-1]["run_config"] = {"lr": 9}
+    upload = validate(post(api, project, jsonl(recs)).json()["id"])
+    assert upload.stage == "invalid" and upload.validation["errors"][0]["line"] == len(recs)

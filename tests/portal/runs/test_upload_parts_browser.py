@@ -145,3 +145,69 @@ class BrowserPartsUploadTest(BrowserTestCase):
         api = f"{self.live_server_url}/api/v1/projects/{self.project.slug}"
         assert writes == [("POST", f"{api}/upload-sessions/"), ("POST", f"{api}/uploads/")]
         assert Upload.objects.get(pk=page.get_attribute("#upload-ok", "data-upload-id")).sha256 == sha(data)
+
+    def test_the_form_sends_run_parameters_and_tags_with_either_kind_of_upload(self):
+        """The fields above the drop zone: a refused value is shown on its field and stores nothing; then the same
+        form sends them with a small file (one request) and a large one (in parts), and once the uploads are valid
+        the runs table shows their parameters and tags."""
+        from workers.fcr.synth import SynthConfig, iter_run
+
+        from pipelines import validate_upload
+
+        small = self.tmp / "form-small.jsonl"
+        small.write_bytes(
+            jsonl(list(iter_run(SynthConfig(trajectories=1, run_id="form-whole", response_len=(2, 4))))[:1])
+        )
+        assert small.stat().st_size <= THRESHOLD
+        big = self.tmp / "form-big.jsonl"
+        big.write_bytes(jsonl(records(trajectories=8, run_id="form-parts")))
+        page = self.page
+        self.sign_in()
+        page.goto(f"{self.live_server_url}/p/{self.project.slug}/uploads/")
+        assert page.inner_text("label[for=upload-config]").startswith("Run parameters")
+        assert "JSON object" in page.inner_text("#upload-config-help")
+        assert "Comma-separated" in page.inner_text("#upload-tags-help")
+
+        page.fill("#upload-config", "{lr: 1}")
+        page.fill("#upload-tags", "browser")
+        page.set_input_files("#file-input", str(small))
+        page.wait_for_selector("#upload-error")
+        assert page.get_attribute("#upload-error", "data-field") == "config"
+        assert page.inner_text("#upload-error").startswith("Run parameters (a JSON object): not valid JSON")
+        assert page.get_attribute("#upload-config", "aria-invalid") == "true"
+        assert not Upload.objects.exists()
+
+        page.fill("#upload-config", '{"optim": {"lr": 1e-6}, "algo": "grpo"}')
+        page.fill("#upload-tags", "browser, grpo")
+        page.set_input_files("#file-input", str(small))
+        page.wait_for_selector("#upload-ok")
+        assert page.get_attribute("#upload-status", "data-mode") == "whole"
+        assert (
+            page.inner_text("#upload-tags-sent") == "browser, grpo"
+            and page.inner_text("#upload-params") == "2 parameters"
+        )
+        assert page.get_attribute("#upload-config", "aria-invalid") is None
+        whole = page.get_attribute("#upload-ok", "data-upload-id")
+
+        page.fill("#upload-config", '{"optim": {"lr": 3e-6}, "algo": "ppo"}')
+        page.fill("#upload-tags", "browser, in-parts")
+        page.set_input_files("#file-input", str(big))
+        page.wait_for_selector("#upload-ok", timeout=60000)
+        assert page.get_attribute("#upload-status", "data-mode") == "parts"
+        parts = page.get_attribute("#upload-ok", "data-upload-id")
+        assert parts != whole and page.inner_text("#upload-tags-sent") == "browser, in-parts"
+
+        for upload_id in (whole, parts):
+            assert validate_upload(Job.objects.get(subject_id=upload_id, kind="validate_upload").pk) == "succeeded"
+        page.goto(f"{self.live_server_url}/p/{self.project.slug}/runs/?cols=params.optim.lr,params.algo,tags&sort=name")
+        cells = page.eval_on_selector_all(
+            "#runs-table tbody tr",
+            "rows => rows.map(r => ['name', 'params.optim.lr', 'params.algo'].map("
+            "c => r.querySelector(`[data-column='${c}']`).innerText.trim()).concat("
+            "[Array.from(r.querySelectorAll('[data-tag]')).map(t => t.dataset.tag).join(',')]))",
+        )
+        assert cells == [
+            ["form-parts", "3e-06", "ppo", "browser,in-parts"],
+            ["form-whole", "1e-06", "grpo", "browser,grpo"],
+        ], cells
+        self.screenshot("upload-form-params.png")
