@@ -242,10 +242,13 @@ class _Parser:
         return _compare(field, op.text, text)
 
     def param(self, tok: Token, op: Token, value: Token) -> Q:
-        path = tok.text[7:].split(".")
-        if not all(KEY.match(p) for p in path):
-            self.fail("params.<key> with keys of letters, digits, _ and -", tok)
-        lookup = "config__" + "__".join(path)
+        # a run's config is flat (runs/declarations.py keeps a nested section as dotted keys), so everything after
+        # "params." is one key: params.optim.lr is the key "optim.lr"
+        key = tok.text[7:]
+        if not all(KEY.match(p) for p in key.split(".")) or "__" in key:
+            self.fail("params.<key> with keys of letters, digits, _ and - (sections joined by dots)", tok)
+        path = [key]
+        lookup = "config__" + key
         number = _number(value) if value.kind == "word" else None
         if op.text == "~":
             name = f"_search_text_{len(self.annotations)}"

@@ -41,6 +41,9 @@ class Job(models.Model):
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # A job queued behind another: its task is sent when that one ends, whatever the outcome (services.create_job's
+    # ``after``). A whole-file audit waits so that a certification cut into pieces has every worker for them.
+    after = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="waiting")
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -36,22 +36,29 @@ def create_job(
     subject_id=None,
     submitted_by: str = "",
     enqueue: bool = True,
+    after: Job | None = None,
 ) -> Job:
-    """Create a queued job and send its task by name once the surrounding transaction commits."""
-    job = Job.objects.create(
-        project=project,
-        kind=kind,
-        task_name=task_name,
-        queue=queue,
-        title=title[:200],
-        params=params or {},
-        subject_kind=subject_kind,
-        subject_id=subject_id,
-        submitted_by=submitted_by[:150],
-        message=waiting_for(queue),
-    )
-    if enqueue:
-        transaction.on_commit(lambda: enqueue_job(job.pk))
+    """Create a queued job and send its task by name once the surrounding transaction commits; with ``after`` (a
+    job not yet ended), only when that job ends (:func:`release_waiting`)."""
+    with transaction.atomic():
+        # under the other job's row lock, as its end takes it (_finish, cancel_job): it either ended before this job
+        # exists (send now) or ends after this transaction commits, when release_waiting sees this job
+        waits = after is not None and Job.objects.select_for_update().get(pk=after.pk).state not in TERMINAL_STATES
+        job = Job.objects.create(
+            project=project,
+            kind=kind,
+            task_name=task_name,
+            queue=queue,
+            title=title[:200],
+            params=params or {},
+            subject_kind=subject_kind,
+            subject_id=subject_id,
+            submitted_by=submitted_by[:150],
+            message=f"waits for {after.title or after.kind} to finish" if waits else waiting_for(queue),
+            after=after if waits else None,
+        )
+        if enqueue and not waits:
+            transaction.on_commit(lambda: enqueue_job(job.pk))
     publish_job(job)
     return job
 
@@ -89,6 +96,20 @@ def enqueue_job(job_id: int) -> None:
         Job.objects.filter(pk=job.pk).update(message="waiting for the queue: broker unreachable")
         raise QueueUnavailable() from exc
     _broker_down_until.pop(broker, None)
+
+
+def release_waiting(job: Job) -> None:
+    """Send the tasks of the queued jobs waiting for ``job`` (which has just ended), once its end commits. A send
+    that fails leaves the job queued for the reaper, as any send does."""
+
+    def send():
+        for waiting in Job.objects.filter(after=job, state=JobState.QUEUED).order_by("pk"):
+            Job.objects.filter(pk=waiting.pk).update(message=waiting_for(waiting.queue))
+            waiting.message = waiting_for(waiting.queue)
+            publish_job(waiting)
+            _try_enqueue(waiting.pk)
+
+    transaction.on_commit(send)
 
 
 def start_job(job_id: int) -> Job | None:
@@ -157,6 +178,7 @@ def _finish(job: Job, state: str, *, message: str, result: dict | None = None, e
         locked.finished_at = now
         locked.heartbeat_at = now
         locked.save()
+        release_waiting(locked)
     publish_job(locked)
 
 
@@ -169,6 +191,7 @@ def cancel_job(job: Job) -> bool:
         locked.message = "cancelled"
         locked.finished_at = timezone.now()
         locked.save()
+        release_waiting(locked)
     publish_job(locked)
     return True
 
@@ -207,7 +230,12 @@ def reap_stale_jobs(now=None) -> dict:
     # A queued job untouched for a whole timeout may have lost its message (broker down when it was sent, or a
     # broker restarted without persistence). Resend it, and mark it, so each waiting job is resent at most once per
     # timeout: a long backlog behind busy workers must not gain a copy of every waiting job at every tick.
-    untouched = Job.objects.filter(state=JobState.QUEUED, updated_at__lt=stale_before).exclude(pk__in=requeued)
+    # A job waiting for another that has not ended is not lost: it is sent when that one ends (release_waiting).
+    untouched = (
+        Job.objects.filter(state=JobState.QUEUED, updated_at__lt=stale_before)
+        .exclude(pk__in=requeued)
+        .exclude(after__state__in=[JobState.QUEUED, JobState.RUNNING])
+    )
     for job_id in untouched.order_by("pk").values_list("pk", flat=True):
         if _try_enqueue(job_id):
             Job.objects.filter(pk=job_id, state=JobState.QUEUED).update(

@@ -6,6 +6,7 @@ import logging
 import os
 from pathlib import Path
 
+from django.conf import settings
 from django.db import DatabaseError, IntegrityError, transaction
 from django.utils import timezone
 
@@ -167,6 +168,14 @@ FOLLOW_UPS: list[tuple[str, str, str]] = [
 ]
 
 
+def _certified_in_pieces(upload: Upload) -> bool:
+    """Whether the certification will be cut into pieces (a plain JSONL or Parquet log above CERTIFY_CHUNK_BYTES;
+    pipelines/certificates.py). Then the whole-file audits wait for it: queued beside it, one of them would hold a
+    worker for the whole file while the pieces queue behind it (docs/deploy.md, "Upload to certificate")."""
+    limit = settings.CERTIFY_CHUNK_BYTES
+    return bool(limit) and upload.size_bytes > limit and upload.compression == "none"
+
+
 def follow_ups_for(summary: dict) -> list[tuple[str, str, str]]:
     """The follow-up jobs a valid upload with this validation summary gets (the routing audit only when its records
     carry MoE routes); the consistency check expects exactly these."""
@@ -197,8 +206,9 @@ def record_validation(upload: Upload, summary: dict) -> Upload:
             log_config=log_config,
             log_tags=log_tags,
         )
+        certification = None
         for kind, task_name, queue in follow_ups_for(summary):
-            create_job(
+            job = create_job(
                 project=upload.project,
                 kind=kind,
                 task_name=task_name,
@@ -207,7 +217,9 @@ def record_validation(upload: Upload, summary: dict) -> Upload:
                 subject_kind="upload",
                 subject_id=upload.pk,
                 submitted_by=upload.submitted_by,
+                after=certification if _certified_in_pieces(upload) else None,
             )
+            certification = certification or job  # FOLLOW_UPS lists the certification first
     upload.save()
     return upload
 

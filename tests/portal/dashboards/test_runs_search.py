@@ -53,6 +53,19 @@ def test_search_finds(client, owner, project, q, expected):
     assert found(client, project, q) == expected
 
 
+def test_a_dotted_param_is_one_flat_key(client, owner, project):
+    # a nested config is stored as dotted keys (runs/declarations.py): params.optim.lr finds the key "optim.lr"
+    from audit_portal.runs.models import Run
+
+    runs = declared(project)
+    for i, run in enumerate(runs):
+        Run.objects.filter(pk=run.pk).update(config={"optim.lr": [1e-6, 2e-6, 3e-6][i], "optim.name": "adamw"})
+    client.force_login(owner)
+    assert found(client, project, "params.optim.lr > 1.5e-6") == ["sweep-01", "sweep-02"]
+    assert found(client, project, "params.optim.name = adamw and params.optim.lr = 1e-6") == ["sweep-00"]
+    assert found(client, project, "params.optim = adamw") == []
+
+
 def test_verdict_search_matches_the_verdict_column(client, owner, project):
     declared(project)
     client.force_login(owner)

@@ -102,3 +102,17 @@ def test_the_run_page_shows_tags_config_and_missing_steps(api, client, owner, pr
     html = client.get(f"/p/{project.slug}/runs/{run['id']}/").content.decode()
     assert 'data-tag="grpo"' in html and "3e-6&lt;x&gt;" in html
     assert 'id="missing-steps"' in html and "2 steps" in html and "4, 9" in html
+
+
+def test_configs_stored_nested_before_are_flattened_by_the_migration(project):
+    # runs/migrations/0006: a run started with a nested config before the one check flattened it
+    import importlib
+
+    from django.apps import apps
+
+    migration = importlib.import_module("audit_portal.runs.migrations.0006_flat_run_config")
+    nested = Run.objects.create(project=project, name="old", config={"optim": {"lr": 1e-6, "betas": [0.9]}, "seed": 1})
+    flat = Run.objects.create(project=project, name="flat", config={"seed": 2})
+    migration.flatten(apps, None)
+    nested.refresh_from_db(), flat.refresh_from_db()
+    assert nested.config == {"optim.lr": 1e-6, "optim.betas": [0.9], "seed": 1} and flat.config == {"seed": 2}
