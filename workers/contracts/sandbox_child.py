@@ -252,8 +252,8 @@ def input_after(
 def fill_tensor(shape, dtype, spec: dict):
     """The initial content of a destination buffer (and of freed memory before a call). The parent chooses a
     different pattern per launch — NaN, random bit patterns (what uninitialised memory looks like), large random
-    values, a large constant — so an output that is never written, or written only in part, cannot look like a
-    result, and a kernel cannot recognise the harness by always finding NaN."""
+    values, a large constant, values of an activation's size — so an output that is never written, or written only
+    in part, cannot look like a result, and a kernel cannot recognise the harness by what its memory holds."""
     n = 1
     for s in shape:
         n *= int(s)
@@ -263,8 +263,8 @@ def fill_tensor(shape, dtype, spec: dict):
         width = torch.finfo(dtype).bits // 8
         raw = torch.randint(0, 256, (n * width,), generator=g, dtype=torch.int64).to(torch.uint8)
         return raw.view(_INT_VIEW[width]).view(dtype).reshape(shape).clone()
-    if pattern == "normal" and dtype.is_floating_point:
-        scale = float(spec.get("scale", 1e4))
+    if pattern in ("normal", "activations") and dtype.is_floating_point:
+        scale = float(spec.get("scale", 1e4) if pattern == "normal" else spec.get("act_scale", 1.0))
         return (torch.randn(n, generator=g, dtype=torch.float64) * scale).to(dtype).reshape(shape)
     if pattern == "const" or not dtype.is_floating_point:
         value = spec.get("value", -7.0e4) if dtype.is_floating_point else int(spec.get("int_value", -77))
