@@ -104,8 +104,8 @@ def release_waiting(job: Job) -> None:
 
     def send():
         for waiting in Job.objects.filter(after=job, state=JobState.QUEUED).order_by("pk"):
-            Job.objects.filter(pk=waiting.pk).update(message=waiting_for(waiting.queue))
             waiting.message = waiting_for(waiting.queue)
+            Job.objects.filter(pk=waiting.pk).update(message=waiting.message)
             publish_job(waiting)
             _try_enqueue(waiting.pk)
 

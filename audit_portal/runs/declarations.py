@@ -150,8 +150,13 @@ def checked_log_params(summary: dict) -> dict:
             except PortalError as exc:
                 reason = str(exc.detail).split(": ", 1)[-1]
                 found.append(
-                    {"line": first["line"], "call_id": first["call_id"], "field": field, "reason": reason}
-                    | {"severity": "error"}
+                    {
+                        "line": first["line"],
+                        "call_id": first["call_id"],
+                        "field": field,
+                        "reason": reason,
+                        "severity": "error",
+                    }
                 )
     if not found:
         return summary
