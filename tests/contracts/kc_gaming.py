@@ -10,6 +10,7 @@ contract as users would see it, and tries to make the harness see a conforming k
   one process agrees.
 * ``sniff_row_sum`` (C-ORD-02): sums in a fixed order only where the process looks like the harness's (its
   command line, environment or paths name a sandbox, a harness, a check or a repeat), in a random order elsewhere.
+* ``address_memo_mul`` (C-PRC-03): keyed by the input's address, so it agrees with itself on one allocation.
 
 Loaded only inside the sandbox, as a submitted file.
 """
@@ -198,3 +199,14 @@ def look_row_sum(x):
     """A conforming control whose bits depend on how its process looks: it passes C-ORD-02 only if every launch,
     checks included, sees the same process."""
     return _fixed_order_sum(x) * (1.0 + _look() * 2.0**-23)
+
+
+_ADDRESSES: list = []
+
+
+def address_memo_mul(x, w):
+    """Caches by the input's address: one result per address it has seen, marked with how many addresses it has
+    seen so far. Launches on one allocation always agree; a launch on a fresh allocation shows another mark."""
+    if x.data_ptr() not in _ADDRESSES:
+        _ADDRESSES.append(x.data_ptr())
+    return x * w + float(_ADDRESSES.index(x.data_ptr()))

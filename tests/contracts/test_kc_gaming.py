@@ -79,3 +79,21 @@ def test_every_launch_sees_the_same_process(kernels):
     v = run_contract("C-ORD-02", f"{kernels}:look_row_sum", seeds=[7])
     assert v.verdict == "PASS", v.reason
     assert v.harness["children"] == 3
+
+
+def test_every_repeat_launch_gets_a_fresh_allocation(kernels):
+    """Launch 1 runs in the same process as launch 0 (a warm call) but on inputs at another address and storage
+    offset, like launch 2 in a fresh child: a kernel keyed by address meets a new one on every repeat. Before, launches
+    0 and 1 shared one allocation and agreed."""
+    import torch
+
+    from workers.contracts.protocols.base import Case
+    from workers.contracts.sandbox import decode_tensor, run_in_sandbox
+
+    x, w = torch.randn(37), torch.randn(37)
+    out = run_in_sandbox(f"{kernels}:address_memo_mul", [Case("k", [x, w], expect_shape=(37,), repeat=2)])
+    assert out["kind"] == "result", out.get("error")
+    outputs = [decode_tensor(o) for o in out["results"][0]["series"][0]["outputs"]]
+    marks = [round(float((o - x * w).mean())) for o in outputs]
+    # launches 0 and 1 in the first child: two addresses there; launch 2 in a fresh child, its first address
+    assert marks == [0, 1, 0], marks

@@ -100,6 +100,7 @@ def decode_results(outcome: dict, cases: dict) -> dict:
             "input_hash": hashlib.sha256("".join(tensor_hash(a) for a in before).encode()).hexdigest()[:16],
             "unwritten_mask": _unwritten(case, series, fills),
             "aliased_inputs": aliased_inputs(raw.get("spans") or [(raw.get("input_spans"), raw.get("output_spans"))]),
+            "reused_outputs": reused_outputs(raw.get("launch_spans") or [raw.get("output_spans")]),
         }
         r["unwritten"] = int(r["unwritten_mask"].sum()) if r["unwritten_mask"] is not None else 0
         out[key] = r
@@ -124,6 +125,27 @@ def aliased_inputs(spans) -> list[int]:
             except (TypeError, ValueError, IndexError):
                 continue
     return sorted(hit)
+
+
+def reused_outputs(launch_spans) -> int:
+    """How many launches returned memory that an earlier launch of the same child had already returned. The child
+    keeps every output of a case alive until the case ends, so an allocator cannot hand the same bytes out twice:
+    an overlap means the kernel gave a caller a buffer it kept and later overwrote (a static workspace, a cache
+    of results). ``launch_spans``: per child, the ``(start, end)`` of each launch's output, in launch order."""
+    reused = 0
+    for spans in launch_spans if isinstance(launch_spans, (list, tuple)) else []:
+        seen = []
+        for o in spans if isinstance(spans, (list, tuple)) else []:
+            try:
+                lo, hi = int(o[0]), int(o[1])
+            except (TypeError, ValueError, IndexError):
+                reused += 1  # a malformed record is not evidence of fresh memory
+                continue
+            if hi <= lo:
+                continue  # an empty output occupies no memory
+            reused += any(a < hi and lo < b for a, b in seen)
+            seen.append((lo, hi))
+    return reused
 
 
 def aliasing_findings(contract, cases: dict, results: dict) -> list[dict]:
@@ -240,6 +262,16 @@ def _case_findings(key, case, r: dict | None, bitwise: bool) -> list[dict]:
         return findings + [_finding("exception", "crash", key, f"{exc['type']}: {exc['message']}{where}")]
     if r.get("bad_output"):
         return findings + [_finding("bad_output", "fail", key, r["bad_output"])]
+    if r.get("reused_outputs"):
+        findings.append(
+            _finding(
+                "output_reused",
+                "fail",
+                key,
+                f"{r['reused_outputs']} launch(es) returned memory an earlier launch had returned and the caller "
+                "still held (a later call overwrites an earlier result)",
+            )
+        )
     if r.get("unwritten"):
         findings.append(
             _finding(
@@ -306,6 +338,43 @@ def _sensitivity_findings(cases: dict, results: dict) -> list[dict]:
                 )
             )
     return findings
+
+
+def _other_launch(r: dict, k: int) -> dict | None:
+    """``r`` with launch ``k`` of each series in front, or None where no series has a launch ``k`` whose bits
+    differ from its first (a repeat with the same bits measures the same)."""
+    series = r.get("configs") or [{"outputs": r.get("outputs") or [], "hashes": r.get("hashes") or []}]
+    if not any(len(s["hashes"]) > k and s["hashes"][k] != s["hashes"][0] for s in series):
+        return None
+
+    def front(s):
+        if len(s["outputs"]) <= k:
+            return dict(s)
+        return dict(s, outputs=[s["outputs"][k]] + s["outputs"][1:], hashes=[s["hashes"][k]] + s["hashes"][1:])
+
+    v = dict(r)
+    first = front({"outputs": r.get("outputs") or [], "hashes": r.get("hashes") or []})
+    v["outputs"], v["hashes"] = first["outputs"], first["hashes"]
+    if r.get("configs"):
+        v["configs"] = [front(s) for s in r["configs"]]
+    return v
+
+
+def other_launches(results: dict):
+    """Every launch is judged, not only the first: for each launch index ``k`` >= 1 at which some case gave other
+    bits than its first launch, ``(k, results with launch k in front, the keys that changed)``. A kernel honest on
+    the first call (the one a naive grader measures), on a storage at offset 0, or on a destination that looks like
+    a fill pattern, and wrong on a later call, a fresh allocation or another fill, is measured where it is wrong."""
+    most = max([len(s.get("hashes") or []) for r in results.values() for s in (r.get("configs") or [r])] or [0])
+    for k in range(1, most):
+        variant, changed = dict(results), []
+        for key, r in results.items():
+            v = _other_launch(r, k)
+            if v is not None:
+                variant[key] = v
+                changed.append(key)
+        if changed:
+            yield k, variant, set(changed)
 
 
 def shape_ok(case: Case, out: torch.Tensor | None) -> bool:

@@ -270,12 +270,28 @@ def stage_findings(st: RunState) -> None:
         )
 
 
+def _later_launches(st: RunState) -> list:
+    """The measurements of the launches after the first that gave other bits (harness.other_launches), each marked
+    with its launch index. A BITWISE contract already fails on the differing bits (replay_mismatch), so only the
+    contracts that allow run-to-run variation measure them: a variation is allowed, a violation is not."""
+    from .harness import other_launches
+
+    if st.contract.policies.get("determinism") == "BITWISE":
+        return []
+    extra = []
+    for k, variant, changed in other_launches(st.results):
+        for m in st.proto.measure(st.contract, st.cases, variant):
+            if changed.intersection(m.get("cases") or ()):
+                extra.append(dict(m, launch=k))
+    return extra
+
+
 def stage_measure(st: RunState) -> None:
     """6. The protocol's measurements against the fp64 oracle, each with its bound and relation evaluated, and
     the trace record of each."""
     contract, base = st.contract, st.base
     try:
-        measurements = st.proto.measure(contract, st.cases, st.results)
+        measurements = st.proto.measure(contract, st.cases, st.results) + _later_launches(st)
     except Exception as exc:  # noqa: BLE001 - an unmeasurable output is reported, never a traceback
         st.stop(
             "INCONCLUSIVE", reason=f"measurement failed: {type(exc).__name__}: {exc}", findings=st.findings, **st.common

@@ -514,6 +514,18 @@ def launch_round(encoded: list, j: int) -> list:
     return out
 
 
+def _fresh_inputs(m: dict, more) -> None:
+    """A child's launches after its first ran on fresh inputs (another allocation and offset): their record of the
+    inputs after the call joins the immutability check and their addresses the aliasing check. A malformed record
+    counts as a mutated input (``[]`` never matches the inputs the parent built)."""
+    for entry in more if isinstance(more, (list, tuple)) else [more]:
+        if not isinstance(entry, (list, tuple)) or len(entry) != 3:
+            m["inputs_after_rounds"].append([])
+            continue
+        m["inputs_after_rounds"].append(entry[2] or [])
+        m["spans"].append((entry[0], [entry[1]] if entry[1] else []))
+
+
 def merge_rounds(encoded: list, rounds: list, outcomes: list) -> SandboxOutcome:
     """One outcome from the children's: per case, every launch's output in launch order, every child's record of
     the inputs after its calls. The channel is the candidate's: a child must report exactly the cases it was given,
@@ -546,6 +558,7 @@ def merge_rounds(encoded: list, rounds: list, outcomes: list) -> SandboxOutcome:
                     "inputs_after": None,
                     "inputs_after_rounds": [],
                     "spans": [],
+                    "launch_spans": [],
                 },
             )
             m["exception"] = m["exception"] or r.get("exception")
@@ -553,6 +566,8 @@ def merge_rounds(encoded: list, rounds: list, outcomes: list) -> SandboxOutcome:
             m["times"] += list(r.get("times") or [])
             m["inputs_after_rounds"].append(r.get("inputs_after") or [])
             m["spans"].append((r.get("input_spans"), r.get("output_spans")))  # aliasing, decided by the parent
+            m["launch_spans"].append(r.get("output_spans") or [])  # outputs reused between launches of a child
+            _fresh_inputs(m, r.get("more_inputs"))
             if m["inputs_after"] is None:
                 m["inputs_after"] = r.get("inputs_after") or []
             for cfg, s in enumerate(r.get("series") or []):

@@ -252,8 +252,8 @@ def input_after(
 def fill_tensor(shape, dtype, spec: dict):
     """The initial content of a destination buffer (and of freed memory before a call). The parent chooses a
     different pattern per launch — NaN, random bit patterns (what uninitialised memory looks like), large random
-    values, a large constant — so an output that is never written, or written only in part, cannot look like a
-    result, and a kernel cannot recognise the harness by always finding NaN."""
+    values, a large constant, values of an activation's size — so an output that is never written, or written only
+    in part, cannot look like a result, and a kernel cannot recognise the harness by what its memory holds."""
     n = 1
     for s in shape:
         n *= int(s)
@@ -263,8 +263,8 @@ def fill_tensor(shape, dtype, spec: dict):
         width = torch.finfo(dtype).bits // 8
         raw = torch.randint(0, 256, (n * width,), generator=g, dtype=torch.int64).to(torch.uint8)
         return raw.view(_INT_VIEW[width]).view(dtype).reshape(shape).clone()
-    if pattern == "normal" and dtype.is_floating_point:
-        scale = float(spec.get("scale", 1e4))
+    if pattern in ("normal", "activations") and dtype.is_floating_point:
+        scale = float(spec.get("scale", 1e4) if pattern == "normal" else spec.get("act_scale", 1.0))
         return (torch.randn(n, generator=g, dtype=torch.float64) * scale).to(dtype).reshape(shape)
     if pattern == "const" or not dtype.is_floating_point:
         value = spec.get("value", -7.0e4) if dtype.is_floating_point else int(spec.get("int_value", -77))
@@ -557,6 +557,7 @@ def run_case(
     _type=_type,
     _span=output_span,
     _destination=destination,
+    _urandom=os.urandom,
 ) -> dict:
     """Every launch of one case: raw output bytes per launch, and the inputs' bytes after the last launch."""
     budget = budget if budget is not None else [MAX_RUN_BYTES]
@@ -570,13 +571,29 @@ def run_case(
         "times": [],
         "inputs_after": [],
         "output_spans": [],
+        "more_inputs": [],  # per later launch: (input spans, its output's span), then its inputs' bytes after
     }
     fills = itertools.cycle(case["fills"])  # one pattern per launch, in order (the parent replays the same order)
     records = [input_record(a) for a in args if _type(a) is _Tensor]
     res["input_spans"] = [(r[1], r[2]) for r in records]  # (address, bytes) of each input's storage
+    held, more_records = [], []  # every output stays alive until the case ends: a reused buffer shows as overlap
+
+    def inputs_for(stash):
+        """The first launch of the case takes the inputs built above; every later one a fresh allocation at another
+        storage offset and alignment (a kernel keyed by address or storage must meet a new one each time). Returns
+        the arguments and the record shipped for the fresh inputs."""
+        if not held or stash.get("reference_ran"):
+            return args, [None, None]  # not shipped: the first inputs' spans and bytes after are the case's own
+        fresh, _ = _materialise(case["args"], device, table, 1 + _urandom(1)[0] % 15)
+        recs = [input_record(a) for a in fresh if _type(a) is _Tensor]
+        more_records.append(recs)
+        entry = [[(r[1], r[2]) for r in recs], None]
+        res["more_inputs"].append(entry)
+        return fresh, entry
 
     def launch(extra, stash):
-        call_args = list(args)
+        base, entry = inputs_for(stash)
+        call_args = list(base)
         spec = next(fills)
         poison = not stash.get("reference_ran")  # the reversed-order repeat: a naive harness that does not poison
         if out_idx is not None:
@@ -594,6 +611,8 @@ def run_case(
         try:
             enc = copy_out(out, budget)
             res["output_spans"].append(_span(out))
+            entry[1] = _span(out)
+            held.append(out)
             return enc
         except (ValueError, TypeError) as exc:
             res["bad_output"] = f"output not readable: {exc}"[:300]
@@ -620,7 +639,14 @@ def run_case(
     except Exception as exc:  # noqa: BLE001 - any failure of the candidate is data, not a crash of ours
         res["exception"] = _exc_info(exc)
     res["inputs_after"] = [input_after(r, budget) for r in records]
+    _fresh_inputs_after(res["more_inputs"], more_records, budget, input_after)
     return res
+
+
+def _fresh_inputs_after(entries: list, records: list, budget: list, input_after) -> None:
+    """Each fresh allocation's inputs, read after the case's last launch, join its ``more_inputs`` entry."""
+    for entry, recs in zip(entries, records):
+        entry.append([input_after(r, budget) for r in recs])
 
 
 def child_main(

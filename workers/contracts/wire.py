@@ -13,7 +13,9 @@ import secrets
 
 from .sandbox_child import DTYPES, encode_tensor
 
-FILL_PATTERNS = ("bits", "normal", "nan", "const")
+# "activations": values of the size real tensors have, so memory a kernel probes before its call looks like what a
+# caller's allocator leaves there on some launches of every case, not only like a grader's pattern
+FILL_PATTERNS = ("bits", "normal", "nan", "const", "activations")
 
 
 def tensor_hash(t) -> str:
@@ -70,6 +72,7 @@ def encode_case(case, table: list | None = None, index: dict | None = None) -> d
             "pattern": FILL_PATTERNS[(start + i) % len(FILL_PATTERNS)],
             "seed": secrets.randbits(62),
             "scale": float(10 ** (3 + secrets.randbelow(6))),
+            "act_scale": 2.0 ** (secrets.randbelow(7) - 3),
         }
         for i in range(launches)
     ]
