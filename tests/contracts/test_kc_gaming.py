@@ -97,3 +97,34 @@ def test_every_repeat_launch_gets_a_fresh_allocation(kernels):
     marks = [round(float((o - x * w).mean())) for o in outputs]
     # launches 0 and 1 in the first child: two addresses there; launch 2 in a fresh child, its first address
     assert marks == [0, 1, 0], marks
+
+
+def _row_sum(x):
+    return x.sum(dim=-1)
+
+
+def test_fresh_allocations_never_crowd_out_what_a_child_must_ship():
+    """Regression (issue #24): every later launch on a fresh allocation shipped that allocation's bytes after the
+    calls, so a long run of large cases used up what one child may ship, and the case's own inputs came back without
+    bytes: a conforming row sum FAILed C-ORD-02 with input_mutated. Fresh allocations are now reserved against what
+    is left, so every input record and every output of the case ships, and the launches past the reserve run on the
+    case's own inputs."""
+    import torch
+
+    from workers.contracts.protocols.base import Case
+    from workers.contracts.sandbox import launch_round
+    from workers.contracts.sandbox_child import run_case
+    from workers.contracts.wire import encode_case
+
+    x = torch.randn(4, 2**18)  # 4 MiB of input
+    table, index = [], {}
+    encoded = [encode_case(Case("k", [x], expect_shape=(4,), repeat=20), table, index)]
+    case = launch_round(encoded, 1)[0]  # a fresh child's share: nine launches
+    budget = [34 * 2**20]  # less than nine records of 4 MiB; a quarter holds the case's own and one fresh
+    res = run_case(_row_sum, case, "cpu", None, table, budget)
+    assert res["exception"] is None and res["bad_output"] is None
+    assert len(res["series"][0]["outputs"]) == case["repeat"] == 9
+    assert len(res["more_inputs"]) == 1, "fresh allocations past the reserve"
+    records = [res["inputs_after"]] + [entry[2] for entry in res["more_inputs"]]
+    assert all(rec and rec[0][5] is not None for rec in records), "an input record shipped without its bytes"
+    assert budget[0] >= 0

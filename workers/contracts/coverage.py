@@ -5,9 +5,10 @@ seeds). Torch-free."""
 from __future__ import annotations
 
 
-def coverage_statement(contract, measurements: list, device: str, plan) -> dict:
+def coverage_statement(contract, measurements: list, device: str, plan, results: dict | None = None) -> dict:
     """What was measured, beside every grade: dtypes x shapes x values x layouts x modes x device, the range of
-    every swept dimension, how many points were fixed and how many drawn from the seeds."""
+    every swept dimension, how many points were fixed and how many drawn from the seeds, and (from the decoded
+    ``results``) how many launches ran and how many of them on inputs allocated anew for that launch."""
     scope = contract.data["scope"]
     dims: dict[str, set] = {}
     values, layouts, points, drawn = set(), set(), set(), set()
@@ -39,6 +40,10 @@ def coverage_statement(contract, measurements: list, device: str, plan) -> dict:
     }
     ranges = {k: {"min": min(v), "max": max(v), "distinct": len(v)} for k, v in sorted(dims.items())}
     sweep = contract.protocol_params.get("sweep") or {}
+    launches = {
+        "total": sum(len(r.get("times") or []) for r in (results or {}).values()),
+        "fresh_inputs": sum(int(r.get("fresh_launches") or 0) for r in (results or {}).values()),
+    }
     text = (
         f"{'/'.join(dtypes)} x {len(points)} points ({len(drawn)} drawn from seeds; "
         + ", ".join(f"{k} {r['min']:g}..{r['max']:g}" for k, r in ranges.items())
@@ -48,6 +53,7 @@ def coverage_statement(contract, measurements: list, device: str, plan) -> dict:
         + (f" x layouts {'/'.join(sorted(layouts))}" if layouts else "")
         + f" x {'/'.join(modes)} x {device}; seeds {seeds['public']} public + {seeds['hidden']} hidden"
         + (f" + {seeds['explicit']} explicit" if seeds["explicit"] else "")
+        + (f"; {launches['total']} launches, {launches['fresh_inputs']} on fresh input allocations" if results else "")
     )
     return {
         "dtypes": dtypes,
@@ -61,6 +67,7 @@ def coverage_statement(contract, measurements: list, device: str, plan) -> dict:
         "drawn_points": len(drawn),
         "reached": dict(sorted(reached.items())),
         "seeds": seeds,
+        "launches": launches,
         "measurements": len(measurements),
         "budget": sweep.get("budget"),
         "sampling": sweep.get("sampling"),

@@ -100,6 +100,7 @@ def decode_results(outcome: dict, cases: dict) -> dict:
             "input_hash": hashlib.sha256("".join(tensor_hash(a) for a in before).encode()).hexdigest()[:16],
             "unwritten_mask": _unwritten(case, series, fills),
             "aliased_inputs": aliased_inputs(raw.get("spans") or [(raw.get("input_spans"), raw.get("output_spans"))]),
+            "fresh_launches": raw.get("fresh_launches") if isinstance(raw.get("fresh_launches"), int) else 0,
             "reused_outputs": reused_outputs(raw.get("launch_spans") or [raw.get("output_spans")]),
         }
         r["unwritten"] = int(r["unwritten_mask"].sum()) if r["unwritten_mask"] is not None else 0

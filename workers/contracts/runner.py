@@ -371,7 +371,7 @@ def stage_measure(st: RunState) -> None:
     )
     st.kw.update(
         passed_measurements=sum(1 for e in evaluated if e[4]),
-        coverage=coverage_statement(contract, [e[0] for e in evaluated], st.device, st.plan),
+        coverage=coverage_statement(contract, [e[0] for e in evaluated], st.device, st.plan, st.results),
     )
 
 

@@ -559,6 +559,7 @@ def merge_rounds(encoded: list, rounds: list, outcomes: list) -> SandboxOutcome:
                     "inputs_after_rounds": [],
                     "spans": [],
                     "launch_spans": [],
+                    "fresh_launches": 0,
                 },
             )
             m["exception"] = m["exception"] or r.get("exception")
@@ -568,6 +569,7 @@ def merge_rounds(encoded: list, rounds: list, outcomes: list) -> SandboxOutcome:
             m["spans"].append((r.get("input_spans"), r.get("output_spans")))  # aliasing, decided by the parent
             m["launch_spans"].append(r.get("output_spans") or [])  # outputs reused between launches of a child
             _fresh_inputs(m, r.get("more_inputs"))
+            m["fresh_launches"] += len(r.get("more_inputs") or []) if isinstance(r.get("more_inputs"), list) else 0
             if m["inputs_after"] is None:
                 m["inputs_after"] = r.get("inputs_after") or []
             for cfg, s in enumerate(r.get("series") or []):

@@ -87,6 +87,12 @@ _shape = torch._C.TensorBase.__dict__["shape"].__get__
 _dtype = torch._C.TensorBase.__dict__["dtype"].__get__
 _device = torch._C.TensorBase.__dict__["device"].__get__
 MAX_RUN_BYTES = 512 * 2**20  # every output and input record one child ships, together
+# The inputs of a case's later launches run on fresh allocations, whose bytes after the calls are shipped too (the
+# immutability check). A fresh allocation is made while the case's input bytes to ship (its own and every fresh
+# allocation's) stay under a quarter of what the child may still ship and, past the first, under this; past that a
+# launch runs on the case's own inputs again, so large inputs cannot crowd out the outputs. The coverage statement
+# says how many launches ran on fresh allocations.
+FRESH_CASE_BYTES = 32 * 2**20
 
 
 # --------------------------------------------------------------------------------------------------- codec
@@ -535,6 +541,16 @@ def _unrelated_work(device) -> None:
     (junk * 2).sum().item()
 
 
+def fresh_affordable(records: list, more_records: list, budget: list, *, cap: int = FRESH_CASE_BYTES) -> bool:
+    """Whether a case's next launch may run on a fresh allocation of its inputs, whose bytes after the calls are
+    shipped when the case ends (:data:`FRESH_CASE_BYTES`): they are reserved now, with the case's own inputs'."""
+    input_bytes = sum(r[2] for r in records)
+    pending = (len(more_records) + 2) * input_bytes  # the case's own inputs, each fresh allocation, and this one
+    if pending > budget[0] // 4:
+        return False
+    return not more_records or pending - input_bytes <= cap
+
+
 def run_case(
     impl,
     case: dict,
@@ -558,6 +574,7 @@ def run_case(
     _span=output_span,
     _destination=destination,
     _urandom=os.urandom,
+    _fresh_affordable=fresh_affordable,
 ) -> dict:
     """Every launch of one case: raw output bytes per launch, and the inputs' bytes after the last launch."""
     budget = budget if budget is not None else [MAX_RUN_BYTES]
@@ -579,10 +596,10 @@ def run_case(
     held, more_records = [], []  # every output stays alive until the case ends: a reused buffer shows as overlap
 
     def inputs_for(stash):
-        """The first launch of the case takes the inputs built above; every later one a fresh allocation at another
-        storage offset and alignment (a kernel keyed by address or storage must meet a new one each time). Returns
-        the arguments and the record shipped for the fresh inputs."""
-        if not held or stash.get("reference_ran"):
+        """The first launch of the case takes the inputs built above; a later one a fresh allocation at another
+        storage offset and alignment where :func:`fresh_affordable` allows (a kernel keyed by address or storage
+        meets a new one). Returns the arguments and the record shipped for the fresh inputs."""
+        if not held or stash.get("reference_ran") or not _fresh_affordable(records, more_records, budget):
             return args, [None, None]  # not shipped: the first inputs' spans and bytes after are the case's own
         fresh, _ = _materialise(case["args"], device, table, 1 + _urandom(1)[0] % 15)
         recs = [input_record(a) for a in fresh if _type(a) is _Tensor]

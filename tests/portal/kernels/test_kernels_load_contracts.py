@@ -35,8 +35,8 @@ def test_suite_loads_once_and_reloading_changes_nothing(specs):
     load(specs)
     shipped = sorted(p.name for p in specs.glob("*.yaml"))
     rows = list(Contract.objects.all())
-    # twelve classes, versions 0.1.0 and 0.2.0; C-PRC-02 and C-CMP-03 also 0.3.0; all but C-PRC-03 0.4.0 (issue #24)
-    assert len(rows) == len(shipped) == 37
+    # twelve classes, versions 0.1.0, 0.2.0 and 0.4.0 (issue #24); C-PRC-02 and C-CMP-03 also 0.3.0
+    assert len(rows) == len(shipped) == 38
     assert {r.contract_class for r in rows} == {r.contract_id.split("/")[0] for r in rows}
     prc = Contract.objects.get(contract_class="C-PRC-01", version=LATEST)
     assert prc.source_text == (specs / PRC01).read_text() and prc.spec["parts"]["tolerance"]["bound"] == "8*sqrt(K)"
@@ -46,7 +46,7 @@ def test_suite_loads_once_and_reloading_changes_nothing(specs):
     assert set(ContractCalibration.objects.values_list("status", flat=True)) == {CalibrationStatus.QUEUED}
 
     load(specs)
-    assert Contract.objects.count() == 37 and Job.objects.filter(kind="calibrate_contracts").count() == 1
+    assert Contract.objects.count() == 38 and Job.objects.filter(kind="calibrate_contracts").count() == 1
 
     # --recalibrate queues the versions that are not calibrated (here: one that failed), nothing else
     failed = dict(contract__contract_class="C-EXC-02", contract__version=LATEST)
@@ -83,7 +83,7 @@ def test_a_new_version_is_a_new_row_and_becomes_the_latest(specs):
     assert [v.version for v in versions] == ["0.5.0", "0.4.0", "0.2.0", "0.1.0"]
     latest = [c for c in selectors.latest_contracts() if c.contract_class == "C-PRC-01"]
     assert [c.version for c in latest] == ["0.5.0"] and latest[0].spec["parts"]["tolerance"]["bound"] == "7*sqrt(K)"
-    assert Contract.objects.count() == 38  # 37 shipped + this one
+    assert Contract.objects.count() == 39  # 38 shipped + this one
 
 
 def test_an_invalid_file_names_field_and_line_and_nothing_is_written(specs):

@@ -33,7 +33,7 @@ PROTOCOL_META = {
         "module": "prc03",
         "names": ("mismatch", "flush_ratio", "n_subnormal"),
         "sweeps": ("n",),
-        "values": ("subnormal_ladder", "scattered_subnormals"),
+        "values": ("subnormal_ladder", "scattered_subnormals", "scattered_subnormals_to_the_end"),
         "patterns": ("outputs_flushed", "inputs_flushed", "inexact"),
     },
     "scaling_invariance": {

@@ -33,13 +33,22 @@ def _inputs(seed):
     return x, w, kinds
 
 
-def _scattered(seed, i, n):
+TAIL = 32  # scattered_subnormals_to_the_end: the last positions, all subnormal-producing pairs
+
+
+def _scattered(seed, i, n, to_the_end=False):
     """A large tensor of ordinary products with subnormal-producing pairs (normal x normal -> subnormal) and DAZ
-    probes (subnormal x 2**40) at positions drawn from the seed, so a kernel cannot guess where they are."""
+    probes (subnormal x 2**40) at positions drawn from the seed, so a kernel cannot guess where they are. With
+    ``to_the_end`` (value ``scattered_subnormals_to_the_end``, v0.4.0) the last :data:`TAIL` positions hold
+    subnormal-producing pairs too: a vector loop's scalar tail (its last n % width elements) meets them whatever n
+    the seed drew, where random positions reach it on some seeds only."""
     g = generator("prc03-scattered", seed, i, n)
     x = torch.randn(n, generator=g)
     w = torch.randn(n, generator=g)
-    pos = torch.unique(torch.randint(0, n, (max(1, n // 64),), generator=g))  # distinct: assignment order-free
+    drawn = torch.randint(0, n, (max(1, n // 64),), generator=g)
+    if to_the_end:
+        drawn = torch.cat([drawn, torch.arange(max(0, n - TAIL), n)])
+    pos = torch.unique(drawn)  # distinct: assignment order-free
     k = pos.numel()
     a = ((1 + torch.rand(k, generator=g, dtype=torch.float64)) * 2.0**-64).float()
     b = (
@@ -74,9 +83,9 @@ def cases(contract, seeds):
         if not contract.protocol_params.get("sweep"):
             continue
         for i, p in enumerate(sweep_points(contract, seed, {"n": 4096, "value": "scattered_subnormals"})):
-            if p["value"] != "scattered_subnormals":
+            if p["value"] not in ("scattered_subnormals", "scattered_subnormals_to_the_end"):
                 continue
-            xs, ws, ks = _scattered(seed, i, int(p["n"]))
+            xs, ws, ks = _scattered(seed, i, int(p["n"]), p["value"] == "scattered_subnormals_to_the_end")
             out.append(
                 Case(
                     f"s{seed}/p{i}/n{p['n']}",
