@@ -36,7 +36,7 @@ def certify_upload(job_id: int) -> str:
         upload = Upload.objects.select_related("project", "run").get(pk=job.subject_id)
         options = {k: v for k, v in job.params.items() if k in CERTIFY_OPTIONS}
         path = runs.artifact_path(upload.storage_name)
-        chunks = _chunks(path)
+        chunks = _chunks(path, upload.compression != "none")
         if len(chunks) > 1:
             return _dispatch(job, upload, path, options, chunks, progress)
         certificate = certificates.begin(upload, options)
@@ -90,12 +90,12 @@ def certify_chunk(job_id: int, certificate_id: int, plan: dict, chunk: dict, n_c
     return run_job_piece(job_id, work)
 
 
-def _chunks(path):
-    """The pieces of a file larger than CERTIFY_CHUNK_BYTES (0 = never cut), else one."""
-    from workers.fcr.chunks import chunk_ranges
+def _chunks(path, compressed: bool):
+    """The pieces of a plain file larger than CERTIFY_CHUNK_BYTES (0 = never cut), else one."""
+    from workers.fcr.chunks import chunk_ranges, cut_into_pieces
 
     limit = settings.CERTIFY_CHUNK_BYTES
-    if not limit or path.stat().st_size <= limit:
+    if not cut_into_pieces(path.stat().st_size, compressed, limit):
         return [None]
     return chunk_ranges(path, limit)
 

@@ -19,6 +19,7 @@ from audit_portal.runs.declarations import apply_to_run, checked_log_params, has
 from audit_portal.runs.models import Run, Upload, UploadStage, ValidationPiece
 from audit_portal.runs.preflight import PARQUET_MAGIC, preflight
 from audit_portal.runs.upload_handler import HashedUploadedFile
+from workers.fcr.chunks import cut_into_pieces
 
 log = logging.getLogger(__name__)
 
@@ -172,8 +173,7 @@ def _certified_in_pieces(upload: Upload) -> bool:
     """Whether the certification will be cut into pieces (a plain JSONL or Parquet log above CERTIFY_CHUNK_BYTES;
     pipelines/certificates.py). Then the whole-file audits wait for it: queued beside it, one of them would hold a
     worker for the whole file while the pieces queue behind it (docs/deploy.md, "Upload to certificate")."""
-    limit = settings.CERTIFY_CHUNK_BYTES
-    return bool(limit) and upload.size_bytes > limit and upload.compression == "none"
+    return cut_into_pieces(upload.size_bytes, upload.compression != "none", settings.CERTIFY_CHUNK_BYTES)
 
 
 def follow_ups_for(summary: dict) -> list[tuple[str, str, str]]:

@@ -34,9 +34,16 @@ from __future__ import annotations
 from workers.fcr.reader import FcrParseError
 from workers.fcr.source import Chunk, RunLogSource, open_chunk, open_reader
 
-__all__ = ["Chunk", "chunk_ranges", "open_chunk", "open_reader"]  # the readers live in workers/fcr/source.py
+__all__ = ["Chunk", "chunk_ranges", "cut_into_pieces", "open_chunk", "open_reader"]  # readers: workers/fcr/source.py
 
 SCAN_BLOCK = 1 << 20
+
+
+def cut_into_pieces(size_bytes: int, compressed: bool, target_bytes: int) -> bool:
+    """Whether a run log is cut into pieces of ``target_bytes`` (0 = never): a plain JSONL or Parquet file larger
+    than that; a gzip stream is one piece whatever its size (see the module docstring). The one rule both the
+    certification that cuts and the audits that wait for it read."""
+    return bool(target_bytes) and size_bytes > target_bytes and not compressed
 
 
 def chunk_ranges(path, target_bytes: int) -> list[Chunk]:
