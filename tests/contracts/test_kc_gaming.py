@@ -128,3 +128,19 @@ def test_fresh_allocations_never_crowd_out_what_a_child_must_ship():
     records = [res["inputs_after"]] + [entry[2] for entry in res["more_inputs"]]
     assert all(rec and rec[0][5] is not None for rec in records), "an input record shipped without its bytes"
     assert budget[0] >= 0
+
+
+def test_a_buffer_handed_out_twice_is_reuse_an_inputs_own_memory_is_not():
+    """output_reused counts a launch whose output overlaps what an earlier launch of the same child returned (a
+    static workspace); an output inside an input's storage is that input's memory (an alias the aliasing policy
+    judges), which launches on the same inputs share without anything being overwritten."""
+    from workers.contracts.harness import reused_outputs
+
+    inputs = [(1000, 400)]  # one input storage: bytes [1000, 1400)
+    workspace = (5000, 5040)
+    assert reused_outputs([(inputs, [workspace, (6000, 6040), workspace])]) == 1
+    assert reused_outputs([(inputs, [(1000, 1040), (1000, 1040), (1200, 1240)])]) == 0
+    assert reused_outputs([(inputs, [(1390, 1430), (1390, 1430)])]) == 1  # reaches past the input: not its memory
+    assert reused_outputs([(inputs, [workspace]), (inputs, [workspace])]) == 0  # other children, other processes
+    assert reused_outputs([(inputs, [(7000, 7000), (7000, 7000)])]) == 0  # empty outputs occupy nothing
+    assert reused_outputs(["garbage"]) == 1  # a malformed record is no evidence of fresh memory

@@ -101,7 +101,9 @@ def decode_results(outcome: dict, cases: dict) -> dict:
             "unwritten_mask": _unwritten(case, series, fills),
             "aliased_inputs": aliased_inputs(raw.get("spans") or [(raw.get("input_spans"), raw.get("output_spans"))]),
             "fresh_launches": raw.get("fresh_launches") if isinstance(raw.get("fresh_launches"), int) else 0,
-            "reused_outputs": reused_outputs(raw.get("launch_spans") or [raw.get("output_spans")]),
+            "reused_outputs": reused_outputs(
+                raw.get("launch_spans") or [(raw.get("input_spans"), raw.get("output_spans"))]
+            ),
         }
         r["unwritten"] = int(r["unwritten_mask"].sum()) if r["unwritten_mask"] is not None else 0
         out[key] = r
@@ -132,21 +134,38 @@ def reused_outputs(launch_spans) -> int:
     """How many launches returned memory that an earlier launch of the same child had already returned. The child
     keeps every output of a case alive until the case ends, so an allocator cannot hand the same bytes out twice:
     an overlap means the kernel gave a caller a buffer it kept and later overwrote (a static workspace, a cache
-    of results). ``launch_spans``: per child, the ``(start, end)`` of each launch's output, in launch order."""
+    of results). An output that lies inside an input's storage is not counted: that is the input's own memory, an
+    alias that the aliasing policy judges (and writing there is an input mutation). ``launch_spans``: per child,
+    ``(input spans, output spans)`` — ``[(address, bytes)]`` of every input storage it was given and the
+    ``(start, end)`` of each launch's output, in launch order."""
     reused = 0
-    for spans in launch_spans if isinstance(launch_spans, (list, tuple)) else []:
-        seen = []
-        for o in spans if isinstance(spans, (list, tuple)) else []:
+    for entry in launch_spans if isinstance(launch_spans, (list, tuple)) else []:
+        if not isinstance(entry, (list, tuple)) or len(entry) != 2:
+            reused += 1  # a malformed record is not evidence of fresh memory
+            continue
+        inputs, seen = _storages(entry[0]), []
+        for o in entry[1] if isinstance(entry[1], (list, tuple)) else []:
             try:
                 lo, hi = int(o[0]), int(o[1])
             except (TypeError, ValueError, IndexError):
-                reused += 1  # a malformed record is not evidence of fresh memory
+                reused += 1
                 continue
-            if hi <= lo:
-                continue  # an empty output occupies no memory
+            if hi <= lo or any(a <= lo and hi <= b for a, b in inputs):
+                continue  # an empty output occupies no memory; an input's own memory is the aliasing check's
             reused += any(a < hi and lo < b for a, b in seen)
             seen.append((lo, hi))
     return reused
+
+
+def _storages(input_spans) -> list[tuple[int, int]]:
+    """``[(start, end)]`` of the well-formed ``(address, bytes)`` input records (others are ignored here)."""
+    out = []
+    for rec in input_spans if isinstance(input_spans, (list, tuple)) else []:
+        try:
+            out.append((int(rec[0]), int(rec[0]) + int(rec[1])))
+        except (TypeError, ValueError, IndexError):
+            continue
+    return out
 
 
 def aliasing_findings(contract, cases: dict, results: dict) -> list[dict]:

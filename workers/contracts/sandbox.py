@@ -526,6 +526,16 @@ def _fresh_inputs(m: dict, more) -> None:
         m["spans"].append((entry[0], [entry[1]] if entry[1] else []))
 
 
+def _child_launch_spans(r: dict) -> tuple:
+    """One child's ``(input spans, output spans)`` for :func:`harness.reused_outputs`: the storages of every input it
+    was given (the case's own and each fresh allocation's), and each launch's output in launch order."""
+    inputs = list(r.get("input_spans") or [])
+    for entry in r.get("more_inputs") or []:
+        if isinstance(entry, (list, tuple)) and entry and isinstance(entry[0], (list, tuple)):
+            inputs += list(entry[0])
+    return inputs, list(r.get("output_spans") or [])
+
+
 def merge_rounds(encoded: list, rounds: list, outcomes: list) -> SandboxOutcome:
     """One outcome from the children's: per case, every launch's output in launch order, every child's record of
     the inputs after its calls. The channel is the candidate's: a child must report exactly the cases it was given,
@@ -567,7 +577,7 @@ def merge_rounds(encoded: list, rounds: list, outcomes: list) -> SandboxOutcome:
             m["times"] += list(r.get("times") or [])
             m["inputs_after_rounds"].append(r.get("inputs_after") or [])
             m["spans"].append((r.get("input_spans"), r.get("output_spans")))  # aliasing, decided by the parent
-            m["launch_spans"].append(r.get("output_spans") or [])  # outputs reused between launches of a child
+            m["launch_spans"].append(_child_launch_spans(r))  # outputs reused between launches of a child
             _fresh_inputs(m, r.get("more_inputs"))
             m["fresh_launches"] += len(r.get("more_inputs") or []) if isinstance(r.get("more_inputs"), list) else 0
             if m["inputs_after"] is None:
