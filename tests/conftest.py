@@ -35,6 +35,21 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.fast)
 
 
+def pytest_configure(config):
+    """Passwords hashed with MD5 in the test processes (Django's advice for test suites; issue #30): the default
+    PBKDF2 (1,000,000 iterations) took 0.23 s of CPU per hash on the 2-core machine, paid by every test that creates
+    a user (the ``owner`` fixture, every browser test's set-up and sign-in). Production settings are unchanged; the
+    other hashers stay listed, so a stored PBKDF2 hash still verifies. The live servers of the browser tests are
+    forked from the test process and inherit this (a server that did not would refuse the sign-in: no silent pass)."""
+    if not config.pluginmanager.has_plugin("django"):
+        return
+    from django.conf import settings
+
+    if settings.configured:
+        md5 = "django.contrib.auth.hashers.MD5PasswordHasher"
+        settings.PASSWORD_HASHERS = [md5, *(h for h in settings.PASSWORD_HASHERS if h != md5)]
+
+
 def pytest_runtest_setup(item):
     """One torch intra-op thread in the test processes (issue #30). ``scripts/test`` runs two or three test processes
     on two cores, each with torch's default of one thread per core: the threads wait for each other on a busy
