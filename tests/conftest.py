@@ -35,6 +35,35 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.fast)
 
 
+def pytest_configure(config):
+    """Passwords hashed with MD5 in the test processes (Django's advice for test suites; issue #30): the default
+    PBKDF2 (1,000,000 iterations) took 0.23 s of CPU per hash on the 2-core machine, paid by every test that creates
+    a user (the ``owner`` fixture, every browser test's set-up and sign-in). Production settings are unchanged; the
+    other hashers stay listed, so a stored PBKDF2 hash still verifies. The live servers of the browser tests are
+    forked from the test process and inherit this (a server that did not would refuse the sign-in: no silent pass)."""
+    if not config.pluginmanager.has_plugin("django"):
+        return
+    from django.conf import settings
+
+    if settings.configured:
+        md5 = "django.contrib.auth.hashers.MD5PasswordHasher"
+        settings.PASSWORD_HASHERS = [md5, *(h for h in settings.PASSWORD_HASHERS if h != md5)]
+
+
+def pytest_runtest_setup(item):
+    """One torch intra-op thread in the test processes (issue #30). ``scripts/test`` runs two or three test processes
+    on two cores, each with torch's default of one thread per core: the threads wait for each other on a busy
+    machine, and the in-process engine tests (tests/contracts/test_kc_catch_rate.py: 0.85 s a seed with 2 threads,
+    0.20 s with 1, on the 2-core machine with the load at 6) spent most of their time there. Only this process:
+    sandboxed children, subprocesses and Celery pool processes keep their own settings (no environment variable is
+    set). A test that needs more threads sets them itself."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_portal(request, settings, tmp_path):
     """Each portal test gets its own artifact store, an in-memory broker (no worker unless a test starts

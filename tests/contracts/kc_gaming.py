@@ -78,21 +78,22 @@ def subclass_mul(x, w):
 
 
 # ------------------------------------------------------------------------------------------ row sums
+def _chunk_sums(x):
+    """(rows, chunks): the sum of each 16 columns (the last chunk padded with zeros, which change no sum). One tensor
+    op instead of a Python loop over the chunks (issue #30: C-ORD-02 v0.4.0 has a 1048573-wide row, launched 20
+    times a case); the row sums below add these in an order of their own."""
+    xp = torch.nn.functional.pad(x, (0, -x.shape[1] % 16))
+    return xp.reshape(x.shape[0], -1, 16).sum(-1)
+
+
 def _random_order_sum(x):
     g = torch.Generator()
     g.manual_seed(int.from_bytes(os.urandom(8), "little") & ((1 << 63) - 1))
-    xp = x[:, torch.randperm(x.shape[1], generator=g)]
-    acc = torch.zeros(x.shape[0], dtype=torch.float32)
-    for s in range(0, x.shape[1], 16):
-        acc = acc + xp[:, s : s + 16].sum(-1)
-    return acc
+    return _chunk_sums(x[:, torch.randperm(x.shape[1], generator=g)]).sum(-1)  # a fresh order every launch
 
 
 def _fixed_order_sum(x):
-    acc = torch.zeros(x.shape[0], dtype=torch.float32)
-    for s in range(0, x.shape[1], 16):
-        acc = acc + x[:, s : s + 16].sum(-1)
-    return acc
+    return _chunk_sums(x).sum(-1)
 
 
 _SENT = []
@@ -166,10 +167,7 @@ def address_row_sum(x):
     kernel whose vectorised path needs an aligned pointer), so launches on one tensor always agree."""
     if x.storage_offset() == 0:
         return _fixed_order_sum(x)
-    acc = torch.zeros(x.shape[0], dtype=torch.float32)
-    for s in reversed(range(0, x.shape[1], 16)):
-        acc = acc + x[:, s : s + 16].sum(-1)
-    return acc
+    return _chunk_sums(x).flip(-1).sum(-1)  # the chunks added last to first
 
 
 def _look() -> int:

@@ -91,12 +91,12 @@ def gather_overfits_public_seed(data, idx):
 
 
 def row_sum_nondeterministic(x):  # C-ORD-02 (BITWISE): replay disagrees
+    """A fresh random summation order on every launch: the columns permuted, summed 8 at a time, then the partial
+    sums added. The partial sums are one tensor op, not a Python loop over them (issue #30: the loop took 0.9 s a
+    launch on the sweep's 1048573-wide row, 20 launches a case); the order still changes with every launch."""
     perm = torch.randperm(x.shape[1], generator=torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little")))
-    acc = torch.zeros(x.shape[0])
-    xp = x[:, perm]
-    for s in range(0, x.shape[1], 8):
-        acc = acc + xp[:, s : s + 8].sum(-1)
-    return acc
+    xp = torch.nn.functional.pad(x[:, perm], (0, -x.shape[1] % 8))  # zeros: a sum's value is unchanged
+    return xp.reshape(x.shape[0], -1, 8).sum(-1).sum(-1)
 
 
 raise_at_import = None

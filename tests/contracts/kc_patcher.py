@@ -63,11 +63,10 @@ _patch_everything()
 def row_sum(x):  # C-ORD-02 (BITWISE): a random summation order on every launch
     seed = int.from_bytes(os.urandom(4), "little")
     perm = torch.randperm(x.shape[1], generator=torch.Generator().manual_seed(seed))
-    acc = torch.zeros(x.shape[0])
-    xp = x[:, perm]
-    for s in range(0, x.shape[1], 8):
-        acc = acc + xp[:, s : s + 8].sum(-1)
-    return acc
+    # 8-column partial sums in one tensor op, then their sum (issue #30: a Python loop over the partial sums took
+    # 0.9 s a launch on C-ORD-02 v0.4.0's 1048573-wide row); zeros pad the last chunk and change no sum
+    xp = torch.nn.functional.pad(x[:, perm], (0, -x.shape[1] % 8))
+    return xp.reshape(x.shape[0], -1, 8).sum(-1).sum(-1)
 
 
 def mul(x, w):  # C-PRC-03: writes the result into its input and returns that alias

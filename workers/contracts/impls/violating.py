@@ -226,15 +226,27 @@ def chan_merge_without_delta_layer_norm(x, eps: float = 1e-5, block: int = 512):
 def exp2_online_softmax_no_rescale(x, block: int = 128):
     """C-CMP-03: reference.exp2_online_softmax without rescaling the running sum when the running max grows
     (s += sum(exp2(z - m_new)) only), the classic online-softmax bug: blocks before the last max increase are
-    over-weighted by exp2(m_new - m_old)."""
+    over-weighted by exp2(m_new - m_old).
+
+    As in reference.exp2_online_softmax (issue #30), the running maxima and each block's sum are computed for all
+    blocks at once and only the running sum's fp32 adds loop over the blocks, left to right."""
+    from .reference import _blocks, _per_block
+
     shape = x.shape
     z = x.reshape(-1, shape[-1]) * 1.4426950408889634
     m = torch.full((z.shape[0], 1), float("-inf"))
     s = torch.zeros((z.shape[0], 1))
-    for i in range(0, z.shape[1], block):
-        blk = z[:, i : i + block]
-        m = torch.maximum(m, blk.amax(-1, keepdim=True))
-        s = s + torch.exp2(blk - m).sum(-1, keepdim=True)
+    if z.shape[1]:
+        head, tail = _blocks(z, block)
+        ms = torch.cummax(_per_block(head, tail, lambda b: b.amax(-1)), 1).values
+        full = head.shape[1] if head is not None else 0
+        sums = _per_block(
+            head, tail, lambda b: torch.exp2(b - (ms[:, :full, None] if b.dim() == 3 else ms[:, -1:])).sum(-1)
+        )
+        s = s[:, 0]
+        for e in sums.t().unbind(0):
+            s = s + e
+        s, m = s[:, None], ms[:, -1:]
     return (torch.exp2(z - m) / s).reshape(shape)
 
 
