@@ -105,10 +105,11 @@ def _row_sum(x):
 
 def test_fresh_allocations_never_crowd_out_what_a_child_must_ship():
     """Regression (issue #24): every later launch on a fresh allocation shipped that allocation's bytes after the
-    calls, so a long run of large cases used up what one child may ship, and the case's own inputs came back without
-    bytes: a conforming row sum FAILed C-ORD-02 with input_mutated. Fresh allocations are now reserved against what
-    is left, so every input record and every output of the case ships, and the launches past the reserve run on the
-    case's own inputs."""
+    calls out of the same allowance as the outputs, so long runs of large cases used it up, the case's own inputs
+    and outputs came back without bytes, and conforming references FAILed (C-ORD-02 row_sum, C-EXC-02 gather_rows,
+    C-ORD-03 linear: input_mutated, "exceeds what one run may ship"). Fresh allocations now have an allowance of
+    their own: the outputs and the case's own inputs ship exactly as before, and launches past the fresh allowance
+    run on the case's own inputs."""
     import torch
 
     from workers.contracts.protocols.base import Case
@@ -120,14 +121,16 @@ def test_fresh_allocations_never_crowd_out_what_a_child_must_ship():
     table, index = [], {}
     encoded = [encode_case(Case("k", [x], expect_shape=(4,), repeat=20), table, index)]
     case = launch_round(encoded, 1)[0]  # a fresh child's share: nine launches
-    budget = [34 * 2**20]  # less than nine records of 4 MiB; a quarter holds the case's own and one fresh
-    res = run_case(_row_sum, case, "cpu", None, table, budget)
+    budget, fresh_budget = [5 * 2**20], [9 * 2**20]  # the case's own inputs and outputs; two fresh allocations
+    res = run_case(_row_sum, case, "cpu", None, table, budget, fresh_budget)
     assert res["exception"] is None and res["bad_output"] is None
     assert len(res["series"][0]["outputs"]) == case["repeat"] == 9
-    assert len(res["more_inputs"]) == 1, "fresh allocations past the reserve"
+    assert len(res["more_inputs"]) == 2, "fresh allocations past the allowance"
     records = [res["inputs_after"]] + [entry[2] for entry in res["more_inputs"]]
     assert all(rec and rec[0][5] is not None for rec in records), "an input record shipped without its bytes"
-    assert budget[0] >= 0
+    own = res["inputs_after"][0]
+    assert budget[0] == 5 * 2**20 - len(own[5]) - 9 * 4 * 4  # the fresh inputs took nothing of it
+    assert 0 <= fresh_budget[0] < 4 * 2**20
 
 
 def test_a_buffer_handed_out_twice_is_reuse_an_inputs_own_memory_is_not():

@@ -88,10 +88,12 @@ _dtype = torch._C.TensorBase.__dict__["dtype"].__get__
 _device = torch._C.TensorBase.__dict__["device"].__get__
 MAX_RUN_BYTES = 512 * 2**20  # every output and input record one child ships, together
 # The inputs of a case's later launches run on fresh allocations, whose bytes after the calls are shipped too (the
-# immutability check). A fresh allocation is made while the case's input bytes to ship (its own and every fresh
-# allocation's) stay under a quarter of what the child may still ship and, past the first, under this; past that a
-# launch runs on the case's own inputs again, so large inputs cannot crowd out the outputs. The coverage statement
-# says how many launches ran on fresh allocations.
+# immutability check). They have an allowance of their own, so they never take from what the outputs and the case's
+# own inputs may ship (MAX_RUN_BYTES): FRESH_RUN_BYTES per child, at most FRESH_CASE_BYTES per case after its first
+# fresh allocation. Past it a launch runs on the case's own inputs again; the coverage statement counts how many
+# launches ran on fresh allocations.
+FRESH_RUN_BYTES = 128 * 2**20
+FRESH_PAD_BYTES = 15 * 8  # the most a fresh allocation's pad (1-15 elements) adds to a storage
 FRESH_CASE_BYTES = 32 * 2**20
 
 
@@ -541,14 +543,16 @@ def _unrelated_work(device) -> None:
     (junk * 2).sum().item()
 
 
-def fresh_affordable(records: list, more_records: list, budget: list, *, cap: int = FRESH_CASE_BYTES) -> bool:
-    """Whether a case's next launch may run on a fresh allocation of its inputs, whose bytes after the calls are
-    shipped when the case ends (:data:`FRESH_CASE_BYTES`): they are reserved now, with the case's own inputs'."""
-    input_bytes = sum(r[2] for r in records)
-    pending = (len(more_records) + 2) * input_bytes  # the case's own inputs, each fresh allocation, and this one
-    if pending > budget[0] // 4:
-        return False
-    return not more_records or pending - input_bytes <= cap
+def fresh_affordable(records: list, more_records: list, fresh_budget: list, *, cap: int = FRESH_CASE_BYTES) -> int:
+    """The bytes to reserve from ``fresh_budget`` for a fresh allocation of a case's inputs (their bytes after the
+    calls are shipped when the case ends), or 0 when the child's allowance (:data:`FRESH_RUN_BYTES`) or, past the
+    case's first fresh allocation, :data:`FRESH_CASE_BYTES` does not cover them."""
+    input_bytes = sum(r[2] + FRESH_PAD_BYTES for r in records)  # a fresh storage is padded (_materialise)
+    if input_bytes <= 0 or input_bytes > fresh_budget[0]:
+        return 0
+    if more_records and (len(more_records) + 1) * input_bytes > cap:
+        return 0
+    return input_bytes
 
 
 def run_case(
@@ -558,6 +562,7 @@ def run_case(
     reference,
     table,
     budget=None,
+    fresh_budget=None,
     *,
     _materialise=_materialise,
     _poison=_poison,
@@ -578,6 +583,7 @@ def run_case(
 ) -> dict:
     """Every launch of one case: raw output bytes per launch, and the inputs' bytes after the last launch."""
     budget = budget if budget is not None else [MAX_RUN_BYTES]
+    fresh_budget = fresh_budget if fresh_budget is not None else [FRESH_RUN_BYTES]
     args, out_idx = _materialise(case["args"], device, table, case.get("pad", 0))
     kwargs = dict(case["kwargs"])
     res = {
@@ -599,11 +605,16 @@ def run_case(
         """The first launch of the case takes the inputs built above; a later one a fresh allocation at another
         storage offset and alignment where :func:`fresh_affordable` allows (a kernel keyed by address or storage
         meets a new one). Returns the arguments and the record shipped for the fresh inputs."""
-        if not held or stash.get("reference_ran") or not _fresh_affordable(records, more_records, budget):
+        reserve = (
+            0 if not held or stash.get("reference_ran") else _fresh_affordable(records, more_records, fresh_budget)
+        )
+        if not reserve:
             return args, [None, None]  # not shipped: the first inputs' spans and bytes after are the case's own
         fresh, _ = _materialise(case["args"], device, table, 1 + _urandom(1)[0] % 15)
         recs = [input_record(a) for a in fresh if _type(a) is _Tensor]
-        more_records.append(recs)
+        reserved = sum(r[2] for r in recs)  # within ``reserve``: a pad is at most FRESH_PAD_BYTES a storage
+        fresh_budget[0] -= reserved
+        more_records.append((recs, [reserved]))
         entry = [[(r[1], r[2]) for r in recs], None]
         res["more_inputs"].append(entry)
         return fresh, entry
@@ -656,14 +667,15 @@ def run_case(
     except Exception as exc:  # noqa: BLE001 - any failure of the candidate is data, not a crash of ours
         res["exception"] = _exc_info(exc)
     res["inputs_after"] = [input_after(r, budget) for r in records]
-    _fresh_inputs_after(res["more_inputs"], more_records, budget, input_after)
+    _fresh_inputs_after(res["more_inputs"], more_records, input_after)
     return res
 
 
-def _fresh_inputs_after(entries: list, records: list, budget: list, input_after) -> None:
-    """Each fresh allocation's inputs, read after the case's last launch, join its ``more_inputs`` entry."""
-    for entry, recs in zip(entries, records):
-        entry.append([input_after(r, budget) for r in recs])
+def _fresh_inputs_after(entries: list, records: list, input_after) -> None:
+    """Each fresh allocation's inputs, read after the case's last launch within the bytes reserved for them, join
+    its ``more_inputs`` entry."""
+    for entry, (recs, reserved) in zip(entries, records):
+        entry.append([input_after(r, reserved) for r in recs])
 
 
 def child_main(
@@ -697,9 +709,14 @@ def child_main(
         send({"kind": "load_error", "error": _exc_info(exc)})
         return
     try:
-        n, budget = len(p["cases"]), [int(p.get("max_run_bytes") or MAX_RUN_BYTES)]
+        n, budget, fresh_budget = len(p["cases"]), [int(p.get("max_run_bytes") or MAX_RUN_BYTES)], [FRESH_RUN_BYTES]
         for i, case in enumerate(p["cases"]):
-            send({"kind": "case", "result": run_case(impl, case, device, reference, p.get("tensors") or (), budget)})
+            send(
+                {
+                    "kind": "case",
+                    "result": run_case(impl, case, device, reference, p.get("tensors") or (), budget, fresh_budget),
+                }
+            )
             send({"kind": "progress", "done": i + 1, "total": n})
         send({"kind": "done", "flags_after": numeric_flags()})
     except BaseException as exc:  # noqa: BLE001 - anything the candidate raises becomes a reported result, never a dead child
