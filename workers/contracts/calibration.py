@@ -64,16 +64,19 @@ def naive_check(contract, impl_ref, reference_ref=None, trials: int = NAIVE_TRIA
 
 
 def _summary(v):
+    """One implementation's row, strict JSON (it is stored in PostgreSQL): the verdict's own JSON form, where a
+    non-finite headline number is null and an infinite measured error in the failing clause is "inf"."""
+    d = v.to_dict(include_trace=False)
     return {
         "verdict": v.verdict,
-        "statistic": v.to_dict()["statistic"],
-        "bound": v.to_dict()["bound"],
-        "margin": v.to_dict()["margin"],
-        "pattern": v.signature.get("pattern"),
+        "statistic": d["statistic"],
+        "bound": d["bound"],
+        "margin": d["margin"],
+        "pattern": d["signature"].get("pattern"),
         "reason": v.reason,
         "measurements": v.measurements,
         "passed_measurements": v.passed_measurements,
-        "failing_clause": v.failing_clause,  # the clause and the point that failed: what a violator was caught by
+        "failing_clause": d["failing_clause"],  # the clause and the point that failed: what a violator was caught by
         "duration_s": v.duration_s,
     }
 
