@@ -514,26 +514,21 @@ def launch_round(encoded: list, j: int) -> list:
     return out
 
 
-def _fresh_inputs(m: dict, more) -> None:
+def _fresh_inputs(m: dict, more) -> list:
     """A child's launches after its first ran on fresh inputs (another allocation and offset): their record of the
-    inputs after the call joins the immutability check and their addresses the aliasing check. A malformed record
-    counts as a mutated input (``[]`` never matches the inputs the parent built)."""
+    inputs after the call joins the immutability check and their addresses the aliasing check, and each counts as
+    a fresh launch. A malformed record counts as a mutated input (``[]`` never matches the inputs the parent
+    built). Returns the fresh allocations' input spans (for :func:`harness.reused_outputs`)."""
+    spans = []
     for entry in more if isinstance(more, (list, tuple)) else [more]:
         if not isinstance(entry, (list, tuple)) or len(entry) != 3:
             m["inputs_after_rounds"].append([])
             continue
         m["inputs_after_rounds"].append(entry[2] or [])
         m["spans"].append((entry[0], [entry[1]] if entry[1] else []))
-
-
-def _child_launch_spans(r: dict) -> tuple:
-    """One child's ``(input spans, output spans)`` for :func:`harness.reused_outputs`: the storages of every input it
-    was given (the case's own and each fresh allocation's), and each launch's output in launch order."""
-    inputs = list(r.get("input_spans") or [])
-    for entry in r.get("more_inputs") or []:
-        if isinstance(entry, (list, tuple)) and entry and isinstance(entry[0], (list, tuple)):
-            inputs += list(entry[0])
-    return inputs, list(r.get("output_spans") or [])
+        m["fresh_launches"] += 1
+        spans += list(entry[0]) if isinstance(entry[0], (list, tuple)) else []
+    return spans
 
 
 def merge_rounds(encoded: list, rounds: list, outcomes: list) -> SandboxOutcome:
@@ -577,9 +572,10 @@ def merge_rounds(encoded: list, rounds: list, outcomes: list) -> SandboxOutcome:
             m["times"] += list(r.get("times") or [])
             m["inputs_after_rounds"].append(r.get("inputs_after") or [])
             m["spans"].append((r.get("input_spans"), r.get("output_spans")))  # aliasing, decided by the parent
-            m["launch_spans"].append(_child_launch_spans(r))  # outputs reused between launches of a child
-            _fresh_inputs(m, r.get("more_inputs"))
-            m["fresh_launches"] += len(r.get("more_inputs") or []) if isinstance(r.get("more_inputs"), list) else 0
+            fresh = _fresh_inputs(m, r.get("more_inputs"))
+            # outputs reused between launches of a child, beside the storages of every input it was given
+            own = r.get("input_spans") if isinstance(r.get("input_spans"), (list, tuple)) else []
+            m["launch_spans"].append((list(own) + fresh, r.get("output_spans") or []))
             if m["inputs_after"] is None:
                 m["inputs_after"] = r.get("inputs_after") or []
             for cfg, s in enumerate(r.get("series") or []):
