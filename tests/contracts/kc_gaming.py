@@ -11,6 +11,10 @@ contract as users would see it, and tries to make the harness see a conforming k
 * ``sniff_row_sum`` (C-ORD-02): sums in a fixed order only where the process looks like the harness's (its
   command line, environment or paths name a sandbox, a harness, a check or a repeat), in a random order elsewhere.
 * ``address_memo_mul`` (C-PRC-03): keyed by the input's address, so it agrees with itself on one allocation.
+* ``shape_row_sum`` (C-ORD-02): a fixed order only where the process looks unlike an ordinary one (an isolated
+  interpreter, no passwd entry for its uid, no home, a bytecode switch in its environment), random elsewhere.
+* ``file_memo_row_sum`` (C-ORD-02): random order, memoised in files under ``$HOME`` and ``/tmp``, so a fresh
+  process agrees with the first unless the files are gone.
 
 Loaded only inside the sandbox, as a submitted file.
 """
@@ -160,6 +164,47 @@ def _looks_judged() -> bool:
 
 def sniff_row_sum(x):
     return _fixed_order_sum(x) if _looks_judged() else _random_order_sum(x)
+
+
+def _unusual_process() -> bool:
+    """What set the graded process apart from an ordinary one before: an isolated interpreter (``python -I -B``),
+    a bytecode switch or TMPDIR in the environment, no /etc/passwd naming its uid, a working directory in /tmp and
+    no home to write to."""
+    import pwd
+
+    if any((sys.flags.isolated, sys.flags.ignore_environment, sys.flags.no_user_site, sys.flags.dont_write_bytecode)):
+        return True
+    if {"PYTHONDONTWRITEBYTECODE", "TMPDIR"} & set(os.environ) or os.getcwd().startswith("/tmp"):
+        return True
+    try:
+        pwd.getpwuid(os.getuid())
+    except KeyError:
+        return True
+    home = os.environ.get("HOME", "")
+    return not (os.path.isdir(home) and os.access(home, os.W_OK) and home != "/tmp")
+
+
+def shape_row_sum(x):
+    """Fixed order only in a process that looks unlike an ordinary one, a random order elsewhere."""
+    return _fixed_order_sum(x) if _unusual_process() else _random_order_sum(x)
+
+
+def file_memo_row_sum(x):
+    """Random order, memoised in files under $HOME and /tmp keyed by the input's bytes: a fresh process finds the
+    first one's result there unless nothing a run wrote survives it."""
+    key = hashlib.sha256(x.contiguous().numpy().tobytes()).hexdigest()[:32] + "x".join(map(str, x.shape))
+    for base in (os.environ.get("HOME") or "/tmp", "/tmp"):
+        path = os.path.join(base, ".cache", key + ".pt")
+        if os.path.exists(path):
+            return torch.load(path)
+    out = _random_order_sum(x)
+    for base in (os.environ.get("HOME") or "/tmp", "/tmp"):
+        try:
+            os.makedirs(os.path.join(base, ".cache"), exist_ok=True)
+            torch.save(out, os.path.join(base, ".cache", key + ".pt"))
+        except OSError:
+            pass
+    return out
 
 
 def address_row_sum(x):

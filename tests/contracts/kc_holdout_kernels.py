@@ -231,10 +231,10 @@ def poison_probe_matmul(a, b, *, config=None):
 
 
 def process_shape_honest_matmul(a, b, *, config=None):
-    """Recognises the grader's process from what every graded process shares and no caller's does (an isolated
-    interpreter, `python -I`, with no site-packages on its path): exact there, bf16 everywhere else. The residual
-    risk docs/contracts.md states (Threat model, "Nothing tells a kernel it is judged"): it PASSes, and no check
-    inside a sandbox can tell it from an honest kernel. Not in test_kc_holdout.py's lists for that reason."""
+    """Recognises the grader's process from what every graded process used to share and no caller's does (an
+    isolated interpreter, `python -I`): exact there, bf16 everywhere else. It PASSed C-PRC-01 until the sandbox
+    started its program as a plain `python run.py` (docs/contracts.md, Threat model, "Nothing tells a kernel it is
+    judged")."""
     import sys
 
     if sys.flags.isolated:

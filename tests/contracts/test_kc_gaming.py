@@ -36,11 +36,15 @@ def test_results_written_into_the_channel_by_the_kernel_fail_the_run(kernels):
     assert "channel_tampered" in {f["kind"] for f in v.findings}
 
 
-@pytest.mark.parametrize("function", ["memo_row_sum", "sniff_row_sum", "address_row_sum"])
+@pytest.mark.parametrize(
+    "function", ["memo_row_sum", "file_memo_row_sum", "sniff_row_sum", "shape_row_sum", "address_row_sum"]
+)
 def test_memoising_sniffing_or_one_allocation_cannot_buy_determinism(kernels, function):
-    """The memoiser agrees with itself in one process only; the sniffer finds no word of a sandbox, harness or
-    check in its command line, environment or paths; the address-dependent kernel meets its inputs at another
-    storage offset in a fresh child. All three show more than one bit pattern."""
+    """The memoiser agrees with itself in one process only, and the file memoiser finds nothing an earlier child
+    wrote in $HOME or /tmp; the sniffer finds no word of a sandbox, harness or check in its command line,
+    environment or paths, and the shape sniffer a process like an ordinary one (plain interpreter flags, a passwd
+    entry, a home it can write); the address-dependent kernel meets its inputs at another storage offset in a fresh
+    child. Each shows more than one bit pattern."""
     v = run_contract("C-ORD-02", f"{kernels}:{function}", seeds=[7])
     assert v.verdict == "FAIL", v.reason
     assert v.signature["pattern"] == "run_to_run_variation"

@@ -48,6 +48,7 @@ GAMING = [
     ("C-CMP-01", "uniform_fill_honest_rms_norm", "rel_err"),
     ("C-CMP-03", "static_workspace_softmax", "output_reused"),
     ("C-PRC-01", "poison_probe_matmul", "rho|probe_mismatch"),
+    ("C-PRC-01", "process_shape_honest_matmul", "rho|probe_mismatch"),
 ]
 CONTROLS = [
     ("C-PRC-02", "tree_chan_layer_norm"),

@@ -13,7 +13,12 @@ The boundary is the operating system's, built with bubblewrap (Debian package ``
   capabilities, empty bounding set, no-new-privileges) after bubblewrap has built the mounts; a non-root worker
   maps it in a user namespace;
 * an environment built from scratch (``--clearenv``): no database, broker or signing credentials, no
-  ``KC_*`` variables; only what Python and the numeric libraries read;
+  ``KC_*`` variables; only what Python and the numeric libraries read, and what an ordinary container process has;
+* a process that looks like an ordinary one, so that nothing tells a kernel it is being judged (docs/contracts.md,
+  *Threat model*): a plain ``python run.py`` (no ``-I``/``-B``: ``sys.flags`` as in any script; the cleared
+  environment and the empty home give ``-I`` nothing to do), a container's environment (``PATH``, ``HOSTNAME``,
+  ``HOME``), a home directory it works in, and an ``/etc`` with ``passwd``, ``group``, ``hostname`` and ``hosts``
+  naming its uid as an ordinary user;
 * the sandbox program runs as the pid namespace's init (``--as-pid-1``): processes inside the namespace cannot
   signal it (the kernel drops every signal init does not handle, SIGKILL and SIGSTOP included), so the process
   that reports a run's end outlives anything the candidate does;
@@ -30,6 +35,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -40,7 +46,13 @@ POLICIES = ("bubblewrap", "none")
 APP_PATH = "/opt/app/run.py"  # the sandbox program, as the candidate sees it (a name that says nothing)
 LIB_DIR = "/opt/lib"  # the staged implementation module(s)
 VENV_PATH = "/opt/venv"  # the worker's virtualenv, as the candidate sees it
+HOME_PATH = "/home/user"  # the candidate's home and working directory, a capped tmpfs emptied after every run
+USER_NAME = "user"
 TMP_BYTES = 256 * 2**20
+HOME_BYTES = 64 * 2**20
+# a container runtime's default PATH (the variables an ordinary containerised process starts with: PATH, HOSTNAME,
+# HOME)
+ORDINARY_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # what Python and the numeric libraries may read; nothing else of the worker's environment enters the sandbox
 PASSED_ENV = (
     "OMP_NUM_THREADS",
@@ -119,9 +131,33 @@ def _system_dirs() -> list[str]:
             args += ["--symlink", os.readlink(d), d]
         elif os.path.isdir(d):
             args += ["--ro-bind", d, d]
+    args += ["--perms", "0755", "--dir", "/etc"]  # bubblewrap would make it 0700: an /etc nobody reads is a tell
     for f in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d"):
         args += ["--ro-bind-try", f, f]
     return args
+
+
+ETC_FILES = ("passwd", "group", "hostname", "hosts")
+
+
+def write_etc(directory: str) -> str:
+    """The /etc files an ordinary process finds (``pwd.getpwuid(os.getuid())``, ``socket.gethostname()`` resolved
+    through ``hosts``), written into ``directory`` for read-only binds; returns it."""
+    uid, host = sandbox_uid(), socket.gethostname()
+    texts = {
+        "passwd": f"root:x:0:0:root:/root:/bin/sh\n{USER_NAME}:x:{uid}:{uid}::{HOME_PATH}:/bin/sh\n",
+        "group": f"root:x:0:\n{USER_NAME}:x:{uid}:\n",
+        "hostname": f"{host}\n",
+        "hosts": f"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{host}\n",
+    }
+    os.makedirs(directory, exist_ok=True)
+    os.chmod(directory, 0o755)
+    for name in ETC_FILES:
+        path = os.path.join(directory, name)
+        with open(path, "w") as fh:
+            fh.write(texts[name])
+        os.chmod(path, 0o644)
+    return directory
 
 
 def _parents(path: str, made: set) -> list[str]:
@@ -146,21 +182,10 @@ def _gpu_devices() -> list[str]:
 
 
 def _env_args() -> list[str]:
-    args = [
-        "--clearenv",
-        "--setenv",
-        "HOME",
-        "/tmp",
-        "--setenv",
-        "TMPDIR",
-        "/tmp",
-        "--setenv",
-        "PATH",
-        "/usr/bin:/bin",
-        "--setenv",
-        "PYTHONDONTWRITEBYTECODE",
-        "1",
-    ]
+    # what a container runtime gives a process, nothing that says "sandbox": no TMPDIR (/tmp is the default), no
+    # PYTHONDONTWRITEBYTECODE (every path Python could write bytecode to is read-only, and the flag shows in sys.flags)
+    args = ["--clearenv", "--setenv", "PATH", ORDINARY_PATH, "--setenv", "HOSTNAME", socket.gethostname()]
+    args += ["--setenv", "HOME", HOME_PATH]
     for name in PASSED_ENV:
         if name in os.environ:
             args += ["--setenv", name, os.environ[name]]
@@ -168,9 +193,14 @@ def _env_args() -> list[str]:
 
 
 def bubblewrap_argv(
-    program: str | None, lib_dir: str | None, device: str, command: list[str] | None = None
+    program: str | None,
+    lib_dir: str | None,
+    device: str,
+    command: list[str] | None = None,
+    etc_dir: str | None = None,
 ) -> list[str]:
-    """The command that starts ``command`` (default: the sandbox program, bound at APP_PATH) under bubblewrap."""
+    """The command that starts ``command`` (default: the sandbox program, bound at APP_PATH) under bubblewrap;
+    ``etc_dir`` holds the files :func:`write_etc` made."""
     bwrap = shutil.which("bwrap")
     if not bwrap:
         raise SandboxUnavailable("bubblewrap is not installed (Debian: apt-get install bubblewrap)")
@@ -195,16 +225,20 @@ def bubblewrap_argv(
     # the tmpfs first: a Python environment that lives under /tmp is bound on top of it, not hidden by it
     argv += ["--perms", "1777", "--size", str(TMP_BYTES), "--tmpfs", "/tmp"] + _system_dirs()
     made = {"/tmp"}
+    argv += _parents(HOME_PATH, made) + ["--perms", "1777", "--size", str(HOME_BYTES), "--tmpfs", HOME_PATH]
     for source, target in _python_roots():
         argv += _parents(target, made) + ["--ro-bind", source, target]
     argv += ["--proc", "/proc", "--dev", "/dev"]
+    if etc_dir:
+        for name in ETC_FILES:
+            argv += ["--ro-bind", os.path.join(etc_dir, name), f"/etc/{name}"]
     if program:
         argv += _parents(APP_PATH, made) + ["--ro-bind", program, APP_PATH]
     if lib_dir:
         argv += _parents(LIB_DIR, made) + ["--ro-bind", lib_dir, LIB_DIR]
     if device.startswith("cuda"):
         argv += _gpu_devices()
-    argv += ["--chdir", "/tmp"] + _env_args() + ["--"]
+    argv += ["--chdir", HOME_PATH] + _env_args() + ["--"]
     if as_root:  # bubblewrap built the mounts as root; the program itself runs as an unprivileged uid
         argv += [
             shutil.which("setpriv") or "/usr/bin/setpriv",
@@ -216,15 +250,15 @@ def bubblewrap_argv(
             "--no-new-privs",
             "--",
         ]
-    return argv + (command or [interpreter(), "-I", "-B", APP_PATH])
+    return argv + (command or [interpreter(), APP_PATH])
 
 
 def unisolated_argv(program: str) -> list[str]:
-    return [sys.executable, "-I", "-B", program]
+    return [sys.executable, program]
 
 
 def unisolated_env(scratch: str) -> dict:
-    env = {"HOME": scratch, "TMPDIR": scratch, "PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"}
+    env = {"HOME": scratch, "TMPDIR": scratch, "PATH": ORDINARY_PATH, "HOSTNAME": socket.gethostname()}
     env.update({k: os.environ[k] for k in PASSED_ENV if k in os.environ})
     return env
 
@@ -234,7 +268,7 @@ def probe(device: str = "cpu") -> str | None:
     """None when bubblewrap can build this sandbox here (namespaces, binds, the uid drop), else why not; cached per
     process."""
     try:
-        argv = bubblewrap_argv(None, None, device, command=[interpreter(), "-I", "-c", "pass"])
+        argv = bubblewrap_argv(None, None, device, command=[interpreter(), "-c", "pass"])
         done = subprocess.run(argv, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
     except SandboxUnavailable as exc:
         return str(exc)

@@ -155,7 +155,8 @@ class SandboxSession:
                     f"{problem}. Submitted kernels are not run unisolated unless the operator "
                     f"sets {isolation.POLICY_ENV}=none (docs/contracts.md, 'Isolation')."
                 )
-            argv, env = isolation.bubblewrap_argv(self._program, self._stage, self.device), {}
+            etc = isolation.write_etc(os.path.join(self._root, "etc"))
+            argv, env = isolation.bubblewrap_argv(self._program, self._stage, self.device, etc_dir=etc), {}
         else:
             self._scratch = tempfile.mkdtemp(prefix="kc-scratch-")
             argv, env = isolation.unisolated_argv(self._program), isolation.unisolated_env(self._scratch)

@@ -1,6 +1,6 @@
 """The program that runs inside the kernel sandbox: a zygote that forks one child per contract run.
 
-This file is self-contained on purpose: inside the sandbox it is started as a plain script (``python -I run.py``)
+This file is self-contained on purpose: inside the sandbox it is started as a plain script (``python run.py``)
 and imports only the standard library and torch — no module of this project, so a submitted kernel finds no
 harness package in ``sys.modules`` and no secret to read. The parent (``sandbox.py``) imports it as a module only
 for the codec and :func:`fill_tensor`, so both sides build the same bytes.
@@ -773,7 +773,7 @@ def _others_in_namespace() -> list[int]:
     return [int(d) for d in os.listdir("/proc") if d.isdigit() and int(d) not in (1, me)]
 
 
-def _clean_up_after(child_pid: int, alone: bool, scratch: str) -> None:
+def _clean_up_after(child_pid: int, alone: bool, scratch: list[str]) -> None:
     """Nothing the candidate started survives its run. In a pid namespace of our own, ``kill(-1)`` reaches every
     process but pid 1 and ourselves; otherwise (operator-allowed unisolated mode) only the child's process group."""
     import shutil
@@ -798,14 +798,15 @@ def _clean_up_after(child_pid: int, alone: bool, scratch: str) -> None:
             mounts = [line.split()[4] for line in fh]
     except OSError:
         mounts = []
-    for name in os.listdir(scratch):
-        path = os.path.join(scratch, name)
-        if any(m == path or m.startswith(path + "/") for m in mounts):
-            continue
-        try:
-            shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
-        except OSError:
-            pass
+    for directory in scratch:
+        for name in os.listdir(directory):
+            path = os.path.join(directory, name)
+            if any(m == path or m.startswith(path + "/") for m in mounts):
+                continue
+            try:
+                shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
+            except OSError:
+                pass
 
 
 def _relay(child_pid: int, r: int) -> int:
@@ -865,7 +866,12 @@ def zygote_main(argv: list[str]) -> None:
     # bubblewrap --as-pid-1 makes the zygote its pid namespace's init; no flag on the command line says so (a kernel
     # reads the command line, and it is the same for every run)
     alone = os.getpid() == 1
-    scratch = os.environ.get("TMPDIR") or "/tmp"
+    # what a run may write to, emptied after it: /tmp and, in the sandbox, the home directory (a tmpfs of its own;
+    # unisolated, HOME is the scratch directory itself)
+    scratch = [os.environ.get("TMPDIR") or "/tmp"]
+    home = os.environ.get("HOME")
+    if alone and home and os.path.isdir(home) and home not in scratch:
+        scratch.append(home)
     if alone:
         _become_init()
     _set_dumpable(0)
