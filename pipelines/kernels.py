@@ -129,8 +129,8 @@ class _Run:
             row = self.rows[entry["contract"]]
             if row.pk in measured:
                 continue
-            self.progress(i / self.total, f"{row.contract_class}: starting", force=True)
-            trace_name = services.trace_storage_name(self.submission, row.contract_class)
+            self.progress(i / self.total, f"{row.label}: starting", force=True)
+            trace_name = services.trace_storage_name(self.submission, row)
             trace_path = artifact_path(trace_name)
             trace_path.parent.mkdir(parents=True, exist_ok=True)
             trace_path.unlink(missing_ok=True)
@@ -143,21 +143,21 @@ class _Run:
                 trace_storage=trace_name if trace_path.exists() else "",
             )
             # a forced progress event makes the submission page fetch the new row at once
-            self.progress((i + 1) / self.total, f"{row.contract_class}: {detail['verdict']}", force=True)
+            self.progress((i + 1) / self.total, f"{row.label}: {detail['verdict']}", force=True)
 
     def measure_again(self, again, flags) -> list:
         """The flag-affected contracts once more under the deployment's flags (KC-A); returned, not stored."""
         under_flags = []
         for j, (entry, contract) in enumerate(again, start=len(self.submission.plan)):
             row = self.rows[entry["contract"]]
-            self.progress(j / self.total, f"{row.contract_class}: again under the deployment flags", force=True)
+            self.progress(j / self.total, f"{row.label}: again under the deployment flags", force=True)
             detail, _ = self.measure(j, entry, contract, flags=flags)
             under_flags.append(detail)
         return under_flags
 
     def measure(self, index: int, entry: dict, contract, *, trace_path=None, flags=None) -> tuple[dict, bool]:
         """One contract's verdict as a JSON-safe dict, and whether its margin is infinite (JSON has no ∞)."""
-        cls = self.rows[entry["contract"]].contract_class
+        cls = self.rows[entry["contract"]].label
 
         def cases_done(n, of):
             self.progress((index + n / max(of, 1)) / self.total, f"{cls}: case {n}/{of}")
@@ -196,14 +196,14 @@ def calibrate_versions(job, progress) -> dict:
             row = rows.get(pk)
             if row is None:
                 continue
-            progress(i / max(len(ids), 1), f"calibrating {row.contract_class}", force=True)
+            progress(i / max(len(ids), 1), f"calibrating {row.label}", force=True)
             calibration = services.begin_calibration(job, row)
             try:
                 result = calibrate(engine_contract(row), device="cpu", pool=pool)
             except harness_errors() as exc:
                 reason = f"the harness could not run: {exc}"
                 services.fail_pending_calibrations(job, reason)
-                raise JobInputError(f"calibration stopped at {row.contract_class}: {reason}") from exc
+                raise JobInputError(f"calibration stopped at {row.label}: {reason}") from exc
             except Exception as exc:  # noqa: BLE001 - recorded as this version's failed calibration
                 result = {
                     "ok": False,
@@ -211,7 +211,8 @@ def calibrate_versions(job, progress) -> dict:
                     "states": {},
                 }
             services.record_calibration(calibration, result)
-            summary[f"{row.contract_class} v{row.version}"] = "calibrated" if result.get("ok") else "failed"
+            # label: a declared-property contract shares its class (and may share its version) with a suite one
+            summary[f"{row.label} v{row.version}"] = "calibrated" if result.get("ok") else "failed"
     services.fail_pending_calibrations(job, "the contract version disappeared before calibration")
     return {
         "calibrated": sum(1 for s in summary.values() if s == "calibrated"),

@@ -40,6 +40,7 @@ class ContractSerializer(serializers.ModelSerializer):
             "signature",
             "sha256",
             "source_name",
+            "declared",
             "loaded_at",
             "calibration",
         ]
@@ -215,7 +216,8 @@ class SubmissionListSerializer(SubmissionSerializer):
 
 # ---------------------------------------------------------------------------------------------- contracts
 class ContractList(generics.ListAPIView):
-    """The loaded contract suite: the latest version of each contract (``?all_versions=1`` for every version)."""
+    """The loaded contracts: the latest version of each suite contract, then of each declared-property contract
+    (``declared: true``: run only when a submission names it by id); ``?all_versions=1`` for every version."""
 
     serializer_class = ContractSerializer
     pagination_class = None
@@ -227,7 +229,7 @@ class ContractList(generics.ListAPIView):
     def get_queryset(self):
         if self.request.query_params.get("all_versions") in ("1", "true"):
             return Contract.objects.order_by("contract_class", "contract_id", "-loaded_at")
-        return selectors.latest_contracts()
+        return selectors.latest_contracts() + selectors.latest_contracts(declared=True)
 
     def get_serializer(self, *args, **kwargs):
         if kwargs.get("many") and args:

@@ -40,6 +40,9 @@ class Contract(models.Model):
     source_text = models.TextField()
     sha256 = models.CharField(max_length=64)
     source_name = models.CharField(max_length=300, blank=True)  # file name it was loaded from
+    # a declared-property contract (batch invariance, exact GELU, stable top-k, ...): run only when a submission
+    # names it by full id, never part of the default suite of twelve (docs/contracts.md#declared-property-contracts)
+    declared = models.BooleanField(default=False)
     loaded_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -52,6 +55,12 @@ class Contract(models.Model):
     @property
     def family_code(self) -> str:
         return dict(FAMILY_CODES).get(self.family, self.family[:3].upper())
+
+    @property
+    def label(self) -> str:
+        """How progress and summaries name it: the class for a suite contract (one per class), the full id for a
+        declared-property contract (it shares its class with one)."""
+        return self.contract_id if self.declared else self.contract_class
 
     @property
     def default_function(self) -> str:

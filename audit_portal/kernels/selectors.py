@@ -33,10 +33,12 @@ def _semver_key(version: str):
         return (0,)
 
 
-def latest_contracts() -> list[Contract]:
-    """The highest loaded version of every contract id, in class order."""
+def latest_contracts(*, declared: bool = False) -> list[Contract]:
+    """The highest loaded version of every contract id, in class order: the suite (the twelve classes every
+    submission runs by default), or with ``declared`` the declared-property contracts a submission runs only when
+    it names them."""
     latest: dict[str, Contract] = {}
-    for c in Contract.objects.all():
+    for c in Contract.objects.filter(declared=declared):
         if c.contract_id not in latest or _semver_key(c.version) > _semver_key(latest[c.contract_id].version):
             latest[c.contract_id] = c
     return sorted(latest.values(), key=contract_order)
@@ -55,8 +57,10 @@ def contract_versions(contract_id: str) -> list[Contract]:
 
 
 def get_contract(contract_id: str, version: str | None = None) -> Contract:
-    """By full id or class; the latest loaded version unless ``version``."""
+    """By full id (a suite or a declared-property contract) or class (the suite's); the latest loaded version
+    unless ``version``."""
     latest = [c for c in latest_contracts() if c.contract_id == contract_id or c.contract_class == contract_id]
+    latest = latest or [c for c in latest_contracts(declared=True) if c.contract_id == contract_id]
     if len(latest) != 1:
         raise Http404("No such contract.")
     if version is None:

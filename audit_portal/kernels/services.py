@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,13 +87,14 @@ def parse_contract_files(paths) -> list:
     return parsed
 
 
-def load_contract_files(paths) -> LoadReport:
+def load_contract_files(paths, *, declared: bool = False) -> LoadReport:
     """Load contract files into the database, all or nothing (see :func:`store_contracts`)."""
-    return store_contracts(parse_contract_files(paths))
+    return store_contracts(parse_contract_files(paths), declared=declared)
 
 
-def store_contracts(parsed) -> LoadReport:
-    """Store parsed contracts (``workers.contracts.Contract``), all or nothing.
+def store_contracts(parsed, *, declared: bool = False) -> LoadReport:
+    """Store parsed contracts (``workers.contracts.Contract``), all or nothing; ``declared``: they are
+    declared-property contracts (run only when a submission names them).
 
     Versioning: (id, version) is immutable. A contract whose id and version are already loaded with the same
     text is unchanged; with a different text it is refused (an edit in place would silently change what
@@ -104,6 +106,12 @@ def store_contracts(parsed) -> LoadReport:
                 Contract.objects.select_for_update().filter(contract_id=contract.id, version=contract.version).first()
             )
             if existing is not None:
+                if existing.declared != declared:
+                    raise ContractLoadError(
+                        f"{Path(contract.path).name}: {contract.id} version {contract.version} is already loaded as "
+                        f"{'a declared-property' if existing.declared else 'a suite'} contract; a contract id is one "
+                        "or the other."
+                    )
                 if existing.sha256 != contract.sha256:
                     raise ContractLoadError(
                         f"{Path(contract.path).name}: {contract.id} version {contract.version} is already loaded with "
@@ -128,6 +136,7 @@ def store_contracts(parsed) -> LoadReport:
                     source_text=contract.source_text,
                     sha256=contract.sha256,
                     source_name=Path(contract.path).name[:300],
+                    declared=declared,
                 )
             )
     return report
@@ -207,9 +216,11 @@ def _store_module(module: CheckedModule) -> str:
 
 
 def _function_for(contract: Contract, default: str | None, mapping: dict[str, str]) -> str:
+    # a class in the mapping names the suite's contract of that class, never a declared property of the class
+    # (C-ORD-03's linear is not its batch-invariant softmax)
     return (
         mapping.get(contract.contract_id)
-        or mapping.get(contract.contract_class)
+        or (None if contract.declared else mapping.get(contract.contract_class))
         or default
         or contract.default_function
     )
@@ -332,6 +343,7 @@ def submit_conformance(
             "contract_id": c.contract_id,
             "version": c.version,
             "class": c.contract_class,
+            "label": c.label,
             "function": _function_for(c, default, mapping),
         }
         for c in plan_contracts
@@ -370,8 +382,11 @@ def impl_reference(submission: Submission, entry: dict) -> str:
     return f"{module_name}:{entry['function']}"
 
 
-def trace_storage_name(submission: Submission, contract_class: str) -> str:
-    return f"kernel-traces/{submission.pk}/{contract_class}.jsonl"
+def trace_storage_name(submission: Submission, contract: Contract) -> str:
+    """One trace per contract of a submission: a suite contract's by its class, a declared-property contract's
+    (which shares its class with a suite contract) by its id made safe for a file name."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", contract.contract_id) if contract.declared else contract.contract_class
+    return f"kernel-traces/{submission.pk}/{name}.jsonl"
 
 
 def record_verdict(

@@ -82,16 +82,19 @@ def parse_contract_selection(raw) -> list[str]:
 
 
 def resolve_contracts(selection: list[str]) -> list[Contract]:
-    """Contract ids or classes (optionally '@version') to loaded rows; empty = the whole latest suite."""
+    """Contract ids or classes (optionally '@version') to loaded rows; empty = the whole latest suite. A class
+    names the suite's contract; a declared-property contract is run only when named by its full id."""
     latest = latest_contracts()
     if not latest:
         raise KernelSubmissionError("No contracts are loaded; run 'manage.py load_contracts'.", code="no_contracts")
     if not selection:
         return latest
+    declared = latest_contracts(declared=True)
     chosen, unknown = [], []
     for item in selection:
         name, _, version = item.partition("@")
         matches = [c for c in latest if c.contract_id == name or c.contract_class == name]
+        matches = matches or [c for c in declared if c.contract_id == name]
         if version:
             matches = list(Contract.objects.filter(contract_id__in=[c.contract_id for c in matches], version=version))
         if len(matches) != 1:
@@ -100,7 +103,7 @@ def resolve_contracts(selection: list[str]) -> list[Contract]:
         if matches[0] not in chosen:
             chosen.append(matches[0])
     if unknown:
-        known = [c.contract_id for c in latest]
+        known = [c.contract_id for c in latest + declared]
         raise KernelSubmissionError(
             f"Unknown contract {', '.join(map(repr, unknown))}. Known: {', '.join(known)} (or their classes).",
             code="unknown_contract",

@@ -33,10 +33,8 @@ PART_TITLES = [
 ]
 
 
-@signed_in_page
-def contract_list(request):
-    contracts = selectors.latest_contracts()
-    rows = [
+def _contract_rows(contracts) -> list[dict]:
+    return [
         {
             "contract": c,
             "calibration": selectors.calibration_state(c),
@@ -44,8 +42,15 @@ def contract_list(request):
         }
         for c in contracts
     ]
+
+
+@signed_in_page
+def contract_list(request):
+    rows = _contract_rows(selectors.latest_contracts())
+    declared_rows = _contract_rows(selectors.latest_contracts(declared=True))
     calibrated = sum(1 for r in rows if r["calibration"]["status"] == "calibrated")
-    return render(request, "kernels/contracts.html", page_context(request, rows=rows, calibrated=calibrated))
+    ctx = page_context(request, rows=rows, declared_rows=declared_rows, calibrated=calibrated)
+    return render(request, "kernels/contracts.html", ctx)
 
 
 @signed_in_page
@@ -84,6 +89,7 @@ def submit_page(request, slug):
     ctx = page_context(request)
     ctx.update(
         contracts=selectors.latest_contracts(),
+        declared_contracts=selectors.latest_contracts(declared=True),
         devices=Device.choices,
         max_bytes=KERNEL_MODULE_MAX_BYTES,
         form=request.POST,

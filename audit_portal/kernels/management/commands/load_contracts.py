@@ -1,10 +1,12 @@
-"""Load the kernel contract suite (workers/contracts/specs/*.yaml) into the database, versioned.
+"""Load the kernel contract suite (workers/contracts/specs/*.yaml) and the declared-property contracts
+(workers/contracts/specs/declared/*.yaml) into the database, versioned.
 
-    python manage.py load_contracts [--dir DIR] [--no-calibrate] [--recalibrate]
+    python manage.py load_contracts [--dir DIR] [--declared-dir DIR] [--no-calibrate] [--recalibrate]
 
 Idempotent: files already loaded with the same text are left alone. Refuses (exit 1, nothing written) a
 file that does not validate (naming the field and line) or a loaded id+version whose text has changed.
-New versions get a calibration job queued unless --no-calibrate.
+New versions get a calibration job queued unless --no-calibrate. ``--dir`` alone loads that directory only (no
+declared contracts unless ``--declared-dir`` names theirs).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
 
 from audit_portal.core.errors import QueueUnavailable
 from audit_portal.kernels import selectors, services
@@ -22,6 +25,10 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--dir", help="directory of contract YAML files (default: the engine's shipped specs)")
+        parser.add_argument(
+            "--declared-dir",
+            help="directory of declared-property contract files (default: the engine's, unless --dir is given)",
+        )
         parser.add_argument("--no-calibrate", action="store_true", help="do not queue calibration of new versions")
         parser.add_argument(
             "--recalibrate",
@@ -30,16 +37,24 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **options):
-        from workers.contracts.loader import SPECS_DIR  # torch-free
+        from workers.contracts.loader import DECLARED_DIR, SPECS_DIR  # torch-free
 
         directory = Path(options["dir"] or SPECS_DIR)
+        declared_dir = options["declared_dir"] or (None if options["dir"] else DECLARED_DIR)
         paths = sorted(directory.glob("*.yaml"))
         if not paths:
             raise CommandError(f"no contract files (*.yaml) in {directory}")
+        declared_paths = sorted(Path(declared_dir).glob("*.yaml")) if declared_dir else []
+        if declared_dir and not declared_paths:
+            raise CommandError(f"no contract files (*.yaml) in {declared_dir}")
         try:
-            report = services.load_contract_files(paths)
+            with transaction.atomic():  # both sets or neither
+                report = services.load_contract_files(paths)
+                more = services.load_contract_files(declared_paths, declared=True)
         except services.ContractLoadError as exc:
             raise CommandError(str(exc)) from None
+        report.created += more.created
+        report.unchanged += more.unchanged
         for contract in report.created:
             self.stdout.write(f"loaded   {contract.contract_id} v{contract.version}")
         self.stdout.write(f"{len(report.created)} contract version(s) loaded, {len(report.unchanged)} unchanged")
