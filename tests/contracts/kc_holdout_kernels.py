@@ -242,6 +242,14 @@ def process_shape_honest_matmul(a, b, *, config=None):
     return a.to(torch.bfloat16).float() @ b.to(torch.bfloat16).float()
 
 
+def inference_mode_bf16_matmul(a, b, *, config=None):
+    """Exact where autograd is on (a trainer, and every graded process before grad modes were varied), bf16
+    products under ``torch.inference_mode()`` — where an inference engine calls it."""
+    if torch.is_inference_mode_enabled():
+        return a.to(torch.bfloat16).float() @ b.to(torch.bfloat16).float()
+    return a @ b
+
+
 # ============================================================================ correct controls
 
 
@@ -319,3 +327,20 @@ def tiled_matmul(a, b, *, config=None, tile: int = 96):
 
 
 tiled_matmul.configs = ["A"]
+
+
+_SOFTMAX_WORKSPACE: dict = {}
+
+
+def cached_workspace_softmax(x):
+    """A correct softmax that keeps a workspace between calls (made on its first call, written in place on every
+    call) and hands back a copy: the kind of persistent buffer real kernels keep. It must PASS whatever autograd
+    mode its process runs in (a tensor made in inference mode cannot be written outside it, so a harness that
+    switched modes inside one process would make this kernel crash)."""
+    n = x.numel()
+    buf = _SOFTMAX_WORKSPACE.get("buf")
+    if buf is None or buf.numel() < n:
+        buf = _SOFTMAX_WORKSPACE["buf"] = torch.empty(n)
+    out = buf[:n].view(x.shape)
+    torch.softmax(x, -1, out=out)
+    return out.clone()

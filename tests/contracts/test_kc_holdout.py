@@ -49,12 +49,14 @@ GAMING = [
     ("C-CMP-03", "static_workspace_softmax", "output_reused"),
     ("C-PRC-01", "poison_probe_matmul", "rho|probe_mismatch"),
     ("C-PRC-01", "process_shape_honest_matmul", "rho|probe_mismatch"),
+    ("C-PRC-01", "inference_mode_bf16_matmul", "rho|probe_mismatch"),
 ]
 CONTROLS = [
     ("C-PRC-02", "tree_chan_layer_norm"),
     ("C-CMP-03", "exp2_online_softmax"),
     ("C-PRC-01", "tiled_matmul"),
     ("C-CMP-02", "tiled_matmul"),
+    ("C-CMP-03", "cached_workspace_softmax"),
 ]
 
 

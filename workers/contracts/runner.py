@@ -358,6 +358,7 @@ def stage_measure(st: RunState) -> None:
         "cases": len(st.cases),
         "child_wall_s": round(st.outcome.get("wall_s", 0), 3),
         "children": st.outcome.get("children", 1),
+        "grad_modes": st.outcome.get("grad_modes", []),
     }
     st.evaluated = evaluated
     st.kw = dict(

@@ -286,11 +286,13 @@ class SandboxSession:
                 progress(min(done_before[0] + done, total), total)
 
         t0, outcomes = time.monotonic(), []
+        modes = grad_modes(len(rounds))
         for j, round_cases in enumerate(rounds):
             out = self._child(
                 impl,
                 round_cases,
                 table,
+                grad_mode=modes[j],
                 flags=flags,
                 time_limit_s=time_limit_s,
                 memory_limit_mb=memory_limit_mb,
@@ -302,6 +304,7 @@ class SandboxSession:
             if out.get("kind") != "result":
                 break
         outcome = merge_rounds(encoded, rounds, outcomes)
+        outcome["grad_modes"] = modes[: len(outcomes)]
         outcome["wall_s"] = time.monotonic() - t0
         outcome["isolation"] = self.isolation
         outcome["impl_hash"] = impl.sha256
@@ -310,9 +313,19 @@ class SandboxSession:
         return outcome
 
     def _child(
-        self, impl, round_cases, table, *, flags, time_limit_s, memory_limit_mb, reference, progress
+        self,
+        impl,
+        round_cases,
+        table,
+        *,
+        flags,
+        time_limit_s,
+        memory_limit_mb,
+        reference,
+        progress,
+        grad_mode="enabled",
     ) -> SandboxOutcome:
-        """One fresh child of the zygote runs ``round_cases``."""
+        """One fresh child of the zygote runs ``round_cases`` under ``grad_mode`` (:func:`grad_modes`)."""
         if self.proc is None or self.proc.poll() is not None:
             self.start()
         payload = {
@@ -320,6 +333,7 @@ class SandboxSession:
             "impl": self._wire(impl),
             "device": self.device,
             "flags": flags or {},
+            "grad_mode": grad_mode,
             "memory_limit_mb": memory_limit_mb,
             "cases": round_cases,
             "tensors": table,
@@ -474,6 +488,17 @@ class _RunReader:
 
 # ------------------------------------------------------------------------------------- fresh launches
 FRESH_PROCESSES = 3  # the most children the launches of one case are spread over
+
+
+def grad_modes(children: int) -> list[str]:
+    """The autograd mode each child runs its launches in. A kernel can read the mode (an inference engine calls
+    it under ``torch.inference_mode()``, a trainer with grad enabled), so a kernel honest only in the mode a
+    harness happens to use would pass: the first two children get grad enabled and inference mode, in a random
+    order, the third ``no_grad``. One mode a process, as in any caller: a kernel that keeps tensors between calls
+    never meets an inference tensor outside inference mode. Launches whose bits differ from launch 0 are judged
+    too, so a kernel keyed by the mode meets its own dishonest mode in a judged launch."""
+    pair = ["enabled", "inference"] if secrets.randbelow(2) == 0 else ["inference", "enabled"]
+    return (pair + ["no_grad"] * max(0, children - 2))[: max(children, 1)]
 
 
 def _children(repeat: int) -> int:

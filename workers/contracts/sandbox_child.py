@@ -678,6 +678,17 @@ def _fresh_inputs_after(entries: list, records: list, input_after) -> None:
         entry.append([input_after(r, reserved) for r in recs])
 
 
+def _grad_mode(name):
+    """The autograd mode the parent chose for this child (``sandbox.grad_modes``)."""
+    import contextlib
+
+    if name == "inference":
+        return torch.inference_mode()
+    if name == "no_grad":
+        return torch.no_grad()
+    return contextlib.nullcontext()  # grad enabled: torch's default
+
+
 def child_main(
     out_fd: int, p: dict, *, write_all=write_all, run_case=run_case, numeric_flags=numeric_flags, _dumps=_dumps
 ) -> None:
@@ -710,14 +721,15 @@ def child_main(
         return
     try:
         n, budget, fresh_budget = len(p["cases"]), [int(p.get("max_run_bytes") or MAX_RUN_BYTES)], [FRESH_RUN_BYTES]
-        for i, case in enumerate(p["cases"]):
-            send(
-                {
-                    "kind": "case",
-                    "result": run_case(impl, case, device, reference, p.get("tensors") or (), budget, fresh_budget),
-                }
-            )
-            send({"kind": "progress", "done": i + 1, "total": n})
+        with _grad_mode(p.get("grad_mode")):  # the whole process in one mode, as in any caller
+            for i, case in enumerate(p["cases"]):
+                send(
+                    {
+                        "kind": "case",
+                        "result": run_case(impl, case, device, reference, p.get("tensors") or (), budget, fresh_budget),
+                    }
+                )
+                send({"kind": "progress", "done": i + 1, "total": n})
         send({"kind": "done", "flags_after": numeric_flags()})
     except BaseException as exc:  # noqa: BLE001 - anything the candidate raises becomes a reported result, never a dead child
         send({"kind": "child_error", "error": _exc_info(exc)})
