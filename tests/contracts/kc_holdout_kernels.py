@@ -329,18 +329,9 @@ def tiled_matmul(a, b, *, config=None, tile: int = 96):
 tiled_matmul.configs = ["A"]
 
 
-_SOFTMAX_WORKSPACE: dict = {}
-
-
 def cached_workspace_softmax(x):
     """A correct softmax that keeps a workspace between calls (made on its first call, written in place on every
-    call) and hands back a copy: the kind of persistent buffer real kernels keep. It must PASS whatever autograd
-    mode its process runs in (a tensor made in inference mode cannot be written outside it, so a harness that
-    switched modes inside one process would make this kernel crash)."""
-    n = x.numel()
-    buf = _SOFTMAX_WORKSPACE.get("buf")
-    if buf is None or buf.numel() < n:
-        buf = _SOFTMAX_WORKSPACE["buf"] = torch.empty(n)
-    out = buf[:n].view(x.shape)
-    torch.softmax(x, -1, out=out)
-    return out.clone()
+    call) and hands back a copy: ``static_workspace_softmax`` made honest, the kind of persistent buffer real
+    kernels keep. It must PASS whatever autograd mode its process runs in (a tensor made in inference mode cannot
+    be written outside it, so a harness that switched modes inside one process would make this kernel crash)."""
+    return static_workspace_softmax(x).clone()
