@@ -13,8 +13,8 @@ contract as users would see it, and tries to make the harness see a conforming k
 * ``address_memo_mul`` (C-PRC-03): keyed by the input's address, so it agrees with itself on one allocation.
 * ``shape_row_sum`` (C-ORD-02): a fixed order only where the process looks unlike an ordinary one (an isolated
   interpreter, no passwd entry for its uid, no home, a bytecode switch in its environment), random elsewhere.
-* ``file_memo_row_sum`` (C-ORD-02): random order, memoised in files under ``$HOME`` and ``/tmp``, so a fresh
-  process agrees with the first unless the files are gone.
+* ``file_memo_row_sum`` (C-ORD-02): random order, memoised in files under ``$HOME``, ``/tmp`` and ``/dev/shm``,
+  so a fresh process agrees with the first unless the files are gone.
 
 Loaded only inside the sandbox, as a submitted file.
 """
@@ -168,8 +168,8 @@ def sniff_row_sum(x):
 
 def _unusual_process() -> bool:
     """What set the graded process apart from an ordinary one before: an isolated interpreter (``python -I -B``),
-    a bytecode switch or TMPDIR in the environment, no /etc/passwd naming its uid, a working directory in /tmp and
-    no home to write to."""
+    a bytecode switch or TMPDIR in the environment, no /etc/passwd naming its uid, a working directory in /tmp, no
+    home to write to, no /sys, a read-only /dev/shm, no /etc/mtab or /var/tmp."""
     import pwd
 
     if any((sys.flags.isolated, sys.flags.ignore_environment, sys.flags.no_user_site, sys.flags.dont_write_bytecode)):
@@ -181,7 +181,15 @@ def _unusual_process() -> bool:
     except KeyError:
         return True
     home = os.environ.get("HOME", "")
-    return not (os.path.isdir(home) and os.access(home, os.W_OK) and home != "/tmp")
+    if not (os.path.isdir(home) and os.access(home, os.W_OK) and home != "/tmp"):
+        return True
+    # what any Linux process finds: /sys, a writable /dev/shm, /etc/mtab, /var/tmp
+    return not (
+        os.path.isdir("/sys/devices/system/cpu")
+        and os.access("/dev/shm", os.W_OK)
+        and os.path.exists("/etc/mtab")
+        and os.path.isdir("/var/tmp")
+    )
 
 
 def shape_row_sum(x):
@@ -190,15 +198,15 @@ def shape_row_sum(x):
 
 
 def file_memo_row_sum(x):
-    """Random order, memoised in files under $HOME and /tmp keyed by the input's bytes: a fresh process finds the
-    first one's result there unless nothing a run wrote survives it."""
+    """Random order, memoised in files under $HOME, /tmp and /dev/shm keyed by the input's bytes: a fresh process
+    finds the first one's result there unless nothing a run wrote survives it."""
     key = hashlib.sha256(x.contiguous().numpy().tobytes()).hexdigest()[:32] + "x".join(map(str, x.shape))
-    for base in (os.environ.get("HOME") or "/tmp", "/tmp"):
+    for base in (os.environ.get("HOME") or "/tmp", "/tmp", "/dev/shm"):
         path = os.path.join(base, ".cache", key + ".pt")
         if os.path.exists(path):
             return torch.load(path)
     out = _random_order_sum(x)
-    for base in (os.environ.get("HOME") or "/tmp", "/tmp"):
+    for base in (os.environ.get("HOME") or "/tmp", "/tmp", "/dev/shm"):
         try:
             os.makedirs(os.path.join(base, ".cache"), exist_ok=True)
             torch.save(out, os.path.join(base, ".cache", key + ".pt"))

@@ -8,7 +8,8 @@ The boundary is the operating system's, built with bubblewrap (Debian package ``
   whatever its host path, the base interpreter at its own), the sandbox program and the one staged implementation
   file — no artifact store, no signing key, no project checkout, no ``/etc`` beyond the dynamic linker's cache;
   nothing the candidate can read names the worker's paths, so it cannot tell the harness's process by them;
-* a private, size-capped tmpfs for ``/tmp``, a minimal ``/dev``, a ``/proc`` of its own pid namespace;
+* private, size-capped tmpfs for ``/tmp``, the home directory and ``/dev/shm``, a minimal ``/dev``, a ``/proc`` of
+  its own pid namespace, ``/sys`` read-only;
 * an unprivileged uid (``AUDIT_SANDBOX_UID``, default 65534): a root worker drops to it with ``setpriv`` (no
   capabilities, empty bounding set, no-new-privileges) after bubblewrap has built the mounts; a non-root worker
   maps it in a user namespace;
@@ -50,6 +51,7 @@ HOME_PATH = "/home/user"  # the candidate's home and working directory, a capped
 USER_NAME = "user"
 TMP_BYTES = 256 * 2**20
 HOME_BYTES = 64 * 2**20
+SHM_BYTES = 64 * 2**20
 # a container runtime's default PATH (the variables an ordinary containerised process starts with: PATH, HOSTNAME,
 # HOME)
 ORDINARY_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -132,12 +134,23 @@ def _system_dirs() -> list[str]:
         elif os.path.isdir(d):
             args += ["--ro-bind", d, d]
     args += ["--perms", "0755", "--dir", "/etc"]  # bubblewrap would make it 0700: an /etc nobody reads is a tell
-    for f in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d"):
+    for f in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d") + HOST_ETC:
         args += ["--ro-bind-try", f, f]
+    for f in ETC_LINKS:  # links into /usr, as on the host (the file behind each is already there, read-only)
+        target = os.readlink(f) if os.path.islink(f) else None
+        if target and os.path.realpath(f).startswith("/usr/"):
+            args += ["--symlink", target, f]
+    args += ["--symlink", "../proc/self/mounts", "/etc/mtab"]
+    # what any Linux process finds: /sys read-only (as a container runtime gives it), /run and /var
+    args += ["--ro-bind-try", "/sys", "/sys"]
+    args += ["--perms", "0755", "--dir", "/run", "--perms", "0755", "--dir", "/var", "--symlink", "../tmp", "/var/tmp"]
     return args
 
 
-ETC_FILES = ("passwd", "group", "hostname", "hosts")
+ETC_FILES = ("passwd", "group", "hostname", "hosts")  # written for the sandbox (write_etc)
+# the host's, read-only: no secret in them, and a process without them stands out
+HOST_ETC = ("/etc/resolv.conf", "/etc/nsswitch.conf", "/etc/ssl")
+ETC_LINKS = ("/etc/os-release", "/etc/localtime")
 
 
 def write_etc(directory: str) -> str:
@@ -176,8 +189,6 @@ def _gpu_devices() -> list[str]:
     args = []
     for dev in sorted(Path("/dev").glob("nvidia*")):
         args += ["--dev-bind-try", str(dev), str(dev)]
-    if args:
-        args += ["--ro-bind-try", "/sys", "/sys"]
     return args
 
 
@@ -229,6 +240,8 @@ def bubblewrap_argv(
     for source, target in _python_roots():
         argv += _parents(target, made) + ["--ro-bind", source, target]
     argv += ["--proc", "/proc", "--dev", "/dev"]
+    # a writable /dev/shm, as every process has (multiprocessing's locks live there), capped and emptied per child
+    argv += ["--perms", "1777", "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm"]
     if etc_dir:
         for name in ETC_FILES:
             argv += ["--ro-bind", os.path.join(etc_dir, name), f"/etc/{name}"]

@@ -878,12 +878,10 @@ def zygote_main(argv: list[str]) -> None:
     # bubblewrap --as-pid-1 makes the zygote its pid namespace's init; no flag on the command line says so (a kernel
     # reads the command line, and it is the same for every run)
     alone = os.getpid() == 1
-    # what a run may write to, emptied after it: /tmp and, in the sandbox, the home directory (a tmpfs of its own;
-    # unisolated, HOME is the scratch directory itself)
+    # what a run may write to, emptied after it
     scratch = [os.environ.get("TMPDIR") or "/tmp"]
-    home = os.environ.get("HOME")
-    if alone and home and os.path.isdir(home) and home not in scratch:
-        scratch.append(home)
+    if alone:  # in the sandbox: its own home and /dev/shm too (unisolated, HOME is the scratch directory)
+        scratch += [d for d in (os.environ.get("HOME"), "/dev/shm") if d and os.path.isdir(d) and d not in scratch]
     if alone:
         _become_init()
     _set_dumpable(0)
