@@ -6,8 +6,10 @@ The boundary is the operating system's, built with bubblewrap (Debian package ``
   at all (only a loopback of its own), no view of other processes, no way to signal the worker;
 * a root filesystem made of read-only binds of ``/usr`` and the Python environment (a virtualenv at ``/opt/venv``
   whatever its host path, the base interpreter at its own), the sandbox program and the one staged implementation
-  file — no artifact store, no signing key, no project checkout, no ``/etc`` beyond the dynamic linker's cache;
-  nothing the candidate can read names the worker's paths, so it cannot tell the harness's process by them;
+  file — no artifact store, no signing key, no project checkout, nothing of the host's ``/etc`` beyond the dynamic
+  linker's cache and the public files listed below; the paths it runs under (``sys.path``, the command line) do
+  not name the worker's (the sources of the binds still show in ``/proc/self/mountinfo``: docs/contracts.md,
+  *Not done / limits*);
 * private, size-capped tmpfs for ``/tmp``, the home directory and ``/dev/shm``, a minimal ``/dev``, a ``/proc`` of
   its own pid namespace, ``/sys`` read-only;
 * an unprivileged uid (``AUDIT_SANDBOX_UID``, default 65534): a root worker drops to it with ``setpriv`` (no
