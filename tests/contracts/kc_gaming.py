@@ -9,7 +9,8 @@ contract as users would see it, and tries to make the harness see a conforming k
 * ``memo_row_sum`` (C-ORD-02): sums in a random order, memoised by the input's bytes, so every repeat launch in
   one process agrees.
 * ``sniff_row_sum`` (C-ORD-02): sums in a fixed order only where the process looks like the harness's (its
-  command line, environment or paths name a sandbox, a harness, a check or a repeat), in a random order elsewhere.
+  command line, pid 1's, its environment, paths or the files and functions on its call stack name a sandbox, a
+  harness, a check or a repeat), in a random order elsewhere.
 * ``address_memo_mul`` (C-PRC-03): keyed by the input's address, so it agrees with itself on one allocation.
 * ``shape_row_sum`` (C-ORD-02): a fixed order only where the process looks unlike an ordinary one (an isolated
   interpreter, no passwd entry for its uid, no home, a bytecode switch in its environment), random elsewhere.
@@ -158,6 +159,15 @@ def _looks_judged() -> bool:
         pass
     main = sys.modules.get("__main__")
     seen.append(str(getattr(main, "__file__", "")))
+    try:
+        with open("/proc/1/cmdline", "rb") as fh:
+            seen.append(fh.read().replace(b"\0", b" ").decode(errors="replace"))
+    except OSError:
+        pass
+    frame = sys._getframe(2)  # who called the kernel, and who called them: file and function names
+    while frame is not None:
+        seen += [frame.f_code.co_filename, frame.f_code.co_name]
+        frame = frame.f_back
     text = " ".join(seen).lower()
     return any(m in text for m in _MARKERS)
 

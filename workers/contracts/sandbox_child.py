@@ -7,16 +7,19 @@ for the codec and :func:`fill_tensor`, so both sides build the same bytes.
 
 Roles (docs/contracts.md, "Isolation"):
 
-* **zygote** — the pid namespace's init (so nothing inside can signal it), starts, imports torch (never runs an
+* **zygote** (:func:`main`) — the pid namespace's init (so nothing inside can signal it), starts, imports torch (never runs an
   op: no thread pool, no CUDA context to inherit), marks itself non-dumpable (a candidate running as the same uid
   cannot ptrace it), says ``ready`` and then, per run request
   from the parent, forks a child, relays the child's byte stream to the parent, and when the child has exited
   kills every other process of the sandbox (daemons a candidate left behind), empties the private /tmp and
   reports the child's exit status.
-* **child** — closes the zygote's channels, sets its resource limits, applies the numeric flags, reports the
+* **child** (:func:`work`) — closes the zygote's channels, sets its resource limits, applies the numeric flags, reports the
   environment *before* any candidate code exists, loads the candidate, runs the cases and ships raw bytes back:
   every launch's output and every input after the calls. It computes no hash and decides nothing; the parent
   does all of that from the bytes.
+
+The functions a kernel finds on its call stack have plain names (``main``, ``work``, ``run_case``, ``launch``):
+nothing there says sandbox, harness or check.
 
 Wire: parent -> zygote frames are ``b"P" + u64 length + pickle`` (trusted: the parent built them). Zygote ->
 parent frames are ``b"Z" + u64 length + pickle`` (the zygote's own reports) or ``b"C" + u64 length + bytes``
@@ -689,7 +692,7 @@ def _grad_mode(name):
     return contextlib.nullcontext()  # grad enabled: torch's default
 
 
-def child_main(
+def work(
     out_fd: int, p: dict, *, write_all=write_all, run_case=run_case, numeric_flags=numeric_flags, _dumps=_dumps
 ) -> None:
     def send(obj):
@@ -874,7 +877,7 @@ def _drain(r: int) -> None:
         write_all(1, frame(b"C", data))
 
 
-def zygote_main(argv: list[str]) -> None:
+def main(argv: list[str]) -> None:
     # bubblewrap --as-pid-1 makes the zygote its pid namespace's init; no flag on the command line says so (a kernel
     # reads the command line, and it is the same for every run)
     alone = os.getpid() == 1
@@ -912,7 +915,7 @@ def zygote_main(argv: list[str]) -> None:
 
                     signal.signal(signal.SIGINT, signal.default_int_handler)  # the zygote's SIG_IGN is not the child's
                 _set_dumpable(1)  # the child's own /proc files readable by itself again; the zygote stays closed
-                child_main(w, payload)
+                work(w, payload)
             finally:
                 os._exit(0)
         os.close(w)
@@ -938,4 +941,4 @@ def zygote_main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    zygote_main(sys.argv[1:])
+    main(sys.argv[1:])
