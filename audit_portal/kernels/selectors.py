@@ -56,11 +56,20 @@ def contract_versions(contract_id: str) -> list[Contract]:
     return sorted(versions, key=lambda c: _semver_key(c.version), reverse=True)
 
 
+def contracts_named(name: str, suite=None, declared=None) -> list[Contract]:
+    """The latest loaded contracts ``name`` names: a class names the suite's contract of that class, a full id a
+    suite or a declared-property contract (declared ones run only when named by id). ``suite`` and ``declared``:
+    :func:`latest_contracts` lists already fetched."""
+    suite = latest_contracts() if suite is None else suite
+    found = [c for c in suite if c.contract_id == name or c.contract_class == name]
+    declared = (latest_contracts(declared=True) if declared is None else declared) if not found else []
+    return found or [c for c in declared if c.contract_id == name]
+
+
 def get_contract(contract_id: str, version: str | None = None) -> Contract:
     """By full id (a suite or a declared-property contract) or class (the suite's); the latest loaded version
     unless ``version``."""
-    latest = [c for c in latest_contracts() if c.contract_id == contract_id or c.contract_class == contract_id]
-    latest = latest or [c for c in latest_contracts(declared=True) if c.contract_id == contract_id]
+    latest = contracts_named(contract_id)
     if len(latest) != 1:
         raise Http404("No such contract.")
     if version is None:

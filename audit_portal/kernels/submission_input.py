@@ -15,7 +15,7 @@ from django.conf import settings
 
 from audit_portal.core.errors import PortalError, UploadTooLarge
 from audit_portal.kernels.models import Contract
-from audit_portal.kernels.selectors import latest_contracts
+from audit_portal.kernels.selectors import contracts_named, latest_contracts
 
 KERNEL_MODULE_MAX_BYTES = int(getattr(settings, "KERNEL_MODULE_MAX_BYTES", 1024 * 1024))
 
@@ -93,8 +93,7 @@ def resolve_contracts(selection: list[str]) -> list[Contract]:
     chosen, unknown = [], []
     for item in selection:
         name, _, version = item.partition("@")
-        matches = [c for c in latest if c.contract_id == name or c.contract_class == name]
-        matches = matches or [c for c in declared if c.contract_id == name]
+        matches = contracts_named(name, latest, declared)
         if version:
             matches = list(Contract.objects.filter(contract_id__in=[c.contract_id for c in matches], version=version))
         if len(matches) != 1:

@@ -7,16 +7,16 @@ for the codec and :func:`fill_tensor`, so both sides build the same bytes.
 
 Roles (docs/contracts.md, "Isolation"):
 
-* **zygote** (:func:`main`) — the pid namespace's init (so nothing inside can signal it), starts, imports torch (never runs an
-  op: no thread pool, no CUDA context to inherit), marks itself non-dumpable (a candidate running as the same uid
-  cannot ptrace it), says ``ready`` and then, per run request
-  from the parent, forks a child, relays the child's byte stream to the parent, and when the child has exited
-  kills every other process of the sandbox (daemons a candidate left behind), empties the private /tmp and
-  reports the child's exit status.
-* **child** (:func:`work`) — closes the zygote's channels, sets its resource limits, applies the numeric flags, reports the
-  environment *before* any candidate code exists, loads the candidate, runs the cases and ships raw bytes back:
-  every launch's output and every input after the calls. It computes no hash and decides nothing; the parent
-  does all of that from the bytes.
+* **zygote** (:func:`main`) — the pid namespace's init (so nothing inside can signal it), starts, imports torch
+  (never runs an op: no thread pool, no CUDA context to inherit), marks itself non-dumpable (a candidate running
+  as the same uid cannot ptrace it), says ``ready`` and then, per run request from the parent, forks a child,
+  relays the child's byte stream to the parent, and when the child has exited kills every other process of the
+  sandbox (daemons a candidate left behind), empties the private /tmp, the home and /dev/shm and reports the
+  child's exit status.
+* **child** (:func:`work`) — closes the zygote's channels, sets its resource limits, applies the numeric flags,
+  runs in the autograd mode the parent chose, reports the environment *before* any candidate code exists, loads
+  the candidate, runs the cases and ships raw bytes back: every launch's output and every input after the calls.
+  It computes no hash and decides nothing; the parent does all of that from the bytes.
 
 The functions a kernel finds on its call stack have plain names (``main``, ``work``, ``run_case``, ``launch``):
 nothing there says sandbox, harness or check.
